@@ -1,0 +1,22 @@
+"""Frost: a readable deep-learning framework with autograd, layers, optimizers and GPU kernels in Python."""
+from frost import dtype as _dtype_module
+from frost.autograd import no_grad, enable_grad, set_grad_enabled, is_grad_enabled, detect_anomaly
+from frost.backend import Device
+from frost.dtype import (DType, bfloat16, bool_ as bool, float16, float32, float64, int8, int16, int32, int64,
+                         uint8)
+from frost.tensor import (Tensor, arange, empty, empty_like, eye, from_numpy, full, full_like, linspace,
+                          manual_seed, ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm,
+                          tensor, zeros, zeros_like)
+from frost.ops.elementwise import (abs, allclose, clamp, cos, exp, gelu, isfinite, isnan, log, maximum, minimum,
+                                   relu, rsqrt, sigmoid, silu, sin, sqrt, tanh, where)
+from frost.ops.reduce import (amax, amin, argmax, argmin, logsumexp, log_softmax, mean, softmax, std, sum, var)
+from frost.ops.reduce import max, min
+from frost.ops.shape import cat, chunk, flatten, gather, split, stack, pad
+from frost.ops.matmul import matmul
+
+float = float32
+double = float64
+half = float16
+long = int64
+
+__version__ = "0.1.0"

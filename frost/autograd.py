@@ -1,0 +1,206 @@
+"""Reverse-mode automatic differentiation: the tape node, grad mode, anomaly mode and backward()."""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Callable, Sequence
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "grad_enabled", True)
+
+
+def _set_grad_enabled(mode: bool) -> None:
+    _state.grad_enabled = mode
+
+
+class set_grad_enabled(contextlib.ContextDecorator):
+    """Context manager and decorator that turns recording of operations on or off (per thread)."""
+
+    def __init__(self, mode: bool) -> None:
+        self.mode = mode
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _set_grad_enabled(self.mode)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _set_grad_enabled(self.prev)
+        return False
+
+
+class no_grad(set_grad_enabled):
+    """Operations inside do not record a tape; `with frost.no_grad():` or `@frost.no_grad()`."""
+
+    def __init__(self) -> None:
+        super().__init__(False)
+
+
+class enable_grad(set_grad_enabled):
+    def __init__(self) -> None:
+        super().__init__(True)
+
+
+# ---------------------------------------------------------------- anomaly mode
+
+_anomaly = {"on": os.environ.get("FROST_DETECT_ANOMALY", "") not in ("", "0")}
+
+
+def is_anomaly_enabled() -> bool:
+    return _anomaly["on"]
+
+
+class detect_anomaly(contextlib.ContextDecorator):
+    """Check every op's forward output and backward gradients for NaN/inf and name the first culprit.
+
+    Also on when the environment variable FROST_DETECT_ANOMALY=1 is set.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.prev = _anomaly["on"]
+        _anomaly["on"] = self.enabled
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _anomaly["on"] = self.prev
+        return False
+
+
+class AnomalyError(RuntimeError):
+    """Raised in anomaly mode when an op produced NaN or inf."""
+
+
+def _has_nonfinite(array) -> bool:
+    if array is None or array.dtype.kind not in "fc" and str(array.dtype) != "bfloat16":
+        return False
+    xp = _array_module(array)
+    return not bool(xp.isfinite(array.astype(xp.float32) if str(array.dtype) == "bfloat16" else array).all())
+
+
+def _array_module(array):
+    import numpy as np
+    if isinstance(array, np.ndarray):
+        return np
+    from frost.backend import cuda
+    return cuda.cupy()
+
+
+def check_forward(name: str, out, inputs: Sequence) -> None:
+    """In anomaly mode, raise if `out` is non-finite while the inputs were finite."""
+    if _has_nonfinite(out) and not any(_has_nonfinite(getattr(t, "data", None)) for t in inputs):
+        shapes = ", ".join(str(tuple(getattr(t, "shape", ()))) for t in inputs)
+        raise AnomalyError(f"anomaly: forward of '{name}' produced NaN or inf (input shapes {shapes})")
+
+
+# ---------------------------------------------------------------- the tape
+
+
+class Node:
+    """How a tensor was made: its parent tensors and the function from output gradient to input gradients."""
+
+    __slots__ = ("parents", "backward", "name")
+
+    def __init__(self, parents: tuple, backward: Callable, name: str) -> None:
+        self.parents = parents
+        self.backward = backward
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name}>"
+
+
+def _topological_order(root) -> list:
+    """Tensors reachable from root through the tape, each after all tensors it was made from."""
+    order, seen = [], {id(root)}
+    stack = [(root, False)]
+    while stack:
+        t, expanded = stack.pop()
+        if expanded:
+            order.append(t)
+            continue
+        stack.append((t, True))
+        if t._ctx is not None:
+            for p in t._ctx.parents:
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    stack.append((p, False))
+    return order
+
+
+def backward(root, gradient=None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into `.grad` of every leaf that requires grad."""
+    if not root.requires_grad:
+        raise RuntimeError("backward: tensor does not require grad and has no grad_fn "
+                           "(did you compute it under no_grad, or from tensors without requires_grad=True?)")
+    xp = root.xp
+    if gradient is None:
+        if root.data.size != 1:
+            raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs, "
+                               f"but the tensor has shape {tuple(root.shape)}; pass gradient=")
+        g0 = xp.ones(root.data.shape, dtype=root.data.dtype)
+    else:
+        g0 = gradient.data if hasattr(gradient, "data") else xp.asarray(gradient)
+        if tuple(g0.shape) != tuple(root.shape):
+            raise RuntimeError(f"backward: gradient shape {tuple(g0.shape)} does not match "
+                               f"tensor shape {tuple(root.shape)}")
+    Tensor = type(root)
+    anomaly = is_anomaly_enabled()
+    grads = {id(root): g0}
+    with no_grad():
+        for t in reversed(_topological_order(root)):
+            g = grads.pop(id(t), None)
+            if g is None:
+                continue
+            node = t._ctx
+            if node is None or t._retains_grad:
+                _accumulate(Tensor, t, g)
+            if node is None:
+                continue
+            if node.backward is None:
+                raise RuntimeError(f"backward: trying to go through the graph of '{node.name}' a second time; "
+                                   f"pass retain_graph=True to the first backward()")
+            in_grads = node.backward(g)
+            if not retain_graph:
+                node.backward = None
+            for p, pg in zip(node.parents, in_grads):
+                if pg is None or not p.requires_grad:
+                    continue
+                if anomaly and _has_nonfinite(pg) and not _has_nonfinite(g):
+                    raise AnomalyError(f"anomaly: backward of '{node.name}' produced NaN or inf in the gradient "
+                                       f"of an input of shape {tuple(p.shape)}")
+                if tuple(pg.shape) != tuple(p.shape):
+                    raise RuntimeError(f"backward of '{node.name}': gradient shape {tuple(pg.shape)} "
+                                       f"does not match input shape {tuple(p.shape)} (a bug in that op)")
+                k = id(p)
+                grads[k] = pg if k not in grads else grads[k] + pg
+
+
+def _accumulate(Tensor, t, g) -> None:
+    if g.dtype != t.data.dtype:
+        g = g.astype(t.data.dtype)
+    if t.grad is None:
+        # A copy: the same gradient array may be handed to several inputs (add's backward), and
+        # later accumulation into .grad happens in place.
+        t.grad = Tensor(g.copy())
+    else:
+        t.grad.data += g
+
+
+def unbroadcast(grad, shape: tuple):
+    """Sum `grad` down to `shape`, undoing NumPy broadcasting."""
+    if tuple(grad.shape) == tuple(shape):
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra:
+        grad = grad.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    return grad

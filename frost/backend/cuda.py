@@ -1,0 +1,64 @@
+"""The CUDA backend: CuPy arrays, streams and device utilities. Imported lazily; Frost works without CuPy."""
+from __future__ import annotations
+
+_cupy = None
+
+
+def cupy():
+    """The CuPy module, imported on first use with a clear error when it is missing."""
+    global _cupy
+    if _cupy is None:
+        try:
+            import cupy as cp
+        except ImportError as e:  # pragma: no cover - depends on the machine
+            raise RuntimeError("frost: CUDA needs CuPy; install with `pip install frost-dl[cuda]`") from e
+        _cupy = cp
+    return _cupy
+
+
+def is_available() -> bool:
+    """True when CuPy imports and sees at least one GPU."""
+    try:
+        cp = cupy()
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def synchronize() -> None:
+    cupy().cuda.Device().synchronize()
+
+
+def device_of(array):
+    from frost.backend import Device
+    cp = cupy() if _cupy is None else _cupy
+    if isinstance(array, cp.ndarray):
+        return Device(f"cuda:{array.device.id}")
+    raise TypeError(f"not an array frost knows: {type(array).__name__}")
+
+
+def to_host(array):
+    return cupy().asnumpy(array)
+
+
+def to_device(array, index: int):
+    cp = cupy()
+    with cp.cuda.Device(index):
+        return cp.asarray(array)
+
+
+def generator():
+    """The CUDA random generator (seeded by frost.manual_seed)."""
+    global _generator
+    if _generator is None:
+        _generator = cupy().random.default_rng(_seed)
+    return _generator
+
+
+_seed = 0
+_generator = None
+
+
+def manual_seed(seed: int) -> None:
+    global _seed, _generator
+    _seed, _generator = seed, None

@@ -1,0 +1,101 @@
+"""Frost's data types and the promotion rules between them."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+
+class DType:
+    """A tensor element type: a name and the NumPy dtype that stores it."""
+
+    __slots__ = ("name", "np", "is_floating_point", "itemsize")
+
+    def __init__(self, name: str, np_dtype) -> None:
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.is_floating_point = name in ("float16", "bfloat16", "float32", "float64")
+        self.itemsize = self.np.itemsize
+
+    def __repr__(self) -> str:
+        return f"frost.{self.name}"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, DType):
+            return self.name == other.name
+        try:
+            return to_dtype(other).name == self.name
+        except TypeError:
+            return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+float16 = DType("float16", np.float16)
+bfloat16 = DType("bfloat16", ml_dtypes.bfloat16)
+float32 = DType("float32", np.float32)
+float64 = DType("float64", np.float64)
+int8 = DType("int8", np.int8)
+int16 = DType("int16", np.int16)
+int32 = DType("int32", np.int32)
+int64 = DType("int64", np.int64)
+uint8 = DType("uint8", np.uint8)
+bool_ = DType("bool", np.bool_)
+
+ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, bool_)
+_BY_NAME = {d.name: d for d in ALL}
+_BY_NP = {d.np: d for d in ALL}
+_ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32}
+
+default_float = float32
+
+
+def to_dtype(x) -> DType:
+    """Turn a DType, NumPy dtype, name or Python type into a Frost DType."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str):
+        if x in _BY_NAME:
+            return _BY_NAME[x]
+        if x in _ALIASES:
+            return _ALIASES[x]
+        raise TypeError(f"unknown dtype name {x!r}; known: {sorted(_BY_NAME)}")
+    if x is float:
+        return default_float
+    if x is int:
+        return int64
+    if x is bool:
+        return bool_
+    try:
+        d = np.dtype(x)
+    except TypeError:
+        raise TypeError(f"cannot interpret {x!r} as a frost dtype") from None
+    if d not in _BY_NP:
+        raise TypeError(f"unsupported dtype {d}; frost supports {[n for n in _BY_NAME]}")
+    return _BY_NP[d]
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Result type of an operation between two tensors (PyTorch's rules for these types)."""
+    if a == b:
+        return a
+    if a.is_floating_point and b.is_floating_point:
+        if {a.name, b.name} == {"float16", "bfloat16"}:
+            return float32
+        return a if a.itemsize >= b.itemsize else b
+    if a.is_floating_point:
+        return a
+    if b.is_floating_point:
+        return b
+    return to_dtype(np.promote_types(a.np, b.np))
+
+
+def scalar_result(t: DType, scalar) -> DType:
+    """Result type of tensor (op) Python scalar: the scalar never widens a tensor's float type."""
+    if isinstance(scalar, bool):
+        return t
+    if isinstance(scalar, float) and not t.is_floating_point:
+        return default_float
+    if isinstance(scalar, int) and t == bool_:
+        return int64
+    return t

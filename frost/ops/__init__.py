@@ -1,0 +1,1 @@
+"""Every differentiable operation, one family per file, forward and backward side by side."""

@@ -1,0 +1,371 @@
+"""Elementwise ops: arithmetic with broadcasting, comparisons, activations, casts; forward and backward together."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from frost.autograd import unbroadcast
+from frost.dtype import DType, default_float, promote, scalar_result, to_dtype
+from frost.tensor import Tensor, from_op
+
+
+def _describe(x) -> str:
+    if isinstance(x, Tensor):
+        return f"tensor(shape={x.shape}, dtype={x.dtype.name}, device={x.device})"
+    return repr(x)
+
+
+def _as_tensor_or_scalar(x, name: str):
+    if isinstance(x, Tensor) or isinstance(x, (bool, int, float)):
+        return x
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return Tensor(x)
+    raise TypeError(f"{name}: unsupported operand {type(x).__name__}; expected a Tensor or a Python number")
+
+
+def _operands(a, b, name: str):
+    """Check devices and shapes, promote dtypes; return (tensor_a|None, tensor_b|None, array_a, array_b, dtype)."""
+    a, b = _as_tensor_or_scalar(a, name), _as_tensor_or_scalar(b, name)
+    ta = a if isinstance(a, Tensor) else None
+    tb = b if isinstance(b, Tensor) else None
+    if ta is not None and tb is not None:
+        if ta.device != tb.device:
+            raise RuntimeError(f"{name}: operands are on different devices: {_describe(ta)} and {_describe(tb)}")
+        try:
+            np.broadcast_shapes(ta.shape, tb.shape)
+        except ValueError:
+            raise RuntimeError(f"{name}: shapes {ta.shape} and {tb.shape} cannot be broadcast together "
+                               f"({_describe(ta)} and {_describe(tb)})") from None
+        dt = promote(ta.dtype, tb.dtype)
+    elif ta is not None:
+        dt = scalar_result(ta.dtype, b)
+    else:
+        dt = scalar_result(tb.dtype, a)
+    xa = _cast(ta.data, dt) if ta is not None else a
+    xb = _cast(tb.data, dt) if tb is not None else b
+    return ta, tb, xa, xb, dt
+
+
+def _cast(array, dt: DType):
+    return array if array.dtype == dt.np else array.astype(dt.np)
+
+
+def _binary(name: str, a, b, forward, backward, float_result: bool = False) -> Tensor:
+    """Run a broadcasting binary op; `backward(g, xa, xb, out)` returns full-shape (grad_a, grad_b)."""
+    ta, tb, xa, xb, dt = _operands(a, b, name)
+    if float_result and not dt.is_floating_point:
+        dt = default_float
+        xa = _cast(xa, dt) if ta is not None else float(xa)
+        xb = _cast(xb, dt) if tb is not None else float(xb)
+    out = forward(xa, xb)
+    if hasattr(out, "dtype") and out.dtype != dt.np and out.dtype.kind != "b":
+        out = out.astype(dt.np)
+    elif not hasattr(out, "dtype"):
+        out = np.asarray(out, dtype=dt.np)
+    parents = [t for t in (ta, tb) if t is not None]
+
+    def grad_fn(g):
+        ga, gb = backward(g, xa, xb, out)
+        grads = []
+        if ta is not None:
+            grads.append(None if ga is None else _cast(unbroadcast(ga, ta.shape), ta.dtype))
+        if tb is not None:
+            grads.append(None if gb is None else _cast(unbroadcast(gb, tb.shape), tb.dtype))
+        return grads
+
+    return from_op(out, parents, grad_fn, name)
+
+
+def _unary(name: str, x: Tensor, forward, backward) -> Tensor:
+    """Run an elementwise op on a float tensor; `backward(g, x_array, out)` gives the input gradient."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
+    xa = x.data if x.dtype.is_floating_point else x.data.astype(default_float.np)
+    out = forward(xa)
+    return from_op(out, (x,), lambda g: (backward(g, xa, out),), name)
+
+
+# ------------------------------------------------------------------ arithmetic
+
+def add(a, b) -> Tensor:
+    return _binary("add", a, b, lambda x, y: x + y, lambda g, x, y, o: (g, g))
+
+
+def sub(a, b) -> Tensor:
+    return _binary("sub", a, b, lambda x, y: x - y, lambda g, x, y, o: (g, -g))
+
+
+def mul(a, b) -> Tensor:
+    return _binary("mul", a, b, lambda x, y: x * y, lambda g, x, y, o: (g * y, g * x))
+
+
+def div(a, b) -> Tensor:
+    return _binary("div", a, b, lambda x, y: x / y,
+                   lambda g, x, y, o: (g / y, -g * x / (y * y)), float_result=True)
+
+
+def pow(a, b) -> Tensor:
+    def backward(g, x, y, out):
+        gx = g * y * x ** (y - 1) if isinstance(a, Tensor) else None
+        gy = None
+        if isinstance(b, Tensor):
+            xp = np if isinstance(out, np.ndarray) else _xp(out)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                logx = xp.log(xp.where(x > 0, x, 1)) if hasattr(x, "shape") else math.log(x) if x > 0 else 0.0
+            gy = g * out * logx
+        return gx, gy
+    return _binary("pow", a, b, lambda x, y: x ** y, backward)
+
+
+def neg(x: Tensor) -> Tensor:
+    return from_op(-x.data, (x,), lambda g: (-g,), "neg")
+
+
+def floor_divide(a, b) -> Tensor:
+    return _binary("floor_divide", a, b, lambda x, y: x // y, lambda g, x, y, o: (None, None))
+
+
+def remainder(a, b) -> Tensor:
+    return _binary("remainder", a, b, lambda x, y: x % y, lambda g, x, y, o: (g, None))
+
+
+def maximum(a, b) -> Tensor:
+    def backward(g, x, y, out):
+        # ties split the gradient evenly, as PyTorch does
+        wx = (x > y) + 0.5 * (x == y)
+        return g * wx, g * (1 - wx)
+    return _binary("maximum", a, b, lambda x, y: _xp(x, y).maximum(x, y), backward)
+
+
+def minimum(a, b) -> Tensor:
+    def backward(g, x, y, out):
+        wx = (x < y) + 0.5 * (x == y)
+        return g * wx, g * (1 - wx)
+    return _binary("minimum", a, b, lambda x, y: _xp(x, y).minimum(x, y), backward)
+
+
+def _xp(*arrays):
+    for a in arrays:
+        if hasattr(a, "shape") and not isinstance(a, (np.ndarray, np.generic)):
+            from frost.backend import cuda
+            return cuda.cupy()
+    return np
+
+
+# ------------------------------------------------------------------ comparisons (no gradient)
+
+def _compare(name: str, a, b, fn) -> Tensor:
+    ta, tb, xa, xb, _ = _operands(a, b, name)
+    return Tensor(fn(xa, xb))
+
+
+def eq(a, b) -> Tensor: return _compare("eq", a, b, lambda x, y: x == y)
+def ne(a, b) -> Tensor: return _compare("ne", a, b, lambda x, y: x != y)
+def lt(a, b) -> Tensor: return _compare("lt", a, b, lambda x, y: x < y)
+def le(a, b) -> Tensor: return _compare("le", a, b, lambda x, y: x <= y)
+def gt(a, b) -> Tensor: return _compare("gt", a, b, lambda x, y: x > y)
+def ge(a, b) -> Tensor: return _compare("ge", a, b, lambda x, y: x >= y)
+
+
+def logical_not(x: Tensor) -> Tensor:
+    return Tensor(x.xp.logical_not(x.data))
+
+
+def logical_and(a, b) -> Tensor: return _compare("logical_and", a, b, lambda x, y: _xp(x, y).logical_and(x, y))
+def logical_or(a, b) -> Tensor: return _compare("logical_or", a, b, lambda x, y: _xp(x, y).logical_or(x, y))
+
+
+def isnan(x: Tensor) -> Tensor:
+    return Tensor(x.xp.isnan(x.data))
+
+
+def isfinite(x: Tensor) -> Tensor:
+    return Tensor(x.xp.isfinite(x.data))
+
+
+def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
+    return bool(a.xp.allclose(a.data, b.data, rtol=rtol, atol=atol))
+
+
+# ------------------------------------------------------------------ unary math
+
+def exp(x: Tensor) -> Tensor:
+    return _unary("exp", x, lambda a: x.xp.exp(a), lambda g, a, o: g * o)
+
+
+def log(x: Tensor) -> Tensor:
+    return _unary("log", x, lambda a: x.xp.log(a), lambda g, a, o: g / a)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return _unary("sqrt", x, lambda a: x.xp.sqrt(a), lambda g, a, o: g / (2 * o))
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    return _unary("rsqrt", x, lambda a: 1 / x.xp.sqrt(a), lambda g, a, o: -0.5 * g * o * o * o)
+
+
+def sin(x: Tensor) -> Tensor:
+    return _unary("sin", x, lambda a: x.xp.sin(a), lambda g, a, o: g * x.xp.cos(a))
+
+
+def cos(x: Tensor) -> Tensor:
+    return _unary("cos", x, lambda a: x.xp.cos(a), lambda g, a, o: -g * x.xp.sin(a))
+
+
+def tanh(x: Tensor) -> Tensor:
+    return _unary("tanh", x, lambda a: x.xp.tanh(a), lambda g, a, o: g * (1 - o * o))
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x))
+    return _unary("sigmoid", x, lambda a: 0.5 * (1 + x.xp.tanh(0.5 * a)), lambda g, a, o: g * o * (1 - o))
+
+
+def abs(x: Tensor) -> Tensor:
+    return from_op(x.xp.abs(x.data), (x,), lambda g: (g * x.xp.sign(x.data),), "abs")
+
+
+def sign(x: Tensor) -> Tensor:
+    return from_op(x.xp.sign(x.data), (x,), lambda g: (g * 0,), "sign")
+
+
+def relu(x: Tensor) -> Tensor:
+    xa = x.data
+    return from_op(xa * (xa > 0), (x,), lambda g: (g * (xa > 0),), "relu")
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    xa = x.data
+    slope = x.xp.where(xa > 0, 1.0, negative_slope).astype(xa.dtype)
+    return from_op(xa * slope, (x,), lambda g: (g * slope,), "leaky_relu")
+
+
+def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    xp = x.xp
+
+    def forward(a):
+        z = beta * a
+        return xp.where(z > threshold, a, xp.log1p(xp.exp(xp.minimum(z, threshold))) / beta).astype(a.dtype)
+
+    def backward(g, a, o):
+        z = beta * a
+        return g * xp.where(z > threshold, 1.0, 0.5 * (1 + xp.tanh(0.5 * z))).astype(a.dtype)
+    return _unary("softplus", x, forward, backward)
+
+
+def silu(x: Tensor) -> Tensor:
+    xp = x.xp
+
+    def backward(g, a, o):
+        s = 0.5 * (1 + xp.tanh(0.5 * a))
+        return g * s * (1 + a * (1 - s))
+    return _unary("silu", x, lambda a: a * 0.5 * (1 + xp.tanh(0.5 * a)), backward)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def erf_array(a):
+    """The error function of an array (NumPy has none; CuPy's lives in cupyx.scipy.special)."""
+    if isinstance(a, np.ndarray):
+        return np.frompyfunc(math.erf, 1, 1)(a).astype(a.dtype)
+    from cupyx.scipy.special import erf
+    return erf(a)
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    xp = x.xp
+    if approximate == "tanh":
+        def forward(a):
+            return 0.5 * a * (1 + xp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a ** 3)))
+
+        def backward(g, a, o):
+            t = xp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a ** 3))
+            dt = (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * a * a)
+            return g * (0.5 * (1 + t) + 0.5 * a * dt)
+        return _unary("gelu", x, forward, backward)
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+    def backward(g, a, o):
+        cdf = 0.5 * (1 + erf_array(a / math.sqrt(2.0)))
+        pdf = xp.exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
+        return (g * (cdf + a * pdf)).astype(a.dtype)
+    return _unary("gelu", x, lambda a: (0.5 * a * (1 + erf_array(a / math.sqrt(2.0)))).astype(a.dtype), backward)
+
+
+def clamp(x: Tensor, min=None, max=None) -> Tensor:
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        out = x
+        if min is not None:
+            out = maximum(out, min)
+        if max is not None:
+            out = minimum(out, max)
+        return out
+    xa = x.data
+    out = x.xp.clip(xa, min, max)
+    inside = xa == xa  # all True, same shape
+    if min is not None:
+        inside = inside & (xa >= min)
+    if max is not None:
+        inside = inside & (xa <= max)
+    return from_op(out, (x,), lambda g: (g * inside,), "clamp")
+
+
+def where(condition, a, b) -> Tensor:
+    """Elementwise choice: a where condition is true, else b (all three broadcast)."""
+    cond = condition.data if isinstance(condition, Tensor) else condition
+    ta, tb, xa, xb, dt = _operands(a, b, "where")
+    dev = (ta or tb).device if (ta or tb) is not None else None
+    if isinstance(condition, Tensor) and dev is not None and condition.device != dev:
+        raise RuntimeError(f"where: condition is on {condition.device} but values are on {dev}")
+    xp = _xp(cond, xa, xb)
+    out = xp.where(cond, xa, xb)
+    if out.dtype != dt.np:
+        out = out.astype(dt.np)
+    parents = [t for t in (ta, tb) if t is not None]
+
+    def backward(g):
+        grads = []
+        zero = xp.zeros((), dtype=g.dtype)
+        if ta is not None:
+            grads.append(unbroadcast(xp.where(cond, g, zero), ta.shape))
+        if tb is not None:
+            grads.append(unbroadcast(xp.where(cond, zero, g), tb.shape))
+        return grads
+    return from_op(out, parents, backward, "where")
+
+
+def masked_fill(x: Tensor, mask, value) -> Tensor:
+    m = mask.data if isinstance(mask, Tensor) else mask
+    xp = x.xp
+    out = xp.where(m, xp.asarray(value, dtype=x.data.dtype), x.data)
+    return from_op(out, (x,), lambda g: (unbroadcast(xp.where(m, 0, g).astype(g.dtype), x.shape),), "masked_fill")
+
+
+# ------------------------------------------------------------------ dtype and device moves
+
+def cast(x: Tensor, dtype: DType) -> Tensor:
+    dtype = to_dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    src = x.data.dtype
+    out = x.data.astype(dtype.np)
+    if not dtype.is_floating_point:
+        return Tensor(out)
+    return from_op(out, (x,), lambda g: (g.astype(src),), "cast")
+
+
+def to_device(x: Tensor, device) -> Tensor:
+    from frost import backend
+    if x.device == device:
+        return x
+    src = x.device
+    out = backend.to_device(x.data, device)
+    return from_op(out, (x,), lambda g: (backend.to_device(g, src),), "to_device")

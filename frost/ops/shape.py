@@ -1,0 +1,238 @@
+"""Shape ops: reshape, permute, expand, indexing, cat/stack/split, pad; forward and backward together."""
+from __future__ import annotations
+
+import numpy as np
+
+from frost.autograd import unbroadcast
+from frost.dtype import promote
+from frost.ops.reduce import normalize_dims
+from frost.tensor import Tensor, from_op
+
+
+def reshape(x: Tensor, shape: tuple) -> Tensor:
+    shape = tuple(shape)
+    try:
+        out = x.data.reshape(shape)
+    except ValueError:
+        raise RuntimeError(f"reshape: shape {shape} is invalid for a tensor of shape {x.shape} "
+                           f"({x.numel()} elements)") from None
+    src = x.shape
+    return from_op(out, (x,), lambda g: (g.reshape(src),), "reshape")
+
+
+def permute(x: Tensor, dims: tuple) -> Tensor:
+    dims = tuple(d % x.ndim for d in dims) if x.ndim else tuple(dims)
+    if sorted(dims) != list(range(x.ndim)):
+        raise RuntimeError(f"permute: dims {dims} are not a permutation of the {x.ndim} dimensions of shape {x.shape}")
+    inverse = tuple(np.argsort(dims))
+    return from_op(x.data.transpose(dims), (x,), lambda g: (g.transpose(inverse),), "permute")
+
+
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    if x.ndim < 2 and x.ndim == 0:
+        return x
+    dims = list(range(x.ndim))
+    d0, d1 = normalize_dims(dim0, x.ndim, "transpose")[0], normalize_dims(dim1, x.ndim, "transpose")[0]
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return permute(x, tuple(dims))
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    s, e = start_dim % x.ndim, end_dim % x.ndim
+    shape = x.shape[:s] + (int(np.prod(x.shape[s:e + 1])),) + x.shape[e + 1:]
+    return reshape(x, shape)
+
+
+def squeeze(x: Tensor, dim=None) -> Tensor:
+    if dim is None:
+        shape = tuple(n for n in x.shape if n != 1)
+    else:
+        axes = normalize_dims(dim, x.ndim, "squeeze")
+        shape = tuple(n for i, n in enumerate(x.shape) if not (i in axes and n == 1))
+    return reshape(x, shape)
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    if not -x.ndim - 1 <= dim <= x.ndim:
+        raise IndexError(f"unsqueeze: dim {dim} is out of range for a tensor with {x.ndim} dimensions")
+    d = dim % (x.ndim + 1)
+    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
+def expand(x: Tensor, sizes: tuple) -> Tensor:
+    sizes = tuple(sizes)
+    lead = len(sizes) - x.ndim
+    if lead < 0:
+        raise RuntimeError(f"expand: cannot expand shape {x.shape} to fewer dimensions {sizes}")
+    target = tuple(x.shape[i - lead] if (s == -1 and i >= lead) else s for i, s in enumerate(sizes))
+    try:
+        out = x.xp.broadcast_to(x.data, target)
+    except ValueError:
+        raise RuntimeError(f"expand: shape {x.shape} cannot be expanded to {sizes}") from None
+    src = x.shape
+    return from_op(out, (x,), lambda g: (unbroadcast(g, src),), "expand")
+
+
+def contiguous(x: Tensor) -> Tensor:
+    out = x.xp.ascontiguousarray(x.data)
+    if out is x.data:
+        return x
+    return from_op(out, (x,), lambda g: (g,), "contiguous")
+
+
+def repeat(x: Tensor, sizes: tuple) -> Tensor:
+    sizes = tuple(sizes)
+    if len(sizes) < x.ndim:
+        raise RuntimeError(f"repeat: {len(sizes)} repeat counts for a tensor of {x.ndim} dimensions")
+    xa = x.data.reshape((1,) * (len(sizes) - x.ndim) + x.shape)
+    out = x.xp.tile(xa, sizes)
+
+    def backward(g):
+        # fold every repeated copy back: shape (r0, n0, r1, n1, ...) summed over the r axes
+        split = []
+        for r, n in zip(sizes, xa.shape):
+            split += [r, n]
+        return (g.reshape(split).sum(axis=tuple(range(0, len(split), 2))).reshape(x.shape),)
+    return from_op(out, (x,), backward, "repeat")
+
+
+def flip(x: Tensor, dims) -> Tensor:
+    axes = normalize_dims(dims, x.ndim, "flip")
+    return from_op(x.xp.flip(x.data, axes), (x,), lambda g: (x.xp.flip(g, axes),), "flip")
+
+
+# ------------------------------------------------------------------ indexing
+
+def raw_index(index):
+    """Replace tensors inside an index with their arrays."""
+    if isinstance(index, tuple):
+        return tuple(raw_index(i) for i in index)
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, list):
+        return np.asarray(index)
+    return index
+
+
+def _is_advanced(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(hasattr(i, "shape") and getattr(i, "ndim", 0) >= 0 and not isinstance(i, (int, np.integer))
+               for i in items)
+
+
+def getitem(x: Tensor, index) -> Tensor:
+    idx = raw_index(index)
+    if isinstance(index, Tensor) and index.device != x.device:
+        raise RuntimeError(f"index: index tensor is on {index.device} but the indexed tensor is on {x.device}")
+    try:
+        out = x.data[idx]
+    except IndexError as e:
+        raise IndexError(f"index: {e} (tensor of shape {x.shape})") from None
+    xp = x.xp
+    advanced = _is_advanced(idx)
+    if not advanced:
+        out = out if hasattr(out, "shape") and not np.isscalar(out) else xp.asarray(out)
+
+    def backward(g):
+        gx = xp.zeros(x.shape, dtype=g.dtype)
+        if advanced:
+            xp.add.at(gx, idx, g)  # repeated indices accumulate
+        else:
+            gx[idx] = g
+        return (gx,)
+    return from_op(out, (x,), backward, "index")
+
+
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    xp = x.xp
+    (axis,) = normalize_dims(dim, x.ndim, "gather")
+    idx = index.data
+    out = xp.take_along_axis(x.data, idx, axis=axis)
+
+    def backward(g):
+        gx = xp.zeros(x.shape, dtype=g.dtype)
+        _scatter_add_along_axis(xp, gx, idx, g, axis)
+        return (gx,)
+    return from_op(out, (x,), backward, "gather")
+
+
+def _scatter_add_along_axis(xp, target, idx, values, axis: int) -> None:
+    grids = list(xp.indices(idx.shape, sparse=True))
+    grids[axis] = idx
+    xp.add.at(target, tuple(grids), values)
+
+
+# ------------------------------------------------------------------ joining and splitting
+
+def _check_same_device(tensors, name: str) -> None:
+    devs = {str(t.device) for t in tensors}
+    if len(devs) > 1:
+        raise RuntimeError(f"{name}: tensors are on different devices: {sorted(devs)}")
+
+
+def cat(tensors, dim: int = 0) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("cat: expected a non-empty list of tensors")
+    _check_same_device(tensors, "cat")
+    nd = tensors[0].ndim
+    (axis,) = normalize_dims(dim, nd, "cat")
+    for t in tensors:
+        if t.ndim != nd or t.shape[:axis] + t.shape[axis + 1:] != tensors[0].shape[:axis] + tensors[0].shape[axis + 1:]:
+            raise RuntimeError(f"cat: shapes {[t.shape for t in tensors]} do not match except in dim {dim}")
+    dt = tensors[0].dtype
+    for t in tensors[1:]:
+        dt = promote(dt, t.dtype)
+    xp = tensors[0].xp
+    out = xp.concatenate([t.data.astype(dt.np, copy=False) for t in tensors], axis=axis)
+    bounds = np.cumsum([t.shape[axis] for t in tensors])[:-1]
+
+    def backward(g):
+        return [p.astype(t.data.dtype, copy=False) for p, t in zip(xp.split(g, bounds, axis=axis), tensors)]
+    return from_op(out, tensors, backward, "cat")
+
+
+def stack(tensors, dim: int = 0) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack: expected a non-empty list of tensors")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise RuntimeError(f"stack: all tensors must have the same shape, got {[t.shape for t in tensors]}")
+    return cat([unsqueeze(t, dim) for t in tensors], dim)
+
+
+def split(x: Tensor, split_size, dim: int = 0) -> tuple:
+    (axis,) = normalize_dims(dim, x.ndim, "split")
+    n = x.shape[axis]
+    if isinstance(split_size, int):
+        sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
+    else:
+        sizes = list(split_size)
+        if sum(sizes) != n:
+            raise RuntimeError(f"split: sizes {sizes} do not add up to {n} (dim {dim} of shape {x.shape})")
+    out, start = [], 0
+    for s in sizes:
+        index = (slice(None),) * axis + (slice(start, start + s),)
+        out.append(getitem(x, index))
+        start += s
+    return tuple(out)
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple:
+    n = x.shape[dim]
+    return split(x, -(-n // chunks), dim)
+
+
+def pad(x: Tensor, padding, value: float = 0.0) -> Tensor:
+    """Constant padding, PyTorch's order: (left, right) of the last dim, then of the one before, ..."""
+    if len(padding) % 2 or len(padding) // 2 > x.ndim:
+        raise ValueError(f"pad: padding {padding} must have an even length at most 2*{x.ndim}")
+    widths = [(0, 0)] * x.ndim
+    for i in range(len(padding) // 2):
+        widths[x.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
+    out = x.xp.pad(x.data, widths, constant_values=value)
+    crop = tuple(slice(lo, out.shape[i] - hi) for i, (lo, hi) in enumerate(widths))
+    return from_op(out, (x,), lambda g: (g[crop],), "pad")

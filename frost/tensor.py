@@ -1,0 +1,605 @@
+"""The Tensor: an array (NumPy or CuPy), its gradient, and the tape node that made it; creation functions."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from frost import autograd
+from frost import backend
+from frost.backend import Device
+from frost.dtype import DType, to_dtype, default_float, float32
+
+
+class Tensor:
+    """An n-dimensional array with reverse-mode autograd."""
+
+    __slots__ = ("data", "grad", "requires_grad", "_ctx", "_retains_grad", "_is_param", "__weakref__", "__dict__")
+    __array_priority__ = 1000  # numpy scalars/arrays defer to Tensor's operators
+
+    def __init__(self, data, requires_grad: bool = False) -> None:
+        if isinstance(data, Tensor):
+            data = data.data
+        elif not hasattr(data, "__array_interface__") and not hasattr(data, "__cuda_array_interface__"):
+            data = np.asarray(data)
+        self.data = data
+        self.grad: Tensor | None = None
+        self._ctx: autograd.Node | None = None
+        self._retains_grad = False
+        self._is_param = False
+        self.requires_grad = False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # ------------------------------------------------------------ properties
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> DType:
+        return to_dtype(self.data.dtype)
+
+    @property
+    def device(self) -> Device:
+        return backend.device_of(self.data)
+
+    @property
+    def xp(self):
+        return np if isinstance(self.data, np.ndarray) else backend.xp_for(self.device)
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._ctx is None
+
+    @property
+    def grad_fn(self):
+        return self._ctx
+
+    @property
+    def T(self) -> "Tensor":
+        return shape_ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> "Tensor":
+        return shape_ops.transpose(self, -2, -1)
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def element_size(self) -> int:
+        return self.data.dtype.itemsize
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.device.type != "cpu":
+            extra += f", device='{self.device}'"
+        if self.dtype != default_float and self.dtype.name not in ("int64", "bool"):
+            extra += f", dtype={self.dtype!r}"
+        if self._ctx is not None:
+            extra += f", grad_fn=<{self._ctx.name}>"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        return f"tensor({body}{extra})"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise RuntimeError(f"bool value of a tensor with {self.data.size} elements is ambiguous")
+        return bool(self.item())
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.is_floating_point or self.data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    # ------------------------------------------------------------ autograd
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and not self.dtype.is_floating_point:
+            raise RuntimeError(f"only floating-point tensors can require gradients, got {self.dtype!r}")
+        if not requires_grad and self._ctx is not None:
+            raise RuntimeError("requires_grad_(False) is only allowed on leaf tensors; use .detach()")
+        self.requires_grad = requires_grad
+        return self
+
+    def retain_grad(self) -> None:
+        self._retains_grad = True
+
+    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+        autograd.backward(self, gradient, retain_graph)
+
+    def detach(self) -> "Tensor":
+        return Tensor(self.data)
+
+    def detach_(self) -> "Tensor":
+        self._ctx, self.requires_grad = None, False
+        return self
+
+    # ------------------------------------------------------------ conversion
+    def _check_host_sync(self, what: str) -> None:
+        hook = _host_sync_hook
+        if hook is not None and self.device.type == "cuda":
+            hook(what)
+
+    def item(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"item(): a tensor with {self.data.size} elements cannot be converted to a Python scalar")
+        self._check_host_sync("Tensor.item()")
+        v = self.data.reshape(()).item() if hasattr(self.data, "item") else self.data
+        if isinstance(v, (np.generic,)) or type(v).__name__ == "bfloat16":
+            v = float(v)
+        return v
+
+    def numpy(self) -> np.ndarray:
+        if self.requires_grad and autograd.is_grad_enabled() and self._ctx is not None:
+            pass  # PyTorch refuses; we allow reading values, as .detach().numpy() would
+        if isinstance(self.data, np.ndarray):
+            return self.data
+        self._check_host_sync("Tensor.numpy()")
+        return backend.to_device(self.data, backend.CPU)
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def to(self, *args, dtype=None, device=None, non_blocking: bool = False) -> "Tensor":
+        for a in args:
+            if isinstance(a, (Device,)) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
+                device = a
+            else:
+                dtype = a
+        out = self
+        if device is not None:
+            out = elementwise.to_device(out, Device(device))
+        if dtype is not None:
+            out = elementwise.cast(out, to_dtype(dtype))
+        return out
+
+    def cuda(self, index: int = 0) -> "Tensor":
+        return self.to(f"cuda:{index}")
+
+    def cpu(self) -> "Tensor":
+        return self.to("cpu")
+
+    def type_as(self, other: "Tensor") -> "Tensor":
+        return self.to(other.dtype)
+
+    def float(self) -> "Tensor":
+        return self.to(float32)
+
+    def double(self) -> "Tensor":
+        return self.to("float64")
+
+    def half(self) -> "Tensor":
+        return self.to("float16")
+
+    def bfloat16(self) -> "Tensor":
+        return self.to("bfloat16")
+
+    def long(self) -> "Tensor":
+        return self.to("int64")
+
+    def int(self) -> "Tensor":
+        return self.to("int32")
+
+    def bool(self) -> "Tensor":
+        return self.to("bool")
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    # ------------------------------------------------------------ in-place (no autograd; for optimizers/init)
+    def _inplace_check(self, what: str) -> None:
+        if self.requires_grad and self._ctx is None and autograd.is_grad_enabled():
+            raise RuntimeError(f"{what}: a leaf tensor that requires grad is used in an in-place operation; "
+                               f"wrap it in `with frost.no_grad():`")
+
+    def copy_(self, src) -> "Tensor":
+        self._inplace_check("copy_")
+        src = src.data if isinstance(src, Tensor) else src
+        if backend.device_of(src) != self.device if hasattr(src, "shape") else False:
+            src = backend.to_device(src, self.device)
+        self.data[...] = src
+        return self
+
+    def zero_(self) -> "Tensor":
+        self._inplace_check("zero_")
+        self.data[...] = 0
+        return self
+
+    def fill_(self, value) -> "Tensor":
+        self._inplace_check("fill_")
+        self.data[...] = value
+        return self
+
+    def mul_(self, other) -> "Tensor":
+        self._inplace_check("mul_")
+        self.data *= other.data if isinstance(other, Tensor) else other
+        return self
+
+    def add_(self, other, alpha: float = 1.0) -> "Tensor":
+        self._inplace_check("add_")
+        o = other.data if isinstance(other, Tensor) else other
+        self.data += o if alpha == 1.0 else alpha * o
+        return self
+
+    def sub_(self, other) -> "Tensor":
+        return self.add_(other, alpha=-1.0)
+
+    def div_(self, other) -> "Tensor":
+        self._inplace_check("div_")
+        self.data /= other.data if isinstance(other, Tensor) else other
+        return self
+
+    def clamp_(self, min=None, max=None) -> "Tensor":
+        self._inplace_check("clamp_")
+        self.xp.clip(self.data, min, max, out=self.data)
+        return self
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0) -> "Tensor":
+        self._inplace_check("uniform_")
+        self.data[...] = _random_uniform(self.shape, a, b, self.device).astype(self.data.dtype)
+        return self
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0) -> "Tensor":
+        self._inplace_check("normal_")
+        self.data[...] = (_random_normal(self.shape, self.device) * std + mean).astype(self.data.dtype)
+        return self
+
+    # ------------------------------------------------------------ arithmetic
+    def __add__(self, o): return elementwise.add(self, o)
+    def __radd__(self, o): return elementwise.add(o, self)
+    def __sub__(self, o): return elementwise.sub(self, o)
+    def __rsub__(self, o): return elementwise.sub(o, self)
+    def __mul__(self, o): return elementwise.mul(self, o)
+    def __rmul__(self, o): return elementwise.mul(o, self)
+    def __truediv__(self, o): return elementwise.div(self, o)
+    def __rtruediv__(self, o): return elementwise.div(o, self)
+    def __pow__(self, o): return elementwise.pow(self, o)
+    def __rpow__(self, o): return elementwise.pow(o, self)
+    def __neg__(self): return elementwise.neg(self)
+    def __pos__(self): return self
+    def __abs__(self): return elementwise.abs(self)
+    def __matmul__(self, o): return matmul.matmul(self, o)
+    def __rmatmul__(self, o): return matmul.matmul(o, self)
+    def __floordiv__(self, o): return elementwise.floor_divide(self, o)
+    def __mod__(self, o): return elementwise.remainder(self, o)
+    def __eq__(self, o): return elementwise.eq(self, o)  # type: ignore[override]
+    def __ne__(self, o): return elementwise.ne(self, o)  # type: ignore[override]
+    def __lt__(self, o): return elementwise.lt(self, o)
+    def __le__(self, o): return elementwise.le(self, o)
+    def __gt__(self, o): return elementwise.gt(self, o)
+    def __ge__(self, o): return elementwise.ge(self, o)
+    def __invert__(self): return elementwise.logical_not(self)
+    def __and__(self, o): return elementwise.logical_and(self, o)
+    def __or__(self, o): return elementwise.logical_or(self, o)
+
+    def __iadd__(self, o):
+        if self.requires_grad or (isinstance(o, Tensor) and o.requires_grad and autograd.is_grad_enabled()):
+            return elementwise.add(self, o)
+        return self.add_(o)
+
+    def __isub__(self, o):
+        if self.requires_grad or (isinstance(o, Tensor) and o.requires_grad and autograd.is_grad_enabled()):
+            return elementwise.sub(self, o)
+        return self.sub_(o)
+
+    def __imul__(self, o):
+        if self.requires_grad or (isinstance(o, Tensor) and o.requires_grad and autograd.is_grad_enabled()):
+            return elementwise.mul(self, o)
+        return self.mul_(o)
+
+    def __itruediv__(self, o):
+        if self.requires_grad or (isinstance(o, Tensor) and o.requires_grad and autograd.is_grad_enabled()):
+            return elementwise.div(self, o)
+        return self.div_(o)
+
+    # ------------------------------------------------------------ methods that forward to ops
+    def exp(self): return elementwise.exp(self)
+    def log(self): return elementwise.log(self)
+    def sqrt(self): return elementwise.sqrt(self)
+    def rsqrt(self): return elementwise.rsqrt(self)
+    def tanh(self): return elementwise.tanh(self)
+    def sigmoid(self): return elementwise.sigmoid(self)
+    def relu(self): return elementwise.relu(self)
+    def abs(self): return elementwise.abs(self)
+    def sin(self): return elementwise.sin(self)
+    def cos(self): return elementwise.cos(self)
+    def square(self): return elementwise.mul(self, self)
+    def sign(self): return elementwise.sign(self)
+    def pow(self, e): return elementwise.pow(self, e)
+    def clamp(self, min=None, max=None): return elementwise.clamp(self, min, max)
+    clip = clamp
+    def maximum(self, o): return elementwise.maximum(self, o)
+    def minimum(self, o): return elementwise.minimum(self, o)
+    def logical_not(self): return elementwise.logical_not(self)
+    def isnan(self): return elementwise.isnan(self)
+    def isfinite(self): return elementwise.isfinite(self)
+    def masked_fill(self, mask, value): return elementwise.masked_fill(self, mask, value)
+
+    def sum(self, dim=None, keepdim=False, dtype=None): return reduce.sum(self, dim, keepdim, dtype=dtype)
+    def mean(self, dim=None, keepdim=False): return reduce.mean(self, dim, keepdim)
+    def max(self, dim=None, keepdim=False): return reduce.max(self, dim, keepdim)
+    def min(self, dim=None, keepdim=False): return reduce.min(self, dim, keepdim)
+    def amax(self, dim=None, keepdim=False): return reduce.amax(self, dim, keepdim)
+    def amin(self, dim=None, keepdim=False): return reduce.amin(self, dim, keepdim)
+    def argmax(self, dim=None, keepdim=False): return reduce.argmax(self, dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return reduce.argmin(self, dim, keepdim)
+    def var(self, dim=None, keepdim=False, unbiased=True, correction=None):
+        return reduce.var(self, dim, keepdim, unbiased=unbiased, correction=correction)
+    def std(self, dim=None, keepdim=False, unbiased=True, correction=None):
+        return reduce.std(self, dim, keepdim, unbiased=unbiased, correction=correction)
+    def logsumexp(self, dim, keepdim=False): return reduce.logsumexp(self, dim, keepdim)
+    def softmax(self, dim): return reduce.softmax(self, dim)
+    def log_softmax(self, dim): return reduce.log_softmax(self, dim)
+    def norm(self, p=2, dim=None, keepdim=False): return reduce.norm(self, p, dim, keepdim)
+    def all(self): return reduce.all(self)
+    def any(self): return reduce.any(self)
+
+    def reshape(self, *shape_): return shape_ops.reshape(self, _shape_args(shape_))
+    def view(self, *shape_):
+        if len(shape_) == 1 and not isinstance(shape_[0], (tuple, list, int)):
+            return self.to(shape_[0])  # view(dtype) is not supported as a bit cast; treat as reshape-free cast
+        return shape_ops.reshape(self, _shape_args(shape_))
+    def view_as(self, other): return shape_ops.reshape(self, other.shape)
+    def reshape_as(self, other): return shape_ops.reshape(self, other.shape)
+    def permute(self, *dims): return shape_ops.permute(self, _shape_args(dims))
+    def transpose(self, d0, d1): return shape_ops.transpose(self, d0, d1)
+    def t(self): return shape_ops.transpose(self, 0, 1) if self.ndim == 2 else self
+    def flatten(self, start_dim=0, end_dim=-1): return shape_ops.flatten(self, start_dim, end_dim)
+    def squeeze(self, dim=None): return shape_ops.squeeze(self, dim)
+    def unsqueeze(self, dim): return shape_ops.unsqueeze(self, dim)
+    def expand(self, *sizes): return shape_ops.expand(self, _shape_args(sizes))
+    def expand_as(self, other): return shape_ops.expand(self, other.shape)
+    def contiguous(self): return shape_ops.contiguous(self)
+    def split(self, split_size, dim=0): return shape_ops.split(self, split_size, dim)
+    def chunk(self, chunks, dim=0): return shape_ops.chunk(self, chunks, dim)
+    def repeat(self, *sizes): return shape_ops.repeat(self, _shape_args(sizes))
+    def flip(self, dims): return shape_ops.flip(self, dims)
+    def __getitem__(self, index): return shape_ops.getitem(self, index)
+
+    def __setitem__(self, index, value) -> None:
+        if self.requires_grad and autograd.is_grad_enabled():
+            raise RuntimeError("__setitem__: in-place assignment into a tensor that requires grad is not "
+                               "differentiable in frost; build the result with frost.where or cat instead")
+        index = shape_ops.raw_index(index)
+        self.data[index] = value.data if isinstance(value, Tensor) else value
+
+
+# set by frost.jit while a CUDA graph is being captured: called with the name of a host-synchronizing call
+_host_sync_hook: Callable[[str], None] | None = None
+
+
+def _shape_args(args) -> tuple:
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return tuple(int(a) for a in args)
+
+
+def from_op(out, parents: Sequence[Tensor], backward: Callable, name: str) -> Tensor:
+    """Wrap an op's output array; record `backward` (grad_out -> grads of parents) when gradients are needed.
+
+    Every differentiable op ends with this call: forward math, then its backward closure, side by side.
+    """
+    t = Tensor(out)
+    if autograd.is_anomaly_enabled():
+        autograd.check_forward(name, out, parents)
+    if autograd.is_grad_enabled() and any(p.requires_grad for p in parents):
+        t.requires_grad = True
+        t._ctx = autograd.Node(tuple(parents), backward, name)
+    return t
+
+
+# ---------------------------------------------------------------- creation
+
+
+def _resolve(device, dtype, default=None):
+    dev = Device(device) if device is not None else backend.CPU
+    dt = to_dtype(dtype) if dtype is not None else default
+    return dev, dt
+
+
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Make a tensor from data (nested lists, scalars, NumPy or CuPy arrays, tensors). Copies."""
+    if isinstance(data, Tensor):
+        arr = data.data.copy()
+        src_dev = data.device
+    elif hasattr(data, "__cuda_array_interface__"):
+        arr = data.copy()
+        src_dev = backend.device_of(arr)
+    else:
+        arr = _list_to_array(data)
+        src_dev = backend.CPU
+    dev = Device(device) if device is not None else src_dev
+    if dtype is not None:
+        arr = arr.astype(to_dtype(dtype).np, copy=False)
+    arr = backend.to_device(arr, dev)
+    return Tensor(arr, requires_grad=requires_grad)
+
+
+def _list_to_array(data) -> np.ndarray:
+    def contains_tensor(x):
+        if isinstance(x, Tensor):
+            return True
+        return isinstance(x, (list, tuple)) and any(contains_tensor(y) for y in x)
+
+    if contains_tensor(data):
+        def unwrap(x):
+            if isinstance(x, Tensor):
+                return x.numpy()
+            if isinstance(x, (list, tuple)):
+                return [unwrap(y) for y in x]
+            return x
+        data = unwrap(data)
+    arr = np.array(data)
+    if arr.dtype == np.float64 and not isinstance(data, np.ndarray):
+        arr = arr.astype(default_float.np)  # Python floats become float32, as in PyTorch
+    elif arr.dtype.kind in "iu" and not isinstance(data, np.ndarray):
+        arr = arr.astype(np.int64)
+    elif arr.dtype.kind not in "biuf" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"tensor(): cannot make a tensor from data of dtype {arr.dtype}")
+    return arr
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing memory with a NumPy array."""
+    return Tensor(array)
+
+
+def _full(shape, value, dtype, device) -> Tensor:
+    dev, dt = _resolve(device, dtype, default_float)
+    xp = backend.xp_for(dev)
+    if dev.type == "cuda":
+        with xp.cuda.Device(dev.index):
+            return Tensor(xp.full(shape, value, dtype=dt.np))
+    return Tensor(xp.full(shape, value, dtype=dt.np))
+
+
+def zeros(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _full(_shape_args(shape), 0, dtype, device).requires_grad_(requires_grad)
+
+
+def ones(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _full(_shape_args(shape), 1, dtype, device).requires_grad_(requires_grad)
+
+
+def empty(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return zeros(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full(shape, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    if dtype is None and isinstance(fill_value, bool):
+        dtype = "bool"
+    elif dtype is None and isinstance(fill_value, int):
+        dtype = "int64"
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return _full(shape, fill_value, dtype, device).requires_grad_(requires_grad)
+
+
+def _like(t: Tensor, dtype, device):
+    return (dtype if dtype is not None else t.dtype), (device if device is not None else t.device)
+
+
+def zeros_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return zeros(t.shape, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def ones_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return ones(t.shape, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def empty_like(t: Tensor, dtype=None, device=None) -> Tensor:
+    return zeros_like(t, dtype, device)
+
+
+def full_like(t: Tensor, fill_value, dtype=None, device=None) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return full(t.shape, fill_value, dtype=dt, device=dev)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    is_float = any(isinstance(v, float) for v in (start, end, step))
+    dev, dt = _resolve(device, dtype, default_float if is_float else to_dtype("int64"))
+    xp = backend.xp_for(dev)
+    return Tensor(backend.to_device(np.arange(start, end, step).astype(dt.np), dev)) if xp is np else \
+        Tensor(xp.arange(start, end, step, dtype=dt.np))
+
+
+def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> Tensor:
+    dev, dt = _resolve(device, dtype, default_float)
+    return Tensor(backend.to_device(np.linspace(start, end, steps).astype(dt.np), dev))
+
+
+def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+    dev, dt = _resolve(device, dtype, default_float)
+    return Tensor(backend.to_device(np.eye(n, m, dtype=dt.np), dev))
+
+
+# ---------------------------------------------------------------- random
+
+
+def manual_seed(seed: int) -> None:
+    """Seed Frost's random generators (CPU and, when used, CUDA)."""
+    from frost.backend import cpu, cuda
+    cpu.manual_seed(seed)
+    cuda.manual_seed(seed)
+
+
+def _generator(device: Device):
+    from frost.backend import cpu, cuda
+    return cpu.generator() if device.type == "cpu" else cuda.generator()
+
+
+def _random_normal(shape, device: Device):
+    g = _generator(device)
+    return g.standard_normal(shape, dtype=np.float32) if device.type == "cpu" else g.standard_normal(shape, dtype="float32")
+
+
+def _random_uniform(shape, low, high, device: Device):
+    g = _generator(device)
+    return (g.random(shape, dtype=np.float32) * (high - low) + low)
+
+
+def randn(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    dev, dt = _resolve(device, dtype, default_float)
+    return Tensor(_random_normal(_shape_args(shape), dev).astype(dt.np), requires_grad=requires_grad)
+
+
+def rand(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    dev, dt = _resolve(device, dtype, default_float)
+    return Tensor(_random_uniform(_shape_args(shape), 0.0, 1.0, dev).astype(dt.np), requires_grad=requires_grad)
+
+
+def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    dev, dt = _resolve(device, dtype, to_dtype("int64"))
+    return Tensor(_generator(dev).integers(low, high, size=tuple(size)).astype(dt.np))
+
+
+def randperm(n: int, dtype=None, device=None) -> Tensor:
+    dev, dt = _resolve(device, dtype, to_dtype("int64"))
+    return Tensor(_generator(dev).permutation(n).astype(dt.np))
+
+
+def randn_like(t: Tensor, dtype=None) -> Tensor:
+    return randn(t.shape, dtype=dtype or t.dtype, device=t.device)
+
+
+def rand_like(t: Tensor, dtype=None) -> Tensor:
+    return rand(t.shape, dtype=dtype or t.dtype, device=t.device)
+
+
+from frost.ops import elementwise, matmul, reduce, shape as shape_ops  # noqa: E402  (the ops need Tensor defined first)

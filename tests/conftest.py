@@ -1,0 +1,19 @@
+"""Shared test setup: GPU tests are skipped where no GPU (or no CuPy) is present."""
+import pytest
+
+
+def _cuda_available() -> bool:
+    try:
+        from frost.backend import cuda
+        return cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
