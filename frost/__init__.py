@@ -13,6 +13,10 @@ from frost.ops.reduce import (amax, amin, argmax, argmin, logsumexp, log_softmax
 from frost.ops.reduce import max, min
 from frost.ops.shape import cat, chunk, flatten, gather, split, stack, pad
 from frost.ops.matmul import matmul
+from frost.io import load, save
+from frost.autocast import autocast
+from frost import backends, cuda, nn, optim
+from frost.jit import jit
 
 float = float32
 double = float64
@@ -20,3 +24,5 @@ half = float16
 long = int64
 
 __version__ = "0.1.0"
+from frost import kernel  # the kernel language; also the @frost.kernel decorator
+from frost.kernel import cuda_source

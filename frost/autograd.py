@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import threading
 from typing import Callable, Sequence
@@ -22,6 +23,10 @@ class set_grad_enabled(contextlib.ContextDecorator):
 
     def __init__(self, mode: bool) -> None:
         self.mode = mode
+
+    def _recreate_cm(self):
+        # a fresh object per decorated call: recursive or concurrent calls must not share the saved state
+        return copy.copy(self)
 
     def __enter__(self):
         self.prev = is_grad_enabled()
@@ -62,6 +67,9 @@ class detect_anomaly(contextlib.ContextDecorator):
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
+
+    def _recreate_cm(self):
+        return copy.copy(self)
 
     def __enter__(self):
         self.prev = _anomaly["on"]
@@ -117,19 +125,26 @@ class Node:
 
 
 def _topological_order(root) -> list:
-    """Tensors reachable from root through the tape, each after all tensors it was made from."""
-    order, seen = [], {id(root)}
+    """Tensors reachable from root through the tape, each after all tensors it was made from.
+
+    Iterative depth-first post-order (no recursion limit on deep graphs). A tensor is marked when it
+    is expanded, not when it is pushed, so that a tensor reached along two paths of different lengths
+    (a diamond) still lands after every tensor it depends on.
+    """
+    order, expanded = [], set()
     stack = [(root, False)]
     while stack:
-        t, expanded = stack.pop()
-        if expanded:
+        t, done = stack.pop()
+        if done:
             order.append(t)
             continue
+        if id(t) in expanded:
+            continue
+        expanded.add(id(t))
         stack.append((t, True))
         if t._ctx is not None:
             for p in t._ctx.parents:
-                if p.requires_grad and id(p) not in seen:
-                    seen.add(id(p))
+                if p.requires_grad and id(p) not in expanded:
                     stack.append((p, False))
     return order
 
@@ -146,7 +161,9 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
                                f"but the tensor has shape {tuple(root.shape)}; pass gradient=")
         g0 = xp.ones(root.data.shape, dtype=root.data.dtype)
     else:
-        g0 = gradient.data if hasattr(gradient, "data") else xp.asarray(gradient)
+        g0 = gradient.data if isinstance(gradient, type(root)) else xp.asarray(gradient)
+        if g0.dtype != root.data.dtype:
+            g0 = g0.astype(root.data.dtype)
         if tuple(g0.shape) != tuple(root.shape):
             raise RuntimeError(f"backward: gradient shape {tuple(g0.shape)} does not match "
                                f"tensor shape {tuple(root.shape)}")

@@ -30,6 +30,9 @@ class DType:
     def __hash__(self) -> int:
         return hash(self.name)
 
+    def __reduce__(self):
+        return (to_dtype, (self.name,))  # unpickles to the same singleton
+
 
 float16 = DType("float16", np.float16)
 bfloat16 = DType("bfloat16", ml_dtypes.bfloat16)
@@ -88,6 +91,25 @@ def promote(a: DType, b: DType) -> DType:
     if b.is_floating_point:
         return b
     return to_dtype(np.promote_types(a.np, b.np))
+
+
+def _category(d: DType) -> int:
+    return 2 if d.is_floating_point else 0 if d.name == "bool" else 1
+
+
+def result_type(a: DType, a_ndim: int, b: DType, b_ndim: int) -> DType:
+    """Result type of a tensor-tensor op with PyTorch's rule for 0-d tensors.
+
+    A 0-d tensor only decides the type when it is of a higher category (bool < integer < floating)
+    than the other, dimensioned tensor: float32 (3,) + float64 () stays float32, int32 (3,) + float64 ()
+    becomes float64.
+    """
+    if (a_ndim == 0) == (b_ndim == 0):
+        return promote(a, b)
+    dimmed, scalar = (a, b) if b_ndim == 0 else (b, a)
+    if _category(scalar) > _category(dimmed):
+        return scalar
+    return dimmed
 
 
 def scalar_result(t: DType, scalar) -> DType:

@@ -21,6 +21,8 @@ class Tensor:
     def __init__(self, data, requires_grad: bool = False) -> None:
         if isinstance(data, Tensor):
             data = data.data
+        elif isinstance(data, np.generic):
+            data = np.asarray(data)  # NumPy scalars (e.g. from a full reduction) become 0-d arrays
         elif not hasattr(data, "__array_interface__") and not hasattr(data, "__cuda_array_interface__"):
             data = np.asarray(data)
         self.data = data
@@ -90,14 +92,15 @@ class Tensor:
         extra = ""
         if self.device.type != "cpu":
             extra += f", device='{self.device}'"
+        if self.data.size == 0 and self.ndim != 1:
+            extra += f", size={self.shape}"
         if self.dtype != default_float and self.dtype.name not in ("int64", "bool"):
             extra += f", dtype={self.dtype!r}"
         if self._ctx is not None:
             extra += f", grad_fn=<{self._ctx.name}>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
-        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
-        return f"tensor({body}{extra})"
+        return f"tensor({_format_array(self.numpy())}{extra})"
 
     def __hash__(self) -> int:
         return id(self)
@@ -138,6 +141,7 @@ class Tensor:
         autograd.backward(self, gradient, retain_graph)
 
     def detach(self) -> "Tensor":
+        """The same data (shared, not copied), cut off from the tape."""
         return Tensor(self.data)
 
     def detach_(self) -> "Tensor":
@@ -155,20 +159,26 @@ class Tensor:
             raise RuntimeError(f"item(): a tensor with {self.data.size} elements cannot be converted to a Python scalar")
         self._check_host_sync("Tensor.item()")
         v = self.data.reshape(()).item() if hasattr(self.data, "item") else self.data
-        if isinstance(v, (np.generic,)) or type(v).__name__ == "bfloat16":
-            v = float(v)
+        if isinstance(v, np.bool_):
+            return bool(v)
+        if isinstance(v, np.integer):
+            return int(v)
+        if isinstance(v, np.generic) or type(v).__name__ == "bfloat16":
+            return float(v)
         return v
 
     def numpy(self) -> np.ndarray:
-        if self.requires_grad and autograd.is_grad_enabled() and self._ctx is not None:
-            pass  # PyTorch refuses; we allow reading values, as .detach().numpy() would
+        # PyTorch refuses on tensors that require grad; we allow reading values, as .detach().numpy() would
         if isinstance(self.data, np.ndarray):
             return self.data
         self._check_host_sync("Tensor.numpy()")
         return backend.to_device(self.data, backend.CPU)
 
     def tolist(self):
-        return self.numpy().tolist()
+        a = self.numpy()
+        if a.dtype.kind not in "biuf":  # bfloat16: tolist() would give ml_dtypes scalars
+            a = a.astype(np.float32)
+        return a.tolist()
 
     def to(self, *args, dtype=None, device=None, non_blocking: bool = False) -> "Tensor":
         for a in args:
@@ -218,9 +228,13 @@ class Tensor:
 
     # ------------------------------------------------------------ in-place (no autograd; for optimizers/init)
     def _inplace_check(self, what: str) -> None:
-        if self.requires_grad and self._ctx is None and autograd.is_grad_enabled():
-            raise RuntimeError(f"{what}: a leaf tensor that requires grad is used in an in-place operation; "
-                               f"wrap it in `with frost.no_grad():`")
+        if self.requires_grad and autograd.is_grad_enabled():
+            if self._ctx is None:
+                raise RuntimeError(f"{what}: a leaf tensor that requires grad is used in an in-place operation; "
+                                   f"wrap it in `with frost.no_grad():`")
+            raise RuntimeError(f"{what}: in-place operations on a tensor that is part of the autograd graph "
+                               f"(made by '{self._ctx.name}') are not differentiable in frost; use the "
+                               f"out-of-place op instead")
 
     def copy_(self, src) -> "Tensor":
         self._inplace_check("copy_")
@@ -302,25 +316,23 @@ class Tensor:
     def __and__(self, o): return elementwise.logical_and(self, o)
     def __or__(self, o): return elementwise.logical_or(self, o)
 
+    def _inplace_records(self, o) -> bool:
+        """True when `self op= o` must be recorded on the tape, so it is done out of place (rebinding the name)."""
+        if not autograd.is_grad_enabled():
+            return False
+        return (self.requires_grad and self._ctx is not None) or (isinstance(o, Tensor) and o.requires_grad)
+
     def __iadd__(self, o):
-        if self.requires_grad or (isinstance(o, Tensor) and o.requires_grad and autograd.is_grad_enabled()):
-            return elementwise.add(self, o)
-        return self.add_(o)
+        return elementwise.add(self, o) if self._inplace_records(o) else self.add_(o)
 
     def __isub__(self, o):
-        if self.requires_grad or (isinstance(o, Tensor) and o.requires_grad and autograd.is_grad_enabled()):
-            return elementwise.sub(self, o)
-        return self.sub_(o)
+        return elementwise.sub(self, o) if self._inplace_records(o) else self.sub_(o)
 
     def __imul__(self, o):
-        if self.requires_grad or (isinstance(o, Tensor) and o.requires_grad and autograd.is_grad_enabled()):
-            return elementwise.mul(self, o)
-        return self.mul_(o)
+        return elementwise.mul(self, o) if self._inplace_records(o) else self.mul_(o)
 
     def __itruediv__(self, o):
-        if self.requires_grad or (isinstance(o, Tensor) and o.requires_grad and autograd.is_grad_enabled()):
-            return elementwise.div(self, o)
-        return self.div_(o)
+        return elementwise.div(self, o) if self._inplace_records(o) else self.div_(o)
 
     # ------------------------------------------------------------ methods that forward to ops
     def exp(self): return elementwise.exp(self)
@@ -361,8 +373,8 @@ class Tensor:
     def softmax(self, dim): return reduce.softmax(self, dim)
     def log_softmax(self, dim): return reduce.log_softmax(self, dim)
     def norm(self, p=2, dim=None, keepdim=False): return reduce.norm(self, p, dim, keepdim)
-    def all(self): return reduce.all(self)
-    def any(self): return reduce.any(self)
+    def all(self, dim=None, keepdim=False): return reduce.all(self, dim, keepdim)
+    def any(self, dim=None, keepdim=False): return reduce.any(self, dim, keepdim)
 
     def reshape(self, *shape_): return shape_ops.reshape(self, _shape_args(shape_))
     def view(self, *shape_):
@@ -390,12 +402,96 @@ class Tensor:
         if self.requires_grad and autograd.is_grad_enabled():
             raise RuntimeError("__setitem__: in-place assignment into a tensor that requires grad is not "
                                "differentiable in frost; build the result with frost.where or cat instead")
+        if isinstance(value, Tensor) and value.requires_grad and autograd.is_grad_enabled():
+            raise RuntimeError("__setitem__: the assigned value requires grad, but assignment into a tensor is "
+                               "not recorded on the tape (its gradient would be lost); build the result with "
+                               "frost.where or cat instead, or assign value.detach()")
         index = shape_ops.raw_index(index)
         self.data[index] = value.data if isinstance(value, Tensor) else value
 
 
 # set by frost.jit while a CUDA graph is being captured: called with the name of a host-synchronizing call
 _host_sync_hook: Callable[[str], None] | None = None
+
+
+# ---------------------------------------------------------------- printing, as PyTorch prints
+
+_PRINT_THRESHOLD, _PRINT_EDGEITEMS, _PRINT_LINEWIDTH, _PRINT_PRECISION = 1000, 3, 80, 4
+
+
+def _float_formatter(values: np.ndarray):
+    """PyTorch's rule: integer-valued floats print as '3.', else 4 decimals, else scientific for wide ranges."""
+    finite = values[np.isfinite(values) & (values != 0)]
+    if finite.size == 0:
+        return lambda v: f"{v:.0f}" + ("" if math.isinf(v) or math.isnan(v) else "."), 1
+    mags = np.abs(finite.astype(np.float64))
+    lo, hi = float(mags.min()), float(mags.max())
+    int_mode = bool(np.all(finite == np.ceil(finite)))
+    sci = hi / lo > 1000.0 or hi > 1.0e8 or (not int_mode and lo < 1.0e-4)
+    if sci:
+        fmt = lambda v: f"{v:.{_PRINT_PRECISION}e}"  # noqa: E731
+        width = builtins_max(len(fmt(float(v))) for v in finite)
+    elif int_mode:
+        fmt = lambda v: f"{v:.0f}" + ("" if math.isinf(v) or math.isnan(v) else ".")  # noqa: E731
+        width = builtins_max(len(f"{float(v):.0f}") + 1 for v in finite)
+    else:
+        fmt = lambda v: f"{v:.{_PRINT_PRECISION}f}"  # noqa: E731
+        width = builtins_max(len(fmt(float(v))) for v in finite)
+    return fmt, width
+
+
+def _summarized(a: np.ndarray) -> np.ndarray:
+    """The first and last few items along every long axis."""
+    for axis, n in enumerate(a.shape):
+        if n > 2 * _PRINT_EDGEITEMS:
+            keep = list(range(_PRINT_EDGEITEMS)) + list(range(n - _PRINT_EDGEITEMS, n))
+            a = np.take(a, keep, axis=axis)
+    return a
+
+
+def _format_array(a: np.ndarray) -> str:
+    """The body of a tensor's repr: nested brackets, aligned columns, '...' past 1000 elements."""
+    if a.dtype.kind not in "biuf":
+        a = a.astype(np.float32)  # bfloat16 prints through float32
+    summarize = a.size > _PRINT_THRESHOLD
+    shown = _summarized(a) if summarize else a  # the formatter sees only what is printed, as in PyTorch
+    if a.dtype.kind == "f":
+        fmt, width = _float_formatter(shown)
+        to_py = float
+    else:
+        fmt, to_py = str, (bool if a.dtype.kind == "b" else int)
+        width = builtins_max((len(str(to_py(v))) for v in shown.reshape(-1)), default=1)
+
+    def cell(v) -> str:
+        return fmt(to_py(v)).rjust(width)
+
+    def vector(v, indent: int) -> str:
+        per_line = builtins_max(1, (_PRINT_LINEWIDTH - indent) // (width + 2))
+        if summarize and len(v) > 2 * _PRINT_EDGEITEMS:
+            cells = [cell(x) for x in v[:_PRINT_EDGEITEMS]] + [" ..."] + [cell(x) for x in v[-_PRINT_EDGEITEMS:]]
+        else:
+            cells = [cell(x) for x in v]
+        lines = [", ".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
+        return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+    def block(b, indent: int) -> str:
+        if b.ndim == 0:
+            return cell(b[()]).strip()
+        if b.ndim == 1:
+            return vector(b, indent)
+        if summarize and len(b) > 2 * _PRINT_EDGEITEMS:
+            parts = [block(b[i], indent + 1) for i in range(_PRINT_EDGEITEMS)] + ["..."] + \
+                    [block(b[i], indent + 1) for i in range(len(b) - _PRINT_EDGEITEMS, len(b))]
+        else:
+            parts = [block(b[i], indent + 1) for i in range(len(b))]
+        return "[" + ("," + "\n" * (b.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
+
+    if a.size == 0:
+        return "[]"
+    return block(a, len("tensor("))
+
+
+builtins_max = max  # `max` stays the builtin here; named so a reader sees it is not frost.max
 
 
 def _shape_args(args) -> tuple:
@@ -459,12 +555,17 @@ def _list_to_array(data) -> np.ndarray:
                 return [unwrap(y) for y in x]
             return x
         data = unwrap(data)
-    arr = np.array(data)
-    if arr.dtype == np.float64 and not isinstance(data, np.ndarray):
+    try:
+        arr = np.array(data)
+    except ValueError as e:
+        raise ValueError(f"tensor(): nested sequences must be rectangular (same length at each level): {e}") from None
+    if isinstance(data, (np.ndarray, np.generic)):
+        pass  # NumPy data keeps its dtype, as in PyTorch
+    elif arr.dtype == np.float64:
         arr = arr.astype(default_float.np)  # Python floats become float32, as in PyTorch
-    elif arr.dtype.kind in "iu" and not isinstance(data, np.ndarray):
+    elif arr.dtype.kind in "iu":
         arr = arr.astype(np.int64)
-    elif arr.dtype.kind not in "biuf" and arr.dtype.name != "bfloat16":
+    if arr.dtype.kind not in "biuf" and arr.dtype.name != "bfloat16":
         raise TypeError(f"tensor(): cannot make a tensor from data of dtype {arr.dtype}")
     return arr
 
@@ -518,13 +619,13 @@ def ones_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -
     return ones(t.shape, dtype=dt, device=dev, requires_grad=requires_grad)
 
 
-def empty_like(t: Tensor, dtype=None, device=None) -> Tensor:
-    return zeros_like(t, dtype, device)
+def empty_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return zeros_like(t, dtype, device, requires_grad=requires_grad)
 
 
-def full_like(t: Tensor, fill_value, dtype=None, device=None) -> Tensor:
+def full_like(t: Tensor, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return full(t.shape, fill_value, dtype=dt, device=dev)
+    return full(t.shape, fill_value, dtype=dt, device=dev, requires_grad=requires_grad)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
@@ -562,28 +663,36 @@ def _generator(device: Device):
     return cpu.generator() if device.type == "cpu" else cuda.generator()
 
 
-def _random_normal(shape, device: Device):
-    g = _generator(device)
-    return g.standard_normal(shape, dtype=np.float32) if device.type == "cpu" else g.standard_normal(shape, dtype="float32")
+def _draw_dtype(dt: DType):
+    # draw float64 directly when asked for it; every other float type is drawn in float32 and cast
+    return np.float64 if dt.name == "float64" else np.float32
 
 
-def _random_uniform(shape, low, high, device: Device):
-    g = _generator(device)
-    return (g.random(shape, dtype=np.float32) * (high - low) + low)
+def _random_normal(shape, device: Device, dtype=np.float32):
+    return _generator(device).standard_normal(shape, dtype=dtype)
+
+
+def _random_uniform(shape, low, high, device: Device, dtype=np.float32):
+    return _generator(device).random(shape, dtype=dtype) * (high - low) + low
 
 
 def randn(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     dev, dt = _resolve(device, dtype, default_float)
-    return Tensor(_random_normal(_shape_args(shape), dev).astype(dt.np), requires_grad=requires_grad)
+    out = _random_normal(_shape_args(shape), dev, _draw_dtype(dt))
+    return Tensor(out.astype(dt.np, copy=False), requires_grad=requires_grad)
 
 
 def rand(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     dev, dt = _resolve(device, dtype, default_float)
-    return Tensor(_random_uniform(_shape_args(shape), 0.0, 1.0, dev).astype(dt.np), requires_grad=requires_grad)
+    out = _random_uniform(_shape_args(shape), 0.0, 1.0, dev, _draw_dtype(dt))
+    return Tensor(out.astype(dt.np, copy=False), requires_grad=requires_grad)
 
 
 def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
-    if high is None:
+    """Integers in [low, high); like PyTorch also randint(high, size)."""
+    if isinstance(high, (tuple, list)):
+        low, high, size = 0, low, high
+    elif high is None:
         low, high = 0, low
     dev, dt = _resolve(device, dtype, to_dtype("int64"))
     return Tensor(_generator(dev).integers(low, high, size=tuple(size)).astype(dt.np))
@@ -594,12 +703,12 @@ def randperm(n: int, dtype=None, device=None) -> Tensor:
     return Tensor(_generator(dev).permutation(n).astype(dt.np))
 
 
-def randn_like(t: Tensor, dtype=None) -> Tensor:
-    return randn(t.shape, dtype=dtype or t.dtype, device=t.device)
+def randn_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    return randn(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
 
 
-def rand_like(t: Tensor, dtype=None) -> Tensor:
-    return rand(t.shape, dtype=dtype or t.dtype, device=t.device)
+def rand_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    return rand(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
 
 
 from frost.ops import elementwise, matmul, reduce, shape as shape_ops  # noqa: E402  (the ops need Tensor defined first)

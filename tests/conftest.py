@@ -17,3 +17,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_configure(config):
+    # The oracle's intra-op threads fight NumPy's BLAS threads on a 2-core CI machine; one thread each keeps
+    # the suite's wall time predictable.
+    try:
+        import torch
+        torch.set_num_threads(1)
+    except ImportError:
+        pass

@@ -1,7 +1,9 @@
-"""The CUDA backend: CuPy arrays, streams and device utilities. Imported lazily; Frost works without CuPy."""
+"""The CUDA backend: CuPy arrays, streams, pinned memory and device utilities. Imported lazily; Frost works without CuPy."""
 from __future__ import annotations
 
 _cupy = None
+_seed = 0
+_generator = None
 
 
 def cupy():
@@ -19,19 +21,29 @@ def cupy():
 def is_available() -> bool:
     """True when CuPy imports and sees at least one GPU."""
     try:
-        cp = cupy()
-        return cp.cuda.runtime.getDeviceCount() > 0
+        return cupy().cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
 
 
 def synchronize() -> None:
+    """Wait for all work queued on the current GPU."""
     cupy().cuda.Device().synchronize()
+
+
+def current_stream():
+    return cupy().cuda.get_current_stream()
+
+
+def device_name(index: int = 0) -> str:
+    props = cupy().cuda.runtime.getDeviceProperties(index)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def device_of(array):
     from frost.backend import Device
-    cp = cupy() if _cupy is None else _cupy
+    cp = cupy()
     if isinstance(array, cp.ndarray):
         return Device(f"cuda:{array.device.id}")
     raise TypeError(f"not an array frost knows: {type(array).__name__}")
@@ -47,6 +59,12 @@ def to_device(array, index: int):
         return cp.asarray(array)
 
 
+def pinned_empty(shape, dtype):
+    """A NumPy array in page-locked host memory (for asynchronous copies to the GPU)."""
+    import cupyx
+    return cupyx.empty_pinned(shape, dtype=dtype)
+
+
 def generator():
     """The CUDA random generator (seeded by frost.manual_seed)."""
     global _generator
@@ -55,10 +73,11 @@ def generator():
     return _generator
 
 
-_seed = 0
-_generator = None
-
-
 def manual_seed(seed: int) -> None:
     global _seed, _generator
     _seed, _generator = seed, None
+
+
+def memory_allocated() -> int:
+    """Bytes in use in CuPy's default memory pool on the current device."""
+    return cupy().get_default_memory_pool().used_bytes()

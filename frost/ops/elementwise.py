@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from frost.autograd import unbroadcast
-from frost.dtype import DType, default_float, promote, scalar_result, to_dtype
+from frost.dtype import DType, default_float, result_type, scalar_result, to_dtype
 from frost.tensor import Tensor, from_op
 
 
@@ -39,7 +39,7 @@ def _operands(a, b, name: str):
         except ValueError:
             raise RuntimeError(f"{name}: shapes {ta.shape} and {tb.shape} cannot be broadcast together "
                                f"({_describe(ta)} and {_describe(tb)})") from None
-        dt = promote(ta.dtype, tb.dtype)
+        dt = result_type(ta.dtype, ta.ndim, tb.dtype, tb.ndim)
     elif ta is not None:
         dt = scalar_result(ta.dtype, b)
     else:
@@ -109,13 +109,16 @@ def div(a, b) -> Tensor:
 
 def pow(a, b) -> Tensor:
     def backward(g, x, y, out):
-        gx = g * y * x ** (y - 1) if isinstance(a, Tensor) else None
-        gy = None
-        if isinstance(b, Tensor):
-            xp = np if isinstance(out, np.ndarray) else _xp(out)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                logx = xp.log(xp.where(x > 0, x, 1)) if hasattr(x, "shape") else math.log(x) if x > 0 else 0.0
-            gy = g * out * logx
+        xp = _xp(out, x, y)
+        gx = gy = None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if isinstance(a, Tensor):
+                # d/dx x**0 is 0 everywhere, also at x == 0 where y * x**(y-1) would be 0 * inf
+                gx = xp.where(xp.asarray(y) == 0, 0, g * y * x ** (y - 1)).astype(g.dtype, copy=False)
+            if isinstance(b, Tensor):
+                # PyTorch's rule: 0 where the base is 0 and the exponent >= 0, else out * log(base)
+                gy = xp.where((xp.asarray(x) == 0) & (xp.asarray(y) >= 0), 0,
+                              g * out * xp.log(xp.asarray(x, dtype=out.dtype))).astype(g.dtype, copy=False)
         return gx, gy
     return _binary("pow", a, b, lambda x, y: x ** y, backward)
 
@@ -132,19 +135,23 @@ def remainder(a, b) -> Tensor:
     return _binary("remainder", a, b, lambda x, y: x % y, lambda g, x, y, o: (g, None))
 
 
+def _split_ties(g, wins, ties):
+    """Gradient of max/min for the first operand: all of g where it wins, half where it ties (as PyTorch)."""
+    xp = _xp(g)
+    gx = xp.where(wins, g, 0).astype(g.dtype, copy=False)
+    half = (g * 0.5).astype(g.dtype, copy=False)
+    gx = xp.where(ties, half, gx)
+    return gx, g - gx
+
+
 def maximum(a, b) -> Tensor:
-    def backward(g, x, y, out):
-        # ties split the gradient evenly, as PyTorch does
-        wx = (x > y) + 0.5 * (x == y)
-        return g * wx, g * (1 - wx)
-    return _binary("maximum", a, b, lambda x, y: _xp(x, y).maximum(x, y), backward)
+    return _binary("maximum", a, b, lambda x, y: _xp(x, y).maximum(x, y),
+                   lambda g, x, y, out: _split_ties(g, x > y, x == y))
 
 
 def minimum(a, b) -> Tensor:
-    def backward(g, x, y, out):
-        wx = (x < y) + 0.5 * (x == y)
-        return g * wx, g * (1 - wx)
-    return _binary("minimum", a, b, lambda x, y: _xp(x, y).minimum(x, y), backward)
+    return _binary("minimum", a, b, lambda x, y: _xp(x, y).minimum(x, y),
+                   lambda g, x, y, out: _split_ties(g, x < y, x == y))
 
 
 def _xp(*arrays):
@@ -220,9 +227,15 @@ def tanh(x: Tensor) -> Tensor:
     return _unary("tanh", x, lambda a: x.xp.tanh(a), lambda g, a, o: g * (1 - o * o))
 
 
+def _sigmoid_array(a):
+    """1 / (1 + exp(-a)) without overflow and with full relative precision for large negative a."""
+    xp = _xp(a)
+    e = xp.exp(-xp.abs(a))  # in (0, 1]: never overflows
+    return xp.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
+
+
 def sigmoid(x: Tensor) -> Tensor:
-    # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x))
-    return _unary("sigmoid", x, lambda a: 0.5 * (1 + x.xp.tanh(0.5 * a)), lambda g, a, o: g * o * (1 - o))
+    return _unary("sigmoid", x, _sigmoid_array, lambda g, a, o: g * o * (1 - o))
 
 
 def abs(x: Tensor) -> Tensor:
@@ -235,7 +248,8 @@ def sign(x: Tensor) -> Tensor:
 
 def relu(x: Tensor) -> Tensor:
     xa = x.data
-    return from_op(xa * (xa > 0), (x,), lambda g: (g * (xa > 0),), "relu")
+    # maximum, not xa * (xa > 0), which would turn negatives into -0.0
+    return from_op(x.xp.maximum(xa, 0).astype(xa.dtype, copy=False), (x,), lambda g: (g * (xa > 0),), "relu")
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
@@ -253,26 +267,48 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
 
     def backward(g, a, o):
         z = beta * a
-        return g * xp.where(z > threshold, 1.0, 0.5 * (1 + xp.tanh(0.5 * z))).astype(a.dtype)
+        return g * xp.where(z > threshold, 1, _sigmoid_array(z)).astype(a.dtype, copy=False)
     return _unary("softplus", x, forward, backward)
 
 
 def silu(x: Tensor) -> Tensor:
-    xp = x.xp
-
     def backward(g, a, o):
-        s = 0.5 * (1 + xp.tanh(0.5 * a))
+        s = _sigmoid_array(a)
         return g * s * (1 + a * (1 - s))
-    return _unary("silu", x, lambda a: a * 0.5 * (1 + xp.tanh(0.5 * a)), backward)
+    return _unary("silu", x, lambda a: a * _sigmoid_array(a), backward)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
+# erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), for z >= 0, with relative error below 1.2e-7
+# everywhere (Numerical Recipes' Chebyshev fit): enough for float32, ten array ops instead of a Python call
+_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+                1.48851587, -0.82215223, 0.17087277)
+
+
+def _erf_float32(a):
+    xp = _xp(a)
+    z = xp.abs(a.astype(np.float32, copy=False))
+    t = 1 / (1 + 0.5 * z)
+    poly = xp.full_like(z, _ERFC_COEFFS[-1])
+    for c in reversed(_ERFC_COEFFS[:-1]):
+        poly *= t
+        poly += c
+    poly -= z * z
+    erfc = t * xp.exp(poly)
+    return (xp.sign(a).astype(np.float32) * (1 - erfc)).astype(a.dtype, copy=False)
+
+
 def erf_array(a):
-    """The error function of an array (NumPy has none; CuPy's lives in cupyx.scipy.special)."""
+    """The error function of an array (NumPy has none; CuPy's lives in cupyx.scipy.special).
+
+    float64 gets the exact math.erf; lower precisions a fast vectorized fit (error below 1.2e-7).
+    """
     if isinstance(a, np.ndarray):
-        return np.frompyfunc(math.erf, 1, 1)(a).astype(a.dtype)
+        if a.dtype == np.float64:
+            return np.frompyfunc(math.erf, 1, 1)(a).astype(a.dtype)
+        return _erf_float32(a)
     from cupyx.scipy.special import erf
     return erf(a)
 
@@ -302,14 +338,17 @@ def clamp(x: Tensor, min=None, max=None) -> Tensor:
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
+        # PyTorch's rule: x gets the gradient where min <= x <= max (ties included), a bound where it is used
         out = x
         if min is not None:
-            out = maximum(out, min)
+            out = where(out >= min, out, min)
         if max is not None:
-            out = minimum(out, max)
+            out = where(out <= max, out, max)
         return out
+    if not x.dtype.is_floating_point and any(isinstance(v, float) for v in (min, max)):
+        x = cast(x, default_float)  # int tensor, float bound: the result is float, as in PyTorch
     xa = x.data
-    out = x.xp.clip(xa, min, max)
+    out = x.xp.clip(xa, min, max).astype(xa.dtype, copy=False)  # bfloat16's clip answers in float32
     inside = xa == xa  # all True, same shape
     if min is not None:
         inside = inside & (xa >= min)
@@ -322,7 +361,10 @@ def where(condition, a, b) -> Tensor:
     """Elementwise choice: a where condition is true, else b (all three broadcast)."""
     cond = condition.data if isinstance(condition, Tensor) else condition
     ta, tb, xa, xb, dt = _operands(a, b, "where")
-    dev = (ta or tb).device if (ta or tb) is not None else None
+    some = ta if ta is not None else tb
+    if some is None:
+        raise TypeError("where: at least one of the two value operands must be a tensor")
+    dev = some.device
     if isinstance(condition, Tensor) and dev is not None and condition.device != dev:
         raise RuntimeError(f"where: condition is on {condition.device} but values are on {dev}")
     xp = _xp(cond, xa, xb)
@@ -335,9 +377,9 @@ def where(condition, a, b) -> Tensor:
         grads = []
         zero = xp.zeros((), dtype=g.dtype)
         if ta is not None:
-            grads.append(unbroadcast(xp.where(cond, g, zero), ta.shape))
+            grads.append(_cast(unbroadcast(xp.where(cond, g, zero), ta.shape), ta.dtype))
         if tb is not None:
-            grads.append(unbroadcast(xp.where(cond, zero, g), tb.shape))
+            grads.append(_cast(unbroadcast(xp.where(cond, zero, g), tb.shape), tb.dtype))
         return grads
     return from_op(out, parents, backward, "where")
 
@@ -345,7 +387,11 @@ def where(condition, a, b) -> Tensor:
 def masked_fill(x: Tensor, mask, value) -> Tensor:
     m = mask.data if isinstance(mask, Tensor) else mask
     xp = x.xp
+    value = value.data if isinstance(value, Tensor) else value
     out = xp.where(m, xp.asarray(value, dtype=x.data.dtype), x.data)
+    if out.shape != x.shape:
+        raise RuntimeError(f"masked_fill: mask of shape {tuple(m.shape)} does not broadcast to the tensor's "
+                           f"shape {x.shape}")
     return from_op(out, (x,), lambda g: (unbroadcast(xp.where(m, 0, g).astype(g.dtype), x.shape),), "masked_fill")
 
 

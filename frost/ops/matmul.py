@@ -1,11 +1,14 @@
 """Matrix multiplication (batched, broadcasting) and the linear layer's op, forward and backward together."""
 from __future__ import annotations
 
+import numpy as np
+
 from frost.autograd import unbroadcast
 from frost.tensor import Tensor, from_op
 
 
-def _check(a: Tensor, b: Tensor, name: str) -> None:
+def _check(a: Tensor, b: Tensor, name: str, b_shape: tuple | None = None) -> None:
+    """Devices, dtypes and shapes of a @ b; `b_shape` stands in for b's shape (linear passes weight.T's)."""
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError(f"{name}: both operands must be tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.device != b.device:
@@ -14,10 +17,24 @@ def _check(a: Tensor, b: Tensor, name: str) -> None:
         raise RuntimeError(f"{name}: operands have different dtypes: {a.shape} {a.dtype!r} and {b.shape} {b.dtype!r}")
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError(f"{name}: both operands need at least one dimension, got shapes {a.shape} and {b.shape}")
-    ka = a.shape[-1]
-    kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    sa, sb = a.shape, (b.shape if b_shape is None else b_shape)
+    ka = sa[-1]
+    kb = sb[0] if len(sb) == 1 else sb[-2]
     if ka != kb:
-        raise RuntimeError(f"{name}: shapes {a.shape} and {b.shape} cannot be multiplied ({ka} != {kb})")
+        raise RuntimeError(f"{name}: shapes {sa} and {sb} cannot be multiplied ({ka} != {kb})")
+    try:
+        np.broadcast_shapes(sa[:-2], sb[:-2])
+    except ValueError:
+        raise RuntimeError(f"{name}: batch dimensions of shapes {sa} and {sb} cannot be broadcast together") from None
+
+
+def _same_dtype(array, dtype):
+    # NumPy's bfloat16 matmul (ml_dtypes) answers in float32: cast back, as a bfloat16 GEMM would
+    return array if array.dtype == dtype else array.astype(dtype)
+
+
+def _sum_dtype(dtype):
+    return np.float32 if dtype.itemsize == 2 else None
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -25,31 +42,40 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     _check(a, b, "matmul")
     xp = a.xp
     xa, xb = a.data, b.data
-    out = xp.matmul(xa, xb)
+    out = _same_dtype(xp.matmul(xa, xb), xa.dtype)
 
     def backward(g):
         # promote 1-D operands to matrices so that one formula serves every case
         A = xa[None, :] if xa.ndim == 1 else xa
         B = xb[:, None] if xb.ndim == 1 else xb
-        G = g
-        if xa.ndim == 1:
-            G = xp.expand_dims(G, -2)
-        if xb.ndim == 1:
-            G = xp.expand_dims(G, -1)
+        if xa.ndim == 1 and xb.ndim == 1:
+            G = g.reshape(1, 1)
+        elif xa.ndim == 1:
+            G = xp.expand_dims(g, -2)
+        elif xb.ndim == 1:
+            G = xp.expand_dims(g, -1)
+        else:
+            G = g
         ga = xp.matmul(G, xp.swapaxes(B, -1, -2))
         gb = xp.matmul(xp.swapaxes(A, -1, -2), G)
-        ga = unbroadcast(ga, A.shape).reshape(xa.shape)
-        gb = unbroadcast(gb, B.shape).reshape(xb.shape)
+        ga = _same_dtype(unbroadcast(ga, A.shape).reshape(xa.shape), xa.dtype)
+        gb = _same_dtype(unbroadcast(gb, B.shape).reshape(xb.shape), xb.dtype)
         return ga, gb
     return from_op(out, (a, b), backward, "matmul")
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias in one op (one BLAS call each way, no transposed copy)."""
-    _check(x, weight.mT if weight.ndim == 2 else weight, "linear")
+    if not isinstance(weight, Tensor) or weight.ndim != 2:
+        raise RuntimeError(f"linear: weight must be a 2-D tensor (out_features, in_features), "
+                           f"got {getattr(weight, 'shape', type(weight).__name__)}")
+    if not isinstance(x, Tensor) or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"linear: input of shape {getattr(x, 'shape', None)} does not fit weight of shape "
+                           f"{weight.shape} (expects {weight.shape[1]} input features)")
+    _check(x, weight, "linear", b_shape=weight.shape[::-1])
     xp = x.xp
     xa, w = x.data, weight.data
-    out = xp.matmul(xa, w.T)
+    out = _same_dtype(xp.matmul(xa, w.T), xa.dtype)
     if bias is not None:
         if bias.shape != (w.shape[0],):
             raise RuntimeError(f"linear: bias of shape {bias.shape} does not fit weight of shape {weight.shape}")
@@ -57,11 +83,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     parents = (x, weight) if bias is None else (x, weight, bias)
 
     def backward(g):
-        gx = xp.matmul(g, w)
+        gx = _same_dtype(xp.matmul(g, w), xa.dtype)
         g2 = g.reshape(-1, g.shape[-1])
-        gw = xp.matmul(g2.T, xa.reshape(-1, xa.shape[-1]))
+        gw = _same_dtype(xp.matmul(g2.T, xa.reshape(-1, xa.shape[-1])), w.dtype)
         grads = [gx, gw]
         if bias is not None:
-            grads.append(g2.sum(axis=0))
+            grads.append(_same_dtype(g2.sum(axis=0, dtype=_sum_dtype(g2.dtype)), bias.data.dtype))
         return grads
     return from_op(out, parents, backward, "linear")

@@ -22,7 +22,16 @@ def normalize_dims(dim, ndim: int, name: str) -> tuple:
         if not -builtins.max(ndim, 1) <= d < builtins.max(ndim, 1):
             raise IndexError(f"{name}: dim {d} is out of range for a tensor with {ndim} dimensions")
         out.append(d % builtins.max(ndim, 1) if ndim else 0)
-    return tuple(sorted(set(out)))
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"{name}: dim {dim} names the same dimension more than once")
+    return tuple(sorted(out))
+
+
+def normalize_dim(dim, ndim: int, name: str) -> int:
+    """One axis (negative allowed) as a non-negative int; ops like softmax take exactly one."""
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise TypeError(f"{name}: dim must be a single int, got {dim!r}")
+    return normalize_dims(int(dim), ndim, name)[0]
 
 
 def _expand_back(g, axes: tuple, keepdim: bool, shape: tuple, xp):
@@ -32,18 +41,27 @@ def _expand_back(g, axes: tuple, keepdim: bool, shape: tuple, xp):
     return xp.broadcast_to(g, shape)
 
 
+def _accumulator(dtype):
+    """The type to add up in: float16 and bfloat16 sums accumulate in float32, as PyTorch's do."""
+    return np.float32 if dtype.itemsize == 2 and dtype.kind not in "iu" else None
+
+
 def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "sum")
     a = x.data
     if dtype is not None:
-        a = a.astype(to_dtype(dtype).np)
+        out_dtype = to_dtype(dtype).np
     elif a.dtype.kind in "biu":
-        a = a.astype(np.int64)
-    out = a.sum(axis=axes, keepdims=keepdim) if x.ndim else a.copy()
-    shape = x.shape
-    return from_op(xp.asarray(out), (x,),
-                   lambda g: (_expand_back(g, axes, keepdim, shape, xp).astype(x.data.dtype),), "sum")
+        out_dtype = np.dtype(np.int64)  # integer sums are int64, as in PyTorch
+    else:
+        out_dtype = a.dtype
+    acc = _accumulator(out_dtype) or out_dtype
+    out = a.sum(axis=axes, keepdims=keepdim, dtype=acc) if x.ndim else a.astype(acc)
+    out = xp.asarray(out).astype(out_dtype, copy=False)
+    shape, in_dtype = x.shape, x.data.dtype
+    return from_op(out, (x,),
+                   lambda g: (_expand_back(g, axes, keepdim, shape, xp).astype(in_dtype, copy=False),), "sum")
 
 
 def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
@@ -52,23 +70,34 @@ def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "mean")
     count = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
-    out = x.data.mean(axis=axes, keepdims=keepdim) if x.ndim else x.data.copy()
-    shape = x.shape
-    return from_op(xp.asarray(out, dtype=x.data.dtype), (x,),
-                   lambda g: ((_expand_back(g, axes, keepdim, shape, xp) / count).astype(x.data.dtype),), "mean")
+    acc = _accumulator(x.data.dtype)
+    out = x.data.mean(axis=axes, keepdims=keepdim, dtype=acc) if x.ndim else x.data.copy()
+    shape, in_dtype = x.shape, x.data.dtype
+    return from_op(xp.asarray(out).astype(in_dtype, copy=False), (x,),
+                   lambda g: ((_expand_back(g, axes, keepdim, shape, xp) / count).astype(in_dtype, copy=False),),
+                   "mean")
 
 
 def _extreme(x: Tensor, dim, keepdim: bool, name: str, largest: bool):
     xp = x.xp
+    if isinstance(dim, Tensor):  # max(a, b): the elementwise maximum, as torch.max(input, other)
+        from frost.ops.elementwise import maximum, minimum
+        return (maximum if largest else minimum)(x, dim)
+    if x.numel() == 0:
+        raise RuntimeError(f"{name}: cannot reduce an empty tensor of shape {x.shape}")
     if dim is None:
         out = x.data.max() if largest else x.data.min()
         out = xp.asarray(out)
 
         def backward(g):
+            # ties share the gradient evenly, as PyTorch's full reduction does
             mask = x.data == out
-            return ((g * mask / mask.sum()).astype(x.data.dtype),)
+            return ((g * mask / g.dtype.type(mask.sum())).astype(x.data.dtype, copy=False),)
         return from_op(out, (x,), backward, name)
-    (axis,) = normalize_dims(dim, x.ndim, name)
+    if x.ndim == 0:
+        normalize_dims(dim, 0, name)
+        return values_indices(from_op(x.data.copy(), (x,), lambda g: (g,), name), Tensor(xp.zeros((), np.int64)))
+    axis = normalize_dim(dim, x.ndim, name)
     idx = (x.data.argmax if largest else x.data.argmin)(axis=axis)
     idx_k = xp.expand_dims(idx, axis)
     values = xp.take_along_axis(x.data, idx_k, axis=axis)
@@ -101,7 +130,8 @@ def _amaxmin(x: Tensor, dim, keepdim: bool, name: str, largest: bool) -> Tensor:
     def backward(g):
         mask = x.data == out
         gk = g if keepdim else xp.expand_dims(g, axes)
-        return ((gk * mask / mask.sum(axis=axes, keepdims=True)).astype(x.data.dtype),)
+        count = mask.sum(axis=axes, keepdims=True).astype(g.dtype)
+        return ((gk * mask / count).astype(x.data.dtype, copy=False),)
     return from_op(out if keepdim else xp.squeeze(out, axes), (x,), backward, name)
 
 
@@ -115,16 +145,18 @@ def amin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
 
 def argmax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     if dim is None:
-        return Tensor(x.xp.asarray(x.data.argmax()).astype(np.int64))
-    (axis,) = normalize_dims(dim, x.ndim, "argmax")
+        out = x.xp.asarray(x.data.argmax()).astype(np.int64)
+        return Tensor(out.reshape((1,) * x.ndim) if keepdim else out)
+    axis = normalize_dim(dim, x.ndim, "argmax")
     out = x.data.argmax(axis=axis)
     return Tensor((x.xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
 
 
 def argmin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     if dim is None:
-        return Tensor(x.xp.asarray(x.data.argmin()).astype(np.int64))
-    (axis,) = normalize_dims(dim, x.ndim, "argmin")
+        out = x.xp.asarray(x.data.argmin()).astype(np.int64)
+        return Tensor(out.reshape((1,) * x.ndim) if keepdim else out)
+    axis = normalize_dim(dim, x.ndim, "argmin")
     out = x.data.argmin(axis=axis)
     return Tensor((x.xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
 
@@ -134,17 +166,21 @@ def var(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, corre
     axes = normalize_dims(dim, x.ndim, "var")
     n = int(np.prod([x.shape[a] for a in axes]))
     corr = (1 if unbiased else 0) if correction is None else correction
-    mu = x.data.mean(axis=axes, keepdims=True)
-    centered = x.data - mu
+    a = x.data if _accumulator(x.data.dtype) is None else x.data.astype(np.float32)
+    mu = a.mean(axis=axes, keepdims=True)
+    centered = a - mu
     denom = builtins.max(n - corr, 0)
+    # n <= correction: PyTorch gives inf or nan (0 / 0), never an exception
+    scale = 1.0 / denom if denom else float("inf")
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = (centered * centered).sum(axis=axes, keepdims=keepdim) / denom
-    shape = x.shape
+        out = (centered * centered).sum(axis=axes, keepdims=keepdim) * scale if denom else \
+            (centered * centered).sum(axis=axes, keepdims=keepdim) / a.dtype.type(0)
 
     def backward(g):
         gk = g if keepdim else xp.expand_dims(g, axes)
-        return ((2.0 / denom) * gk * centered).astype(x.data.dtype),
-    return from_op(out.astype(x.data.dtype), (x,), backward, "var")
+        with np.errstate(invalid="ignore"):
+            return ((2.0 * scale) * gk * centered).astype(x.data.dtype, copy=False),
+    return from_op(out.astype(x.data.dtype, copy=False), (x,), backward, "var")
 
 
 def std(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, correction=None) -> Tensor:
@@ -159,7 +195,8 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     m = xp.where(xp.isfinite(m), m, 0)
     e = xp.exp(x.data - m)
     s = e.sum(axis=axes, keepdims=True)
-    out = xp.log(s) + m
+    with np.errstate(divide="ignore"):  # log(0) = -inf for rows of -inf, as in PyTorch
+        out = xp.log(s) + m
 
     def backward(g):
         gk = g if keepdim else xp.expand_dims(g, axes)
@@ -169,7 +206,7 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
 
 def softmax(x: Tensor, dim: int) -> Tensor:
     xp = x.xp
-    (axis,) = normalize_dims(dim, x.ndim, "softmax")
+    axis = normalize_dim(dim, x.ndim, "softmax")
     e = xp.exp(x.data - x.data.max(axis=axis, keepdims=True))
     out = e / e.sum(axis=axis, keepdims=True)
 
@@ -180,7 +217,7 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     xp = x.xp
-    (axis,) = normalize_dims(dim, x.ndim, "log_softmax")
+    axis = normalize_dim(dim, x.ndim, "log_softmax")
     shifted = x.data - x.data.max(axis=axis, keepdims=True)
     out = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
 
@@ -190,20 +227,43 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
 
 
 def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
-    from frost.ops.elementwise import abs as abs_, pow as pow_, sqrt
-    if p == 2:
-        return sqrt(sum(x * x, dim, keepdim))
+    """The vector p-norm over `dim` (all elements when None); its gradient at 0 is 0, as in PyTorch."""
+    from frost.ops.elementwise import abs as abs_
+    if p == "fro":
+        p = 2
     if p == 1:
         return sum(abs_(x), dim, keepdim)
     if p == float("inf"):
         return amax(abs_(x), dim, keepdim)
-    return pow_(sum(pow_(abs_(x), p), dim, keepdim), 1.0 / p)
+    if p == float("-inf"):
+        return amin(abs_(x), dim, keepdim)
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"norm: needs a floating-point tensor, got {x.dtype!r}")
+    xp = x.xp
+    axes = normalize_dims(dim, x.ndim, "norm")
+    a = x.data
+    absa = xp.abs(a)
+    powered = a * a if p == 2 else absa ** p
+    out_k = powered.sum(axis=axes, keepdims=True) ** (1.0 / p)
+
+    def backward(g):
+        gk = g if keepdim else xp.expand_dims(g, axes)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if p == 2:
+                scale = xp.where(out_k == 0, 0, gk / out_k)
+                return ((scale * a).astype(a.dtype, copy=False),)
+            ratio = xp.where(out_k == 0, 0, absa / out_k)
+            return ((gk * xp.sign(a) * ratio ** (p - 1)).astype(a.dtype, copy=False),)
+    out = out_k if keepdim else xp.squeeze(out_k, axes) if x.ndim else out_k
+    return from_op(out.astype(a.dtype, copy=False), (x,), backward, "norm")
 
 
-def all(x: Tensor) -> Tensor:
-    return Tensor(x.xp.asarray(x.data.all()))
+def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    axes = normalize_dims(dim, x.ndim, "all")
+    return Tensor(x.xp.asarray(x.data.all(axis=axes, keepdims=keepdim)))
 
 
-def any(x: Tensor) -> Tensor:
-    return Tensor(x.xp.asarray(x.data.any()))
+def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    axes = normalize_dims(dim, x.ndim, "any")
+    return Tensor(x.xp.asarray(x.data.any(axis=axes, keepdims=keepdim)))
 

@@ -5,8 +5,10 @@ import numpy as np
 
 from frost.autograd import unbroadcast
 from frost.dtype import promote
-from frost.ops.reduce import normalize_dims
+from frost.ops.reduce import normalize_dim, normalize_dims
 from frost.tensor import Tensor, from_op
+
+builtins_max = max
 
 
 def reshape(x: Tensor, shape: tuple) -> Tensor:
@@ -21,6 +23,8 @@ def reshape(x: Tensor, shape: tuple) -> Tensor:
 
 
 def permute(x: Tensor, dims: tuple) -> Tensor:
+    if any(not -x.ndim <= d < builtins_max(x.ndim, 1) for d in dims):
+        raise IndexError(f"permute: dims {tuple(dims)} are out of range for a tensor of shape {x.shape}")
     dims = tuple(d % x.ndim for d in dims) if x.ndim else tuple(dims)
     if sorted(dims) != list(range(x.ndim)):
         raise RuntimeError(f"permute: dims {dims} are not a permutation of the {x.ndim} dimensions of shape {x.shape}")
@@ -40,7 +44,9 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
 def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if x.ndim == 0:
         return reshape(x, (1,))
-    s, e = start_dim % x.ndim, end_dim % x.ndim
+    s, e = normalize_dim(start_dim, x.ndim, "flatten"), normalize_dim(end_dim, x.ndim, "flatten")
+    if s > e:
+        raise RuntimeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} (shape {x.shape})")
     shape = x.shape[:s] + (int(np.prod(x.shape[s:e + 1])),) + x.shape[e + 1:]
     return reshape(x, shape)
 
@@ -76,7 +82,7 @@ def expand(x: Tensor, sizes: tuple) -> Tensor:
 
 
 def contiguous(x: Tensor) -> Tensor:
-    out = x.xp.ascontiguousarray(x.data)
+    out = x.xp.asarray(x.data, order="C")  # not ascontiguousarray, which turns 0-d into 1-d
     if out is x.data:
         return x
     return from_op(out, (x,), lambda g: (g,), "contiguous")
@@ -147,15 +153,31 @@ def getitem(x: Tensor, index) -> Tensor:
 
 def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     xp = x.xp
-    (axis,) = normalize_dims(dim, x.ndim, "gather")
+    axis = normalize_dim(dim, x.ndim, "gather")
+    if not isinstance(index, Tensor) or index.dtype.is_floating_point or index.dtype.name == "bool":
+        raise RuntimeError(f"gather: index must be an integer tensor, got {_describe_index(index)}")
     idx = index.data
-    out = xp.take_along_axis(x.data, idx, axis=axis)
+    if idx.ndim != x.ndim or any(i > n for d, (i, n) in enumerate(zip(idx.shape, x.shape)) if d != axis):
+        raise RuntimeError(f"gather: index of shape {index.shape} does not fit input of shape {x.shape} "
+                           f"(same number of dims, and no larger outside dim {dim})")
+    # PyTorch lets the index be smaller than the input outside `dim`: gather from the leading corner
+    corner = tuple(slice(None) if d == axis else slice(0, i) for d, i in enumerate(idx.shape))
+    try:
+        out = xp.take_along_axis(x.data[corner], idx, axis=axis)
+    except IndexError as e:
+        raise IndexError(f"gather: {e} (input of shape {x.shape}, dim {dim})") from None
 
     def backward(g):
         gx = xp.zeros(x.shape, dtype=g.dtype)
         _scatter_add_along_axis(xp, gx, idx, g, axis)
         return (gx,)
     return from_op(out, (x,), backward, "gather")
+
+
+def _describe_index(index) -> str:
+    if isinstance(index, Tensor):
+        return f"a {index.dtype.name} tensor of shape {index.shape}"
+    return type(index).__name__
 
 
 def _scatter_add_along_axis(xp, target, idx, values, axis: int) -> None:
@@ -178,7 +200,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
         raise RuntimeError("cat: expected a non-empty list of tensors")
     _check_same_device(tensors, "cat")
     nd = tensors[0].ndim
-    (axis,) = normalize_dims(dim, nd, "cat")
+    axis = normalize_dim(dim, nd, "cat")
     for t in tensors:
         if t.ndim != nd or t.shape[:axis] + t.shape[axis + 1:] != tensors[0].shape[:axis] + tensors[0].shape[axis + 1:]:
             raise RuntimeError(f"cat: shapes {[t.shape for t in tensors]} do not match except in dim {dim}")
@@ -205,9 +227,11 @@ def stack(tensors, dim: int = 0) -> Tensor:
 
 
 def split(x: Tensor, split_size, dim: int = 0) -> tuple:
-    (axis,) = normalize_dims(dim, x.ndim, "split")
+    axis = normalize_dim(dim, x.ndim, "split")
     n = x.shape[axis]
     if isinstance(split_size, int):
+        if split_size <= 0:
+            raise RuntimeError(f"split: split_size must be positive, got {split_size}")
         sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
     else:
         sizes = list(split_size)
@@ -222,17 +246,63 @@ def split(x: Tensor, split_size, dim: int = 0) -> tuple:
 
 
 def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple:
-    n = x.shape[dim]
+    if chunks <= 0:
+        raise RuntimeError(f"chunk: chunks must be positive, got {chunks}")
+    n = x.shape[normalize_dim(dim, x.ndim, "chunk")]
     return split(x, -(-n // chunks), dim)
 
 
-def pad(x: Tensor, padding, value: float = 0.0) -> Tensor:
-    """Constant padding, PyTorch's order: (left, right) of the last dim, then of the one before, ..."""
+def pad(x: Tensor, padding, value: float = 0.0, mode: str = "constant") -> Tensor:
+    """Padding in PyTorch's order: (left, right) of the last dim, then of the one before, ...
+
+    mode is 'constant' (with `value`), 'reflect', 'replicate' or 'circular'.
+    """
+    padding = tuple(int(p) for p in padding)
     if len(padding) % 2 or len(padding) // 2 > x.ndim:
-        raise ValueError(f"pad: padding {padding} must have an even length at most 2*{x.ndim}")
+        raise ValueError(f"pad: padding {padding} must have an even length at most 2*{x.ndim} "
+                         f"for a tensor of shape {x.shape}")
+    if any(p < 0 for p in padding):
+        raise ValueError(f"pad: negative padding {padding} is not supported")
     widths = [(0, 0)] * x.ndim
     for i in range(len(padding) // 2):
         widths[x.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
-    out = x.xp.pad(x.data, widths, constant_values=value)
-    crop = tuple(slice(lo, out.shape[i] - hi) for i, (lo, hi) in enumerate(widths))
-    return from_op(out, (x,), lambda g: (g[crop],), "pad")
+    xp = x.xp
+    if mode == "constant":
+        out = xp.pad(x.data, widths, constant_values=value)
+        crop = tuple(slice(lo, out.shape[i] - hi) for i, (lo, hi) in enumerate(widths))
+        return from_op(out, (x,), lambda g: (g[crop],), "pad")
+    if mode not in ("reflect", "replicate", "circular"):
+        raise ValueError(f"pad: unknown mode {mode!r}; expected 'constant', 'reflect', 'replicate' or 'circular'")
+    # every other mode reads each output position from one input position: gather forward, scatter-add back
+    takes = []
+    for axis, (lo, hi) in enumerate(widths):
+        if lo or hi:
+            n = x.shape[axis]
+            if mode == "reflect" and (lo >= n or hi >= n):
+                raise ValueError(f"pad: reflect padding {(lo, hi)} must be smaller than the size {n} of dim {axis}")
+            takes.append((axis, xp.asarray(_pad_source(n, lo, hi, mode))))
+    out = x.data
+    for axis, idx in takes:
+        out = xp.take(out, idx, axis=axis)
+
+    def backward(g):
+        for axis, idx in reversed(takes):
+            shape = list(g.shape)
+            shape[axis] = x.shape[axis]
+            folded = xp.zeros(shape, dtype=g.dtype)
+            xp.add.at(folded, (slice(None),) * axis + (idx,), g)
+            g = folded
+        return (g,)
+    return from_op(out, (x,), backward, "pad")
+
+
+def _pad_source(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
+    """For each output position along a padded axis, the input position it copies."""
+    j = np.arange(-lo, n + hi)
+    if mode == "replicate":
+        return np.clip(j, 0, n - 1)
+    if mode == "circular":
+        return j % n
+    period = 2 * (n - 1)  # reflect without repeating the edge
+    j = np.abs(j) % period if period else np.zeros_like(j)
+    return np.where(j >= n, period - j, j)

@@ -1,0 +1,429 @@
+"""The seed benchmark in PyTorch: the same CIFAR ResNet, data, protocol and JSON schema as `frost bench resnet-cifar10`.
+
+Modes:
+  eager           the seed's script: PNG files read by a torch DataLoader with 3 worker processes
+  resident-eager  the uint8 dataset held on the device, batches gathered by a per-epoch permutation
+  graphed         the whole step (batch gather, forward, backward, AdamW(capturable=True)) captured in one
+                  torch.cuda.CUDAGraph and replayed: the fastest PyTorch an expert writes (cuda only)
+  compiled        torch.compile of the model, fused AdamW, resident data (cuda; cpu works but is slow)
+
+    python benchmarks/torch_resnet_cifar10.py --mode graphed --data DIR --out results/torch_graphed.json
+    python benchmarks/torch_resnet_cifar10.py --mode resident-eager --device cpu --steps 50 --seeds 0 --data DIR
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from frost.bench import common  # noqa: E402  (data reading, statistics and the JSON schema are shared)
+
+LOADER_WAIT_THRESHOLD_S = 2e-4
+
+
+# ---------------------------------------------------------------- the model
+
+
+def _load_reference_model():
+    """tests/nn/torch_resnet.py's model when present (the one Frost's model is tested against), else None."""
+    path = REPO / "tests" / "nn" / "torch_resnet.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("frost_torch_resnet_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("cifar_resnet", "TorchCifarResNet", "CifarResNet", "ResNet"):
+        if hasattr(module, name):
+            return getattr(module, name)
+    return None
+
+
+class BasicBlock(nn.Module):
+    """conv3x3-BN-ReLU-conv3x3-BN plus a shortcut (1x1 conv + BN where the shape changes), then ReLU."""
+
+    def __init__(self, in_channels: int, channels: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, channels, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.downsample = None
+        if stride != 1 or in_channels != channels:
+            self.downsample = nn.Sequential(nn.Conv2d(in_channels, channels, 1, stride=stride, bias=False),
+                                            nn.BatchNorm2d(channels))
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        return self.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class CifarResNet(nn.Module):
+    """A copy of tests/nn/torch_resnet.py's model (same names, shapes, init), used when that file is absent."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.relu = nn.ReLU()
+        cin = 16
+        for i, width in enumerate((16, 32, 64)):
+            blocks = [BasicBlock(cin if b == 0 else width, width, (1 if i == 0 else 2) if b == 0 else 1)
+                      for b in range(3)]
+            setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
+            cin = width
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.flatten = nn.Flatten()
+        self.fc = nn.Linear(64, num_classes, bias=False)
+        nn.init.xavier_uniform_(self.fc.weight)
+
+    def forward(self, x):
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(self.flatten(self.avgpool(x)))
+
+
+def make_model(num_classes: int = 10) -> nn.Module:
+    reference = _load_reference_model()
+    return reference(num_classes=num_classes) if reference is not None else CifarResNet(num_classes)
+
+
+# ---------------------------------------------------------------- data
+
+
+class PngDataset(torch.utils.data.Dataset):
+    """The seed's PNG layout: <root>/<split>/<index>_<class>.png, decoded per item with Pillow."""
+
+    def __init__(self, root: Path, split: str) -> None:
+        self.items = common.read_png_index(root, split)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int):
+        from PIL import Image
+        path, label = self.items[i]
+        with Image.open(path) as im:
+            x = torch.from_numpy(np.asarray(im.convert("RGB"), dtype=np.uint8).copy())
+        return x.permute(2, 0, 1).float().div_(255), label
+
+
+def resident_batches(x, y, batch_size: int, generator: torch.Generator):
+    """Endless batches from device-resident uint8 NCHW images: a fresh permutation each epoch."""
+    per_epoch = len(x) // batch_size
+    while True:
+        perm = torch.randperm(len(x), device=x.device, generator=generator)
+        for b in range(per_epoch):
+            idx = perm[b * batch_size:(b + 1) * batch_size]
+            yield x.index_select(0, idx).float().div_(255), y.index_select(0, idx)
+
+
+def loader_batches(root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict):
+    """Endless batches from a torch DataLoader over the PNG files, as the seed's script (3 workers)."""
+    loader = torch.utils.data.DataLoader(
+        PngDataset(root, "train"), batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
+        generator=torch.Generator().manual_seed(seed), pin_memory=device == "cuda",
+        persistent_workers=workers > 0)
+    while True:
+        it = iter(loader)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                x, y = next(it)
+            except StopIteration:
+                break
+            waited = time.perf_counter() - t0
+            stats["wait_s"] += waited
+            stats["waited_steps"] += waited > LOADER_WAIT_THRESHOLD_S
+            stats["fetches"] += 1
+            yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+# ---------------------------------------------------------------- steps
+
+
+def make_optimizer(model: nn.Module, mode: str, device: str) -> torch.optim.Optimizer:
+    p = common.PROTOCOL
+    kwargs = dict(lr=p["lr"], betas=tuple(p["betas"]), eps=p["eps"], weight_decay=p["weight_decay"])
+    if mode == "graphed":
+        kwargs["capturable"] = True
+    elif mode == "compiled" and device == "cuda":
+        kwargs["fused"] = True
+    return torch.optim.AdamW(model.parameters(), **kwargs)
+
+
+def autocast_ctx(precision: str, device: str, cache: bool = True):
+    """bf16 autocast (cache off inside CUDA-graph capture, as PyTorch's graph docs require)."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device, dtype=torch.bfloat16, cache_enabled=cache)
+    return contextlib.nullcontext()
+
+
+def eager_step_fn(model, opt, precision: str, device: str, channels_last: bool):
+    def step(x, y):
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with autocast_ctx(precision, device):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+class GraphedTrainer:
+    """The whole step in one CUDA graph: the batch gather from the resident data, forward, backward, AdamW.
+
+    The permutation lives in a device buffer refilled once per epoch; the batch offset is a device
+    counter that the graph itself advances, so a step is a single graph launch.
+    """
+
+    def __init__(self, model, opt, x, y, batch_size: int, precision: str, channels_last: bool,
+                 generator: torch.Generator, warmup: int) -> None:
+        self.model, self.opt, self.x, self.y = model, opt, x, y
+        self.batch_size, self.precision, self.channels_last = batch_size, precision, channels_last
+        self.generator = generator
+        self.per_epoch = len(x) // batch_size
+        self.perm = torch.empty(len(x), dtype=torch.long, device=x.device)
+        self.offset = torch.zeros((), dtype=torch.long, device=x.device)
+        self.lanes = torch.arange(batch_size, device=x.device)
+        self.batch_in_epoch = self.per_epoch  # forces a fresh permutation before the first step
+        self.warmup = warmup
+        self.graph = None
+        self.loss = None
+
+    def _body(self):
+        idx = self.perm.index_select(0, self.offset + self.lanes)
+        xb = self.x.index_select(0, idx).float().div_(255)
+        if self.channels_last:
+            xb = xb.contiguous(memory_format=torch.channels_last)
+        with autocast_ctx(self.precision, "cuda", cache=False):
+            logits = self.model(xb)
+        loss = F.cross_entropy(logits.float(), self.y.index_select(0, idx))
+        loss.backward()
+        self.opt.step()
+        self.offset.add_(self.batch_size)
+        return loss
+
+    def _next_batch_position(self) -> None:
+        if self.batch_in_epoch == self.per_epoch:
+            self.perm.copy_(torch.randperm(len(self.x), device=self.x.device, generator=self.generator))
+            self.offset.zero_()
+            self.batch_in_epoch = 0
+        self.batch_in_epoch += 1
+
+    def warm_up_and_capture(self) -> list[torch.Tensor]:
+        """`warmup` real training steps on a side stream, then the capture (which does not run the step)."""
+        losses = []
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                self._next_batch_position()
+                self.opt.zero_grad(set_to_none=True)
+                losses.append(self._body().detach())
+        torch.cuda.current_stream().wait_stream(side)
+        self.opt.zero_grad(set_to_none=True)
+        self.graph = torch.cuda.CUDAGraph()
+        # capture must not consume a batch position; the replay that follows does
+        with torch.cuda.graph(self.graph):
+            self.loss = self._body()
+        return losses
+
+    def step(self):
+        self._next_batch_position()
+        self.graph.replay()
+        return self.loss
+
+
+# ---------------------------------------------------------------- one seed
+
+
+def evaluate(model, x_test, y_test, batch: int, precision: str, device: str, channels_last: bool):
+    model.eval()
+    preds = []
+    with torch.no_grad(), autocast_ctx(precision, device):
+        for i in range(0, len(x_test), batch):
+            xb = x_test[i:i + batch].float().div_(255)
+            if channels_last:
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            preds.append(model(xb).argmax(1))
+    model.train()
+    correct = (torch.cat(preds) == y_test).cpu().numpy()
+    n = min(common.SEED_TEST_IMAGES, len(correct))
+    return float(correct.mean()), float(correct[:n].mean())
+
+
+def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float) -> dict:
+    from tqdm import tqdm
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    sw = common.Stopwatch(sync)
+    t_start = sw.now()
+    torch.manual_seed(seed)
+    model = make_model(10).to(device)
+    channels_last = args.precision == "bf16" and device == "cuda"
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    opt = make_optimizer(model, args.mode, device)
+    batch_size = common.PROTOCOL["batch_size"]
+    gen = torch.Generator(device=device if args.mode != "eager" else "cpu").manual_seed(seed)
+    log_every = args.log_every or max(1, args.steps // 200)
+    default_warmup = {"graphed": 3, "compiled": 3}.get(args.mode, 1)
+    warmup = max(0, min(args.warmup_steps if args.warmup_steps is not None else default_warmup, args.steps))
+    stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
+
+    curve: list[list[float]] = []
+    bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
+
+    def log(i: int, loss, t_begin: float) -> None:
+        value = float(loss.item())
+        curve.append([i + 1, value])
+        bar.update(i + 1 - bar.n)
+        elapsed = time.perf_counter() - t_begin
+        done = i + 1 - warmup
+        rate = done * batch_size / elapsed if elapsed > 0 and done > 0 else 0.0
+        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}")
+
+    if args.mode == "graphed":
+        trainer = GraphedTrainer(model, opt, data["x_train"], data["y_train"], batch_size, args.precision,
+                                 channels_last, gen, max(1, warmup))
+        warm_losses = trainer.warm_up_and_capture()
+        for i, loss in enumerate(warm_losses):
+            if i % log_every == 0:
+                log(i, loss, time.perf_counter())
+        warmup = len(warm_losses)
+        next_step = lambda: trainer.step()  # noqa: E731
+    else:
+        if args.mode == "eager":
+            batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats)
+        else:
+            batches = resident_batches(data["x_train"], data["y_train"], batch_size, gen)
+        net = torch.compile(model, mode=args.compile_mode) if args.mode == "compiled" else model
+        step = eager_step_fn(net, opt, args.precision, device, channels_last)
+        next_step = lambda: step(*next(batches))  # noqa: E731
+        for i in range(warmup):
+            loss = next_step()
+            if i % log_every == 0 or i == args.steps - 1:
+                log(i, loss, time.perf_counter())
+
+    t_timed = sw.now()
+    setup_s = t_timed - t_start
+    wait_before = dict(stats)
+    for i in range(warmup, args.steps):
+        loss = next_step()
+        if i % log_every == 0 or i == args.steps - 1:
+            log(i, loss, t_timed)
+    t_end = sw.now()
+    bar.close()
+
+    train_s = t_end - t_timed
+    timed = args.steps - warmup
+    acc_10k, acc_9984 = evaluate(model, data["x_test"], data["y_test"], args.eval_batch, args.precision, device,
+                                 channels_last)
+    run = {
+        "seed": seed, "acc_10k": acc_10k, "acc_9984": acc_9984,
+        "train_time_s": train_s, "steps_timed": timed, "warmup_steps": warmup,
+        "ms_per_step": 1000 * train_s / timed if timed else None,
+        "images_per_s": timed * batch_size / train_s if timed and train_s > 0 else None,
+        "startup_s": data_load_s + setup_s, "setup_s": setup_s, "data_load_s": data_load_s,
+        "final_loss": curve[-1][1] if curve else None, "loss_every": log_every, "loss_curve": curve,
+    }
+    if args.mode == "eager":
+        fetches = stats["fetches"] - wait_before["fetches"]
+        run["data_wait_s"] = stats["wait_s"] - wait_before["wait_s"]
+        run["waited_share"] = (stats["waited_steps"] - wait_before["waited_steps"]) / fetches if fetches else None
+        run["wait_threshold_s"] = LOADER_WAIT_THRESHOLD_S
+    return run
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["eager", "resident-eager", "graphed", "compiled"], default="graphed")
+    p.add_argument("--data", type=Path, default=None, help="CIFAR-10 folder (any layout frost.data.CIFAR10 reads)")
+    p.add_argument("--steps", type=int, default=common.PROTOCOL["steps"])
+    p.add_argument("--seeds", type=common.parse_seeds, default=[0, 1, 2])
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--workers", type=int, default=3, help="DataLoader worker processes (eager mode)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="training steps counted as start-up (default: 1; 3 for graphed and compiled)")
+    p.add_argument("--compile-mode", default="max-autotune", help="torch.compile mode (compiled mode)")
+    p.add_argument("--cudnn-benchmark", choices=["on", "off", "auto"], default="auto",
+                   help="torch.backends.cudnn.benchmark (auto: on for graphed and compiled, off otherwise)")
+    p.add_argument("--eval-batch", type=int, default=500)
+    p.add_argument("--log-every", type=int, default=None)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.mode == "graphed" and args.device != "cuda":
+        p.error("--mode graphed needs --device cuda (CUDA graphs)")
+    if args.precision == "bf16" and args.mode != "graphed":
+        print(f"note: bf16 (autocast + channels_last) is the graphed mode's variant; running it in {args.mode}")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    device = args.device
+    benchmark = {"on": True, "off": False}.get(args.cudnn_benchmark, args.mode in ("graphed", "compiled"))
+    torch.backends.cudnn.benchmark = benchmark
+    name = torch.cuda.get_device_name() if device == "cuda" else common.cpu_name()
+    result = common.new_result("pytorch", args.mode, args.precision, device, name, args.steps, args.seeds,
+                               {"torch": torch.__version__})
+    result.update({"pipeline": "loader" if args.mode == "eager" else "resident",
+                   "workers": args.workers if args.mode == "eager" else None, "eval_batch": args.eval_batch,
+                   "cudnn_benchmark": benchmark, "torch_threads": torch.get_num_threads(),
+                   "compile_mode": args.compile_mode if args.mode == "compiled" else None,
+                   "tf32": {"cudnn": torch.backends.cudnn.allow_tf32,
+                            "matmul": torch.backends.cuda.matmul.allow_tf32}})
+
+    t0 = time.perf_counter()
+    root = args.data if args.data is not None else common.default_data_dir()
+    download = args.data is None
+    x_train, y_train = common.load_cifar10_arrays(root, train=True, download=download)
+    x_test, y_test = common.load_cifar10_arrays(root, train=False, download=download)
+    data = {"x_test": torch.from_numpy(x_test).permute(0, 3, 1, 2).contiguous().to(device),
+            "y_test": torch.from_numpy(y_test).to(device)}
+    if args.mode == "eager":
+        data["png_root"] = common.png_folder_for(root, x_train, y_train, x_test, y_test)
+    else:
+        data["x_train"] = torch.from_numpy(x_train).permute(0, 3, 1, 2).contiguous().to(device)
+        data["y_train"] = torch.from_numpy(y_train).to(device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    data_load_s = time.perf_counter() - t0
+    result.update({"data": str(args.data) if args.data else "default cache", "data_load_s": data_load_s,
+                   "n_train": len(x_train), "n_test": len(x_test)})
+
+    for seed in args.seeds:
+        result["runs"].append(train_one_seed(args, seed, data, device, data_load_s))
+        result["summary"] = common.summarize(result["runs"])
+        if args.out:
+            common.write_json(args.out, result)
+    print(common.results_table(result))
+    if args.out:
+        print(f"results written to {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Mixed precision: `with frost.autocast(frost.bfloat16):` runs matmuls and convolutions in bf16 (fp32 accumulate)."""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from frost.dtype import DType, float32, to_dtype
+
+_state = threading.local()
+
+
+def current() -> DType | None:
+    """The autocast dtype in force on this thread, or None."""
+    return getattr(_state, "dtype", None)
+
+
+class autocast(contextlib.ContextDecorator):
+    """Matmul, linear and conv2d cast float32 inputs to `dtype` (bf16 or fp16) and return `dtype` outputs.
+
+    Weights stay float32 (the master copy); the cast is recorded by autograd, so their gradients
+    arrive in float32. On the GPU the products run on tensor cores with fp32 accumulation; on the CPU
+    inputs are rounded to `dtype` and multiplied in fp32, which gives the same rounding of the operands.
+    """
+
+    def __init__(self, dtype=None, enabled: bool = True) -> None:
+        from frost.dtype import bfloat16
+        self.dtype = to_dtype(dtype) if dtype is not None else bfloat16
+        if self.dtype.name not in ("bfloat16", "float16"):
+            raise ValueError(f"autocast: dtype must be bfloat16 or float16, got {self.dtype!r}")
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.prev = current()
+        _state.dtype = self.dtype if self.enabled else None
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _state.dtype = self.prev
+        return False
+
+
+def cast_inputs(*tensors):
+    """Under autocast, float32 tensors become the autocast dtype (others pass through); else unchanged."""
+    dt = current()
+    if dt is None:
+        return tensors
+    from frost.ops.elementwise import cast
+    return tuple(cast(t, dt) if t is not None and t.dtype == float32 else t for t in tensors)

@@ -1,0 +1,4 @@
+"""Global backend switches, PyTorch-style: frost.backends.allow_tf32."""
+
+# TF32 tensor cores for float32 matmuls and convolutions on the GPU (as PyTorch does for convolutions).
+allow_tf32 = True

@@ -1,0 +1,317 @@
+"""Shared pieces of the benchmarks: the seed protocol, data arrays, statistics, environment facts, tables, JSON.
+
+Frost's `frost bench` and the PyTorch opponent in benchmarks/ both use these, so their JSON files share one
+schema that benchmarks/report.py reads.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+SCHEMA = "frost-bench/1"
+
+# The seed benchmark's protocol; both frameworks read it from here.
+PROTOCOL = {
+    "batch_size": 32,
+    "steps": 20000,
+    "lr": 1e-4,
+    "betas": [0.9, 0.98],
+    "eps": 1e-8,
+    "weight_decay": 0.01,
+    "scale": "uint8 / 255 (no normalization, no augmentation)",
+    "shuffle": "each epoch, drop_last",
+}
+
+# The seed's test loader used batch 32 with drop_last: 312 full batches = 9,984 images.
+SEED_TEST_IMAGES = 9984
+
+
+def default_data_dir() -> Path:
+    """Where `--data` points when not given: $FROST_CACHE/cifar10 or ~/.cache/frost/cifar10."""
+    root = os.environ.get("FROST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "frost")
+    return Path(root) / "cifar10"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0,1,2' -> [0, 1, 2]; '3' -> [3]."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 0,1,2, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("no seed given")
+    return seeds
+
+
+# ---------------------------------------------------------------- data
+
+
+def load_cifar10_arrays(root, train: bool, download: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """CIFAR-10 as (images uint8 (N, 32, 32, 3) HWC RGB, labels int64 (N,)), read by frost.data.CIFAR10.
+
+    Any layout the dataset class reads works (binary, python pickles, PNG folders, npz parts).
+    """
+    from frost.data import CIFAR10
+    ds = _make_cifar10(CIFAR10, root, train, download)
+    images, labels = _arrays_of(ds)
+    images = np.ascontiguousarray(images, dtype=np.uint8)
+    if images.ndim == 4 and images.shape[1] == 3 and images.shape[-1] != 3:
+        images = np.ascontiguousarray(images.transpose(0, 2, 3, 1))
+    if images.ndim != 4 or images.shape[1:] != (32, 32, 3):
+        raise RuntimeError(f"CIFAR10 at {root}: expected images of shape (N, 32, 32, 3), got {images.shape}")
+    return images, np.asarray(labels, dtype=np.int64).reshape(-1)
+
+
+def _make_cifar10(cls, root, train: bool, download: bool):
+    import inspect
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "download" in params:
+        return cls(str(root), train=train, download=download)
+    return cls(str(root), train=train)
+
+
+def _arrays_of(ds) -> tuple[np.ndarray, np.ndarray]:
+    """The whole dataset as arrays: from its attributes when it keeps them, else item by item."""
+    for xs, ys in (("data", "targets"), ("images", "labels"), ("x", "y")):
+        if hasattr(ds, xs) and hasattr(ds, ys):
+            return _host(getattr(ds, xs)), _host(getattr(ds, ys))
+    pairs = [ds[i] for i in range(len(ds))]
+    return np.stack([_host(p[0]) for p in pairs]), np.array([int(_host(p[1])) for p in pairs])
+
+
+def _host(a) -> np.ndarray:
+    if hasattr(a, "numpy") and not isinstance(a, np.ndarray):
+        return np.asarray(a.numpy())
+    return np.asarray(a)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; 0.0 for a single value)."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return float("nan"), float("nan")
+    m = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return m, 0.0
+    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
+
+
+SUMMARY_KEYS = ("acc_10k", "acc_9984", "train_time_s", "startup_s", "ms_per_step")
+
+
+def summarize(runs: Iterable[dict]) -> dict:
+    """{key: {"mean", "std", "n"}} over the per-seed runs, for every key in SUMMARY_KEYS they hold."""
+    runs = list(runs)
+    out = {}
+    for key in SUMMARY_KEYS:
+        vals = [r[key] for r in runs if r.get(key) is not None]
+        if vals:
+            m, s = mean_std(vals)
+            out[key] = {"mean": m, "std": s, "n": len(vals)}
+    return out
+
+
+# ---------------------------------------------------------------- environment
+
+
+def git_commit(start: Path | None = None) -> str | None:
+    """The checkout's commit hash, with '-dirty' when tracked files changed; None outside git."""
+    cwd = str(start or Path(__file__).resolve().parent)
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def versions(extra: dict | None = None) -> dict:
+    """Python, NumPy and (where importable without cost) CuPy/torch versions."""
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    try:
+        import frost
+        out["frost"] = frost.__version__
+    except Exception:
+        pass
+    for name in ("cupy", "torch"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            out[name] = getattr(mod, "__version__", "?")
+    out.update(extra or {})
+    return out
+
+
+def command_line() -> str:
+    """The command as typed (argv joined), for the results table."""
+    argv = list(sys.argv)
+    repo = Path(__file__).resolve().parents[2]
+    if argv and argv[0].endswith(("frost", "cli.py", "__main__.py")):
+        argv[0] = "frost"
+    elif argv and argv[0].endswith(".py"):
+        script = Path(argv[0]).resolve()
+        if script.is_relative_to(repo):  # as typed from the repository root, without this machine's paths
+            argv[0:1] = ["python", str(script.relative_to(repo))]
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+# ---------------------------------------------------------------- output
+
+
+class Stopwatch:
+    """Wall-clock timing that waits for the device first (pass a synchronize function for GPUs)."""
+
+    def __init__(self, synchronize=None) -> None:
+        self.synchronize = synchronize or (lambda: None)
+
+    def now(self) -> float:
+        self.synchronize()
+        return time.perf_counter()
+
+
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    """A plain-text table with aligned columns."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), sep] + [line(r) for r in rows])
+
+
+def results_table(result: dict) -> str:
+    """Per seed: accuracy over 10k and 9,984 images, train time, start-up; then mean +- std."""
+    header = ["seed", "acc 10k %", "acc 9984 %", "train s", "ms/step", "start-up s"]
+    rows = []
+    for r in result["runs"]:
+        rows.append([str(r["seed"]), f"{100 * r['acc_10k']:.2f}", f"{100 * r['acc_9984']:.2f}",
+                     f"{r['train_time_s']:.2f}", f"{r['ms_per_step']:.3f}", f"{r['startup_s']:.2f}"])
+    s = result["summary"]
+    if len(result["runs"]) > 1:
+        pm = lambda k, scale, fmt: f"{scale * s[k]['mean']:{fmt}} +- {scale * s[k]['std']:{fmt}}"  # noqa: E731
+        rows.append(["mean +- std", pm("acc_10k", 100, ".2f"), pm("acc_9984", 100, ".2f"),
+                     pm("train_time_s", 1, ".2f"), pm("ms_per_step", 1, ".3f"), pm("startup_s", 1, ".2f")])
+    title = (f"{result['framework']} {result['mode']} {result['precision']} on {result['device_name']} "
+             f"({result['protocol']['steps']} steps, batch {result['protocol']['batch_size']})")
+    return title + "\n" + format_table(rows, header)
+
+
+def write_json(path, result: dict) -> None:
+    """Write the result atomically (a temporary file, then a rename)."""
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def new_result(framework: str, mode: str, precision: str, device: str, device_name: str,
+               steps: int, seeds: list[int], extra_versions: dict | None = None) -> dict:
+    """The skeleton of a result file; `runs` and `summary` are filled as seeds finish."""
+    return {
+        "schema": SCHEMA,
+        "benchmark": "resnet-cifar10",
+        "framework": framework,
+        "mode": mode,
+        "precision": precision,
+        "device": device,
+        "device_name": device_name,
+        "host": platform.node(),
+        "cpu": cpu_name(),
+        "commit": git_commit(),
+        "command": command_line(),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": versions(extra_versions),
+        "protocol": dict(PROTOCOL, steps=steps),
+        "seeds": seeds,
+        "runs": [],
+        "summary": {},
+    }
+
+
+# ---------------------------------------------------------------- the seed's PNG layout
+
+CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+def is_png_folder(root) -> bool:
+    """True when `root` holds the PNG layout: train/<index>_<class>.png and test/<index>_<class>.png."""
+    root = Path(root)
+    return any((root / "train").glob("*.png")) and any((root / "test").glob("*.png"))
+
+
+def write_png_folder(dest, splits: dict) -> Path:
+    """Write {"train": (images, labels), "test": (...)} as dest/<split>/<index>_<class>.png (lossless).
+
+    A file COMPLETE marks a finished folder; an existing complete folder is reused as it is.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+    from PIL import Image
+    dest = Path(dest)
+    if (dest / "COMPLETE").exists():
+        return dest
+    for split, (images, labels) in splits.items():
+        (dest / split).mkdir(parents=True, exist_ok=True)
+
+        def save(i: int, images=images, labels=labels, split=split) -> None:
+            name = dest / split / f"{i}_{CLASSES[int(labels[i])]}.png"
+            Image.fromarray(np.asarray(images[i], dtype=np.uint8)).save(name)
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(save, range(len(images))))
+    (dest / "COMPLETE").write_text("written by frost.bench.common.write_png_folder\n")
+    return dest
+
+
+def png_folder_for(data_root, x_train, y_train, x_test, y_test) -> Path:
+    """The seed's PNG layout of this data: `data_root` itself when it is one, else a folder written once
+    next to the cache (named after data_root's path) from the given arrays."""
+    import hashlib
+    data_root = Path(data_root)
+    if is_png_folder(data_root):
+        return data_root
+    tag = hashlib.sha1(str(data_root.resolve()).encode()).hexdigest()[:10]
+    dest = default_data_dir().parent / f"cifar10-png-{tag}"
+    if not (dest / "COMPLETE").exists():
+        print(f"writing the PNG layout of {data_root} to {dest} (once)")
+    return write_png_folder(dest, {"train": (x_train, y_train), "test": (x_test, y_test)})
+
+
+def read_png_index(root, split: str) -> list[tuple[Path, int]]:
+    """(path, label) of every PNG in root/<split>, in index order."""
+    files = []
+    for path in (Path(root) / split).glob("*.png"):
+        index, _, name = path.stem.partition("_")
+        files.append((int(index), path, CLASSES.index(name)))
+    files.sort()
+    return [(p, label) for _, p, label in files]

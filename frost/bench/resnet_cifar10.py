@@ -1,0 +1,367 @@
+"""`frost bench resnet-cifar10`: the seed ResNet trained on CIFAR-10 with AdamW at batch 32, timed over seeds.
+
+The protocol is the seed benchmark's: images scaled to [0, 1] (no normalization, no augmentation),
+batch 32 shuffled each epoch with drop_last, AdamW(lr=1e-4, betas=(0.9, 0.98), eps=1e-8,
+weight_decay=0.01), then test accuracy over all 10,000 test images and over the first 9,984 (the seed's
+test loader dropped the last partial batch). Train time is the wall clock of the training steps after the
+warm-up steps; start-up is data loading, model build and the warm-up (or capture) steps.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from frost.bench import common
+
+LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that waited for data
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, default=None,
+                   help="CIFAR-10 folder in any layout frost.data.CIFAR10 reads "
+                        f"(default: {common.default_data_dir()}, downloaded when absent)")
+    p.add_argument("--steps", type=int, default=common.PROTOCOL["steps"], help="training steps (default 20000)")
+    p.add_argument("--seeds", type=common.parse_seeds, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--pipeline", choices=["resident", "loader"], default="resident",
+                   help="resident: the uint8 dataset held on the device; loader: frost.data.DataLoader threads")
+    p.add_argument("--workers", type=int, default=3, help="DataLoader worker threads (loader pipeline)")
+    p.add_argument("--jit", choices=["on", "off"], default="on",
+                   help="capture the step into a CUDA graph with frost.jit (cuda only; default on)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="training steps counted as start-up, not train time (default: 1, or 3 with jit)")
+    p.add_argument("--eval-batch", type=int, default=500, help="batch size for the test-set evaluation")
+    p.add_argument("--log-every", type=int, default=None,
+                   help="loss-curve sample interval in steps (default: steps // 200, at least 1)")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+# ---------------------------------------------------------------- set-up
+
+
+def _resolve_device(name: str | None) -> str:
+    from frost.backend import cuda
+    if name is None:
+        return "cuda" if cuda.is_available() else "cpu"
+    if name == "cuda" and not cuda.is_available():
+        raise SystemExit("frost bench: --device cuda but no GPU is visible (or CuPy is not installed)")
+    return name
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        from frost.backend import cuda
+        if hasattr(cuda, "device_name"):
+            return cuda.device_name(0)
+        props = cuda.cupy().cuda.runtime.getDeviceProperties(0)
+        return props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return common.cpu_name()
+
+
+def _synchronizer(device: str):
+    if device == "cuda":
+        from frost.backend import cuda
+        return cuda.synchronize
+    return None
+
+
+def _autocast(precision: str):
+    """A context manager for the forward pass: nothing for fp32, frost.autocast(bfloat16) for bf16."""
+    import contextlib
+    import frost
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    autocast = getattr(frost, "autocast", None)
+    if autocast is None or not callable(autocast):  # frost.autocast may be the module that holds it
+        try:
+            from frost.autocast import autocast
+        except ImportError:
+            raise SystemExit("frost bench: --precision bf16 needs frost.autocast, which this build lacks") from None
+    return autocast(frost.bfloat16)
+
+
+def _jit_wrapper(enabled: bool, device: str):
+    """frost.jit when asked for and on cuda; else None (eager)."""
+    if not enabled or device != "cuda":
+        return None
+    try:
+        from frost.jit import jit
+    except ImportError:
+        return None
+    return jit
+
+
+def ensure_data(root: Path | None) -> Path:
+    """The data folder: the given one, or the cache folder (downloading the official release when empty)."""
+    if root is not None:
+        if not Path(root).exists():
+            raise SystemExit(f"frost bench: --data {root} does not exist")
+        return Path(root)
+    root = common.default_data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def load_data(root: Path, device: str, pipeline: str) -> dict:
+    """Test arrays (uint8 NCHW, int64 labels) and, for the resident pipeline, the training arrays, on the device.
+
+    The loader pipeline reads the seed's PNG layout: `root` when it is one, else a PNG copy written once.
+    """
+    download = root == common.default_data_dir()
+    x_train, y_train = common.load_cifar10_arrays(root, train=True, download=download)
+    x_test, y_test = common.load_cifar10_arrays(root, train=False, download=download)
+    data = {"n_train": len(x_train), "n_test": len(x_test),
+            "x_test": np.ascontiguousarray(x_test.transpose(0, 3, 1, 2)), "y_test": y_test}
+    if pipeline == "resident":
+        data["x_train"] = np.ascontiguousarray(x_train.transpose(0, 3, 1, 2))
+        data["y_train"] = y_train
+    else:
+        data["png_root"] = common.png_folder_for(root, x_train, y_train, x_test, y_test)
+    if device == "cuda":
+        from frost import backend
+        dev = backend.Device("cuda")
+        for k in ("x_train", "y_train", "x_test", "y_test"):
+            if k in data:
+                data[k] = backend.to_device(data[k], dev)
+    return data
+
+
+def resident_batches(x, y, batch_size: int, device: str):
+    """Endless batches from device-resident uint8 arrays: a fresh permutation from frost's generator each epoch."""
+    import frost
+    from frost.tensor import Tensor
+    xp = np if device == "cpu" else frost.backend.xp_for(frost.backend.Device(device))
+    per_epoch = len(x) // batch_size
+    if per_epoch == 0:
+        raise SystemExit(f"frost bench: {len(x)} training images are fewer than one batch of {batch_size}")
+    while True:
+        perm = _permutation(len(x), device)
+        for b in range(per_epoch):
+            idx = perm[b * batch_size:(b + 1) * batch_size]
+            xb = x[idx].astype(xp.float32)
+            xb /= 255.0
+            yield Tensor(xb), Tensor(y[idx])
+
+
+def _permutation(n: int, device: str):
+    """A permutation of range(n) on the device, drawn from frost's generator (seeded by frost.manual_seed)."""
+    import frost
+    try:
+        return frost.randperm(n, device=device).data
+    except (AttributeError, NotImplementedError):  # a generator without permutation(): sort uniform draws
+        return frost.rand(n, device=device).data.argsort()
+
+
+def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict):
+    """Endless batches from frost.data.DataLoader: worker threads decode the seed's PNG files."""
+    from frost.data import DataLoader, ImageList
+    from frost.data.cifar import seed_png_files
+    files, labels = seed_png_files(Path(png_root) / "train")
+    loader = DataLoader(ImageList(files, labels), batch_size=batch_size, shuffle=True, drop_last=True,
+                        num_workers=workers, seed=seed, device=device)
+    while True:
+        it = iter(loader)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            waited = time.perf_counter() - t0
+            stats["wait_s"] += waited
+            stats["waited_steps"] += waited > LOADER_WAIT_THRESHOLD_S
+            stats["fetches"] += 1
+            yield _as_model_input(batch[0], device), _as_labels(batch[1], device)
+
+
+def _as_model_input(x, device: str):
+    """A C-contiguous float32 NCHW tensor in [0, 1] on the device, from a loader batch (uint8 or float, HWC or CHW)."""
+    import frost
+    from frost.tensor import Tensor
+    t = x if isinstance(x, Tensor) else Tensor(np.asarray(x))
+    if str(t.device).split(":")[0] != device:
+        t = t.to(device)
+    a, xp = t.data, t.xp
+    if a.ndim == 4 and a.shape[-1] == 3 and a.shape[1] != 3:
+        a = a.transpose(0, 3, 1, 2)
+    out = a.astype(xp.float32, order="C")  # always a copy: the loader reuses its batch buffers
+    if t.dtype == frost.uint8:
+        out /= 255.0
+    return Tensor(out)
+
+
+def _as_labels(y, device: str):
+    import frost
+    from frost.tensor import Tensor
+    t = y if isinstance(y, Tensor) else Tensor(np.asarray(y))
+    if str(t.device).split(":")[0] != device:
+        t = t.to(device)
+    return t if t.dtype == frost.int64 else t.to(frost.int64)
+
+
+# ---------------------------------------------------------------- one seed
+
+
+def build(seed: int, device: str):
+    """The seed ResNet and its AdamW, initialised from `seed`."""
+    import frost
+    from frost.models.resnet import cifar_resnet
+    from frost.optim import AdamW
+    frost.manual_seed(seed)
+    model = cifar_resnet(num_classes=10)
+    if device != "cpu":
+        model = model.to(device)
+    p = common.PROTOCOL
+    opt = AdamW(model.parameters(), lr=p["lr"], betas=tuple(p["betas"]), eps=p["eps"],
+                weight_decay=p["weight_decay"])
+    return model, opt
+
+
+def make_step(model, opt, precision: str, jit):
+    """The training step (forward, loss, backward, AdamW) as one function, captured by frost.jit if given."""
+    import frost.nn.functional as F
+
+    def step(x, y):
+        with _autocast(precision):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float() if logits.dtype.name != "float32" else logits, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return jit(step) if jit is not None else step
+
+
+def evaluate(model, x_test, y_test, batch: int, precision: str) -> tuple[float, float]:
+    """Accuracy over all test images and over the first 9,984 (the seed's drop_last test loader)."""
+    import frost
+    from frost.tensor import Tensor
+    model.eval()
+    preds = []
+    with frost.no_grad(), _autocast(precision):
+        for i in range(0, len(x_test), batch):
+            xb = x_test[i:i + batch].astype("float32")
+            xb /= 255.0
+            preds.append(model(Tensor(xb)).argmax(dim=1).numpy())
+    model.train()
+    pred = np.concatenate(preds)
+    labels = np.asarray(frost.Tensor(y_test).numpy())
+    correct = pred == labels
+    n = min(common.SEED_TEST_IMAGES, len(correct))
+    return float(correct.mean()), float(correct[:n].mean())
+
+
+def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float) -> dict:
+    """Train one seed: start-up (build + warm-up steps), timed steps, evaluation. Returns the run's record."""
+    from tqdm import tqdm
+    sw = common.Stopwatch(_synchronizer(device))
+    t_start = sw.now()
+    jit = _jit_wrapper(args.jit == "on", device)
+    warmup = args.warmup_steps if args.warmup_steps is not None else (3 if jit is not None else 1)
+    warmup = max(0, min(warmup, args.steps))
+    log_every = args.log_every or max(1, args.steps // 200)
+    batch_size = common.PROTOCOL["batch_size"]
+
+    model, opt = build(seed, device)
+    step = make_step(model, opt, args.precision, jit)
+    stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
+    if args.pipeline == "resident":
+        batches = resident_batches(data["x_train"], data["y_train"], batch_size, device)
+    else:
+        batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats)
+
+    curve: list[list[float]] = []
+    bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
+
+    def log(i: int, loss, t_begin: float) -> None:
+        value = float(loss.item())
+        curve.append([i + 1, value])
+        bar.update(i + 1 - bar.n)
+        elapsed = time.perf_counter() - t_begin
+        done = i + 1 - warmup
+        rate = done * batch_size / elapsed if elapsed > 0 and done > 0 else 0.0
+        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}")
+
+    for i in range(warmup):
+        loss = step(*next(batches))
+        if i % log_every == 0 or i == args.steps - 1:
+            log(i, loss, time.perf_counter())
+    t_timed = sw.now()
+    startup_s = t_timed - t_start
+    wait_before = (stats["wait_s"], stats["waited_steps"], stats["fetches"])
+    for i in range(warmup, args.steps):
+        loss = step(*next(batches))
+        if i % log_every == 0 or i == args.steps - 1:
+            log(i, loss, t_timed)
+    t_end = sw.now()
+    bar.close()
+
+    train_s = t_end - t_timed
+    timed = args.steps - warmup
+    acc_10k, acc_9984 = evaluate(model, data["x_test"], data["y_test"], args.eval_batch, args.precision)
+    run = {
+        "seed": seed,
+        "acc_10k": acc_10k,
+        "acc_9984": acc_9984,
+        "train_time_s": train_s,
+        "steps_timed": timed,
+        "warmup_steps": warmup,
+        "ms_per_step": 1000 * train_s / timed if timed else None,
+        "images_per_s": timed * batch_size / train_s if timed and train_s > 0 else None,
+        "startup_s": data_load_s + startup_s,
+        "setup_s": startup_s,
+        "data_load_s": data_load_s,
+        "final_loss": curve[-1][1] if curve else None,
+        "loss_every": log_every,
+        "loss_curve": curve,
+        "jit": jit is not None,
+    }
+    if args.pipeline == "loader":
+        fetches = stats["fetches"] - wait_before[2]
+        run["data_wait_s"] = stats["wait_s"] - wait_before[0]
+        run["waited_share"] = (stats["waited_steps"] - wait_before[1]) / fetches if fetches else None
+        run["wait_threshold_s"] = LOADER_WAIT_THRESHOLD_S
+    return run
+
+
+# ---------------------------------------------------------------- the command
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Run the benchmark for every seed; print the table; write JSON when --out is given. Returns the result."""
+    if args.steps < 1:
+        raise SystemExit("frost bench: --steps must be at least 1")
+    device = _resolve_device(args.device)
+    if args.precision == "bf16":
+        _autocast("bf16")  # fail early with a clear message when autocast is missing
+    jit_on = _jit_wrapper(args.jit == "on", device) is not None
+    mode = args.pipeline + ("-jit" if jit_on else "-eager")
+    result = common.new_result("frost", mode, args.precision, device, _device_name(device), args.steps, args.seeds)
+    result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
+                   "jit": jit_on, "eval_batch": args.eval_batch})
+    if device == "cuda":
+        from frost.backend import cuda
+        result["versions"]["cupy"] = cuda.cupy().__version__
+
+    t0 = time.perf_counter()
+    root = ensure_data(args.data)
+    data = load_data(root, device, args.pipeline)
+    data_load_s = time.perf_counter() - t0
+    result.update({"data": str(args.data) if args.data else "default cache", "data_load_s": data_load_s,
+                   "n_train": data["n_train"], "n_test": data["n_test"]})
+
+    for seed in args.seeds:
+        result["runs"].append(train_one_seed(args, seed, data, device, data_load_s))
+        result["summary"] = common.summarize(result["runs"])
+        if args.out:
+            common.write_json(args.out, result)  # partial results survive an interrupted run
+    print(common.results_table(result))
+    if args.out:
+        print(f"results written to {args.out}")
+    return result

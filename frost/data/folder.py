@@ -1,0 +1,64 @@
+"""Image files as datasets: ImageList (paths + labels, decoded per item) and ImageFolder (a folder per class)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from frost.data.dataset import Dataset
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+
+
+def decode_image(path: str | os.PathLike) -> np.ndarray:
+    """Decode a PNG or JPEG file to a uint8 RGB array (H, W, 3); a broken file raises naming it."""
+    from PIL import Image
+    try:
+        with Image.open(path) as img:
+            if img.mode != "RGB":
+                img = img.convert("RGB")
+            return np.array(img)  # writable; Pillow decodes with the GIL released
+    except Exception as e:  # noqa: BLE001 - Pillow raises several kinds
+        raise RuntimeError(f"decode_image: cannot decode {os.fspath(path)}: {type(e).__name__}: {e}") from e
+
+
+class ImageList(Dataset):
+    """Image files with integer labels, decoded when an item is asked for: (image HWC uint8, label)."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike], targets: Sequence[int],
+                 transform: Callable | None = None) -> None:
+        if len(paths) != len(targets):
+            raise ValueError(f"ImageList: {len(paths)} paths but {len(targets)} targets")
+        self.paths = [os.fspath(p) for p in paths]
+        self.targets = np.asarray(targets, dtype=np.int64)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.int64]:
+        image = decode_image(self.paths[index])
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, self.targets[index]
+
+
+class ImageFolder(ImageList):
+    """root/<class>/<image>.png|jpg|jpeg: classes are the sorted folder names, labels their positions."""
+
+    def __init__(self, root: str | os.PathLike, transform: Callable | None = None) -> None:
+        root = Path(root)
+        if not root.is_dir():
+            raise FileNotFoundError(f"ImageFolder: {root} is not a folder")
+        self.root = root
+        self.classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+        if not self.classes:
+            raise FileNotFoundError(f"ImageFolder: {root} has no class folders")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples = [(str(f), self.class_to_idx[c]) for c in self.classes
+                        for f in sorted((root / c).iterdir()) if f.suffix.lower() in IMAGE_EXTENSIONS]
+        if not self.samples:
+            raise FileNotFoundError(f"ImageFolder: no {'/'.join(IMAGE_EXTENSIONS)} files under {root}")
+        super().__init__([p for p, _ in self.samples], [t for _, t in self.samples], transform)

@@ -1,0 +1,160 @@
+"""CPU image transforms on uint8 HWC images or NHWC batches, with random draws made explicit.
+
+Every random transform separates *drawing* its parameters (from an explicit numpy Generator)
+from *applying* them (a pure function of the image and the draws). A GPU twin of these
+transforms takes the same draw arrays and must reproduce `augment(...)` bit for bit:
+
+    oy, ox = RandomCrop(32, padding=4).draw(n, rng)
+    flips = RandomHorizontalFlip().draw(n, rng)
+    x = augment(batch_uint8, oy, ox, flips, size=32, padding=4, mean=MEAN, std=STD)
+
+The float math is fixed so that it can be matched exactly: in float32,
+`y = float32(x) / 255`, then `(y - mean) / std` per channel (mean, std as float32).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["ToFloat", "Normalize", "RandomCrop", "RandomHorizontalFlip", "Compose",
+           "crop", "hflip", "to_float", "normalize", "augment"]
+
+
+def _generator(rng: np.random.Generator | None) -> np.random.Generator:
+    if rng is not None:
+        return rng
+    from frost.backend import cpu
+    return cpu.generator()  # seeded by frost.manual_seed
+
+
+def _as_batch(x: np.ndarray, what: str) -> tuple[np.ndarray, bool]:
+    """x as NHWC, and whether it was a single HWC image."""
+    if x.ndim == 3:
+        return x[None], True
+    if x.ndim == 4:
+        return x, False
+    raise ValueError(f"{what}: expected an HWC image or an NHWC batch, got shape {x.shape}")
+
+
+# ---------------------------------------------------------------- pure functions of the draws
+def crop(batch: np.ndarray, offsets_y: np.ndarray, offsets_x: np.ndarray, size: int | tuple[int, int],
+         padding: int = 0) -> np.ndarray:
+    """Zero-pad each NHWC image by `padding` and cut a size window at (offsets_y[i], offsets_x[i])."""
+    x, single = _as_batch(np.asarray(batch), "crop")
+    th, tw = (size, size) if isinstance(size, int) else size
+    n, h, w = x.shape[:3]
+    oy, ox = np.asarray(offsets_y, np.int64).reshape(-1), np.asarray(offsets_x, np.int64).reshape(-1)
+    if len(oy) != n or len(ox) != n:
+        raise ValueError(f"crop: {n} images but {len(oy)} y offsets and {len(ox)} x offsets")
+    if (oy < 0).any() or (ox < 0).any() or (oy > h + 2 * padding - th).any() or (ox > w + 2 * padding - tw).any():
+        raise ValueError(f"crop: offsets out of range for {h}x{w} images padded by {padding} and a {th}x{tw} window")
+    if padding:
+        x = np.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    rows = oy[:, None] + np.arange(th)
+    cols = ox[:, None] + np.arange(tw)
+    out = x[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
+    return out[0] if single else out
+
+
+def hflip(batch: np.ndarray, flips: np.ndarray) -> np.ndarray:
+    """Mirror left-right the NHWC images i where flips[i] is true."""
+    x, single = _as_batch(np.asarray(batch), "hflip")
+    flips = np.asarray(flips, bool).reshape(-1)
+    if len(flips) != len(x):
+        raise ValueError(f"hflip: {len(x)} images but {len(flips)} flip flags")
+    out = np.where(flips[:, None, None, None], x[:, :, ::-1], x)
+    return out[0] if single else out
+
+
+def to_float(x: np.ndarray) -> np.ndarray:
+    """uint8 in 0..255 to float32 in [0, 1] (exactly float32(x) / 255)."""
+    x = np.asarray(x)
+    if x.dtype != np.uint8:
+        raise TypeError(f"to_float: expected uint8 pixels, got {x.dtype}")
+    return x.astype(np.float32) / np.float32(255)
+
+
+def normalize(x: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """(x - mean) / std over the last (channel) axis, in float32."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float32)
+    mean32, std32 = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+    if mean32.shape not in ((), (x.shape[-1],)) or std32.shape != mean32.shape:
+        raise ValueError(f"normalize: mean {mean32.shape} and std {std32.shape} do not fit {x.shape[-1]} channels")
+    return ((x - mean32) / std32).astype(np.float32, copy=False)
+
+
+def augment(batch: np.ndarray, offsets_y: np.ndarray, offsets_x: np.ndarray, flips: np.ndarray, size: int,
+            padding: int, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """The fused reference: pad-crop, flip, to float, normalize a uint8 NHWC batch (the GPU twin's oracle)."""
+    return normalize(to_float(hflip(crop(batch, offsets_y, offsets_x, size, padding), flips)), mean, std)
+
+
+# ---------------------------------------------------------------- transform objects
+class ToFloat:
+    """uint8 -> float32 in [0, 1]."""
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return to_float(x)
+
+
+class Normalize:
+    """(x - mean) / std per channel (channels last)."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.mean, self.std = mean, std
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return normalize(x, self.mean, self.std)
+
+
+class RandomCrop:
+    """Zero-pad by `padding`, then cut a random size x size window (one draw per image)."""
+
+    def __init__(self, size: int | tuple[int, int], padding: int = 0, rng: np.random.Generator | None = None) -> None:
+        self.size = (size, size) if isinstance(size, int) else tuple(size)
+        self.padding, self.rng = padding, rng
+
+    def draw(self, n: int, rng: np.random.Generator | None = None, image_hw: tuple[int, int] | None = None):
+        """Offsets (y, x) for n images of image_hw (default: the crop size, as in CIFAR's 32 -> pad 4 -> 32)."""
+        h, w = image_hw or self.size
+        rng = _generator(rng or self.rng)
+        oy = rng.integers(0, h + 2 * self.padding - self.size[0] + 1, size=n)
+        ox = rng.integers(0, w + 2 * self.padding - self.size[1] + 1, size=n)
+        return oy, ox
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        batch, _ = _as_batch(np.asarray(x), "RandomCrop")
+        oy, ox = self.draw(len(batch), image_hw=batch.shape[1:3])
+        return crop(x, oy, ox, self.size, self.padding)
+
+
+class RandomHorizontalFlip:
+    """Mirror each image left-right with probability p."""
+
+    def __init__(self, p: float = 0.5, rng: np.random.Generator | None = None) -> None:
+        self.p, self.rng = p, rng
+
+    def draw(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        return _generator(rng or self.rng).random(n) < self.p
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        batch, _ = _as_batch(np.asarray(x), "RandomHorizontalFlip")
+        return hflip(x, self.draw(len(batch)))
+
+
+class Compose:
+    """Apply transforms in order."""
+
+    def __init__(self, transforms: Sequence[Callable]) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, x):
+        for t in self.transforms:
+            x = t(x)
+        return x
+
+    def __repr__(self) -> str:
+        return "Compose(" + ", ".join(type(t).__name__ for t in self.transforms) + ")"

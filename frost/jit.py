@@ -1,0 +1,153 @@
+"""Whole-step CUDA-graph capture: `frost.jit(step)` runs a training step eagerly twice, then captures and replays it.
+
+Python runs the step once more while CUDA records every kernel into a graph; later calls copy their
+inputs into static buffers and replay the graph, so the host does almost nothing per step. Memory used
+inside the graph comes from a private CuPy pool kept alive with the graph, so nothing outside can
+reuse (and clobber) it between replays. On the CPU, jit simply calls the function.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from frost import tensor as tensor_module
+from frost.tensor import Tensor
+
+
+class HostSyncInCaptureError(RuntimeError):
+    """A captured step asked the host for a value (.item(), .numpy(), ...), which a CUDA graph cannot do."""
+
+
+def _flatten(obj, out: list) -> None:
+    if isinstance(obj, Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            _flatten(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _flatten(o, out)
+
+
+def _signature(args, kwargs) -> tuple:
+    """Cache key: shapes/dtypes/devices of tensor arguments, values of everything else."""
+    def sig(o):
+        if isinstance(o, Tensor):
+            return ("T", o.shape, o.dtype.name, str(o.device))
+        if isinstance(o, (list, tuple)):
+            return tuple(sig(x) for x in o)
+        if isinstance(o, dict):
+            return tuple((k, sig(v)) for k, v in sorted(o.items()))
+        return ("V", o if isinstance(o, (int, float, str, bool, type(None))) else id(o))
+    return sig(args), sig(kwargs)
+
+
+def _replace_tensors(obj, fn):
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, list):
+        return [_replace_tensors(o, fn) for o in obj]
+    if isinstance(obj, tuple):
+        return tuple(_replace_tensors(o, fn) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _replace_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
+class _Captured:
+    """One captured graph: its static inputs, outputs, private memory pool and the graph itself."""
+
+    def __init__(self) -> None:
+        self.eager_calls = 0
+        self.graph = None
+        self.static_inputs: list[Tensor] = []
+        self.output: Any = None
+        self.pool = None
+        self.stream = None
+
+
+class Jitted:
+    """A step function that is captured into a CUDA graph after `warmup` eager calls (per input signature)."""
+
+    def __init__(self, fn: Callable, warmup: int = 2) -> None:
+        self.fn = fn
+        self.warmup = warmup
+        self.captures: dict = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        tensors: list[Tensor] = []
+        _flatten((args, kwargs), tensors)
+        if not tensors or any(t.device.type != "cuda" for t in tensors):
+            return self.fn(*args, **kwargs)
+        entry = self.captures.setdefault(_signature(args, kwargs), _Captured())
+        if entry.graph is None:
+            if entry.eager_calls < self.warmup:
+                entry.eager_calls += 1
+                return self.fn(*args, **kwargs)
+            self._capture(entry, args, kwargs)
+        from frost.backend import cuda
+        current = cuda.current_stream()
+        for static, t in zip(entry.static_inputs, tensors):
+            static.data[...] = t.data  # an asynchronous device-to-device copy on the current stream
+        # the graph runs on its own capture stream, ordered after the copies and before later work
+        entry.stream.wait_event(current.record())
+        entry.graph.launch(entry.stream)
+        current.wait_event(entry.stream.record())
+        return entry.output
+
+    def _capture(self, entry: _Captured, args, kwargs) -> None:
+        from frost.backend import cuda
+        cp = cuda.cupy()
+        entry.pool = cp.cuda.MemoryPool()
+        entry.stream = cp.cuda.Stream(non_blocking=True)  # capture cannot happen on the legacy default stream
+        cp.cuda.get_current_stream().synchronize()
+        with cp.cuda.using_allocator(entry.pool.malloc), entry.stream:
+            statics = []
+
+            def make_static(t: Tensor) -> Tensor:
+                s = Tensor(t.data.copy())
+                s.requires_grad = t.requires_grad
+                statics.append(s)
+                return s
+            s_args = _replace_tensors(args, make_static)
+            s_kwargs = _replace_tensors(kwargs, make_static)
+            entry.stream.synchronize()
+            previous_hook = tensor_module._host_sync_hook
+            tensor_module._host_sync_hook = _refuse_host_sync
+            try:
+                entry.stream.begin_capture()
+                try:
+                    out = self.fn(*s_args, **s_kwargs)
+                finally:
+                    graph = entry.stream.end_capture()
+            except HostSyncInCaptureError:
+                raise
+            except Exception as e:
+                if "capture" in str(e).lower() or "stream" in str(e).lower():
+                    raise RuntimeError(f"frost.jit: the step could not be captured into a CUDA graph: {e}. "
+                                       f"A captured step must not synchronize with the host (no .item(), "
+                                       f".numpy(), printing tensors, or Python branches on tensor values).") from e
+                raise
+            finally:
+                tensor_module._host_sync_hook = previous_hook
+        entry.graph, entry.static_inputs, entry.output = graph, statics, out
+
+
+def _refuse_host_sync(what: str) -> None:
+    raise HostSyncInCaptureError(f"frost.jit: {what} was called while the step is being captured into a CUDA "
+                                 f"graph; a captured step cannot read values back to the host. Return the tensor "
+                                 f"from the step and read it after the call instead.")
+
+
+def jit(fn: Callable | None = None, *, warmup: int = 2):
+    """Capture a training step into a CUDA graph: `step = frost.jit(step)` or `@frost.jit`.
+
+    The first `warmup` calls per input signature run eagerly (allocating gradients, optimizer state and
+    cuDNN plans); the next call captures, and every later call copies its tensor inputs into static
+    buffers and replays. Returned tensors stay valid until the next call. A new input shape captures a
+    new graph. On the CPU the function is simply called.
+    """
+    if fn is None:
+        return lambda f: Jitted(f, warmup)
+    return Jitted(fn, warmup)

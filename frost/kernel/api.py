@@ -1,0 +1,423 @@
+"""`@kernel`, `@kernel.device` and `cuda_source`: specialization, compilation, GPU launch and simulation."""
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+
+import numpy as np
+
+from frost.kernel import cgen, compile as kcompile, simulate
+from frost.kernel.frontend import Checker, KernelError, Source
+from frost.kernel.types import ArrayType, ConstType, Scalar, bf16, f16
+
+
+class DeviceFunction:
+    """A function callable from kernels, written in the kernel language; checked per argument types."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self._src = None
+
+    @property
+    def src(self) -> Source:
+        if self._src is None:
+            self._src = Source(self.fn)
+        return self._src
+
+    def check(self, arg_types, cache: dict, node_err, values=None):
+        fdef = self.src.tree
+        n = len(fdef.args.args)
+        if n != len(arg_types):
+            raise node_err(f"{self.__name__}() takes {n} arguments, got {len(arg_types)}")
+        values = values or [None] * n
+        probe = Checker(self.src, self.__name__, False, {}, cache)
+        given, consts = [], {}
+        for arg, t, v in zip(fdef.args.args, arg_types, values):
+            want = probe._annotation(arg.annotation, arg) if arg.annotation is not None else None
+            if isinstance(want, ConstType):
+                if v is None:
+                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is a Const; pass a compile-time "
+                                   f"constant")
+                consts[arg.arg] = v
+                given.append(None)
+            elif isinstance(want, ArrayType):
+                if not isinstance(t, ArrayType) or (t.elem, t.ndim) != (want.elem, want.ndim):
+                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is {want}, got {t}")
+                given.append(t)
+            elif isinstance(want, Scalar):
+                if isinstance(t, ArrayType):
+                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is {want}, got {t}")
+                given.append(want)
+            else:
+                given.append(t)
+        key = (id(self), tuple(t.key() if isinstance(t, ArrayType) else getattr(t, "name", None) for t in given),
+               tuple(sorted(consts.items())))
+        hit = cache.get(key)
+        if hit == "busy":
+            raise node_err(f"device function {self.__name__} calls itself; recursion is not supported")
+        if hit is not None:
+            return hit
+        cache[key] = "busy"
+        cname = f"{self.__name__}_{sum(1 for v in cache.values() if v != 'busy')}"
+        checked = Checker(self.src, cname, False, consts, cache).check(given)
+        del cache[key]
+        cache[key] = checked
+        return checked
+
+    def __call__(self, *args):
+        raise RuntimeError(f"{self.__name__} is a @kernel.device function: call it from inside a kernel")
+
+
+class Spec:
+    """One specialization of a kernel (one set of compile-time constants): checked code, C++ and simulator."""
+
+    def __init__(self, kernel: "Kernel", consts: dict) -> None:
+        self.consts = consts
+        cache: dict = {}
+        self.checked = Checker(kernel.src, kernel.__name__, True, consts, cache).check()
+        self.devices = [v for v in cache.values() if v != "busy"]
+        self.source = cgen.module_source(self.checked, self.devices)
+        self._sim = None
+        self._cubins: dict = {}
+        self._functions: dict = {}
+
+    @property
+    def sim(self):
+        if self._sim is None:
+            self._sim = simulate.build(self.checked, self.devices)
+        return self._sim
+
+    def cubin(self, arch: str) -> bytes:
+        if arch not in self._cubins:
+            self._cubins[arch] = kcompile.compile_cubin(self.source, self.checked.cname, arch, consts=self.consts)
+        return self._cubins[arch]
+
+
+def _launch_config(cfg, what):
+    if not isinstance(cfg, tuple) or not 2 <= len(cfg) <= 4:
+        raise TypeError(f"{what}: launch as k[grid, block] or k[grid, block, smem_bytes, stream], got {cfg!r}")
+    grid, block = _dim3(cfg[0], "grid", what), _dim3(cfg[1], "block", what)
+    smem = int(cfg[2]) if len(cfg) > 2 and cfg[2] is not None else 0
+    stream = cfg[3] if len(cfg) > 3 else None
+    return grid, block, smem, stream
+
+
+def _dim3(v, what, name):
+    if isinstance(v, (int, np.integer)):
+        v = (int(v),)
+    v = tuple(int(x) for x in v)
+    if not 1 <= len(v) <= 3 or any(x < 1 for x in v):
+        raise ValueError(f"{name}: {what} must be 1 to 3 positive sizes, got {v}")
+    return v + (1,) * (3 - len(v))
+
+
+class Kernel:
+    """A GPU kernel written in Python: `k[grid, block](*args)`, `k.simulate[grid, block](*args)`, `k.source`."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.src = Source(fn)
+        self._specs: dict = {}
+        self.params = []  # (name, type or ConstType)
+        probe = Checker(self.src, fn.__name__, True, {}, {})
+        for arg in self.src.tree.args.args:
+            if arg.annotation is None:
+                raise self.src.error(arg, f"kernel parameter {arg.arg!r} needs a type annotation")
+            self.params.append((arg.arg, probe._annotation(arg.annotation, arg)))
+        defaults = fn.__defaults__ or ()
+        self.defaults = dict(zip([a.arg for a in self.src.tree.args.args][-len(defaults):], defaults)) \
+            if defaults else {}
+
+    # -- specializations -----------------------------------------------------------------------------
+    def const_names(self):
+        return [n for n, t in self.params if isinstance(t, ConstType)]
+
+    def specialize(self, **consts) -> Spec:
+        names = self.const_names()
+        full = {}
+        for n in names:
+            if n in consts:
+                full[n] = consts[n]
+            elif n in self.defaults:
+                full[n] = self.defaults[n]
+            else:
+                raise TypeError(f"{self.__name__}: compile-time constant {n!r} needs a value")
+        extra = set(consts) - set(names)
+        if extra:
+            raise TypeError(f"{self.__name__}: {sorted(extra)} are not Const parameters (those are {names})")
+        key = tuple(sorted(full.items()))
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = Spec(self, full)
+            if os.environ.get("FROST_KERNEL_DEBUG") == "1":
+                print(spec.source, file=sys.stderr)
+        return spec
+
+    @property
+    def source(self) -> str:
+        """The generated CUDA C++ (for a kernel with Const parameters: use source_for(**consts))."""
+        return self.specialize().source
+
+    def source_for(self, **consts) -> str:
+        return self.specialize(**consts).source
+
+    def compile(self, arch: str = "sm_90", **consts) -> bytes:
+        """The cubin for `arch` (compiled by NVRTC or read from the disk cache), without launching."""
+        return self.specialize(**consts).cubin(arch)
+
+    # -- launch ------------------------------------------------------------------------------------------
+    def _split_args(self, args, kwargs):
+        """Bind launch arguments to parameters: Const values pick the specialization, the rest are passed."""
+        names = [n for n, _ in self.params]
+        if len(args) > len(names):
+            raise TypeError(f"{self.__name__}() takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"{self.__name__}(): no parameter named {k!r}")
+            if k in values:
+                raise TypeError(f"{self.__name__}(): argument {k!r} given twice")
+            values[k] = v
+        missing = [n for n in names if n not in values and n not in self.defaults]
+        if missing:
+            raise TypeError(f"{self.__name__}() takes {len(names)} arguments ({', '.join(names)}), "
+                            f"got {len(args) + len(kwargs)}: missing {', '.join(missing)}")
+        consts, runtime = {}, []
+        for n, t in self.params:
+            v = values[n] if n in values else self.defaults[n]
+            if isinstance(t, ConstType):
+                consts[n] = v
+            else:
+                runtime.append((n, t, v))
+        return consts, runtime
+
+    def __getitem__(self, cfg):
+        grid, block, smem, stream = _launch_config(cfg, self.__name__)
+
+        def launch(*args, **kwargs):
+            consts, runtime = self._split_args(args, kwargs)
+            spec = self.specialize(**consts)
+            _gpu_launch(spec.cubin_for_device, spec.checked.cname, grid, block, smem, stream,
+                        _gpu_args(self.__name__, runtime), spec)
+        return launch
+
+    @property
+    def simulate(self):
+        return _Simulator(self)
+
+    def __repr__(self) -> str:
+        return f"<frost.kernel {self.__name__}>"
+
+
+class _Simulator:
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, cfg):
+        k = self.kernel
+        grid, block, smem, _ = _launch_config(cfg, k.__name__)
+
+        def run(*args, **kwargs):
+            consts, runtime = k._split_args(args, kwargs)
+            spec = k.specialize(**consts)
+            fn = spec.sim
+            sim_args = [_sim_arg(k.__name__, n, t, v) for n, t, v in runtime]
+            simulate.run(k.__name__, fn, spec.checked.has_yield, grid, block, sim_args, smem)
+        return run
+
+
+def _host_array(v):
+    data = getattr(v, "data", v) if not isinstance(v, np.ndarray) else v
+    return data
+
+
+def _sim_arg(kname, name, t, v):
+    if isinstance(t, ArrayType):
+        a = _host_array(v)
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{kname}: argument {name!r} must be a NumPy array (or CPU tensor) for the simulator, "
+                            f"got {type(v).__name__}")
+        if a.dtype != t.elem.np:
+            raise TypeError(f"{kname}: argument {name!r} is {t} but got an array of dtype {a.dtype}")
+        if t.ndim == 1:
+            if not a.flags.c_contiguous:
+                raise TypeError(f"{kname}: argument {name!r} ({t}) must be contiguous")
+            return simulate.SimArray(a.reshape(-1), name)
+        if a.ndim != 2:
+            raise TypeError(f"{kname}: argument {name!r} is {t} but got a {a.ndim}-D array")
+        return simulate.SimArray(a, name)
+    if isinstance(v, (np.ndarray,)) or hasattr(v, "shape") and getattr(v, "shape", ()) != ():
+        raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got an array")
+    if not isinstance(v, (int, float, bool, np.generic)):
+        raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got {type(v).__name__}")
+    return np.asarray(v).astype(t.np)[()]
+
+
+def _gpu_args(kname, runtime):
+    """Kernel arguments as CuPy expects them: pointers and sizes as NumPy scalars, in signature order."""
+    import cupy
+    out = []
+    for name, t, v in runtime:
+        if isinstance(t, ArrayType):
+            a = getattr(v, "data", v) if not isinstance(v, cupy.ndarray) else v
+            if not isinstance(a, cupy.ndarray):
+                raise TypeError(f"{kname}: argument {name!r} ({t}) must be a CUDA tensor or CuPy array, "
+                                f"got {type(v).__name__}")
+            raw16 = t.elem in (bf16, f16) and a.dtype == np.uint16  # 16-bit floats as raw bits
+            if a.dtype != t.elem.np and not raw16:
+                raise TypeError(f"{kname}: argument {name!r} is {t} but got an array of dtype {a.dtype}")
+            ptr = np.uint64(a.data.ptr)
+            if t.ndim == 1:
+                if not a.flags.c_contiguous:
+                    raise TypeError(f"{kname}: argument {name!r} ({t}) must be contiguous")
+                out += [ptr, np.int64(a.size)]
+            else:
+                if a.ndim != 2:
+                    raise TypeError(f"{kname}: argument {name!r} is {t} but got a {a.ndim}-D array")
+                item = a.dtype.itemsize
+                out += [ptr, np.int64(a.shape[0]), np.int64(a.shape[1]), np.int64(a.strides[0] // item),
+                        np.int64(a.strides[1] // item)]
+        else:
+            if hasattr(v, "shape") and getattr(v, "shape", ()) != ():
+                raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got an array")
+            if not isinstance(v, (int, float, bool, np.generic)):
+                raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got {type(v).__name__}")
+            s = np.asarray(v).astype(t.np)[()]
+            if t in (bf16, f16):
+                s = np.asarray(s).view(np.uint16)[()]
+            out.append(s)
+    return out
+
+
+_modules: dict = {}
+_smem_opt_in: dict = {}
+
+
+def _load_function(cubin: bytes, name: str):
+    import cupy
+    key = (cupy.cuda.Device().id, hash(cubin), name)
+    fn = _modules.get(key)
+    if fn is None:
+        mod = cupy.cuda.function.Module()
+        mod.load(cubin)
+        fn = mod.get_function(name)
+        _modules[key] = (mod, fn)
+        return fn
+    return fn[1]
+
+
+def _gpu_launch(get_cubin, name, grid, block, smem, stream, args, spec=None):
+    import cupy
+    cubin = get_cubin()
+    fn = _load_function(cubin, name)
+    if smem > _smem_opt_in.get(id(fn), 48 * 1024):  # above 48 KiB needs the function's opt-in
+        fn.max_dynamic_shared_size_bytes = smem
+        _smem_opt_in[id(fn)] = smem
+    stream = stream if stream is not None else cupy.cuda.get_current_stream()
+    fn(grid, block, tuple(args), shared_mem=smem, stream=stream)
+
+
+def _spec_cubin_for_device(self):
+    return self.cubin(kcompile.default_arch())
+
+
+Spec.cubin_for_device = _spec_cubin_for_device
+
+
+# -- existing CUDA C++ -------------------------------------------------------------------------------------
+class CudaSource:
+    """An existing CUDA C++ kernel, launched like a Frost kernel: `k[grid, block](*args)`."""
+
+    def __init__(self, code: str, name: str, options=()) -> None:
+        self.code, self.__name__, self.options = code, name, tuple(options)
+        self._cubins: dict = {}
+        self.params = _c_params(code, name)
+
+    @property
+    def source(self) -> str:
+        return self.code
+
+    def compile(self, arch: str = "sm_90") -> bytes:
+        if arch not in self._cubins:
+            self._cubins[arch] = kcompile.compile_cubin(self.code, self.__name__, arch, self.options)
+        return self._cubins[arch]
+
+    def __getitem__(self, cfg):
+        grid, block, smem, stream = _launch_config(cfg, self.__name__)
+
+        def launch(*args):
+            conv = _c_args(self.__name__, self.params, args)
+            _gpu_launch(lambda: self.compile(kcompile.default_arch()), self.__name__, grid, block, smem, stream,
+                        conv)
+        return launch
+
+
+C_SCALARS = {"float": np.float32, "double": np.float64, "int": np.int32, "unsigned": np.uint32,
+             "unsigned int": np.uint32, "long long": np.int64, "long long int": np.int64, "int64_t": np.int64,
+             "size_t": np.uint64, "unsigned long long": np.uint64, "bool": np.bool_, "short": np.int16,
+             "unsigned short": np.uint16, "unsigned char": np.uint8, "char": np.int8, "int32_t": np.int32,
+             "uint32_t": np.uint32, "uint64_t": np.uint64}
+
+
+def _c_params(code: str, name: str):
+    """(name, C type) of each parameter of `extern "C" __global__ void name(...)`, or None when not found."""
+    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + re.escape(name) + r"\s*\(([^)]*)\)",
+                  code)
+    if m is None:
+        return None
+    params = []
+    for p in filter(None, (x.strip() for x in m.group(1).split(","))):
+        p = re.sub(r"\b(const|__restrict__|volatile)\b", " ", p)
+        pm = re.match(r"(.*?)([A-Za-z_]\w*)\s*$", p.strip())
+        ctype = " ".join(pm.group(1).replace("*", " * ").split()).replace(" *", "*")
+        params.append((pm.group(2), ctype))
+    return params
+
+
+def _c_args(kname, params, args):
+    import cupy
+    if params is not None and len(args) != len(params):
+        raise TypeError(f"{kname}() takes {len(params)} arguments "
+                        f"({', '.join(n for n, _ in params)}), got {len(args)}")
+    out = []
+    for k, a in enumerate(args):
+        pname, ctype = params[k] if params is not None else (str(k), None)
+        a = a if isinstance(a, (cupy.ndarray, np.generic, int, float)) else getattr(a, "data", a)
+        if ctype is not None and ctype.endswith("*"):
+            if not isinstance(a, cupy.ndarray):
+                raise TypeError(f"{kname}: argument {pname!r} ({ctype}) must be a CUDA tensor or CuPy array, "
+                                f"got {type(a).__name__}")
+            out.append(a)
+        elif isinstance(a, (np.generic, int, float, bool)):
+            dt = C_SCALARS.get(ctype) if ctype else None
+            if ctype is not None and dt is None:
+                raise TypeError(f"{kname}: argument {pname!r} has C type {ctype!r}; pass a NumPy scalar")
+            out.append(np.asarray(a).astype(dt)[()] if dt is not None else a)
+        else:
+            raise TypeError(f"{kname}: argument {pname!r} ({ctype}) must be a scalar, got {type(a).__name__}")
+    return out
+
+
+def cuda_source(code: str, name: str, options=()) -> CudaSource:
+    """Bring an existing CUDA C++ kernel (an `extern "C" __global__` function named `name`) into Frost."""
+    if f"{name}" not in code:
+        raise KernelError(f"cuda_source: no kernel named {name!r} in the given code")
+    return CudaSource(code, name, options)
+
+
+def kernel(fn) -> Kernel:
+    """Decorator: a Python function becomes a GPU kernel (see KERNELS.md)."""
+    if inspect.isclass(fn) or not callable(fn):
+        raise TypeError("@kernel decorates a function")
+    return Kernel(fn)
+
+
+def device(fn) -> DeviceFunction:
+    """Decorator: a function callable from kernels, inlined into them."""
+    return DeviceFunction(fn)

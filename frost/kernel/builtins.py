@@ -1,0 +1,32 @@
+"""The kernel language's built-in names: objects to import, so that kernels read as ordinary Python."""
+from __future__ import annotations
+
+
+class Builtin:
+    """A name that only means something inside a kernel (tx, sqrt, shared, ...)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<frost.kernel builtin {self.name}>"
+
+    def __call__(self, *args, **kwargs):
+        if self.name == "cdiv" and len(args) == 2:
+            return -(-args[0] // args[1])
+        raise RuntimeError(f"{self.name}() is a kernel built-in: it can be used only inside a @frost.kernel function")
+
+
+INDEX_NAMES = ("tx", "ty", "tz", "bx", "by", "bz", "bdx", "bdy", "bdz", "gdx", "gdy", "gdz", "warp", "lane")
+MATH_1 = ("sqrt", "rsqrt", "exp", "exp2", "log", "log2", "tanh", "sin", "cos", "floor", "ceil", "erf")
+MATH_OTHER = ("abs", "min", "max", "fma", "pow")
+VALUES = ("inf", "nan")
+FUNCTIONS = ("cdiv", "len", "range", "grid", "static_range", "shared", "dynamic_shared", "local", "syncthreads",
+             "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "shfl_xor", "shfl_down", "shfl_up", "shfl_idx",
+             "ballot", "cp_async16", "cp_commit", "cp_wait", "ldmatrix_x4", "ldmatrix_x2", "ldmatrix_x4_trans",
+             "ldmatrix_x2_trans", "mma_16x8x16")
+ALL_NAMES = INDEX_NAMES + MATH_1 + MATH_OTHER + VALUES + FUNCTIONS
+BUILTINS = {name: Builtin(name) for name in ALL_NAMES}
+PYTHON_NAMES = ("abs", "min", "max", "pow", "len", "range")  # Python's own builtins: kernels use them by name
+__all__ = [n for n in ALL_NAMES if n not in PYTHON_NAMES]
+globals().update({n: BUILTINS[n] for n in __all__})

@@ -1,0 +1,112 @@
+"""NVRTC compilation of CUDA C++ to cubin, with an on-disk cache keyed by source, architecture and NVRTC version."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from frost.kernel.frontend import KernelError
+
+# Counters the tests (and curious users) read: how often NVRTC ran and how often the disk cache answered.
+stats = {"nvrtc_compiles": 0, "disk_hits": 0}
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("FROST_CACHE_DIR")
+    if env:
+        return Path(env) / "kernels"
+    return Path.home() / ".cache" / "frost" / "kernels"
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError("frost.kernel needs NVRTC: install cuda-bindings and nvidia-cuda-nvrtc") from exc
+    return nvrtc
+
+
+def nvrtc_version() -> str:
+    err, major, minor = _nvrtc().nvrtcVersion()
+    return f"{major}.{minor}"
+
+
+def _check(result, what: str):
+    err = result[0]
+    if int(err) != 0:
+        raise RuntimeError(f"NVRTC {what} failed: {err}")
+    return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
+
+
+def cache_key(source: str, name: str, arch: str, options, consts=None) -> str:
+    h = hashlib.sha256()
+    for part in (source, name, arch, " ".join(options), repr(sorted((consts or {}).items())), nvrtc_version()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def default_arch() -> str:
+    """The current GPU's architecture (e.g. 'sm_90'); sm_90 where there is no GPU."""
+    try:
+        import cupy
+        major, minor = cupy.cuda.Device().compute_capability[:-1], cupy.cuda.Device().compute_capability[-1]
+        return f"sm_{major}{minor}"
+    except Exception:
+        return "sm_90"
+
+
+def compile_cubin(source: str, name: str, arch: str = "sm_90", options=(), consts=None,
+                  line_map=None) -> bytes:
+    """Compile CUDA C++ to a cubin for `arch`, reading and filling the disk cache."""
+    options = ["--gpu-architecture=" + arch, "-std=c++17", *options]
+    key = cache_key(source, name, arch, options, consts)
+    path = cache_dir() / f"{name}-{arch}-{key}.cubin"
+    if path.exists():
+        stats["disk_hits"] += 1
+        return path.read_bytes()
+    cubin = _nvrtc_compile(source, name, options)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
+    with os.fdopen(fd, "wb") as f:
+        f.write(cubin)
+    os.replace(tmp, path)
+    return cubin
+
+
+def _nvrtc_compile(source: str, name: str, options) -> bytes:
+    nvrtc = _nvrtc()
+    stats["nvrtc_compiles"] += 1
+    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "create")
+    try:
+        opts = [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        log = log.decode(errors="replace").rstrip("\x00 \n")
+        if int(err) != 0:
+            raise KernelError(f"NVRTC could not compile kernel {name!r}:\n{_python_lines(log)}")
+        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        cubin = b" " * size
+        _check((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "get cubin")
+        return bytes(cubin)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _python_lines(log: str) -> str:
+    """NVRTC reports `file.py(12): error: ...`; add the Python line's text after each such message."""
+    out = []
+    for line in log.splitlines():
+        out.append(line)
+        m = re.match(r"(.+\.py)\((\d+)\): (error|warning)", line)
+        if m and os.path.exists(m.group(1)):
+            try:
+                text = Path(m.group(1)).read_text().splitlines()[int(m.group(2)) - 1]
+                out.append(f"    python line {m.group(2)}: {text.strip()}")
+            except (OSError, IndexError):
+                pass
+    return "\n".join(out)

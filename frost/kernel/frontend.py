@@ -1,0 +1,1004 @@
+"""The front end: parse a kernel's Python source and infer and check the type of every expression."""
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+import textwrap
+import types as pytypes
+
+from frost.kernel import builtins as B
+from frost.kernel.types import (WEAK_FLOAT, WEAK_INT, ArrayType, ConstType, Scalar, TupleType, Weak, boolean,
+                                arith_type, bf16, f16, f32, f64, i32, i64, promote, strong, u32, u8)
+
+
+class KernelError(Exception):
+    """A kernel that does not type-check or compile; the message names the Python file, line and expression."""
+
+
+class Source:
+    """A Python function's parsed source, with the offset that maps its lines back to the file."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        try:
+            self.filename = inspect.getsourcefile(fn) or "<unknown>"
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as exc:
+            raise KernelError(f"cannot read the source of {getattr(fn, '__name__', fn)!r} ({exc}); "
+                              "kernels must be defined in a file") from None
+        self.text = textwrap.dedent("".join(lines))
+        self.tree = ast.parse(self.text).body[0]
+        if not isinstance(self.tree, ast.FunctionDef):
+            raise KernelError(f"{self.filename}:{first}: a kernel must be a plain function (def)")
+        self.offset = first - 1
+        self.lines = self.text.splitlines()
+
+    def line(self, node) -> int:
+        return getattr(node, "lineno", 1) + self.offset
+
+    def segment(self, node) -> str:
+        seg = ast.get_source_segment(self.text, node)
+        return seg if seg is not None else ast.unparse(node)
+
+    def error(self, node, message: str) -> KernelError:
+        return KernelError(f"{self.filename}:{self.line(node)}: in {self.fn.__name__}: {message}\n"
+                           f"    {self.segment(node)}")
+
+
+class DeviceRef:
+    """A call target: a device function (checked once per distinct argument types)."""
+
+
+class Local:
+    def __init__(self, name, type_, line, kind="local") -> None:
+        self.name, self.type, self.line, self.kind = name, type_, line, kind
+
+
+class Checked:
+    """A function after type checking: the types of its expressions and the facts code generators need."""
+
+    def __init__(self, src: Source, cname: str, is_kernel: bool, consts: dict) -> None:
+        self.src, self.cname, self.is_kernel, self.consts = src, cname, is_kernel, consts
+        self.types: dict[int, object] = {}   # id(node) -> type
+        self.values: dict[int, object] = {}  # id(node) -> folded constant (for literal-typed expressions)
+        self.params: list[Local] = []
+        self.param_positions: list[int] = []  # which call arguments are runtime parameters (not Const)
+        self.locals: dict[str, Local] = {}
+        self.callees: dict[int, "Checked"] = {}  # id(call node) -> device function
+        self.ret = None
+        self.has_yield = False       # uses barriers or warp operations (the simulator's generators)
+        self.uses_dyn_smem = False
+        self.dyn_locals: dict[str, int] = {}  # local name -> byte offset in dynamic shared memory
+        self.dyn_arrays: dict[int, int] = {}  # id(dynamic_shared call with a shape) -> byte offset
+        self.shared_ids: dict[int, int] = {}
+
+    def type(self, node):
+        return self.types[id(node)]
+
+
+INDEX_C = {"tx": "threadIdx.x", "ty": "threadIdx.y", "tz": "threadIdx.z", "bx": "blockIdx.x", "by": "blockIdx.y",
+           "bz": "blockIdx.z", "bdx": "blockDim.x", "bdy": "blockDim.y", "bdz": "blockDim.z", "gdx": "gridDim.x",
+           "gdy": "gridDim.y", "gdz": "gridDim.z", "warp": "(threadIdx.x >> 5)", "lane": "(threadIdx.x & 31)"}
+SCALAR_BY_NAME = {"f32": f32, "f16": f16, "bf16": bf16, "f64": f64, "i32": i32, "i64": i64, "u32": u32, "u8": u8,
+                  "bool": boolean}
+WARP_OPS = ("shfl_xor", "shfl_down", "shfl_up", "shfl_idx", "ballot", "ldmatrix_x4", "ldmatrix_x2",
+            "ldmatrix_x4_trans", "ldmatrix_x2_trans", "mma_16x8x16")
+
+
+def c_div(a, b):
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def c_mod(a, b):
+    return a - b * c_div(a, b)
+
+
+class Checker:
+    """Type-checks one function (a kernel, or a device function for one tuple of argument types)."""
+
+    def __init__(self, src: Source, cname: str, is_kernel: bool, consts: dict, device_cache: dict) -> None:
+        self.src = src
+        self.out = Checked(src, cname, is_kernel, consts)
+        self.device_cache = device_cache  # shared by a kernel and all device functions it calls
+        self.loop_depth = 0
+        self.loopvars: set[str] = set()
+        self.globals = src.fn.__globals__
+        self.closure = {}
+        for var, cell in zip(src.fn.__code__.co_freevars, src.fn.__closure__ or ()):
+            try:
+                self.closure[var] = cell.cell_contents
+            except ValueError:  # a closure variable not yet assigned
+                pass
+
+    # -- entry -------------------------------------------------------------------------------------------
+    def check(self, arg_types=None):
+        fdef = self.src.tree
+        a = fdef.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+            raise self.src.error(fdef, "kernels take plain positional parameters only")
+        for k, arg in enumerate(a.args):
+            t = self._annotation(arg.annotation, arg) if arg.annotation is not None else None
+            if isinstance(t, ConstType):
+                if arg.arg not in self.out.consts:
+                    raise self.src.error(arg, f"compile-time constant {arg.arg!r} has no value")
+                continue
+            if arg_types is not None:
+                t = arg_types[k]  # a device function is checked for the types of one call
+            if t is None:
+                raise self.src.error(arg, f"parameter {arg.arg!r} needs a type annotation (e.g. {arg.arg}: f32)")
+            loc = Local(arg.arg, t, self.src.line(arg), "param")
+            self.out.params.append(loc)
+            self.out.param_positions.append(k)
+            self.out.locals[arg.arg] = loc
+        if fdef.returns is not None and not self.out.is_kernel:
+            self.out.ret = self._return_annotation(fdef.returns)
+        self.block(fdef.body)
+        return self.out
+
+    def _resolve_object(self, node):
+        """The Python object a Name/Attribute in an annotation or call target refers to (or None)."""
+        if isinstance(node, ast.Name):
+            for scope in (self.closure, self.globals):
+                if node.id in scope:
+                    obj = scope[node.id]
+                    if _meaningful(obj) or node.id not in B.BUILTINS:
+                        return obj
+                    break
+            if node.id in B.BUILTINS:
+                return B.BUILTINS[node.id]
+            if node.id in ("warp_sum", "warp_max", "warp_min", "mma_tile"):
+                from frost.kernel import lib
+                return getattr(lib, node.id)
+            if node.id in SCALAR_BY_NAME:
+                return SCALAR_BY_NAME[node.id]
+            if node.id == "Array":
+                from frost.kernel.types import Array
+                return Array
+            if node.id == "Const":
+                from frost.kernel.types import Const
+                return Const
+            return None
+        if isinstance(node, ast.Attribute):
+            base = self._resolve_object(node.value)
+            if base is not None:
+                return getattr(base, node.attr, None)
+        return None
+
+    def _annotation(self, node, where):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            node = ast.parse(node.value, mode="eval").body
+        try:
+            value = eval(compile(ast.Expression(node), self.src.filename, "eval"),
+                         {**_annotation_namespace(), **self.globals, **self.closure})
+        except Exception as exc:
+            raise self.src.error(where, f"cannot read the type annotation: {exc}") from None
+        if value is int:
+            return i32
+        if value is float:
+            return f32
+        if value is bool:
+            return boolean
+        if isinstance(value, (Scalar, ArrayType, ConstType)):
+            return value
+        raise self.src.error(where, f"{value!r} is not a kernel type (use f32, i32, Array[f32], Const[int], ...)")
+
+    def _return_annotation(self, node):
+        if isinstance(node, ast.Tuple):
+            return TupleType(self._annotation(e, node) for e in node.elts)
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in ("tuple", "Tuple"):
+            elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return TupleType(self._annotation(e, node) for e in elts)
+        return self._annotation(node, node)
+
+    # -- statements -------------------------------------------------------------------------------------
+    def block(self, stmts):
+        for s in stmts:
+            self.stmt(s)
+
+    def stmt(self, s):
+        m = getattr(self, "stmt_" + type(s).__name__, None)
+        if m is None:
+            raise self.src.error(s, f"{type(s).__name__} statements are not part of the kernel language")
+        m(s)
+
+    def stmt_Pass(self, s):
+        pass
+
+    def stmt_Expr(self, s):
+        if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+            return  # a docstring
+        if not isinstance(s.value, ast.Call):
+            raise self.src.error(s, "an expression statement must be a call")
+        self.expr(s.value)
+
+    def stmt_Assign(self, s):
+        if len(s.targets) != 1:
+            raise self.src.error(s, "chained assignment (a = b = c) is not supported")
+        target = s.targets[0]
+        if isinstance(target, ast.Tuple):
+            vt = self.expr(s.value)
+            if isinstance(s.value, ast.Tuple):
+                items = [self.type(e) for e in s.value.elts]
+            elif isinstance(vt, TupleType):
+                items = list(vt.items)
+            else:
+                raise self.src.error(s, f"cannot unpack a value of type {vt} into {len(target.elts)} names")
+            if len(items) != len(target.elts):
+                raise self.src.error(s, f"unpacking {len(items)} values into {len(target.elts)} names")
+            for t, it in zip(target.elts, items):
+                if not isinstance(t, ast.Name):
+                    raise self.src.error(t, "only names can be unpacked into")
+                self.assign_name(t, it, s)
+            return
+        vt = self.expr(s.value)
+        self.assign_target(target, vt, s)
+        if isinstance(target, ast.Name) and id(s.value) in self.out.dyn_arrays:
+            self.out.dyn_locals[target.id] = self.out.dyn_arrays[id(s.value)]
+
+    def stmt_AnnAssign(self, s):
+        t = self._annotation(s.annotation, s)
+        if not isinstance(s.target, ast.Name) or s.value is None:
+            raise self.src.error(s, "an annotated assignment must be `name: type = value`")
+        if isinstance(t, ConstType):  # `N: Const[int] = BM * 2`: a named compile-time constant
+            self.expr(s.value)
+            v = self.out.values.get(id(s.value))
+            if v is None or not isinstance(self.type(s.value), Weak):
+                raise self.src.error(s, f"{s.target.id!r} is a Const; its value must be a compile-time constant")
+            if s.target.id in self.out.locals or s.target.id in self.out.consts:
+                raise self.src.error(s, f"{s.target.id!r} is already defined")
+            self.out.consts = dict(self.out.consts, **{s.target.id: t.py_type(v)})
+            return
+        self.expr(s.value)
+        self.check_convertible(self.type(s.value), t, s.value)
+        self.declare(s.target, t, s)
+        self.out.types[id(s.target)] = t
+
+    def stmt_AugAssign(self, s):
+        if isinstance(s.op, ast.Add) and isinstance(s.value, ast.BinOp) and isinstance(s.value.op, ast.MatMult):
+            call = matmul_call(s)
+            self.expr(call)
+            return
+        vt = self.expr(s.value)
+        tt = self.lvalue_type(s.target)
+        rt = self.binop_type(s.op, tt, vt, s)
+        self.check_convertible(rt, tt, s)
+        self.out.types[id(s)] = rt
+
+    def assign_target(self, target, vt, s):
+        if isinstance(target, ast.Name):
+            self.assign_name(target, vt, s)
+        elif isinstance(target, ast.Subscript):
+            tt = self.lvalue_type(target)
+            self.check_convertible(vt, tt, s.value if hasattr(s, "value") else s)
+        else:
+            raise self.src.error(target, "can only assign to a name or an array element")
+
+    def assign_name(self, target, vt, s):
+        name = target.id
+        if name in self.loopvars:
+            raise self.src.error(s, f"cannot assign to loop variable {name!r} inside its loop")
+        if isinstance(vt, TupleType):
+            raise self.src.error(s, f"cannot assign a tuple {vt} to the single name {name!r}")
+        if isinstance(vt, ArrayType) and vt.kind != "view" and not _is_allocation(getattr(s, "value", None)):
+            raise self.src.error(s, f"cannot give the array {vt} a second name; index it where it is")
+        if name in B.INDEX_NAMES or name in self.out.consts:
+            raise self.src.error(s, f"cannot assign to the built-in name {name!r}")
+        loc = self.out.locals.get(name)
+        if loc is None:
+            if vt is None:
+                raise self.src.error(s, f"{name!r} would have no type")
+            self.declare(target, strong(vt), s)
+        else:
+            if isinstance(loc.type, ArrayType) or isinstance(vt, ArrayType):
+                if loc.type != vt or loc.type.kind == "native":
+                    raise self.src.error(s, f"local {name!r} was assigned a {loc.type} at line {loc.line}; "
+                                            f"cannot assign it again (here a {vt})")
+            elif not isinstance(vt, Weak) and vt != loc.type:
+                raise self.src.error(s, f"local {name!r} has type {loc.type} from its first assignment at line "
+                                        f"{loc.line}, but is assigned a {vt} here (cast with {loc.type}(...))")
+            elif isinstance(vt, Weak) and vt.kind == "float" and not loc.type.is_float:
+                raise self.src.error(s, f"local {name!r} has type {loc.type} (line {loc.line}) but is assigned "
+                                        "a float literal")
+        self.out.types[id(target)] = self.out.locals[name].type
+
+    def declare(self, target, t, s):
+        name = target.id
+        if name in self.out.locals:
+            loc = self.out.locals[name]
+            if loc.type != t:
+                raise self.src.error(s, f"local {name!r} has type {loc.type} from line {loc.line}, "
+                                        f"but is declared {t} here")
+            return
+        self.out.locals[name] = Local(name, t, self.src.line(s))
+
+    def lvalue_type(self, target):
+        if isinstance(target, ast.Name):
+            loc = self.out.locals.get(target.id)
+            if loc is None:
+                raise self.src.error(target, f"{target.id!r} is used before it is assigned")
+            if target.id in self.loopvars:
+                raise self.src.error(target, f"cannot assign to loop variable {target.id!r} inside its loop")
+            self.out.types[id(target)] = loc.type
+            return loc.type
+        if isinstance(target, ast.Subscript):
+            t = self.expr(target)
+            if isinstance(t, ArrayType):
+                raise self.src.error(target, "cannot assign to a whole row; index every dimension")
+            return t
+        raise self.src.error(target, "can only assign to a name or an array element")
+
+    def check_convertible(self, src_t, dst_t, node):
+        if isinstance(src_t, (ArrayType, TupleType)) or isinstance(dst_t, (ArrayType, TupleType)) or src_t is None:
+            if src_t != dst_t:
+                raise self.src.error(node, f"cannot convert {src_t} to {dst_t}")
+
+    def stmt_If(self, s):
+        self.condition(s.test)
+        self.block(s.body)
+        self.block(s.orelse)
+
+    def stmt_While(self, s):
+        if s.orelse:
+            raise self.src.error(s, "while ... else is not supported")
+        self.condition(s.test)
+        self.loop_depth += 1
+        self.block(s.body)
+        self.loop_depth -= 1
+
+    def stmt_For(self, s):
+        if s.orelse:
+            raise self.src.error(s, "for ... else is not supported")
+        it = s.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+                and it.func.id in ("range", "grid", "static_range")):
+            raise self.src.error(it, "a kernel loops over range(...), static_range(...) or grid(...)")
+        kind = it.func.id
+        for a in it.args:
+            t = self.expr(a)
+            if not (isinstance(t, (Scalar, Weak)) and (t.is_int or t is boolean)):
+                raise self.src.error(a, f"{kind}() takes integers, got {t}")
+        if kind == "grid":
+            if not isinstance(s.target, ast.Tuple) or len(s.target.elts) != len(it.args):
+                raise self.src.error(s, f"grid() with {len(it.args)} extents needs as many loop variables")
+            names = s.target.elts
+            vt = [strong(self.type(a)) for a in it.args]
+        else:
+            if not 1 <= len(it.args) <= 3:
+                raise self.src.error(it, f"{kind}() takes 1 to 3 arguments")
+            if not isinstance(s.target, ast.Name):
+                raise self.src.error(s, f"{kind}() gives one loop variable")
+            names = [s.target]
+            t = self.type(it.args[0])
+            for a in it.args[1:]:
+                t = promote(t, self.type(a))
+            vt = [strong(t)]
+            if kind == "static_range":
+                for a in it.args:
+                    if id(a) not in self.out.values:
+                        raise self.src.error(a, "static_range() needs compile-time constant bounds")
+            if len(it.args) == 3 and id(it.args[2]) in self.out.values and self.out.values[id(it.args[2])] == 0:
+                raise self.src.error(it, "range() step must not be zero")
+        added = []
+        for n, t in zip(names, vt):
+            if not isinstance(n, ast.Name):
+                raise self.src.error(n, "loop variables must be names")
+            loc = self.out.locals.get(n.id)
+            if loc is not None and loc.kind != "loop":
+                raise self.src.error(s, f"loop variable {n.id!r} is also a local (line {loc.line}); use another name")
+            if loc is not None and loc.type != t:
+                raise self.src.error(s, f"loop variable {n.id!r} has type {t} here but {loc.type} at line {loc.line}")
+            if n.id in self.loopvars:
+                raise self.src.error(s, f"loop variable {n.id!r} is already used by an enclosing loop")
+            self.out.locals[n.id] = Local(n.id, t, self.src.line(s), "loop")
+            self.out.types[id(n)] = t
+            self.loopvars.add(n.id)
+            added.append(n.id)
+        self.loop_depth += 1
+        self.block(s.body)
+        self.loop_depth -= 1
+        for n in added:
+            self.loopvars.discard(n)
+
+    def stmt_Break(self, s):
+        if not self.loop_depth:
+            raise self.src.error(s, "break outside a loop")
+
+    stmt_Continue = stmt_Break
+
+    def stmt_Return(self, s):
+        if self.out.is_kernel:
+            if s.value is not None:
+                raise self.src.error(s, "a kernel cannot return a value; write results to an array")
+            return
+        if s.value is None:
+            if self.out.ret is not None:
+                raise self.src.error(s, f"this device function returns {self.out.ret}; return a value")
+            return
+        if isinstance(s.value, ast.Tuple):
+            items = [strong(self.expr(e)) for e in s.value.elts]
+            t = TupleType(items)
+            self.out.types[id(s.value)] = t
+        else:
+            t = self.expr(s.value)
+        if self.out.ret is None:
+            self.out.ret = strong(t) if not isinstance(t, TupleType) else t
+        elif isinstance(self.out.ret, TupleType):
+            if not isinstance(t, TupleType) or len(t.items) != len(self.out.ret.items):
+                raise self.src.error(s, f"returns {t} but the function returns {self.out.ret}")
+        elif isinstance(t, (TupleType, ArrayType)):
+            raise self.src.error(s, f"returns {t} but the function returns {self.out.ret}")
+
+    def condition(self, node):
+        t = self.expr(node)
+        if not isinstance(t, (Scalar, Weak)):
+            raise self.src.error(node, f"a condition must be a scalar, got {t}")
+
+    # -- expressions ------------------------------------------------------------------------------------
+    def type(self, node):
+        return self.out.types[id(node)]
+
+    def expr(self, node):
+        m = getattr(self, "expr_" + type(node).__name__, None)
+        if m is None:
+            raise self.src.error(node, f"{type(node).__name__} expressions are not part of the kernel language")
+        t = m(node)
+        self.out.types[id(node)] = t
+        return t
+
+    def const(self, node, value):
+        self.out.values[id(node)] = value
+        if isinstance(value, bool):
+            return boolean
+        return WEAK_INT if isinstance(value, int) else WEAK_FLOAT
+
+    def expr_Constant(self, node):
+        v = node.value
+        if isinstance(v, bool) or isinstance(v, (int, float)):
+            return self.const(node, v)
+        raise self.src.error(node, f"{v!r} is not a number")
+
+    def expr_Name(self, node):
+        name = node.id
+        loc = self.out.locals.get(name)
+        if loc is not None:
+            if loc.kind == "loop" and name not in self.loopvars:
+                raise self.src.error(node, f"loop variable {name!r} is used after its loop")
+            return loc.type
+        if name in self.out.consts:
+            return self.const(node, self.out.consts[name])
+        if name in B.INDEX_NAMES:
+            return i32
+        if name == "inf":
+            return self.const(node, math.inf)
+        if name == "nan":
+            return self.const(node, math.nan)
+        obj = self._resolve_object(node)
+        if isinstance(obj, bool):
+            return self.const(node, obj)
+        if isinstance(obj, (int, float)):
+            return self.const(node, obj)
+        if obj is not None and getattr(obj, "__module__", "").startswith("numpy") and hasattr(obj, "item"):
+            return self.const(node, obj.item())
+        raise self.src.error(node, f"unknown name {name!r} (not a local, parameter, built-in or global number)")
+
+    def expr_Attribute(self, node):
+        obj = self._resolve_object(node)
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool):
+            return self.const(node, obj)
+        if isinstance(obj, B.Builtin) and obj.name in ("inf", "nan") or obj in (math.inf,):
+            return self.const(node, math.inf if obj.name == "inf" else math.nan)
+        raise self.src.error(node, "attributes are supported only as a.shape[k] and a.tile(...)")
+
+    def expr_UnaryOp(self, node):
+        t = self.expr(node.operand)
+        if id(node.operand) in self.out.values:
+            v = self.out.values[id(node.operand)]
+            folded = {ast.USub: lambda x: -x, ast.UAdd: lambda x: x, ast.Not: lambda x: not x,
+                      ast.Invert: lambda x: ~x}[type(node.op)](v)
+            if isinstance(node.op, ast.Not):
+                self.out.values[id(node)] = folded
+                return boolean
+            return self.const(node, folded)
+        self.scalar(t, node.operand)
+        if isinstance(node.op, ast.Not):
+            return boolean
+        if isinstance(node.op, ast.Invert) and not (t.is_int or t is boolean):
+            raise self.src.error(node, f"~ needs an integer, got {t}")
+        return arith_type(t)
+
+    def scalar(self, t, node):
+        if not isinstance(t, (Scalar, Weak)):
+            raise self.src.error(node, f"expected a number, got {t}")
+
+    def binop_type(self, op, a, b, node):
+        self.scalar(a, node)
+        self.scalar(b, node)
+        name = type(op).__name__
+        if name == "MatMult":
+            raise self.src.error(node, "@ is not supported on scalars")
+        if name in ("LShift", "RShift", "BitAnd", "BitOr", "BitXor"):
+            for t in (a, b):
+                if not (t.is_int or t is boolean):
+                    raise self.src.error(node, f"bitwise operator needs integers, got {a} and {b}")
+            return promote(a, b)
+        t = promote(a, b)
+        if name == "Div" and not isinstance(t, Weak) and not t.is_float:
+            return f32
+        if name == "Pow" and not isinstance(t, Weak) and not t.is_float:
+            return f32
+        return t
+
+    def expr_BinOp(self, node):
+        a = self.expr(node.left)
+        b = self.expr(node.right)
+        t = self.binop_type(node.op, a, b, node)
+        va, vb = self.out.values.get(id(node.left)), self.out.values.get(id(node.right))
+        if isinstance(t, Weak) and va is not None and vb is not None:
+            return self.const(node, fold_binop(node.op, va, vb, t, self.src, node))
+        return t
+
+    def expr_BoolOp(self, node):
+        for v in node.values:
+            self.condition(v)
+        return boolean
+
+    def expr_Compare(self, node):
+        left = self.expr(node.left)
+        for op, right in zip(node.ops, node.comparators):
+            rt = self.expr(right)
+            if isinstance(op, (ast.In, ast.NotIn, ast.Is, ast.IsNot)):
+                raise self.src.error(node, "only <, <=, >, >=, ==, != compare numbers in a kernel")
+            self.scalar(left, node)
+            self.scalar(rt, node)
+            left = rt
+        return boolean
+
+    def expr_IfExp(self, node):
+        self.condition(node.test)
+        a, b = self.expr(node.body), self.expr(node.orelse)
+        self.scalar(a, node.body)
+        self.scalar(b, node.orelse)
+        t = a if (a == b and not isinstance(a, Weak)) else promote(a, b)
+        return strong(t)
+
+    def expr_Tuple(self, node):
+        raise self.src.error(node, "tuples appear only in `return a, b`, `a, b = ...` and index lists")
+
+    def expr_Subscript(self, node):
+        # a.shape[k]
+        if isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
+            at = self.expr(node.value.value)
+            if not isinstance(at, ArrayType):
+                raise self.src.error(node, "only arrays have a shape")
+            k = self.const_int(node.slice)
+            if not 0 <= k < at.ndim:
+                raise self.src.error(node, f"{at} has {at.ndim} dimension(s); shape[{k}] does not exist")
+            if at.shape is not None:
+                return self.const(node, at.shape[k])
+            return i64
+        at = self.expr(node.value)
+        if not isinstance(at, ArrayType):
+            raise self.src.error(node, f"cannot index a value of type {at}")
+        idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for i in idx:
+            if isinstance(i, ast.Slice):
+                raise self.src.error(i, "slices are not supported; use a.tile((rows, cols), (i, j))")
+            t = self.expr(i)
+            if not (isinstance(t, (Scalar, Weak)) and (t.is_int or t is boolean)):
+                raise self.src.error(i, f"an index must be an integer, got {t}")
+        if len(idx) > at.ndim:
+            raise self.src.error(node, f"{len(idx)} indices for a {at.ndim}-dimensional array")
+        if len(idx) < at.ndim:
+            if at.kind != "native":
+                raise self.src.error(node, f"{at} needs {at.ndim} indices")
+            return ArrayType(at.elem, at.ndim - len(idx), at.space, "native", at.shape[len(idx):])
+        return at.elem
+
+    def const_int(self, node):
+        self.expr(node)
+        v = self.out.values.get(id(node))
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise self.src.error(node, "expected a compile-time integer constant")
+        return v
+
+    def const_shape(self, node):
+        if isinstance(node, ast.Tuple):
+            shape = tuple(self.const_int(e) for e in node.elts)
+        else:
+            shape = (self.const_int(node),)
+        if not shape or any(d <= 0 for d in shape):
+            raise self.src.error(node, f"array shape {shape} must have positive, compile-time sizes")
+        return shape
+
+    def scalar_type_arg(self, node):
+        obj = self._resolve_object(node)
+        if not isinstance(obj, Scalar):
+            raise self.src.error(node, "expected a scalar type such as f32")
+        return obj
+
+    def expr_Call(self, node):
+        if node.keywords:
+            raise self.src.error(node, "keyword arguments are not supported in kernel calls")
+        f = node.func
+        # method calls: a.tile(shape, index)
+        if isinstance(f, ast.Attribute) and f.attr == "tile":
+            at = self.expr(f.value)
+            if not isinstance(at, ArrayType) or at.ndim != 2:
+                raise self.src.error(node, "tile() needs a 2-D array")
+            if len(node.args) != 2:
+                raise self.src.error(node, "tile((rows, cols), (i, j)) takes a shape and a tile index")
+            shape = self.const_shape(node.args[0])
+            if len(shape) != 2 or not isinstance(node.args[1], ast.Tuple) or len(node.args[1].elts) != 2:
+                raise self.src.error(node, "tile((rows, cols), (i, j)) takes a 2-D shape and a 2-D tile index")
+            for e in node.args[1].elts:
+                t = self.expr(e)
+                if not (isinstance(t, (Scalar, Weak)) and t.is_int):
+                    raise self.src.error(e, f"a tile index must be an integer, got {t}")
+            return ArrayType(at.elem, 2, at.space, "view", shape)
+        obj = self._resolve_object(f)
+        name = None
+        if isinstance(obj, B.Builtin):
+            name = obj.name
+        elif isinstance(f, ast.Name) and f.id in B.BUILTINS and not _is_device(obj) and not isinstance(obj, Scalar):
+            name = f.id
+        if isinstance(obj, Scalar):
+            return self.call_cast(node, obj)
+        if _is_device(obj):
+            return self.call_device(node, obj)
+        if name is None:
+            what = ast.unparse(f)
+            raise self.src.error(node, f"unknown function {what!r} (not a built-in or a @kernel.device function)")
+        handler = getattr(self, "call_" + name, None)
+        if handler is None:
+            if name in B.MATH_1:
+                return self.call_math1(node, name)
+            raise self.src.error(node, f"{name}() cannot be used here")
+        return handler(node)
+
+    def args(self, node, n, name):
+        if isinstance(n, int):
+            n = (n,)
+        if len(node.args) not in n:
+            raise self.src.error(node, f"{name}() takes {' or '.join(map(str, n))} arguments, got {len(node.args)}")
+        return [self.expr(a) for a in node.args]
+
+    def call_cast(self, node, t):
+        (a,) = self.args(node, 1, t.name)
+        self.scalar(a, node.args[0])
+        v = self.out.values.get(id(node.args[0]))
+        if v is not None and not t.is_float and t is not boolean:
+            self.out.values[id(node)] = v
+        return t
+
+    def call_math1(self, node, name):
+        (a,) = self.args(node, 1, name)
+        self.scalar(a, node.args[0])
+        t = arith_type(a)
+        return t if (not isinstance(t, Weak) and t.is_float) else f32
+
+    def call_abs(self, node):
+        (a,) = self.args(node, 1, "abs")
+        self.scalar(a, node.args[0])
+        return strong(arith_type(a))
+
+    def _minmax(self, node, name):
+        ts = self.args(node, (2, 3, 4), name)
+        t = ts[0]
+        for n, x in zip(node.args, ts):
+            self.scalar(x, n)
+        for x in ts[1:]:
+            t = promote(t, x)
+        vals = [self.out.values.get(id(a)) for a in node.args]
+        if isinstance(t, Weak) and all(v is not None for v in vals):
+            return self.const(node, min(vals) if name == "min" else max(vals))
+        return strong(t)
+
+    def call_min(self, node):
+        return self._minmax(node, "min")
+
+    def call_max(self, node):
+        return self._minmax(node, "max")
+
+    def call_fma(self, node):
+        ts = self.args(node, 3, "fma")
+        t = promote(promote(ts[0], ts[1]), ts[2])
+        t = strong(t)
+        return t if t.is_float else f32
+
+    def call_pow(self, node):
+        a, b = self.args(node, 2, "pow")
+        t = strong(promote(a, b))
+        return t if t.is_float else f32
+
+    def call_cdiv(self, node):
+        a, b = self.args(node, 2, "cdiv")
+        for x, n in zip((a, b), node.args):
+            if not (isinstance(x, (Scalar, Weak)) and x.is_int):
+                raise self.src.error(n, f"cdiv() takes integers, got {x}")
+        t = promote(a, b)
+        va, vb = self.out.values.get(id(node.args[0])), self.out.values.get(id(node.args[1]))
+        if isinstance(t, Weak) and va is not None and vb is not None:
+            return self.const(node, -(-va // vb))
+        return t
+
+    def call_len(self, node):
+        (a,) = self.args(node, 1, "len")
+        if not isinstance(a, ArrayType):
+            raise self.src.error(node, f"len() needs an array, got {a}")
+        if a.shape is not None:
+            return self.const(node, a.shape[0])
+        return i64
+
+    def call_range(self, node):
+        raise self.src.error(node, "range() can only be used as the iterable of a for loop")
+
+    call_grid = call_static_range = call_range
+
+    def call_shared(self, node):
+        if len(node.args) != 2:
+            raise self.src.error(node, "shared(type, shape) takes a type and a shape")
+        t = self.scalar_type_arg(node.args[0])
+        shape = self.const_shape(node.args[1])
+        self.out.shared_ids[id(node)] = len(self.out.shared_ids)
+        return ArrayType(t, len(shape), "shared", "native", shape)
+
+    def call_local(self, node):
+        if len(node.args) != 2:
+            raise self.src.error(node, "local(type, shape) takes a type and a shape")
+        t = self.scalar_type_arg(node.args[0])
+        shape = self.const_shape(node.args[1])
+        return ArrayType(t, len(shape), "local", "native", shape)
+
+    def call_dynamic_shared(self, node):
+        if not 1 <= len(node.args) <= 3:
+            raise self.src.error(node, "dynamic_shared(type[, shape[, byte_offset]]) takes 1 to 3 arguments")
+        t = self.scalar_type_arg(node.args[0])
+        self.out.uses_dyn_smem = True
+        if len(node.args) == 1:
+            return ArrayType(t, 1, "shared", "view")
+        shape = self.const_shape(node.args[1])
+        offset = self.const_int(node.args[2]) if len(node.args) == 3 else 0
+        if offset % 16:
+            raise self.src.error(node, f"dynamic_shared() byte offset {offset} must be a multiple of 16")
+        self.out.dyn_arrays[id(node)] = offset
+        return ArrayType(t, len(shape), "shared", "native", shape)
+
+    def call_syncthreads(self, node):
+        self.args(node, 0, "syncthreads")
+        self.out.has_yield = True
+        return None
+
+    def _array_index(self, node, arr_node, idx_node, name):
+        at = self.expr(arr_node)
+        if not isinstance(at, ArrayType) or at.space == "local":
+            raise self.src.error(node, f"{name}() needs a global or shared array, got {at}")
+        idx = idx_node.elts if isinstance(idx_node, ast.Tuple) else [idx_node]
+        if len(idx) != at.ndim:
+            raise self.src.error(node, f"{name}() needs {at.ndim} indices into {at}")
+        for i in idx:
+            t = self.expr(i)
+            if not (isinstance(t, (Scalar, Weak)) and t.is_int):
+                raise self.src.error(i, f"an index must be an integer, got {t}")
+        return at
+
+    def call_atomic_add(self, node, name="atomic_add", kinds=("f32", "f64", "i32", "u32", "i64")):
+        if len(node.args) != 3:
+            raise self.src.error(node, f"{name}(array, index, value) takes 3 arguments")
+        at = self._array_index(node, node.args[0], node.args[1], name)
+        if at.elem.name not in kinds:
+            raise self.src.error(node, f"{name}() supports {', '.join(kinds)} arrays, not {at.elem}")
+        self.scalar(self.expr(node.args[2]), node.args[2])
+        return at.elem
+
+    def call_atomic_max(self, node):
+        return self.call_atomic_add(node, "atomic_max", ("f32", "i32", "u32", "i64"))
+
+    def call_atomic_min(self, node):
+        return self.call_atomic_add(node, "atomic_min", ("f32", "i32", "u32", "i64"))
+
+    def call_atomic_cas(self, node):
+        if len(node.args) != 4:
+            raise self.src.error(node, "atomic_cas(array, index, compare, value) takes 4 arguments")
+        at = self._array_index(node, node.args[0], node.args[1], "atomic_cas")
+        if at.elem.name not in ("i32", "u32", "f32", "i64"):
+            raise self.src.error(node, f"atomic_cas() supports i32, u32, i64 and f32 arrays, not {at.elem}")
+        for a in node.args[2:]:
+            self.scalar(self.expr(a), a)
+        return at.elem
+
+    def _shfl(self, node, name):
+        v, k = self.args(node, 2, name)
+        self.scalar(v, node.args[0])
+        if not (isinstance(k, (Scalar, Weak)) and k.is_int):
+            raise self.src.error(node.args[1], f"{name}() lane argument must be an integer, got {k}")
+        self.out.has_yield = True
+        t = strong(arith_type(v))
+        return t
+
+    def call_shfl_xor(self, node):
+        return self._shfl(node, "shfl_xor")
+
+    def call_shfl_down(self, node):
+        return self._shfl(node, "shfl_down")
+
+    def call_shfl_up(self, node):
+        return self._shfl(node, "shfl_up")
+
+    def call_shfl_idx(self, node):
+        return self._shfl(node, "shfl_idx")
+
+    def call_ballot(self, node):
+        (p,) = self.args(node, 1, "ballot")
+        self.scalar(p, node.args[0])
+        self.out.has_yield = True
+        return u32
+
+    # -- tensor cores and asynchronous copies -------------------------------------------------------------
+    def call_cp_async16(self, node):
+        if len(node.args) != 4:
+            raise self.src.error(node, "cp_async16(dst_shared, dst_index, src_global, src_index) takes 4 arguments")
+        dt = self._array_any(node, node.args[0], node.args[1], "cp_async16")
+        st = self._array_any(node, node.args[2], node.args[3], "cp_async16")
+        if dt.space != "shared" or st.space != "global":
+            raise self.src.error(node, f"cp_async16() copies from a global array to a shared one, got {st} -> {dt}")
+        if dt.elem.np.itemsize != st.elem.np.itemsize:
+            raise self.src.error(node, f"cp_async16() between {st.elem} and {dt.elem} elements")
+        return None
+
+    def _array_any(self, node, arr_node, idx_node, name):
+        at = self.expr(arr_node)
+        if not isinstance(at, ArrayType):
+            raise self.src.error(node, f"{name}() needs an array, got {at}")
+        idx = idx_node.elts if isinstance(idx_node, ast.Tuple) else [idx_node]
+        if len(idx) != at.ndim:
+            raise self.src.error(idx_node, f"{name}() needs {at.ndim} indices into {at}")
+        for i in idx:
+            t = self.expr(i)
+            if not (isinstance(t, (Scalar, Weak)) and t.is_int):
+                raise self.src.error(i, f"an index must be an integer, got {t}")
+        return at
+
+    def call_cp_commit(self, node):
+        self.args(node, 0, "cp_commit")
+        return None
+
+    def call_cp_wait(self, node):
+        if len(node.args) != 1:
+            raise self.src.error(node, "cp_wait(n) takes the number of groups left in flight")
+        self.const_int(node.args[0])
+        return None
+
+    def _ldmatrix(self, node, name, regs):
+        if len(node.args) != 3:
+            raise self.src.error(node, f"{name}(frag, smem, (row, col)) takes 3 arguments")
+        ft = self.expr(node.args[0])
+        if not (isinstance(ft, ArrayType) and ft.space == "local" and ft.kind == "native" and ft.elem in (bf16, f16)
+                and math.prod(ft.shape) == 2 * regs):
+            raise self.src.error(node.args[0], f"{name}() writes a local bf16 or f16 fragment of {2 * regs} "
+                                               f"elements, got {ft}")
+        st = self._array_any(node, node.args[1], node.args[2], name)
+        if st.space != "shared" or st.elem.np.itemsize != 2:
+            raise self.src.error(node.args[1], f"{name}() reads 16-bit elements of a shared array, got {st}")
+        self.out.has_yield = True
+        return None
+
+    def call_ldmatrix_x4(self, node):
+        return self._ldmatrix(node, "ldmatrix_x4", 4)
+
+    def call_ldmatrix_x2(self, node):
+        return self._ldmatrix(node, "ldmatrix_x2", 2)
+
+    def call_ldmatrix_x4_trans(self, node):
+        return self._ldmatrix(node, "ldmatrix_x4_trans", 4)
+
+    def call_ldmatrix_x2_trans(self, node):
+        return self._ldmatrix(node, "ldmatrix_x2_trans", 2)
+
+    def call_mma_16x8x16(self, node):
+        if len(node.args) != 3:
+            raise self.src.error(node, "mma_16x8x16(c_frag, a_frag, b_frag) takes 3 arguments")
+        c, a, b = (self.expr(x) for x in node.args)
+        for t, n, elems, what in ((c, 4, (f32,), "f32"), (a, 8, (bf16, f16), "bf16 or f16"),
+                                  (b, 4, (bf16, f16), "bf16 or f16")):
+            if not (isinstance(t, ArrayType) and t.space == "local" and t.kind == "native"
+                    and math.prod(t.shape) == n and t.elem in elems):
+                raise self.src.error(node, f"mma_16x8x16() takes fragments local(f32, 4), local(bf16, 8) and "
+                                           f"local(bf16, 4); got {c}, {a}, {b}")
+        if a.elem != b.elem:
+            raise self.src.error(node, f"mma_16x8x16() needs a and b of one type, got {a.elem} and {b.elem}")
+        self.out.has_yield = True
+        return None
+
+    # -- device functions -----------------------------------------------------------------------------
+    def call_device(self, node, dev):
+        arg_types, values = [], []
+        for a in node.args:
+            t = self.expr(a)
+            if isinstance(t, TupleType) or t is None:
+                raise self.src.error(a, f"cannot pass {t} to a device function")
+            arg_types.append(strong(t) if isinstance(t, Weak) else t)
+            values.append(self.out.values.get(id(a)) if isinstance(t, Weak) else None)
+        checked = dev.check(arg_types, self.device_cache, node_err=lambda m: self.src.error(node, m),
+                            values=values)
+        self.out.callees[id(node)] = checked
+        if checked.has_yield:
+            self.out.has_yield = True
+        if checked.uses_dyn_smem:
+            self.out.uses_dyn_smem = True
+        return checked.ret
+
+
+def matmul_call(s):
+    """`acc += a @ b` on register tiles is `mma_tile(acc, a, b)` (one call node per statement, made once)."""
+    call = getattr(s, "_frost_call", None)
+    if call is None:
+        call = ast.Call(func=ast.Name(id="mma_tile", ctx=ast.Load()),
+                        args=[_as_load(s.target), s.value.left, s.value.right], keywords=[])
+        ast.copy_location(call, s)
+        ast.fix_missing_locations(call)
+        s._frost_call = call
+    return call
+
+
+def _as_load(node):
+    if isinstance(node, ast.Name):
+        return ast.copy_location(ast.Name(id=node.id, ctx=ast.Load()), node)
+    return node
+
+
+def _meaningful(obj) -> bool:
+    """Whether a global means something in a kernel (else a built-in of the same name wins)."""
+    from frost.kernel.types import ConstType, _ArrayAnnotation, _ConstAnnotation
+    return (isinstance(obj, (B.Builtin, Scalar, int, float, pytypes.ModuleType, _ArrayAnnotation, _ConstAnnotation,
+                             ConstType)) or _is_device(obj))
+
+
+def _is_allocation(node) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("shared", "local", "dynamic_shared"))
+
+
+def _is_device(obj) -> bool:
+    from frost.kernel.api import DeviceFunction
+    return isinstance(obj, DeviceFunction)
+
+
+def _annotation_namespace():
+    from frost.kernel import types as T
+    ns = dict(SCALAR_BY_NAME)
+    ns.update(Array=T.Array, Const=T.Const)
+    return ns
+
+
+def fold_binop(op, a, b, t, src, node):
+    name = type(op).__name__
+    try:
+        if name == "Add":
+            return a + b
+        if name == "Sub":
+            return a - b
+        if name == "Mult":
+            return a * b
+        if name == "Div":
+            return a / b
+        if name == "FloorDiv":
+            return c_div(a, b) if t.kind == "int" else float(math.trunc(a / b))
+        if name == "Mod":
+            return c_mod(a, b) if t.kind == "int" else math.fmod(a, b)
+        if name == "Pow":
+            return a ** b
+        if name == "LShift":
+            return a << b
+        if name == "RShift":
+            return a >> b
+        if name == "BitAnd":
+            return a & b
+        if name == "BitOr":
+            return a | b
+        if name == "BitXor":
+            return a ^ b
+    except ZeroDivisionError:
+        raise src.error(node, "division by zero in a constant expression") from None
+    raise src.error(node, f"operator {name} is not supported")

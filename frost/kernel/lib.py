@@ -1,0 +1,37 @@
+"""Library device functions written in the kernel language itself: warp reductions."""
+from frost.kernel.api import device
+from frost.kernel.builtins import mma_16x8x16, shfl_xor, static_range
+
+
+@device
+def warp_sum(v):
+    """The sum of v over the 32 lanes of a warp (every lane gets it): a butterfly of shuffles."""
+    for k in static_range(5):
+        v += shfl_xor(v, 16 >> k)
+    return v
+
+
+@device
+def warp_max(v):
+    """The maximum of v over the 32 lanes of a warp (every lane gets it)."""
+    for k in static_range(5):
+        v = max(v, shfl_xor(v, 16 >> k))
+    return v
+
+
+@device
+def warp_min(v):
+    """The minimum of v over the 32 lanes of a warp (every lane gets it)."""
+    for k in static_range(5):
+        v = min(v, shfl_xor(v, 16 >> k))
+    return v
+
+
+@device
+def mma_tile(acc, a, b):
+    """acc += a @ b on register tiles: acc is local(f32, (I, J, 4)) 16x8 accumulators, a is local(bf16, (I, 8))
+    16x16 A fragments (ldmatrix_x4), b is local(bf16, (J // 2, 2, 4)) pairs of 16x8 B fragments
+    (ldmatrix_x4_trans). In a kernel, `acc += a @ b` calls this."""
+    for i in static_range(acc.shape[0]):
+        for j in static_range(acc.shape[1]):
+            mma_16x8x16(acc[i, j], a[i], b[j // 2, j % 2])

@@ -1,0 +1,864 @@
+"""The CPU simulator: kernels translated to Python generators run thread by thread, with barriers and warps."""
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+import sys
+
+import ml_dtypes
+import numpy as np
+
+from frost.kernel import builtins as B
+from frost.kernel.frontend import matmul_call, Checked
+from frost.kernel.types import (ArrayType, Scalar, TupleType, Weak, bf16, boolean, f16, f32, f64, i32, i64,
+                                promote, strong, u32, u8)
+
+
+class SimulationError(Exception):
+    """An error inside a simulated kernel: names the thread, the array and the Python line."""
+
+
+class _OutOfBounds(Exception):
+    pass
+
+
+# -- arrays ---------------------------------------------------------------------------------------------
+class SimArray:
+    """An array seen by simulated threads: every access is bounds-checked."""
+
+    __slots__ = ("data", "name", "shape", "len64")
+
+    def __init__(self, data: np.ndarray, name: str, shape=None) -> None:
+        self.data = data
+        self.name = name
+        self.shape = tuple(shape) if shape is not None else data.shape
+        self.len64 = np.int64(self.shape[0])
+
+    def _fail(self, idx):
+        raise _OutOfBounds(f"index {idx} is out of bounds for array {self.name!r} of shape {self.shape}"
+                           + ("" if self.shape == self.data.shape else f" (only {self.data.shape} inside the array)"))
+
+    def _check(self, idx):
+        for k, n, m in zip(idx, self.shape, self.data.shape):
+            if not 0 <= k < n or k >= m:
+                self._fail(idx if len(idx) > 1 else idx[0])
+
+    def ld(self, i):
+        i = int(i)
+        if not 0 <= i < self.shape[0] or i >= self.data.shape[0]:
+            self._fail(i)
+        return self.data[i]
+
+    def st(self, i, v):
+        i = int(i)
+        if not 0 <= i < self.shape[0] or i >= self.data.shape[0]:
+            self._fail(i)
+        self.data[i] = v
+
+    def ldn(self, idx):
+        idx = tuple(int(k) for k in idx)
+        self._check(idx)
+        return self.data[idx]
+
+    def stn(self, idx, v):
+        idx = tuple(int(k) for k in idx)
+        self._check(idx)
+        self.data[idx] = v
+
+    def sub(self, idx):
+        idx = tuple(int(k) for k in idx)
+        self._check(idx)
+        return SimArray(self.data[idx], f"{self.name}{list(idx)}", self.shape[len(idx):])
+
+    def tile(self, r, c, i, j):
+        i, j = int(i), int(j)
+        r0, c0 = i * r, j * c
+        if r0 < 0 or c0 < 0:
+            self._fail((r0, c0))
+        return SimArray(self.data[r0:r0 + r, c0:c0 + c], f"{self.name}.tile(({r}, {c}), ({i}, {j}))", (r, c))
+
+    def span(self, idx, count):
+        """`count` consecutive elements along the last dimension starting at idx (for 16-byte copies)."""
+        idx = tuple(int(k) for k in idx)
+        self._check(idx)
+        last = idx[-1]
+        if last + count > min(self.shape[-1], self.data.shape[-1]):
+            raise _OutOfBounds(f"{count} elements from index {idx if len(idx) > 1 else idx[0]} run past the end "
+                               f"of array {self.name!r} of shape {self.shape}")
+        return self.data[idx[:-1]][last:last + count]
+
+    def atomic(self, idx, op, v, v2=None):
+        idx = tuple(int(k) for k in idx)
+        self._check(idx)
+        old = self.data[idx]
+        if op == "add":
+            new = old + v
+        elif op == "max":
+            new = np.fmax(old, v) if self.data.dtype.kind == "f" else max(old, v)
+        elif op == "min":
+            new = np.fmin(old, v) if self.data.dtype.kind == "f" else min(old, v)
+        else:  # cas
+            new = v2 if old == v else old
+        self.data[idx] = new
+        return old
+
+
+def _filled(dtype, shape):
+    dt = np.dtype(dtype)
+    if dt.kind == "f" or dt == np.dtype(ml_dtypes.bfloat16):
+        return np.full(shape, np.nan, dtype=dt)
+    return np.zeros(shape, dtype=dt)
+
+
+# -- helpers the generated code calls --------------------------------------------------------------------
+def _idiv(a, b):
+    t = type(a)
+    if b == 0:
+        raise ZeroDivisionError("integer division by zero")
+    q = abs(int(a)) // abs(int(b))
+    return np.asarray(q if (a >= 0) == (b >= 0) else -q).astype(t)[()]
+
+
+def _imod(a, b):
+    t = type(a)
+    if b == 0:
+        raise ZeroDivisionError("integer remainder by zero")
+    return np.asarray(int(a) - int(b) * int(_idiv(a, b))).astype(t)[()]
+
+
+def _cast(dtype):
+    def cast(x):
+        return np.asarray(x).astype(dtype)[()]
+    return cast
+
+
+def _fma(a, b, c):
+    t = type(a)
+    if t is np.float32:
+        return np.float32(float(a) * float(b) + float(c))
+    fma = getattr(math, "fma", None)
+    return t(fma(float(a), float(b), float(c))) if fma else t(a * b + c)
+
+
+def _erf(x):
+    return type(x)(math.erf(float(x)))
+
+
+def _rsqrt(x):
+    return type(x)(1) / np.sqrt(x)
+
+
+def _range(t, start, stop=None, step=None):
+    if stop is None:
+        start, stop = 0, start
+    step = 1 if step is None else int(step)
+    if step == 0:
+        raise ValueError("range() step must not be zero")
+    return map(t, range(int(start), int(stop), step))
+
+
+def _grid(t, *extents):
+    return itertools.product(*(list(map(t, range(int(n)))) for n in extents))
+
+
+NAMESPACE = {
+    "_np": np, "_idiv": _idiv, "_imod": _imod, "_fma": _fma, "_erf": _erf, "_rsqrt": _rsqrt, "_range": _range,
+    "_grid": _grid, "_B": bool, "_fmod": np.fmod, "_ftrunc": np.trunc, "_pow": np.power,
+    "_fmin": np.fmin, "_fmax": np.fmax, "_min": min, "_max": max, "_abs": abs, "_SYNC": ("sync",),
+    "_local": lambda dtype, shape, name: SimArray(_filled(dtype, shape), name),
+    "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_log": np.log, "_log2": np.log2, "_tanh": np.tanh,
+    "_sin": np.sin, "_cos": np.cos, "_floor": np.floor, "_ceil": np.ceil, "_SimArray": SimArray,
+}
+CONV = {f32: "_np.float32", f64: "_np.float64", f16: "_np.float16", i32: "_np.int32", i64: "_np.int64",
+        u32: "_np.uint32", u8: "_np.uint8", boolean: "_np.bool_"}
+MATH_PY = {"sqrt": "_sqrt", "rsqrt": "_rsqrt", "exp": "_exp", "exp2": "_exp2", "log": "_log", "log2": "_log2",
+           "tanh": "_tanh", "sin": "_sin", "cos": "_cos", "floor": "_floor", "ceil": "_ceil", "erf": "_erf"}
+PYOPS = {"Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "LShift": "<<", "RShift": ">>", "BitAnd": "&",
+         "BitOr": "|", "BitXor": "^"}
+CMP = {"Lt": "<", "LtE": "<=", "Gt": ">", "GtE": ">=", "Eq": "==", "NotEq": "!="}
+LINE_MAPS: dict[str, tuple[str, list[int]]] = {}  # generated filename -> (python file, line of each generated line)
+
+
+def convert(code: str, src, dst) -> str:
+    if dst is None or src == dst:
+        return code
+    if dst is bf16:
+        if src is not f32:
+            code = f"_np.float32({code})"
+        return f"_BF16({code})"
+    if src in (bf16, f16) and dst.kind != "float":
+        code = f"_np.float32({code})"
+    return f"{CONV[dst]}({code})"
+
+
+class PyGen:
+    """Writes a checked function as Python source for the simulator."""
+
+    def __init__(self, fn: Checked, namespace: dict) -> None:
+        self.fn = fn
+        self.src = fn.src
+        self.ns = namespace
+        self.out: list[str] = []
+        self.lines: list[int] = []
+        self.indent = 1
+        self.tmp = 0
+
+    def type(self, node):
+        return self.fn.types[id(node)]
+
+    def w(self, text, node):
+        self.out.append("    " * self.indent + text)
+        self.lines.append(self.src.line(node))
+
+    def const(self, value, t) -> str:
+        t = strong(t)
+        key = f"_fk_c{len(self.ns)}"
+        if t is bf16:
+            self.ns[key] = ml_dtypes.bfloat16(np.float32(value))
+        elif t.is_float:
+            self.ns[key] = np.asarray(float(value)).astype(t.np)[()]
+        else:
+            self.ns[key] = np.asarray(int(value)).astype(t.np)[()]
+        return key
+
+    def new_tmp(self):
+        self.tmp += 1
+        return f"_fk_t{self.tmp}"
+
+    def generate(self) -> str:
+        fn = self.fn
+        tree = self.src.tree
+        params = []
+        for p in fn.params:
+            params.append(p.name)
+        self.out.append(f"def {fn.cname}(_T, {', '.join(params)}):")
+        self.lines.append(self.src.line(tree))
+        self.w("tx, ty, tz, bx, by, bz, bdx, bdy, bdz, gdx, gdy, gdz, warp, lane = _T.idx", tree)
+        if fn.has_yield:
+            self.w("if False:", tree)
+            self.w("    yield", tree)
+        self.block(tree.body)
+        self.w("return None", tree)
+        return "\n".join(self.out) + "\n"
+
+    def block(self, stmts):
+        n = len(self.out)
+        for s in stmts:
+            getattr(self, "s_" + type(s).__name__)(s)
+        if len(self.out) == n:
+            self.w("pass", stmts[0] if stmts else self.src.tree)
+
+    def s_Pass(self, s):
+        self.w("pass", s)
+
+    def s_Expr(self, s):
+        if isinstance(s.value, ast.Constant):
+            return
+        self.w(self.ex(s.value), s)
+
+    def s_Assign(self, s):
+        target = s.targets[0]
+        if isinstance(target, ast.Tuple):
+            if isinstance(s.value, ast.Tuple):
+                vals = [self.ex(v, self.type(t)) for t, v in zip(target.elts, s.value.elts)]
+                self.w(f"{', '.join(t.id for t in target.elts)} = {', '.join(vals)}", s)
+            else:
+                tmp = self.new_tmp()
+                self.w(f"{tmp} = {self.ex(s.value)}", s)
+                for k, (t, it) in enumerate(zip(target.elts, self.type(s.value).items)):
+                    self.w(f"{t.id} = {convert(f'{tmp}[{k}]', it, self.type(t))}", s)
+            return
+        if isinstance(target, ast.Name):
+            tt = self.type(target)
+            if isinstance(tt, ArrayType):
+                if isinstance(s.value, ast.Call) and _fname(s.value) in ("shared", "local"):
+                    self.w(f"{target.id} = {self.alloc(s.value, target.id)}", s)
+                else:
+                    self.w(f"{target.id} = {self.ex(s.value)}", s)
+                return
+            self.w(f"{target.id} = {self.ex(s.value, tt)}", s)
+            return
+        self.w(self.store(target, self.ex(s.value, self.type(target))), s)
+
+    def alloc(self, call, name):
+        t = self.type(call)
+        dtype = f"_np.dtype({t.elem.np.name!r})" if t.elem is not bf16 else "_BF16_DT"
+        if _fname(call) == "shared":
+            sid = self.fn.shared_ids[id(call)]
+            return f"_T.shared(({self.fn.cname!r}, {sid}), {dtype}, {t.shape}, {name!r})"
+        return f"_local({dtype}, {t.shape}, {name!r})"
+
+    def store(self, target, value_code):
+        arr, idx = target.value, _indices(target)
+        a = self.ex(arr)
+        if len(idx) == 1:
+            return f"{a}.st({self.ex(idx[0])}, {value_code})"
+        return f"{a}.stn(({', '.join(self.ex(i) for i in idx)},), {value_code})"
+
+    def s_AnnAssign(self, s):
+        if s.target.id in self.fn.consts:
+            return
+        self.w(f"{s.target.id} = {self.ex(s.value, self.type(s.target))}", s)
+
+    def s_AugAssign(self, s):
+        if isinstance(s.op, ast.Add) and isinstance(s.value, ast.BinOp) and isinstance(s.value.op, ast.MatMult):
+            call = matmul_call(s)
+            self.w(self.ex(call), s)
+            return
+        tt = self.type(s.target)
+        rt = self.fn.types[id(s)]
+        op = type(s.op).__name__
+        if isinstance(s.target, ast.Name):
+            cur = s.target.id
+            val = self.binop(op, convert(cur, tt, rt), self.ex(s.value, rt), rt)
+            self.w(f"{cur} = {convert(val, rt, tt)}", s)
+            return
+        arr, idx = s.target.value, _indices(s.target)
+        a = self.new_tmp()
+        self.w(f"{a} = {self.ex(arr)}", s)
+        tmps = []
+        for i in idx:
+            t = self.new_tmp()
+            self.w(f"{t} = {self.ex(i)}", s)
+            tmps.append(t)
+        if len(tmps) == 1:
+            load, store = f"{a}.ld({tmps[0]})", f"{a}.st({tmps[0]}, {{}})"
+        else:
+            load, store = f"{a}.ldn(({', '.join(tmps)},))", f"{a}.stn(({', '.join(tmps)},), {{}})"
+        val = self.binop(op, convert(load, tt, rt), self.ex(s.value, rt), rt)
+        self.w(store.format(convert(val, rt, tt)), s)
+
+    def s_If(self, s, kw="if"):
+        self.w(f"{kw} {self.ex(s.test)}:", s)
+        self.indent += 1
+        self.block(s.body)
+        self.indent -= 1
+        if len(s.orelse) == 1 and isinstance(s.orelse[0], ast.If):
+            self.s_If(s.orelse[0], "elif")
+        elif s.orelse:
+            self.w("else:", s)
+            self.indent += 1
+            self.block(s.orelse)
+            self.indent -= 1
+
+    def s_While(self, s):
+        self.w(f"while {self.ex(s.test)}:", s)
+        self.indent += 1
+        self.block(s.body)
+        self.indent -= 1
+
+    def s_For(self, s):
+        it = s.iter
+        if it.func.id == "grid":
+            names = [n.id for n in s.target.elts]
+            t = self.type(s.target.elts[0])
+            ext = ", ".join(self.ex(a, self.type(n)) for a, n in zip(it.args, s.target.elts))
+            self.w(f"for {', '.join(names)} in _grid({CONV[t]}, {ext}):", s)
+        else:
+            t = self.type(s.target)
+            args = ", ".join(self.ex(a, t) for a in it.args)
+            self.w(f"for {s.target.id} in _range({CONV[t]}, {args}):", s)
+        self.indent += 1
+        self.block(s.body)
+        self.indent -= 1
+
+    def s_Break(self, s):
+        self.w("break", s)
+
+    def s_Continue(self, s):
+        self.w("continue", s)
+
+    def s_Return(self, s):
+        if s.value is None:
+            self.w("return None", s)
+            return
+        ret = self.fn.ret
+        if isinstance(ret, TupleType) and isinstance(s.value, ast.Tuple):
+            vals = [self.ex(e, t) for e, t in zip(s.value.elts, ret.items)]
+            self.w(f"return ({', '.join(vals)},)", s)
+        elif isinstance(ret, TupleType):
+            self.w(f"return {self.ex(s.value)}", s)
+        else:
+            self.w(f"return {self.ex(s.value, ret)}", s)
+
+    # -- expressions ------------------------------------------------------------------------------------
+    def ex(self, node, want=None) -> str:
+        t = self.type(node)
+        if isinstance(t, Weak):
+            return self.const(self.fn.values[id(node)], want if want is not None else t.strong)
+        code = getattr(self, "e_" + type(node).__name__)(node)
+        if want is None or isinstance(t, (ArrayType, TupleType)) or t is None:
+            return code
+        return convert(code, t, want)
+
+    def e_Constant(self, node):
+        return "True" if node.value else "False"
+
+    def e_Name(self, node):
+        return node.id
+
+    def binop(self, name, a, b, t):
+        if name == "Pow":
+            return f"_pow({a}, {b})"
+        if name == "FloorDiv":
+            return f"_ftrunc({a} / {b})" if t.is_float else f"_idiv({a}, {b})"
+        if name == "Mod":
+            return f"_fmod({a}, {b})" if t.is_float else f"_imod({a}, {b})"
+        return f"({a} {PYOPS[name]} {b})"
+
+    def e_BinOp(self, node):
+        t = self.type(node)
+        return self.binop(type(node.op).__name__, self.ex(node.left, t), self.ex(node.right, t), t)
+
+    def e_UnaryOp(self, node):
+        t = self.type(node)
+        if isinstance(node.op, ast.Not):
+            return f"(not {self.ex(node.operand)})"
+        op = {"USub": "-", "UAdd": "+", "Invert": "~"}[type(node.op).__name__]
+        return f"({op}{self.ex(node.operand, t)})"
+
+    def e_BoolOp(self, node):
+        op = " and " if isinstance(node.op, ast.And) else " or "
+        parts = [self.ex(v) if self.type(v) is boolean else f"_B({self.ex(v)})" for v in node.values]
+        return "(" + op.join(parts) + ")"
+
+    def e_Compare(self, node):
+        parts = []
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            ct = strong(promote(self.type(left), self.type(right)))
+            parts.append(f"({self.ex(left, ct)} {CMP[type(op).__name__]} {self.ex(right, ct)})")
+            left = right
+        return parts[0] if len(parts) == 1 else "(" + " and ".join(parts) + ")"
+
+    def e_IfExp(self, node):
+        t = self.type(node)
+        return f"({self.ex(node.body, t)} if {self.ex(node.test)} else {self.ex(node.orelse, t)})"
+
+    def e_Subscript(self, node):
+        if isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
+            k = self.fn.values[id(node.slice)]
+            return f"_np.int64({self.ex(node.value.value)}.shape[{k}])"
+        idx = _indices(node)
+        a = self.ex(node.value)
+        if isinstance(self.type(node), ArrayType):
+            return f"{a}.sub(({', '.join(self.ex(i) for i in idx)},))"
+        if len(idx) == 1:
+            return f"{a}.ld({self.ex(idx[0])})"
+        return f"{a}.ldn(({', '.join(self.ex(i) for i in idx)},))"
+
+    def e_Call(self, node):
+        f = node.func
+        if id(node) in self.fn.callees:
+            callee = self.fn.callees[id(node)]
+            args = []
+            for a, p in zip([node.args[k] for k in callee.param_positions], callee.params):
+                args.append(self.ex(a) if isinstance(p.type, ArrayType) else self.ex(a, p.type))
+            call = f"{callee.cname}(_T, {', '.join(args)})"
+            return f"(yield from {call})" if callee.has_yield else call
+        if isinstance(f, ast.Attribute) and f.attr == "tile":
+            r, c = self.type(node).shape
+            i, j = (self.ex(e) for e in node.args[1].elts)
+            return f"{self.ex(f.value)}.tile({r}, {c}, {i}, {j})"
+        name = _fname(node)
+        t = self.type(node)
+        if isinstance(t, Scalar) and name in ("f32", "f16", "bf16", "f64", "i32", "i64", "u32", "u8", "bool"):
+            return self.ex(node.args[0], t)
+        m = getattr(self, "p_" + name, None)
+        if m is not None:
+            return m(node, t)
+        if name in MATH_PY:
+            return f"{MATH_PY[name]}({self.ex(node.args[0], t)})"
+        raise self.src.error(node, f"the simulator does not support {name}()")
+
+    def p_abs(self, node, t):
+        return f"_abs({self.ex(node.args[0], t)})"
+
+    def _minmax(self, node, t, which):
+        fn = ("_fmin" if which == "min" else "_fmax") if t.is_float else ("_" + which)
+        code = self.ex(node.args[0], t)
+        for a in node.args[1:]:
+            code = f"{fn}({code}, {self.ex(a, t)})"
+        return code
+
+    def p_min(self, node, t):
+        return self._minmax(node, t, "min")
+
+    def p_max(self, node, t):
+        return self._minmax(node, t, "max")
+
+    def p_fma(self, node, t):
+        return f"_fma({', '.join(self.ex(a, t) for a in node.args)})"
+
+    def p_pow(self, node, t):
+        return f"_pow({self.ex(node.args[0], t)}, {self.ex(node.args[1], t)})"
+
+    def p_cdiv(self, node, t):
+        a, b = (self.ex(x, t) for x in node.args)
+        return f"_idiv({a} + {b} - {self.const(1, t)}, {b})"
+
+    def p_len(self, node, t):
+        return f"{self.ex(node.args[0])}.len64"
+
+    def p_syncthreads(self, node, t):
+        return "(yield _SYNC)"
+
+    def p_shared(self, node, t):
+        return self.alloc(node, "shared")
+
+    def p_local(self, node, t):
+        return self.alloc(node, "local")
+
+    def p_dynamic_shared(self, node, t):
+        dtype = f"_np.dtype({t.elem.np.name!r})" if t.elem is not bf16 else "_BF16_DT"
+        if t.shape is None:
+            return f"_T.dynamic_shared({dtype})"
+        return f"_T.dynamic_shared({dtype}, {t.shape}, {self.fn.dyn_arrays[id(node)]})"
+
+    def _idx(self, node):
+        idx = node.elts if isinstance(node, ast.Tuple) else [node]
+        return "(" + ", ".join(self.ex(i) for i in idx) + ",)"
+
+    def p_atomic_add(self, node, t, op="add"):
+        return f"{self.ex(node.args[0])}.atomic({self._idx(node.args[1])}, {op!r}, {self.ex(node.args[2], t)})"
+
+    def p_atomic_max(self, node, t):
+        return self.p_atomic_add(node, t, "max")
+
+    def p_atomic_min(self, node, t):
+        return self.p_atomic_add(node, t, "min")
+
+    def p_atomic_cas(self, node, t):
+        return (f"{self.ex(node.args[0])}.atomic({self._idx(node.args[1])}, 'cas', {self.ex(node.args[2], t)}, "
+                f"{self.ex(node.args[3], t)})")
+
+    def _shfl(self, node, t, kind):
+        return f"(yield ({kind!r}, {self.ex(node.args[0], t)}, int({self.ex(node.args[1])})))"
+
+    def p_shfl_xor(self, node, t):
+        return self._shfl(node, t, "shfl_xor")
+
+    def p_shfl_down(self, node, t):
+        return self._shfl(node, t, "shfl_down")
+
+    def p_shfl_up(self, node, t):
+        return self._shfl(node, t, "shfl_up")
+
+    def p_shfl_idx(self, node, t):
+        return self._shfl(node, t, "shfl_idx")
+
+    def p_ballot(self, node, t):
+        return f"(yield ('ballot', {self.ex(node.args[0])}, 0))"
+
+    def p_cp_async16(self, node, t):
+        return (f"_T.cp_async({self.ex(node.args[0])}, {self._idx(node.args[1])}, {self.ex(node.args[2])}, "
+                f"{self._idx(node.args[3])})")
+
+    def p_cp_commit(self, node, t):
+        return "_T.cp_commit()"
+
+    def p_cp_wait(self, node, t):
+        return f"_T.cp_wait({int(self.fn.values[id(node.args[0])])})"
+
+    def _ldmatrix(self, node, regs, trans):
+        return (f"(yield ('ldmatrix', ({self.ex(node.args[0])}, {self.ex(node.args[1])}, "
+                f"{self._idx(node.args[2])}, {regs}, {trans})))")
+
+    def p_ldmatrix_x4(self, node, t):
+        return self._ldmatrix(node, 4, False)
+
+    def p_ldmatrix_x2(self, node, t):
+        return self._ldmatrix(node, 2, False)
+
+    def p_ldmatrix_x4_trans(self, node, t):
+        return self._ldmatrix(node, 4, True)
+
+    def p_ldmatrix_x2_trans(self, node, t):
+        return self._ldmatrix(node, 2, True)
+
+    def p_mma_16x8x16(self, node, t):
+        c, a, b = (self.ex(x) for x in node.args)
+        return f"(yield ('mma', ({c}, {a}, {b})))"
+
+
+def _fname(call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr
+
+
+def _indices(sub):
+    return sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+
+
+def build(kernel: Checked, devices: list[Checked]):
+    """Python functions for the kernel and its device functions, sharing one namespace."""
+    ns = dict(NAMESPACE)
+    ns["_BF16"] = ml_dtypes.bfloat16
+    ns["_BF16_DT"] = np.dtype(ml_dtypes.bfloat16)
+    for fn in devices + [kernel]:
+        gen = PyGen(fn, ns)
+        code = gen.generate()
+        filename = f"<frost-sim {fn.cname} {id(fn)}>"
+        LINE_MAPS[filename] = (fn.src.filename, gen.lines)
+        exec(compile(code, filename, "exec"), ns)
+        fn.sim_code = code
+    return ns[kernel.cname]
+
+
+# -- the scheduler --------------------------------------------------------------------------------------
+class Block:
+    def __init__(self, smem_bytes: int) -> None:
+        self.shared_arrays: dict = {}
+        self.dyn = np.zeros(smem_bytes, dtype=np.uint8)
+
+
+class Thread:
+    __slots__ = ("idx", "block", "linear", "pending", "groups", "where")
+
+    def __init__(self, idx, block, linear) -> None:
+        self.idx, self.block, self.linear = idx, block, linear
+        self.pending: list = []
+        self.groups: list = []
+
+    def shared(self, key, dtype, shape, name):
+        arr = self.block.shared_arrays.get(key)
+        if arr is None:
+            arr = self.block.shared_arrays[key] = SimArray(_filled(dtype, shape), name)
+        return arr
+
+    def dynamic_shared(self, dtype, shape=None, offset=0):
+        dtype = np.dtype(dtype)
+        if shape is None:
+            n = self.block.dyn.size // dtype.itemsize
+            return SimArray(self.block.dyn[:n * dtype.itemsize].view(dtype), "dynamic_shared")
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if offset + nbytes > self.block.dyn.size:
+            raise _OutOfBounds(f"dynamic_shared({dtype.name}, {shape}) at byte {offset} needs {offset + nbytes} "
+                               f"bytes of dynamic shared memory; the launch gave {self.block.dyn.size}")
+        key = ("dyn", offset, dtype, shape)
+        arr = self.block.shared_arrays.get(key)
+        if arr is None:
+            view = self.block.dyn[offset:offset + nbytes].view(dtype).reshape(shape)
+            view[...] = np.nan if dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16) else 0
+            arr = self.block.shared_arrays[key] = SimArray(view, "dynamic_shared")
+        return arr
+
+    def cp_async(self, dst, didx, src, sidx):
+        count = 16 // dst.data.dtype.itemsize
+        d = dst.span(didx, count)
+        s = src.span(sidx, count)
+        self.pending.append((d, s))
+
+    def cp_commit(self):
+        self.groups.append(self.pending)
+        self.pending = []
+
+    def cp_wait(self, n):
+        while len(self.groups) > n:
+            for d, s in self.groups.pop(0):
+                d[...] = s.view(d.dtype)
+
+    def finish(self):
+        self.cp_commit()
+        self.cp_wait(0)
+
+
+def _where(fn_name, thread, exc_tb=None, gen=None):
+    """(file, line) of a thread's current position, from a traceback or a suspended generator."""
+    frames = []
+    if exc_tb is not None:
+        tb = exc_tb
+        while tb is not None:
+            frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+            tb = tb.tb_next
+    while gen is not None:
+        fr = gen.gi_frame
+        if fr is None:
+            break
+        frames.append((fr.f_code.co_filename, fr.f_lineno))
+        gen = getattr(gen, "gi_yieldfrom", None)
+        if gen is not None and not hasattr(gen, "gi_frame"):
+            gen = None
+    for filename, lineno in reversed(frames):
+        if filename in LINE_MAPS:
+            pyfile, lines = LINE_MAPS[filename]
+            return pyfile, lines[min(max(lineno - 1, 0), len(lines) - 1)]
+    return "<kernel>", 0
+
+
+def _describe(th: Thread) -> str:
+    tx, ty, tz, bx, by, bz = th.idx[:6]
+    return f"block ({bx}, {by}, {bz}) thread ({tx}, {ty}, {tz})"
+
+
+def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0) -> None:
+    """Run every block of the grid, one after another, each block's threads interleaved at barriers."""
+    gdx, gdy, gdz = grid
+    bdx, bdy, bdz = block
+    with np.errstate(all="ignore"):
+        for bz, by, bx in itertools.product(range(gdz), range(gdy), range(gdx)):
+            blk = Block(smem_bytes)
+            threads = []
+            for tz, ty, tx in itertools.product(range(bdz), range(bdy), range(bdx)):
+                linear = tx + bdx * (ty + bdy * tz)
+                idx = tuple(np.int32(v) for v in (tx, ty, tz, bx, by, bz, bdx, bdy, bdz, gdx, gdy, gdz,
+                                                   tx // 32, tx % 32))
+                threads.append(Thread(idx, blk, linear))
+            if not has_yield:
+                for th in threads:
+                    try:
+                        fn(th, *args)
+                        th.finish()
+                    except Exception as exc:
+                        _raise(name, th, exc)
+            else:
+                _run_block(name, fn, threads, args)
+
+
+def _raise(name, th, exc, gen=None):
+    if isinstance(exc, SimulationError):
+        raise exc
+    pyfile, line = _where(name, th, exc.__traceback__, gen)
+    what = str(exc) if isinstance(exc, _OutOfBounds) else f"{type(exc).__name__}: {exc}"
+    raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: {what}") from (
+        None if isinstance(exc, _OutOfBounds) else exc)
+
+
+def _run_block(name, fn, threads, args):
+    gens = {}
+    for th in threads:
+        gens[th.linear] = fn(th, *args)
+    waiting = {}   # linear -> request
+    send = {t.linear: None for t in threads}
+    live = {t.linear: t for t in threads}
+    runnable = list(live)
+    while live:
+        for lin in runnable:
+            th = live[lin]
+            try:
+                req = gens[lin].send(send[lin])
+                waiting[lin] = req
+            except StopIteration:
+                th.finish()
+                del live[lin]
+            except Exception as exc:
+                _raise(name, th, exc, gens[lin])
+        runnable = []
+        if not live:
+            break
+        # warp operations: resolved when every live lane of the warp waits on one
+        warps: dict[int, list[int]] = {}
+        for lin in live:
+            warps.setdefault(lin // 32, []).append(lin)
+        for w, lanes in warps.items():
+            reqs = [waiting[lin] for lin in lanes]
+            if all(r[0] != "sync" for r in reqs):
+                kinds = {r[0] for r in reqs}
+                if len(kinds) != 1 or len({_position(gens[lin]) for lin in lanes}) != 1:
+                    _deadlock(name, live, gens, waiting, f"the lanes of warp {w} wait at different warp operations")
+                exited = [lin for lin in range(w * 32, w * 32 + 32) if lin in send and lin not in live]
+                if exited:
+                    _deadlock(name, live, gens, waiting, f"a warp operation in warp {w} while its lanes "
+                              f"{[x % 32 for x in exited]} have exited (warp operations need all 32 lanes)")
+                results = _warp_op(reqs[0][0], [lin % 32 for lin in lanes], reqs)
+                for lin, r in zip(lanes, results):
+                    send[lin] = r
+                    del waiting[lin]
+                    runnable.append(lin)
+        if runnable:
+            continue
+        if all(waiting[lin][0] == "sync" for lin in live):
+            if len({_position(gens[lin]) for lin in live}) > 1:
+                _deadlock(name, live, gens, waiting, "threads wait at different syncthreads() (divergent barrier)")
+            for lin in live:
+                send[lin] = None
+                del waiting[lin]
+            runnable = list(live)
+            continue
+        _deadlock(name, live, gens, waiting, "threads wait on a barrier that others never reach")
+
+
+def _position(gen):
+    while getattr(gen, "gi_yieldfrom", None) is not None and hasattr(gen.gi_yieldfrom, "gi_frame"):
+        gen = gen.gi_yieldfrom
+    return gen.gi_frame.f_code.co_filename, gen.gi_frame.f_lineno
+
+
+def _deadlock(name, live, gens, waiting, why):
+    where = []
+    for lin in list(live)[:64]:
+        th = live[lin]
+        pyfile, line = _where(name, th, None, gens[lin])
+        where.append(f"{_describe(th)} waits at {pyfile}:{line} ({waiting.get(lin, ('?',))[0]})")
+    raise SimulationError(f"{name}: deadlock: {why}:\n  " + "\n  ".join(where[:8]))
+
+
+def _warp_op(kind, lanes, reqs):
+    if kind in ("shfl_xor", "shfl_down", "shfl_up", "shfl_idx", "ballot"):
+        vals = {lane: r[1] for lane, r in zip(lanes, reqs)}
+        if kind == "ballot":
+            mask = sum(1 << lane for lane, v in vals.items() if v)
+            return [np.uint32(mask)] * len(lanes)
+        out = []
+        for lane, r in zip(lanes, reqs):
+            k = r[2]
+            src = {"shfl_xor": lane ^ k, "shfl_down": lane + k, "shfl_up": lane - k, "shfl_idx": k % 32}[kind]
+            out.append(vals.get(src, r[1]) if 0 <= src < 32 else r[1])
+        return out
+    if kind == "ldmatrix":
+        return _ldmatrix(lanes, [r[1] for r in reqs])
+    if kind == "mma":
+        return _mma(lanes, [r[1] for r in reqs])
+    raise SimulationError(f"unknown warp operation {kind}")
+
+
+def _ldmatrix(lanes, reqs):
+    """ldmatrix.sync.aligned.m8n8.x{2,4}[.trans].b16: lanes 8m..8m+7 give the row addresses of matrix m."""
+    regs, trans = reqs[0][3], reqs[0][4]
+    if len(lanes) != 32:
+        raise SimulationError("ldmatrix needs a full warp of 32 lanes")
+    rows = {}
+    for lane, (frag, smem, idx, _, _) in zip(lanes, reqs):
+        if lane < 8 * regs:
+            try:
+                rows[lane] = np.array(smem.span(idx, 8))
+            except _OutOfBounds as exc:
+                raise SimulationError(f"ldmatrix: lane {lane}: {exc}") from None
+    mats = [np.stack([rows[8 * m + r] for r in range(8)]) for m in range(regs)]
+    for lane, (frag, *_rest) in zip(lanes, reqs):
+        g, t = lane // 4, lane % 4
+        flat = frag.data.reshape(-1)
+        for m in range(regs):
+            for j in range(2):
+                flat[2 * m + j] = mats[m][2 * t + j, g] if trans else mats[m][g, 2 * t + j]
+    return [None] * len(lanes)
+
+
+def _mma(lanes, reqs):
+    """mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: D = A @ B + C with the PTX fragment layouts."""
+    if len(lanes) != 32:
+        raise SimulationError("mma_16x8x16 needs a full warp of 32 lanes")
+    A = np.zeros((16, 16))
+    Bm = np.zeros((16, 8))
+    C = np.zeros((16, 8))
+    for lane, (c, a, b) in zip(lanes, reqs):
+        g, t = lane // 4, lane % 4
+        av = a.data.reshape(-1).astype(np.float64)
+        bv = b.data.reshape(-1).astype(np.float64)
+        cv = c.data.reshape(-1)
+        for i in range(8):
+            row = g + 8 * ((i // 2) % 2)
+            col = 2 * t + (i & 1) + 8 * (i // 4)
+            A[row, col] = av[i]
+        for i in range(4):
+            Bm[2 * t + (i & 1) + 8 * (i // 2), g] = bv[i]
+        for i in range(4):
+            C[g + 8 * (i // 2), 2 * t + (i & 1)] = cv[i]
+    D = (A @ Bm + C).astype(np.float32)
+    for lane, (c, a, b) in zip(lanes, reqs):
+        g, t = lane // 4, lane % 4
+        cv = c.data.reshape(-1)
+        for i in range(4):
+            cv[i] = D[g + 8 * (i // 2), 2 * t + (i & 1)]
+    return [None] * len(lanes)

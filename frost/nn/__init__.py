@@ -1,0 +1,21 @@
+"""frost.nn: Module and Parameter, the layers, weight initialization (init) and the functional op names."""
+from frost.nn.module import IncompatibleKeys, Module, Parameter
+from frost.nn.container import ModuleDict, ModuleList, Sequential
+from frost.nn.linear import Flatten, Identity, Linear
+from frost.nn.conv import Conv2d
+from frost.nn.norm import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
+from frost.nn.activation import GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Softplus, Tanh
+from frost.nn.pool import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from frost.nn.dropout import Dropout
+from frost.nn.sparse import Embedding
+from frost.nn.attention import MultiheadAttention
+from frost.nn.loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
+from frost.nn import functional, init, utils
+
+__all__ = [
+    "AdaptiveAvgPool2d", "AvgPool2d", "BCEWithLogitsLoss", "BatchNorm1d", "BatchNorm2d", "Conv2d",
+    "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "Identity", "IncompatibleKeys", "L1Loss",
+    "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "MaxPool2d", "Module", "ModuleDict",
+    "ModuleList", "MultiheadAttention", "NLLLoss", "Parameter", "RMSNorm", "ReLU", "SiLU", "Sequential",
+    "Sigmoid", "Softmax", "Softplus", "Tanh", "functional", "init", "utils",
+]

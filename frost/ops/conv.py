@@ -1,0 +1,289 @@
+"""2-D convolution (PyTorch semantics) by im2col and one BLAS matmul; forward and both backward passes together."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from frost.tensor import Tensor, from_op
+
+# Layout note. Columns are built as (C, kh, kw, N, Ho, Wo): for each input channel and kernel offset, a
+# contiguous run over the whole batch. Then the forward is a single (Cout, K) @ (K, N*Ho*Wo) matmul per group
+# whose result (Cout, N, Ho, Wo) is returned as a transposed view in NCHW order ("channel-major" memory).
+# Elementwise ops downstream keep that memory order, so the next convolution's im2col and the gradient
+# reshapes in the backward become plain contiguous copies or free views.
+#
+# The Tensor-level conv2d reaches the arrays only through conv2d_forward, conv2d_backward_input and
+# conv2d_backward_weight (plus, on the CPU, im2col columns kept from the forward for the weight gradient),
+# so a device backend (cuDNN) can take over by swapping those three.
+
+
+class Geometry(NamedTuple):
+    """Everything about one convolution's shapes, normalised once."""
+    n: int
+    c: int
+    h: int
+    w: int
+    cout: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: tuple  # (top, bottom)
+    pw: tuple  # (left, right)
+    dh: int
+    dw: int
+    groups: int
+    ho: int
+    wo: int
+
+
+def _pair(value, what: str) -> tuple:
+    if isinstance(value, (int, np.integer)):
+        return int(value), int(value)
+    pair = tuple(int(v) for v in value)
+    if len(pair) == 1:
+        return pair[0], pair[0]
+    if len(pair) != 2:
+        raise ValueError(f"conv2d: {what} must be an int or a pair of ints, got {value!r}")
+    return pair
+
+
+def _padding(padding, kernel: tuple, dilation: tuple, stride: tuple) -> tuple:
+    """((top, bottom), (left, right)) from an int, a pair, 'valid' or 'same'."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0), (0, 0)
+        if padding != "same":
+            raise ValueError(f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+        if stride != (1, 1):
+            raise ValueError(f"conv2d: padding='same' is not supported for strided convolutions (stride={stride})")
+        pads = []
+        for k, d in zip(kernel, dilation):
+            total = d * (k - 1)
+            pads.append((total // 2, total - total // 2))  # the extra row goes at the end, as in PyTorch
+        return tuple(pads)
+    ph, pw = _pair(padding, "padding")
+    if ph < 0 or pw < 0:
+        raise ValueError(f"conv2d: padding must be non-negative, got {padding!r}")
+    return (ph, ph), (pw, pw)
+
+
+def geometry(x_shape: tuple, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1) -> Geometry:
+    """Check the shapes of a convolution and work out its output size."""
+    if len(x_shape) != 4:
+        raise RuntimeError(f"conv2d: expected a 4-D input (N, C, H, W) or a 3-D one (C, H, W), got shape {tuple(x_shape)}")
+    if len(w_shape) != 4:
+        raise RuntimeError(f"conv2d: expected a 4-D weight (Cout, Cin/groups, kh, kw), got shape {tuple(w_shape)}")
+    n, c, h, w = x_shape
+    cout, cin_g, kh, kw = w_shape
+    if groups < 1:
+        raise RuntimeError(f"conv2d: groups must be positive, got {groups}")
+    if c % groups or cout % groups:
+        raise RuntimeError(f"conv2d: groups={groups} must divide both the input channels ({c}) and the output "
+                           f"channels ({cout}); input {tuple(x_shape)}, weight {tuple(w_shape)}")
+    if cin_g * groups != c:
+        raise RuntimeError(f"conv2d: input of shape {tuple(x_shape)} has {c} channels but weight {tuple(w_shape)} "
+                           f"with groups={groups} expects {cin_g * groups}")
+    sh, sw = _pair(stride, "stride")
+    dh, dw = _pair(dilation, "dilation")
+    if min(sh, sw, dh, dw) < 1:
+        raise ValueError(f"conv2d: stride and dilation must be positive, got stride={stride!r} dilation={dilation!r}")
+    ph, pw = _padding(padding, (kh, kw), (dh, dw), (sh, sw))
+    ho = (h + ph[0] + ph[1] - dh * (kh - 1) - 1) // sh + 1
+    wo = (w + pw[0] + pw[1] - dw * (kw - 1) - 1) // sw + 1
+    if ho <= 0 or wo <= 0:
+        raise RuntimeError(f"conv2d: output size ({ho} x {wo}) is too small: input {tuple(x_shape)} padded to "
+                           f"({h + sum(ph)} x {w + sum(pw)}) is smaller than the dilated kernel ({dh * (kh - 1) + 1} x {dw * (kw - 1) + 1})")
+    return Geometry(n, c, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, ho, wo)
+
+
+def _xp(array):
+    if isinstance(array, np.ndarray):
+        return np
+    from frost.backend import cuda
+    return cuda.cupy()
+
+
+# ------------------------------------------------------------------ array-level kernels
+
+
+def _padded_channel_major(x, geo: Geometry):
+    """x as a (C, N, Hp, Wp) array (a view when there is no padding)."""
+    xt = x.transpose(1, 0, 2, 3)
+    (pt, pb), (pl, pr) = geo.ph, geo.pw
+    if pt == pb == pl == pr == 0:
+        return xt
+    xp = _xp(x)
+    out = xp.zeros((geo.c, geo.n, geo.h + pt + pb, geo.w + pl + pr), dtype=x.dtype)
+    out[:, :, pt:pt + geo.h, pl:pl + geo.w] = xt
+    return out
+
+
+def im2col(x, geo: Geometry):
+    """Columns (groups, Cin/groups * kh * kw, N * Ho * Wo), C-contiguous, from a strided view of x."""
+    xp = _xp(x)
+    xpad = _padded_channel_major(x, geo)
+    s_c, s_n, s_h, s_w = xpad.strides
+    view = xp.lib.stride_tricks.as_strided(
+        xpad, shape=(geo.c, geo.kh, geo.kw, geo.n, geo.ho, geo.wo),
+        strides=(s_c, geo.dh * s_h, geo.dw * s_w, s_n, geo.sh * s_h, geo.sw * s_w))
+    k_g = geo.c // geo.groups * geo.kh * geo.kw
+    return xp.ascontiguousarray(view).reshape(geo.groups, k_g, geo.n * geo.ho * geo.wo)
+
+
+def _grad_channel_major(g, geo: Geometry):
+    """The output gradient as (groups, Cout/groups, N * Ho * Wo); free when g is channel-major already."""
+    xp = _xp(g)
+    g2 = xp.ascontiguousarray(g.transpose(1, 0, 2, 3))
+    return g2.reshape(geo.groups, geo.cout // geo.groups, geo.n * geo.ho * geo.wo)
+
+
+def _grouped_weight(w, geo: Geometry):
+    return w.reshape(geo.groups, geo.cout // geo.groups, -1)
+
+
+def _forward_from_cols(cols, w, geo: Geometry, bias=None):
+    xp = _xp(cols)
+    out = xp.matmul(_grouped_weight(w, geo), cols).reshape(geo.cout, geo.n, geo.ho, geo.wo)
+    if bias is not None:
+        out += bias.reshape(geo.cout, 1, 1, 1)
+    return out.transpose(1, 0, 2, 3)
+
+
+def _backward_weight_from_cols(g2, cols, geo: Geometry):
+    xp = _xp(cols)
+    gw = xp.matmul(g2, cols.transpose(0, 2, 1))
+    return gw.reshape(geo.cout, geo.c // geo.groups, geo.kh, geo.kw)
+
+
+def _backward_input_as_conv(g, w, geo: Geometry):
+    """For stride 1 the input gradient is itself a convolution: g, padded to 'full', with the flipped,
+    transposed weight. One im2col of g and one matmul beat the scatter of col2im when Cout is not much
+    larger than Cin."""
+    groups, cout_g, cin_g = geo.groups, geo.cout // geo.groups, geo.c // geo.groups
+    w_flipped = w.reshape(groups, cout_g, cin_g, geo.kh, geo.kw)[:, :, :, ::-1, ::-1]
+    w_t = w_flipped.transpose(0, 2, 1, 3, 4).reshape(geo.c, cout_g, geo.kh, geo.kw)
+    reach_h, reach_w = geo.dh * (geo.kh - 1), geo.dw * (geo.kw - 1)
+    full = Geometry(geo.n, geo.cout, geo.ho, geo.wo, geo.c, geo.kh, geo.kw, 1, 1,
+                    (reach_h - geo.ph[0], reach_h - geo.ph[1]), (reach_w - geo.pw[0], reach_w - geo.pw[1]),
+                    geo.dh, geo.dw, groups, geo.h, geo.w)
+    return _forward_from_cols(im2col(g, full), w_t, full)
+
+
+def _input_grad_is_a_conv(geo: Geometry) -> bool:
+    reach_h, reach_w = geo.dh * (geo.kh - 1), geo.dw * (geo.kw - 1)
+    return (geo.sh == geo.sw == 1 and geo.cout <= 2 * geo.c
+            and max(geo.ph) <= reach_h and max(geo.pw) <= reach_w)
+
+
+def _backward_input_from_grad(g2, w, geo: Geometry):
+    """col2im: scatter the column gradient back, one strided add per kernel offset."""
+    xp = _xp(g2)
+    gcols = xp.matmul(_grouped_weight(w, geo).transpose(0, 2, 1), g2)
+    gcols = gcols.reshape(geo.c, geo.kh, geo.kw, geo.n, geo.ho, geo.wo)
+    (pt, pb), (pl, pr) = geo.ph, geo.pw
+    gx = xp.zeros((geo.c, geo.n, geo.h + pt + pb, geo.w + pl + pr), dtype=g2.dtype)
+    h_span, w_span = geo.sh * (geo.ho - 1) + 1, geo.sw * (geo.wo - 1) + 1
+    for i in range(geo.kh):
+        for j in range(geo.kw):
+            top, left = i * geo.dh, j * geo.dw
+            gx[:, :, top:top + h_span:geo.sh, left:left + w_span:geo.sw] += gcols[:, i, j]
+    return gx[:, :, pt:pt + geo.h, pl:pl + geo.w].transpose(1, 0, 2, 3)
+
+
+def conv2d_forward(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=None):
+    """The convolution of raw arrays x (N, C, H, W) and w (Cout, C/groups, kh, kw); returns (N, Cout, Ho, Wo)."""
+    geo = geometry(x.shape, w.shape, stride, padding, dilation, groups)
+    return _forward_from_cols(im2col(x, geo), w, geo, bias)
+
+
+def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1):
+    """d(loss)/d(x) from the output gradient g (N, Cout, Ho, Wo) and the weight."""
+    geo = geometry(tuple(x_shape), w.shape, stride, padding, dilation, groups)
+    if _input_grad_is_a_conv(geo):
+        return _backward_input_as_conv(g, w, geo)
+    return _backward_input_from_grad(_grad_channel_major(g, geo), w, geo)
+
+
+def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1):
+    """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x."""
+    geo = geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
+    return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo)
+
+
+# ------------------------------------------------------------------ the differentiable op
+
+
+def _describe(t: Tensor) -> str:
+    return f"{t.shape} {t.dtype.name} on {t.device}"
+
+
+def _check_operands(x: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+    for name, t in (("input", x), ("weight", weight), ("bias", bias)):
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError(f"conv2d: {name} must be a Tensor, got {type(t).__name__}")
+    if x.device != weight.device:
+        raise RuntimeError(f"conv2d: input and weight are on different devices: input {_describe(x)}, "
+                           f"weight {_describe(weight)}")
+    if x.dtype != weight.dtype:
+        raise RuntimeError(f"conv2d: Input type ({x.dtype.name}) and weight type ({weight.dtype.name}) should be "
+                           f"the same: input {x.shape}, weight {weight.shape}")
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"conv2d: expected floating-point tensors, got {x.dtype.name}")
+    if bias is not None:
+        if bias.device != x.device:
+            raise RuntimeError(f"conv2d: input and bias are on different devices: input {_describe(x)}, "
+                               f"bias {_describe(bias)}")
+        if bias.dtype != x.dtype:
+            raise RuntimeError(f"conv2d: Input type ({x.dtype.name}) and bias type ({bias.dtype.name}) should be "
+                               f"the same")
+        if bias.shape != (weight.shape[0],):
+            raise RuntimeError(f"conv2d: bias of shape {bias.shape} does not fit weight {weight.shape}; "
+                               f"expected ({weight.shape[0]},)")
+
+
+def _compute_dtype(x):
+    """Half-precision CPU arrays are computed in float32 (NumPy has no fast half matmul)."""
+    if isinstance(x, np.ndarray) and x.dtype.itemsize < 4:
+        return np.float32
+    return x.dtype
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """2-D convolution over an (N, C, H, W) or (C, H, W) input, as torch.nn.functional.conv2d."""
+    _check_operands(x, weight, bias)
+    if x.ndim == 3:
+        return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0)
+    geo = geometry(x.shape, weight.shape, stride, padding, dilation, groups)
+    cdt = _compute_dtype(x.data)
+    xa, wa = x.data.astype(cdt, copy=False), weight.data.astype(cdt, copy=False)
+    ba = None if bias is None else bias.data.astype(cdt, copy=False)
+    conv_args = (stride, padding, dilation, groups)
+    cols = None
+    if isinstance(xa, np.ndarray) and weight.requires_grad:
+        # on the CPU the im2col columns are kept for the weight gradient instead of being rebuilt
+        cols = im2col(xa, geo)
+        out = _forward_from_cols(cols, wa, geo, ba)
+    else:
+        out = conv2d_forward(xa, wa, *conv_args, bias=ba)
+    out_dtype = x.data.dtype
+    parents = (x, weight) if bias is None else (x, weight, bias)
+
+    def backward(g):
+        g = g.astype(cdt, copy=False)
+        gx = gw = gb = None
+        if x.requires_grad:
+            gx = conv2d_backward_input(g, wa, xa.shape, *conv_args).astype(out_dtype, copy=False)
+        if cols is not None:
+            gw = _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo).astype(out_dtype, copy=False)
+        elif weight.requires_grad:
+            gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args).astype(out_dtype, copy=False)
+        if bias is None:
+            return gx, gw
+        if bias.requires_grad:
+            gb = g.sum(axis=(0, 2, 3)).astype(out_dtype, copy=False)
+        return gx, gw, gb
+
+    return from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d")

@@ -1,0 +1,326 @@
+"""Loss functions (cross entropy, NLL, MSE, L1, BCE with logits), each a fused forward with a closed-form backward."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from frost.autograd import is_grad_enabled, unbroadcast
+from frost.tensor import Tensor, from_op
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _compute_dtype(array):
+    """float32 for half-precision inputs (log-sum-exp needs the range), else the input's dtype."""
+    return np.float32 if array.dtype.itemsize < 4 else array.dtype
+
+
+def _check_reduction(op: str, reduction: str) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def _check_tensor(op: str, name: str, t, ref: Tensor) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+    if t.device != ref.device:
+        raise RuntimeError(f"{op}: {name} of shape {t.shape} is on {t.device} but input of shape {ref.shape} "
+                           f"is on {ref.device}")
+
+
+def _can_check_values_on_host(t: Tensor) -> bool:
+    """Value checks need a device-to-host copy: always done on the CPU, skipped on CUDA while a graph is captured."""
+    from frost import tensor as tensor_module
+    return t.device.type == "cpu" or tensor_module._host_sync_hook is None
+
+
+def _log_softmax_rows(xp, z):
+    shifted = z - z.max(axis=1, keepdims=True)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+
+
+# ------------------------------------------------------------------ layout: (N, C, d1, ...) as rows of C classes
+
+def _rows(input_array, xp):
+    """View the input as (M, C) rows (class dim last); return the rows and a function that undoes it."""
+    shape = input_array.shape
+    if input_array.ndim == 1:
+        return input_array.reshape(1, -1), lambda d: d.reshape(shape)
+    C = shape[1]
+    moved = xp.moveaxis(input_array, 1, -1)
+    moved_shape = moved.shape
+    return moved.reshape(-1, C), lambda d: xp.moveaxis(d.reshape(moved_shape), -1, 1)
+
+
+def _class_target_shape(input: Tensor) -> tuple:
+    return input.shape[:1] + input.shape[2:] if input.ndim >= 2 else ()
+
+
+def _check_class_input(op: str, input: Tensor, target, weight) -> None:
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{op}: input must be a Tensor, got {type(input).__name__}")
+    if input.ndim == 0:
+        raise RuntimeError(f"{op}: input must have a class dimension, got a 0-d tensor")
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"{op}: input must be floating point, got {input.dtype!r} of shape {input.shape}")
+    _check_tensor(op, "target", target, input)
+    C = input.shape[1] if input.ndim >= 2 else input.shape[0]
+    if weight is not None:
+        _check_tensor(op, "weight", weight, input)
+        if weight.shape != (C,):
+            raise RuntimeError(f"{op}: weight of shape {weight.shape} does not fit input of shape {input.shape} "
+                               f"with {C} classes (expected weight of shape ({C},))")
+
+
+def _check_class_target(op: str, input: Tensor, target: Tensor, ignore_index: int) -> None:
+    expected = _class_target_shape(input)
+    if target.dtype.is_floating_point or target.dtype.name == "bool":
+        raise RuntimeError(f"{op}: class-index target must have an integer dtype, got {target.dtype.name} "
+                           f"(input of shape {input.shape}, target of shape {target.shape}); "
+                           f"probability targets must have the input's shape")
+    if target.shape != expected:
+        raise RuntimeError(f"{op}: target of shape {target.shape} does not fit input of shape {input.shape} "
+                           f"(expected target of shape {expected})")
+    if target.numel() == 0 or not _can_check_values_on_host(target):
+        return
+    C = input.shape[1] if input.ndim >= 2 else input.shape[0]
+    t = target.data
+    bad = (t != ignore_index) & ((t < 0) | (t >= C))
+    if bool(bad.any()):
+        value = int(t[bad].reshape(-1)[0])
+        raise IndexError(f"{op}: target index {value} is out of range for {C} classes (valid: 0..{C - 1} or "
+                         f"ignore_index={ignore_index}; input of shape {input.shape}, target of shape "
+                         f"{target.shape})")
+
+
+# ------------------------------------------------------------------ cross entropy and NLL
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Log-softmax over dim 1 (dim 0 for unbatched (C,)) and negative log-likelihood in one op, as PyTorch.
+
+    `target` holds class indices (shape (N, d1, ...), integer) or class probabilities (the input's shape, float).
+    """
+    op = "cross_entropy"
+    _check_reduction(op, reduction)
+    _check_class_input(op, input, target, weight)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    if target.dtype.is_floating_point and target.shape == input.shape:
+        return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
+    _check_class_target(op, input, target, ignore_index)
+    return _class_index_loss(op, input, target, weight, ignore_index, reduction, label_smoothing, from_logits=True)
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of class indices given log-probabilities (N, C, d1, ...), as PyTorch."""
+    op = "nll_loss"
+    _check_reduction(op, reduction)
+    _check_class_input(op, input, target, weight)
+    _check_class_target(op, input, target, ignore_index)
+    return _class_index_loss(op, input, target, weight, ignore_index, reduction, 0.0, from_logits=False)
+
+
+def _class_index_loss(op: str, input: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
+                      reduction: str, smoothing: float, from_logits: bool) -> Tensor:
+    xp = input.xp
+    cdt = _compute_dtype(input.data)
+    rows, to_input_layout = _rows(input.data.astype(cdt, copy=False), xp)
+    M, C = rows.shape
+    idx = target.data.reshape(-1).astype(xp.int64, copy=False)
+    valid = idx != ignore_index
+    safe_idx = xp.where(valid, idx, 0)
+    logp = _log_softmax_rows(xp, rows) if from_logits else rows
+    picked = xp.take_along_axis(logp, safe_idx[:, None], axis=1)[:, 0]
+    w = None if weight is None else weight.data.astype(cdt, copy=False)
+    # w[y_i] for counted samples, 0 for ignored ones: the per-sample weight and the mean's denominator
+    target_weight = valid.astype(cdt) if w is None else xp.where(valid, w[safe_idx], 0).astype(cdt, copy=False)
+    zero = xp.zeros((), dtype=cdt)
+    loss = xp.where(valid, -target_weight * picked, zero) * (1 - smoothing)
+    if smoothing:
+        smooth = -(logp.sum(axis=1) if w is None else (logp * w).sum(axis=1))
+        loss = loss + xp.where(valid, smooth, zero) * (smoothing / C)
+    denom = target_weight.sum() if reduction == "mean" else None
+    out = _reduce_rows(xp, loss, reduction, denom, target.shape)
+
+    def backward(g):
+        # where, not a product: with every target ignored the mean's coefficient is g/0, and ignored rows get 0
+        coef = xp.where(valid, _row_coefficients(xp, g.astype(cdt, copy=False), reduction, denom, M), zero)
+        if from_logits:
+            p = xp.exp(logp)
+            d = ((1 - smoothing) * target_weight)[:, None] * p
+            d[xp.arange(M), safe_idx] -= (1 - smoothing) * target_weight
+            if smoothing:
+                w_total = C if w is None else w.sum()
+                w_row = 1 if w is None else w
+                d += (smoothing / C) * valid[:, None] * (p * w_total - w_row)
+        else:
+            d = xp.zeros((M, C), dtype=cdt)
+            d[xp.arange(M), safe_idx] = -target_weight
+        d *= coef[:, None]
+        return (to_input_layout(d).astype(input.data.dtype, copy=False),)
+
+    return from_op(out.astype(input.data.dtype, copy=False), (input,), backward, op)
+
+
+def _cross_entropy_probs(input: Tensor, target: Tensor, weight: Tensor | None, reduction: str,
+                         smoothing: float) -> Tensor:
+    op = "cross_entropy"
+    xp = input.xp
+    cdt = _compute_dtype(input.data)
+    rows, to_input_layout = _rows(input.data.astype(cdt, copy=False), xp)
+    t_rows, _ = _rows(target.data.astype(cdt, copy=False), xp)
+    M, C = rows.shape
+    logp = _log_softmax_rows(xp, rows)
+    w_row = 1 if weight is None else weight.data.astype(cdt, copy=False)
+    weighted_target = w_row * (t_rows * (1 - smoothing) + smoothing / C)
+    loss = -(weighted_target * logp).sum(axis=1)
+    out_shape = _class_target_shape(input)
+    # the mean of probability targets divides by the number of samples, never by the weights
+    out = _reduce_rows(xp, loss, reduction, M if reduction == "mean" else None, out_shape)
+
+    def backward(g):
+        coef = _row_coefficients(xp, g.astype(cdt, copy=False), reduction, M, M)[:, None]
+        p = xp.exp(logp)
+        d_input = coef * (p * weighted_target.sum(axis=1, keepdims=True) - weighted_target)
+        d_target = coef * (-(1 - smoothing) * w_row * logp)
+        return (to_input_layout(d_input).astype(input.data.dtype, copy=False),
+                to_input_layout(d_target).astype(target.data.dtype, copy=False))
+
+    return from_op(out.astype(input.data.dtype, copy=False), (input, target), backward, op)
+
+
+def _reduce_rows(xp, loss, reduction: str, denom, out_shape: tuple):
+    if reduction == "none":
+        return loss.reshape(out_shape)
+    total = xp.asarray(loss.sum())  # an array, not a NumPy scalar
+    if reduction == "sum":
+        return total
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return xp.asarray(total / denom)  # 0/0 (every target ignored) is NaN, as PyTorch
+
+
+def _row_coefficients(xp, g, reduction: str, denom, M: int):
+    """The upstream gradient of each row's loss."""
+    if reduction == "none":
+        return g.reshape(-1)
+    if reduction == "sum":
+        return xp.broadcast_to(g, (M,))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return xp.broadcast_to(g / denom, (M,))
+
+
+# ------------------------------------------------------------------ elementwise losses
+
+def _reduce(xp, loss, reduction: str):
+    """Reduce an elementwise loss; also return the function giving each element's upstream gradient."""
+    shape, n = loss.shape, loss.size
+    if reduction == "none":
+        return loss, lambda g: g
+    if reduction == "sum":
+        return xp.asarray(loss.sum()), lambda g: xp.broadcast_to(g, shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = xp.asarray(loss.sum() / n)
+    return mean, lambda g: xp.broadcast_to(g / n, shape)
+
+
+def _pair(op: str, input: Tensor, target: Tensor, reduction: str):
+    """Check a (input, target) pair of an elementwise loss; return arrays in a common float dtype."""
+    _check_reduction(op, reduction)
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{op}: input must be a Tensor, got {type(input).__name__}")
+    _check_tensor(op, "target", target, input)
+    if target.shape != input.shape:
+        try:
+            np.broadcast_shapes(input.shape, target.shape)
+        except ValueError:
+            raise RuntimeError(f"{op}: input of shape {input.shape} and target of shape {target.shape} "
+                               f"cannot be broadcast together") from None
+        warnings.warn(f"{op}: using a target size {target.shape} that is different to the input size "
+                      f"{input.shape}; the two are broadcast, which is likely not what you want", stacklevel=3)
+    dt = np.result_type(input.data.dtype, target.data.dtype)
+    if dt.kind != "f" or dt.itemsize < 4:
+        dt = np.dtype(np.float32)  # integers and half precision are computed (and summed) in float32
+    return input.data.astype(dt, copy=False), target.data.astype(dt, copy=False)
+
+
+def _pair_grads(input: Tensor, target: Tensor, d):
+    """Gradients for (input, target) from d(loss)/d(input) when the loss depends on input - target."""
+    return (unbroadcast(d, input.shape).astype(input.data.dtype, copy=False),
+            unbroadcast(-d, target.shape).astype(target.data.dtype, copy=False))
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Mean squared error (input - target)^2, reduced."""
+    x, t = _pair("mse_loss", input, target, reduction)
+    xp = input.xp
+    diff = x - t
+    out, per_element = _reduce(xp, diff * diff, reduction)
+    return from_op(out.astype(input.data.dtype, copy=False), (input, target),
+                   lambda g: _pair_grads(input, target, 2 * per_element(g) * diff), "mse_loss")
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Mean absolute error |input - target|, reduced."""
+    x, t = _pair("l1_loss", input, target, reduction)
+    xp = input.xp
+    diff = x - t
+    out, per_element = _reduce(xp, xp.abs(diff), reduction)
+    return from_op(out.astype(input.data.dtype, copy=False), (input, target),
+                   lambda g: _pair_grads(input, target, per_element(g) * xp.sign(diff)), "l1_loss")
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                                     reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+    """Sigmoid and binary cross entropy in one numerically stable op, as PyTorch.
+
+    loss = -w * (pos_weight * t * log(sigmoid(x)) + (1 - t) * log(1 - sigmoid(x))), written as
+    (1 - t) * x + (1 + (pos_weight - 1) * t) * softplus(-x) so that no exp overflows.
+    """
+    op = "binary_cross_entropy_with_logits"
+    _check_reduction(op, reduction)
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{op}: input must be a Tensor, got {type(input).__name__}")
+    _check_tensor(op, "target", target, input)
+    if target.shape != input.shape:
+        raise ValueError(f"{op}: target size {target.shape} must be the same as input size {input.shape}")
+    for name, t in (("weight", weight), ("pos_weight", pos_weight)):
+        if t is None:
+            continue
+        _check_tensor(op, name, t, input)
+        try:
+            if np.broadcast_shapes(t.shape, input.shape) != input.shape:
+                raise ValueError
+        except ValueError:
+            raise RuntimeError(f"{op}: {name} of shape {t.shape} cannot be broadcast to input of shape "
+                               f"{input.shape}") from None
+    if pos_weight is not None and pos_weight.requires_grad and is_grad_enabled():
+        raise RuntimeError(f"{op}: not differentiable with respect to pos_weight; pass a pos_weight that does not "
+                           f"require grad (e.g. pos_weight.detach())")
+    xp = input.xp
+    cdt = _compute_dtype(input.data)
+    x = input.data.astype(cdt, copy=False)
+    t = target.data.astype(cdt, copy=False)
+    w = None if weight is None else weight.data.astype(cdt, copy=False)
+    pw = None if pos_weight is None else pos_weight.data.astype(cdt, copy=False)
+    softplus_neg_x = xp.maximum(-x, 0) + xp.log1p(xp.exp(-xp.abs(x)))  # log(1 + exp(-x)), stable
+    log_weight = 1 if pw is None else 1 + (pw - 1) * t
+    unweighted = (1 - t) * x + log_weight * softplus_neg_x
+    loss = unweighted if w is None else unweighted * w
+    out, per_element = _reduce(xp, loss, reduction)
+    parents = [p for p in (input, target, weight) if p is not None]
+
+    def backward(g):
+        ge = per_element(g.astype(cdt, copy=False))
+        gw = ge if w is None else ge * w
+        sigmoid_neg_x = 0.5 * (1 - xp.tanh(0.5 * x))
+        d_input = gw * ((1 - t) - log_weight * sigmoid_neg_x)
+        d_target = gw * (-x if pw is None else -x + (pw - 1) * softplus_neg_x)
+        grads = [d_input.astype(input.data.dtype, copy=False), d_target.astype(target.data.dtype, copy=False)]
+        if weight is not None:
+            grads.append(unbroadcast(ge * unweighted, weight.shape).astype(weight.data.dtype, copy=False))
+        return grads
+
+    return from_op(out.astype(input.data.dtype, copy=False), parents, backward, op)

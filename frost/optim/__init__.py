@@ -1,0 +1,10 @@
+"""Optimizers (one file each: the update as a pure function on arrays, then its class) and lr schedules."""
+from frost.optim.optimizer import Optimizer
+from frost.optim.sgd import SGD, sgd_update
+from frost.optim.adam import Adam, adam_update
+from frost.optim.adamw import AdamW, adamw_update
+from frost.optim import schedule
+from frost.optim import schedule as lr_scheduler  # PyTorch's name for the same module
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "sgd_update", "adam_update", "adamw_update", "schedule",
+           "lr_scheduler"]

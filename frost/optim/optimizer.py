@@ -1,0 +1,191 @@
+"""The Optimizer base class: parameter groups, per-parameter state, zero_grad and PyTorch-format state dicts."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from frost import backend
+from frost.autograd import enable_grad
+from frost.tensor import Tensor
+
+
+def array_module(array):
+    """NumPy or CuPy: the module that serves `array` (for the optimizers' pure update functions)."""
+    return np if isinstance(array, np.ndarray) else backend.xp_for(backend.device_of(array))
+
+
+class Optimizer:
+    """Holds parameter groups (a list of dicts: 'params' plus per-group options) and per-parameter state.
+
+    Subclasses pass their default options to `__init__` and write `step()`: for every parameter with a
+    gradient, call the optimizer's pure update function on raw arrays (`p.data`, `p.grad.data`, state
+    arrays). The options are read from the group at every step, so `group['lr'] = x` takes effect at once.
+    """
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]) -> None:
+        self.defaults = dict(defaults)
+        self.state: dict[Tensor, dict[str, Any]] = {}
+        self.param_groups: list[dict[str, Any]] = []
+        if isinstance(params, (Tensor, set)):
+            raise TypeError(f"{type(self).__name__}: params must be an ordered iterable of tensors or of dicts "
+                            f"(param groups), got {type(params).__name__}")
+        groups = list(params)
+        if not groups:
+            raise ValueError(f"{type(self).__name__} got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines += [f"    {k}: {v}" for k, v in sorted(group.items()) if k != "params"]
+        return "\n".join(lines) + "\n)"
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group of parameters with its own options (missing options take the optimizer's defaults)."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"{type(self).__name__}.add_param_group: expected a dict, got {type(param_group).__name__}")
+        group = dict(param_group)
+        params = group.get("params")
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, set) or params is None:
+            raise TypeError(f"{type(self).__name__}: a param group's 'params' must be a tensor or an ordered "
+                            f"list of tensors, got {type(params).__name__}")
+        group["params"] = params = list(params)
+        for i, p in enumerate(params):
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{type(self).__name__}: can only optimize Tensors, but param {i} of group "
+                                f"{len(self.param_groups)} is a {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError(f"{type(self).__name__}: cannot optimize a non-leaf tensor (param {i} of group "
+                                 f"{len(self.param_groups)}, made by {p.grad_fn.name})")
+        for name, default in self.defaults.items():
+            group.setdefault(name, default)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if len({id(p) for p in params}) != len(params) or any(id(p) in seen for p in params):
+            raise ValueError(f"{type(self).__name__}: some parameters appear more than once (in one group or "
+                             f"in several groups)")
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's gradient (or fill it with zeros when set_to_none=False)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad = p.grad.detach()
+                    p.grad.data[...] = 0
+
+    def step(self, closure: Callable[[], Any] | None = None):
+        raise NotImplementedError(f"{type(self).__name__} does not implement step()")
+
+    # ------------------------------------------------------------ helpers for subclasses
+    @staticmethod
+    def _evaluate(closure: Callable[[], Any] | None):
+        """Run the closure (which recomputes the loss and its gradients) with gradients on."""
+        if closure is None:
+            return None
+        with enable_grad():
+            return closure()
+
+    @staticmethod
+    def _params_with_grad(group: dict[str, Any]) -> list[Tensor]:
+        return [p for p in group["params"] if p.grad is not None]
+
+    @staticmethod
+    def _new_step() -> Tensor:
+        """A step counter as PyTorch keeps it: a 0-d float32 tensor on the CPU (reading it never syncs a GPU)."""
+        return Tensor(np.zeros((), dtype=np.float32))
+
+    @staticmethod
+    def _increment(step: Tensor) -> float:
+        step.data[...] = step.data + 1
+        return float(step.data)
+
+    # ------------------------------------------------------------ state dicts
+    def state_dict(self) -> dict[str, Any]:
+        """{'state': {index: {name: Tensor | value}}, 'param_groups': [{options..., 'params': [index, ...]}]}.
+
+        Parameters are numbered in order across groups, as PyTorch does. The state tensors are the live ones
+        (not copies): save them (frost.save) or copy them before training on.
+        """
+        index: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {index[id(p)]: dict(s) for p, s in self.state.items() if id(p) in index}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore options and state saved by `state_dict()` into an optimizer over the same parameters.
+
+        State tensors are copied onto each parameter's device (and dtype, for floating-point state other than
+        the step counter), so the loaded optimizer never shares memory with `state_dict`.
+        """
+        name = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
+            keys = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise ValueError(f"{name}: expected a dict with 'state' and 'param_groups', got {keys}")
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"{name}: the state dict has {len(saved_groups)} parameter groups but the optimizer "
+                             f"has {len(self.param_groups)}")
+        by_index: dict[int, Tensor] = {}
+        for gi, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if len(saved["params"]) != len(group["params"]):
+                raise ValueError(f"{name}: parameter group {gi} has {len(saved['params'])} parameters in the "
+                                 f"state dict but {len(group['params'])} in the optimizer")
+            by_index.update(zip(saved["params"], group["params"]))
+
+        state: dict[Tensor, dict[str, Any]] = {}
+        for index, saved_state in state_dict["state"].items():
+            if index not in by_index:
+                raise ValueError(f"{name}: the state dict has state for parameter {index}, which no parameter "
+                                 f"group lists")
+            p = by_index[index]
+            state[p] = {key: _cast_state(name, index, key, value, p) for key, value in saved_state.items()}
+
+        new_groups = []
+        for group, saved in zip(self.param_groups, saved_groups):
+            new_group = {k: _copy_option(v) for k, v in saved.items() if k != "params"}
+            new_group["params"] = group["params"]
+            new_groups.append(new_group)
+        self.param_groups = new_groups
+        self.state = state
+
+
+def _cast_state(name: str, index: int, key: str, value, p: Tensor):
+    """A private copy of one state value, on the parameter's device (and in its float dtype, except 'step')."""
+    if key == "step":  # the counter stays a float32 tensor on the CPU, whatever device the parameter is on
+        return Tensor(np.array(value.numpy() if isinstance(value, Tensor) else value, dtype=np.float32))
+    if not isinstance(value, Tensor):
+        return _copy_option(value)
+    if value.ndim > 0 and value.shape != p.shape:
+        raise ValueError(f"{name}: state {key!r} of parameter {index} has shape {value.shape} but the parameter "
+                         f"has shape {p.shape}")
+    out = value.detach().to(p.device)
+    if value.dtype.is_floating_point and p.dtype.is_floating_point:
+        out = out.to(p.dtype)
+    return Tensor(out.data.copy())
+
+
+def _copy_option(value):
+    if isinstance(value, list):
+        return [_copy_option(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_copy_option(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _copy_option(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,236 @@
+"""Tests for frost/data/cifar.py: every layout, the restricted unpickler, the mocked download, the real parts."""
+import hashlib
+import io
+import os
+import pickle
+import tarfile
+import urllib.error
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from frost.data import CIFAR10
+from frost.data import cifar
+
+SHARED = Path(__file__).parents[2] / ".." / "shared" / "data" / "cifar10"
+PER_BATCH = 3  # images per fake batch file: train has 5 * 3, test 3
+
+
+def fake_split(seed):
+    rng = np.random.default_rng(seed)
+    n = PER_BATCH * 5
+    return (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, n)), \
+           (rng.integers(0, 256, (PER_BATCH, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, PER_BATCH))
+
+
+TRAIN, TEST = fake_split(0)
+
+
+def batches():
+    """(name, images HWC, labels) of the five train batches and the test batch."""
+    out = [(f"data_batch_{k + 1}", TRAIN[0][k * PER_BATCH:(k + 1) * PER_BATCH], TRAIN[1][k * PER_BATCH:(k + 1) * PER_BATCH])
+           for k in range(5)]
+    return out + [("test_batch", TEST[0], TEST[1])]
+
+
+def binary_bytes(images, labels):
+    chw = images.transpose(0, 3, 1, 2).reshape(len(images), -1)
+    return np.concatenate([labels.astype(np.uint8)[:, None], chw], axis=1).tobytes()
+
+
+def python_bytes(images, labels, protocol=2):
+    batch = {b"batch_label": b"fake", b"labels": [int(v) for v in labels],
+             b"data": images.transpose(0, 3, 1, 2).reshape(len(images), -1).copy(),
+             b"filenames": [b"x.png"] * len(labels)}
+    return pickle.dumps(batch, protocol=protocol)
+
+
+def write_tar(path, folder, files):
+    with tarfile.open(path, "w:gz") as tar:
+        for name, raw in files:
+            info = tarfile.TarInfo(f"{folder}/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+
+
+def check(root, layout):
+    train, test = CIFAR10(root), CIFAR10(root, train=False)
+    assert train.layout == layout
+    assert train.data.shape == (15, 32, 32, 3) and train.data.dtype == np.uint8
+    np.testing.assert_array_equal(train.data, TRAIN[0])
+    np.testing.assert_array_equal(train.targets, TRAIN[1])
+    assert train.targets.dtype == np.int64
+    np.testing.assert_array_equal(test.data, TEST[0])
+    np.testing.assert_array_equal(test.targets, TEST[1])
+    image, label = train[4]
+    np.testing.assert_array_equal(image, TRAIN[0][4])
+    assert label == TRAIN[1][4]
+    assert len(train) == 15 and len(test) == 3
+
+
+def test_binary_folder(tmp_path):
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    for name, x, y in batches():
+        (folder / f"{name}.bin").write_bytes(binary_bytes(x, y))
+    check(tmp_path, "binary_dir")
+    check(folder, "binary_dir")  # root may be the batches folder itself
+
+
+def test_binary_archive(tmp_path):
+    write_tar(tmp_path / "cifar-10-binary.tar.gz", "cifar-10-batches-bin",
+              [(f"{n}.bin", binary_bytes(x, y)) for n, x, y in batches()])
+    check(tmp_path, "binary_tar")
+
+
+def test_binary_truncated_record_names_the_file(tmp_path):
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    for name, x, y in batches():
+        (folder / f"{name}.bin").write_bytes(binary_bytes(x, y)[:-5])
+    with pytest.raises(ValueError, match=r"data_batch_1\.bin has 9214 bytes, not a whole number of 3073-byte"):
+        CIFAR10(tmp_path)
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_python_folder(tmp_path, protocol):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for name, x, y in batches():
+        (folder / name).write_bytes(python_bytes(x, y, protocol))
+    check(tmp_path, "python_dir")
+
+
+def test_python_archive(tmp_path):
+    write_tar(tmp_path / "cifar-10-python.tar.gz", "cifar-10-batches-py",
+              [(n, python_bytes(x, y)) for n, x, y in batches()])
+    check(tmp_path, "python_tar")
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_restricted_unpickler_refuses_code_and_names_the_file(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for name, x, y in batches():
+        (folder / name).write_bytes(python_bytes(x, y))
+    (folder / "data_batch_3").write_bytes(pickle.dumps({b"data": Evil(), b"labels": [1]}, protocol=2))
+    with pytest.raises(pickle.UnpicklingError, match=r"data_batch_3 asks to load (posix|nt|os)\.system; refused"):
+        CIFAR10(tmp_path)
+
+
+def test_npz_parts(tmp_path):
+    for k, s in enumerate("abcde"):
+        np.savez(tmp_path / f"train_x_{s}.npz", x=TRAIN[0][k * PER_BATCH:(k + 1) * PER_BATCH])
+    np.save(tmp_path / "train_y.npy", TRAIN[1].astype(np.uint8))
+    np.savez(tmp_path / "test_x.npz", x=TEST[0])
+    np.save(tmp_path / "test_y.npy", TEST[1].astype(np.uint8))
+    check(tmp_path, "npz")
+
+
+def write_png_layout(root):
+    for split, (x, y) in (("train", TRAIN), ("test", TEST)):
+        (root / split).mkdir()
+        for i in range(len(x)):
+            Image.fromarray(x[i]).save(root / split / f"{i}_{cifar.CLASSES[y[i]]}.png")
+
+
+def test_png_folders(tmp_path):
+    write_png_layout(tmp_path)
+    check(tmp_path, "png")
+
+
+def test_png_folder_corrupt_file_is_named(tmp_path):
+    write_png_layout(tmp_path)
+    (tmp_path / "train" / f"7_{cifar.CLASSES[TRAIN[1][7]]}.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    with pytest.raises(RuntimeError, match=r"cannot decode .*train[/\\]7_\w+\.png"):
+        CIFAR10(tmp_path)
+
+
+def test_missing_data_says_what_it_looked_for(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no CIFAR-10 files .*cifar-10-binary.tar.gz.*download=True"):
+        CIFAR10(tmp_path)
+
+
+# ---------------------------------------------------------------- download (network mocked)
+class FakeResponse(io.BytesIO):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def fake_archive(tmp_path):
+    path = tmp_path / "built.tar.gz"
+    write_tar(path, "cifar-10-batches-bin", [(f"{n}.bin", binary_bytes(x, y)) for n, x, y in batches()])
+    return path.read_bytes()
+
+
+def test_download_verifies_md5_then_reads(tmp_path, monkeypatch):
+    raw = fake_archive(tmp_path)
+    urls = []
+    monkeypatch.setattr(cifar.urllib.request, "urlopen", lambda url, timeout: urls.append(url) or FakeResponse(raw))
+    monkeypatch.setattr(cifar, "BINARY_MD5", hashlib.md5(raw).hexdigest())
+    root = tmp_path / "data"
+    check_root = CIFAR10(root, download=True)
+    assert urls == ["https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"]
+    assert (root / "cifar-10-binary.tar.gz").is_file()
+    np.testing.assert_array_equal(check_root.data, TRAIN[0])
+    CIFAR10(root, download=True)  # present now: no second download
+    assert len(urls) == 1
+
+
+def test_download_with_wrong_md5_is_refused_and_deleted(tmp_path, monkeypatch):
+    raw = fake_archive(tmp_path)
+    monkeypatch.setattr(cifar.urllib.request, "urlopen", lambda url, timeout: FakeResponse(raw))
+    assert cifar.BINARY_MD5 == "c32a1d4ab5d03f1284b67883e8d87530"
+    with pytest.raises(RuntimeError, match=r"MD5 [0-9a-f]{32}, expected c32a1d4ab5d03f1284b67883e8d87530"):
+        CIFAR10(tmp_path / "data", download=True)
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_download_offline_gives_a_clear_message(tmp_path, monkeypatch):
+    def offline(url, timeout):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(cifar.urllib.request, "urlopen", offline)
+    with pytest.raises(RuntimeError, match="could not download .*are you offline"):
+        CIFAR10(tmp_path, download=True)
+
+
+# ---------------------------------------------------------------- the real shared parts
+@pytest.mark.skipif(not (SHARED / "train_x_a.npz").is_file(), reason="shared CIFAR-10 parts not present")
+def test_shared_npz_parts_match_their_readme():
+    train, test = CIFAR10(SHARED), CIFAR10(SHARED, train=False)
+    assert train.data.shape == (50000, 32, 32, 3) and test.data.shape == (10000, 32, 32, 3)
+    assert train.targets[:10].tolist() == [6, 9, 9, 4, 1, 1, 2, 7, 8, 3]
+    assert test.targets[:10].tolist() == [3, 8, 8, 0, 6, 6, 1, 6, 3, 1]
+    assert tuple(train.data[0, 0, 0]) == (59, 62, 63)
+    assert tuple(test.data[0, 0, 0]) == (158, 112, 49)
+    assert np.bincount(train.targets[:10000]).tolist() == [1005, 974, 1032, 1016, 999, 937, 1030, 1001, 1025, 981]
+    assert hashlib.sha256(test.data.tobytes()).hexdigest() == \
+        "f9b1e2130bab680db56eb06d886f7f1ad0f1183907ceff4659d1735c890f5b04"
+
+
+def test_get_batch_feeds_the_loader_with_and_without_transform(tmp_path):
+    from frost.data import DataLoader
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    for name, x, y in batches():
+        (folder / f"{name}.bin").write_bytes(binary_bytes(x, y))
+    for transform in (None, lambda img: img[::-1, :, :1]):
+        ds = CIFAR10(tmp_path, transform=transform)
+        per_item = [ds[i] for i in range(len(ds))]
+        for w in (0, 2):
+            got = [(x.numpy().copy(), y.numpy().copy())
+                   for x, y in DataLoader(ds, batch_size=4, shuffle=True, seed=3, num_workers=w)]
+            order = DataLoader(ds, batch_size=4, shuffle=True, seed=3).batch_indices(0)
+            for (x, y), idx in zip(got, order):
+                np.testing.assert_array_equal(x, np.stack([per_item[i][0] for i in idx]))
+                np.testing.assert_array_equal(y, [per_item[i][1] for i in idx])

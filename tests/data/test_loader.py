@@ -1,0 +1,372 @@
+"""Tests for frost/data/loader.py: order, determinism, workers, errors, shutdown (and dataset.py basics)."""
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import frost
+from frost.data import (DataLoader, DataLoaderWorkerError, Dataset, IterableDataset, TensorDataset)
+
+pytestmark = pytest.mark.timeout(20)
+
+
+def loader_threads(ignore=()):
+    return [t for t in threading.enumerate() if t.name.startswith("frost-loader") and t not in ignore]
+
+
+def wait_no_loader_threads(limit=2.0, ignore=()):
+    deadline = time.monotonic() + limit
+    while loader_threads(ignore) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return loader_threads(ignore)
+
+
+class Squares(Dataset):
+    """Item i = (image filled with i, i*i): values make every sample recognisable."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return np.full((2, 3), i, np.uint16), i * i
+
+
+def collect(loader):
+    """Every batch, copied (CPU batches are views of buffers that get reused)."""
+    return [tuple(t.numpy().copy() for t in batch) for batch in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3, 8])
+def test_every_sample_exactly_once_in_the_same_order(workers):
+    ds = Squares(103)
+    reference = collect(DataLoader(ds, batch_size=10, shuffle=True, seed=7, num_workers=0))
+    loader = DataLoader(ds, batch_size=10, shuffle=True, seed=7, num_workers=workers)
+    assert len(loader) == 11
+    batches = collect(loader)
+    assert [len(x) for x, _ in batches] == [10] * 10 + [3]
+    xs = np.concatenate([x for x, _ in batches])
+    ys = np.concatenate([y for _, y in batches])
+    idx = xs[:, 0, 0].astype(np.int64)
+    assert sorted(idx.tolist()) == list(range(103))  # each sample once
+    np.testing.assert_array_equal(ys, idx * idx)  # fields stay paired
+    assert (xs == idx[:, None, None]).all()
+    assert idx.tolist() != list(range(103))  # shuffled
+    for (x0, y0), (x1, y1) in zip(reference, batches):  # identical to the inline loader
+        np.testing.assert_array_equal(x0, x1)
+        np.testing.assert_array_equal(y0, y1)
+    assert xs.dtype == np.uint16 and ys.dtype == np.int64
+
+
+def test_batches_are_frost_tensors_and_structure_is_kept():
+    x, y = next(iter(DataLoader(Squares(4), batch_size=4, num_workers=2)))
+    assert isinstance(x, frost.Tensor) and isinstance(y, frost.Tensor)
+    assert x.shape == (4, 2, 3) and y.tolist() == [0, 1, 4, 9]
+
+    class One(Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return np.array([i, -i], np.float32)
+
+    for w in (0, 2):
+        batches = list(DataLoader(One(), batch_size=5, num_workers=w))
+        assert isinstance(batches[0], frost.Tensor)
+        assert batches[0].tolist() == [[i, -i] for i in range(5)]
+
+
+def test_each_epoch_reshuffles_and_seed_fixes_the_sequence():
+    ds = Squares(50)
+    order = lambda batches: np.concatenate([x[:, 0, 0] for x, _ in batches]).tolist()  # noqa: E731
+    a = DataLoader(ds, batch_size=8, shuffle=True, seed=1, num_workers=3)
+    b = DataLoader(ds, batch_size=8, shuffle=True, seed=1, num_workers=0)
+    a0, a1 = order(collect(a)), order(collect(a))
+    b0, b1 = order(collect(b)), order(collect(b))
+    assert a0 == b0 and a1 == b1
+    assert a0 != a1 and sorted(a0) == sorted(a1)
+    assert order(collect(DataLoader(ds, batch_size=8, shuffle=True, seed=2))) != a0
+    b.set_epoch(0)
+    assert order(collect(b)) == a0
+
+
+def test_seed_none_follows_frost_manual_seed():
+    frost.manual_seed(11)
+    a = DataLoader(Squares(30), batch_size=30, shuffle=True)
+    frost.manual_seed(11)
+    b = DataLoader(Squares(30), batch_size=30, shuffle=True)
+    assert a.seed == b.seed
+    np.testing.assert_array_equal(collect(a)[0][0], collect(b)[0][0])
+
+
+def test_no_shuffle_is_in_order_and_drop_last():
+    loader = DataLoader(Squares(23), batch_size=5, drop_last=True, num_workers=3)
+    assert len(loader) == 4
+    batches = collect(loader)
+    assert [len(x) for x, _ in batches] == [5, 5, 5, 5]
+    assert np.concatenate([x[:, 0, 0] for x, _ in batches]).tolist() == list(range(20))
+    assert len(DataLoader(Squares(23), batch_size=5)) == 5
+
+
+def test_tensor_dataset():
+    x = frost.randn(10, 3)
+    y = frost.arange(10)
+    ds = TensorDataset(x, y)
+    assert len(ds) == 10
+    (xb, yb), = list(DataLoader(ds, batch_size=10, num_workers=2))
+    np.testing.assert_array_equal(xb.numpy(), x.numpy())
+    assert yb.tolist() == list(range(10))
+    with pytest.raises(ValueError, match=r"different lengths \[10, 9\]"):
+        TensorDataset(x, frost.arange(9))
+
+
+def test_collate_fn_is_used_by_workers():
+    loader = DataLoader(Squares(9), batch_size=4, num_workers=2, collate_fn=lambda items: [y for _, y in items])
+    assert list(loader) == [[0, 1, 4, 9], [16, 25, 36, 49], [64]]
+    assert list(DataLoader(Squares(3), batch_size=2, collate_fn=len)) == [2, 1]
+
+
+def test_iterable_dataset_inline_and_threaded():
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(np.array([i, i + 1]) for i in range(11))
+
+    for w in (0, 2):
+        batches = [b.numpy().copy() for b in DataLoader(Stream(), batch_size=4, num_workers=w)]
+        assert [len(b) for b in batches] == [4, 4, 3]
+        assert np.concatenate(batches)[:, 0].tolist() == list(range(11))
+    assert len(list(DataLoader(Stream(), batch_size=4, drop_last=True, num_workers=1))) == 2
+    with pytest.raises(ValueError, match="shuffle=True needs a map-style dataset"):
+        DataLoader(Stream(), shuffle=True)
+
+
+def test_irregular_samples_raise_clearly():
+    class Ragged(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return np.zeros(3 if i < 2 else 4)
+
+    with pytest.raises(DataLoaderWorkerError, match=r"sample 2 field 0 has shape \(4,\).*expects \(3,\)"):
+        list(DataLoader(Ragged(), batch_size=4, num_workers=1))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        DataLoader(Squares(3), batch_size=0)
+    with pytest.raises(ValueError, match="num_workers must be a non-negative int"):
+        DataLoader(Squares(3), num_workers=-1)
+
+
+def test_pin_memory_without_gpu_still_loads():
+    (x, y), = collect(DataLoader(Squares(3), batch_size=3, num_workers=1, pin_memory=True))
+    assert y.tolist() == [0, 1, 4]
+
+
+class Failing(Dataset):
+    """Raises on one index; other items may be slow."""
+
+    def __init__(self, n, bad, slow=None, delay=0.0):
+        self.n, self.bad, self.slow, self.delay = n, bad, slow, delay
+        self.raised_at = None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            self.raised_at = time.monotonic()
+            raise ValueError(f"cannot load item {i}")
+        if self.slow is not None and i == self.slow:
+            time.sleep(self.delay)
+        return np.zeros(2), i
+
+
+def test_worker_exception_reaches_the_caller_quickly_with_its_traceback():
+    ds = Failing(40, bad=13)
+    with pytest.raises(DataLoaderWorkerError, match=r"worker 1 failed on batch 3, sample 13: ValueError") as info:
+        for _ in DataLoader(ds, batch_size=4, num_workers=2):
+            pass
+    assert time.monotonic() - ds.raised_at < 1.0
+    cause = info.value.__cause__
+    assert isinstance(cause, ValueError) and "cannot load item 13" in str(cause)
+    frames = []
+    tb = cause.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert "__getitem__" in frames  # the worker's own frames are kept
+    assert wait_no_loader_threads() == []
+
+
+def test_worker_exception_wakes_a_consumer_blocked_on_another_worker():
+    # batch 0 (worker 0) takes 2 s; batch 1 (worker 1) fails at once: the caller, waiting for batch 0,
+    # must hear about the failure within a second, not after 2 s
+    ds = Failing(8, bad=4, slow=0, delay=2.0)
+    t0 = time.monotonic()
+    with pytest.raises(DataLoaderWorkerError, match="cannot load item 4"):
+        list(DataLoader(ds, batch_size=4, num_workers=2))
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_inline_loader_raises_the_original_error():
+    with pytest.raises(ValueError, match="cannot load item 2"):
+        list(DataLoader(Failing(4, bad=2), batch_size=2))
+
+
+def test_abandoned_iterator_stops_its_threads():
+    older = set(loader_threads())  # e.g. a worker of an earlier test still finishing a slow item
+    it = iter(DataLoader(Squares(1000), batch_size=4, num_workers=4))
+    next(it)
+    next(it)
+    assert len(loader_threads(older)) == 4
+    del it
+    gc.collect()
+    assert wait_no_loader_threads(ignore=older) == []
+    for batch in DataLoader(Squares(1000), batch_size=4, num_workers=3, shuffle=True):
+        break
+    del batch
+    gc.collect()
+    assert wait_no_loader_threads(ignore=older) == []
+    never_started = iter(DataLoader(Squares(1000), batch_size=4, num_workers=2))
+    assert len(loader_threads(older)) == 2
+    del never_started
+    assert wait_no_loader_threads(ignore=older) == []
+    closed = iter(DataLoader(Squares(1000), batch_size=4, num_workers=2))
+    next(closed)
+    closed.close()
+    assert wait_no_loader_threads(ignore=older) == []
+    with pytest.raises(StopIteration):
+        next(closed)
+
+
+@pytest.mark.cuda
+def test_cuda_device_batches_match_the_cpu_loader():
+    ds = Squares(37)
+    cpu = collect(DataLoader(ds, batch_size=8, shuffle=True, seed=4, num_workers=3))
+    gpu = DataLoader(ds, batch_size=8, shuffle=True, seed=4, num_workers=3, device="cuda")
+    n = 0
+    for (x, y), (cx, cy) in zip(gpu, cpu):
+        assert x.device == "cuda:0" and y.device == "cuda:0"
+        np.testing.assert_array_equal(x.numpy(), cx)
+        np.testing.assert_array_equal(y.numpy(), cy)
+        n += 1
+    assert n == len(cpu) == 5
+    # a kept batch is never overwritten by later loading: it lives in its own device memory
+    kept = [x for x, _ in DataLoader(ds, batch_size=8, shuffle=True, seed=4, num_workers=2, device="cuda")]
+    for x, (cx, _) in zip(kept, cpu):
+        np.testing.assert_array_equal(x.numpy(), cx)
+
+
+class FakeCupy:
+    """Just enough of CuPy to drive the DataLoader's GPU path on the CPU: copies are numpy copies,
+    and an event only reports done after a few queries, so buffers must wait for their copies."""
+
+    def __init__(self):
+        self.log = []
+        fake = self
+
+        class Event:
+            def __init__(self):
+                self.queries = 0
+                self._done = False
+
+            @property
+            def done(self):
+                self.queries += 1
+                self._done = self._done or self.queries > 10
+                return self._done
+
+            def synchronize(self):
+                fake.log.append("sync")
+                self._done = True
+
+        class Stream:
+            def __init__(self, non_blocking=False):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def record(self):
+                return Event()
+
+            def wait_event(self, event):
+                fake.log.append("wait")
+
+        class Device:
+            def __init__(self, index=0):
+                pass
+
+            __enter__ = Stream.__enter__
+            __exit__ = Stream.__exit__
+
+        class DeviceArray(np.ndarray):
+            def set(self, host, stream=None):
+                assert stream is not None, "copies must go on the copy stream"
+                fake.log.append("copy")
+                self[...] = host
+
+        class cuda:  # noqa: N801 - mirrors cupy.cuda
+            pass
+
+        cuda.Device, cuda.Stream, cuda.Event = Device, Stream, Event
+        cuda.get_current_stream = staticmethod(lambda: Stream())
+        self.cuda = cuda
+        self.DeviceArray = DeviceArray
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype).view(self.DeviceArray)
+
+
+def test_gpu_path_logic_with_a_fake_cupy(monkeypatch):
+    import sys
+    import types
+    from frost.backend import cuda
+    fake = FakeCupy()
+    pinned = []
+    cupyx = types.SimpleNamespace(empty_pinned=lambda shape, dtype: pinned.append(shape) or np.empty(shape, dtype))
+    monkeypatch.setattr(cuda, "cupy", lambda: fake)
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    ds = Squares(45)
+    reference = collect(DataLoader(ds, batch_size=4, shuffle=True, seed=5, num_workers=0))
+    kept = list(DataLoader(ds, batch_size=4, shuffle=True, seed=5, num_workers=3, device="cuda"))
+    assert len(kept) == len(reference) == 12
+    for (x, y), (rx, ry) in zip(kept, reference):  # kept batches stay intact: each has its own memory
+        np.testing.assert_array_equal(x.numpy(), rx)
+        np.testing.assert_array_equal(y.numpy(), ry)
+    assert len(pinned) == 3 * 2 * 2  # 3 workers x 2 buffers x 2 fields, all pinned
+    assert fake.log.count("copy") == 24 and fake.log.count("wait") == 12
+    assert "sync" in fake.log  # a worker's buffer was handed back only after its copy had finished
+
+
+def test_get_batch_is_used_once_per_batch_and_checked():
+    class Batched(Squares):
+        calls = 0
+
+        def get_batch(self, idx):
+            Batched.calls += 1
+            return np.stack([self[i][0] for i in idx]), idx.astype(np.int64) ** 2
+
+    ref = collect(DataLoader(Squares(30), batch_size=8, shuffle=True, seed=2, num_workers=3))
+    got = collect(DataLoader(Batched(30), batch_size=8, shuffle=True, seed=2, num_workers=3))
+    assert Batched.calls == 4
+    for (x, y), (rx, ry) in zip(got, ref):
+        np.testing.assert_array_equal(x, rx)
+        np.testing.assert_array_equal(y, ry)
+
+    class Wrong(Squares):
+        def get_batch(self, idx):
+            return np.zeros((len(idx) + 1, 2, 3)), idx
+
+    with pytest.raises(DataLoaderWorkerError, match=r"get_batch field 0 has shape \(9, 2, 3\), expected \(8, 2, 3\)"):
+        list(DataLoader(Wrong(30), batch_size=8, num_workers=2))

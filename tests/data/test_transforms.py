@@ -1,0 +1,87 @@
+"""Tests for frost/data/transforms.py: explicit draws, crop/flip/normalize against loop and PyTorch oracles."""
+import numpy as np
+import pytest
+import torch
+
+from frost.data import transforms as T
+
+MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+
+
+def batch(n=6, h=8, w=8, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+
+
+def loop_crop_flip(x, oy, ox, flips, size, padding):
+    out = []
+    for img, y0, x0, f in zip(x, oy, ox, flips):
+        padded = np.zeros((img.shape[0] + 2 * padding, img.shape[1] + 2 * padding, 3), np.uint8)
+        padded[padding:padding + img.shape[0], padding:padding + img.shape[1]] = img
+        window = padded[y0:y0 + size, x0:x0 + size]
+        out.append(window[:, ::-1] if f else window)
+    return np.stack(out)
+
+
+def test_crop_and_flip_match_a_per_image_loop():
+    x = batch()
+    oy, ox = np.array([0, 8, 3, 1, 4, 2]), np.array([8, 0, 5, 4, 4, 0])
+    flips = np.array([True, False, True, True, False, False])
+    got = T.hflip(T.crop(x, oy, ox, 8, padding=4), flips)
+    np.testing.assert_array_equal(got, loop_crop_flip(x, oy, ox, flips, 8, 4))
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(T.crop(x[0], [2], [1], 5, 0), x[0, 2:7, 1:6])  # one HWC image
+    assert (T.crop(x, oy, ox, 8, 4)[1, :, :4] == 0).all()  # x offset 0 shows the zero padding
+
+
+def test_crop_rejects_bad_offsets():
+    with pytest.raises(ValueError, match=r"offsets out of range for 8x8 images padded by 4 and a 8x8 window"):
+        T.crop(batch(), np.full(6, 9), np.zeros(6, int), 8, 4)
+    with pytest.raises(ValueError, match="6 images but 2 y offsets"):
+        T.crop(batch(), [0, 0], np.zeros(6, int), 8, 4)
+
+
+def test_to_float_and_normalize_match_pytorch_exactly():
+    x = batch()
+    ours = T.normalize(T.to_float(x), MEAN, STD)
+    ref = (torch.from_numpy(x).float() / 255 - torch.tensor(MEAN)) / torch.tensor(STD)
+    assert ours.dtype == np.float32
+    np.testing.assert_array_equal(ours, ref.numpy())
+    with pytest.raises(TypeError, match="expected uint8 pixels, got float32"):
+        T.to_float(ours)
+    with pytest.raises(ValueError, match="do not fit 3 channels"):
+        T.normalize(ours, (0.5, 0.5), (1.0, 1.0))
+
+
+def test_augment_is_the_composition_of_its_parts():
+    x = batch(n=5, h=32, w=32)
+    rng = np.random.default_rng(3)
+    oy, ox = T.RandomCrop(32, padding=4).draw(5, rng)
+    flips = T.RandomHorizontalFlip().draw(5, rng)
+    got = T.augment(x, oy, ox, flips, size=32, padding=4, mean=MEAN, std=STD)
+    ref = (torch.from_numpy(loop_crop_flip(x, oy, ox, flips, 32, 4)).float() / 255 - torch.tensor(MEAN)) / torch.tensor(STD)
+    np.testing.assert_array_equal(got, ref.numpy())
+
+
+def test_random_transforms_draw_from_the_given_generator():
+    x = batch(n=50, h=32, w=32)
+    crop = T.RandomCrop(32, padding=4, rng=np.random.default_rng(9))
+    oy, ox = T.RandomCrop(32, padding=4).draw(50, np.random.default_rng(9))
+    assert oy.min() >= 0 and oy.max() <= 8 and {0, 8} <= set(oy.tolist()) | set(ox.tolist())
+    np.testing.assert_array_equal(crop(x), T.crop(x, oy, ox, 32, 4))
+    flip = T.RandomHorizontalFlip(p=0.5, rng=np.random.default_rng(1))
+    flips = T.RandomHorizontalFlip(p=0.5).draw(50, np.random.default_rng(1))
+    assert 10 < flips.sum() < 40
+    np.testing.assert_array_equal(flip(x), T.hflip(x, flips))
+    assert T.RandomHorizontalFlip(p=0.0).draw(10, np.random.default_rng(0)).sum() == 0
+
+
+def test_compose_on_a_single_image():
+    img = batch(n=1)[0]
+    pipeline = T.Compose([T.RandomCrop(8, padding=2, rng=np.random.default_rng(0)),
+                          T.RandomHorizontalFlip(p=1.0), T.ToFloat(), T.Normalize(MEAN, STD)])
+    out = pipeline(img)
+    assert out.shape == (8, 8, 3) and out.dtype == np.float32
+    oy, ox = T.RandomCrop(8, padding=2).draw(1, np.random.default_rng(0))
+    expected = T.normalize(T.to_float(T.crop(img, oy, ox, 8, 2)[:, ::-1]), MEAN, STD)
+    np.testing.assert_array_equal(out, expected)
+    assert repr(pipeline) == "Compose(RandomCrop, RandomHorizontalFlip, ToFloat, Normalize)"

@@ -1,0 +1,156 @@
+"""Tile views, cp.async, ldmatrix and mma.sync: compiled to sm_90 and simulated with the PTX fragment layouts."""
+import importlib.util
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from frost.kernel import (Array, SimulationError, bf16, bx, by, cp_async16, cp_commit, cp_wait, f16, f32, kernel,
+                          lane, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, local, mma_16x8x16, shared,
+                          static_range, syncthreads, tx, ty)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+
+
+def test_tile_views():
+    @kernel
+    def tiles(a: Array[f32, 2], out: Array[f32, 2]):
+        t = a.tile((4, 8), (by, bx))
+        u = out.tile((4, 8), (by, bx))
+        u[ty, tx] = t[ty, tx] + 1.0
+    tiles.compile("sm_90")
+    a = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    out = np.zeros_like(a)
+    tiles.simulate[(2, 2), (8, 4)](a, out)
+    np.testing.assert_array_equal(out, a + 1)
+    with pytest.raises(SimulationError, match=r"index \(0, 8\) is out of bounds for array 'a.tile"):
+        @kernel
+        def over(a: Array[f32, 2]):
+            t = a.tile((4, 8), (0, 0))
+            t[0, 8] = 1.0
+        over.simulate[1, 1](a)
+
+
+def _single_mma(kind):
+    @kernel
+    def mma_once(a: Array[kind, 2], b: Array[kind, 2], c: Array[f32, 2]):
+        sa = shared(kind, (16, 16))
+        sb = shared(kind, (16, 8))
+        for k in static_range(8):
+            sa[tx // 2, (tx % 2) * 8 + k] = a[tx // 2, (tx % 2) * 8 + k]
+        for k in static_range(4):
+            sb[tx // 2, (tx % 2) * 4 + k] = b[tx // 2, (tx % 2) * 4 + k]
+        syncthreads()
+        af = local(kind, 8)
+        bf = local(kind, 4)
+        acc = local(f32, 4)
+        for q in static_range(4):
+            acc[q] = 1.0
+        ldmatrix_x4(af, sa, (lane % 16, lane // 16 * 8))
+        ldmatrix_x2_trans(bf, sb, (lane % 16, 0))
+        mma_16x8x16(acc, af, bf)
+        g = lane // 4
+        t = lane % 4
+        for q in static_range(4):
+            c[g + 8 * (q // 2), 2 * t + q % 2] = acc[q]
+    return mma_once
+
+
+@pytest.mark.parametrize("kind, np_type", [(bf16, ml_dtypes.bfloat16), (f16, np.float16)])
+def test_single_warp_mma_matches_numpy(kind, np_type):
+    k = _single_mma(kind)
+    src = k.source
+    assert "mma.sync.aligned.m16n8k16.row.col.f32." + kind.name in src and "ldmatrix.sync.aligned.m8n8.x2.trans" in src
+    k.compile("sm_90")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 16)).astype(np_type)
+    b = rng.standard_normal((16, 8)).astype(np_type)
+    c = np.zeros((16, 8), np.float32)
+    k.simulate[1, 32](a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64) + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_ldmatrix_non_transposed_b_layout():
+    # B given transposed (N x K, "col" layout) is loaded with the plain ldmatrix.
+    @kernel
+    def mma_bt(a: Array[bf16, 2], bt: Array[bf16, 2], c: Array[f32, 2]):
+        sa = shared(bf16, (16, 16))
+        sb = shared(bf16, (8, 16))
+        for k in static_range(8):
+            sa[tx // 2, (tx % 2) * 8 + k] = a[tx // 2, (tx % 2) * 8 + k]
+        for k in static_range(4):
+            sb[tx // 4, (tx % 4) * 4 + k] = bt[tx // 4, (tx % 4) * 4 + k]
+        syncthreads()
+        af = local(bf16, 8)
+        bf = local(bf16, 4)
+        acc = local(f32, 4)
+        for q in static_range(4):
+            acc[q] = 0.0
+        ldmatrix_x4(af, sa, (lane % 16, lane // 16 * 8))
+        ldmatrix_x2(bf, sb, (lane % 8, (lane // 8) % 2 * 8))
+        mma_16x8x16(acc, af, bf)
+        for q in static_range(4):
+            c[lane // 4 + 8 * (q // 2), 2 * (lane % 4) + q % 2] = acc[q]
+    mma_bt.compile("sm_90")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((8, 16)).astype(ml_dtypes.bfloat16)
+    c = np.zeros((16, 8), np.float32)
+    mma_bt.simulate[1, 32](a, bt, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ bt.astype(np.float64).T, rtol=1e-5, atol=1e-5)
+
+
+def test_cp_async_lands_only_after_wait():
+    @kernel
+    def copy(src: Array[f32], dst: Array[f32], early: Array[f32]):
+        s = shared(f32, 128)
+        for q in static_range(4):
+            s[tx * 4 + q] = -1.0
+        syncthreads()
+        cp_async16(s, tx * 4, src, tx * 4)
+        cp_commit()
+        early[tx] = s[tx * 4]       # a race on the GPU; the simulator shows the stale value
+        cp_wait(0)
+        syncthreads()
+        for q in static_range(4):
+            dst[tx * 4 + q] = s[tx * 4 + q]
+    assert "cp.async.cg.shared.global" in copy.source and "cp.async.wait_group 0" in copy.source
+    copy.compile("sm_90")
+    src = np.arange(128, dtype=np.float32)
+    dst, early = np.zeros(128, np.float32), np.zeros(32, np.float32)
+    copy.simulate[1, 32](src, dst, early)
+    np.testing.assert_array_equal(dst, src)
+    assert (early == -1).all()
+
+
+def test_tensor_core_argument_errors():
+    from frost.kernel import KernelError
+
+    def bad(a: Array[bf16, 2]):
+        s = shared(bf16, (16, 16))
+        f = local(bf16, 4)
+        ldmatrix_x4(f, s, (0, 0))
+    with pytest.raises(KernelError, match="ldmatrix_x4.. writes a local bf16 or f16 fragment of 8 elements"):
+        kernel(bad).source
+
+    def bad2(a: Array[f32]):
+        s = shared(f32, 16)
+        cp_async16(a, 0, s, 0)
+    with pytest.raises(KernelError, match="copies from a global array to a shared one"):
+        kernel(bad2).source
+
+
+def test_tiled_gemm_example_simulated():
+    spec = importlib.util.spec_from_file_location("frost_example_gemm", EXAMPLES / "gemm.py")
+    gemm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gemm)
+    assert gemm.gemm_bf16.compile("sm_90")[:4] == b"\x7fELF"            # the 128x128x32 tiles of the benchmark
+    assert gemm.gemm_bf16.compile("sm_90", **gemm.SMALL)[:4] == b"\x7fELF"
+    gemm.main(64, 64, 64)
+    rng = np.random.default_rng(3)   # a non-square case: 2 x 1 blocks, 3 K slices
+    a = rng.standard_normal((128, 96)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((96, 64)).astype(ml_dtypes.bfloat16)
+    c = np.zeros((128, 64), np.float32)
+    gemm.gemm(a, b, c, simulate=True, **gemm.SMALL)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)

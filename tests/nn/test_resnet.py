@@ -1,0 +1,90 @@
+"""Tests of frost/models/resnet.py against the same architecture in PyTorch (tests/nn/torch_resnet.py)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import frost
+from frost.models import CifarResNet, cifar_resnet
+
+from . import torch_resnet
+from .helpers import assert_close, copy_weights
+
+
+def test_state_dict_keys_shapes_and_dtypes_match_torch():
+    f, t = cifar_resnet().state_dict(), torch_resnet.cifar_resnet().state_dict()
+    assert list(f) == list(t)
+    for k in t:
+        assert f[k].shape == tuple(t[k].shape), k
+        assert f[k].dtype.name == str(t[k].dtype).replace("torch.", ""), k
+    assert sum(v.numel() for k, v in f.items() if "running" not in k and "tracked" not in k) == 272_464
+
+
+def test_repr_matches_torch():
+    assert repr(cifar_resnet()) == repr(torch_resnet.cifar_resnet())
+
+
+def test_forward_and_all_gradients_match_torch_in_float64_training_mode():
+    torch.manual_seed(0)
+    t = torch_resnet.cifar_resnet().double()
+    with torch.no_grad():  # non-trivial BN affine parameters, so that their gradients are tested for real
+        for name, p in t.named_parameters():
+            if "bn" in name or "downsample.1" in name:
+                p.uniform_(0.5, 1.5)
+    f = cifar_resnet().double()
+    copy_weights(t, f)
+    x = np.random.default_rng(0).standard_normal((4, 3, 32, 32))
+    labels = np.array([1, 7, 3, 3])
+    t_out, f_out = t(torch.tensor(x)), f(frost.tensor(x))
+    assert_close(f_out, t_out, rtol=1e-9, atol=1e-11, what="logits")
+    t_loss = torch.nn.functional.cross_entropy(t_out, torch.tensor(labels))
+    f_loss = frost.nn.functional.cross_entropy(f_out, frost.tensor(labels))
+    assert_close(f_loss, t_loss, rtol=1e-10, what="loss")
+    t_loss.backward()
+    f_loss.backward()
+    f_params = dict(f.named_parameters())
+    for name, tp in t.named_parameters():
+        assert_close(f_params[name].grad, tp.grad, rtol=1e-8, atol=1e-12, what=f"grad of {name}")
+    f_buffers = dict(f.named_buffers())
+    for name, tb in t.named_buffers():
+        assert_close(f_buffers[name], tb, rtol=1e-10, atol=1e-12, what=name)
+    t.eval()
+    f.eval()
+    x2 = np.random.default_rng(1).standard_normal((2, 3, 32, 32))
+    assert_close(f(frost.tensor(x2)), t(torch.tensor(x2)), rtol=1e-9, atol=1e-11, what="eval logits")
+
+
+def test_weights_load_from_frost_into_torch_too():
+    f, t = cifar_resnet(), torch_resnet.cifar_resnet()
+    t.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in f.state_dict().items()})
+    f.eval()
+    t.eval()
+    x = np.random.default_rng(2).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    assert_close(f(frost.tensor(x)), t(torch.tensor(x)), rtol=1e-4, atol=1e-5, what="float32 logits")
+
+
+def test_initialization():
+    frost.manual_seed(0)
+    m = CifarResNet(num_classes=10)
+    bound = math.sqrt(6 / (64 + 10))  # xavier_uniform_ on the classifier
+    fc = m.fc.weight.numpy()
+    assert m.fc.bias is None and np.abs(fc).max() <= bound and np.abs(fc).max() > 0.9 * bound
+    conv = m.layer2[0].conv1.weight.numpy()  # default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    assert np.abs(conv).max() <= 1 / math.sqrt(16 * 9)
+    assert m.layer2[0].downsample[0].bias is None and m.layer1[0].downsample is None
+    assert np.all(m.bn1.weight.numpy() == 1) and np.all(m.bn1.bias.numpy() == 0)
+    assert m(frost.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_state_dict_survives_a_checkpoint_round_trip(tmp_path):
+    if not hasattr(frost, "save"):
+        pytest.skip("frost.save is not available")
+    m = cifar_resnet()
+    m(frost.randn(2, 3, 32, 32))  # running statistics and num_batches_tracked move away from their init
+    frost.save(m.state_dict(), tmp_path / "seed.safetensors")
+    clone = cifar_resnet()
+    clone.load_state_dict(frost.load(tmp_path / "seed.safetensors"))
+    for (k, a), b in zip(m.state_dict().items(), clone.state_dict().values()):
+        assert a.dtype == b.dtype, k
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=k)

@@ -1,0 +1,58 @@
+"""The seed CIFAR ResNet in PyTorch: the oracle for frost.models.resnet (same names, shapes and init)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, in_channels: int, channels: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, channels, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        if stride != 1 or in_channels != channels:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_channels, channels, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(channels),
+            )
+        else:
+            self.downsample = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return self.relu(out + shortcut)
+
+
+class CifarResNet(nn.Module):
+    def __init__(self, num_classes: int = 10, blocks_per_stage: tuple = (3, 3, 3),
+                 widths: tuple = (16, 32, 64)) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, widths[0], 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        self.relu = nn.ReLU()
+        in_channels = widths[0]
+        for i, (width, blocks) in enumerate(zip(widths, blocks_per_stage)):
+            stride = 1 if i == 0 else 2
+            layers = []
+            for b in range(blocks):
+                layers.append(BasicBlock(in_channels, width, stride if b == 0 else 1))
+                in_channels = width
+            setattr(self, f"layer{i + 1}", nn.Sequential(*layers))
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.flatten = nn.Flatten()
+        self.fc = nn.Linear(in_channels, num_classes, bias=False)
+        nn.init.xavier_uniform_(self.fc.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(self.flatten(self.avgpool(x)))
+
+
+def cifar_resnet(num_classes: int = 10) -> CifarResNet:
+    return CifarResNet(num_classes)

@@ -1,0 +1,392 @@
+"""Elementwise ops against PyTorch: forward values, gradients with a random upstream gradient, dtypes, errors."""
+import numpy as np
+import pytest
+import torch
+
+import frost
+from frost.ops import elementwise as E
+
+RNG = np.random.default_rng(0)
+
+
+def _pair(array, requires_grad=True):
+    """The same data as a frost tensor and a torch tensor (float64 unless the array says otherwise)."""
+    return frost.tensor(array, requires_grad=requires_grad), torch.tensor(array, requires_grad=requires_grad)
+
+
+def _check(frost_fn, torch_fn, *arrays, atol=1e-10, rtol=1e-7, grads=True):
+    """Forward and (with a random upstream gradient) backward of frost_fn against torch_fn."""
+    fs, ts = zip(*(_pair(a, grads) for a in arrays))
+    fo, to = frost_fn(*fs), torch_fn(*ts)
+    assert fo.shape == tuple(to.shape)
+    assert fo.dtype.name == str(to.dtype).replace("torch.", "")
+    np.testing.assert_allclose(fo.numpy(), to.detach().numpy(), atol=atol, rtol=rtol)
+    if not grads:
+        return
+    up = RNG.standard_normal(fo.shape)
+    fo.backward(frost.tensor(up, dtype=fo.dtype))
+    to.backward(torch.tensor(up, dtype=to.dtype))
+    for f, t in zip(fs, ts):
+        assert f.grad is not None and f.grad.dtype == f.dtype and f.grad.shape == f.shape
+        np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), atol=atol, rtol=rtol)
+
+
+def _noncontig(shape):
+    """A non-contiguous float64 array of `shape` (a transposed view)."""
+    return RNG.standard_normal(shape[::-1]).T
+
+
+SHAPE_PAIRS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3)), ((5, 1), (1, 6))]
+
+
+@pytest.mark.parametrize("sa,sb", SHAPE_PAIRS)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_binary_arithmetic_broadcast(op, sa, sb):
+    a, b = RNG.standard_normal(sa), RNG.standard_normal(sb)
+    if op == "div":
+        b = b + np.sign(b) * 0.5
+    fn = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+          "div": lambda x, y: x / y}[op]
+    _check(fn, fn, a, b)
+
+
+def test_noncontiguous_inputs():
+    a = _noncontig((4, 5))
+    b = np.ascontiguousarray(RNG.standard_normal((5, 8)))[:, ::2].T[:4]
+    assert not a.flags.c_contiguous and not b.flags.c_contiguous
+    _check(lambda x, y: (x * y + x).exp() / (y * y + 1), lambda x, y: (x * y + x).exp() / (y * y + 1), a, b)
+
+
+@pytest.mark.parametrize("op", ["radd", "rsub", "rmul", "rdiv", "rpow"])
+def test_reflected_scalar_ops(op):
+    a = RNG.uniform(0.5, 2.0, (3, 4))
+    fn = {"radd": lambda x: 2.5 + x, "rsub": lambda x: 2.5 - x, "rmul": lambda x: 2.5 * x,
+          "rdiv": lambda x: 2.5 / x, "rpow": lambda x: 2.5 ** x}[op]
+    _check(fn, fn, a)
+
+
+def test_numpy_scalar_on_the_left_defers_to_tensor():
+    x = frost.tensor([1.0, 2.0])
+    out = np.float64(2.0) * x
+    assert isinstance(out, frost.Tensor)
+    np.testing.assert_allclose(out.numpy(), [2.0, 4.0])
+
+
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -1.5, 0])
+def test_pow_scalar_exponent(exponent):
+    a = RNG.uniform(0.3, 2.0, (4, 3))
+    _check(lambda x: x ** exponent, lambda x: x ** exponent, a)
+
+
+def test_pow_tensor_tensor_broadcast_and_zero_base():
+    a = RNG.uniform(0.3, 2.0, (4, 3))
+    a[0, 0] = 0.0
+    b = RNG.uniform(0.5, 2.0, (3,))
+    _check(lambda x, y: x ** y, lambda x, y: x ** y, a, b)
+
+
+def test_pow_zero_exponent_at_zero_base_has_zero_grad():
+    x = frost.tensor([0.0, 1.0], dtype=frost.float64, requires_grad=True)
+    (x ** 0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
+
+
+def test_neg_and_abs_and_sign():
+    a = RNG.standard_normal((3, 5))
+    a[0, 0] = 0.0
+    _check(lambda x: -x, lambda x: -x, a)
+    _check(lambda x: abs(x), lambda x: abs(x), a)
+    _check(lambda x: x.abs(), lambda x: x.abs(), a)
+
+
+UNARY = {
+    "exp": (frost.exp, torch.exp, None),
+    "log": (frost.log, torch.log, "pos"),
+    "sqrt": (frost.sqrt, torch.sqrt, "pos"),
+    "rsqrt": (frost.rsqrt, torch.rsqrt, "pos"),
+    "tanh": (frost.tanh, torch.tanh, None),
+    "sigmoid": (frost.sigmoid, torch.sigmoid, None),
+    "relu": (frost.relu, torch.relu, None),
+    "silu": (frost.silu, torch.nn.functional.silu, None),
+    "sin": (frost.sin, torch.sin, None),
+    "cos": (frost.cos, torch.cos, None),
+    "gelu": (frost.gelu, torch.nn.functional.gelu, None),
+    "gelu_tanh": (lambda x: frost.gelu(x, approximate="tanh"),
+                  lambda x: torch.nn.functional.gelu(x, approximate="tanh"), None),
+    "leaky_relu": (lambda x: E.leaky_relu(x, 0.2), lambda x: torch.nn.functional.leaky_relu(x, 0.2), None),
+    "softplus": (E.softplus, torch.nn.functional.softplus, None),
+    "softplus_beta": (lambda x: E.softplus(x, beta=2.0, threshold=5.0),
+                      lambda x: torch.nn.functional.softplus(x, beta=2.0, threshold=5.0), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_float64(name):
+    f, t, domain = UNARY[name]
+    a = RNG.standard_normal((5, 7)) * 3
+    if domain == "pos":
+        a = np.abs(a) + 0.1
+    _check(f, t, a.T)  # transposed: non-contiguous input
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_float32_stays_float32(name):
+    f, t, domain = UNARY[name]
+    a = (RNG.standard_normal((4, 6)) * 3).astype(np.float32)
+    if domain == "pos":
+        a = np.abs(a) + 0.1
+    _check(f, t, a, atol=1e-5, rtol=1e-5)
+
+
+def test_sigmoid_extremes_are_accurate_and_finite():
+    a = np.array([-100.0, -30.0, -20.0, 0.0, 20.0, 100.0], dtype=np.float32)
+    with frost.autograd.detect_anomaly():
+        out = frost.sigmoid(frost.tensor(a)).numpy()
+    np.testing.assert_allclose(out, torch.sigmoid(torch.tensor(a)).numpy(), rtol=1e-6, atol=1e-30)
+    assert out[1] > 0  # 9.4e-14: representable, must not flush to 0
+
+
+def test_relu_of_negative_is_positive_zero():
+    out = frost.relu(frost.tensor([-1.0, 2.0]))
+    assert not np.signbit(out.numpy()[0])
+    assert repr(out) == "tensor([0., 2.])"
+
+
+def test_relu_grad_at_zero_is_zero():
+    x = frost.tensor([0.0, -1.0, 1.0], requires_grad=True)
+    frost.relu(x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_maximum_minimum_with_ties(op):
+    a = RNG.integers(-2, 3, (4, 5)).astype(np.float64)
+    b = RNG.integers(-2, 3, (5,)).astype(np.float64)
+    assert (a == b).any()
+    _check(getattr(frost, op), getattr(torch, op), a, b)
+
+
+def test_clamp_scalar_bounds_ties_pass_gradient():
+    a = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])
+    _check(lambda x: frost.clamp(x, -1.0, 1.0), lambda x: torch.clamp(x, -1.0, 1.0), a)
+    _check(lambda x: x.clamp(min=0.0), lambda x: x.clamp(min=0.0), a)
+    _check(lambda x: x.clamp(max=0.0), lambda x: x.clamp(max=0.0), a)
+
+
+def test_clamp_tensor_bounds():
+    a = RNG.integers(-3, 4, (4, 5)).astype(np.float64)
+    lo = RNG.integers(-3, 0, (5,)).astype(np.float64)
+    hi = RNG.integers(0, 3, (4, 1)).astype(np.float64)
+    _check(lambda x, l, h: frost.clamp(x, l, h), lambda x, l, h: torch.clamp(x, l, h), a, lo, hi)
+
+
+def test_clamp_of_int_tensor():
+    x = frost.tensor([-3, 0, 3])
+    assert frost.clamp(x, -2, 2).dtype == frost.int64 and frost.clamp(x, -2, 2).tolist() == [-2, 0, 2]
+    assert frost.clamp(x, -2.5, 2).dtype == frost.float32 and frost.clamp(x, -2.5, 2).tolist() == [-2.5, 0.0, 2.0]
+
+
+def test_clamp_needs_a_bound():
+    with pytest.raises(ValueError, match="clamp"):
+        frost.clamp(frost.ones(2))
+
+
+def test_where_broadcast_grads():
+    cond = RNG.random((3, 4)) > 0.5
+    a, b = RNG.standard_normal((3, 4)), RNG.standard_normal((4,))
+    fa, ta = _pair(a)
+    fb, tb = _pair(b)
+    fo = frost.where(frost.tensor(cond), fa, fb)
+    to = torch.where(torch.tensor(cond), ta, tb)
+    np.testing.assert_allclose(fo.numpy(), to.detach().numpy())
+    up = RNG.standard_normal((3, 4))
+    fo.backward(frost.tensor(up))
+    to.backward(torch.tensor(up))
+    np.testing.assert_allclose(fa.grad.numpy(), ta.grad.numpy())
+    np.testing.assert_allclose(fb.grad.numpy(), tb.grad.numpy())
+
+
+def test_where_with_scalar_and_mixed_dtypes():
+    cond = frost.tensor([True, False, True])
+    x = frost.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    out = frost.where(cond, x, 0.0)
+    np.testing.assert_array_equal(out.numpy(), [1.0, 0.0, 3.0])
+    y = frost.tensor([1.0, 2.0, 3.0], dtype=frost.float64, requires_grad=True)
+    out = frost.where(cond, x, y)
+    assert out.dtype == frost.float64
+    out.sum().backward()
+    assert x.grad.dtype == frost.float32 and y.grad.dtype == frost.float64
+    np.testing.assert_array_equal(x.grad.numpy(), [1, 0, 1])
+    np.testing.assert_array_equal(y.grad.numpy(), [0, 1, 0])
+
+
+def test_masked_fill():
+    a = RNG.standard_normal((3, 4))
+    mask = RNG.random((1, 4)) > 0.5
+    _check(lambda x: x.masked_fill(frost.tensor(mask), -5.0),
+           lambda x: x.masked_fill(torch.tensor(mask), -5.0), a)
+
+
+def test_comparisons_match_torch():
+    a = RNG.integers(-2, 3, (3, 4)).astype(np.float32)
+    b = RNG.integers(-2, 3, (4,)).astype(np.float32)
+    fa, fb, ta, tb = frost.tensor(a), frost.tensor(b), torch.tensor(a), torch.tensor(b)
+    for op in ["__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"]:
+        f, t = getattr(fa, op)(fb), getattr(ta, op)(tb)
+        assert f.dtype == frost.bool
+        np.testing.assert_array_equal(f.numpy(), t.numpy())
+        np.testing.assert_array_equal(getattr(fa, op)(1).numpy(), getattr(ta, op)(1).numpy())
+    m = fa > 0
+    np.testing.assert_array_equal((~m).numpy(), (~(ta > 0)).numpy())
+    np.testing.assert_array_equal((m & (fb > 0)).numpy(), ((ta > 0) & (tb > 0)).numpy())
+    np.testing.assert_array_equal((m | (fb > 0)).numpy(), ((ta > 0) | (tb > 0)).numpy())
+
+
+def test_floor_divide_and_remainder_match_torch():
+    a = np.array([-7, -3, 0, 3, 7])
+    fa, ta = frost.tensor(a), torch.tensor(a)
+    np.testing.assert_array_equal((fa // 2).numpy(), (ta // 2).numpy())
+    np.testing.assert_array_equal((fa % 3).numpy(), (ta % 3).numpy())
+    np.testing.assert_array_equal((fa % -3).numpy(), (ta % -3).numpy())
+
+
+# ------------------------------------------------------------------ dtypes: promotion and no needless upcasts
+
+@pytest.mark.parametrize("da,db", [
+    ("float32", "float64"), ("float16", "float32"), ("float16", "bfloat16"), ("int32", "float16"),
+    ("int32", "int64"), ("uint8", "int8"), ("bool", "int32"), ("bool", "float32"), ("uint8", "bool"),
+    ("int64", "bfloat16"),
+])
+def test_tensor_tensor_promotion(da, db):
+    fa, fb = frost.ones(3, dtype=da), frost.ones(3, dtype=db)
+    ta, tb = torch.ones(3, dtype=getattr(torch, da)), torch.ones(3, dtype=getattr(torch, db))
+    assert (fa + fb).dtype.name == str((ta + tb).dtype).replace("torch.", "")
+    assert (fb * fa).dtype.name == str((tb * ta).dtype).replace("torch.", "")
+
+
+@pytest.mark.parametrize("da,db", [("float32", "float64"), ("int32", "float64"), ("int32", "int64"),
+                                   ("bool", "int64"), ("float16", "float64"), ("uint8", "int8")])
+def test_zero_dim_tensor_promotion(da, db):
+    fa, fb = frost.ones(3, dtype=da), frost.ones((), dtype=db)
+    ta, tb = torch.ones(3, dtype=getattr(torch, da)), torch.ones((), dtype=getattr(torch, db))
+    assert (fa + fb).dtype.name == str((ta + tb).dtype).replace("torch.", "")
+    assert (fb + fa).dtype.name == str((tb + ta).dtype).replace("torch.", "")
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("scalar", [2, 2.5, True])
+def test_tensor_scalar_promotion(dt, scalar):
+    f, t = frost.ones(3, dtype=dt), torch.ones(3, dtype=getattr(torch, dt))
+    for fo, to in [(f + scalar, t + scalar), (scalar * f, scalar * t), (f / scalar, t / scalar)]:
+        assert fo.dtype.name == str(to.dtype).replace("torch.", ""), (fo.dtype, to.dtype)
+        np.testing.assert_allclose(fo.numpy().astype(np.float64), to.float().numpy().astype(np.float64))
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_backward_keeps_low_precision_dtypes(dt):
+    x = frost.randn(4, 5, dtype=dt, requires_grad=True)
+    w = frost.randn(5, dtype=dt, requires_grad=True)
+    y = frost.relu(x * w + x) - x / 3.0
+    y = frost.maximum(y, frost.sigmoid(x)) * frost.tanh(w)
+    assert y.dtype.name == dt
+    seen = []
+    fn = y._ctx.backward
+    y._ctx.backward = lambda g: [seen.append(r.dtype) or r for r in fn(g)]
+    y.sum().backward()
+    assert x.grad.dtype.name == dt and w.grad.dtype.name == dt
+    assert all(str(d) == dt for d in seen)
+
+
+def test_ops_on_float32_do_not_upcast_inside():
+    # every gradient array handed between ops must already be float32 (no float64 detours)
+    x = frost.randn(3, 4, requires_grad=True)
+    w = frost.randn(4, requires_grad=True)
+    ops = []
+    y = frost.exp(frost.gelu(x) * w + 2.0) / (1.0 + frost.silu(x)) - frost.minimum(x, w) + frost.clamp(x, -0.5, 0.5)
+    stack, seen = [y], set()
+    while stack:
+        t = stack.pop()
+        if t._ctx is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        fn = t._ctx.backward
+        t._ctx.backward = (lambda fn, name: lambda g: [ops.append((name, None if r is None else r.dtype)) or r
+                                                       for r in fn(g)])(fn, t._ctx.name)
+        stack.extend(t._ctx.parents)
+    y.sum().backward()
+    assert ops and all(d is None or d == np.float32 for _, d in ops), ops
+
+
+def test_cast_gradient_returns_to_source_dtype():
+    x = frost.randn(3, dtype=frost.float32, requires_grad=True)
+    y = x.to(frost.float64) * 2
+    assert y.dtype == frost.float64
+    y.sum().backward()
+    assert x.grad.dtype == frost.float32
+    np.testing.assert_array_equal(x.grad.numpy(), [2, 2, 2])
+    h = x.half()
+    assert h.dtype == frost.float16 and h.requires_grad
+    (h.float() * 3).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [5, 5, 5])
+    assert x.to(frost.int64).requires_grad is False
+
+
+def test_unary_on_int_tensor_gives_float32():
+    out = frost.exp(frost.tensor([0, 1]))
+    assert out.dtype == frost.float32
+    np.testing.assert_allclose(out.numpy(), [1.0, np.e], rtol=1e-6)
+
+
+# ------------------------------------------------------------------ errors
+
+def test_broadcast_error_names_op_and_shapes():
+    with pytest.raises(RuntimeError, match=r"add: shapes \(3, 4\) and \(5,\) cannot be broadcast"):
+        frost.ones(3, 4) + frost.ones(5)
+    with pytest.raises(RuntimeError, match=r"mul: shapes \(2, 3\) and \(3, 2\)"):
+        frost.ones(2, 3) * frost.ones(3, 2)
+
+
+def test_unsupported_operand_error():
+    with pytest.raises(TypeError, match="add: unsupported operand str"):
+        frost.ones(2) + "a"
+
+
+def test_device_mismatch_message_names_both_devices():
+    # no second device here: check the message builder with a tensor that only pretends to live on a GPU
+    class FakeCuda(frost.Tensor):
+        @property
+        def device(self):
+            return frost.Device("cuda:0")
+    fake = FakeCuda(np.ones(3, dtype=np.float32))
+    with pytest.raises(RuntimeError, match=r"add: operands are on different devices: .*device=cpu.*device=cuda:0"):
+        frost.ones(3) + fake
+    with pytest.raises(RuntimeError, match=r"where: condition is on cuda:0 but values are on cpu"):
+        frost.where(FakeCuda(np.ones(3, dtype=bool)), frost.ones(3), frost.zeros(3))
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16", "float64"])
+def test_erf_array_accuracy(dt):
+    x = np.linspace(-6, 6, 2001).astype(frost.tensor([1.0], dtype=dt).data.dtype)
+    ref = torch.erf(torch.tensor(x.astype(np.float64))).numpy()
+    got = E.erf_array(x).astype(np.float64)
+    tol = {"float64": 1e-15, "float32": 3e-7, "float16": 1e-3, "bfloat16": 8e-3}[dt]
+    np.testing.assert_allclose(got, ref, atol=tol, rtol=0)
+    assert E.erf_array(x).dtype == x.dtype
+
+
+@pytest.mark.parametrize("dt", ["bfloat16", "float16"])
+def test_low_precision_ops_keep_dtype_and_match_torch(dt):
+    a = RNG.standard_normal((3, 4))
+    fns = [lambda m, x: x.clamp(-0.5, 0.5), lambda m, x: x * 2.0 + 1, lambda m, x: x.exp(), lambda m, x: x.sigmoid(),
+           lambda m, x: m.maximum(x, x * 0.3), lambda m, x: m.where(x > 0, x, x * 0.5), lambda m, x: 1 - x / 3,
+           lambda m, x: x.relu(), lambda m, x: x.tanh(), lambda m, x: x ** 2]
+    for fn in fns:
+        fx = frost.tensor(a, dtype=dt, requires_grad=True)
+        tx = torch.tensor(a, dtype=getattr(torch, dt), requires_grad=True)
+        fo, to = fn(frost, fx), fn(torch, tx)
+        assert fo.dtype.name == dt
+        np.testing.assert_allclose(fo.numpy().astype(np.float64), to.detach().double().numpy(), atol=0.03, rtol=0.02)
+        fo.sum().backward()
+        to.sum().backward()
+        assert fx.grad.dtype.name == dt
+        np.testing.assert_allclose(fx.grad.numpy().astype(np.float64), tx.grad.double().numpy(), atol=0.03, rtol=0.02)

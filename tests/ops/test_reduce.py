@@ -1,0 +1,197 @@
+"""Reductions and softmax against PyTorch: dims (int, tuple, negative), keepdim, values, indices and gradients."""
+import numpy as np
+import pytest
+import torch
+
+import frost
+
+RNG = np.random.default_rng(1)
+
+
+def _check(frost_fn, torch_fn, array, atol=1e-10, rtol=1e-7):
+    f = frost.tensor(array, requires_grad=True)
+    t = torch.tensor(array, requires_grad=True)
+    fo, to = frost_fn(f), torch_fn(t)
+    assert fo.shape == tuple(to.shape), (fo.shape, to.shape)
+    assert fo.dtype.name == str(to.dtype).replace("torch.", "")
+    np.testing.assert_allclose(fo.numpy(), to.detach().numpy(), atol=atol, rtol=rtol)
+    up = RNG.standard_normal(fo.shape)
+    fo.backward(frost.tensor(up, dtype=fo.dtype))
+    to.backward(torch.tensor(up, dtype=to.dtype))
+    assert f.grad.dtype == f.dtype
+    np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), atol=atol, rtol=rtol)
+
+
+DIMS = [None, 0, -1, 1, (0, 2), (-1, 0), (0, 1, 2)]
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin", "logsumexp", "var", "std"])
+def test_reductions(name, dim, keepdim):
+    a = RNG.standard_normal((3, 4, 5)).transpose(1, 0, 2)  # non-contiguous (4, 3, 5)
+    if name in ("amax", "amin"):
+        a = RNG.integers(-2, 3, (4, 3, 5)).astype(np.float64)  # many ties
+    if dim is None and name in ("logsumexp",):
+        dim = (0, 1, 2)
+    if dim is None and keepdim and name in ("sum", "mean", "var", "std"):
+        pytest.skip("torch has no keepdim without dim for these")
+
+    def call(mod, x):
+        f = getattr(mod, name)
+        if dim is None:
+            return f(x)
+        return f(x, dim, keepdim=keepdim)
+    _check(lambda x: call(frost, x), lambda x: call(torch, x), a)
+
+
+@pytest.mark.parametrize("correction", [0, 1, 2])
+@pytest.mark.parametrize("dim", [None, 1, (0, 2)])
+def test_var_std_correction(correction, dim):
+    a = RNG.standard_normal((3, 4, 5))
+    _check(lambda x: frost.var(x, dim, correction=correction), lambda x: torch.var(x, dim, correction=correction), a)
+    _check(lambda x: x.std(dim, correction=correction), lambda x: x.std(dim, correction=correction), a)
+    _check(lambda x: x.var(dim, unbiased=False), lambda x: x.var(dim, unbiased=False), a)
+
+
+def test_var_of_one_element_is_nan_not_an_exception():
+    x = frost.tensor([1.5], requires_grad=True)
+    v = x.var()
+    assert np.isnan(v.item())
+    v.backward()
+    assert x.grad.shape == (1,)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_min_with_dim_values_and_indices(name, dim, keepdim):
+    a = RNG.standard_normal((4, 5, 3))
+    f = frost.tensor(a, requires_grad=True)
+    t = torch.tensor(a, requires_grad=True)
+    fv, fi = getattr(f, name)(dim, keepdim=keepdim)
+    tv, ti = getattr(t, name)(dim, keepdim=keepdim)
+    res = getattr(f, name)(dim, keepdim=keepdim)
+    assert res.values is fv or np.array_equal(res.values.numpy(), fv.numpy())
+    assert fi.dtype == frost.int64 and fi.shape == tuple(ti.shape)
+    np.testing.assert_array_equal(fi.numpy(), ti.numpy())
+    np.testing.assert_allclose(fv.numpy(), tv.detach().numpy())
+    up = RNG.standard_normal(fv.shape)
+    fv.backward(frost.tensor(up))
+    tv.backward(torch.tensor(up))
+    np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy())
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_min_full_reduction_splits_ties(name):
+    a = np.array([[1.0, 3.0, 3.0], [-1.0, 3.0, -1.0]])
+    _check(lambda x: getattr(x, name)(), lambda x: getattr(x, name)(), a)
+
+
+def test_max_of_two_tensors_is_maximum():
+    a, b = frost.tensor([1.0, 5.0]), frost.tensor([3.0, 2.0])
+    np.testing.assert_array_equal(frost.max(a, b).numpy(), [3.0, 5.0])
+    np.testing.assert_array_equal(frost.min(a, b).numpy(), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_argmin(dim, keepdim):
+    a = RNG.standard_normal((4, 6))
+    for name in ["argmax", "argmin"]:
+        f = getattr(frost.tensor(a), name)(dim, keepdim=keepdim)
+        t = getattr(torch.tensor(a), name)(dim, keepdim=keepdim)
+        assert f.dtype == frost.int64 and f.shape == tuple(t.shape)
+        np.testing.assert_array_equal(f.numpy(), t.numpy())
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_family(name, dim):
+    a = RNG.standard_normal((3, 4, 5)) * 5
+    _check(lambda x: getattr(frost, name)(x, dim), lambda x: getattr(torch, name)(x, dim), a)
+    _check(lambda x: getattr(x, name)(dim), lambda x: getattr(x, name)(dim), a.transpose(2, 0, 1))
+
+
+def test_softmax_large_logits_stay_finite():
+    a = np.array([[1000.0, 0.0, -1000.0]], dtype=np.float32)
+    _check(lambda x: frost.softmax(x, -1), lambda x: torch.softmax(x, -1), a, atol=1e-6)
+    _check(lambda x: frost.log_softmax(x, -1), lambda x: torch.log_softmax(x, -1), a, atol=1e-4)
+    _check(lambda x: frost.logsumexp(x, -1), lambda x: torch.logsumexp(x, -1), a, atol=1e-4)
+
+
+def test_logsumexp_all_neg_inf_row():
+    a = np.array([[-np.inf, -np.inf], [0.0, 1.0]])
+    out = frost.logsumexp(frost.tensor(a), 1).numpy()
+    np.testing.assert_allclose(out, torch.logsumexp(torch.tensor(a), 1).numpy())
+
+
+@pytest.mark.parametrize("p", [2, 1, 3, float("inf"), "fro"])
+@pytest.mark.parametrize("dim", [None, 1, (0, 1)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_norm(p, dim, keepdim):
+    a = RNG.standard_normal((3, 4))
+    if dim is None and keepdim:
+        pytest.skip("torch.norm ignores keepdim without dim")
+    if p == "fro" and dim == 1:
+        pytest.skip("torch's 'fro' wants two dims")
+    _check(lambda x: frost.Tensor.norm(x, p, dim, keepdim), lambda x: torch.norm(x, p, dim, keepdim), a)
+
+
+def test_norm_gradient_at_zero_is_zero():
+    x = frost.zeros(3, dtype=frost.float64, requires_grad=True)
+    with frost.autograd.detect_anomaly():
+        x.norm().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 0.0])
+
+
+def test_sum_dtypes():
+    assert frost.tensor([1, 2], dtype=frost.int32).sum().dtype == frost.int64
+    assert frost.tensor([True, True, False]).sum().item() == 2
+    assert frost.ones(3).sum(dtype=frost.float64).dtype == frost.float64
+    assert frost.ones(3, dtype=frost.float16).sum().dtype == frost.float16
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_low_precision_sum_and_mean_accumulate_in_float32(dt):
+    x = frost.ones(4096, dtype=dt) * 0.1
+    t = torch.ones(4096, dtype=getattr(torch, dt)) * 0.1
+    np.testing.assert_allclose(float(x.sum().item()), float(t.sum().item()), rtol=1e-2)
+    np.testing.assert_allclose(float(x.mean().item()), float(t.mean().item()), rtol=1e-2)
+    assert x.sum().dtype.name == dt
+
+
+def test_mean_of_int_tensor_errors():
+    with pytest.raises(TypeError, match="mean: needs a floating-point tensor"):
+        frost.tensor([1, 2]).mean()
+
+
+def test_bad_dim_errors():
+    with pytest.raises(IndexError, match="sum: dim 3 is out of range for a tensor with 2 dimensions"):
+        frost.ones(2, 3).sum(3)
+    with pytest.raises(IndexError, match="softmax: dim -3"):
+        frost.ones(2, 3).softmax(-3)
+    with pytest.raises(RuntimeError, match=r"sum: dim \(0, -2\) names the same dimension more than once"):
+        frost.ones(2, 3).sum((0, -2))
+    with pytest.raises(TypeError, match=r"max: dim must be a single int, got \(0, 1\)"):
+        frost.ones(2, 3).max(dim=(0, 1))
+
+
+def test_reductions_of_float32_stay_float32():
+    x = frost.randn(4, 5, requires_grad=True)
+    for f in [lambda t: t.sum(1), lambda t: t.mean(0), lambda t: t.var(1), lambda t: t.amax(1),
+              lambda t: t.max(1).values, lambda t: t.max(), lambda t: t.softmax(1), lambda t: t.log_softmax(0),
+              lambda t: t.logsumexp(1), lambda t: t.norm(dim=1), lambda t: t.std()]:
+        out = f(x)
+        assert out.dtype == frost.float32
+        x.grad = None
+        g0 = out._ctx.backward(np.ones(out.shape, np.float32))[0]
+        assert g0.dtype == np.float32
+
+
+def test_all_any():
+    a = np.array([[True, False], [True, True]])
+    f, t = frost.tensor(a), torch.tensor(a)
+    assert f.all().item() is False and f.any().item() is True
+    np.testing.assert_array_equal(f.all(1).numpy(), t.all(1).numpy())
+    np.testing.assert_array_equal(f.any(0, keepdim=True).numpy(), t.any(0, keepdim=True).numpy())

@@ -1,0 +1,76 @@
+"""Shared harness for the optimizer tests: the same small model-like parameter set trained by frost and torch."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import frost
+
+SHAPES = [(4, 3), (3,), (), (2, 2, 3), (5,)]
+NO_GRAD_PARAM = 3  # gets no gradient on steps where step % 4 == 0, including the first
+
+
+def initial_arrays(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape) for shape in SHAPES]
+
+
+def gradient(step: int, index: int, p: np.ndarray) -> np.ndarray | None:
+    """A deterministic gradient that depends on the parameter (a quadratic pull plus a step-dependent push)."""
+    if index == NO_GRAD_PARAM and step % 4 == 0:
+        return None
+    push = np.sin(np.arange(p.size).reshape(p.shape) + 0.7 * step + index)
+    return np.asarray((0.5 + 0.1 * index) * p + push)
+
+
+def frost_params(arrays) -> list[frost.Tensor]:
+    return [frost.Tensor(a.copy(), requires_grad=True) for a in arrays]
+
+
+def torch_params(arrays) -> list[torch.Tensor]:
+    return [torch.tensor(a.copy(), requires_grad=True) for a in arrays]
+
+
+def set_frost_grads(step: int, fparams) -> None:
+    for i, fp in enumerate(fparams):
+        g = gradient(step, i, fp.numpy())
+        fp.grad = None if g is None else frost.Tensor(g)
+
+
+def set_torch_grads(step: int, tparams) -> None:
+    for i, tp in enumerate(tparams):
+        g = gradient(step, i, tp.detach().numpy())
+        tp.grad = None if g is None else torch.from_numpy(g)
+
+
+def set_grads(step: int, fparams, tparams) -> None:
+    """Each side's gradient is computed from its own parameters, so differences would compound, not hide."""
+    set_frost_grads(step, fparams)
+    set_torch_grads(step, tparams)
+
+
+def train(fopt, topt, fparams, tparams, steps: range) -> None:
+    for step in steps:
+        set_grads(step, fparams, tparams)
+        fopt.step()
+        topt.step()
+
+
+def assert_params_close(fparams, tparams, rtol: float = 1e-12, atol: float = 1e-14) -> None:
+    for i, (fp, tp) in enumerate(zip(fparams, tparams)):
+        np.testing.assert_allclose(fp.numpy(), tp.detach().numpy(), rtol=rtol, atol=atol,
+                                   err_msg=f"parameter {i} of shape {SHAPES[i]}")
+
+
+def assert_state_close(fopt, topt, rtol: float = 1e-12, atol: float = 1e-14) -> None:
+    fsd, tsd = fopt.state_dict(), topt.state_dict()
+    assert sorted(fsd["state"]) == sorted(tsd["state"])
+    for index, tstate in tsd["state"].items():
+        fstate = fsd["state"][index]
+        assert set(fstate) == {k for k, v in tstate.items() if v is not None}, index
+        for key, tv in tstate.items():
+            if tv is None:
+                continue
+            np.testing.assert_allclose(fstate[key].numpy(), tv.numpy(), rtol=rtol, atol=atol,
+                                       err_msg=f"state {key!r} of parameter {index}")
+            assert fstate[key].dtype.name == str(tv.dtype).removeprefix("torch."), (key, fstate[key].dtype, tv.dtype)

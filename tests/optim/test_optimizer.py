@@ -1,0 +1,231 @@
+"""The Optimizer base: param groups, lr changes, zero_grad, closures, and PyTorch-format state dicts."""
+import numpy as np
+import pytest
+import torch
+
+import frost
+from frost.optim import SGD, Adam, AdamW
+from optim_oracle import (assert_params_close, assert_state_close, frost_params, initial_arrays, set_frost_grads,
+                          set_torch_grads, torch_params, train)
+
+OPTIMIZERS = [
+    (SGD, torch.optim.SGD, dict(lr=0.05, momentum=0.9, weight_decay=0.01, nesterov=True)),
+    (Adam, torch.optim.Adam, dict(lr=0.02, weight_decay=0.01, amsgrad=True)),
+    (AdamW, torch.optim.AdamW, dict(lr=0.02, weight_decay=0.1)),
+]
+IDS = [f.__name__ for f, _, _ in OPTIMIZERS]
+
+
+def groups(params, second: dict):
+    return [{"params": params[:2]}, {"params": params[2:], **second}]
+
+
+@pytest.mark.parametrize("fcls, tcls, options", OPTIMIZERS, ids=IDS)
+def test_param_groups_with_their_own_options_and_lr_changes_match_torch(fcls, tcls, options):
+    arrays = initial_arrays()
+    fp, tp = frost_params(arrays), torch_params(arrays)
+    second = dict(lr=0.2, weight_decay=0.0)
+    fopt = fcls(groups(fp, second), **options)
+    topt = tcls(groups(tp, second), foreach=False, **options)
+    assert [g["lr"] for g in fopt.param_groups] == [options["lr"], 0.2]
+    train(fopt, topt, fp, tp, range(10))
+    for opt in (fopt, topt):  # a schedule would do this between steps
+        opt.param_groups[0]["lr"] *= 0.5
+        opt.param_groups[1]["lr"] = 0.01
+    train(fopt, topt, fp, tp, range(10, 20))
+    assert_params_close(fp, tp)
+    assert_state_close(fopt, topt)
+
+
+@pytest.mark.parametrize("fcls, tcls, options", OPTIMIZERS, ids=IDS)
+def test_add_param_group_matches_torch(fcls, tcls, options):
+    arrays = initial_arrays()
+    fp, tp = frost_params(arrays), torch_params(arrays)
+    fopt, topt = fcls(fp[:3], **options), tcls(tp[:3], foreach=False, **options)
+    train(fopt, topt, fp, tp, range(3))
+    fopt.add_param_group({"params": fp[3:], "lr": 0.3})
+    topt.add_param_group({"params": tp[3:], "lr": 0.3})
+    assert fopt.param_groups[1]["lr"] == 0.3 and fopt.param_groups[1]["weight_decay"] == options["weight_decay"]
+    train(fopt, topt, fp, tp, range(3, 12))
+    assert_params_close(fp, tp)
+
+
+@pytest.mark.parametrize("fcls, tcls, options", OPTIMIZERS, ids=IDS)
+def test_state_dict_round_trip_mid_training_continues_exactly(fcls, tcls, options, tmp_path):
+    arrays = initial_arrays()
+    fp, tp = frost_params(arrays), torch_params(arrays)
+    fopt = fcls(groups(fp, dict(lr=0.1)), **options)
+    topt = tcls(groups(tp, dict(lr=0.1)), foreach=False, **options)
+    train(fopt, topt, fp, tp, range(10))
+
+    frost.save({"params": fp, "optimizer": fopt.state_dict(), "step": 10}, tmp_path / "ckpt.safetensors")
+    ckpt = frost.load(tmp_path / "ckpt.safetensors")
+    assert ckpt["step"] == 10
+    resumed = [frost.Tensor(t.numpy(), requires_grad=True) for t in ckpt["params"]]
+    ropt = fcls(groups(resumed, dict(lr=0.1)), **options)
+    ropt.load_state_dict(ckpt["optimizer"])
+
+    train(fopt, topt, fp, tp, range(10, 20))
+    for step in range(10, 20):
+        set_frost_grads(step, resumed)
+        ropt.step()
+    for a, b in zip(resumed, fp):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # bit-identical to the uninterrupted run
+    assert_params_close(fp, tp)
+
+
+@pytest.mark.parametrize("fcls, tcls, options", OPTIMIZERS, ids=IDS)
+def test_loads_a_torch_state_dict(fcls, tcls, options):
+    """The formats agree: torch's state dict (tensors converted) resumes a frost optimizer where torch was."""
+    arrays = initial_arrays()
+    tp = torch_params(arrays)
+    topt = tcls(groups(tp, dict(lr=0.1)), foreach=False, **options)
+    for step in range(10):
+        set_torch_grads(step, tp)
+        topt.step()
+    tsd = topt.state_dict()
+    converted = {"state": {i: {k: frost.Tensor(v.numpy().copy()) for k, v in s.items()}
+                           for i, s in tsd["state"].items()},
+                 "param_groups": tsd["param_groups"]}
+    fp = frost_params([t.detach().numpy() for t in tp])
+    fopt = fcls(groups(fp, dict(lr=0.1)), **options)
+    fopt.load_state_dict(converted)
+    train(fopt, topt, fp, tp, range(10, 20))
+    assert_params_close(fp, tp)
+    assert_state_close(fopt, topt)
+
+
+def test_state_dict_format():
+    arrays = initial_arrays()
+    fp = frost_params(arrays)
+    opt = Adam([{"params": fp[:2]}, {"params": fp[2:], "lr": 0.5}], lr=0.1)
+    for p in fp:
+        p.grad = frost.ones_like(p)
+    fp[4].grad = None
+    opt.step()
+    sd = opt.state_dict()
+    assert sorted(sd["state"]) == [0, 1, 2, 3]  # parameter 4 never had a gradient
+    assert set(sd["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert isinstance(sd["state"][0]["exp_avg"], frost.Tensor)
+    assert sd["param_groups"][0]["params"] == [0, 1] and sd["param_groups"][1]["params"] == [2, 3, 4]
+    assert sd["param_groups"][1]["lr"] == 0.5 and sd["param_groups"][1]["betas"] == (0.9, 0.999)
+
+
+def test_loaded_state_is_a_private_copy():
+    fp = frost_params(initial_arrays())
+    opt = AdamW(fp, lr=0.1)
+    for p in fp:
+        p.grad = frost.ones_like(p)
+    opt.step()
+    sd = opt.state_dict()
+    before = sd["state"][0]["exp_avg"].numpy().copy()
+    other = AdamW(fp, lr=0.1)
+    other.load_state_dict(sd)
+    other.step()
+    np.testing.assert_array_equal(sd["state"][0]["exp_avg"].numpy(), opt.state[fp[0]]["exp_avg"].numpy())
+    assert not np.array_equal(other.state[fp[0]]["exp_avg"].numpy(), before)
+    np.testing.assert_array_equal(opt.state[fp[0]]["exp_avg"].numpy(), before)
+
+
+def test_load_state_dict_errors_name_the_mismatch():
+    fp = frost_params(initial_arrays())
+    opt = SGD([{"params": fp[:2]}, {"params": fp[2:]}], lr=0.1, momentum=0.9)
+    for p in fp:
+        p.grad = frost.ones_like(p)
+    opt.step()
+    sd = opt.state_dict()
+    with pytest.raises(ValueError, match="the state dict has 2 parameter groups but the optimizer has 1"):
+        SGD(fp, lr=0.1).load_state_dict(sd)
+    with pytest.raises(ValueError, match="parameter group 1 has 3 parameters in the state dict but 2 in the optimizer"):
+        SGD([{"params": fp[:2]}, {"params": fp[2:4]}], lr=0.1).load_state_dict(sd)
+    swapped = SGD([{"params": [fp[1], fp[0]]}, {"params": fp[2:]}], lr=0.1)
+    with pytest.raises(ValueError, match=r"'momentum_buffer' of parameter 0 has shape \(4, 3\) but the parameter "
+                                         r"has shape \(3,\)"):
+        swapped.load_state_dict(sd)
+    with pytest.raises(ValueError, match="expected a dict with 'state' and 'param_groups'"):
+        opt.load_state_dict({"state": {}})
+
+
+def test_constructor_errors():
+    p = frost.zeros(3, requires_grad=True)
+    with pytest.raises(ValueError, match="SGD got an empty parameter list"):
+        SGD([], lr=0.1)
+    with pytest.raises(TypeError, match="ordered iterable"):
+        SGD({p}, lr=0.1)
+    with pytest.raises(TypeError, match="param 1 of group 0 is a ndarray"):
+        SGD([p, np.zeros(3)], lr=0.1)
+    with pytest.raises(ValueError, match="non-leaf"):
+        SGD([p * 2], lr=0.1)
+    with pytest.raises(ValueError, match="more than once"):
+        SGD([{"params": [p]}, {"params": [p]}], lr=0.1)
+
+
+def test_zero_grad():
+    a, b = frost.ones(2, requires_grad=True), frost.ones(3, requires_grad=True)
+    opt = SGD([a, b], lr=0.1)
+    a.grad = frost.ones(2)
+    opt.zero_grad(set_to_none=False)
+    assert b.grad is None
+    np.testing.assert_array_equal(a.grad.numpy(), [0.0, 0.0])
+    opt.zero_grad()
+    assert a.grad is None
+
+
+def test_step_with_closure_on_a_real_model_matches_torch():
+    """A tiny two-layer model whose gradients come from frost's autograd, stepped through a closure."""
+    rng = np.random.default_rng(3)
+    w1, w2, x = rng.standard_normal((4, 8)), rng.standard_normal((8, 1)), rng.standard_normal((16, 4))
+    fw = [frost.Tensor(w1.copy(), requires_grad=True), frost.Tensor(w2.copy(), requires_grad=True)]
+    tw = [torch.tensor(w1, requires_grad=True), torch.tensor(w2, requires_grad=True)]
+    fx, tx = frost.Tensor(x), torch.tensor(x)
+    fopt = AdamW(fw, lr=0.05, weight_decay=0.1)
+    topt = torch.optim.AdamW(tw, lr=0.05, weight_decay=0.1, foreach=False)
+
+    def floss():
+        fopt.zero_grad()
+        loss = ((fx @ fw[0]).tanh() @ fw[1]).square().mean()
+        loss.backward()
+        return loss
+
+    def tloss():
+        topt.zero_grad()
+        loss = ((tx @ tw[0]).tanh() @ tw[1]).square().mean()
+        loss.backward()
+        return loss
+
+    losses = []
+    for _ in range(15):
+        fl, tl = fopt.step(floss), topt.step(tloss)
+        np.testing.assert_allclose(fl.item(), tl.item(), rtol=1e-10)
+        losses.append(fl.item())
+    assert losses[-1] < 0.5 * losses[0]
+    for a, b in zip(fw, tw):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_plain_number_step_is_loaded_as_a_float32_counter():
+    fp = frost_params(initial_arrays())
+    opt = Adam(fp[:1], lr=0.1)
+    state = {"step": 4, "exp_avg": frost.zeros(4, 3, dtype="float64"), "exp_avg_sq": frost.zeros(4, 3, dtype="float64")}
+    opt.load_state_dict({"state": {0: state}, "param_groups": [{**opt.defaults, "params": [0]}]})
+    fp[0].grad = frost.ones_like(fp[0])
+    opt.step()
+    assert opt.state[fp[0]]["step"].dtype == frost.float32 and opt.state[fp[0]]["step"].item() == 5.0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fcls, tcls, options", OPTIMIZERS, ids=IDS)
+def test_cuda_parameters_follow_the_cpu_run(fcls, tcls, options):
+    arrays = initial_arrays()
+    cpu = frost_params(arrays)
+    gpu = [frost.Tensor(a.copy()).cuda().requires_grad_() for a in arrays]
+    copt, gopt = fcls(cpu, **options), fcls(gpu, **options)
+    for step in range(20):
+        set_frost_grads(step, cpu)
+        for p, c in zip(gpu, cpu):
+            p.grad = None if c.grad is None else frost.Tensor(c.grad.numpy()).cuda()
+        copt.step()
+        gopt.step()
+    for c, g in zip(cpu, gpu):
+        assert g.device.type == "cuda"
+        np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=1e-10, atol=1e-12)

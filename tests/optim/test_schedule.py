@@ -1,0 +1,209 @@
+"""Learning-rate schedules against torch.optim.lr_scheduler: the lr (and momentum) sequence, step by step."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import frost
+from frost.optim import SGD, Adam, schedule
+
+LRS = (0.1, 0.03)  # two param groups with different base lrs
+
+
+def optimizers(fcls=SGD, tcls=torch.optim.SGD, **options):
+    fparams = [frost.zeros(2, requires_grad=True), frost.zeros(3, requires_grad=True)]
+    tparams = [torch.zeros(2, requires_grad=True), torch.zeros(3, requires_grad=True)]
+    fopt = fcls([{"params": [fparams[0]], "lr": LRS[0]}, {"params": [fparams[1]], "lr": LRS[1]}], **options)
+    topt = tcls([{"params": [tparams[0]], "lr": LRS[0]}, {"params": [tparams[1]], "lr": LRS[1]}], **options)
+    return fopt, topt
+
+
+def run(fopt, topt, fsched, tsched, steps: int, momentum_key: str | None = None):
+    """Step both schedulers; compare get_last_lr and every group's lr (and momentum/beta1) after each step."""
+    for step in range(steps + 1):
+        if step:
+            fopt.step(), topt.step()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fsched.step(), tsched.step()
+        np.testing.assert_allclose(fsched.get_last_lr(), tsched.get_last_lr(), rtol=1e-10, atol=1e-16,
+                                   err_msg=f"step {step}")
+        np.testing.assert_allclose([g["lr"] for g in fopt.param_groups], [g["lr"] for g in topt.param_groups],
+                                   rtol=1e-10, atol=1e-16, err_msg=f"step {step}")
+        if momentum_key == "momentum":
+            np.testing.assert_allclose([g["momentum"] for g in fopt.param_groups],
+                                       [g["momentum"] for g in topt.param_groups], rtol=1e-12, err_msg=f"step {step}")
+        if momentum_key == "betas":
+            assert [g["betas"][1] for g in fopt.param_groups] == [g["betas"][1] for g in topt.param_groups]
+            np.testing.assert_allclose([g["betas"][0] for g in fopt.param_groups],
+                                       [g["betas"][0] for g in topt.param_groups], rtol=1e-12, err_msg=f"step {step}")
+
+
+def test_step_lr():
+    fopt, topt = optimizers()
+    run(fopt, topt, schedule.StepLR(fopt, 7, gamma=0.5), torch.optim.lr_scheduler.StepLR(topt, 7, gamma=0.5), 40)
+
+
+@pytest.mark.parametrize("eta_min", [0.0, 1e-3])
+def test_cosine_annealing_lr_including_past_t_max(eta_min):
+    fopt, topt = optimizers()
+    run(fopt, topt, schedule.CosineAnnealingLR(fopt, 20, eta_min=eta_min),
+        torch.optim.lr_scheduler.CosineAnnealingLR(topt, 20, eta_min=eta_min), 50)
+
+
+@pytest.mark.parametrize("start, end, total", [(1 / 3, 1.0, 5), (0.1, 1.0, 10), (1.0, 0.05, 8)])
+def test_linear_lr(start, end, total):
+    fopt, topt = optimizers()
+    run(fopt, topt, schedule.LinearLR(fopt, start, end, total), torch.optim.lr_scheduler.LinearLR(topt, start, end,
+                                                                                                  total), 20)
+
+
+def test_linear_warmup_is_linear_lr_from_one_over_warmup():
+    fopt, topt = optimizers()
+    fsched = schedule.LinearWarmup(fopt, 8)
+    run(fopt, topt, fsched, torch.optim.lr_scheduler.LinearLR(topt, 1 / 8, 1.0, 7), 15)
+    assert fsched.get_last_lr() == list(LRS)
+
+
+def test_lambda_lr_one_function_and_one_per_group():
+    fopt, topt = optimizers()
+    run(fopt, topt, schedule.LambdaLR(fopt, lambda s: 0.95 ** s),
+        torch.optim.lr_scheduler.LambdaLR(topt, lambda s: 0.95 ** s), 20)
+    fopt, topt = optimizers()
+    fns = [lambda s: 1 / (s + 1), lambda s: min(1.0, (s + 1) / 5)]
+    run(fopt, topt, schedule.LambdaLR(fopt, fns), torch.optim.lr_scheduler.LambdaLR(topt, fns), 20)
+
+
+def test_sequential_lr_warmup_then_cosine():
+    fopt, topt = optimizers()
+    fsched = schedule.SequentialLR(fopt, [schedule.LinearLR(fopt, 0.1, 1.0, 5),
+                                          schedule.CosineAnnealingLR(fopt, 25, eta_min=1e-4)], milestones=[5])
+    tsched = torch.optim.lr_scheduler.SequentialLR(topt, [torch.optim.lr_scheduler.LinearLR(topt, 0.1, 1.0, 5),
+                                                          torch.optim.lr_scheduler.CosineAnnealingLR(topt, 25, 1e-4)],
+                                                   milestones=[5])
+    run(fopt, topt, fsched, tsched, 30)
+
+
+def test_sequential_lr_three_phases():
+    fopt, topt = optimizers()
+    fsched = schedule.SequentialLR(fopt, [schedule.LinearLR(fopt, 0.2, 1.0, 4), schedule.StepLR(fopt, 3, 0.5),
+                                          schedule.CosineAnnealingLR(fopt, 10)], milestones=[4, 12])
+    t = torch.optim.lr_scheduler
+    tsched = t.SequentialLR(topt, [t.LinearLR(topt, 0.2, 1.0, 4), t.StepLR(topt, 3, 0.5), t.CosineAnnealingLR(topt, 10)],
+                            milestones=[4, 12])
+    run(fopt, topt, fsched, tsched, 22)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(anneal_strategy="linear"), dict(three_phase=True),
+                                     dict(pct_start=0.25, div_factor=10.0, final_div_factor=100.0, three_phase=True),
+                                     dict(cycle_momentum=False)])
+def test_one_cycle_lr_with_sgd_momentum(options):
+    fopt, topt = optimizers(momentum=0.9)
+    run(fopt, topt, schedule.OneCycleLR(fopt, [1.0, 0.5], total_steps=40, **options),
+        torch.optim.lr_scheduler.OneCycleLR(topt, [1.0, 0.5], total_steps=40, **options), 40,
+        momentum_key="momentum")
+
+
+def test_one_cycle_lr_cycles_adam_beta1():
+    fopt, topt = optimizers(Adam, torch.optim.Adam, betas=(0.9, 0.99))
+    run(fopt, topt, schedule.OneCycleLR(fopt, 0.01, epochs=3, steps_per_epoch=10, max_momentum=0.93),
+        torch.optim.lr_scheduler.OneCycleLR(topt, 0.01, epochs=3, steps_per_epoch=10, max_momentum=0.93), 30,
+        momentum_key="betas")
+
+
+def test_one_cycle_lr_errors():
+    fopt, _ = optimizers()
+    sched = schedule.OneCycleLR(fopt, 0.1, total_steps=3)
+    for _ in range(3):
+        sched.step()
+    with pytest.raises(ValueError, match="stepped 4 times but total_steps is 3"):
+        sched.step()
+    with pytest.raises(ValueError, match="give total_steps, or epochs and steps_per_epoch"):
+        schedule.OneCycleLR(fopt, 0.1)
+    with pytest.raises(ValueError, match="anneal_strategy must be 'cos' or 'linear'"):
+        schedule.OneCycleLR(fopt, 0.1, total_steps=10, anneal_strategy="exp")
+
+
+def test_scheduler_changes_the_lr_the_optimizer_uses():
+    p = frost.ones(1, requires_grad=True)
+    opt = SGD([p], lr=1.0)
+    sched = schedule.StepLR(opt, 1, gamma=0.5)
+    for _ in range(3):
+        p.grad = frost.ones(1)
+        opt.step()
+        sched.step()
+    np.testing.assert_allclose(p.numpy(), [1 - 1.0 - 0.5 - 0.25])
+
+
+def test_state_dict_round_trip_continues_the_sequence(tmp_path):
+    def build(opt):
+        return schedule.SequentialLR(opt, [schedule.LinearWarmup(opt, 5), schedule.CosineAnnealingLR(opt, 20)],
+                                     milestones=[5])
+
+    fopt, _ = optimizers()
+    sched = build(fopt)
+    for _ in range(8):
+        sched.step()
+    frost.save({"optimizer": fopt.state_dict(), "scheduler": sched.state_dict()}, tmp_path / "s.safetensors")
+    expected = []
+    for _ in range(10):
+        sched.step()
+        expected.append(sched.get_last_lr())
+
+    ckpt = frost.load(tmp_path / "s.safetensors")
+    fopt2, _ = optimizers()
+    sched2 = build(fopt2)
+    fopt2.load_state_dict(ckpt["optimizer"])
+    sched2.load_state_dict(ckpt["scheduler"])
+    got = []
+    for _ in range(10):
+        sched2.step()
+        got.append(sched2.get_last_lr())
+    assert got == expected
+    assert [g["lr"] for g in fopt2.param_groups] == expected[-1]
+
+
+def test_resuming_with_last_epoch_needs_initial_lr():
+    fopt, _ = optimizers()
+    with pytest.raises(KeyError, match="param group 0 has no 'initial_lr' although last_epoch=5"):
+        schedule.StepLR(fopt, 3, last_epoch=5)
+
+
+def test_sequential_lr_checks_its_arguments():
+    fopt, _ = optimizers()
+    other, _ = optimizers()
+    a, b = schedule.StepLR(fopt, 3), schedule.StepLR(other, 3)
+    with pytest.raises(ValueError, match="2 schedulers need 1 milestones, got 0"):
+        schedule.SequentialLR(fopt, [a, a], milestones=[])
+    with pytest.raises(ValueError, match=r"scheduler 1 \(StepLR\) belongs to another optimizer"):
+        schedule.SequentialLR(fopt, [a, b], milestones=[3])
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+def test_cosine_function_matches_torch_closed_form_and_stays_at_min():
+    fopt, topt = optimizers()
+    tsched = torch.optim.lr_scheduler.CosineAnnealingLR(topt, 30, eta_min=0.001)
+    for step in range(31):
+        assert math.isclose(schedule.cosine(step, 30, LRS[0], 0.001), tsched.get_last_lr()[0], rel_tol=1e-10)
+        topt.step()
+        tsched.step()
+    assert schedule.cosine(45, 30, 0.1, 0.001) == pytest.approx(0.001)
+    assert schedule.cosine(0, 30, 0.1) == 0.1 and schedule.cosine(15, 30, 0.1) == pytest.approx(0.05)
+
+
+def test_linear_warmup_function():
+    assert [schedule.linear_warmup(s, 4, 1.0) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+
+
+def test_warmup_cosine_on_numbers_and_arrays_agree():
+    steps = np.arange(0, 60)
+    scalars = [schedule.warmup_cosine(int(s), 10, 50, 0.3, 0.01) for s in steps]
+    np.testing.assert_allclose(scalars[:10], [0.3 * (s + 1) / 10 for s in range(10)], rtol=1e-15)
+    assert scalars[10] == pytest.approx(0.3) and scalars[50] == pytest.approx(0.01) and scalars[59] == pytest.approx(0.01)
+    np.testing.assert_allclose(schedule.warmup_cosine(steps, 10, 50, 0.3, 0.01), scalars, rtol=1e-14)
+    np.testing.assert_allclose(schedule.cosine(steps.astype(np.float64), 50, 0.3), [schedule.cosine(int(s), 50, 0.3)
+                                                                                    for s in steps], rtol=1e-14)

@@ -1,0 +1,122 @@
+"""The `frost` command: `frost bench resnet-cifar10` on a small generated CIFAR-10 in the binary format."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from frost.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+# ten distinct colours; class k paints an 8x8 patch of colour k at position k of a 2x5 grid
+PALETTE = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0], [255, 0, 255],
+                    [0, 255, 255], [255, 128, 0], [128, 0, 255], [255, 255, 255], [0, 128, 128]], np.uint8)
+
+
+def make_images(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """n images (N, 32, 32, 3) uint8 of dim noise with the class written as a coloured patch; labels (N,)."""
+    labels = rng.integers(0, 10, n)
+    images = rng.integers(0, 60, (n, 32, 32, 3)).astype(np.uint8)
+    for i, k in enumerate(labels):
+        r, c = 4 + 16 * (k // 5), 1 + 6 * (k % 5)
+        images[i, r:r + 8, c:c + 6] = PALETTE[k]
+    return images, labels
+
+
+def write_cifar_binary(root: Path, per_batch: int, n_test: int, seed: int = 0) -> Path:
+    """The official binary layout: data_batch_1..5.bin and test_batch.bin, records of label + CHW pixels."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    names = [(f"data_batch_{k}.bin", per_batch) for k in range(1, 6)] + [("test_batch.bin", n_test)]
+    for name, n in names:
+        images, labels = make_images(n, rng)
+        records = np.concatenate([labels.astype(np.uint8)[:, None],
+                                  images.transpose(0, 3, 1, 2).reshape(n, -1)], axis=1)
+        (root / name).write_bytes(records.tobytes())
+    return root
+
+
+@pytest.fixture(scope="module")
+def cifar_dir(tmp_path_factory) -> Path:
+    return write_cifar_binary(tmp_path_factory.mktemp("cifar") / "cifar-10-batches-bin", per_batch=64, n_test=96)
+
+
+def _check_result(result: dict, steps: int) -> None:
+    for key in ("schema", "framework", "mode", "precision", "device", "device_name", "commit", "command",
+                "versions", "protocol", "runs", "summary", "data_load_s"):
+        assert key in result, key
+    assert result["framework"] == "frost" and result["device"] == "cpu" and result["precision"] == "fp32"
+    assert result["protocol"]["batch_size"] == 32 and result["protocol"]["steps"] == steps
+    assert result["protocol"]["lr"] == 1e-4 and result["protocol"]["betas"] == [0.9, 0.98]
+    assert result["n_train"] == 5 * 64 and result["n_test"] == 96
+    (run,) = result["runs"]
+    for key in ("seed", "acc_10k", "acc_9984", "train_time_s", "startup_s", "ms_per_step", "loss_curve",
+                "steps_timed", "warmup_steps"):
+        assert key in run, key
+    assert run["seed"] == 0
+    assert 0.0 <= run["acc_10k"] <= 1.0 and 0.0 <= run["acc_9984"] <= 1.0
+    assert run["train_time_s"] > 0 and run["startup_s"] > 0
+    assert run["steps_timed"] + run["warmup_steps"] == steps
+    assert result["summary"]["acc_10k"]["mean"] == pytest.approx(run["acc_10k"])
+
+
+def test_bench_resnet_cifar10_loss_falls(cifar_dir, tmp_path, capsys):
+    out = tmp_path / "result.json"
+    main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "50", "--seeds", "0",
+          "--data", str(cifar_dir), "--out", str(out), "--quiet", "--eval-batch", "96"])
+    result = json.loads(out.read_text())
+    _check_result(result, 50)
+    curve = result["runs"][0]["loss_curve"]
+    assert [s for s, _ in curve] == list(range(1, 51))  # every step sampled at this size
+    losses = [v for _, v in curve]
+    assert np.isfinite(losses).all()
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]), losses
+    printed = capsys.readouterr().out
+    assert "acc 10k %" in printed and "results written to" in printed
+
+
+def test_console_entry_point_in_subprocess_with_the_png_loader(cifar_dir, tmp_path):
+    """`python -m frost.cli`, with the loader pipeline: the data is written once as the seed's PNG files
+    (into FROST_CACHE) and decoded by DataLoader worker threads."""
+    out = tmp_path / "result.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               FROST_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "frost.cli", "bench", "resnet-cifar10", "--device", "cpu",
+                           "--steps", "3", "--seeds", "0", "--data", str(cifar_dir), "--out", str(out), "--quiet",
+                           "--pipeline", "loader", "--workers", "2"],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    _check_result(result, 3)
+    assert result["pipeline"] == "loader" and result["workers"] == 2
+    run = result["runs"][0]
+    assert 0.0 <= run["waited_share"] <= 1.0 and run["data_wait_s"] >= 0.0
+    (png_dir,) = (tmp_path / "cache").glob("cifar10-png-*")
+    assert len(list((png_dir / "train").glob("*.png"))) == 5 * 64
+    assert len(list((png_dir / "test").glob("*.png"))) == 96
+    assert "mean +- std" not in proc.stdout  # one seed: no summary row
+    assert "seed" in proc.stdout
+
+
+def test_bad_arguments_are_reported(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "resnet-cifar10", "--seeds", "a,b"])
+    assert "--seeds" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["bench", "resnet-cifar10", "--device", "cpu", "--data", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "resnet-cifar10", "--device", "tpu"])
+    assert exit_info.value.code == 2 and "argument --device: invalid choice: 'tpu'" in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "bench" in capsys.readouterr().out
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("frost ")

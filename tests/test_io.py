@@ -1,0 +1,340 @@
+"""frost.save / frost.load: exact round trips, safetensors compatibility, atomic writes, clear errors."""
+import json
+import os
+import pickle
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+import safetensors.torch
+import torch
+
+import frost
+from frost import io
+from frost.io import CheckpointError
+
+DTYPES = ["float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
+
+
+def sample(dtype: str, shape, seed: int = 0) -> frost.Tensor:
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return frost.Tensor(rng.random(shape) < 0.5)
+    np_dtype = frost.dtype.to_dtype(dtype).np
+    if np_dtype.kind in "iu":
+        info = np.iinfo(np_dtype)
+        return frost.Tensor(rng.integers(info.min, info.max, size=shape, dtype=np_dtype, endpoint=True))
+    return frost.Tensor((rng.standard_normal(shape) * 100).astype(np_dtype))
+
+
+def assert_same(a: frost.Tensor, b: frost.Tensor) -> None:
+    assert isinstance(b, frost.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+    assert a.numpy().tobytes() == b.numpy().tobytes()  # bit for bit (NaN payloads and -0.0 included)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 4, 5)])
+def test_every_dtype_and_shape_round_trips_exactly(dtype, shape, tmp_path):
+    t = sample(dtype, shape)
+    frost.save(t, tmp_path / "t.safetensors")
+    assert_same(t, frost.load(tmp_path / "t.safetensors"))
+
+
+def test_special_float_values_round_trip(tmp_path):
+    t = frost.Tensor(np.array([np.nan, np.inf, -np.inf, -0.0, 5e-324, 1.7976931348623157e308]))
+    b = frost.Tensor(np.array([np.nan, np.inf, -0.0, 1e-40], dtype=ml_dtypes.bfloat16))
+    frost.save({"f64": t, "bf16": b}, tmp_path / "x.safetensors")
+    out = frost.load(tmp_path / "x.safetensors")
+    assert_same(t, out["f64"])
+    assert_same(b, out["bf16"])
+
+
+def test_nested_structure_round_trips(tmp_path):
+    w = frost.randn(4, 3)
+    obj = {
+        "model": {"fc.weight": w, "fc.bias": frost.zeros(3).bfloat16(), "bn.num_batches_tracked": frost.tensor(7)},
+        "optimizer": {"state": {0: {"step": frost.tensor(10.0), "exp_avg": frost.ones(4, 3)}},
+                      "param_groups": [{"lr": 0.1, "betas": (0.9, 0.999), "eps": 1e-8, "params": [0, 1],
+                                        "nesterov": False, "initial_lr": None}]},
+        "step": 10,
+        "values": [1, 2.5, "unicode ✓ naïve", None, True, [], {}, (), float("inf"), float("-inf"), 2 ** 70],
+        "mixed keys": {1: "int", "1": "str", 2.5: "float", True: "bool", None: "none"},
+        "masks": [frost.Tensor(np.array([True, False])), (frost.arange(5), frost.tensor(3.0).reshape(()))],
+    }
+    frost.save(obj, tmp_path / "ckpt.safetensors")
+    out = frost.load(tmp_path / "ckpt.safetensors")
+
+    def compare(a, b):
+        assert type(a) is type(b), (a, b)
+        if isinstance(a, frost.Tensor):
+            assert_same(a, b)
+        elif isinstance(a, dict):
+            assert list(a) == list(b)  # keys, their types and their order
+            for k in a:
+                assert type(k) is type(next(kk for kk in b if kk == k and type(kk) is type(k)))
+                compare(a[k], b[k])
+        elif isinstance(a, (list, tuple)):
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                compare(x, y)
+        else:
+            assert a == b
+
+    compare(obj, out)
+    assert out["optimizer"]["state"][0]["step"].dtype == frost.float32
+
+
+def test_a_float_nan_value_round_trips(tmp_path):
+    frost.save({"loss": float("nan")}, tmp_path / "n.safetensors")
+    assert np.isnan(frost.load(tmp_path / "n.safetensors")["loss"])
+
+
+def test_a_tensor_saved_twice_is_stored_once_and_loaded_as_one(tmp_path):
+    w = frost.randn(8, 8)
+    frost.save({"embed": w, "head": w}, tmp_path / "tied.safetensors")
+    out = frost.load(tmp_path / "tied.safetensors")
+    assert out["embed"] is out["head"]
+    assert len(safetensors.numpy.load_file(tmp_path / "tied.safetensors")) == 1
+
+
+def test_non_contiguous_and_numpy_scalars(tmp_path):
+    base = frost.Tensor(np.arange(12.0).reshape(3, 4))
+    view = frost.Tensor(base.numpy().T)
+    frost.save({"t": view, "n": np.float32(1.5), "i": np.int64(3), "b": np.bool_(True)}, tmp_path / "v.safetensors")
+    out = frost.load(tmp_path / "v.safetensors")
+    np.testing.assert_array_equal(out["t"].numpy(), base.numpy().T)
+    assert out["n"] == 1.5 and out["i"] == 3 and out["b"] is True
+
+
+def test_loaded_tensors_are_writable_and_independent(tmp_path):
+    frost.save({"w": frost.ones(3)}, tmp_path / "w.safetensors")
+    t = frost.load(tmp_path / "w.safetensors")["w"]
+    t.data[0] = 5.0
+    assert frost.load(tmp_path / "w.safetensors")["w"].numpy()[0] == 1.0
+
+
+def test_files_are_standard_safetensors(tmp_path):
+    """Other readers open a frost checkpoint: safetensors' NumPy and torch readers, bfloat16 included."""
+    obj = {"model": {"w": sample("float32", (3, 4)), "b": sample("int64", (5,)), "m": sample("bool", (2,))},
+           "bf": sample("bfloat16", (6,))}
+    path = tmp_path / "c.safetensors"
+    frost.save(obj, path)
+    arrays = safetensors.numpy.load_file(path)
+    assert set(arrays) == {"model/w", "model/b", "model/m", "bf"}
+    np.testing.assert_array_equal(arrays["model/w"], obj["model"]["w"].numpy())
+    np.testing.assert_array_equal(arrays["model/b"], obj["model"]["b"].numpy())
+    np.testing.assert_array_equal(arrays["model/m"], obj["model"]["m"].numpy())
+    tensors = safetensors.torch.load_file(path)
+    assert tensors["bf"].dtype == torch.bfloat16
+    np.testing.assert_array_equal(tensors["bf"].float().numpy(), obj["bf"].numpy().astype(np.float32))
+    (length,) = struct.unpack("<Q", path.read_bytes()[:8])
+    assert length % 8 == 0
+
+
+def test_load_to_a_device(tmp_path):
+    frost.save({"w": frost.ones(2)}, tmp_path / "d.safetensors")
+    assert frost.load(tmp_path / "d.safetensors", device="cpu")["w"].device == "cpu"
+
+
+@pytest.mark.cuda
+def test_cuda_tensors_are_saved_from_and_loaded_to_the_gpu(tmp_path):
+    w = frost.randn(4, 4).cuda()
+    frost.save({"w": w, "step": 3}, tmp_path / "g.safetensors")
+    cpu = frost.load(tmp_path / "g.safetensors")
+    gpu = frost.load(tmp_path / "g.safetensors", device="cuda")
+    assert cpu["w"].device == "cpu" and gpu["w"].device == "cuda:0"
+    np.testing.assert_array_equal(cpu["w"].numpy(), w.numpy())
+    np.testing.assert_array_equal(gpu["w"].numpy(), w.numpy())
+
+
+# ---------------------------------------------------------------- atomic writes
+
+
+def test_a_failed_save_leaves_the_old_file_intact(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.safetensors"
+    frost.save({"w": frost.ones(1000), "step": 1}, path)
+    old_bytes = path.read_bytes()
+
+    def failing_writer(f, tensors):
+        f.write(b"\0" * 100)  # part of the data is already out when the failure comes
+        raise OSError("disk full")
+
+    monkeypatch.setattr(io, "_write_tensors", failing_writer)
+    with pytest.raises(OSError, match="disk full"):
+        frost.save({"w": frost.zeros(1000), "step": 2}, path)
+    assert path.read_bytes() == old_bytes
+    assert frost.load(path)["step"] == 1
+    assert os.listdir(tmp_path) == ["ckpt.safetensors"]  # no temporary file left behind
+
+
+def test_a_failed_first_save_leaves_no_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(io, "_write_tensors", lambda f, tensors: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        frost.save({"w": frost.ones(3)}, tmp_path / "new.safetensors")
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_goes_through_a_temporary_file_and_a_rename(tmp_path, monkeypatch):
+    calls = []
+    real_replace, real_fsync = os.replace, os.fsync
+    monkeypatch.setattr(io.os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(io.os, "replace", lambda a, b: (calls.append(("replace", os.path.dirname(a))),
+                                                        real_replace(a, b))[1])
+    frost.save({"w": frost.ones(3)}, tmp_path / "r.safetensors")
+    assert calls[0] == "fsync" and calls[1] == ("replace", str(tmp_path))
+    assert frost.load(tmp_path / "r.safetensors")["w"].shape == (3,)
+
+
+def test_save_overwrites_and_errors_on_unsavable_values(tmp_path):
+    path = tmp_path / "o.safetensors"
+    frost.save({"a": 1}, path)
+    frost.save({"a": 2}, path)
+    assert frost.load(path) == {"a": 2}
+    with pytest.raises(TypeError, match=r"cannot save a object at obj\['model'\]\['x'\]"):
+        frost.save({"model": {"x": object()}}, path)
+    with pytest.raises(TypeError, match=r"cannot save a ndarray at obj\['a'\]\[0\]"):
+        frost.save({"a": [np.zeros(2)]}, path)
+    with pytest.raises(TypeError, match=r"cannot save the dict key \(1, 2\)"):
+        frost.save({(1, 2): 3}, path)
+    with pytest.raises(FileNotFoundError, match="the folder .*missing does not exist"):
+        frost.save({"a": 1}, tmp_path / "missing" / "x.safetensors")
+    assert frost.load(path) == {"a": 2}
+
+
+# ---------------------------------------------------------------- loading what is not a frost checkpoint
+
+
+def test_missing_file_and_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="frost.load: no such file: .*nope.safetensors"):
+        frost.load(tmp_path / "nope.safetensors")
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        frost.load(tmp_path)
+
+
+def test_truncated_files_are_named_as_truncated(tmp_path):
+    good = tmp_path / "good.safetensors"
+    frost.save({"w": frost.randn(64, 64), "step": 3}, good)
+    data = good.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    for cut, what in [(0, "empty or truncated"), (5, "empty or truncated"), (8 + length // 2, "truncated"),
+                      (8 + length + 100, "truncated"), (len(data) - 1, "truncated")]:
+        bad = tmp_path / f"cut{cut}.safetensors"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(CheckpointError, match=f"frost.load: .*cut{cut}.safetensors .*{what}"):
+            frost.load(bad)
+
+
+def test_random_bytes(tmp_path):
+    path = tmp_path / "random.bin"
+    path.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    with pytest.raises(CheckpointError, match="random.bin is not a frost checkpoint"):
+        frost.load(path)
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os.mkdir, (str(_Boom.target),))
+
+
+def test_a_pickle_is_refused_and_never_unpickled(tmp_path):
+    _Boom.target = tmp_path / "unpickled"
+    for protocol in (0, 2, 4):
+        path = tmp_path / f"evil{protocol}.pkl"
+        path.write_bytes(pickle.dumps({"w": _Boom()}, protocol=protocol))
+        with pytest.raises(CheckpointError, match=f"evil{protocol}.pkl is not a frost checkpoint"):
+            frost.load(path)
+    assert not _Boom.target.exists()
+
+
+def test_a_torch_save_file_is_refused(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save({"w": torch.ones(3)}, path)
+    with pytest.raises(CheckpointError, match="model.pt is not a frost checkpoint: it looks like a pickle or a "
+                                              "torch.save zip file"):
+        frost.load(path)
+
+
+def test_a_plain_safetensors_file_is_refused(tmp_path):
+    path = tmp_path / "plain.safetensors"
+    safetensors.numpy.save_file({"w": np.ones(3, dtype=np.float32)}, path)
+    with pytest.raises(CheckpointError, match="plain.safetensors is a safetensors file but not a frost checkpoint"):
+        frost.load(path)
+    safetensors.numpy.save_file({"w": np.ones(3, dtype=np.float32)}, path, metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="not a frost checkpoint"):
+        frost.load(path)
+
+
+def _forge(path, tensors: dict, structure) -> None:
+    """A safetensors file (written by the safetensors library) whose frost metadata says `structure`."""
+    text = structure if isinstance(structure, str) else json.dumps(structure)
+    safetensors.numpy.save_file(tensors, path, metadata={"format": "frost", io.STRUCTURE_KEY: text})
+
+
+def test_damaged_frost_metadata(tmp_path):
+    path = tmp_path / "bad.safetensors"
+    w = {"w": np.ones(3, dtype=np.float32)}
+    _forge(path, w, {"dict": [["w", {"tensor": "w", "dtype": "float32"}]]})
+    assert frost.load(path)["w"].shape == (3,)  # the forgery itself is well formed
+    for structure, what in [({"tensor": "missing", "dtype": "float32"}, "KeyError"),
+                            ({"tensor": "w", "dtype": "int64"}, "is float32 in the data but int64 in the metadata"),
+                            ({"set": [1, 2]}, "unknown tag 'set'"),
+                            ({"dict": [[["unhashable"], 1]]}, "TypeError"),
+                            ("{not json", "not valid JSON")]:
+        _forge(path, w, structure)
+        with pytest.raises(CheckpointError, match=f"bad.safetensors is damaged: .*{what}"):
+            frost.load(path)
+
+
+def test_damaged_header_entries(tmp_path):
+    path = tmp_path / "h.safetensors"
+    structure = json.dumps({"tensor": "w", "dtype": "float32"})
+
+    def write(entry: dict, data: bytes = b"\0" * 12):
+        header = {"__metadata__": {"format": "frost", io.STRUCTURE_KEY: structure}, "w": entry}
+        text = json.dumps(header).encode()
+        path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+    write({"dtype": "F32", "shape": [3], "data_offsets": [0, 12]})
+    np.testing.assert_array_equal(frost.load(path).numpy(), np.zeros(3))
+    write({"dtype": "F32", "shape": [4], "data_offsets": [0, 12]})
+    with pytest.raises(CheckpointError, match=r"h.safetensors is damaged: tensor 'w' of shape \(4,\) and dtype "
+                                              r"float32 needs 16 bytes but its entry spans 12"):
+        frost.load(path)
+    write({"dtype": "C64", "shape": [3], "data_offsets": [0, 12]})
+    with pytest.raises(CheckpointError, match="bad header entry for tensor 'w'"):
+        frost.load(path)
+    write({"dtype": "F32", "shape": [-3], "data_offsets": [0, 12]})
+    with pytest.raises(CheckpointError, match="bad header entry for tensor 'w'"):
+        frost.load(path)
+    write({"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}, data=b"\0" * 8)
+    with pytest.raises(CheckpointError, match="truncated: its tensors need 12 bytes of data but the file has 8"):
+        frost.load(path)
+    path.write_bytes(struct.pack("<Q", 4) + b"[1] ")
+    with pytest.raises(CheckpointError, match="not a safetensors file"):
+        frost.load(path)
+    path.write_bytes(struct.pack("<Q", 0) + b"{}")
+    with pytest.raises(CheckpointError, match="header claims 0 bytes"):
+        frost.load(path)
+    path.write_bytes(struct.pack("<Q", 4) + b"{\xff\xfe}")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        frost.load(path)
+
+
+def test_optimizer_and_model_checkpoint_round_trip(tmp_path):
+    """The common case: {'model': ..., 'optimizer': ..., 'step': n} back into fresh objects."""
+    from frost.optim import AdamW
+    params = [frost.randn(3, 2, requires_grad=True), frost.randn(2, requires_grad=True)]
+    opt = AdamW(params, lr=0.01)
+    for p in params:
+        p.grad = frost.ones_like(p)
+    opt.step()
+    frost.save({"model": {"w": params[0], "b": params[1]}, "optimizer": opt.state_dict(), "step": 1},
+               tmp_path / "ckpt.safetensors")
+    ckpt = frost.load(tmp_path / "ckpt.safetensors")
+    assert ckpt["step"] == 1
+    assert ckpt["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.999)
+    assert_same(params[0], ckpt["model"]["w"])
+    for key in ("exp_avg", "exp_avg_sq", "step"):
+        assert_same(opt.state[params[1]][key], ckpt["optimizer"]["state"][1][key])

@@ -1,0 +1,115 @@
+"""frost.jit: CPU pass-through, and on the GPU capture + replay equal to eager execution."""
+import numpy as np
+import pytest
+
+import frost
+from frost.jit import HostSyncInCaptureError
+
+
+def test_jit_on_cpu_just_calls_the_function():
+    calls = []
+
+    @frost.jit
+    def step(x):
+        calls.append(1)
+        return (x * 2).sum()
+
+    for _ in range(4):
+        assert step(frost.ones(3)).item() == 6.0
+    assert len(calls) == 4
+
+
+def _seed_model_and_data(device):
+    from frost.models.resnet import cifar_resnet
+    frost.manual_seed(0)
+    model = cifar_resnet().to(device)
+    rng = np.random.default_rng(0)
+    xs = rng.random((60, 32, 3, 32, 32), dtype=np.float32)
+    ys = rng.integers(0, 10, (60, 32))
+    return model, xs, ys
+
+
+def _train(device, use_jit, steps):
+    import frost.nn.functional as F
+    model, xs, ys = _seed_model_and_data(device)
+    opt = frost.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if use_jit:
+        step = frost.jit(step)
+    losses = []
+    for i in range(steps):
+        x = frost.tensor(xs[i], device=device)
+        y = frost.tensor(ys[i], device=device)
+        losses.append(float(step(x, y).item()))
+    return losses, {k: v.numpy() if device == "cpu" else v.cpu().numpy() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.cuda
+def test_jit_replay_equals_eager_for_50_resnet_steps():
+    eager_losses, eager_state = _train("cuda", False, 50)
+    jit_losses, jit_state = _train("cuda", True, 50)
+    np.testing.assert_allclose(jit_losses, eager_losses, rtol=2e-3, atol=2e-3)
+    for k in eager_state:
+        np.testing.assert_allclose(jit_state[k], eager_state[k], rtol=5e-3, atol=5e-4, err_msg=k)
+
+
+@pytest.mark.cuda
+def test_jit_memory_stays_flat_over_2000_replays():
+    import frost.nn as nn
+    import frost.nn.functional as F
+    from frost.backend import cuda
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to("cuda")
+    opt = frost.optim.AdamW(model.parameters(), lr=1e-3)
+
+    @frost.jit
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    x = frost.randn(32, 64, device="cuda")
+    y = frost.randint(0, 10, (32,), device="cuda")
+    for _ in range(10):
+        step(x, y)
+    cuda.synchronize()
+    before = cuda.memory_allocated()
+    for _ in range(2000):
+        step(x, y)
+    cuda.synchronize()
+    assert cuda.memory_allocated() <= before
+
+
+@pytest.mark.cuda
+def test_host_sync_during_capture_names_the_call():
+    @frost.jit
+    def step(x):
+        y = (x * 2).sum()
+        print(y.item())
+        return y
+
+    x = frost.ones(4, device="cuda")
+    step(x)
+    step(x)
+    with pytest.raises(HostSyncInCaptureError, match=r"Tensor.item\(\)"):
+        step(x)
+
+
+@pytest.mark.cuda
+def test_new_shape_captures_a_new_graph():
+    @frost.jit
+    def f(x):
+        return x * 3 + 1
+
+    for n in (4, 4, 4, 4, 7, 7, 7, 7):
+        out = f(frost.ones(n, device="cuda"))
+        np.testing.assert_allclose(out.cpu().numpy(), np.full(n, 4.0))
+    assert len(f.captures) == 2

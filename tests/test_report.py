@@ -1,0 +1,72 @@
+"""benchmarks/report.py: RESULTS.md from synthetic result files (Frost and PyTorch) in a temporary folder."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from frost.bench import common
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location("bench_report", REPO / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _result(framework: str, mode: str, accs: list[float], times: list[float]) -> dict:
+    r = common.new_result(framework, mode, "fp32", "cuda", "Synthetic GPU", 20000, list(range(len(accs))))
+    for seed, (acc, t) in enumerate(zip(accs, times)):
+        r["runs"].append({"seed": seed, "acc_10k": acc, "acc_9984": acc + 0.001, "train_time_s": t,
+                          "ms_per_step": 1000 * t / 19997, "startup_s": 5.0 + seed, "steps_timed": 19997,
+                          "warmup_steps": 3, "loss_curve": [[1, 2.3], [101, 1.9], [201, 1.5]]})
+    r["summary"] = common.summarize(r["runs"])
+    return r
+
+
+def test_report_writes_the_table_from_measured_numbers_only(tmp_path):
+    report = _report_module()
+    frost_file, torch_file = tmp_path / "frost.json", tmp_path / "torch.json"
+    common.write_json(frost_file, _result("frost", "resident-jit", [0.75, 0.74, 0.76], [20.0, 21.0, 22.0]))
+    loader = _result("pytorch", "eager", [0.7376, 0.7513, 0.7281], [35.0, 35.5, 36.0])
+    for run in loader["runs"]:
+        run.update(waited_share=0.25, data_wait_s=3.0, wait_threshold_s=2e-4)
+    common.write_json(torch_file, loader)
+    out = report.main([str(frost_file), str(torch_file), "--out-dir", str(tmp_path), "--title", "Synthetic"])
+    text = out.read_text()
+    assert text.startswith("# Synthetic")
+    rows = [line for line in text.splitlines() if line.startswith("| frost") or line.startswith("| pytorch")]
+    assert len(rows) == 2
+    # mean +- sample std over the three seeds, in percent and seconds
+    assert "75.00 +- 1.00" in rows[0] and "75.10 +- 1.00" in rows[0] and "21.0 +- 1.0" in rows[0]
+    assert "73.90 +- 1.17" in rows[1] and "35.5 +- 0.5" in rows[1]
+    assert "waited for data in 25.0 +- 0.0 % of steps" in text
+    assert "Synthetic GPU" in text and "resident-jit" in text
+    png = list(tmp_path.glob("*.png"))
+    try:
+        import matplotlib  # noqa: F401
+        assert {p.name for p in png} == {"loss_curves.png", "step_time.png"}
+    except ImportError:
+        assert png == []
+
+
+def test_report_refuses_foreign_files(tmp_path):
+    report = _report_module()
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(SystemExit, match="not a benchmark result"):
+        report.main([str(bad), "--out-dir", str(tmp_path)])
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(SystemExit, match="cannot read"):
+        report.main([str(broken), "--out-dir", str(tmp_path)])
+
+
+def test_mean_std_is_the_sample_deviation():
+    assert common.mean_std([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1.0))
+    assert common.mean_std([4.0]) == (4.0, 0.0)
