@@ -1,4 +1,4 @@
-"""Frost kernels written in Python against the ceilings and vendor equivalents, on the GPU (prints a table, writes JSON).
+"""Frost kernels written in Python against bandwidth ceilings and vendor equivalents (prints a table, writes JSON).
 
 Run on a GPU machine:  python benchmarks/kernels.py [--quick]
   - AdamW over 64M floats vs the bandwidth of a device-to-device copy (goal: 85% of the copy's bandwidth)
@@ -63,11 +63,11 @@ CONFIGS = [dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3), dict(BM=128, BN=
 def bench_gemm(size: int, repeats: int):
     import cupy as cp
     gemm = load("gemm")
-    a16 = cp.random.standard_normal((size, size), dtype=cp.float32)
-    b16 = cp.random.standard_normal((size, size), dtype=cp.float32)
+    a32 = cp.random.standard_normal((size, size), dtype=cp.float32)
+    b32 = cp.random.standard_normal((size, size), dtype=cp.float32)
     # bf16 bits by truncation of the float32s (good enough as benchmark data)
-    a = (a16.view(cp.uint32) >> 16).astype(cp.uint16)
-    b = (b16.view(cp.uint32) >> 16).astype(cp.uint16)
+    a = (a32.view(cp.uint32) >> 16).astype(cp.uint16)
+    b = (b32.view(cp.uint32) >> 16).astype(cp.uint16)
     c = cp.zeros((size, size), cp.float32)
     tried, by_name = {}, {}
     for cfg in CONFIGS:  # tile shapes: the best one is reported, all are recorded
@@ -81,13 +81,14 @@ def bench_gemm(size: int, repeats: int):
     best = min(timed, key=timed.get)
     t_frost = timed[best]
     gemm.gemm(a, b, c, **by_name[best])
-    ah, bh = a16.astype(cp.float16), b16.astype(cp.float16)
+    ah, bh = a32.astype(cp.float16), b32.astype(cp.float16)
     t_cublas = median_ms(lambda: cp.matmul(ah, bh), repeats)  # cuBLAS, fp16 tensor cores (same rate as bf16)
     flops = 2 * size ** 3
     # correctness on a corner of the result
     ref = (a[:256].astype(cp.uint32) << 16).view(cp.float32) @ (b[:, :256].astype(cp.uint32) << 16).view(cp.float32)
     err = float(cp.abs(ref - c[:256, :256]).max() / cp.abs(ref).max())
-    return [dict(name=f"gemm bf16 {size}^3 (mma.sync)", config=best, configs=tried, ms=t_frost, metric=f"{flops / t_frost / 1e9:.0f} TFLOP/s",
+    return [dict(name=f"gemm bf16 {size}^3 (mma.sync)", config=best, configs=tried, ms=t_frost,
+                 metric=f"{flops / t_frost / 1e9:.0f} TFLOP/s",
                  baseline="cupy.matmul fp16 (cuBLAS)", baseline_ms=t_cublas,
                  baseline_metric=f"{flops / t_cublas / 1e9:.0f} TFLOP/s", ratio=t_cublas / t_frost, goal=0.60,
                  max_rel_error=err)]
@@ -124,7 +125,8 @@ def bench_reduce(n: int, repeats: int):
     t_frost = median_ms(frost_sum, repeats)
     t_cupy = median_ms(lambda: cp.sum(x), repeats)
     rel = float(abs(out[0] - cp.sum(x.astype(cp.float64))) / cp.abs(x).sum())
-    return [dict(name=f"warp-shuffle sum ({n // 2**20}M floats)", ms=t_frost, metric=f"{x.nbytes / t_frost / 1e6:.0f} GB/s",
+    return [dict(name=f"warp-shuffle sum ({n // 2**20}M floats)", ms=t_frost,
+                 metric=f"{x.nbytes / t_frost / 1e6:.0f} GB/s",
                  baseline="cupy.sum", baseline_ms=t_cupy, baseline_metric=f"{x.nbytes / t_cupy / 1e6:.0f} GB/s",
                  ratio=t_cupy / t_frost, goal=None, rel_error=rel)]
 

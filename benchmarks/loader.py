@@ -57,8 +57,9 @@ def source_images(n: int) -> tuple[np.ndarray, np.ndarray, str]:
 def make_png_folder(folder: Path, n: int) -> str:
     """folder/train/<index>_<class>.png for n images (reused when already complete)."""
     train = folder / "train"
-    if train.is_dir() and len(list(train.glob("*.png"))) == n:
-        return f"existing {train}"
+    marker = folder / "SOURCE"
+    if train.is_dir() and len(list(train.glob("*.png"))) == n and marker.is_file():
+        return marker.read_text()
     train.mkdir(parents=True, exist_ok=True)
     for old in train.glob("*.png"):
         old.unlink()
@@ -70,6 +71,7 @@ def make_png_folder(folder: Path, n: int) -> str:
 
     with finish():  # zlib compression releases the GIL
         spawn(write, split(range(n), os.cpu_count() or 1))
+    marker.write_text(origin)
     return origin
 
 

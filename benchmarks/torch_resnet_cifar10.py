@@ -392,6 +392,7 @@ def main(argv=None) -> dict:
     result.update({"pipeline": "loader" if args.mode == "eager" else "resident",
                    "workers": args.workers if args.mode == "eager" else None, "eval_batch": args.eval_batch,
                    "cudnn_benchmark": benchmark, "torch_threads": torch.get_num_threads(),
+                   "model": "tests/nn/torch_resnet.py" if _load_reference_model() else "the script's copy",
                    "compile_mode": args.compile_mode if args.mode == "compiled" else None,
                    "tf32": {"cudnn": torch.backends.cudnn.allow_tf32,
                             "matmul": torch.backends.cuda.matmul.allow_tf32}})

@@ -13,9 +13,12 @@ from frost.ops.reduce import (amax, amin, argmax, argmin, logsumexp, log_softmax
 from frost.ops.reduce import max, min
 from frost.ops.shape import cat, chunk, flatten, gather, split, stack, pad
 from frost.ops.matmul import matmul
+from frost.ops.elementwise import ceil, erf, expm1, floor, log1p, reciprocal, round
+from frost.ops.reduce import argsort, cumsum, sort, topk
+from frost.ops.shape import clone, index_select, narrow, tril, triu, unbind
 from frost.io import load, save
 from frost.autocast import autocast
-from frost import backends, cuda, nn, optim
+from frost import backends, cuda, data, nn, optim, parallel
 from frost.jit import jit
 
 float = float32

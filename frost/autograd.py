@@ -184,9 +184,12 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
                 raise RuntimeError(f"backward: trying to go through the graph of '{node.name}' a second time; "
                                    f"pass retain_graph=True to the first backward()")
             in_grads = node.backward(g)
+            parents = node.parents
             if not retain_graph:
-                node.backward = None
-            for p, pg in zip(node.parents, in_grads):
+                # free the graph as we go, as PyTorch does: the closure's saved arrays, and the links to the
+                # parents, so that a loss kept alive (say until the next step) does not keep every activation
+                node.backward, node.parents = None, ()
+            for p, pg in zip(parents, in_grads):
                 if pg is None or not p.requires_grad:
                     continue
                 if anomaly and _has_nonfinite(pg) and not _has_nonfinite(g):

@@ -102,8 +102,8 @@ def _header(tensors: dict[str, np.ndarray], structure: str) -> bytes:
         entries[name] = {"dtype": _CODES[to_dtype(array.dtype).name], "shape": list(array.shape),
                          "data_offsets": [offset, offset + array.nbytes]}
         offset += array.nbytes
-    text = json.dumps(entries, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
+    text = json.dumps(entries, separators=(",", ":"))  # ASCII only: one byte per character
+    text = (text + " " * (-len(text) % 8)).encode()
     return struct.pack("<Q", len(text)) + text
 
 

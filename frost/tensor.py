@@ -156,7 +156,8 @@ class Tensor:
 
     def item(self):
         if self.data.size != 1:
-            raise RuntimeError(f"item(): a tensor with {self.data.size} elements cannot be converted to a Python scalar")
+            raise RuntimeError(f"item(): a tensor with {self.data.size} elements cannot be converted "
+                               f"to a Python scalar")
         self._check_host_sync("Tensor.item()")
         v = self.data.reshape(()).item() if hasattr(self.data, "item") else self.data
         if isinstance(v, np.bool_):
@@ -173,6 +174,11 @@ class Tensor:
             return self.data
         self._check_host_sync("Tensor.numpy()")
         return backend.to_device(self.data, backend.CPU)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        # np.asarray(tensor) works as with PyTorch; binary operators still defer to Tensor (__array_priority__)
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
 
     def tolist(self):
         a = self.numpy()
@@ -397,6 +403,51 @@ class Tensor:
     def repeat(self, *sizes): return shape_ops.repeat(self, _shape_args(sizes))
     def flip(self, dims): return shape_ops.flip(self, dims)
     def __getitem__(self, index): return shape_ops.getitem(self, index)
+    def clone(self): return shape_ops.clone(self)
+    def tril(self, diagonal=0): return shape_ops.tril(self, diagonal)
+    def triu(self, diagonal=0): return shape_ops.triu(self, diagonal)
+    def index_select(self, dim, index): return shape_ops.index_select(self, dim, index)
+    def narrow(self, dim, start, length): return shape_ops.narrow(self, dim, start, length)
+    def unbind(self, dim=0): return shape_ops.unbind(self, dim)
+    def gather(self, dim, index): return shape_ops.gather(self, dim, index)
+    def cumsum(self, dim): return reduce.cumsum(self, dim)
+    def sort(self, dim=-1, descending=False): return reduce.sort(self, dim, descending)
+    def argsort(self, dim=-1, descending=False): return reduce.argsort(self, dim, descending)
+    def topk(self, k, dim=-1, largest=True, sorted=True): return reduce.topk(self, k, dim, largest, sorted)
+
+    # method forms of the operators, as PyTorch has them
+    def add(self, o, alpha=1): return elementwise.add(self, o if alpha == 1 else o * alpha)
+    def sub(self, o, alpha=1): return elementwise.sub(self, o if alpha == 1 else o * alpha)
+    def mul(self, o): return elementwise.mul(self, o)
+    def div(self, o): return elementwise.div(self, o)
+    def neg(self): return elementwise.neg(self)
+    def matmul(self, o): return matmul.matmul(self, o)
+    def eq(self, o): return elementwise.eq(self, o)
+    def ne(self, o): return elementwise.ne(self, o)
+    def lt(self, o): return elementwise.lt(self, o)
+    def le(self, o): return elementwise.le(self, o)
+    def gt(self, o): return elementwise.gt(self, o)
+    def ge(self, o): return elementwise.ge(self, o)
+    def logical_and(self, o): return elementwise.logical_and(self, o)
+    def logical_or(self, o): return elementwise.logical_or(self, o)
+    def log1p(self): return elementwise.log1p(self)
+    def expm1(self): return elementwise.expm1(self)
+    def reciprocal(self): return elementwise.reciprocal(self)
+    def erf(self): return elementwise.erf(self)
+    def floor(self): return elementwise.floor(self)
+    def ceil(self): return elementwise.ceil(self)
+    def round(self): return elementwise.round(self)
+    def gelu(self, approximate="none"): return elementwise.gelu(self, approximate)
+    def silu(self): return elementwise.silu(self)
+    def softplus(self, beta=1.0, threshold=20.0): return elementwise.softplus(self, beta, threshold)
+    def leaky_relu(self, negative_slope=0.01): return elementwise.leaky_relu(self, negative_slope)
+
+    # new tensors like this one (same dtype and device unless given)
+    def new_zeros(self, *size, dtype=None): return zeros(*size, dtype=dtype or self.dtype, device=self.device)
+    def new_ones(self, *size, dtype=None): return ones(*size, dtype=dtype or self.dtype, device=self.device)
+    def new_full(self, size, fill_value, dtype=None):
+        return full(size, fill_value, dtype=dtype or self.dtype, device=self.device)
+    def new_tensor(self, data, dtype=None): return tensor(data, dtype=dtype or self.dtype, device=self.device)
 
     def __setitem__(self, index, value) -> None:
         if self.requires_grad and autograd.is_grad_enabled():

@@ -405,3 +405,31 @@ def test_random_graphs_match_torch(seed):
             assert f.grad is None
             continue
         np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=str(prog))
+
+
+def test_backward_frees_the_graph_so_activations_can_be_collected():
+    import gc
+    import weakref
+    x = frost.ones(1000, requires_grad=True)
+    h = x * 2
+    ref = weakref.ref(h)
+    loss = (h * h).sum()
+    del h
+    loss.backward()
+    gc.collect()
+    assert ref() is None  # loss is still alive, but no longer holds the intermediate tensor
+    with pytest.raises(RuntimeError, match="a second time"):
+        loss.backward()
+
+
+def test_retain_graph_keeps_the_graph():
+    import weakref
+    x = frost.ones(3, requires_grad=True)
+    h = x * 2
+    ref = weakref.ref(h)
+    loss = (h * h).sum()
+    del h
+    loss.backward(retain_graph=True)
+    assert ref() is not None
+    loss.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [16.0, 16.0, 16.0])

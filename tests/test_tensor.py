@@ -66,8 +66,9 @@ def test_tensor_rejects_bad_data():
 def test_zeros_ones_full_empty(dt):
     kw = {} if dt is None else {"dtype": dt}
     tkw = {} if dt is None else {"dtype": getattr(torch, dt)}
-    for f, t in [(frost.zeros(2, 3, **kw), torch.zeros(2, 3, **tkw)), (frost.ones((2, 3), **kw), torch.ones((2, 3), **tkw)),
-                 (frost.full((2,), 1, **kw), torch.full((2,), 1, **tkw)), (frost.empty([4], **kw), torch.empty([4], **tkw))]:
+    pairs = [(frost.zeros(2, 3, **kw), torch.zeros(2, 3, **tkw)), (frost.ones((2, 3), **kw), torch.ones((2, 3), **tkw)),
+             (frost.full((2,), 1, **kw), torch.full((2,), 1, **tkw)), (frost.empty([4], **kw), torch.empty([4], **tkw))]
+    for f, t in pairs:
         assert _name(f) == _name(t) and f.shape == tuple(t.shape)
     np.testing.assert_array_equal(frost.ones(2, 3, **kw).numpy().astype(float), np.ones((2, 3)))
 

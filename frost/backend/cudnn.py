@@ -174,7 +174,7 @@ def _empty_like_layout(shape, like):
     """An output array in the same memory layout (NCHW or channels-last NHWC) as `like`."""
     cp = cuda.cupy()
     n, c, h, w = shape
-    if like.strides[1] == like.itemsize and like.shape[1] > 1:  # channels-last input
+    if like.strides[1] == like.itemsize and like.strides[3] != like.itemsize:  # channels-last input
         return cp.empty((n, h, w, c), dtype=like.dtype).transpose(0, 3, 1, 2)
     return cp.empty(shape, dtype=like.dtype)
 

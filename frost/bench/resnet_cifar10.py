@@ -131,21 +131,20 @@ def load_data(root: Path, device: str, pipeline: str) -> dict:
     return data
 
 
-def resident_batches(x, y, batch_size: int, device: str):
-    """Endless batches from device-resident uint8 arrays: a fresh permutation from frost's generator each epoch."""
-    import frost
+def resident_batches(n: int, batch_size: int, device: str):
+    """Endless batch index tensors into the device-resident data: a fresh permutation each epoch.
+
+    Only the indices travel; the gather and the scaling to [0, 1] happen inside the step (see
+    `make_step`), so with frost.jit they are part of the captured graph.
+    """
     from frost.tensor import Tensor
-    xp = np if device == "cpu" else frost.backend.xp_for(frost.backend.Device(device))
-    per_epoch = len(x) // batch_size
+    per_epoch = n // batch_size
     if per_epoch == 0:
-        raise SystemExit(f"frost bench: {len(x)} training images are fewer than one batch of {batch_size}")
+        raise SystemExit(f"frost bench: {n} training images are fewer than one batch of {batch_size}")
     while True:
-        perm = _permutation(len(x), device)
+        perm = _permutation(n, device)
         for b in range(per_epoch):
-            idx = perm[b * batch_size:(b + 1) * batch_size]
-            xb = x[idx].astype(xp.float32)
-            xb /= 255.0
-            yield Tensor(xb), Tensor(y[idx])
+            yield (Tensor(perm[b * batch_size:(b + 1) * batch_size]),)
 
 
 def _permutation(n: int, device: str):
@@ -222,11 +221,16 @@ def build(seed: int, device: str):
     return model, opt
 
 
-def make_step(model, opt, precision: str, jit):
-    """The training step (forward, loss, backward, AdamW) as one function, captured by frost.jit if given."""
-    import frost.nn.functional as F
+def make_step(model, opt, precision: str, jit, x_all=None, y_all=None):
+    """The training step (forward, loss, backward, AdamW) as one function, captured by frost.jit if given.
 
-    def step(x, y):
+    With resident data (x_all uint8 NCHW, y_all int64 on the device) the step takes the batch indices
+    and gathers the batch itself; otherwise it takes the batch (x, y).
+    """
+    import frost.nn.functional as F
+    from frost.tensor import Tensor
+
+    def train(x, y):
         with _autocast(precision):
             logits = model(x)
         loss = F.cross_entropy(logits.float() if logits.dtype.name != "float32" else logits, y)
@@ -235,6 +239,13 @@ def make_step(model, opt, precision: str, jit):
         opt.step()
         return loss
 
+    def gather_and_train(idx):
+        i = idx.data
+        xb = x_all[i].astype("float32")
+        xb /= 255.0
+        return train(Tensor(xb), Tensor(y_all[i]))
+
+    step = gather_and_train if x_all is not None else train
     return jit(step) if jit is not None else step
 
 
@@ -269,11 +280,12 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     batch_size = common.PROTOCOL["batch_size"]
 
     model, opt = build(seed, device)
-    step = make_step(model, opt, args.precision, jit)
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
     if args.pipeline == "resident":
-        batches = resident_batches(data["x_train"], data["y_train"], batch_size, device)
+        step = make_step(model, opt, args.precision, jit, data["x_train"], data["y_train"])
+        batches = resident_batches(len(data["x_train"]), batch_size, device)
     else:
+        step = make_step(model, opt, args.precision, jit)
         batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats)
 
     curve: list[list[float]] = []

@@ -1,18 +1,54 @@
-"""The kernel language: GPU kernels written in Python (`@frost.kernel`), compiled by NVRTC, simulated on the CPU."""
+"""The kernel language: GPU kernels written in Python (`@frost.kernel`), compiled by NVRTC, simulated on the CPU.
+
+    from frost.kernel import kernel, f32, i32, Array, bx, tx, cdiv
+
+    @kernel
+    def scale(x: Array[f32], a: f32, n: i32):
+        i = bx * 256 + tx
+        if i < n:
+            x[i] *= a
+
+    scale[cdiv(n, 256), 256](x, 2.0, n)           # on the GPU (CuPy arrays or CUDA tensors), current stream
+    scale.simulate[cdiv(n, 256), 256](x, 2.0, n)  # on the CPU (NumPy arrays), thread by thread
+    scale.source                                   # the generated CUDA C++ (with #line directives)
+    scale.compile("sm_90")                         # the cubin, from NVRTC or the disk cache
+
+Semantics (the simulator implements exactly these):
+- Types: f32 f16 bf16 f64 i32 i64 u32 u8 bool; Array[T] (pointer + length), Array[T, 2] (strided 2-D view).
+- Literals adapt to the other operand (`x * 2` keeps x's type); alone, int literals are i32 and float literals
+  f32. Arithmetic follows C: bool/u8 compute as i32, f16/bf16 compute as f32, int with float gives the float,
+  i32 with u32 gives u32, narrower with wider gives the wider. Integers wrap on overflow.
+- `/` is float division (f32 for integers); `//` and `%` truncate toward zero like C (`-7 // 2 == -3`,
+  `-7 % 2 == -1`); on floats `//` is trunc(a / b) and `%` is fmod.
+- A local's type is its first assignment's (or `x: f64 = 0`); assigning another type is an error, so is an
+  augmented assignment that would change it (`acc = 0; acc += 0.5`). Storing into an array element converts
+  (f32 into bf16 rounds to nearest even) except float into integer, which needs a cast: `i32(x)`.
+- `Const[int]` parameters (and `N: Const[int] = ...` inside) are compile-time constants: one cubin per value.
+- Loops: `range(a, b, step)` (bounds evaluated once), `static_range(n)` (unrolled), `for i, j in grid(m, n)`
+  (`break` leaves the whole grid). Loop variables cannot be assigned or used after their loop.
+- `syncthreads()` waits for every thread of the block that has not exited; warp operations (shuffles, ballot,
+  ldmatrix, mma) need all 32 lanes of the warp at the same operation, as `__shfl_sync(0xffffffff, ...)` does.
+- `cp_async16` copies land at `cp_wait`; the simulator performs them there, so a missing wait reads stale data.
+- Unassigned shared and local float arrays start as NaN in the simulator (garbage on the GPU).
+"""
 import sys
 import types as _types
 
+from frost.kernel import builtins as _builtins
 from frost.kernel.api import CudaSource, DeviceFunction, Kernel, cuda_source, device, kernel
 from frost.kernel.builtins import *  # noqa: F401,F403 (tx, bx, sqrt, shared, ...: the language's names)
-from frost.kernel.builtins import BUILTINS
 from frost.kernel.compile import stats as compile_stats
 from frost.kernel.frontend import KernelError
+from frost.kernel.lib import mma_tile, warp_max, warp_min, warp_sum
 from frost.kernel.simulate import SimulationError
 from frost.kernel.types import Array, Const, bf16, f16, f32, f64, i32, i64, u32, u8
 from frost.kernel.types import boolean as bool_
-from frost.kernel.lib import mma_tile, warp_max, warp_min, warp_sum
 
 kernel.device = device
+
+__all__ = ["kernel", "device", "cuda_source", "Kernel", "DeviceFunction", "CudaSource", "KernelError",
+           "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32", "i64", "u32",
+           "u8", "bool_", "warp_sum", "warp_max", "warp_min", "mma_tile"] + list(_builtins.__all__)
 
 
 class _CallableModule(_types.ModuleType):

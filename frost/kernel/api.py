@@ -203,8 +203,8 @@ class Kernel:
         def launch(*args, **kwargs):
             consts, runtime = self._split_args(args, kwargs)
             spec = self.specialize(**consts)
-            _gpu_launch(spec.cubin_for_device, spec.checked.cname, grid, block, smem, stream,
-                        _gpu_args(self.__name__, runtime), spec)
+            fn = _device_function(spec, spec.cubin, spec.checked.cname)
+            _gpu_launch(fn, grid, block, smem, stream, _gpu_args(self.__name__, runtime))
         return launch
 
     @property
@@ -295,39 +295,28 @@ def _gpu_args(kname, runtime):
     return out
 
 
-_modules: dict = {}
 _smem_opt_in: dict = {}
 
 
-def _load_function(cubin: bytes, name: str):
+def _device_function(owner, get_cubin, name: str):
+    """The loaded CuPy function for a kernel on the current device; owner keeps one module per device."""
     import cupy
-    key = (cupy.cuda.Device().id, hash(cubin), name)
-    fn = _modules.get(key)
-    if fn is None:
+    dev = cupy.cuda.runtime.getDevice()
+    hit = owner._functions.get(dev)
+    if hit is None:
         mod = cupy.cuda.function.Module()
-        mod.load(cubin)
-        fn = mod.get_function(name)
-        _modules[key] = (mod, fn)
-        return fn
-    return fn[1]
+        mod.load(get_cubin(kcompile.device_arch(dev)))
+        hit = owner._functions[dev] = (mod, mod.get_function(name))
+    return hit[1]
 
 
-def _gpu_launch(get_cubin, name, grid, block, smem, stream, args, spec=None):
+def _gpu_launch(fn, grid, block, smem, stream, args):
     import cupy
-    cubin = get_cubin()
-    fn = _load_function(cubin, name)
-    if smem > _smem_opt_in.get(id(fn), 48 * 1024):  # above 48 KiB needs the function's opt-in
+    if smem > _smem_opt_in.get(id(fn), (None, 48 * 1024))[1]:  # above 48 KiB needs the function's opt-in
         fn.max_dynamic_shared_size_bytes = smem
-        _smem_opt_in[id(fn)] = smem
+        _smem_opt_in[id(fn)] = (fn, smem)  # holding fn keeps its id from being reused
     stream = stream if stream is not None else cupy.cuda.get_current_stream()
     fn(grid, block, tuple(args), shared_mem=smem, stream=stream)
-
-
-def _spec_cubin_for_device(self):
-    return self.cubin(kcompile.default_arch())
-
-
-Spec.cubin_for_device = _spec_cubin_for_device
 
 
 # -- existing CUDA C++ -------------------------------------------------------------------------------------
@@ -337,6 +326,7 @@ class CudaSource:
     def __init__(self, code: str, name: str, options=()) -> None:
         self.code, self.__name__, self.options = code, name, tuple(options)
         self._cubins: dict = {}
+        self._functions: dict = {}
         self.params = _c_params(code, name)
 
     @property
@@ -353,8 +343,8 @@ class CudaSource:
 
         def launch(*args):
             conv = _c_args(self.__name__, self.params, args)
-            _gpu_launch(lambda: self.compile(kcompile.default_arch()), self.__name__, grid, block, smem, stream,
-                        conv)
+            fn = _device_function(self, self.compile, self.__name__)
+            _gpu_launch(fn, grid, block, smem, stream, conv)
         return launch
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from frost.kernel import builtins as B
-from frost.kernel.frontend import matmul_call, INDEX_C, Checked, KernelError
+from frost.kernel.frontend import INDEX_C, Checked, KernelError, matmul_call
 from frost.kernel.types import (ArrayType, Scalar, TupleType, Weak, bf16, boolean, f16, f32, f64, i32, i64,
                                 promote, strong, u32, u8)
 
@@ -183,7 +183,7 @@ class CGen:
             sig = f"static __device__ __forceinline__ {rc} {fn.cname}({', '.join(self.params_c())})"
         self.lines.append(f'#line {self.src.line(tree)} "{self.src.filename}"')
         self.lines.append(sig + " {")
-        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | set(fn.attr_names.values())
         for name in B.INDEX_NAMES:
             if name in used and name not in fn.locals:
                 self.w(f"const int {name} = {INDEX_C[name]};")
@@ -411,7 +411,7 @@ class CGen:
         return cname(node.id)
 
     def e_Attribute(self, node):
-        raise self.err(node, "unsupported attribute")
+        return self.fn.attr_names[id(node)]
 
     def binop_code(self, op, left_code, left_t, right, t) -> str:
         """Code for `left op right` in type t, where left is already C code of type left_t."""

@@ -48,14 +48,18 @@ def cache_key(source: str, name: str, arch: str, options, consts=None) -> str:
     return h.hexdigest()[:32]
 
 
-def default_arch() -> str:
-    """The current GPU's architecture (e.g. 'sm_90'); sm_90 where there is no GPU."""
-    try:
-        import cupy
-        major, minor = cupy.cuda.Device().compute_capability[:-1], cupy.cuda.Device().compute_capability[-1]
-        return f"sm_{major}{minor}"
-    except Exception:
-        return "sm_90"
+_archs: dict = {}
+
+
+def device_arch(device: int | None = None) -> str:
+    """The architecture of a GPU (e.g. 'sm_90' on H100/H200) as NVRTC names it."""
+    import cupy
+    device = cupy.cuda.runtime.getDevice() if device is None else device
+    arch = _archs.get(device)
+    if arch is None:
+        cc = cupy.cuda.Device(device).compute_capability  # e.g. "90"
+        arch = _archs[device] = f"sm_{cc}"
+    return arch
 
 
 def compile_cubin(source: str, name: str, arch: str = "sm_90", options=(), consts=None,

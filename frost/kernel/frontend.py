@@ -69,6 +69,7 @@ class Checked:
         self.ret = None
         self.has_yield = False       # uses barriers or warp operations (the simulator's generators)
         self.uses_dyn_smem = False
+        self.attr_names: dict[int, str] = {}  # id(attribute node) -> the index name it means (frost.kernel.tx)
         self.dyn_locals: dict[str, int] = {}  # local name -> byte offset in dynamic shared memory
         self.dyn_arrays: dict[int, int] = {}  # id(dynamic_shared call with a shape) -> byte offset
         self.shared_ids: dict[int, int] = {}
@@ -84,6 +85,10 @@ SCALAR_BY_NAME = {"f32": f32, "f16": f16, "bf16": bf16, "f64": f64, "i32": i32, 
                   "bool": boolean}
 WARP_OPS = ("shfl_xor", "shfl_down", "shfl_up", "shfl_idx", "ballot", "ldmatrix_x4", "ldmatrix_x2",
             "ldmatrix_x4_trans", "ldmatrix_x2_trans", "mma_16x8x16")
+
+
+_OPS = {"Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "FloorDiv": "//", "Mod": "%", "Pow": "**", "LShift": "<<",
+        "RShift": ">>", "BitAnd": "&", "BitOr": "|", "BitXor": "^"}
 
 
 def c_div(a, b):
@@ -263,7 +268,12 @@ class Checker:
         vt = self.expr(s.value)
         tt = self.lvalue_type(s.target)
         rt = self.binop_type(s.op, tt, vt, s)
-        self.check_convertible(rt, tt, s)
+        if isinstance(s.target, ast.Name) and rt != tt and arith_type(tt) != rt:
+            loc = self.out.locals[s.target.id]
+            raise self.src.error(s, f"local {s.target.id!r} has type {tt} (from line {loc.line}) but this "
+                                    f"{_OPS.get(type(s.op).__name__, '')}= gives a {rt}; give it that type where it "
+                                    f"is first assigned, or cast")
+        self.check_store(rt, tt, s)
         self.out.types[id(s)] = rt
 
     def assign_target(self, target, vt, s):
@@ -272,6 +282,7 @@ class Checker:
         elif isinstance(target, ast.Subscript):
             tt = self.lvalue_type(target)
             self.check_convertible(vt, tt, s.value if hasattr(s, "value") else s)
+            self.check_store(vt, tt, s)
         else:
             raise self.src.error(target, "can only assign to a name or an array element")
 
@@ -328,6 +339,11 @@ class Checker:
                 raise self.src.error(target, "cannot assign to a whole row; index every dimension")
             return t
         raise self.src.error(target, "can only assign to a name or an array element")
+
+    def check_store(self, src_t, dst_t, node):
+        """Stores convert implicitly (f32 into a bf16 array), except a float into an integer: that needs a cast."""
+        if isinstance(src_t, (Scalar, Weak)) and isinstance(dst_t, Scalar) and src_t.is_float and not dst_t.is_float:
+            raise self.src.error(node, f"storing a {src_t} into a {dst_t} element truncates; cast with {dst_t}(...)")
 
     def check_convertible(self, src_t, dst_t, node):
         if isinstance(src_t, (ArrayType, TupleType)) or isinstance(dst_t, (ArrayType, TupleType)) or src_t is None:
@@ -387,8 +403,6 @@ class Checker:
             loc = self.out.locals.get(n.id)
             if loc is not None and loc.kind != "loop":
                 raise self.src.error(s, f"loop variable {n.id!r} is also a local (line {loc.line}); use another name")
-            if loc is not None and loc.type != t:
-                raise self.src.error(s, f"loop variable {n.id!r} has type {t} here but {loc.type} at line {loc.line}")
             if n.id in self.loopvars:
                 raise self.src.error(s, f"loop variable {n.id!r} is already used by an enclosing loop")
             self.out.locals[n.id] = Local(n.id, t, self.src.line(s), "loop")
@@ -487,8 +501,11 @@ class Checker:
         obj = self._resolve_object(node)
         if isinstance(obj, (int, float)) and not isinstance(obj, bool):
             return self.const(node, obj)
-        if isinstance(obj, B.Builtin) and obj.name in ("inf", "nan") or obj in (math.inf,):
+        if isinstance(obj, B.Builtin) and obj.name in ("inf", "nan"):
             return self.const(node, math.inf if obj.name == "inf" else math.nan)
+        if isinstance(obj, B.Builtin) and obj.name in B.INDEX_NAMES:  # e.g. frost.kernel.tx
+            self.out.attr_names[id(node)] = obj.name
+            return i32
         raise self.src.error(node, "attributes are supported only as a.shape[k] and a.tile(...)")
 
     def expr_UnaryOp(self, node):

@@ -4,13 +4,11 @@ from __future__ import annotations
 import ast
 import itertools
 import math
-import sys
 
 import ml_dtypes
 import numpy as np
 
-from frost.kernel import builtins as B
-from frost.kernel.frontend import matmul_call, Checked
+from frost.kernel.frontend import Checked, matmul_call
 from frost.kernel.types import (ArrayType, Scalar, TupleType, Weak, bf16, boolean, f16, f32, f64, i32, i64,
                                 promote, strong, u32, u8)
 
@@ -397,6 +395,9 @@ class PyGen:
 
     def e_Name(self, node):
         return node.id
+
+    def e_Attribute(self, node):
+        return self.fn.attr_names[id(node)]
 
     def binop(self, name, a, b, t):
         if name == "Pow":

@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from frost.autocast import cast_inputs
 from frost.tensor import Tensor, from_op
 
 # Layout note. Columns are built as (C, kh, kw, N, Ho, Wo): for each input channel and kernel offset, a
@@ -192,15 +193,43 @@ def _backward_input_from_grad(g2, w, geo: Geometry):
     return gx[:, :, pt:pt + geo.h, pl:pl + geo.w].transpose(1, 0, 2, 3)
 
 
+def _cudnn_args(array, geo: Geometry):
+    """(stride, padding, dilation) for cuDNN when it can run this convolution, else None (the im2col path runs)."""
+    if isinstance(array, np.ndarray) or geo.groups != 1 or geo.ph[0] != geo.ph[1] or geo.pw[0] != geo.pw[1]:
+        return None
+    from frost.backend import cudnn
+    if not cudnn.available():
+        return None
+    return (geo.sh, geo.sw), (geo.ph[0], geo.pw[0]), (geo.dh, geo.dw)
+
+
+def _dense(array, xp):
+    """cuDNN needs real strides: no broadcast (zero) strides, no negative ones."""
+    return array if array.flags.c_contiguous else xp.ascontiguousarray(array)
+
+
 def conv2d_forward(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=None):
     """The convolution of raw arrays x (N, C, H, W) and w (Cout, C/groups, kh, kw); returns (N, Cout, Ho, Wo)."""
     geo = geometry(x.shape, w.shape, stride, padding, dilation, groups)
+    cudnn_args = _cudnn_args(x, geo)
+    if cudnn_args is not None:
+        from frost.backend import cudnn
+        xp = _xp(x)
+        out = cudnn.conv2d_forward(_dense(x, xp), _dense(w, xp), (geo.n, geo.cout, geo.ho, geo.wo), *cudnn_args)
+        if bias is not None:
+            out += bias.reshape(1, -1, 1, 1)
+        return out
     return _forward_from_cols(im2col(x, geo), w, geo, bias)
 
 
 def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1):
     """d(loss)/d(x) from the output gradient g (N, Cout, Ho, Wo) and the weight."""
     geo = geometry(tuple(x_shape), w.shape, stride, padding, dilation, groups)
+    cudnn_args = _cudnn_args(g, geo)
+    if cudnn_args is not None:
+        from frost.backend import cudnn
+        xp = _xp(g)
+        return cudnn.conv2d_backward_input(_dense(g, xp), _dense(w, xp), tuple(x_shape), *cudnn_args)
     if _input_grad_is_a_conv(geo):
         return _backward_input_as_conv(g, w, geo)
     return _backward_input_from_grad(_grad_channel_major(g, geo), w, geo)
@@ -209,6 +238,11 @@ def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1,
 def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1):
     """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x."""
     geo = geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
+    cudnn_args = _cudnn_args(x, geo)
+    if cudnn_args is not None:
+        from frost.backend import cudnn
+        xp = _xp(x)
+        return cudnn.conv2d_backward_weight(_dense(g, xp), _dense(x, xp), tuple(w_shape), *cudnn_args)
     return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo)
 
 
@@ -254,6 +288,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
            groups: int = 1) -> Tensor:
     """2-D convolution over an (N, C, H, W) or (C, H, W) input, as torch.nn.functional.conv2d."""
     _check_operands(x, weight, bias)
+    x, weight, bias = cast_inputs(x, weight, bias)
     if x.ndim == 3:
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0)
     geo = geometry(x.shape, weight.shape, stride, padding, dilation, groups)

@@ -253,9 +253,10 @@ def relu(x: Tensor) -> Tensor:
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
-    xa = x.data
-    slope = x.xp.where(xa > 0, 1.0, negative_slope).astype(xa.dtype)
-    return from_op(xa * slope, (x,), lambda g: (g * slope,), "leaky_relu")
+    xa, xp = x.data, x.xp
+    positive = xa > 0
+    out = xp.where(positive, xa, xa * negative_slope)
+    return from_op(out, (x,), lambda g: (xp.where(positive, g, g * negative_slope),), "leaky_relu")
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -415,3 +416,42 @@ def to_device(x: Tensor, device) -> Tensor:
     src = x.device
     out = backend.to_device(x.data, device)
     return from_op(out, (x,), lambda g: (backend.to_device(g, src),), "to_device")
+
+
+# ------------------------------------------------------------------ more unary math
+
+def log1p(x: Tensor) -> Tensor:
+    return _unary("log1p", x, lambda a: x.xp.log1p(a), lambda g, a, o: g / (1 + a))
+
+
+def expm1(x: Tensor) -> Tensor:
+    return _unary("expm1", x, lambda a: x.xp.expm1(a), lambda g, a, o: g * (o + 1))
+
+
+def reciprocal(x: Tensor) -> Tensor:
+    return _unary("reciprocal", x, lambda a: 1 / a, lambda g, a, o: -g * o * o)
+
+
+def erf(x: Tensor) -> Tensor:
+    two_over_sqrt_pi = 2.0 / math.sqrt(math.pi)
+    return _unary("erf", x, erf_array, lambda g, a, o: g * two_over_sqrt_pi * x.xp.exp(-a * a))
+
+
+def _rounding(name: str, x: Tensor, fn) -> Tensor:
+    # piecewise constant: the gradient is zero almost everywhere, as in PyTorch
+    if not x.dtype.is_floating_point:
+        return x
+    return from_op(fn(x.data), (x,), lambda g: (g * 0,), name)
+
+
+def floor(x: Tensor) -> Tensor:
+    return _rounding("floor", x, x.xp.floor)
+
+
+def ceil(x: Tensor) -> Tensor:
+    return _rounding("ceil", x, x.xp.ceil)
+
+
+def round(x: Tensor) -> Tensor:
+    """Round half to even, as PyTorch (and NumPy) do."""
+    return _rounding("round", x, x.xp.round)

@@ -12,7 +12,8 @@ def _check(a: Tensor, b: Tensor, name: str, b_shape: tuple | None = None) -> Non
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError(f"{name}: both operands must be tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.device != b.device:
-        raise RuntimeError(f"{name}: operands are on different devices: {a.shape} on {a.device} and {b.shape} on {b.device}")
+        raise RuntimeError(f"{name}: operands are on different devices: {a.shape} on {a.device} "
+                           f"and {b.shape} on {b.device}")
     if a.dtype != b.dtype:
         raise RuntimeError(f"{name}: operands have different dtypes: {a.shape} {a.dtype!r} and {b.shape} {b.dtype!r}")
     if a.ndim == 0 or b.ndim == 0:
@@ -39,6 +40,8 @@ def _sum_dtype(dtype):
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b with NumPy's rules: 1-D operands are promoted and squeezed, batch dims broadcast."""
+    a = Tensor(a) if isinstance(a, np.ndarray) else a
+    b = Tensor(b) if isinstance(b, np.ndarray) else b
     _check(a, b, "matmul")
     xp = a.xp
     xa, xb = a.data, b.data

@@ -267,3 +267,55 @@ def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     axes = normalize_dims(dim, x.ndim, "any")
     return Tensor(x.xp.asarray(x.data.any(axis=axes, keepdims=keepdim)))
 
+
+
+def cumsum(x: Tensor, dim: int) -> Tensor:
+    xp = x.xp
+    axis = normalize_dim(dim, x.ndim, "cumsum")
+    a = x.data.astype(np.int64) if x.data.dtype.kind in "biu" else x.data
+    out = xp.cumsum(a, axis=axis) if x.ndim else a.copy()
+
+    def backward(g):
+        # each input adds into every later output: the gradient is the reversed cumulative sum
+        return (xp.flip(xp.cumsum(xp.flip(g, axis), axis=axis), axis) if x.ndim else g,)
+    return from_op(out, (x,), backward, "cumsum")
+
+
+def sort(x: Tensor, dim: int = -1, descending: bool = False):
+    """(values, indices) sorted along `dim`; stable, so ties keep their order."""
+    xp = x.xp
+    axis = normalize_dim(dim, x.ndim, "sort")
+    if x.ndim == 0:
+        return values_indices(from_op(x.data.copy(), (x,), lambda g: (g,), "sort"), Tensor(xp.zeros((), np.int64)))
+    key = -x.data if descending and x.data.dtype.kind in "fi" else x.data
+    idx = xp.argsort(key, axis=axis, kind="stable")
+    if descending and x.data.dtype.kind not in "fi":
+        idx = xp.flip(idx, axis)
+    return values_indices(_take(x, idx, axis, "sort"), Tensor(idx.astype(np.int64)))
+
+
+def argsort(x: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+    return sort(x, dim, descending).indices
+
+
+def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """The k largest (or smallest) values along `dim` and their indices, largest first."""
+    axis = normalize_dim(dim, x.ndim, "topk")
+    n = x.shape[axis] if x.ndim else 1
+    if not 0 <= k <= n:
+        raise RuntimeError(f"topk: k={k} is out of range for dim {dim} of size {n} (shape {x.shape})")
+    _, idx = sort(x, dim, descending=largest)
+    idx = idx.data[(slice(None),) * axis + (slice(0, k),)] if x.ndim else idx.data
+    return values_indices(_take(x, idx, axis, "topk"), Tensor(idx))
+
+
+def _take(x: Tensor, idx, axis: int, name: str) -> Tensor:
+    """x's values at `idx` along `axis` (idx shaped like x except along axis), with a scatter-add backward."""
+    xp = x.xp
+    out = xp.take_along_axis(x.data, idx, axis=axis)
+
+    def backward(g):
+        gx = xp.zeros(x.shape, dtype=g.dtype)
+        xp.put_along_axis(gx, idx, g, axis=axis)  # indices along axis are distinct here
+        return (gx,)
+    return from_op(out, (x,), backward, name)

@@ -306,3 +306,52 @@ def _pad_source(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
     period = 2 * (n - 1)  # reflect without repeating the edge
     j = np.abs(j) % period if period else np.zeros_like(j)
     return np.where(j >= n, period - j, j)
+
+
+def _triangle(x: Tensor, diagonal: int, lower: bool, name: str) -> Tensor:
+    if x.ndim < 2:
+        raise RuntimeError(f"{name}: needs a tensor with at least 2 dimensions, got shape {x.shape}")
+    xp = x.xp
+    rows, cols = x.shape[-2:]
+    mask = (xp.tri(rows, cols, diagonal, dtype=bool) if lower else ~xp.tri(rows, cols, diagonal - 1, dtype=bool))
+    zero = xp.zeros((), dtype=x.data.dtype)
+    return from_op(xp.where(mask, x.data, zero), (x,), lambda g: (xp.where(mask, g, 0).astype(g.dtype, copy=False),),
+                   name)
+
+
+def tril(x: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle of the last two dims (on and below `diagonal`), zeros elsewhere."""
+    return _triangle(x, diagonal, True, "tril")
+
+
+def triu(x: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle of the last two dims (on and above `diagonal`), zeros elsewhere."""
+    return _triangle(x, diagonal, False, "triu")
+
+
+def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """Entries of x at the 1-D integer `index` along `dim`; repeated indices accumulate their gradient."""
+    axis = normalize_dim(dim, x.ndim, "index_select")
+    idx = index.data if isinstance(index, Tensor) else np.asarray(index)
+    if idx.ndim > 1 or idx.dtype.kind not in "iu":
+        raise RuntimeError(f"index_select: index must be a 1-D integer tensor, got {_describe_index(index)}")
+    return getitem(x, (slice(None),) * axis + (idx.reshape(-1),))
+
+
+def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
+    axis = normalize_dim(dim, x.ndim, "narrow")
+    n = x.shape[axis]
+    start = start + n if start < 0 else start
+    if not (0 <= start and length >= 0 and start + length <= n):
+        raise RuntimeError(f"narrow: start {start} and length {length} exceed dim {dim} of size {n}")
+    return getitem(x, (slice(None),) * axis + (slice(start, start + length),))
+
+
+def unbind(x: Tensor, dim: int = 0) -> tuple:
+    axis = normalize_dim(dim, x.ndim, "unbind")
+    return tuple(getitem(x, (slice(None),) * axis + (i,)) for i in range(x.shape[axis]))
+
+
+def clone(x: Tensor) -> Tensor:
+    """A copy with its own memory that stays on the tape (its gradient passes straight through)."""
+    return from_op(x.data.copy(), (x,), lambda g: (g,), "clone")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import frost
-from frost.kernel import Array, f32, i32, kernel, tx, bx, bdx
+from frost.kernel import Array, bx, f32, kernel, tx
 
 pytestmark = pytest.mark.cuda
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
@@ -45,7 +45,7 @@ def test_adamw_matches_simulator_and_numpy(cp):
     mod = load("adamw")
     n = 5000
     rng = np.random.default_rng(0)
-    host = [rng.standard_normal(n).astype(np.float32) for _ in range(2)] + [np.zeros(n, np.float32)] * 2
+    host = [rng.standard_normal(n).astype(np.float32) for _ in range(2)] + [np.zeros(n, np.float32) for _ in range(2)]
     dev = [cp.asarray(a) for a in host]
     mod.adamw_step(*dev, step=3)
     sim = [a.copy() for a in host]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import frost
-from frost.kernel import (Array, Const, KernelError, SimulationError, bdx, bf16, bx, by, cdiv, f32, f64, grid,
-                          i32, i64, inf, kernel, lane, nan, static_range, tx, ty, u32, u8, warp)
+from frost.kernel import (Array, Const, KernelError, SimulationError, bdx, bf16, bx, by, f32, f64, grid,
+                          i32, i64, inf, kernel, nan, static_range, tx, ty, u32, u8)
 
 ARCH = "sm_90"
 
@@ -59,7 +59,8 @@ def test_integer_types_wrap_like_c():
         uo[0] = u32(0) - 1
         uo[1] = u32(7) >> 1 | 8
     compiles(ints)
-    out, big, small, uo = np.zeros(1, np.int32), np.zeros(1, np.int64), np.array([100], np.uint8), np.zeros(2, np.uint32)
+    out, big = np.zeros(1, np.int32), np.zeros(1, np.int64)
+    small, uo = np.array([100], np.uint8), np.zeros(2, np.uint32)
     ints.simulate[1, 1](out, big, small, uo)
     assert out[0] == -2 ** 31 and big[0] == 2 ** 31 and small[0] == 44
     assert uo[0] == 2 ** 32 - 1 and uo[1] == 11
@@ -289,7 +290,8 @@ def test_out_of_bounds_names_thread_array_and_line():
     def oob(x: Array[f32]):
         x[bx * 32 + tx + 1] = 1.0
     line = oob.fn.__code__.co_firstlineno + 2
-    with pytest.raises(SimulationError, match=rf"block \(0, 0, 0\) thread \(31, 0, 0\) at .*test_kernel_language.py:{line}: "
+    with pytest.raises(SimulationError, match=rf"block \(0, 0, 0\) thread \(31, 0, 0\) at "
+                                              rf".*test_kernel_language.py:{line}: "
                                               r"index 32 is out of bounds for array 'x'"):
         oob.simulate[1, 32](np.zeros(32, np.float32))
 
@@ -320,3 +322,88 @@ def test_disk_cache_second_compile_skips_nvrtc(tmp_path, monkeypatch):
     assert kc.stats["nvrtc_compiles"] == before["nvrtc_compiles"] + 1
     assert kc.stats["disk_hits"] == before["disk_hits"] + 1
     assert list(tmp_path.glob("kernels/body-sm_90-*.cubin"))
+
+
+def test_implicit_truncation_is_an_error():
+    def acc_int(x: Array[f32], out: Array[f32]):
+        acc = 0
+        for i in range(len(x)):
+            acc += x[i]
+        out[0] = acc
+    with pytest.raises(KernelError, match=r"local 'acc' has type i32 \(from line \d+\) but this \+= gives a f32"):
+        kernel(acc_int).source
+
+    def store(x: Array[i32]):
+        x[0] = 1.5
+    with pytest.raises(KernelError, match=r"storing a float literal into a i32 element truncates; cast with i32"):
+        kernel(store).source
+
+    @kernel
+    def fine(x: Array[f32], b: Array[bf16], h: Array[i32]):
+        for i in range(len(x)):   # an i64 loop variable ...
+            b[i] = x[i] * 2.0     # f32 stored into bf16: rounds, allowed
+        for i in range(2):        # ... and an i32 one of the same name in another loop
+            h[i] = i32(x[i])
+    fine.compile(ARCH)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("def k(x: Array[f32]):\n    return 1", "a kernel cannot return a value"),
+    ("def k(x: Array[f32]):\n    a, b = 1", "cannot unpack a value of type int literal into 2 names"),
+    ("def k(x: Array[f32]):\n    x[0] = x", "cannot convert Array\\[f32\\] to f32"),
+    ("def k(x: Array[f32]):\n    y = x\n", "cannot give the array Array\\[f32\\] a second name"),
+    ("def k(x: Array[f32]):\n    x[0, 1] = 1.0", "2 indices for a 1-dimensional array"),
+    ("def k(x: Array[f32]):\n    for i in x:\n        pass", "a kernel loops over range"),
+    ("def k(x: Array[f32]):\n    s = shared(f32, n)", "unknown name 'n'"),
+    ("def k(x: Array[f32]):\n    x[0] = 1.0 << 2", "bitwise operator needs integers"),
+    ("def k(x: Array[f32]):\n    x[0] = foo(1)", "unknown function 'foo'"),
+    ("def k(x: Array[f32]):\n    with x:\n        pass", "With statements are not part of the kernel language"),
+    ("def k(x: Array[f32]):\n    x[0] = sqrt(1.0, 2.0)", "sqrt.. takes 1 arguments, got 2"),
+    ("def k(x: Array[f32], B: Const[int]):\n    x[0] = 1.0", "compile-time constant 'B' needs a value"),
+])
+def test_error_messages(tmp_path, body, message):
+    import importlib.util
+    path = tmp_path / "kmod.py"
+    path.write_text("from frost.kernel import *\n\n" + body + "\n")
+    spec = importlib.util.spec_from_file_location("kmod", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises((KernelError, TypeError), match=message) as info:
+        kernel(mod.k).source
+    if info.type is KernelError:
+        assert f"{path}:" in str(info.value)  # the Python file and line
+
+
+def test_device_function_errors():
+    @frost.kernel.device
+    def one(a: f32) -> f32:
+        return a
+
+    @frost.kernel.device
+    def rec(a: f32) -> f32:
+        return rec(a)
+
+    def wrong_count(x: Array[f32]):
+        x[0] = one(1.0, 2.0)
+
+    def recursive(x: Array[f32]):
+        x[0] = rec(1.0)
+
+    def array_for_scalar(x: Array[f32]):
+        x[0] = one(x)
+    with pytest.raises(KernelError, match=r"one\(\) takes 1 arguments, got 2"):
+        kernel(wrong_count).source
+    with pytest.raises(KernelError, match="calls itself; recursion is not supported"):
+        kernel(recursive).source
+    with pytest.raises(KernelError, match="parameter 'a' is f32, got Array"):
+        kernel(array_for_scalar).source
+
+
+def test_debug_env_prints_the_source(monkeypatch, capsys):
+    monkeypatch.setenv("FROST_KERNEL_DEBUG", "1")
+
+    @kernel
+    def shown(x: Array[f32]):
+        x[tx] = 3.0
+    src = shown.source
+    assert src in capsys.readouterr().err

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import frost
-from frost.kernel import (Array, Const, SimulationError, atomic_add, atomic_cas, atomic_max, ballot, bdx, bx,
+from frost.kernel import (Array, SimulationError, atomic_add, atomic_cas, atomic_max, ballot, bdx, bx,
                           dynamic_shared, f32, i32, kernel, lane, local, shared, shfl_down, shfl_idx, shfl_xor,
                           static_range, syncthreads, tx, ty, u32, warp, warp_max, warp_sum)
 

@@ -66,10 +66,13 @@ def test_reflected_scalar_ops(op):
 
 
 def test_numpy_scalar_on_the_left_defers_to_tensor():
-    x = frost.tensor([1.0, 2.0])
+    x = frost.tensor([1.0, 2.0], requires_grad=True)
     out = np.float64(2.0) * x
-    assert isinstance(out, frost.Tensor)
+    assert isinstance(out, frost.Tensor) and out.dtype == frost.float32
     np.testing.assert_allclose(out.numpy(), [2.0, 4.0])
+    for res in [np.ones(2) + x, np.ones(2, dtype=np.float32) * x, np.ones((3, 2), dtype=np.float32) @ x]:
+        assert isinstance(res, frost.Tensor) and res.requires_grad
+    assert np.asarray(x).dtype == np.float32 and np.asarray(x, dtype=np.float64).dtype == np.float64
 
 
 @pytest.mark.parametrize("exponent", [2, 3, 0.5, -1.5, 0])
@@ -390,3 +393,67 @@ def test_low_precision_ops_keep_dtype_and_match_torch(dt):
         to.sum().backward()
         assert fx.grad.dtype.name == dt
         np.testing.assert_allclose(fx.grad.numpy().astype(np.float64), tx.grad.double().numpy(), atol=0.03, rtol=0.02)
+
+
+def _random_broadcast_pair(rng):
+    """Two shapes that broadcast: a common shape with some dims set to 1 or dropped from the front."""
+    full = tuple(int(n) for n in rng.integers(1, 5, int(rng.integers(0, 5))))
+    def view(shape):
+        shape = [1 if rng.random() < 0.3 else n for n in shape]
+        return tuple(shape[int(rng.integers(0, len(shape) + 1)):]) if shape and rng.random() < 0.3 else tuple(shape)
+    return view(full), view(full)
+
+
+def _random_array(rng, shape):
+    """float64 data of `shape`, made non-contiguous half of the time (a transposed view of a copy)."""
+    if len(shape) >= 2 and rng.random() < 0.5:
+        return rng.standard_normal(shape[::-1]).T
+    return rng.standard_normal(shape)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_broadcasting_binary_ops(seed):
+    rng = np.random.default_rng(100 + seed)
+    sa, sb = _random_broadcast_pair(rng)
+    a, b = _random_array(rng, sa), _random_array(rng, sb)
+    ops = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+           "div": lambda x, y: x / (y * y + 0.5), "pow": lambda x, y: (x * x + 0.5) ** y,
+           "maximum": lambda x, y: (frost if isinstance(x, frost.Tensor) else torch).maximum(x, y),
+           "where": lambda x, y: (frost if isinstance(x, frost.Tensor) else torch).where(x > y, x, y * 2)}
+    name = str(rng.choice(sorted(ops)))
+    _check(ops[name], ops[name], a, b)
+
+
+MORE_UNARY = {
+    "log1p": (frost.log1p, torch.log1p, "pos"), "expm1": (frost.expm1, torch.expm1, None),
+    "reciprocal": (frost.reciprocal, torch.reciprocal, "pos"), "erf": (frost.erf, torch.erf, None),
+    "floor": (frost.floor, torch.floor, None), "ceil": (frost.ceil, torch.ceil, None),
+    "round": (frost.round, torch.round, None),
+    "m_gelu": (lambda x: x.gelu(), torch.nn.functional.gelu, None),
+    "m_silu": (lambda x: x.silu(), torch.nn.functional.silu, None),
+    "m_softplus": (lambda x: x.softplus(), torch.nn.functional.softplus, None),
+    "m_leaky_relu": (lambda x: x.leaky_relu(0.1), lambda x: torch.nn.functional.leaky_relu(x, 0.1), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE_UNARY))
+def test_more_unary(name):
+    f, t, domain = MORE_UNARY[name]
+    a = RNG.standard_normal((4, 5)) * 2
+    if domain == "pos":
+        a = np.abs(a) + 0.1
+    if name == "round":
+        a[0, :3] = [0.5, 1.5, -2.5]  # halves round to even
+    _check(f, t, a.T)
+
+
+def test_method_forms_of_operators():
+    a, b = RNG.standard_normal((3, 4)), RNG.standard_normal((4,))
+    _check(lambda x, y: x.add(y, alpha=2).sub(y).mul(x).div(y * y + 1).neg(),
+           lambda x, y: x.add(y, alpha=2).sub(y).mul(x).div(y * y + 1).neg(), a, b)
+    fa, ta = frost.tensor(a), torch.tensor(a)
+    for op in ["eq", "ne", "lt", "le", "gt", "ge"]:
+        np.testing.assert_array_equal(getattr(fa, op)(0.1).numpy(), getattr(ta, op)(0.1).numpy())
+    np.testing.assert_array_equal(fa.gt(0).logical_and(fa.lt(1)).numpy(), ta.gt(0).logical_and(ta.lt(1)).numpy())
+    np.testing.assert_array_equal(fa.gt(1).logical_or(fa.lt(-1)).numpy(), ta.gt(1).logical_or(ta.lt(-1)).numpy())
+    assert fa.add(1, alpha=2).tolist() == (ta + 2).tolist()

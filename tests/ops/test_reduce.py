@@ -195,3 +195,70 @@ def test_all_any():
     assert f.all().item() is False and f.any().item() is True
     np.testing.assert_array_equal(f.all(1).numpy(), t.all(1).numpy())
     np.testing.assert_array_equal(f.any(0, keepdim=True).numpy(), t.any(0, keepdim=True).numpy())
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch warns on var with too few samples
+@pytest.mark.parametrize("seed", range(30))
+def test_random_reductions(seed):
+    rng = np.random.default_rng(200 + seed)
+    shape = tuple(int(n) for n in rng.integers(1, 5, int(rng.integers(1, 5))))
+    a = rng.standard_normal(shape)
+    if len(shape) >= 2 and rng.random() < 0.5:
+        a = rng.standard_normal(shape[::-1]).T  # non-contiguous
+    nd = len(shape)
+    k = int(rng.integers(1, nd + 1))
+    dims = tuple(int(d) - (nd if rng.random() < 0.5 else 0) for d in rng.permutation(nd)[:k])
+    dim = dims[0] if len(dims) == 1 and rng.random() < 0.5 else dims
+    keepdim = bool(rng.random() < 0.5)
+    name = str(rng.choice(["sum", "mean", "amax", "amin", "logsumexp", "var", "std"]))
+    _check(lambda x: getattr(x, name)(dim, keepdim=keepdim), lambda x: getattr(x, name)(dim, keepdim=keepdim), a)
+    one = dims[0]
+    for fn in ["softmax", "log_softmax"]:
+        _check(lambda x: getattr(x, fn)(one), lambda x: getattr(x, fn)(one), a)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumsum(dim):
+    _check(lambda x: x.cumsum(dim), lambda x: x.cumsum(dim), RNG.standard_normal((3, 4, 5)).transpose(2, 0, 1))
+    _check(lambda x: frost.cumsum(x, dim), lambda x: torch.cumsum(x, dim), RNG.standard_normal((3, 4, 5)))
+    assert frost.tensor([[1, 2], [3, 4]], dtype=frost.int32).cumsum(dim).dtype == frost.int64
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_argsort(dim, descending):
+    a = RNG.standard_normal((4, 5, 3))
+    f, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    fv, fi = f.sort(dim, descending=descending)
+    tv, ti = t.sort(dim, descending=descending)
+    np.testing.assert_array_equal(fi.numpy(), ti.numpy())
+    np.testing.assert_array_equal(fv.numpy(), tv.detach().numpy())
+    np.testing.assert_array_equal(frost.argsort(f, dim, descending).numpy(), torch.argsort(t, dim, descending).numpy())
+    up = RNG.standard_normal(fv.shape)
+    fv.backward(frost.tensor(up))
+    tv.backward(torch.tensor(up))
+    np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy())
+
+
+def test_sort_is_stable_for_ties():
+    a = [2, 1, 2, 1, 0]
+    np.testing.assert_array_equal(frost.tensor(a).sort().indices.numpy(),
+                                  torch.tensor(a).sort(stable=True).indices.numpy())
+    np.testing.assert_array_equal(frost.tensor(a).sort(descending=True).indices.numpy(),
+                                  torch.tensor(a).sort(descending=True, stable=True).indices.numpy())
+
+
+@pytest.mark.parametrize("k,dim,largest", [(1, -1, True), (3, 1, True), (2, 0, False), (5, -1, False)])
+def test_topk(k, dim, largest):
+    a = RNG.standard_normal((4, 5))
+    f, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    fv, fi = f.topk(k, dim, largest=largest)
+    tv, ti = t.topk(k, dim, largest=largest)
+    np.testing.assert_array_equal(fi.numpy(), ti.numpy())
+    np.testing.assert_array_equal(fv.numpy(), tv.detach().numpy())
+    up = RNG.standard_normal(fv.shape)
+    fv.backward(frost.tensor(up))
+    tv.backward(torch.tensor(up))
+    np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy())
+    with pytest.raises(RuntimeError, match=r"topk: k=9 is out of range for dim -1 of size 5"):
+        f.topk(9)

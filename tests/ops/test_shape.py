@@ -158,7 +158,8 @@ def test_pad_errors():
 B = RNG.standard_normal((4, 5, 6))
 
 BASIC = [
-    lambda x: x[1], lambda x: x[-1], lambda x: x[1:3], lambda x: x[::2], lambda x: x[:, 1::2, 1::3], lambda x: x[..., 2], lambda x: x[None, 1, ..., None],
+    lambda x: x[1], lambda x: x[-1], lambda x: x[1:3], lambda x: x[::2], lambda x: x[:, 1::2, 1::3],
+    lambda x: x[..., 2], lambda x: x[None, 1, ..., None],
     lambda x: x[:, -2:], lambda x: x[1, 2, 3], lambda x: x[1, :, None, 2:5], lambda x: x[-3:-1, ..., 1::2],
 ]
 
@@ -270,3 +271,41 @@ def test_cat_device_mismatch():
             return frost.Device("cuda:0")
     with pytest.raises(RuntimeError, match=r"cat: tensors are on different devices: \['cpu', 'cuda:0'\]"):
         frost.cat([frost.ones(2), FakeCuda(np.ones(2, dtype=np.float32))])
+
+
+@pytest.mark.parametrize("diagonal", [0, 1, -1, 3])
+def test_tril_triu(diagonal):
+    a = RNG.standard_normal((2, 4, 5))
+    _check(lambda x: x.tril(diagonal), lambda x: x.tril(diagonal), a)
+    _check(lambda x: frost.triu(x, diagonal), lambda x: torch.triu(x, diagonal), a)
+    with pytest.raises(RuntimeError, match=r"tril: needs a tensor with at least 2 dimensions, got shape \(3,\)"):
+        frost.tril(frost.ones(3))
+
+
+def test_index_select_narrow_unbind_clone():
+    a = RNG.standard_normal((4, 5, 3))
+    idx = [3, 0, 3]
+    _check(lambda x: x.index_select(1, frost.tensor(idx)), lambda x: x.index_select(1, torch.tensor(idx)), a)
+    _check(lambda x: frost.index_select(x, -1, frost.tensor([2])),
+           lambda x: torch.index_select(x, -1, torch.tensor([2])), a)
+    _check(lambda x: x.narrow(1, 1, 3), lambda x: x.narrow(1, 1, 3), a)
+    _check(lambda x: x.narrow(0, -2, 2), lambda x: x.narrow(0, -2, 2), a)
+    _check(lambda x: x.unbind(1), lambda x: x.unbind(1), a)
+    _check(lambda x: frost.unbind(x, -1), lambda x: torch.unbind(x, -1), a)
+    _check(lambda x: x.clone() * 2, lambda x: x.clone() * 2, a)
+    x = frost.ones(2)
+    c = x.clone()
+    c[0] = 5
+    assert x.tolist() == [1.0, 1.0]
+    with pytest.raises(RuntimeError, match="narrow: start 4 and length 3 exceed dim 1 of size 5"):
+        frost.narrow(frost.ones(2, 5), 1, 4, 3)
+    with pytest.raises(RuntimeError, match="index_select: index must be a 1-D integer tensor"):
+        frost.index_select(frost.ones(2, 5), 1, frost.ones(2))
+
+
+def test_new_tensor_factories_follow_dtype():
+    x = frost.ones(2, dtype=frost.float64)
+    assert x.new_zeros(3).dtype == frost.float64 and x.new_zeros((2, 2)).shape == (2, 2)
+    assert x.new_ones(2, dtype=frost.int32).dtype == frost.int32
+    assert x.new_full((2,), 7).tolist() == [7.0, 7.0] and x.new_full((2,), 7).dtype == frost.float64
+    assert x.new_tensor([1, 2]).dtype == frost.float64

@@ -1,0 +1,112 @@
+"""The GPU launch path (argument conversion, module loading, shared-memory opt-in), checked on the CPU against a
+stand-in for CuPy that records what would be launched."""
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import frost
+from frost.kernel import Array, Const, bf16, dynamic_shared, f32, i32, kernel, tx
+
+
+class FakeArray:
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.dtype, self.shape, self.strides, self.size, self.ndim, self.flags = (
+            a.dtype, a.shape, a.strides, a.size, a.ndim, a.flags)
+        self.data = types.SimpleNamespace(ptr=a.ctypes.data)
+
+
+class FakeFunction:
+    def __init__(self, name, launches):
+        self.name, self.launches = name, launches
+        self.max_dynamic_shared_size_bytes = 0
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+        self.launches.append(dict(name=self.name, grid=grid, block=block, args=args, smem=shared_mem, stream=stream,
+                                  opt_in=self.max_dynamic_shared_size_bytes))
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    launches, loads = [], []
+
+    class Module:
+        def load(self, cubin):
+            assert cubin[:4] == b"\x7fELF"
+            loads.append(cubin)
+
+        def get_function(self, name):
+            return FakeFunction(name, launches)
+
+    cp = types.ModuleType("cupy")
+    cp.ndarray = FakeArray
+    cp.cuda = types.SimpleNamespace(
+        function=types.SimpleNamespace(Module=Module),
+        runtime=types.SimpleNamespace(getDevice=lambda: 0),
+        Device=lambda i=0: types.SimpleNamespace(compute_capability="90"),
+        get_current_stream=lambda: "current-stream")
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    return types.SimpleNamespace(launches=launches, loads=loads)
+
+
+def test_arguments_become_pointers_sizes_and_typed_scalars(fake_cupy):
+    @kernel
+    def k(x: Array[f32], m: Array[f32, 2], n: i32, s: f32, h: bf16, B: Const[int]):
+        x[tx] = m[0, tx] * s + f32(n) + h + B
+    x = FakeArray(np.zeros(10, np.float32))
+    base = np.zeros((6, 8), np.float32)
+    m = FakeArray(base[::2, 1:])
+    k[(2, 3), 32](x, m, 7, 0.5, 1.5, B=4)
+    k[1, 32](x, m, 7, 0.5, 1.5, B=4)
+    (first, second) = fake_cupy.launches
+    assert len(fake_cupy.loads) == 1  # the module is loaded once
+    assert first["grid"] == (2, 3, 1) and first["block"] == (32, 1, 1) and first["stream"] == "current-stream"
+    args = first["args"]
+    assert args[0] == np.uint64(x.data.ptr) and args[1] == 10 and args[1].dtype == np.int64
+    assert args[2] == np.uint64(m.data.ptr) and list(args[3:7]) == [3, 7, 16, 1]
+    assert args[7] == 7 and args[7].dtype == np.int32 and args[8].dtype == np.float32
+    assert args[9].dtype == np.uint16 and args[9] == 0x3FC0  # bf16 1.5 as bits
+    assert len(args) == 10  # B is compiled in, not passed
+
+
+def test_large_dynamic_shared_memory_is_opted_in_and_streams_pass_through(fake_cupy):
+    @kernel
+    def k(x: Array[f32]):
+        s = dynamic_shared(f32)
+        x[tx] = s[tx]
+    x = FakeArray(np.zeros(4, np.float32))
+    k[1, 4, 100_000, "my-stream"](x)
+    (launch,) = fake_cupy.launches
+    assert launch["smem"] == 100_000 and launch["opt_in"] == 100_000 and launch["stream"] == "my-stream"
+
+
+def test_wrong_arguments_are_named(fake_cupy):
+    @kernel
+    def k(x: Array[f32], n: i32):
+        x[tx] = f32(n)
+    with pytest.raises(TypeError, match=r"k\(\) takes 2 arguments \(x, n\), got 3"):
+        k[1, 1](FakeArray(np.zeros(1, np.float32)), 1, 2)
+    with pytest.raises(TypeError, match="argument 'x' is Array\\[f32\\] but got an array of dtype int32"):
+        k[1, 1](FakeArray(np.zeros(1, np.int32)), 1)
+    with pytest.raises(TypeError, match="argument 'x' .* must be a CUDA tensor or CuPy array, got ndarray"):
+        k[1, 1](np.zeros(1, np.float32), 1)
+    with pytest.raises(TypeError, match="argument 'n' is a scalar i32, got str"):
+        k[1, 1](FakeArray(np.zeros(1, np.float32)), "3")
+    with pytest.raises(TypeError, match="missing n"):
+        k[1, 1](FakeArray(np.zeros(1, np.float32)))
+    with pytest.raises(ValueError, match="block must be 1 to 3 positive sizes"):
+        k[1, 0]
+
+
+def test_cuda_source_arguments(fake_cupy):
+    k = frost.cuda_source('extern "C" __global__ void scale(float* __restrict__ x, const float a, int n) {}', "scale")
+    x = FakeArray(np.zeros(3, np.float32))
+    k[1, 32](x, 2, 3)
+    (launch,) = fake_cupy.launches
+    assert launch["args"][0] is x and launch["args"][1].dtype == np.float32 and launch["args"][2].dtype == np.int32
+    with pytest.raises(TypeError, match=r"scale\(\) takes 3 arguments \(x, a, n\), got 2"):
+        k[1, 32](x, 2.0)
+    with pytest.raises(TypeError, match="argument 'n' \\(int\\) must be a scalar"):
+        k[1, 32](x, 2.0, x)
