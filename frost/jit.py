@@ -87,6 +87,9 @@ class Jitted:
                 return self.fn(*args, **kwargs)
             self._capture(entry, args, kwargs)
         from frost.backend import cuda
+        from frost.optim import flat
+        for optimizer in list(flat.live_optimizers):
+            optimizer.sync_device_hyperparameters()  # a schedule's new lr reaches the captured update kernel
         current = cuda.current_stream()
         for static, t in zip(entry.static_inputs, tensors):
             static.data[...] = t.data  # an asynchronous device-to-device copy on the current stream

@@ -417,7 +417,10 @@ def test_backward_frees_the_graph_so_activations_can_be_collected():
     del h
     loss.backward()
     gc.collect()
-    assert ref() is None  # loss is still alive, but no longer holds the intermediate tensor
+    alive = ref()
+    holders = [type(r).__name__ + ":" + repr(r)[:200] for r in gc.get_referrers(alive)] if alive is not None else []
+    del alive
+    assert ref() is None, holders  # loss is still alive, but no longer holds the intermediate tensor
     with pytest.raises(RuntimeError, match="a second time"):
         loss.backward()
 

@@ -252,10 +252,17 @@ def _sim_arg(kname, name, t, v):
         if a.ndim != 2:
             raise TypeError(f"{kname}: argument {name!r} is {t} but got a {a.ndim}-D array")
         return simulate.SimArray(a, name)
-    if isinstance(v, (np.ndarray,)) or hasattr(v, "shape") and getattr(v, "shape", ()) != ():
+    return _scalar_arg(kname, name, t, v)
+
+
+def _scalar_arg(kname, name, t, v):
+    """A Python or NumPy scalar as a NumPy scalar of the parameter's type (a float for an integer is an error)."""
+    if getattr(v, "shape", ()) != ():
         raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got an array")
     if not isinstance(v, (int, float, bool, np.generic)):
         raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got {type(v).__name__}")
+    if not t.is_float and isinstance(v, (float, np.floating)):
+        raise TypeError(f"{kname}: argument {name!r} is {t}, got the float {v!r}; convert it explicitly")
     return np.asarray(v).astype(t.np)[()]
 
 
@@ -284,11 +291,7 @@ def _gpu_args(kname, runtime):
                 out += [ptr, np.int64(a.shape[0]), np.int64(a.shape[1]), np.int64(a.strides[0] // item),
                         np.int64(a.strides[1] // item)]
         else:
-            if hasattr(v, "shape") and getattr(v, "shape", ()) != ():
-                raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got an array")
-            if not isinstance(v, (int, float, bool, np.generic)):
-                raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got {type(v).__name__}")
-            s = np.asarray(v).astype(t.np)[()]
+            s = _scalar_arg(kname, name, t, v)
             if t in (bf16, f16):
                 s = np.asarray(s).view(np.uint16)[()]
             out.append(s)

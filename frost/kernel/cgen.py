@@ -210,8 +210,6 @@ class CGen:
                     self.w(f"{array_c_type(t)} {n};")
             else:
                 self.w(f"{t.c} {n};")
-        if fn.uses_dyn_smem:
-            pass
         self.block(tree.body)
         self.lines.append("}")
         return "\n".join(head + self.lines)
@@ -486,7 +484,6 @@ class CGen:
         at = self.type(node)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "tile":
             src = node.func.value
-            shape = self.fn.values  # noqa: F841 (shape constants are folded below)
             r, c = at.shape
             i, j = (self.ex(e, i64) for e in node.args[1].elts)
             return f"frost_tile({self.array_view(src)}, {r}, {c}, {i}, {j})"
@@ -665,7 +662,7 @@ class CGen:
         cons = ", ".join(f'"=r"(reinterpret_cast<unsigned*>({frag})[{k}])' for k in range(regs))
         tr = ".trans" if trans else ""
         return (f'asm volatile("ldmatrix.sync.aligned.m8n8.x{regs}{tr}.shared.b16 {{{outs}}}, [%{regs}];" '
-                f': {cons} : "r"(frost_smem_addr({addr})))')
+                f': {cons} : "r"(frost_smem_addr({addr})) : "memory")')
 
     def c_ldmatrix_x4(self, node, t):
         return self._ldmatrix(node, 4, False)

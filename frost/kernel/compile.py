@@ -88,13 +88,13 @@ def _nvrtc_compile(source: str, name: str, options) -> bytes:
         opts = [o.encode() for o in options]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        log = b" " * size
+        log = bytearray(size)  # never b" " * n: for n == 1 that is the interned b" " itself, which NVRTC would overwrite
         nvrtc.nvrtcGetProgramLog(prog, log)
         log = log.decode(errors="replace").rstrip("\x00 \n")
         if int(err) != 0:
             raise KernelError(f"NVRTC could not compile kernel {name!r}:\n{_python_lines(log)}")
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-        cubin = b" " * size
+        cubin = bytearray(size)
         _check((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "get cubin")
         return bytes(cubin)
     finally:

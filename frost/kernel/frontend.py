@@ -46,10 +46,6 @@ class Source:
                            f"    {self.segment(node)}")
 
 
-class DeviceRef:
-    """A call target: a device function (checked once per distinct argument types)."""
-
-
 class Local:
     def __init__(self, name, type_, line, kind="local") -> None:
         self.name, self.type, self.line, self.kind = name, type_, line, kind

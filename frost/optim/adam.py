@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from frost.optim.adamw import adam_flat_update
 from frost.optim.optimizer import Optimizer, array_module
 from frost.tensor import Tensor, zeros_like
 
@@ -31,8 +32,7 @@ def adam_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: float
     p -= (lr / bias_correction1) * (m / denom)
 
 
-# GPU kernel: a fused one-launch version of adam_update over flat parameter/gradient/state buffers goes here,
-# with adam_update as its NumPy twin in the tests.
+# GPU kernel: adamw.adam_flat_kernel with decoupled=0 (one launch over the flat group; twin: adam_update).
 
 
 class Adam(Optimizer):
@@ -45,9 +45,25 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize))
 
+    flat_state = ("exp_avg", "exp_avg_sq")
+
+    def _flat_supported(self, group: dict) -> bool:
+        return not group["amsgrad"]
+
+    def _flat_hyper(self, group: dict) -> list[float]:
+        beta1, beta2 = group["betas"]
+        return [group["lr"], beta1, beta2, group["eps"], group["weight_decay"],
+                -1.0 if group["maximize"] else 1.0, 0.0]
+
+    def _flat_update(self, flat) -> None:
+        adam_flat_update(flat)
+
     def step(self, closure=None):
         loss = self._evaluate(closure)
-        for group in self.param_groups:
+        flat_groups = self._step_flat_groups()
+        for index, group in enumerate(self.param_groups):
+            if index in flat_groups:
+                continue
             beta1, beta2 = group["betas"]
             for p in self._params_with_grad(group):
                 state = self.state.setdefault(p, {})

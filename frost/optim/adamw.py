@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, sqrt, tx
 from frost.optim.optimizer import Optimizer, array_module
 from frost.tensor import Tensor, zeros_like
 
@@ -31,8 +32,43 @@ def adamw_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: floa
     p -= (lr / bias_correction1) * (m / denom)
 
 
-# GPU kernel: a fused one-launch version of adamw_update over flat parameter/gradient/state buffers goes here,
-# with adamw_update as its NumPy twin in the tests.
+# ---------------------------------------------------------------- GPU kernel (twin: adamw_update)
+# hyper = [step, lr, beta1, beta2, eps, weight_decay, sign, decoupled]: on the device, so a captured step
+# keeps counting and follows the lr schedule. decoupled=0 gives Adam's L2 decay (g += wd * p) instead.
+
+@kernel
+def adam_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], v: Array[f32], n: i32, hyper: Array[f32]):
+    i = bx * bdx + tx
+    if i < n:
+        step = hyper[0]
+        lr = hyper[1]
+        beta1 = hyper[2]
+        beta2 = hyper[3]
+        wd = hyper[5]
+        decoupled = hyper[7]
+        gi = hyper[6] * g[i]
+        pi = p[i]
+        gi += (1 - decoupled) * wd * pi
+        pi *= 1 - decoupled * lr * wd
+        mi = m[i] + (1 - beta1) * (gi - m[i])
+        vi = beta2 * v[i] + (1 - beta2) * gi * gi
+        m[i] = mi
+        v[i] = vi
+        denom = sqrt(vi) / sqrt(1 - pow(beta2, step)) + hyper[4]
+        p[i] = pi - lr / (1 - pow(beta1, step)) * (mi / denom)
+
+
+@kernel
+def advance_step(hyper: Array[f32]):
+    if tx == 0:
+        hyper[0] += 1
+
+
+def adam_flat_update(flat) -> None:
+    """One step of a flat group: advance the device step counter, then one launch over every parameter."""
+    advance_step[1, 32](flat.hyper)
+    m, v = flat.state["exp_avg"], flat.state["exp_avg_sq"]
+    adam_flat_kernel[cdiv(flat.numel, 256), 256](flat.params, flat.grads, m, v, flat.numel, flat.hyper)
 
 
 class AdamW(Optimizer):
@@ -48,9 +84,25 @@ class AdamW(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize))
 
+    flat_state = ("exp_avg", "exp_avg_sq")
+
+    def _flat_supported(self, group: dict) -> bool:
+        return not group["amsgrad"]
+
+    def _flat_hyper(self, group: dict) -> list[float]:
+        beta1, beta2 = group["betas"]
+        return [group["lr"], beta1, beta2, group["eps"], group["weight_decay"],
+                -1.0 if group["maximize"] else 1.0, 1.0]
+
+    def _flat_update(self, flat) -> None:
+        adam_flat_update(flat)
+
     def step(self, closure=None):
         loss = self._evaluate(closure)
-        for group in self.param_groups:
+        flat_groups = self._step_flat_groups()
+        for index, group in enumerate(self.param_groups):
+            if index in flat_groups:
+                continue
             beta1, beta2 = group["betas"]
             for p in self._params_with_grad(group):
                 state = self.state.setdefault(p, {})

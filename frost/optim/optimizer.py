@@ -37,6 +37,7 @@ class Optimizer:
             groups = [{"params": groups}]
         for group in groups:
             self.add_param_group(group)
+        self._flat: dict[int, object] = {}  # group index -> flat.FlatGroup, for groups packed on the GPU
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
@@ -73,8 +74,14 @@ class Optimizer:
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drop every parameter's gradient (or fill it with zeros when set_to_none=False)."""
-        for group in self.param_groups:
+        """Drop every parameter's gradient (or fill it with zeros when set_to_none=False).
+
+        A flat group on the GPU always zero-fills its one gradient buffer (one memset; the gradients stay views).
+        """
+        for gi, group in enumerate(self.param_groups):
+            if gi in self._flat:
+                self._flat[gi].zero_grad()
+                continue
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -86,6 +93,44 @@ class Optimizer:
 
     def step(self, closure: Callable[[], Any] | None = None):
         raise NotImplementedError(f"{type(self).__name__} does not implement step()")
+
+    # ------------------------------------------------------------ flat GPU groups
+    # A subclass that has a one-launch GPU kernel sets `flat_state` (its state names) and writes
+    # `_flat_hyper(group)` (the values its kernel reads) and `_flat_update(flat)` (the launch).
+    flat_state: tuple | None = None
+
+    def _flat_group(self, index: int, group: dict):
+        """The group's FlatGroup, packing it on first use when it is eligible; None for the per-tensor path."""
+        flat = self._flat.get(index)
+        if flat is None and self.flat_state is not None and self._flat_supported(group):
+            from frost.optim import flat as flat_module
+            if flat_module.eligible(group["params"]):
+                flat = self._flat[index] = flat_module.FlatGroup(group["params"], self.state, self.flat_state,
+                                                                 len(self._flat_hyper(group)))
+                flat_module.live_optimizers.add(self)
+        return flat
+
+    def _flat_supported(self, group: dict) -> bool:
+        return True
+
+    def _flat_hyper(self, group: dict) -> list[float]:
+        raise NotImplementedError
+
+    def sync_device_hyperparameters(self) -> None:
+        """Copy changed group options (e.g. a scheduler's lr) to the flat groups' device arrays."""
+        for index, flat in self._flat.items():
+            flat.set_hyper(self._flat_hyper(self.param_groups[index]))
+
+    def _step_flat_groups(self) -> set:
+        """Run the one-launch update of every flat group; returns the indices of the groups it handled."""
+        done = set()
+        for index, group in enumerate(self.param_groups):
+            flat = self._flat_group(index, group)
+            if flat is not None:
+                flat.set_hyper(self._flat_hyper(group))
+                self._flat_update(flat)
+                done.add(index)
+        return done
 
     # ------------------------------------------------------------ helpers for subclasses
     @staticmethod
@@ -164,6 +209,7 @@ class Optimizer:
             new_groups.append(new_group)
         self.param_groups = new_groups
         self.state = state
+        self._flat = {}  # flat groups are packed again, from the loaded state, at the next step
 
 
 def _cast_state(name: str, index: int, key: str, value, p: Tensor):

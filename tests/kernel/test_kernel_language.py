@@ -407,3 +407,14 @@ def test_debug_env_prints_the_source(monkeypatch, capsys):
         x[tx] = 3.0
     src = shown.source
     assert src in capsys.readouterr().err
+
+
+def test_float_for_an_integer_parameter_is_an_error():
+    @kernel
+    def k(x: Array[f32], n: i32):
+        x[0] = f32(n)
+    with pytest.raises(TypeError, match="argument 'n' is i32, got the float 2.5"):
+        k.simulate[1, 1](np.zeros(1, np.float32), 2.5)
+    x = np.zeros(1, np.float32)
+    k.simulate[1, 1](x, np.int64(7))
+    assert x[0] == 7

@@ -1,0 +1,64 @@
+"""The one-launch GPU update of Adam/AdamW over flat buffers equals the CPU rule (simulator here, GPU with -m cuda)."""
+import numpy as np
+import pytest
+
+import frost
+from frost.optim.adam import adam_update
+from frost.optim.adamw import adam_flat_kernel, adamw_update, advance_step
+
+
+def test_kernels_compile_for_sm90():
+    assert len(adam_flat_kernel.compile(arch="sm_90")) > 1000
+    assert len(advance_step.compile(arch="sm_90")) > 1000
+
+
+@pytest.mark.parametrize("decoupled,rule,maximize", [(1.0, adamw_update, False), (0.0, adam_update, False),
+                                                     (1.0, adamw_update, True)])
+def test_simulated_kernel_equals_the_cpu_rule_over_steps(decoupled, rule, maximize):
+    rng = np.random.default_rng(0)
+    n = 300  # two blocks, the second partly idle
+    p = rng.standard_normal(n).astype(np.float32)
+    m, v = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    p_ref, m_ref, v_ref = p.copy(), m.copy(), v.copy()
+    hyper = np.array([0, 1e-2, 0.9, 0.98, 1e-8, 0.05, -1.0 if maximize else 1.0, decoupled], np.float32)
+    for step in range(1, 6):
+        g = rng.standard_normal(n).astype(np.float32)
+        advance_step.simulate[1, 32](hyper)
+        adam_flat_kernel.simulate[2, 256](p, g, m, v, n, hyper)
+        rule(p_ref, g, m_ref, v_ref, lr=1e-2, beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=0.05,
+             step=float(step), maximize=maximize)
+    assert hyper[0] == 5
+    np.testing.assert_allclose(p, p_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m, m_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(v, v_ref, rtol=1e-5, atol=1e-7)
+
+
+def _train(device, opt_cls, steps=20, **options):
+    import frost.nn as nn
+    import frost.nn.functional as F
+    frost.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
+    opt = opt_cls(model.parameters(), **options)
+    sched = frost.optim.schedule.StepLR(opt, step_size=5, gamma=0.5)
+    rng = np.random.default_rng(1)
+    for _ in range(steps):
+        x = frost.tensor(rng.standard_normal((32, 8)).astype(np.float32), device=device)
+        y = frost.tensor(rng.integers(0, 3, 32), device=device)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        sched.step()
+    return opt, [p.cpu().numpy() for p in model.parameters()]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("opt_cls", [frost.optim.AdamW, frost.optim.Adam])
+def test_gpu_flat_update_equals_cpu_rule(opt_cls):
+    options = dict(lr=1e-2, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+    _, cpu = _train("cpu", opt_cls, **options)
+    opt, gpu = _train("cuda", opt_cls, **options)
+    assert opt._flat, "the CUDA parameters should have been packed into a flat group"
+    for a, b in zip(gpu, cpu):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    state = opt.state_dict()
+    assert float(state["state"][0]["step"].item()) == 20
