@@ -157,7 +157,8 @@ def profile_step(step, top: int) -> str:
     stats = pstats.Stats(prof, stream=out)
     stats.sort_stats("tottime").print_stats(top)
     stats.sort_stats("cumulative").print_stats(top)
-    return out.getvalue()
+    # file names relative to the repository and the environment, not to this machine
+    return out.getvalue().replace(str(HERE.parent) + os.sep, "").replace(sys.prefix + os.sep, "<env>/")
 
 
 def main(argv=None) -> dict:

@@ -145,7 +145,8 @@ def main() -> None:
     rows += bench_softmax(4096 if args.quick else 16384, 4096, repeats)
     rows += bench_reduce((8 if args.quick else 64) * 2 ** 20, repeats)
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"Frost kernels on {device} (median of {repeats} runs, CUDA events)")
+    print(f"Frost kernels on {device} (median of {repeats} runs, CUDA events; ratio = Frost's throughput over "
+          "the baseline's, higher is better)")
     print(f"{'kernel':34} {'frost ms':>9} {'frost':>14} {'baseline':>28} {'base ms':>9} {'base':>14} {'ratio':>6} goal")
     for r in rows:
         goal = "" if r["goal"] is None else (f">= {r['goal']:.0%} " + ("met" if r["ratio"] >= r["goal"] else "NOT met"))

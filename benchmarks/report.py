@@ -126,16 +126,17 @@ def plot(results: list[dict], out_dir: Path) -> list[str]:
     seeds = sorted({x["seed"] for r in results for x in r["runs"]})
     fig, axes = plt.subplots(1, len(seeds), figsize=(5 * len(seeds), 3.8), squeeze=False, sharey=True)
     for ax, seed in zip(axes[0], seeds):
-        for r in results:
+        for j, r in enumerate(results):  # one colour per result file in every panel
             for run in r["runs"]:
                 if run["seed"] == seed and run.get("loss_curve"):
                     steps, losses = zip(*run["loss_curve"])
-                    ax.plot(steps, _smooth(losses), label=f"{label(r)} {r['precision']}", linewidth=1)
+                    ax.plot(steps, _smooth(losses), label=f"{label(r)} {r['precision']}", linewidth=1,
+                            color=f"C{j % 10}")
+        ax.legend(fontsize=7)
         ax.set_title(f"seed {seed}")
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("training loss (moving average of samples)")
-    axes[0][0].legend(fontsize=7)
+    axes[0][0].set_ylabel("training loss (moving average of 5 samples)")
     fig.tight_layout()
     fig.savefig(out_dir / "loss_curves.png", dpi=120)
     plt.close(fig)

@@ -45,4 +45,15 @@ def cast_inputs(*tensors):
     if dt is None:
         return tensors
     from frost.ops.elementwise import cast
-    return tuple(cast(t, dt) if t is not None and t.dtype == float32 else t for t in tensors)
+    from frost.tensor import Tensor
+    return tuple(cast(t, dt) if isinstance(t, Tensor) and t.dtype == float32 else t for t in tensors)
+
+
+def float32_inputs(*tensors):
+    """Under autocast, half-precision tensors go back to float32 (losses and softmax want the range); else unchanged."""
+    if current() is None:
+        return tensors
+    from frost.ops.elementwise import cast
+    from frost.tensor import Tensor
+    return tuple(cast(t, float32) if isinstance(t, Tensor) and t.dtype.name in ("bfloat16", "float16") else t
+                 for t in tensors)

@@ -7,6 +7,8 @@ import os
 import threading
 from typing import Callable, Sequence
 
+import numpy as np
+
 _state = threading.local()
 
 
@@ -19,18 +21,28 @@ def _set_grad_enabled(mode: bool) -> None:
 
 
 class set_grad_enabled(contextlib.ContextDecorator):
-    """Context manager and decorator that turns recording of operations on or off (per thread)."""
+    """Turns recording of operations on or off (per thread): as a context manager, a decorator, or, like
+    PyTorch's, as a plain call `frost.set_grad_enabled(False)` that takes effect at once."""
 
     def __init__(self, mode: bool) -> None:
-        self.mode = mode
+        self.mode = bool(mode)
+        self._applied = False
+        if type(self) is set_grad_enabled:  # no_grad() and enable_grad() act only when entered
+            self.prev = is_grad_enabled()
+            _set_grad_enabled(self.mode)
+            self._applied = True
 
     def _recreate_cm(self):
         # a fresh object per decorated call: recursive or concurrent calls must not share the saved state
-        return copy.copy(self)
+        fresh = copy.copy(self)
+        fresh._applied = False
+        return fresh
 
     def __enter__(self):
-        self.prev = is_grad_enabled()
-        _set_grad_enabled(self.mode)
+        if not self._applied:
+            self.prev = is_grad_enabled()
+            _set_grad_enabled(self.mode)
+        self._applied = False
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -170,7 +182,8 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
     Tensor = type(root)
     anomaly = is_anomaly_enabled()
     grads = {id(root): g0}
-    with no_grad():
+    # inf - inf in a sum of gradients is nan without a NumPy warning, as in PyTorch (anomaly mode finds it)
+    with no_grad(), np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for t in reversed(_topological_order(root)):
             g = grads.pop(id(t), None)
             if g is None:

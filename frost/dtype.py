@@ -57,6 +57,8 @@ def to_dtype(x) -> DType:
     """Turn a DType, NumPy dtype, name or Python type into a Frost DType."""
     if isinstance(x, DType):
         return x
+    if isinstance(x, np.dtype) and x in _BY_NP:  # the hot path: Tensor.dtype
+        return _BY_NP[x]
     if isinstance(x, str):
         if x in _BY_NAME:
             return _BY_NAME[x]

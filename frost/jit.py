@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from frost import tensor as tensor_module
-from frost.tensor import Tensor
+from frost.tensor import Tensor, set_host_sync_hook
 
 
 class HostSyncInCaptureError(RuntimeError):
@@ -116,8 +115,7 @@ class Jitted:
             s_args = _replace_tensors(args, make_static)
             s_kwargs = _replace_tensors(kwargs, make_static)
             entry.stream.synchronize()
-            previous_hook = tensor_module._host_sync_hook
-            tensor_module._host_sync_hook = _refuse_host_sync
+            previous_hook = set_host_sync_hook(_refuse_host_sync)
             try:
                 entry.stream.begin_capture()
                 try:
@@ -133,7 +131,7 @@ class Jitted:
                                        f".numpy(), printing tensors, or Python branches on tensor values).") from e
                 raise
             finally:
-                tensor_module._host_sync_hook = previous_hook
+                set_host_sync_hook(previous_hook)
         entry.graph, entry.static_inputs, entry.output = graph, statics, out
 
 

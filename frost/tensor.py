@@ -465,6 +465,23 @@ class Tensor:
 _host_sync_hook: Callable[[str], None] | None = None
 
 
+def set_host_sync_hook(hook: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """Install the hook called before a CUDA tensor's value is read on the host; returns the previous one."""
+    global _host_sync_hook
+    previous, _host_sync_hook = _host_sync_hook, hook
+    return previous
+
+
+def capturing() -> bool:
+    """True while frost.jit captures a CUDA graph (no host reads allowed)."""
+    return _host_sync_hook is not None
+
+
+def can_read_values(t: Tensor) -> bool:
+    """Whether an op may read t's values on the host for a check: always on the CPU, on CUDA except during capture."""
+    return t.device.type == "cpu" or not capturing()
+
+
 # ---------------------------------------------------------------- printing, as PyTorch prints
 
 _PRINT_THRESHOLD, _PRINT_EDGEITEMS, _PRINT_LINEWIDTH, _PRINT_PRECISION = 1000, 3, 80, 4

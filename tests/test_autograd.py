@@ -111,6 +111,27 @@ def test_no_grad_context_and_decorator():
             assert (x * 2).requires_grad
     with frost.set_grad_enabled(False):
         assert not (x * 2).requires_grad
+    assert frost.is_grad_enabled()
+
+
+def test_set_grad_enabled_as_a_plain_call():
+    try:
+        frost.set_grad_enabled(False)
+        assert not frost.is_grad_enabled()
+        assert not (frost.ones(2, requires_grad=True) * 2).requires_grad
+        frost.set_grad_enabled(True)
+        assert frost.is_grad_enabled()
+    finally:
+        frost.autograd._set_grad_enabled(True)
+    with frost.no_grad():
+        with frost.set_grad_enabled(True):
+            assert frost.is_grad_enabled()
+        assert not frost.is_grad_enabled()
+    assert frost.is_grad_enabled()
+    g = frost.no_grad()  # making one (say, to decorate with) changes nothing until it is entered
+    assert frost.is_grad_enabled()
+    with g:
+        assert not frost.is_grad_enabled()
 
 
 def test_no_grad_decorator_on_recursive_function_restores_grad_mode():

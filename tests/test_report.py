@@ -70,3 +70,29 @@ def test_report_refuses_foreign_files(tmp_path):
 def test_mean_std_is_the_sample_deviation():
     assert common.mean_std([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1.0))
     assert common.mean_std([4.0]) == (4.0, 0.0)
+
+
+def test_frost_and_pytorch_result_files_share_the_schema(tmp_path):
+    """Tiny CPU runs of both benchmarks on the same generated data; report.py reads both."""
+    pytest.importorskip("torch")
+    import sys
+    from test_cli import write_cifar_binary
+    from frost.cli import main as frost_main
+    data = write_cifar_binary(tmp_path / "cifar", per_batch=32, n_test=32)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import torch_resnet_cifar10
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    frost_file, torch_file = tmp_path / "frost.json", tmp_path / "torch.json"
+    frost_main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "2", "--seeds", "0", "--data", str(data),
+                "--out", str(frost_file), "--quiet"])
+    torch_resnet_cifar10.main(["--mode", "resident-eager", "--device", "cpu", "--steps", "2", "--seeds", "0",
+                               "--data", str(data), "--out", str(torch_file), "--quiet"])
+    f, t = json.loads(frost_file.read_text()), json.loads(torch_file.read_text())
+    assert f["framework"] == "frost" and t["framework"] == "pytorch"
+    assert f["protocol"] == t["protocol"] and f["n_train"] == t["n_train"] == 160
+    assert set(f["runs"][0]) - {"jit"} == set(t["runs"][0])
+    assert set(f["summary"]) == set(t["summary"])
+    text = _report_module().main([str(frost_file), str(torch_file), "--out-dir", str(tmp_path)]).read_text()
+    assert "| frost resident-eager | fp32 |" in text and "| pytorch resident-eager | fp32 |" in text

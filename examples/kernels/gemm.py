@@ -10,9 +10,8 @@ import numpy as np
 
 import frost
 from frost.backend import cuda
-from frost.kernel import (Array, Const, bf16, bx, by, cp_async16, cp_commit, cp_wait, dynamic_shared, f32, i32,
-                          lane, ldmatrix_x4, ldmatrix_x4_trans, local, static_range, syncthreads, tx,
-                          warp)
+from frost.kernel import (Array, Const, bf16, bx, by, cp_async16, cp_commit, cp_wait, dynamic_shared, f32, gdx, gdy,
+                          i32, lane, ldmatrix_x4, ldmatrix_x4_trans, local, static_range, syncthreads, tx, warp)
 
 
 @frost.kernel.device
@@ -28,7 +27,8 @@ def load_tile(src: Array[bf16, 2], dst: Array[bf16, 2], r0: i32, c0: i32, ROWS: 
 
 @frost.kernel
 def gemm_bf16(a: Array[bf16, 2], b: Array[bf16, 2], c: Array[f32, 2], BM: Const[int] = 128, BN: Const[int] = 128,
-              BK: Const[int] = 32, WM: Const[int] = 64, WN: Const[int] = 64, STAGES: Const[int] = 3):
+              BK: Const[int] = 32, WM: Const[int] = 64, WN: Const[int] = 64, STAGES: Const[int] = 3,
+              GROUP: Const[int] = 8):
     THREADS: Const[int] = (BM // WM) * (BN // WN) * 32
     sa = dynamic_shared(bf16, (STAGES, BM, BK + 8))
     sb = dynamic_shared(bf16, (STAGES, BK, BN + 8), STAGES * BM * (BK + 8) * 2)
@@ -37,8 +37,13 @@ def gemm_bf16(a: Array[bf16, 2], b: Array[bf16, 2], c: Array[f32, 2], BM: Const[
     bq = local(bf16, (WN // 16, 2, 4))
     wm = warp // (BN // WN)
     wn = warp % (BN // WN)
-    m0 = by * BM
-    n0 = bx * BN
+    # Blocks run in groups of GROUP block-rows, column by column, so that the A and B panels they share stay in L2.
+    pid = by * gdx + bx
+    in_group = GROUP * gdx
+    first_m = pid // in_group * GROUP
+    group_m = min(gdy - first_m, GROUP)
+    m0 = (first_m + pid % in_group % group_m) * BM
+    n0 = pid % in_group // group_m * BN
     for i in static_range(WM // 16):
         for j in static_range(WN // 8):
             for q in static_range(4):

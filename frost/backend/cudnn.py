@@ -88,6 +88,20 @@ def _workspace_for(size: int):
     return ws
 
 
+def _create_plans(g, dtype) -> None:
+    """Every candidate plan of a validated graph; float32 without TF32 tensor cores when frost.backends says so."""
+    import cudnn
+    from frost import backends
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    if str(dtype) == "float32" and not backends.allow_tf32:
+        g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
+    nondeterministic = getattr(cudnn.numerical_note, "NONDETERMINISTIC", None)
+    if backends.deterministic and nondeterministic is not None:
+        g.deselect_numeric_notes([nondeterministic])
+    g.check_support()
+    g.build_plans(cudnn.build_plan_policy.ALL)
+
+
 class _ConvGraph:
     """A built cuDNN graph for one convolution kind and geometry, with its plan chosen."""
 
@@ -109,9 +123,7 @@ class _ConvGraph:
         Y.set_output(True).set_dim(list(out.shape)).set_stride(_elem_strides(out)).set_data_type(dt)
         g.validate()
         g.build_operation_graph()
-        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        g.check_support()
-        g.build_plans(cudnn.build_plan_policy.ALL)
+        _create_plans(g, a.dtype)
         self.tensors = (A, B, Y)
         self.plan_count = g.get_execution_plan_count()
 
@@ -125,26 +137,40 @@ class _ConvGraph:
         if key in tuned and tuned[key] < self.plan_count:
             self._select(tuned[key])
             return
-        cp = cuda.cupy()
         pack, best, best_time = self.pack(a, b, out), 0, float("inf")
         for i in range(self.plan_count):
-            try:
-                ws = _workspace_for(self.graph.get_workspace_size_plan_at_index(i))
-                self.graph.execute_plan_at_index(pack, ws, i, handle=_handle())
-                start, stop = cp.cuda.Event(), cp.cuda.Event()
-                start.record()
-                for _ in range(5):
-                    self.graph.execute_plan_at_index(pack, ws, i, handle=_handle())
-                stop.record()
-                stop.synchronize()
-                t = cp.cuda.get_elapsed_time(start, stop)
-            except Exception:
-                continue
+            t = self._time_plan(i, pack)
             if t < best_time:
                 best, best_time = i, t
         tuned[key] = best
         _save_tuned()
         self._select(best)
+
+    def _time_plan(self, index: int, pack: dict) -> float:
+        """GPU time of one plan, replayed inside a CUDA graph: launching from Python costs more than these
+        small convolutions take, so timing plain calls would measure the host, not the plan."""
+        cp = cuda.cupy()
+        stream = cp.cuda.Stream(non_blocking=True)
+        try:
+            ws = _workspace_for(self.graph.get_workspace_size_plan_at_index(index))
+            with stream:
+                self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())
+                stream.synchronize()
+                stream.begin_capture()
+                try:
+                    for _ in range(5):
+                        self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())
+                finally:
+                    graph = stream.end_capture()
+                graph.launch(stream)
+                start = stream.record()
+                for _ in range(3):
+                    graph.launch(stream)
+                stop = stream.record()
+            stop.synchronize()
+            return cp.cuda.get_elapsed_time(start, stop)
+        except Exception:  # a plan that cannot run here is simply not chosen
+            return float("inf")
 
     def _select(self, index: int) -> None:
         self.graph.select_plan(index)
@@ -156,7 +182,8 @@ class _ConvGraph:
 
 
 def _run(kind: str, a, b, out, stride, padding, dilation):
-    key = json.dumps([kind, a.shape, _elem_strides(a), b.shape, _elem_strides(b), out.shape, _elem_strides(out),
+    from frost import backends
+    key = json.dumps([kind, backends.allow_tf32, backends.deterministic, a.shape, _elem_strides(a), b.shape, _elem_strides(b), out.shape, _elem_strides(out),
                       str(a.dtype), list(stride), list(padding), list(dilation)])
     g = _graphs.get(key)
     if g is None:
@@ -190,3 +217,48 @@ def conv2d_backward_input(g, w, x_shape, stride, padding, dilation):
 def conv2d_backward_weight(g, x, w_shape, stride, padding, dilation):
     cp = cuda.cupy()
     return _run("wgrad", x, g, cp.empty(w_shape, dtype=x.dtype), stride, padding, dilation)
+
+
+class _MatmulGraph(_ConvGraph):
+    """C = A @ B for 3-D (batch, m, k) x (batch, k, n) arrays with any real strides."""
+
+    def __init__(self, a, b, out) -> None:  # noqa: super().__init__ builds a convolution; this builds a matmul
+        import cudnn
+        dt = _data_type(a.dtype)
+        self.graph = g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=cudnn.data_type.FLOAT,
+                                       compute_data_type=cudnn.data_type.FLOAT, handle=_handle())
+        A = g.tensor(name="A", dim=list(a.shape), stride=_elem_strides(a), data_type=dt)
+        B = g.tensor(name="B", dim=list(b.shape), stride=_elem_strides(b), data_type=dt)
+        C = g.matmul(A, B, compute_data_type=cudnn.data_type.FLOAT)
+        C.set_output(True).set_dim(list(out.shape)).set_stride(_elem_strides(out)).set_data_type(dt)
+        g.validate()
+        g.build_operation_graph()
+        _create_plans(g, a.dtype)
+        self.tensors = (A, B, C)
+        self.plan_count = g.get_execution_plan_count()
+
+
+def matmul(a, b):
+    """a @ b for 2-D or 3-D CuPy arrays through cuDNN (usable inside a CUDA-graph capture, unlike CuPy's cuBLAS)."""
+    cp = cuda.cupy()
+    squeeze = a.ndim == 2 and b.ndim == 2
+    a3 = a[None] if a.ndim == 2 else a
+    b3 = b[None] if b.ndim == 2 else b
+    batch = max(a3.shape[0], b3.shape[0])
+    if a3.shape[0] != batch:
+        a3 = cp.ascontiguousarray(cp.broadcast_to(a3, (batch,) + a3.shape[1:]))
+    if b3.shape[0] != batch:
+        b3 = cp.ascontiguousarray(cp.broadcast_to(b3, (batch,) + b3.shape[1:]))
+    out = cp.empty((batch, a3.shape[1], b3.shape[2]), dtype=a.dtype)
+    from frost import backends
+    key = json.dumps(["matmul", backends.allow_tf32, backends.deterministic, a3.shape, _elem_strides(a3), b3.shape, _elem_strides(b3), str(a.dtype)])
+    g = _graphs.get(key)
+    if g is None:
+        with _lock:
+            g = _graphs.get(key)
+            if g is None:
+                g = _MatmulGraph(a3, b3, out)
+                g.tune(key, a3, b3, out)
+                _graphs[key] = g
+    g.run(a3, b3, out)
+    return out[0] if squeeze else out

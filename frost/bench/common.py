@@ -132,17 +132,19 @@ def summarize(runs: Iterable[dict]) -> dict:
 
 
 def git_commit(start: Path | None = None) -> str | None:
-    """The checkout's commit hash, with '-dirty' when tracked files changed; None outside git."""
+    """The checkout's commit hash, with '-dirty' when tracked files changed; $FROST_COMMIT outside git
+    (e.g. a copy of the working tree on a benchmark machine), else None."""
     cwd = str(start or Path(__file__).resolve().parent)
+    fallback = os.environ.get("FROST_COMMIT") or None
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
-            return None
+            return fallback
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
                                capture_output=True, text=True, timeout=10)
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return fallback
 
 
 def cpu_name() -> str:
@@ -210,16 +212,18 @@ def format_table(rows: list[list[str]], header: list[str]) -> str:
 
 def results_table(result: dict) -> str:
     """Per seed: accuracy over 10k and 9,984 images, train time, start-up; then mean +- std."""
+    def cell(value, scale: float, fmt: str) -> str:
+        return "-" if value is None else f"{scale * value:{fmt}}"
+
+    columns = [("acc_10k", 100, ".2f"), ("acc_9984", 100, ".2f"), ("train_time_s", 1, ".2f"),
+               ("ms_per_step", 1, ".3f"), ("startup_s", 1, ".2f")]
     header = ["seed", "acc 10k %", "acc 9984 %", "train s", "ms/step", "start-up s"]
-    rows = []
-    for r in result["runs"]:
-        rows.append([str(r["seed"]), f"{100 * r['acc_10k']:.2f}", f"{100 * r['acc_9984']:.2f}",
-                     f"{r['train_time_s']:.2f}", f"{r['ms_per_step']:.3f}", f"{r['startup_s']:.2f}"])
+    rows = [[str(r["seed"])] + [cell(r.get(k), scale, fmt) for k, scale, fmt in columns] for r in result["runs"]]
     s = result["summary"]
     if len(result["runs"]) > 1:
-        pm = lambda k, scale, fmt: f"{scale * s[k]['mean']:{fmt}} +- {scale * s[k]['std']:{fmt}}"  # noqa: E731
-        rows.append(["mean +- std", pm("acc_10k", 100, ".2f"), pm("acc_9984", 100, ".2f"),
-                     pm("train_time_s", 1, ".2f"), pm("ms_per_step", 1, ".3f"), pm("startup_s", 1, ".2f")])
+        rows.append(["mean +- std"] + [
+            f"{cell(s[k]['mean'], scale, fmt)} +- {cell(s[k]['std'], scale, fmt)}" if k in s else "-"
+            for k, scale, fmt in columns])
     title = (f"{result['framework']} {result['mode']} {result['precision']} on {result['device_name']} "
              f"({result['protocol']['steps']} steps, batch {result['protocol']['batch_size']})")
     return title + "\n" + format_table(rows, header)

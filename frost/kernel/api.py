@@ -211,6 +211,10 @@ class Kernel:
     def simulate(self):
         return _Simulator(self)
 
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"{self.__name__} is a kernel: launch it as {self.__name__}[grid, block](...) on the GPU "
+                        f"or {self.__name__}.simulate[grid, block](...) on the CPU")
+
     def __repr__(self) -> str:
         return f"<frost.kernel {self.__name__}>"
 
@@ -316,7 +320,8 @@ def _device_function(owner, get_cubin, name: str):
 def _gpu_launch(fn, grid, block, smem, stream, args):
     import cupy
     if smem > _smem_opt_in.get(id(fn), (None, 48 * 1024))[1]:  # above 48 KiB needs the function's opt-in
-        fn.max_dynamic_shared_size_bytes = smem
+        # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8): CuPy's Function has no property for it
+        cupy.cuda.driver.funcSetAttribute(fn.ptr, 8, smem)
         _smem_opt_in[id(fn)] = (fn, smem)  # holding fn keeps its id from being reused
     stream = stream if stream is not None else cupy.cuda.get_current_stream()
     fn(grid, block, tuple(args), shared_mem=smem, stream=stream)

@@ -25,10 +25,10 @@ class BasicBlock(nn.Module):
             self.downsample = None
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
+        # relu(bn(conv(x))) and relu(bn(conv(out)) + shortcut), each normalization fused with what follows it
+        out = self.bn1.forward_fused(self.conv1(x), relu=True)
         shortcut = x if self.downsample is None else self.downsample(x)
-        return self.relu(out + shortcut)
+        return self.bn2.forward_fused(self.conv2(out), residual=shortcut, relu=True)
 
 
 class CifarResNet(nn.Module):
@@ -58,7 +58,7 @@ class CifarResNet(nn.Module):
         init.xavier_uniform_(self.fc.weight)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.bn1.forward_fused(self.conv1(x), relu=True)
         x = self.layer3(self.layer2(self.layer1(x)))
         return self.fc(self.flatten(self.avgpool(x)))
 

@@ -5,7 +5,7 @@ import numbers
 
 from frost.nn import init
 from frost.nn.module import Module, Parameter
-from frost.ops.norm import batch_norm, layer_norm, rms_norm
+from frost.ops.norm import batch_norm_act, layer_norm, rms_norm
 from frost.tensor import Tensor, empty, ones, tensor, zeros
 
 
@@ -63,6 +63,10 @@ class _BatchNorm(Module):
             raise ValueError(f"{type(self).__name__}: expected {want} input (got {x.ndim}D input of shape {x.shape})")
 
     def forward(self, x: Tensor) -> Tensor:
+        return self.forward_fused(x)
+
+    def forward_fused(self, x: Tensor, residual: Tensor | None = None, relu: bool = False) -> Tensor:
+        """relu(bn(x) + residual) as one fused op (four launches on the GPU); both extras optional."""
         self._check_input_dim(x)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
@@ -72,8 +76,8 @@ class _BatchNorm(Module):
         # batch statistics in training, and in eval when no running statistics exist
         use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         track = not self.training or self.track_running_stats
-        return batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
-                          self.weight, self.bias, use_batch_stats, factor, self.eps)
+        return batch_norm_act(x, self.running_mean if track else None, self.running_var if track else None,
+                              self.weight, self.bias, use_batch_stats, factor, self.eps, residual, relu)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "

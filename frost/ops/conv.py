@@ -287,8 +287,8 @@ def _compute_dtype(x):
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
            groups: int = 1) -> Tensor:
     """2-D convolution over an (N, C, H, W) or (C, H, W) input, as torch.nn.functional.conv2d."""
-    _check_operands(x, weight, bias)
     x, weight, bias = cast_inputs(x, weight, bias)
+    _check_operands(x, weight, bias)
     if x.ndim == 3:
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0)
     geo = geometry(x.shape, weight.shape, stride, padding, dilation, groups)

@@ -34,12 +34,16 @@ def _operands(a, b, name: str):
     if ta is not None and tb is not None:
         if ta.device != tb.device:
             raise RuntimeError(f"{name}: operands are on different devices: {_describe(ta)} and {_describe(tb)}")
-        try:
-            np.broadcast_shapes(ta.shape, tb.shape)
-        except ValueError:
-            raise RuntimeError(f"{name}: shapes {ta.shape} and {tb.shape} cannot be broadcast together "
-                               f"({_describe(ta)} and {_describe(tb)})") from None
-        dt = result_type(ta.dtype, ta.ndim, tb.dtype, tb.ndim)
+        if ta.data.shape != tb.data.shape:
+            try:
+                np.broadcast_shapes(ta.shape, tb.shape)
+            except ValueError:
+                raise RuntimeError(f"{name}: shapes {ta.shape} and {tb.shape} cannot be broadcast together "
+                                   f"({_describe(ta)} and {_describe(tb)})") from None
+        if ta.data.dtype == tb.data.dtype:  # the common case: nothing to promote
+            dt = ta.dtype
+        else:
+            dt = result_type(ta.dtype, ta.ndim, tb.dtype, tb.ndim)
     elif ta is not None:
         dt = scalar_result(ta.dtype, b)
     else:
@@ -53,6 +57,12 @@ def _cast(array, dt: DType):
     return array if array.dtype == dt.np else array.astype(dt.np)
 
 
+def _quiet():
+    """NumPy's floating-point warnings off: log(0) is -inf and inf - inf is nan without a warning, as in
+    PyTorch (anomaly mode is the tool that finds where a NaN or inf first appears)."""
+    return np.errstate(divide="ignore", invalid="ignore", over="ignore")
+
+
 def _binary(name: str, a, b, forward, backward, float_result: bool = False) -> Tensor:
     """Run a broadcasting binary op; `backward(g, xa, xb, out)` returns full-shape (grad_a, grad_b)."""
     ta, tb, xa, xb, dt = _operands(a, b, name)
@@ -60,7 +70,8 @@ def _binary(name: str, a, b, forward, backward, float_result: bool = False) -> T
         dt = default_float
         xa = _cast(xa, dt) if ta is not None else float(xa)
         xb = _cast(xb, dt) if tb is not None else float(xb)
-    out = forward(xa, xb)
+    with _quiet():
+        out = forward(xa, xb)
     if hasattr(out, "dtype") and out.dtype != dt.np and out.dtype.kind != "b":
         out = out.astype(dt.np)
     elif not hasattr(out, "dtype"):
@@ -68,7 +79,8 @@ def _binary(name: str, a, b, forward, backward, float_result: bool = False) -> T
     parents = [t for t in (ta, tb) if t is not None]
 
     def grad_fn(g):
-        ga, gb = backward(g, xa, xb, out)
+        with _quiet():
+            ga, gb = backward(g, xa, xb, out)
         grads = []
         if ta is not None:
             grads.append(None if ga is None else _cast(unbroadcast(ga, ta.shape), ta.dtype))
@@ -84,8 +96,13 @@ def _unary(name: str, x: Tensor, forward, backward) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
     xa = x.data if x.dtype.is_floating_point else x.data.astype(default_float.np)
-    out = forward(xa)
-    return from_op(out, (x,), lambda g: (backward(g, xa, out),), name)
+    with _quiet():
+        out = forward(xa)
+
+    def grad_fn(g):
+        with _quiet():
+            return (backward(g, xa, out),)
+    return from_op(out, (x,), grad_fn, name)
 
 
 # ------------------------------------------------------------------ arithmetic
@@ -132,7 +149,8 @@ def floor_divide(a, b) -> Tensor:
 
 
 def remainder(a, b) -> Tensor:
-    return _binary("remainder", a, b, lambda x, y: x % y, lambda g, x, y, o: (g, None))
+    # a % b = a - floor(a / b) * b
+    return _binary("remainder", a, b, lambda x, y: x % y, lambda g, x, y, o: (g, -g * ((x - o) / y)))
 
 
 def _split_ties(g, wins, ties):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frost.tensor import Tensor, from_op
+from frost.tensor import Tensor, from_op, can_read_values
 
 
 def _check(input: Tensor, weight: Tensor, padding_idx: int | None) -> int | None:
@@ -24,7 +24,7 @@ def _check(input: Tensor, weight: Tensor, padding_idx: int | None) -> int | None
         if not -num <= padding_idx < num:
             raise ValueError(f"embedding: padding_idx {padding_idx} must be within num_embeddings {num}")
         padding_idx %= num
-    if input.numel() and _can_check_values_on_host(input):
+    if input.numel() and can_read_values(input):
         lo, hi = int(input.data.min()), int(input.data.max())
         if lo < 0 or hi >= num:
             bad = lo if lo < 0 else hi
@@ -32,12 +32,6 @@ def _check(input: Tensor, weight: Tensor, padding_idx: int | None) -> int | None
                              f"(valid: 0..{num - 1}; max index in input {hi}, input of shape {input.shape}, "
                              f"weight of shape {weight.shape})")
     return padding_idx
-
-
-def _can_check_values_on_host(t: Tensor) -> bool:
-    """Value checks need a device-to-host copy: always done on the CPU, skipped on CUDA while a graph is captured."""
-    from frost import tensor as tensor_module
-    return t.device.type == "cpu" or tensor_module._host_sync_hook is None
 
 
 def scatter_add_rows(xp, target, indices, rows) -> None:

@@ -6,7 +6,8 @@ import warnings
 import numpy as np
 
 from frost.autograd import is_grad_enabled, unbroadcast
-from frost.tensor import Tensor, from_op
+from frost.autocast import float32_inputs
+from frost.tensor import Tensor, from_op, can_read_values
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -27,12 +28,6 @@ def _check_tensor(op: str, name: str, t, ref: Tensor) -> None:
     if t.device != ref.device:
         raise RuntimeError(f"{op}: {name} of shape {t.shape} is on {t.device} but input of shape {ref.shape} "
                            f"is on {ref.device}")
-
-
-def _can_check_values_on_host(t: Tensor) -> bool:
-    """Value checks need a device-to-host copy: always done on the CPU, skipped on CUDA while a graph is captured."""
-    from frost import tensor as tensor_module
-    return t.device.type == "cpu" or tensor_module._host_sync_hook is None
 
 
 def _log_softmax_rows(xp, z):
@@ -82,7 +77,7 @@ def _check_class_target(op: str, input: Tensor, target: Tensor, ignore_index: in
     if target.shape != expected:
         raise RuntimeError(f"{op}: target of shape {target.shape} does not fit input of shape {input.shape} "
                            f"(expected target of shape {expected})")
-    if target.numel() == 0 or not _can_check_values_on_host(target):
+    if target.numel() == 0 or not can_read_values(target):
         return
     C = input.shape[1] if input.ndim >= 2 else input.shape[0]
     t = target.data
@@ -103,6 +98,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     `target` holds class indices (shape (N, d1, ...), integer) or class probabilities (the input's shape, float).
     """
     op = "cross_entropy"
+    (input,) = float32_inputs(input)  # under autocast the loss is computed in float32, as PyTorch does
     _check_reduction(op, reduction)
     _check_class_input(op, input, target, weight)
     if not 0.0 <= label_smoothing <= 1.0:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from frost.autocast import cast_inputs
 from frost.autograd import unbroadcast
 from frost.tensor import Tensor, from_op
 
@@ -34,6 +35,19 @@ def _same_dtype(array, dtype):
     return array if array.dtype == dtype else array.astype(dtype)
 
 
+def _mm(xp, a, b):
+    """a @ b on raw arrays: BLAS in float32 for CPU half types, cuDNN for CUDA matrices (capturable), else xp."""
+    if xp is np:
+        if a.dtype.itemsize == 2 and a.dtype.kind != "i":
+            return np.matmul(a.astype(np.float32), b.astype(np.float32))
+        return np.matmul(a, b)
+    from frost.backend import cudnn
+    if 2 <= a.ndim <= 3 and 2 <= b.ndim <= 3 and (a.dtype.kind == "f" or str(a.dtype) == "bfloat16"):
+        if cudnn.available() and min(a.size, b.size) > 0:
+            return cudnn.matmul(a, b)
+    return xp.matmul(a, b)
+
+
 def _sum_dtype(dtype):
     return np.float32 if dtype.itemsize == 2 else None
 
@@ -42,10 +56,11 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b with NumPy's rules: 1-D operands are promoted and squeezed, batch dims broadcast."""
     a = Tensor(a) if isinstance(a, np.ndarray) else a
     b = Tensor(b) if isinstance(b, np.ndarray) else b
+    a, b = cast_inputs(a, b)
     _check(a, b, "matmul")
     xp = a.xp
     xa, xb = a.data, b.data
-    out = _same_dtype(xp.matmul(xa, xb), xa.dtype)
+    out = _same_dtype(_mm(xp, xa, xb), xa.dtype)
 
     def backward(g):
         # promote 1-D operands to matrices so that one formula serves every case
@@ -59,8 +74,8 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
             G = xp.expand_dims(g, -1)
         else:
             G = g
-        ga = xp.matmul(G, xp.swapaxes(B, -1, -2))
-        gb = xp.matmul(xp.swapaxes(A, -1, -2), G)
+        ga = _mm(xp, G, xp.swapaxes(B, -1, -2))
+        gb = _mm(xp, xp.swapaxes(A, -1, -2), G)
         ga = _same_dtype(unbroadcast(ga, A.shape).reshape(xa.shape), xa.dtype)
         gb = _same_dtype(unbroadcast(gb, B.shape).reshape(xb.shape), xb.dtype)
         return ga, gb
@@ -75,10 +90,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if not isinstance(x, Tensor) or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         raise RuntimeError(f"linear: input of shape {getattr(x, 'shape', None)} does not fit weight of shape "
                            f"{weight.shape} (expects {weight.shape[1]} input features)")
+    x, weight, bias = cast_inputs(x, weight, bias)
     _check(x, weight, "linear", b_shape=weight.shape[::-1])
     xp = x.xp
     xa, w = x.data, weight.data
-    out = _same_dtype(xp.matmul(xa, w.T), xa.dtype)
+    x2 = xa.reshape(-1, xa.shape[-1])  # one 2-D product, whatever the leading dims
+    out = _same_dtype(_mm(xp, x2, w.T), xa.dtype).reshape(xa.shape[:-1] + (w.shape[0],))
     if bias is not None:
         if bias.shape != (w.shape[0],):
             raise RuntimeError(f"linear: bias of shape {bias.shape} does not fit weight of shape {weight.shape}")
@@ -86,9 +103,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     parents = (x, weight) if bias is None else (x, weight, bias)
 
     def backward(g):
-        gx = _same_dtype(xp.matmul(g, w), xa.dtype)
         g2 = g.reshape(-1, g.shape[-1])
-        gw = _same_dtype(xp.matmul(g2.T, xa.reshape(-1, xa.shape[-1])), w.dtype)
+        gx = _same_dtype(_mm(xp, g2, w), xa.dtype).reshape(xa.shape)
+        gw = _same_dtype(_mm(xp, g2.T, x2), w.dtype)
         grads = [gx, gw]
         if bias is not None:
             grads.append(_same_dtype(g2.sum(axis=0, dtype=_sum_dtype(g2.dtype)), bias.data.dtype))

@@ -195,3 +195,162 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
         return grads
 
     return from_op(out.astype(x.data.dtype, copy=False), parents, backward, "rms_norm")
+
+
+# ------------------------------------------------------------------ batch norm (+ residual add, + ReLU) on the GPU
+# Four launches per layer instead of some twenty array ops: statistics, normalize (fused with the residual
+# add and the ReLU that follow it in a ResNet block), then the two backward passes. Each kernel's NumPy twin
+# is the generic path above (batch_norm, then + residual, then relu); the tests compare them.
+
+from frost.kernel import Array, Const, bdx, bx, f32, i32, kernel, lane, rsqrt, shared, syncthreads, tx, warp, \
+    warp_sum  # noqa: E402
+
+
+@kernel.device
+def block_sum(v: f32, scratch: Array[f32]) -> f32:
+    """The sum of v over the block, in every thread; scratch is shared memory with one slot per warp."""
+    v = warp_sum(v)
+    if lane == 0:
+        scratch[warp] = v
+    syncthreads()
+    v = scratch[lane] if lane < bdx // 32 else 0.0
+    v = warp_sum(v)
+    syncthreads()
+    return v
+
+
+@kernel
+def batch_norm_stats(x: Array[f32], mean: Array[f32], invstd: Array[f32], running_mean: Array[f32],
+                     running_var: Array[f32], n: i32, hw: i32, channels: i32, momentum: f32, eps: f32,
+                     update_running: i32):
+    """One block per channel: mean and 1/std of its n = N*H*W values (two passes), and the running statistics."""
+    c = bx
+    scratch = shared(f32, 32)
+    acc = 0.0
+    for k in range(tx, n, bdx):
+        acc += x[(k // hw) * channels * hw + c * hw + k % hw]
+    mu = block_sum(acc, scratch) / f32(n)
+    acc2 = 0.0
+    for k in range(tx, n, bdx):
+        d = x[(k // hw) * channels * hw + c * hw + k % hw] - mu
+        acc2 += d * d
+    var = block_sum(acc2, scratch) / f32(n)
+    if tx == 0:
+        mean[c] = mu
+        invstd[c] = rsqrt(var + eps)
+        if update_running != 0:
+            running_mean[c] = (1 - momentum) * running_mean[c] + momentum * mu
+            running_var[c] = (1 - momentum) * running_var[c] + momentum * var * f32(n) / f32(n - 1)
+
+
+@kernel
+def batch_norm_apply(x: Array[f32], y: Array[f32], mean: Array[f32], invstd: Array[f32], weight: Array[f32],
+                     bias: Array[f32], residual: Array[f32], total: i32, hw: i32, channels: i32,
+                     relu: Const[int], add_residual: Const[int]):
+    i = bx * bdx + tx
+    if i < total:
+        c = (i // hw) % channels
+        v = (x[i] - mean[c]) * invstd[c] * weight[c] + bias[c]
+        if add_residual:
+            v += residual[i]
+        if relu:
+            v = max(v, 0.0)
+        y[i] = v
+
+
+@kernel
+def batch_norm_backward_reduce(dy: Array[f32], x: Array[f32], y: Array[f32], mean: Array[f32],
+                               invstd: Array[f32], dweight: Array[f32], dbias: Array[f32], n: i32, hw: i32,
+                               channels: i32, relu: Const[int]):
+    """One block per channel: dbias = sum(dy), dweight = sum(dy * xhat) (dy masked by the ReLU)."""
+    c = bx
+    scratch = shared(f32, 32)
+    sum_g = 0.0
+    sum_gx = 0.0
+    for k in range(tx, n, bdx):
+        i = (k // hw) * channels * hw + c * hw + k % hw
+        g = dy[i]
+        if relu:
+            g = g if y[i] > 0 else 0.0
+        sum_g += g
+        sum_gx += g * (x[i] - mean[c])
+    sum_g = block_sum(sum_g, scratch)
+    sum_gx = block_sum(sum_gx, scratch)
+    if tx == 0:
+        dbias[c] = sum_g
+        dweight[c] = sum_gx * invstd[c]
+
+
+@kernel
+def batch_norm_backward_input(dy: Array[f32], x: Array[f32], y: Array[f32], mean: Array[f32],
+                              invstd: Array[f32], weight: Array[f32], dweight: Array[f32], dbias: Array[f32],
+                              dx: Array[f32], dresidual: Array[f32], total: i32, hw: i32, channels: i32, n: i32,
+                              relu: Const[int], add_residual: Const[int]):
+    i = bx * bdx + tx
+    if i < total:
+        c = (i // hw) % channels
+        g = dy[i]
+        if relu:
+            g = g if y[i] > 0 else 0.0
+        if add_residual:
+            dresidual[i] = g
+        xhat = (x[i] - mean[c]) * invstd[c]
+        dx[i] = weight[c] * invstd[c] * (g - dbias[c] / f32(n) - xhat * dweight[c] / f32(n))
+
+
+def _gpu_fast_path(x: Tensor, training: bool, *params) -> bool:
+    return (training and x.device.type == "cuda" and x.dtype == "float32" and x.ndim >= 2
+            and all(p is None or (p.dtype == "float32" and p.data.flags.c_contiguous) for p in params))
+
+
+def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+                   bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
+                   residual: Tensor | None = None, relu: bool = False) -> Tensor:
+    """relu(batch_norm(x) + residual), with the add and the ReLU optional: one fused op (four GPU launches)."""
+    if not _gpu_fast_path(x, training, running_mean, running_var, weight, bias, residual) or \
+            (residual is not None and residual.shape != x.shape):
+        out = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+        if residual is not None:
+            out = out + residual
+        return out.relu() if relu else out
+    C = x.shape[1]
+    _check_params("batch_norm", x, (C,), running_mean=running_mean, running_var=running_var,
+                  weight=weight, bias=bias)
+    xp = x.xp
+    xa = xp.ascontiguousarray(x.data)
+    total, hw = xa.size, xa.size // (x.shape[0] * C)
+    n = total // C
+    if n <= 1:
+        raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input of shape {x.shape}")
+    mean, invstd = xp.empty(C, xp.float32), xp.empty(C, xp.float32)
+    ones = None if weight is not None and bias is not None else xp.ones(C, xp.float32)
+    w = ones if weight is None else weight.data
+    b = xp.zeros(C, xp.float32) if bias is None else bias.data
+    track = running_mean is not None and running_var is not None
+    rm = running_mean.data if track else mean
+    rv = running_var.data if track else invstd
+    batch_norm_stats[C, 512](xa, mean, invstd, rm, rv, n, hw, C, momentum, eps, 1 if track else 0)
+    y = xp.empty_like(xa)
+    res = xp.ascontiguousarray(residual.data) if residual is not None else y
+    flags = dict(relu=int(relu), add_residual=int(residual is not None))
+    batch_norm_apply[(total + 255) // 256, 256](xa, y, mean, invstd, w, b, res, total, hw, C, **flags)
+    parents = [t for t in (x, weight, bias, residual) if t is not None]
+
+    def backward(g):
+        g = xp.ascontiguousarray(g)
+        dweight, dbias = xp.empty(C, xp.float32), xp.empty(C, xp.float32)
+        batch_norm_backward_reduce[C, 512](g, xa, y, mean, invstd, dweight, dbias, n, hw, C, relu=int(relu))
+        dx = xp.empty_like(xa)
+        dres = xp.empty_like(xa) if residual is not None else dx
+        batch_norm_backward_input[(total + 255) // 256, 256](g, xa, y, mean, invstd, w, dweight, dbias, dx, dres,
+                                                             total, hw, C, n, **flags)
+        grads = [dx]
+        if weight is not None:
+            grads.append(dweight)
+        if bias is not None:
+            grads.append(dbias)
+        if residual is not None:
+            grads.append(dres)
+        return grads
+
+    return from_op(y, parents, backward, "batch_norm_act" if relu or residual is not None else "batch_norm")

@@ -418,3 +418,11 @@ def test_float_for_an_integer_parameter_is_an_error():
     x = np.zeros(1, np.float32)
     k.simulate[1, 1](x, np.int64(7))
     assert x[0] == 7
+
+
+def test_calling_a_kernel_without_a_launch_configuration_explains():
+    @kernel
+    def k(x: Array[f32]):
+        x[tx] = 1.0
+    with pytest.raises(TypeError, match=r"launch it as k\[grid, block\]\(...\)"):
+        k(np.zeros(1, np.float32))
