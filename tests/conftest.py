@@ -27,3 +27,13 @@ def pytest_configure(config):
         torch.set_num_threads(1)
     except ImportError:
         pass
+
+
+@pytest.fixture
+def exact_gpu_math():
+    """float32 GPU math without TF32 and with deterministic cuDNN plans, for comparisons that must be tight."""
+    import frost
+    saved = frost.backends.allow_tf32, frost.backends.deterministic
+    frost.backends.allow_tf32, frost.backends.deterministic = False, True
+    yield
+    frost.backends.allow_tf32, frost.backends.deterministic = saved

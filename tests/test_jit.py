@@ -52,12 +52,12 @@ def _train(device, use_jit, steps):
 
 
 @pytest.mark.cuda
-def test_jit_replay_equals_eager_for_50_resnet_steps():
+def test_jit_replay_equals_eager_for_50_resnet_steps(exact_gpu_math):
     eager_losses, eager_state = _train("cuda", False, 50)
     jit_losses, jit_state = _train("cuda", True, 50)
-    np.testing.assert_allclose(jit_losses, eager_losses, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(jit_losses, eager_losses, rtol=1e-4, atol=1e-5)
     for k in eager_state:
-        np.testing.assert_allclose(jit_state[k], eager_state[k], rtol=5e-3, atol=5e-4, err_msg=k)
+        np.testing.assert_allclose(jit_state[k], eager_state[k], rtol=1e-3, atol=1e-5, err_msg=k)
 
 
 @pytest.mark.cuda

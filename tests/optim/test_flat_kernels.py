@@ -53,8 +53,8 @@ def _train(device, opt_cls, steps=20, **options):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("opt_cls", [frost.optim.AdamW, frost.optim.Adam])
-def test_gpu_flat_update_equals_cpu_rule(opt_cls):
-    options = dict(lr=1e-2, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+def test_gpu_flat_update_equals_cpu_rule(opt_cls, exact_gpu_math):
+    options = dict(lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
     _, cpu = _train("cpu", opt_cls, **options)
     opt, gpu = _train("cuda", opt_cls, **options)
     assert opt._flat, "the CUDA parameters should have been packed into a flat group"
