@@ -139,10 +139,19 @@ class _ConvGraph:
             return
         pack, best, best_time = self.pack(a, b, out), 0, float("inf")
         # the heuristics rank the plans; the best measured one is nearly always among their first few
-        for i in range(min(self.plan_count, int(os.environ.get("FROST_CUDNN_TUNE_PLANS", "8")))):
-            t = self._time_plan(i, pack)
+        limit = int(os.environ.get("FROST_CUDNN_TUNE_PLANS", "8"))
+        timed = 0
+        for i in range(self.plan_count):
+            t = self._time_plan(i, pack)  # inf for a plan that the filters (TF32, determinism) exclude
+            timed += t < float("inf")
             if t < best_time:
                 best, best_time = i, t
+            if timed >= limit:
+                break
+        if best_time == float("inf"):
+            from frost import backends
+            raise RuntimeError(f"cuDNN has no usable plan for {key} with allow_tf32={backends.allow_tf32}, "
+                               f"deterministic={backends.deterministic}")
         tuned[key] = best
         _save_tuned()
         self._select(best)

@@ -18,10 +18,15 @@ class FakeArray:
         self.data = types.SimpleNamespace(ptr=a.ctypes.data)
 
 
+FUNCTIONS = {}  # fake CUfunction handle -> FakeFunction
+
+
 class FakeFunction:
     def __init__(self, name, launches):
         self.name, self.launches = name, launches
         self.max_dynamic_shared_size_bytes = 0
+        self.ptr = id(self)
+        FUNCTIONS[self.ptr] = self
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None):
         self.launches.append(dict(name=self.name, grid=grid, block=block, args=args, smem=shared_mem, stream=stream,
@@ -42,8 +47,13 @@ def fake_cupy(monkeypatch):
 
     cp = types.ModuleType("cupy")
     cp.ndarray = FakeArray
+    def func_set_attribute(ptr, attribute, value):
+        assert attribute == 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        FUNCTIONS[ptr].max_dynamic_shared_size_bytes = value
+
     cp.cuda = types.SimpleNamespace(
         function=types.SimpleNamespace(Module=Module),
+        driver=types.SimpleNamespace(funcSetAttribute=func_set_attribute),
         runtime=types.SimpleNamespace(getDevice=lambda: 0),
         Device=lambda i=0: types.SimpleNamespace(compute_capability="90"),
         get_current_stream=lambda: "current-stream")
