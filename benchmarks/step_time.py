@@ -131,7 +131,6 @@ def torch_rows(steps: int, repeats: int, precision: str, graphed: bool) -> dict:
 
 def kernel_breakdown(precision: str = "fp32", top: int = 25) -> list[dict]:
     """Kernels of one replayed Frost jit step with their GPU times (CUPTI through torch.profiler sees CuPy's too)."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
     import frost
     import frost.nn.functional as F

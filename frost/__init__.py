@@ -1,5 +1,4 @@
 """Frost: a readable deep-learning framework with autograd, layers, optimizers and GPU kernels in Python."""
-from frost import dtype as _dtype_module
 from frost.autograd import no_grad, enable_grad, set_grad_enabled, is_grad_enabled, detect_anomaly
 from frost.backend import Device
 from frost.dtype import (DType, bfloat16, bool_ as bool, float16, float32, float64, int8, int16, int32, int64,

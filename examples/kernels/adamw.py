@@ -3,7 +3,7 @@ import numpy as np
 
 import frost
 from frost.backend import cuda
-from frost.kernel import Array, bx, cdiv, f32, i32, tx
+from frost.kernel import Array, bx, cdiv, f32, i32, sqrt, tx
 
 
 @frost.kernel

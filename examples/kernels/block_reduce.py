@@ -3,21 +3,11 @@ import numpy as np
 
 import frost
 from frost.backend import cuda
-from frost.kernel import (Array, atomic_add, bdx, bx, f32, gdx, i32, lane, shared, syncthreads, tx, warp,
-                          warp_sum)
+from frost.kernel import Array, atomic_add, bdx, block_sum, bx, f32, gdx, i32, shared, syncthreads, tx
 
 
-@frost.kernel.device
-def block_sum(v: f32, scratch: Array[f32]) -> f32:
-    """The sum of v over the block (every thread gets it); scratch is shared, one slot per warp."""
-    v = warp_sum(v)
-    if lane == 0:
-        scratch[warp] = v
-    syncthreads()
-    v = scratch[lane] if lane < bdx // 32 else 0.0
-    v = warp_sum(v)
-    syncthreads()  # scratch may be reused right after
-    return v
+# block_sum (frost/kernel/lib.py) is itself written in the language: a warp_sum, one shared slot per warp,
+# a barrier, and a warp_sum of the slots.
 
 
 @frost.kernel

@@ -3,31 +3,7 @@ import numpy as np
 
 import frost
 from frost.backend import cuda
-from frost.kernel import Array, bdx, bx, exp, f32, inf, lane, shared, syncthreads, tx, warp, warp_max, warp_sum
-
-
-@frost.kernel.device
-def block_max(v: f32, scratch: Array[f32]) -> f32:
-    v = warp_max(v)
-    if lane == 0:
-        scratch[warp] = v
-    syncthreads()
-    v = scratch[lane] if lane < bdx // 32 else -inf
-    v = warp_max(v)
-    syncthreads()
-    return v
-
-
-@frost.kernel.device
-def block_sum(v: f32, scratch: Array[f32]) -> f32:
-    v = warp_sum(v)
-    if lane == 0:
-        scratch[warp] = v
-    syncthreads()
-    v = scratch[lane] if lane < bdx // 32 else 0.0
-    v = warp_sum(v)
-    syncthreads()
-    return v
+from frost.kernel import Array, bdx, block_max, block_sum, bx, exp, f32, inf, shared, tx
 
 
 @frost.kernel

@@ -20,12 +20,7 @@ LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, default=None,
-                   help="CIFAR-10 folder in any layout frost.data.CIFAR10 reads "
-                        f"(default: {common.default_data_dir()}, downloaded when absent)")
-    p.add_argument("--steps", type=int, default=common.PROTOCOL["steps"], help="training steps (default 20000)")
-    p.add_argument("--seeds", type=common.parse_seeds, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    add_data_arguments(p)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--pipeline", choices=["resident", "loader"], default="resident",
                    help="resident: the uint8 dataset held on the device; loader: frost.data.DataLoader threads")
@@ -41,10 +36,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def add_data_arguments(p: argparse.ArgumentParser) -> None:
+    """--data, --steps, --seeds and --device, as every training benchmark takes them."""
+    p.add_argument("--data", type=Path, default=None,
+                   help="CIFAR-10 folder in any layout frost.data.CIFAR10 reads "
+                        f"(default: {common.default_data_dir()}, downloaded when absent)")
+    p.add_argument("--steps", type=int, default=common.PROTOCOL["steps"], help="training steps (default 20000)")
+    p.add_argument("--seeds", type=common.parse_seeds, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+
+
 # ---------------------------------------------------------------- set-up
 
 
-def _resolve_device(name: str | None) -> str:
+def resolve_device(name: str | None) -> str:
     from frost.backend import cuda
     if name is None:
         return "cuda" if cuda.is_available() else "cpu"
@@ -53,7 +58,7 @@ def _resolve_device(name: str | None) -> str:
     return name
 
 
-def _device_name(device: str) -> str:
+def device_name(device: str) -> str:
     if device == "cuda":
         from frost.backend import cuda
         if hasattr(cuda, "device_name"):
@@ -63,7 +68,7 @@ def _device_name(device: str) -> str:
     return common.cpu_name()
 
 
-def _synchronizer(device: str):
+def synchronizer(device: str):
     if device == "cuda":
         from frost.backend import cuda
         return cuda.synchronize
@@ -85,7 +90,7 @@ def _autocast(precision: str):
     return autocast(frost.bfloat16)
 
 
-def _jit_wrapper(enabled: bool, device: str):
+def jit_wrapper(enabled: bool, device: str):
     """frost.jit when asked for and on cuda; else None (eager)."""
     if not enabled or device != "cuda":
         return None
@@ -208,17 +213,23 @@ def _as_labels(y, device: str):
 
 def build(seed: int, device: str):
     """The seed ResNet and its AdamW, initialised from `seed`."""
-    import frost
-    from frost.models.resnet import cifar_resnet
     from frost.optim import AdamW
-    frost.manual_seed(seed)
-    model = cifar_resnet(num_classes=10)
-    if device != "cpu":
-        model = model.to(device)
+    model = build_model(seed, device)
     p = common.PROTOCOL
     opt = AdamW(model.parameters(), lr=p["lr"], betas=tuple(p["betas"]), eps=p["eps"],
                 weight_decay=p["weight_decay"])
     return model, opt
+
+
+def build_model(seed: int, device: str):
+    """The seed ResNet (10 classes) on the device, initialised from `seed`."""
+    import frost
+    from frost.models.resnet import cifar_resnet
+    frost.manual_seed(seed)
+    model = cifar_resnet(num_classes=10)
+    if device != "cpu":
+        model = model.to(device)
+    return model
 
 
 def make_step(model, opt, precision: str, jit, x_all=None, y_all=None):
@@ -227,26 +238,50 @@ def make_step(model, opt, precision: str, jit, x_all=None, y_all=None):
     With resident data (x_all uint8 NCHW, y_all int64 on the device) the step takes the batch indices
     and gathers the batch itself; otherwise it takes the batch (x, y).
     """
+    step = training_step(model, opt, precision)
+    if x_all is not None:
+        step = on_resident_data(step, x_all, y_all)
+    return jit(step) if jit is not None else step
+
+
+def float_logits(model, x, precision: str):
+    """The model's logits for batch x, in float32 (the forward runs under autocast for bf16)."""
+    with _autocast(precision):
+        logits = model(x)
+    return logits.float() if logits.dtype.name != "float32" else logits
+
+
+def training_step(model, opt, precision: str):
+    """train(x, y) -> loss: forward, cross-entropy, backward and one optimizer step."""
     import frost.nn.functional as F
-    from frost.tensor import Tensor
 
     def train(x, y):
-        with _autocast(precision):
-            logits = model(x)
-        loss = F.cross_entropy(logits.float() if logits.dtype.name != "float32" else logits, y)
+        loss = F.cross_entropy(float_logits(model, x, precision), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         return loss
 
-    def gather_and_train(idx):
-        i = idx.data
-        xb = x_all[i].astype("float32")
-        xb /= 255.0
-        return train(Tensor(xb), Tensor(y_all[i]))
+    return train
 
-    step = gather_and_train if x_all is not None else train
-    return jit(step) if jit is not None else step
+
+def on_resident_data(fn, x_all, y_all):
+    """fn(x, y) as a function of batch indices into the resident data: the gather and the scaling to [0, 1]
+    happen inside, so with frost.jit they are part of the captured graph."""
+    from frost.tensor import Tensor
+
+    def gather_and_call(idx):
+        i = idx.data
+        return fn(Tensor(scaled(x_all[i])), Tensor(y_all[i]))
+
+    return gather_and_call
+
+
+def scaled(images):
+    """uint8 images (an array) as float32 in [0, 1]."""
+    out = images.astype("float32")
+    out /= 255.0
+    return out
 
 
 def evaluate(model, x_test, y_test, batch: int, precision: str) -> tuple[float, float]:
@@ -257,9 +292,7 @@ def evaluate(model, x_test, y_test, batch: int, precision: str) -> tuple[float, 
     preds = []
     with frost.no_grad(), _autocast(precision):
         for i in range(0, len(x_test), batch):
-            xb = x_test[i:i + batch].astype("float32")
-            xb /= 255.0
-            preds.append(model(Tensor(xb)).argmax(dim=1).numpy())
+            preds.append(model(Tensor(scaled(x_test[i:i + batch]))).argmax(dim=1).numpy())
     model.train()
     pred = np.concatenate(preds)
     labels = np.asarray(frost.Tensor(y_test).numpy())
@@ -271,9 +304,9 @@ def evaluate(model, x_test, y_test, batch: int, precision: str) -> tuple[float, 
 def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float) -> dict:
     """Train one seed: start-up (build + warm-up steps), timed steps, evaluation. Returns the run's record."""
     from tqdm import tqdm
-    sw = common.Stopwatch(_synchronizer(device))
+    sw = common.Stopwatch(synchronizer(device))
     t_start = sw.now()
-    jit = _jit_wrapper(args.jit == "on", device)
+    jit = jit_wrapper(args.jit == "on", device)
     warmup = args.warmup_steps if args.warmup_steps is not None else (3 if jit is not None else 1)
     warmup = max(0, min(warmup, args.steps))
     log_every = args.log_every or max(1, args.steps // 200)
@@ -345,26 +378,35 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
 # ---------------------------------------------------------------- the command
 
 
+def new_frost_result(mode: str, precision: str, device: str, steps: int, seeds: list[int]) -> dict:
+    """common.new_result for Frost on this device (with CuPy's version on cuda)."""
+    result = common.new_result("frost", mode, precision, device, device_name(device), steps, seeds)
+    if device == "cuda":
+        from frost.backend import cuda
+        result["versions"]["cupy"] = cuda.cupy().__version__
+    return result
+
+
+def timed_load(data_arg: Path | None, device: str, pipeline: str) -> tuple[dict, float]:
+    """The data (see load_data) from --data or the cache, and the seconds its loading took."""
+    t0 = time.perf_counter()
+    data = load_data(ensure_data(data_arg), device, pipeline)
+    return data, time.perf_counter() - t0
+
+
 def run(args: argparse.Namespace) -> dict:
     """Run the benchmark for every seed; print the table; write JSON when --out is given. Returns the result."""
     if args.steps < 1:
         raise SystemExit("frost bench: --steps must be at least 1")
-    device = _resolve_device(args.device)
+    device = resolve_device(args.device)
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
-    jit_on = _jit_wrapper(args.jit == "on", device) is not None
+    jit_on = jit_wrapper(args.jit == "on", device) is not None
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
-    result = common.new_result("frost", mode, args.precision, device, _device_name(device), args.steps, args.seeds)
+    result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch})
-    if device == "cuda":
-        from frost.backend import cuda
-        result["versions"]["cupy"] = cuda.cupy().__version__
-
-    t0 = time.perf_counter()
-    root = ensure_data(args.data)
-    data = load_data(root, device, args.pipeline)
-    data_load_s = time.perf_counter() - t0
+    data, data_load_s = timed_load(args.data, device, args.pipeline)
     result.update({"data": str(args.data) if args.data else "default cache", "data_load_s": data_load_s,
                    "n_train": data["n_train"], "n_test": data["n_test"]})
 

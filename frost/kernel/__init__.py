@@ -39,7 +39,7 @@ from frost.kernel.api import CudaSource, DeviceFunction, Kernel, cuda_source, de
 from frost.kernel.builtins import *  # noqa: F401,F403 (tx, bx, sqrt, shared, ...: the language's names)
 from frost.kernel.compile import stats as compile_stats
 from frost.kernel.frontend import KernelError
-from frost.kernel.lib import mma_tile, warp_max, warp_min, warp_sum
+from frost.kernel.lib import block_max, block_sum, mma_tile, warp_max, warp_min, warp_sum
 from frost.kernel.simulate import SimulationError
 from frost.kernel.types import Array, Const, bf16, f16, f32, f64, i32, i64, u32, u8
 from frost.kernel.types import boolean as bool_
@@ -48,7 +48,7 @@ kernel.device = device
 
 __all__ = ["kernel", "device", "cuda_source", "Kernel", "DeviceFunction", "CudaSource", "KernelError",
            "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32", "i64", "u32",
-           "u8", "bool_", "warp_sum", "warp_max", "warp_min", "mma_tile"] + list(_builtins.__all__)
+           "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile"] + list(_builtins.__all__)
 
 
 class _CallableModule(_types.ModuleType):

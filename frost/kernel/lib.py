@@ -1,6 +1,6 @@
-"""Library device functions written in the kernel language itself: warp reductions."""
+"""Library device functions written in the kernel language itself: warp and block reductions, tile matmul."""
 from frost.kernel.api import device
-from frost.kernel.builtins import mma_16x8x16, shfl_xor, static_range
+from frost.kernel.builtins import bdx, inf, lane, mma_16x8x16, shfl_xor, static_range, syncthreads, warp
 
 
 @device
@@ -24,6 +24,32 @@ def warp_min(v):
     """The minimum of v over the 32 lanes of a warp (every lane gets it)."""
     for k in static_range(5):
         v = min(v, shfl_xor(v, 16 >> k))
+    return v
+
+
+@device
+def block_sum(v, scratch):
+    """The sum of v over the block (every thread gets it); scratch is shared memory with a slot per warp."""
+    v = warp_sum(v)
+    if lane == 0:
+        scratch[warp] = v
+    syncthreads()
+    v = scratch[lane] if lane < bdx // 32 else 0.0
+    v = warp_sum(v)
+    syncthreads()  # scratch may be reused right after
+    return v
+
+
+@device
+def block_max(v, scratch):
+    """The maximum of v over the block (every thread gets it); scratch as for block_sum."""
+    v = warp_max(v)
+    if lane == 0:
+        scratch[warp] = v
+    syncthreads()
+    v = scratch[lane] if lane < bdx // 32 else -inf
+    v = warp_max(v)
+    syncthreads()
     return v
 
 

@@ -1,7 +1,6 @@
 """Conv2d: the 2-D convolution layer (zero padding)."""
 from __future__ import annotations
 
-import math
 
 from frost.nn import init
 from frost.nn.module import Module, Parameter
@@ -69,12 +68,7 @@ class Conv2d(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            if fan_in != 0:
-                bound = 1 / math.sqrt(fan_in)
-                init.uniform_(self.bias, -bound, bound)
+        init.layer_default_(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)

@@ -147,3 +147,13 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     with no_grad():
         tensor.data[...] = (gain * q).reshape(tensor.shape).astype(tensor.data.dtype)
     return tensor
+
+
+def layer_default_(weight: Tensor, bias: Tensor | None) -> None:
+    """PyTorch's default init of Linear and Conv weights and biases: kaiming_uniform_(a=sqrt(5)) for the weight,
+    uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias."""
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        fan_in, _ = _calculate_fan_in_and_fan_out(weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        uniform_(bias, -bound, bound)

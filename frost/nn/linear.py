@@ -1,7 +1,6 @@
 """Identity, Linear and Flatten layers."""
 from __future__ import annotations
 
-import math
 
 from frost.nn import init
 from frost.nn.module import Module, Parameter
@@ -39,11 +38,7 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init.layer_default_(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1:] != (self.in_features,):

@@ -202,21 +202,9 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
 # add and the ReLU that follow it in a ResNet block), then the two backward passes. Each kernel's NumPy twin
 # is the generic path above (batch_norm, then + residual, then relu); the tests compare them.
 
-from frost.kernel import Array, Const, bdx, bx, f32, i32, kernel, lane, rsqrt, shared, syncthreads, tx, warp, \
-    warp_sum  # noqa: E402
-
-
-@kernel.device
-def block_sum(v: f32, scratch: Array[f32]) -> f32:
-    """The sum of v over the block, in every thread; scratch is shared memory with one slot per warp."""
-    v = warp_sum(v)
-    if lane == 0:
-        scratch[warp] = v
-    syncthreads()
-    v = scratch[lane] if lane < bdx // 32 else 0.0
-    v = warp_sum(v)
-    syncthreads()
-    return v
+from frost.dtype import float32  # noqa: E402
+from frost.ops.elementwise import cast  # noqa: E402
+from frost.kernel import Array, Const, bdx, block_sum, bx, f32, i32, kernel, rsqrt, shared, tx  # noqa: E402
 
 
 @kernel
@@ -307,6 +295,10 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
                    bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
                    residual: Tensor | None = None, relu: bool = False) -> Tensor:
     """relu(batch_norm(x) + residual), with the add and the ReLU optional: one fused op (four GPU launches)."""
+    if training and x.device.type == "cuda" and x.dtype.name in ("bfloat16", "float16"):
+        # half-precision activations (autocast) are normalized in float32, as cuDNN's batch norm does
+        x = cast(x, float32)
+        residual = None if residual is None else cast(residual, float32)
     if not _gpu_fast_path(x, training, running_mean, running_var, weight, bias, residual) or \
             (residual is not None and residual.shape != x.shape):
         out = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)

@@ -6,7 +6,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from frost.dtype import default_float, to_dtype
+from frost.dtype import to_dtype
 from frost.tensor import Tensor, from_op
 
 values_indices = namedtuple("values_indices", ["values", "indices"])
@@ -125,7 +125,6 @@ def _amaxmin(x: Tensor, dim, keepdim: bool, name: str, largest: bool) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, name)
     out = (x.data.max if largest else x.data.min)(axis=axes, keepdims=True)
-    shape = x.shape
 
     def backward(g):
         mask = x.data == out

@@ -3,8 +3,12 @@ from frost.optim.optimizer import Optimizer
 from frost.optim.sgd import SGD, sgd_update
 from frost.optim.adam import Adam, adam_update
 from frost.optim.adamw import AdamW, adamw_update
+from frost.optim.lion import Lion, lion_update
+from frost.optim.adafactor import Adafactor, adafactor_update
+from frost.optim.lamb import LAMB, lamb_update
 from frost.optim import schedule
 from frost.optim import schedule as lr_scheduler  # PyTorch's name for the same module
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "sgd_update", "adam_update", "adamw_update", "schedule",
            "lr_scheduler"]
+__all__ += ["Lion", "lion_update", "Adafactor", "adafactor_update", "LAMB", "lamb_update"]

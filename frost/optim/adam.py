@@ -60,6 +60,7 @@ class Adam(Optimizer):
 
     def step(self, closure=None):
         loss = self._evaluate(closure)
+        self._check_finite_grads()
         flat_groups = self._step_flat_groups()
         for index, group in enumerate(self.param_groups):
             if index in flat_groups:

@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from frost import backend
-from frost.autograd import enable_grad
+from frost.autograd import AnomalyError, _has_nonfinite, enable_grad, is_anomaly_enabled
 from frost.tensor import Tensor
 
 
@@ -21,12 +21,15 @@ class Optimizer:
     Subclasses pass their default options to `__init__` and write `step()`: for every parameter with a
     gradient, call the optimizer's pure update function on raw arrays (`p.data`, `p.grad.data`, state
     arrays). The options are read from the group at every step, so `group['lr'] = x` takes effect at once.
+    `params` may also be `model.named_parameters()` ((name, tensor) pairs, also inside groups), as in PyTorch 2:
+    the names then appear in errors, e.g. anomaly mode's report of a NaN gradient.
     """
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
         self.state: dict[Tensor, dict[str, Any]] = {}
         self.param_groups: list[dict[str, Any]] = []
+        self._param_names: dict[int, str] = {}  # id(param) -> name, for parameters given as (name, tensor)
         if isinstance(params, (Tensor, set)):
             raise TypeError(f"{type(self).__name__}: params must be an ordered iterable of tensors or of dicts "
                             f"(param groups), got {type(params).__name__}")
@@ -57,7 +60,7 @@ class Optimizer:
         elif isinstance(params, set) or params is None:
             raise TypeError(f"{type(self).__name__}: a param group's 'params' must be a tensor or an ordered "
                             f"list of tensors, got {type(params).__name__}")
-        group["params"] = params = list(params)
+        group["params"] = params = [self._remember_name(p) for p in params]
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
                 raise TypeError(f"{type(self).__name__}: can only optimize Tensors, but param {i} of group "
@@ -72,6 +75,27 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}: some parameters appear more than once (in one group or "
                              f"in several groups)")
         self.param_groups.append(group)
+
+    def _remember_name(self, p):
+        """A (name, tensor) pair, as model.named_parameters() yields them, becomes the tensor; the name is kept."""
+        if isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str):
+            self._param_names[id(p[1])] = p[0]
+            return p[1]
+        return p
+
+    def _check_finite_grads(self) -> None:
+        """In anomaly mode, raise AnomalyError naming the first parameter whose gradient holds NaN or inf.
+
+        Unnamed parameters are called 'param <group>.<index>'. Off anomaly mode this costs nothing (no sync).
+        """
+        if not is_anomaly_enabled():
+            return
+        for gi, group in enumerate(self.param_groups):
+            for i, p in enumerate(group["params"]):
+                if p.grad is not None and _has_nonfinite(p.grad.data):
+                    name = self._param_names.get(id(p), f"param {gi}.{i}")
+                    raise AnomalyError(f"anomaly: gradient of parameter '{name}' (shape {p.shape}, {p.grad.dtype}) "
+                                       f"contains NaN or inf at {type(self).__name__}.step()")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's gradient (or fill it with zeros when set_to_none=False).
@@ -218,7 +242,8 @@ def _cast_state(name: str, index: int, key: str, value, p: Tensor):
         return Tensor(np.array(value.numpy() if isinstance(value, Tensor) else value, dtype=np.float32))
     if not isinstance(value, Tensor):
         return _copy_option(value)
-    if value.ndim > 0 and value.shape != p.shape:
+    # factored state (Adafactor's row_var (n, 1), col_var (1, m)) has the parameter's shape with some sizes 1
+    if value.ndim > 0 and (value.ndim != p.ndim or any(s not in (1, n) for s, n in zip(value.shape, p.shape))):
         raise ValueError(f"{name}: state {key!r} of parameter {index} has shape {value.shape} but the parameter "
                          f"has shape {p.shape}")
     out = value.detach().to(p.device)

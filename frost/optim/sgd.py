@@ -54,6 +54,7 @@ class SGD(Optimizer):
 
     def step(self, closure=None):
         loss = self._evaluate(closure)
+        self._check_finite_grads()
         for group in self.param_groups:
             for p in self._params_with_grad(group):
                 buf = self.state.get(p, {}).get("momentum_buffer")

@@ -1,0 +1,69 @@
+"""LAMB: Adam's step rescaled per layer (per parameter tensor) by the trust ratio ||w|| / ||update||.
+
+You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer, Hsieh, "Large Batch Optimization for Deep
+Learning: Training BERT in 76 minutes" (ICLR 2020), Algorithm 2 with phi the identity:
+
+    m = beta1 * m + (1 - beta1) * g,   v = beta2 * v + (1 - beta2) * g^2
+    r = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+    u = r + weight_decay * w                                  # decoupled weight decay, inside the update
+    w = w - lr * (||w|| / ||u||) * u                          # the ratio is 1 when either norm is 0
+
+Hyper-parameters: lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01 (the paper's BERT runs use beta1=0.9,
+beta2=0.999, eps=1e-6, wd=0.01; lr comes from its warm-up + polynomial-decay schedule). The trust ratio is not
+clipped (the paper's phi(z) = min(max(z, gamma_l), gamma_u) is the identity here, as in the reference codes).
+Exclude biases and norm weights from decay with a second param group, as the paper's BERT setup does.
+State: 'step', 'exp_avg', 'exp_avg_sq' (Adam's names). Where it runs: `lamb_update` is array code (NumPy, or
+CuPy for CUDA parameters): the two norms are per-tensor reductions, so there is no single flat launch; the
+ratio stays on the device (no host synchronisation).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from frost.optim.optimizer import Optimizer, array_module
+from frost.tensor import Tensor, zeros_like
+
+
+def lamb_update(p, g, m, v, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+                step: float) -> None:
+    """One LAMB step on arrays (NumPy or CuPy), in place on p, m, v."""
+    xp = array_module(p)
+    m += (1 - beta1) * (g - m)
+    v *= beta2
+    v += (1 - beta2) * (g * g)
+    update = (m / (1 - beta1 ** step)) / (xp.sqrt(v / (1 - beta2 ** step)) + eps) + weight_decay * p
+    w_norm, u_norm = _norm(xp, p), _norm(xp, update)
+    trust = xp.where((w_norm > 0) & (u_norm > 0), w_norm / xp.where(u_norm > 0, u_norm, 1), 1)
+    p -= (lr * trust).astype(p.dtype) * update
+
+
+def _norm(xp, a):
+    """The 2-norm of a whole tensor, accumulated in at least float32 (bfloat16 sums would lose the ratio)."""
+    a = a.astype(xp.float64 if a.dtype == xp.float64 else xp.float32)
+    return xp.sqrt(xp.sum(a * a))
+
+
+class LAMB(Optimizer):
+    """Layer-wise Adaptive Moments for Batch training: Adam whose step per tensor is scaled to that tensor's norm."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01) -> None:
+        if not lr >= 0 or not eps >= 0 or not weight_decay >= 0:
+            raise ValueError(f"LAMB: lr ({lr}), eps ({eps}) and weight_decay ({weight_decay}) must be >= 0")
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"LAMB: betas must be two numbers in [0, 1), got {betas}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    def step(self, closure=None):
+        loss = self._evaluate(closure)
+        self._check_finite_grads()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in self._params_with_grad(group):
+                state = self.state.setdefault(p, {})
+                if not state:
+                    state["step"], state["exp_avg"], state["exp_avg_sq"] = self._new_step(), zeros_like(p), zeros_like(p)
+                lamb_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, lr=group["lr"],
+                            beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                            step=self._increment(state["step"]))
+        return loss

@@ -1,0 +1,85 @@
+"""Lion: the sign of an interpolated momentum as the update, with decoupled weight decay.
+
+Chen, Liang, Huang, Real, Wang, Pham, Dong, Luong, Hsieh, Lu, Le, "Symbolic Discovery of Optimization
+Algorithms" (NeurIPS 2023, arXiv:2302.06675), Algorithm 2:
+
+    c = beta1 * m + (1 - beta1) * g              # interpolation, used only for the update's sign
+    p = p - lr * (sign(c) + weight_decay * p)    # = p * (1 - lr * wd) - lr * sign(c)
+    m = beta2 * m + (1 - beta2) * g              # the tracked momentum
+
+Hyper-parameters (paper defaults): lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0. The paper advises an lr 3-10x
+smaller than AdamW's and a weight decay 3-10x larger (the product lr * wd sets the decay strength).
+State: 'exp_avg' (m) and 'step', as the authors' and common PyTorch ports name them. The update is elementwise:
+on the GPU a float32 group is one launch of `lion_flat_kernel` over the flat buffers; elsewhere `lion_update`.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
+from frost.optim.adamw import advance_step
+from frost.optim.optimizer import Optimizer, array_module
+from frost.tensor import Tensor, zeros_like
+
+
+def lion_update(p, g, m, *, lr: float, beta1: float, beta2: float, weight_decay: float) -> None:
+    """One Lion step on arrays (NumPy or CuPy), in place on p and m."""
+    xp = array_module(p)
+    c = beta1 * m + (1 - beta1) * g
+    p *= 1 - lr * weight_decay
+    p -= lr * xp.sign(c)
+    m += (1 - beta2) * (g - m)
+
+
+# ---------------------------------------------------------------- GPU kernel (twin: lion_update)
+# hyper = [step, lr, beta1, beta2, weight_decay] on the device (step is only counted, Lion does not use it).
+
+@kernel
+def lion_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], n: i32, hyper: Array[f32]):
+    i = bx * bdx + tx
+    if i < n:
+        lr = hyper[1]
+        gi = g[i]
+        mi = m[i]
+        c = hyper[2] * mi + (1 - hyper[2]) * gi
+        p[i] = p[i] * (1 - lr * hyper[4]) - lr * (f32(c > 0) - f32(c < 0))
+        m[i] = mi + (1 - hyper[3]) * (gi - mi)
+
+
+class Lion(Optimizer):
+    """Lion (EvoLved Sign Momentum): every coordinate moves by exactly lr, in the sign of the momentum."""
+
+    flat_state = ("exp_avg",)
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-4,
+                 betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
+        if not lr >= 0 or not weight_decay >= 0:
+            raise ValueError(f"Lion: lr ({lr}) and weight_decay ({weight_decay}) must be >= 0")
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"Lion: betas must be two numbers in [0, 1), got {betas}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
+
+    def _flat_hyper(self, group: dict) -> list[float]:
+        return [group["lr"], *group["betas"], group["weight_decay"]]
+
+    def _flat_update(self, flat) -> None:
+        advance_step[1, 32](flat.hyper)
+        lion_flat_kernel[cdiv(flat.numel, 256), 256](flat.params, flat.grads, flat.state["exp_avg"], flat.numel,
+                                                      flat.hyper)
+
+    def step(self, closure=None):
+        loss = self._evaluate(closure)
+        self._check_finite_grads()
+        flat_groups = self._step_flat_groups()
+        for index, group in enumerate(self.param_groups):
+            if index in flat_groups:
+                continue
+            beta1, beta2 = group["betas"]
+            for p in self._params_with_grad(group):
+                state = self.state.setdefault(p, {})
+                if not state:
+                    state["step"], state["exp_avg"] = self._new_step(), zeros_like(p)
+                self._increment(state["step"])
+                lion_update(p.data, p.grad.data, state["exp_avg"].data, lr=group["lr"], beta1=beta1, beta2=beta2,
+                            weight_decay=group["weight_decay"])
+        return loss
