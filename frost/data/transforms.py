@@ -158,3 +158,48 @@ class Compose:
 
     def __repr__(self) -> str:
         return "Compose(" + ", ".join(type(t).__name__ for t in self.transforms) + ")"
+
+
+# ---------------------------------------------------------------- the GPU twin: one fused launch
+# Gather by index, pad-crop, flip, to float, normalize and NHWC -> NCHW, one thread per output value; the
+# float math is the CPU reference's (float32(x) / 255, then (y - mean) / std), so results agree bit for bit.
+
+from frost.kernel import Array, bdx, bx, f32, i32, kernel, tx, u8  # noqa: E402
+
+
+@kernel
+def augment_kernel(images: Array[u8], index: Array[i32], offsets_y: Array[i32], offsets_x: Array[i32],
+                   flips: Array[i32], mean: Array[f32], std: Array[f32], out: Array[f32], total: i32, h: i32,
+                   w: i32, channels: i32, size: i32, padding: i32):
+    i = bx * bdx + tx
+    if i < total:
+        col = i % size
+        row = (i // size) % size
+        ch = (i // (size * size)) % channels
+        b = i // (size * size * channels)
+        if flips[b] != 0:
+            col = size - 1 - col
+        y = row + offsets_y[b] - padding
+        x = col + offsets_x[b] - padding
+        v = 0.0
+        if y >= 0 and y < h and x >= 0 and x < w:
+            v = f32(images[((index[b] * h + y) * w + x) * channels + ch]) / 255.0
+        out[i] = (v - mean[ch]) / std[ch]
+
+
+def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],
+                std: Sequence[float]):
+    """`augment` on the GPU for images[index] of a uint8 NHWC dataset held there; returns NCHW float32.
+
+    All arguments are CuPy arrays (or CUDA tensors) already on the device, so a captured step can call it.
+    """
+    import cupy as cp
+    images = getattr(images, "data", images)
+    n, h, w, c = images.shape
+    idx = cp.asarray(getattr(index, "data", index), dtype=cp.int32)
+    as_i32 = [cp.asarray(getattr(a, "data", a), dtype=cp.int32) for a in (offsets_y, offsets_x, flips)]
+    out = cp.empty((len(idx), c, size, size), dtype=cp.float32)
+    mean32, std32 = cp.asarray(mean, dtype=cp.float32), cp.asarray(std, dtype=cp.float32)
+    augment_kernel[(out.size + 255) // 256, 256](images.reshape(-1), idx, *as_i32, mean32, std32, out, out.size,
+                                                 h, w, c, size, padding)
+    return out

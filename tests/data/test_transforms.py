@@ -85,3 +85,37 @@ def test_compose_on_a_single_image():
     expected = T.normalize(T.to_float(T.crop(img, oy, ox, 8, 2)[:, ::-1]), MEAN, STD)
     np.testing.assert_array_equal(out, expected)
     assert repr(pipeline) == "Compose(RandomCrop, RandomHorizontalFlip, ToFloat, Normalize)"
+
+
+def test_gpu_augment_kernel_equals_cpu_augment_bit_for_bit():
+    from frost.data.transforms import augment, augment_kernel
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (6, 8, 8, 3), dtype=np.uint8)
+    index = np.array([4, 0, 5, 2], np.int32)
+    size, padding = 8, 2
+    oy = rng.integers(0, 2 * padding + 1, 4).astype(np.int32)
+    ox = rng.integers(0, 2 * padding + 1, 4).astype(np.int32)
+    flips = np.array([1, 0, 1, 0], np.int32)
+    mean, std = np.array([0.49, 0.48, 0.45], np.float32), np.array([0.25, 0.24, 0.26], np.float32)
+    out = np.full((4, 3, size, size), np.nan, np.float32)
+    augment_kernel.simulate[(out.size + 127) // 128, 128](images.reshape(-1), index, oy, ox, flips, mean, std, out,
+                                                          out.size, 8, 8, 3, size, padding)
+    ref = augment(images[index], oy, ox, flips.astype(bool), size, padding, mean, std)
+    np.testing.assert_array_equal(out, ref.transpose(0, 3, 1, 2))
+    assert len(augment_kernel.compile(arch="sm_90")) > 1000
+
+
+@pytest.mark.cuda
+def test_gpu_augment_on_the_device_equals_cpu_augment():
+    import cupy as cp
+    from frost.data.transforms import augment, augment_gpu
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8)
+    index = rng.permutation(50)[:32].astype(np.int32)
+    oy, ox = rng.integers(0, 9, 32).astype(np.int32), rng.integers(0, 9, 32).astype(np.int32)
+    flips = rng.integers(0, 2, 32).astype(np.int32)
+    mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
+    out = augment_gpu(cp.asarray(images), cp.asarray(index), cp.asarray(oy), cp.asarray(ox), cp.asarray(flips),
+                      32, 4, mean, std)
+    ref = augment(images[index], oy, ox, flips.astype(bool), 32, 4, mean, std)
+    np.testing.assert_array_equal(out.get(), ref.transpose(0, 3, 1, 2))

@@ -1,0 +1,119 @@
+"""Muon: momentum orthogonalized by Newton-Schulz for matrix weights, with an internal AdamW for the other parameters.
+
+Keller Jordan et al., "Muon: An optimizer for hidden layers in neural networks" (blog post, 2024; reference code
+in the KellerJordan/Muon repository: `zeropower_via_newtonschulz5`, `muon_update`, `MuonWithAuxAdam`).
+
+Muon parameters (>= 2-D; a conv weight (out, in, kh, kw) is viewed as out x (in*kh*kw)), reference defaults:
+    lr=0.02 (in units of spectral norm per update), momentum=0.95, nesterov=True, ns_steps=5, weight_decay=0
+    buf = momentum * buf + (1 - momentum) * g;   u = g + momentum * (buf - g) if nesterov else buf
+    O = NewtonSchulz5(u) ~ U V^T (coefficients 3.4445, -4.7750, 2.0315, on u / (||u||_F + 1e-7))
+    p *= 1 - lr * weight_decay;   p -= lr * max(1, rows / cols) ** 0.5 * O
+Everything else (biases, norm gains: < 2-D), and every parameter of a group given with `use_muon=False` (e.g. the
+embedding and the output layer, as the reference advises), gets AdamW with the reference's auxiliary defaults:
+    adam_lr=3e-4, adam_betas=(0.9, 0.95), adam_eps=1e-10, adam_weight_decay=0
+A group mixing both kinds is split in two (the Muon part first), so `param_groups` may outnumber the groups given.
+
+What runs where: the Newton-Schulz iteration is matrix products in array code (NumPy, or CuPy on the GPU via xp), in
+float32 (float64 for float64 parameters), per parameter; the reference's bfloat16 is not used (CuPy has no bfloat16
+matmul). The AdamW groups on the GPU go flat: AdamW's one-launch kernel (adamw.adam_flat_kernel). Differences
+from the reference: a parameter without a gradient is skipped (the reference fills zeros, for its all-gather), and
+the rows/cols scale of a conv weight uses its 2-D view (the reference divides the kernel's height by its width).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from frost.optim.adamw import adam_flat_update, adamw_update
+from frost.optim.optimizer import Optimizer, array_module
+from frost.tensor import Tensor, zeros_like
+
+
+def zeropower_via_newtonschulz5(G, steps: int = 5):
+    """U S' V^T with S' ~ 1 (roughly U V^T for G = U S V^T): the quintic Newton-Schulz iteration on a matrix."""
+    xp = array_module(G)
+    a, b, c = 3.4445, -4.7750, 2.0315
+    X = G.astype(xp.float64 if G.dtype == xp.float64 else xp.float32)
+    tall = X.shape[0] > X.shape[1]
+    X = X.T if tall else X                        # iterate on the wide side: X @ X.T is the smaller product
+    X = X / (xp.sqrt(xp.sum(X * X)) + 1e-7)       # Frobenius norm >= spectral norm, so now ||X||_2 <= 1
+    for _ in range(steps):
+        A = xp.matmul(X, X.T)
+        X = a * X + xp.matmul(b * A + c * xp.matmul(A, A), X)
+    return X.T if tall else X
+
+
+def muon_update(p, g, buf, *, lr: float, momentum: float, nesterov: bool, ns_steps: int,
+                weight_decay: float) -> None:
+    """One Muon step on arrays (NumPy or CuPy), in place on p and the momentum buffer."""
+    buf += (1 - momentum) * (g - buf)
+    u = g + momentum * (buf - g) if nesterov else buf
+    matrix = u.reshape(u.shape[0], -1)
+    scale = max(1.0, matrix.shape[0] / matrix.shape[1]) ** 0.5
+    p *= 1 - lr * weight_decay
+    p -= (lr * scale * zeropower_via_newtonschulz5(matrix, ns_steps)).reshape(p.shape).astype(p.dtype)
+
+
+class Muon(Optimizer):
+    """Muon for the matrices, AdamW for the rest (MuonWithAuxAdam); `use_muon=False` in a group sends it to AdamW."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 0.02, momentum: float = 0.95,
+                 nesterov: bool = True, ns_steps: int = 5, weight_decay: float = 0.0, adam_lr: float = 3e-4,
+                 adam_betas: tuple[float, float] = (0.9, 0.95), adam_eps: float = 1e-10,
+                 adam_weight_decay: float = 0.0) -> None:
+        if min(lr, adam_lr, adam_eps, weight_decay, adam_weight_decay) < 0 or not 0 <= momentum < 1 or ns_steps < 1:
+            raise ValueError(f"Muon: need lr ({lr}), adam_lr ({adam_lr}), adam_eps ({adam_eps}), weight_decay "
+                             f"({weight_decay}), adam_weight_decay ({adam_weight_decay}) >= 0, momentum ({momentum}) "
+                             f"in [0, 1) and ns_steps ({ns_steps}) >= 1")
+        if len(adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in adam_betas):
+            raise ValueError(f"Muon: adam_betas must be two numbers in [0, 1), got {adam_betas}")
+        self._adam_options = dict(lr=adam_lr, weight_decay=adam_weight_decay)
+        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
+                                      weight_decay=weight_decay, betas=tuple(adam_betas), eps=adam_eps, use_muon=True))
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group; its < 2-D parameters (all of them with use_muon=False) form a second, AdamW group."""
+        params = param_group.get("params") if isinstance(param_group, dict) else None
+        if params is None or isinstance(params, set):
+            return super().add_param_group(param_group)  # raises the base class's error
+        params = [self._remember_name(p) for p in ([params] if isinstance(params, Tensor) else params)]
+        group = dict(param_group)
+        use_muon = group.pop("use_muon", True)
+        matrices = [p for p in params if use_muon and getattr(p, "ndim", 0) >= 2]
+        rest = [p for p in params if not (use_muon and getattr(p, "ndim", 0) >= 2)]
+        if matrices:
+            super().add_param_group({**group, "params": matrices, "use_muon": True})
+        if rest or not matrices:
+            adam_group = {**group, **self._adam_options} if use_muon else {**self._adam_options, **group}
+            super().add_param_group({**adam_group, "params": rest, "use_muon": False})
+
+    flat_state = ("exp_avg", "exp_avg_sq")
+
+    def _flat_supported(self, group: dict) -> bool:
+        return not group["use_muon"]
+
+    def _flat_hyper(self, group: dict) -> list[float]:
+        return [group["lr"], *group["betas"], group["eps"], group["weight_decay"], 1.0, 1.0]
+
+    def _flat_update(self, flat) -> None:
+        adam_flat_update(flat)
+
+    def step(self, closure=None):
+        loss = self._evaluate(closure)
+        self._check_finite_grads()
+        flat_groups = self._step_flat_groups()
+        for index, group in enumerate(self.param_groups):
+            for p in self._params_with_grad(group) if index not in flat_groups else []:
+                state = self.state.setdefault(p, {})
+                if group["use_muon"]:
+                    if not state:
+                        state["momentum_buffer"] = zeros_like(p)
+                    muon_update(p.data, p.grad.data, state["momentum_buffer"].data, lr=group["lr"],
+                                momentum=group["momentum"], nesterov=group["nesterov"], ns_steps=group["ns_steps"],
+                                weight_decay=group["weight_decay"])
+                    continue
+                if not state:
+                    state.update(step=self._new_step(), exp_avg=zeros_like(p), exp_avg_sq=zeros_like(p))
+                adamw_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data,
+                             lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
+                             weight_decay=group["weight_decay"], step=self._increment(state["step"]))
+        return loss
