@@ -1,4 +1,5 @@
-"""The `frost` command: `frost bench resnet-cifar10 [...]` runs the seed benchmark (see --help)."""
+"""The `frost` command: `frost bench resnet-cifar10 [...]` runs the seed benchmark, `frost bench optimizers [...]`
+compares the optimizers on it (see --help)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from frost.bench import resnet_cifar10
+    from frost.bench import optimizers, resnet_cifar10
     parser = argparse.ArgumentParser(prog="frost", description="Frost: a readable deep-learning framework.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="command")
@@ -17,6 +18,11 @@ def build_parser() -> argparse.ArgumentParser:
         description=resnet_cifar10.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     resnet_cifar10.add_arguments(seed)
     seed.set_defaults(handler=resnet_cifar10.run)
+    zoo = benchmarks.add_parser(
+        "optimizers", help="the seed ResNet on CIFAR-10 with each optimizer (SGD, AdamW, Lion, Muon, SophiaG, ...)",
+        description=optimizers.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    optimizers.add_arguments(zoo)
+    zoo.set_defaults(handler=optimizers.run)
     return parser
 
 

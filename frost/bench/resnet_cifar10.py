@@ -387,11 +387,14 @@ def new_frost_result(mode: str, precision: str, device: str, steps: int, seeds: 
     return result
 
 
-def timed_load(data_arg: Path | None, device: str, pipeline: str) -> tuple[dict, float]:
-    """The data (see load_data) from --data or the cache, and the seconds its loading took."""
+def load_into(result: dict, data_arg: Path | None, device: str, pipeline: str) -> tuple[dict, float]:
+    """The data (see load_data) from --data or the cache and the seconds its loading took, both noted in result."""
     t0 = time.perf_counter()
     data = load_data(ensure_data(data_arg), device, pipeline)
-    return data, time.perf_counter() - t0
+    data_load_s = time.perf_counter() - t0
+    result.update({"data": str(data_arg) if data_arg else "default cache", "data_load_s": data_load_s,
+                   "n_train": data["n_train"], "n_test": data["n_test"]})
+    return data, data_load_s
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -406,9 +409,7 @@ def run(args: argparse.Namespace) -> dict:
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch})
-    data, data_load_s = timed_load(args.data, device, args.pipeline)
-    result.update({"data": str(args.data) if args.data else "default cache", "data_load_s": data_load_s,
-                   "n_train": data["n_train"], "n_test": data["n_test"]})
+    data, data_load_s = load_into(result, args.data, device, args.pipeline)
 
     for seed in args.seeds:
         result["runs"].append(train_one_seed(args, seed, data, device, data_load_s))

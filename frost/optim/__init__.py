@@ -6,9 +6,12 @@ from frost.optim.adamw import AdamW, adamw_update
 from frost.optim.lion import Lion, lion_update
 from frost.optim.adafactor import Adafactor, adafactor_update
 from frost.optim.lamb import LAMB, lamb_update
+from frost.optim.muon import Muon, muon_update
+from frost.optim.sophia import SophiaG, sophiag_update
 from frost.optim import schedule
 from frost.optim import schedule as lr_scheduler  # PyTorch's name for the same module
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "sgd_update", "adam_update", "adamw_update", "schedule",
            "lr_scheduler"]
 __all__ += ["Lion", "lion_update", "Adafactor", "adafactor_update", "LAMB", "lamb_update"]
+__all__ += ["Muon", "muon_update", "SophiaG", "sophiag_update"]

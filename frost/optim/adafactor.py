@@ -1,8 +1,8 @@
 """Adafactor: Adam-like steps whose second moment of a matrix is kept as a row and a column running average.
 
-Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost" (ICML 2018), Algorithm 4
-(factored) and 5 (vectors), with update clipping, relative step sizes and parameter scaling (section 8); no
-first moment (beta1 = 0, as in Algorithm 4). At step t, with G the gradient and X the parameter before the step:
+Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost" (ICML 2018), Algorithms 4
+(weight matrices) and 5 (weight vectors): update clipping, the increasing decay rate, relative step sizes with
+parameter scaling, and no first moment (beta1 = 0). At step t, with G the gradient and X the parameter before the step:
 
     beta2_t = 1 - t^beta2_decay                              # decay rate -0.8: beta2_1 = 0
     rho_t   = min(lr, 1 / sqrt(t))   (relative_step=True)    # the paper's min(1e-2, 1/sqrt(t)) at lr=1e-2
@@ -50,12 +50,12 @@ def adafactor_update(p, g, row_var, col_var, variance, *, lr: float, step: float
     u = g / xp.sqrt(v)
     u /= xp.maximum(1.0, _rms(xp, u) / d).astype(u.dtype)
     p *= 1 - lr * weight_decay
-    p -= xp.asarray(alpha).astype(p.dtype) * u
+    p -= (alpha * u).astype(p.dtype, copy=False)
 
 
 def _rms(xp, a):
     """Root mean square of a whole tensor, accumulated in at least float32."""
-    a = a.astype(xp.float64 if a.dtype == xp.float64 else xp.float32)
+    a = a.astype(xp.float64 if a.dtype == xp.float64 else xp.float32, copy=False)
     return xp.sqrt(xp.mean(a * a))
 
 

@@ -8,9 +8,10 @@ Learning: Training BERT in 76 minutes" (ICLR 2020), Algorithm 2 with phi the ide
     u = r + weight_decay * w                                  # decoupled weight decay, inside the update
     w = w - lr * (||w|| / ||u||) * u                          # the ratio is 1 when either norm is 0
 
-Hyper-parameters: lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01 (the paper's BERT runs use beta1=0.9,
-beta2=0.999, eps=1e-6, wd=0.01; lr comes from its warm-up + polynomial-decay schedule). The trust ratio is not
-clipped (the paper's phi(z) = min(max(z, gamma_l), gamma_u) is the identity here, as in the reference codes).
+Hyper-parameters: lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01 (the paper's betas; eps and weight
+decay as in its BERT setup, whose lr follows a warm-up + polynomial-decay schedule tuned per batch size). The
+trust ratio is not clipped (the paper's phi(z) = min(max(z, gamma_l), gamma_u) is the identity here, as in the
+reference codes).
 Exclude biases and norm weights from decay with a second param group, as the paper's BERT setup does.
 State: 'step', 'exp_avg', 'exp_avg_sq' (Adam's names). Where it runs: `lamb_update` is array code (NumPy, or
 CuPy for CUDA parameters): the two norms are per-tensor reductions, so there is no single flat launch; the
@@ -39,7 +40,7 @@ def lamb_update(p, g, m, v, *, lr: float, beta1: float, beta2: float, eps: float
 
 def _norm(xp, a):
     """The 2-norm of a whole tensor, accumulated in at least float32 (bfloat16 sums would lose the ratio)."""
-    a = a.astype(xp.float64 if a.dtype == xp.float64 else xp.float32)
+    a = a.astype(xp.float64 if a.dtype == xp.float64 else xp.float32, copy=False)
     return xp.sqrt(xp.sum(a * a))
 
 
@@ -62,7 +63,8 @@ class LAMB(Optimizer):
             for p in self._params_with_grad(group):
                 state = self.state.setdefault(p, {})
                 if not state:
-                    state["step"], state["exp_avg"], state["exp_avg_sq"] = self._new_step(), zeros_like(p), zeros_like(p)
+                    state["step"] = self._new_step()
+                    state["exp_avg"], state["exp_avg_sq"] = zeros_like(p), zeros_like(p)
                 lamb_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, lr=group["lr"],
                             beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
                             step=self._increment(state["step"]))

@@ -11,7 +11,8 @@ Muon parameters (>= 2-D; a conv weight (out, in, kh, kw) is viewed as out x (in*
 Everything else (biases, norm gains: < 2-D), and every parameter of a group given with `use_muon=False` (e.g. the
 embedding and the output layer, as the reference advises), gets AdamW with the reference's auxiliary defaults:
     adam_lr=3e-4, adam_betas=(0.9, 0.95), adam_eps=1e-10, adam_weight_decay=0
-A group mixing both kinds is split in two (the Muon part first), so `param_groups` may outnumber the groups given.
+A group mixing both kinds is split in two (the Muon part first), so `param_groups` may outnumber the groups given;
+a `use_muon=False` group may set its own lr, weight_decay, betas and eps, as in the reference.
 
 What runs where: the Newton-Schulz iteration is matrix products in array code (NumPy, or CuPy on the GPU via xp), in
 float32 (float64 for float64 parameters), per parameter; the reference's bfloat16 is not used (CuPy has no bfloat16
@@ -30,16 +31,16 @@ from frost.tensor import Tensor, zeros_like
 
 def zeropower_via_newtonschulz5(G, steps: int = 5):
     """U S' V^T with S' ~ 1 (roughly U V^T for G = U S V^T): the quintic Newton-Schulz iteration on a matrix."""
+    if G.shape[0] > G.shape[1]:  # iterate on the wide side, where X @ X.T is the smaller product
+        return zeropower_via_newtonschulz5(G.T, steps).T
     xp = array_module(G)
     a, b, c = 3.4445, -4.7750, 2.0315
     X = G.astype(xp.float64 if G.dtype == xp.float64 else xp.float32)
-    tall = X.shape[0] > X.shape[1]
-    X = X.T if tall else X                        # iterate on the wide side: X @ X.T is the smaller product
-    X = X / (xp.sqrt(xp.sum(X * X)) + 1e-7)       # Frobenius norm >= spectral norm, so now ||X||_2 <= 1
+    X = X / (xp.sqrt(xp.sum(X * X)) + 1e-7)  # the Frobenius norm bounds the spectral norm: now ||X||_2 <= 1
     for _ in range(steps):
         A = xp.matmul(X, X.T)
         X = a * X + xp.matmul(b * A + c * xp.matmul(A, A), X)
-    return X.T if tall else X
+    return X
 
 
 def muon_update(p, g, buf, *, lr: float, momentum: float, nesterov: bool, ns_steps: int,
@@ -71,31 +72,25 @@ class Muon(Optimizer):
                                       weight_decay=weight_decay, betas=tuple(adam_betas), eps=adam_eps, use_muon=True))
 
     def add_param_group(self, param_group: dict) -> None:
-        """Add a group; its < 2-D parameters (all of them with use_muon=False) form a second, AdamW group."""
-        params = param_group.get("params") if isinstance(param_group, dict) else None
-        if params is None or isinstance(params, set):
-            return super().add_param_group(param_group)  # raises the base class's error
-        params = [self._remember_name(p) for p in ([params] if isinstance(params, Tensor) else params)]
-        group = dict(param_group)
-        use_muon = group.pop("use_muon", True)
-        matrices = [p for p in params if use_muon and getattr(p, "ndim", 0) >= 2]
-        rest = [p for p in params if not (use_muon and getattr(p, "ndim", 0) >= 2)]
-        if matrices:
-            super().add_param_group({**group, "params": matrices, "use_muon": True})
-        if rest or not matrices:
-            adam_group = {**group, **self._adam_options} if use_muon else {**self._adam_options, **group}
-            super().add_param_group({**adam_group, "params": rest, "use_muon": False})
+        """Add a group; its < 2-D parameters (all of them with use_muon=False) form a second group, for AdamW."""
+        super().add_param_group(param_group)  # checks the parameters and fills in the defaults
+        group = self.param_groups.pop()
+        muon = [group["use_muon"] and p.ndim >= 2 for p in group["params"]]
+        if any(muon):
+            self.param_groups.append({**group, "params": [p for p, m in zip(group["params"], muon) if m]})
+        if not all(muon) or not any(muon):  # the user's own lr and weight decay for a use_muon=False group
+            own = {k: v for k, v in param_group.items() if k in self._adam_options and not group["use_muon"]}
+            self.param_groups.append({**group, **self._adam_options, **own, "use_muon": False,
+                                      "params": [p for p, m in zip(group["params"], muon) if not m]})
 
-    flat_state = ("exp_avg", "exp_avg_sq")
+    flat_state = ("exp_avg", "exp_avg_sq")  # the AdamW groups go flat on the GPU: AdamW's one-launch kernel
+    _flat_update = staticmethod(adam_flat_update)
 
     def _flat_supported(self, group: dict) -> bool:
         return not group["use_muon"]
 
     def _flat_hyper(self, group: dict) -> list[float]:
         return [group["lr"], *group["betas"], group["eps"], group["weight_decay"], 1.0, 1.0]
-
-    def _flat_update(self, flat) -> None:
-        adam_flat_update(flat)
 
     def step(self, closure=None):
         loss = self._evaluate(closure)

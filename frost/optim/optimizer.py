@@ -83,7 +83,7 @@ class Optimizer:
             return p[1]
         return p
 
-    def _check_finite_grads(self) -> None:
+    def _check_finite_grads(self, where: str = "step") -> None:
         """In anomaly mode, raise AnomalyError naming the first parameter whose gradient holds NaN or inf.
 
         Unnamed parameters are called 'param <group>.<index>'. Off anomaly mode this costs nothing (no sync).
@@ -94,8 +94,8 @@ class Optimizer:
             for i, p in enumerate(group["params"]):
                 if p.grad is not None and _has_nonfinite(p.grad.data):
                     name = self._param_names.get(id(p), f"param {gi}.{i}")
-                    raise AnomalyError(f"anomaly: gradient of parameter '{name}' (shape {p.shape}, {p.grad.dtype}) "
-                                       f"contains NaN or inf at {type(self).__name__}.step()")
+                    raise AnomalyError(f"anomaly: gradient of parameter '{name}' (shape {p.shape}, "
+                                       f"{p.grad.dtype.name}) contains NaN or inf at {type(self).__name__}.{where}()")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's gradient (or fill it with zeros when set_to_none=False).

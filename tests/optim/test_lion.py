@@ -162,3 +162,14 @@ def test_anomaly_mode_names_the_parameter_with_a_nan_gradient():
     np.testing.assert_array_equal(w.numpy(), np.ones((2, 3)))  # nothing was updated
     opt.step()  # outside anomaly mode the step runs (and NaN spreads, as in PyTorch)
     assert not np.isfinite(b.numpy()[1])
+
+
+def test_float32_and_bfloat16_params_keep_their_dtype():
+    for dtype in ("float32", "bfloat16"):
+        p = frost.ones(4, 3, dtype=dtype, requires_grad=True)
+        opt = Lion([p], lr=0.1)
+        for _ in range(3):
+            p.grad = frost.full((4, 3), 0.5, dtype=dtype)
+            opt.step()
+        assert p.dtype == dtype and opt.state[p]["exp_avg"].dtype == dtype
+        np.testing.assert_allclose(p.numpy().astype(np.float32), 0.7, rtol=1e-2)  # three steps of exactly lr

@@ -1,0 +1,131 @@
+"""SophiaG: momentum divided by a diagonal Gauss-Newton-Bartlett Hessian estimate, clipped per coordinate.
+
+Hong Liu, Zhiyuan Li, David Hall, Percy Liang, Tengyu Ma, "Sophia: A Scalable Stochastic Second-order Optimizer for
+Language Model Pre-training" (arXiv:2305.14342, ICLR 2024); the formulas follow the authors' reference `SophiaG`.
+Hyper-parameters (reference defaults): lr=1e-4, betas=(0.965, 0.99), rho=0.04, weight_decay=1e-1, eps=1e-15,
+k=10 (refresh the Hessian every k steps: the training loop's job), bs=5120 (labels per batch: the reference's
+`step(bs=5120)`). The reference's `maximize` and `capturable` options are left out.
+    every step:   p *= 1 - lr * weight_decay;   m = beta1 * m + (1 - beta1) * g
+                  p -= lr * sign(m) * min(|m| / (rho * bs * h + eps), 1)
+    every k steps (update_hessian, after a backward of the loss on labels sampled from the model's own softmax):
+                  h = beta2 * h + (1 - beta2) * g_hat^2
+The paper's estimate is bs * g_hat^2 with the update clip(m / max(rho * h, eps), 1); the reference keeps bs out of
+h and multiplies it in at the step (and adds eps instead of max): the same numbers for a fixed bs. The loop:
+
+    opt = SophiaG(model.parameters(), bs=batch_size)   # bs: labels per batch (batch * sequence for a language model)
+    k = opt.defaults["k"]
+    for step, (x, y) in enumerate(batches):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        if step % k == k - 1:                          # the Gauss-Newton-Bartlett estimate, as the reference does it
+            logits = model(x)
+            loss = F.cross_entropy(logits, sample_labels(logits))
+            opt.zero_grad(); loss.backward(); opt.update_hessian(); opt.zero_grad()
+
+Both updates are elementwise: on the GPU a flat group takes one launch of sophiag_flat_kernel for each (refresh=0
+for a step, 1 for the Hessian); elsewhere sophiag_update and sophiag_hessian_update run on the arrays (the twins).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
+from frost.ops.random import generator_for
+from frost.optim.adamw import advance_step
+from frost.optim.optimizer import Optimizer, array_module
+from frost.tensor import Tensor, zeros_like
+
+
+def sophiag_update(p, g, m, h, *, lr: float, beta1: float, rho: float, bs: float, weight_decay: float,
+                   eps: float = 1e-15) -> None:
+    """One SophiaG step on arrays (NumPy or CuPy), in place on p and m (the Hessian estimate h is only read)."""
+    xp = array_module(p)
+    p *= 1 - lr * weight_decay
+    m += (1 - beta1) * (g - m)
+    p -= lr * xp.sign(m) * xp.minimum(xp.abs(m) / (rho * bs * h + eps), 1)
+
+
+def sophiag_hessian_update(h, g, *, beta2: float) -> None:
+    """h = beta2 * h + (1 - beta2) * g^2, in place, from the gradient of the loss on sampled labels."""
+    h *= beta2
+    h += (1 - beta2) * (g * g)
+
+
+def sample_labels(logits: Tensor) -> Tensor:
+    """Class indices (int64) drawn from softmax(logits) over the last axis, with Frost's generator for the device."""
+    xp, x = logits.xp, logits.detach().data
+    x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)
+    cdf = xp.cumsum(xp.exp(x - x.max(axis=-1, keepdims=True)), axis=-1)
+    u = generator_for(logits.device).random(x.shape[:-1] + (1,), dtype=x.dtype) * cdf[..., -1:]
+    return Tensor(xp.minimum((cdf <= u).sum(axis=-1), x.shape[-1] - 1).astype(xp.int64))
+
+
+# ---------------------------------------------------------------- GPU kernel (twins: the two functions above)
+# hyper = [step, lr, beta1, beta2, rho, bs, eps, weight_decay]; refresh=1 updates h, refresh=0 takes a step.
+# sign(m) * min(|m| / d, 1) = clamp(m / d, -1, 1) as d > 0.
+
+@kernel
+def sophiag_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], h: Array[f32], n: i32, hyper: Array[f32],
+                        refresh: i32):
+    i = bx * bdx + tx
+    if i < n and refresh == 1:
+        h[i] = hyper[3] * h[i] + (1 - hyper[3]) * g[i] * g[i]
+    elif i < n:
+        m[i] = m[i] + (1 - hyper[2]) * (g[i] - m[i])
+        ratio = max(min(m[i] / (hyper[4] * hyper[5] * h[i] + hyper[6]), 1.0), -1.0)
+        p[i] = p[i] * (1 - hyper[1] * hyper[7]) - hyper[1] * ratio
+
+
+class SophiaG(Optimizer):
+    """Sophia with the Gauss-Newton-Bartlett estimator; call update_hessian() every k steps (module docstring)."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-4,
+                 betas: tuple[float, float] = (0.965, 0.99), rho: float = 0.04, weight_decay: float = 1e-1,
+                 eps: float = 1e-15, k: int = 10, bs: int = 5120) -> None:
+        if min(lr, rho, weight_decay, eps) < 0 or k < 1 or bs <= 0:
+            raise ValueError(f"SophiaG: need lr ({lr}), rho ({rho}), weight_decay ({weight_decay}) and eps ({eps}) "
+                             f">= 0, k ({k}) >= 1 and bs ({bs}) > 0")
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"SophiaG: betas must be two numbers in [0, 1), got {betas}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), rho=rho, weight_decay=weight_decay, eps=eps,
+                                      k=k, bs=bs))
+
+    flat_state = ("exp_avg", "hessian")
+
+    def _flat_hyper(self, group: dict) -> list[float]:
+        return [group["lr"], *group["betas"], group["rho"], group["bs"], group["eps"], group["weight_decay"]]
+
+    def _flat_update(self, flat, refresh: int = 0) -> None:
+        if not refresh:
+            advance_step[1, 32](flat.hyper)
+        sophiag_flat_kernel[cdiv(flat.numel, 256), 256](flat.params, flat.grads, flat.state["exp_avg"],
+                                                        flat.state["hessian"], flat.numel, flat.hyper, refresh)
+
+    def _state(self, p: Tensor) -> dict:
+        state = self.state.setdefault(p, {})
+        if not state:
+            state.update(step=self._new_step(), exp_avg=zeros_like(p), hessian=zeros_like(p))
+        return state
+
+    def update_hessian(self) -> None:
+        """Fold the current gradients (of the loss on sampled labels) into the Hessian estimate h."""
+        self._check_finite_grads("update_hessian")
+        for index, group in enumerate(self.param_groups):
+            if index in self._flat:
+                self._flat[index].set_hyper(self._flat_hyper(group))
+                self._flat_update(self._flat[index], refresh=1)
+            for p in self._params_with_grad(group) if index not in self._flat else []:
+                sophiag_hessian_update(self._state(p)["hessian"].data, p.grad.data, beta2=group["betas"][1])
+
+    def step(self, closure=None):
+        loss = self._evaluate(closure)
+        self._check_finite_grads()
+        flat_groups = self._step_flat_groups()
+        for index, group in enumerate(self.param_groups):
+            for p in self._params_with_grad(group) if index not in flat_groups else []:
+                state = self._state(p)
+                self._increment(state["step"])
+                sophiag_update(p.data, p.grad.data, state["exp_avg"].data, state["hessian"].data, lr=group["lr"],
+                               beta1=group["betas"][0], rho=group["rho"], bs=group["bs"], eps=group["eps"],
+                               weight_decay=group["weight_decay"])
+        return loss

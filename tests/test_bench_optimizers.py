@@ -1,0 +1,145 @@
+"""`frost bench optimizers` on a small generated CIFAR-10: table, JSON, divergence reports, SophiaG's Hessian step."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from frost.bench import optimizers
+from frost.cli import main
+from frost.tensor import Tensor
+from test_cli import write_cifar_binary
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cifar_dir(tmp_path_factory) -> Path:
+    return write_cifar_binary(tmp_path_factory.mktemp("cifar") / "cifar-10-batches-bin", per_batch=64, n_test=96)
+
+
+def _bench(cifar_dir: Path, out: Path, *extra: str) -> dict:
+    main(["bench", "optimizers", "--device", "cpu", "--seeds", "0", "--data", str(cifar_dir), "--out", str(out),
+          "--quiet", "--eval-batch", "96", *extra])
+    return json.loads(out.read_text())
+
+
+def test_divergence_is_reported_and_the_other_optimizer_finishes(cifar_dir, tmp_path, capsys):
+    out, plot = tmp_path / "optimizers.json", tmp_path / "accuracy.png"
+    result = _bench(cifar_dir, out, "--steps", "16", "--eval-every", "8", "--optimizers", "sgd,adamw",
+                    "--lr", "sgd=1e3", "--plot", str(plot))
+    assert result["schema"] == "frost-bench-optimizers/1" and result["device"] == "cpu"
+    assert result["protocol"]["steps"] == 16 and result["protocol"]["eval_every"] == 8
+    assert result["n_train"] == 5 * 64 and result["n_test"] == 96
+    assert list(result["optimizers"]) == ["sgd", "adamw"]
+
+    sgd = result["optimizers"]["sgd"]
+    assert sgd["lr"] == 1e3 and sgd["lr_default"] == 0.025 and sgd["available"]
+    (run,) = sgd["runs"]
+    failure = run["failure"]
+    assert failure["kind"] in ("divergence", "nan", "inf") and 1 < failure["step"] <= 5, failure
+    if failure["kind"] == "divergence":
+        assert failure["loss"] > 10 * failure["initial_loss"]
+    assert math.isclose(failure["initial_loss"], math.log(10), rel_tol=0.5)
+    assert run["steps_done"] == failure["step"]  # on the CPU the loss is checked every step: stopped at once
+    assert run["final_acc"] is None and run["accuracy_curve"] == [] and run["steps_to_target"] is None
+    assert sgd["summary"]["finished"] == 0 and sgd["summary"]["failures"][0]["seed"] == 0
+
+    adamw = result["optimizers"]["adamw"]
+    (run,) = adamw["runs"]
+    assert run["failure"] is None and run["steps_done"] == 16
+    (group,) = run["hyperparameters"]
+    assert group["lr"] == 1e-4 and group["betas"] == [0.9, 0.98] and group["n_params"] == 64
+    assert [s for s, _ in run["accuracy_curve"]] == [8, 16]
+    assert all(0.0 <= a <= 1.0 for _, a in run["accuracy_curve"])
+    assert run["final_acc"] == run["accuracy_curve"][-1][1] == adamw["summary"]["final_acc"]["mean"]
+    losses = [v for _, v in run["loss_curve"]]
+    assert len(losses) == 16 and np.isfinite(losses).all()
+    assert run["train_time_s"] > 0 and run["ms_per_step"] > 0
+    text = (REPO / "frost" / "optim" / "adamw.py").read_text().splitlines()
+    assert adamw["loc_total"] == len(text)
+    assert adamw["loc_code"] == sum(1 for t in text if t.strip() and not t.strip().startswith("#"))
+
+    printed = capsys.readouterr().out
+    assert f"seed 0: {failure['kind']} at step {failure['step']}" in printed
+    assert "(0/1 finished)" in printed and "set by --lr" in printed
+    assert "the seed benchmark's AdamW settings" in printed and "lines code/total" in printed
+    assert "results written to" in printed
+    if "matplotlib" in sys.modules or _importable("matplotlib"):
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(name) is not None
+
+
+def test_sophia_refreshes_its_hessian_every_k_steps(cifar_dir, tmp_path, monkeypatch):
+    recipe = optimizers.BY_NAME["sophiag"]
+    try:
+        cls = optimizers.optimizer_class(recipe)
+    except LookupError as e:
+        pytest.skip(str(e))
+    calls = []
+    update_hessian = cls.update_hessian
+    monkeypatch.setattr(cls, "update_hessian", lambda self: (calls.append(1), update_hessian(self))[1])
+    monkeypatch.setitem(optimizers.BY_NAME, "sophiag", dataclasses.replace(recipe, hessian_every=3))
+    result = _bench(cifar_dir, tmp_path / "sophia.json", "--steps", "7", "--eval-every", "7",
+                    "--optimizers", "sophiag")
+    (run,) = result["optimizers"]["sophiag"]["runs"]
+    assert len(calls) == 2  # after steps 3 and 6
+    assert run["failure"] is None and run["steps_done"] == 7 and run["hyperparameters"][0]["bs"] == 32
+
+
+def test_a_missing_optimizer_is_reported_not_available(cifar_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(optimizers.BY_NAME, "lion", optimizers.Recipe("lion", "NoSuchOptimizer", "no_such", 1e-4,
+                                                                      "test"))
+    result = _bench(cifar_dir, tmp_path / "missing.json", "--steps", "5", "--optimizers", "lion")
+    entry = result["optimizers"]["lion"]
+    assert entry["available"] is False and "NoSuchOptimizer" in entry["reason"] and entry["runs"] == []
+    assert "not available" in capsys.readouterr().out
+
+
+def test_loss_watch_finds_the_first_bad_step():
+    def watch_of(values):
+        watch = optimizers.LossWatch()
+        for v in values:
+            watch.add(Tensor(np.float32(v)))
+        return watch
+
+    assert watch_of([2.0, 3.0, 19.0]).check() is None
+    failure = watch_of([2.0, 3.0, 21.0, float("nan")]).check()
+    assert failure == {"step": 3, "kind": "divergence", "loss": 21.0, "initial_loss": 2.0}
+    assert watch_of([2.0, float("nan"), float("inf")]).check()["kind"] == "nan"
+    watch = watch_of([2.0, 1.0])
+    assert watch.check() is None and watch.curve == [[2, 1.5]]
+    watch.add(Tensor(np.float32(-np.inf)))
+    watch.add(Tensor(np.float32(np.inf)))
+    assert watch.check() == {"step": 3, "kind": "inf", "loss": "-inf", "initial_loss": 2.0}
+
+
+def test_line_counts(tmp_path):
+    source = tmp_path / "opt.py"
+    source.write_text('"""Module docstring,\non two lines."""\n\n# a comment\nimport math\n\n\n'
+                      'def f(x):\n    """Doc."""\n    return math.sqrt(x)  # why\n')
+    assert optimizers.line_counts(source) == {"loc_total": 10, "loc_code": 6, "loc_logic": 3}
+
+
+def test_plot_is_skipped_without_matplotlib(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert optimizers.write_plot(tmp_path / "a.png", {"optimizers": {}, "n_test": 96}) is False
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_bad_arguments_are_reported(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "optimizers", "--optimizers", "adamw,sgdx"])
+    assert "unknown optimizer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "optimizers", "--lr", "lion:1e-4"])
+    assert "NAME=LR" in capsys.readouterr().err
