@@ -125,6 +125,10 @@ class Jitted:
             except HostSyncInCaptureError:
                 raise
             except Exception as e:
+                if "cublas" in str(e).lower():
+                    raise RuntimeError(f"frost.jit: the step could not be captured into a CUDA graph: {e}. CuPy "
+                                       f"refuses cuBLAS calls during capture: multiply with frost.matmul, or "
+                                       f"frost.ops.matmul.matmul_arrays in array code (cuDNN, capturable).") from e
                 if "capture" in str(e).lower() or "stream" in str(e).lower():
                     raise RuntimeError(f"frost.jit: the step could not be captured into a CUDA graph: {e}. "
                                        f"A captured step must not synchronize with the host (no .item(), "

@@ -194,10 +194,14 @@ def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: 
     All arguments are CuPy arrays (or CUDA tensors) already on the device, so a captured step can call it.
     """
     import cupy as cp
-    images = getattr(images, "data", images)
+    from frost.tensor import Tensor
+
+    def raw(a):
+        return a.data if isinstance(a, Tensor) else a
+    images = raw(images)
     n, h, w, c = images.shape
-    idx = cp.asarray(getattr(index, "data", index), dtype=cp.int32)
-    as_i32 = [cp.asarray(getattr(a, "data", a), dtype=cp.int32) for a in (offsets_y, offsets_x, flips)]
+    idx = cp.asarray(raw(index), dtype=cp.int32)
+    as_i32 = [cp.asarray(raw(a), dtype=cp.int32) for a in (offsets_y, offsets_x, flips)]
     out = cp.empty((len(idx), c, size, size), dtype=cp.float32)
     mean32, std32 = cp.asarray(mean, dtype=cp.float32), cp.asarray(std, dtype=cp.float32)
     augment_kernel[(out.size + 255) // 256, 256](images.reshape(-1), idx, *as_i32, mean32, std32, out, out.size,

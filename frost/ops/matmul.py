@@ -35,8 +35,11 @@ def _same_dtype(array, dtype):
     return array if array.dtype == dtype else array.astype(dtype)
 
 
-def _mm(xp, a, b):
-    """a @ b on raw arrays: BLAS in float32 for CPU half types, cuDNN for CUDA matrices (capturable), else xp."""
+def matmul_arrays(xp, a, b):
+    """a @ b on raw arrays: BLAS in float32 for CPU half types, cuDNN for CUDA matrices (capturable), else xp.
+
+    Array code that may run inside a captured step (optimizers) multiplies through this, not xp.matmul:
+    CuPy refuses cuBLAS calls during stream capture."""
     if xp is np:
         if a.dtype.itemsize == 2 and a.dtype.kind != "i":
             return np.matmul(a.astype(np.float32), b.astype(np.float32))
@@ -60,7 +63,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     _check(a, b, "matmul")
     xp = a.xp
     xa, xb = a.data, b.data
-    out = _same_dtype(_mm(xp, xa, xb), xa.dtype)
+    out = _same_dtype(matmul_arrays(xp, xa, xb), xa.dtype)
 
     def backward(g):
         # promote 1-D operands to matrices so that one formula serves every case
@@ -74,8 +77,8 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
             G = xp.expand_dims(g, -1)
         else:
             G = g
-        ga = _mm(xp, G, xp.swapaxes(B, -1, -2))
-        gb = _mm(xp, xp.swapaxes(A, -1, -2), G)
+        ga = matmul_arrays(xp, G, xp.swapaxes(B, -1, -2))
+        gb = matmul_arrays(xp, xp.swapaxes(A, -1, -2), G)
         ga = _same_dtype(unbroadcast(ga, A.shape).reshape(xa.shape), xa.dtype)
         gb = _same_dtype(unbroadcast(gb, B.shape).reshape(xb.shape), xb.dtype)
         return ga, gb
@@ -95,7 +98,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     xp = x.xp
     xa, w = x.data, weight.data
     x2 = xa.reshape(-1, xa.shape[-1])  # one 2-D product, whatever the leading dims
-    out = _same_dtype(_mm(xp, x2, w.T), xa.dtype).reshape(xa.shape[:-1] + (w.shape[0],))
+    out = _same_dtype(matmul_arrays(xp, x2, w.T), xa.dtype).reshape(xa.shape[:-1] + (w.shape[0],))
     if bias is not None:
         if bias.shape != (w.shape[0],):
             raise RuntimeError(f"linear: bias of shape {bias.shape} does not fit weight of shape {weight.shape}")
@@ -104,8 +107,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
     def backward(g):
         g2 = g.reshape(-1, g.shape[-1])
-        gx = _same_dtype(_mm(xp, g2, w), xa.dtype).reshape(xa.shape)
-        gw = _same_dtype(_mm(xp, g2.T, x2), w.dtype)
+        gx = _same_dtype(matmul_arrays(xp, g2, w), xa.dtype).reshape(xa.shape)
+        gw = _same_dtype(matmul_arrays(xp, g2.T, x2), w.dtype)
         grads = [gx, gw]
         if bias is not None:
             grads.append(_same_dtype(g2.sum(axis=0, dtype=_sum_dtype(g2.dtype)), bias.data.dtype))

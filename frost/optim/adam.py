@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.optim.adamw import adam_flat_update
-from frost.optim.optimizer import Optimizer, array_module
-from frost.tensor import Tensor, zeros_like
+from frost.optim.adamw import AdamW
+from frost.optim.optimizer import array_module
+from frost.tensor import Tensor
 
 
 def adam_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: float, eps: float,
@@ -35,54 +35,16 @@ def adam_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: float
 # GPU kernel: adamw.adam_flat_kernel with decoupled=0 (one launch over the flat group; twin: adam_update).
 
 
-class Adam(Optimizer):
-    """Adam: per-coordinate steps scaled by running estimates of the gradient's first and second moments."""
+class Adam(AdamW):
+    """Adam: per-coordinate steps scaled by running estimates of the gradient's first and second moments.
+
+    The same class as AdamW but for its rule (adam_update: L2 decay added to the gradient) and default decay.
+    """
+
+    update_rule = staticmethod(adam_update)
+    decoupled = 0.0
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  amsgrad: bool = False, maximize: bool = False) -> None:
-        _check_options("Adam", lr, betas, eps, weight_decay)
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize))
-
-    flat_state = ("exp_avg", "exp_avg_sq")
-
-    def _flat_supported(self, group: dict) -> bool:
-        return not group["amsgrad"]
-
-    def _flat_hyper(self, group: dict) -> list[float]:
-        beta1, beta2 = group["betas"]
-        return [group["lr"], beta1, beta2, group["eps"], group["weight_decay"],
-                -1.0 if group["maximize"] else 1.0, 0.0]
-
-    def _flat_update(self, flat) -> None:
-        adam_flat_update(flat)
-
-    def step(self, closure=None):
-        loss = self._evaluate(closure)
-        self._check_finite_grads()
-        flat_groups = self._step_flat_groups()
-        for index, group in enumerate(self.param_groups):
-            if index in flat_groups:
-                continue
-            beta1, beta2 = group["betas"]
-            for p in self._params_with_grad(group):
-                state = self.state.setdefault(p, {})
-                if not state:
-                    state["step"] = self._new_step()
-                    state["exp_avg"], state["exp_avg_sq"] = zeros_like(p), zeros_like(p)
-                    if group["amsgrad"]:
-                        state["max_exp_avg_sq"] = zeros_like(p)
-                v_max = state["max_exp_avg_sq"].data if group["amsgrad"] else None
-                adam_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, v_max,
-                            lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                            weight_decay=group["weight_decay"], step=self._increment(state["step"]),
-                            maximize=group["maximize"])
-        return loss
-
-
-def _check_options(name: str, lr: float, betas, eps: float, weight_decay: float) -> None:
-    if lr < 0 or eps < 0 or weight_decay < 0:
-        raise ValueError(f"{name}: lr ({lr}), eps ({eps}) and weight_decay ({weight_decay}) must be >= 0")
-    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"{name}: betas must be two numbers in [0, 1), got {betas}")
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)

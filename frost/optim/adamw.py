@@ -74,13 +74,17 @@ def adam_flat_update(flat) -> None:
 class AdamW(Optimizer):
     """Adam whose weight decay shrinks the weights directly instead of being added to the gradient."""
 
+    update_rule = staticmethod(adamw_update)  # Adam (adam.py) is this class with adam_update and decoupled = 0
+    decoupled = 1.0
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
                  amsgrad: bool = False, maximize: bool = False) -> None:
+        name = type(self).__name__
         if lr < 0 or eps < 0 or weight_decay < 0:
-            raise ValueError(f"AdamW: lr ({lr}), eps ({eps}) and weight_decay ({weight_decay}) must be >= 0")
+            raise ValueError(f"{name}: lr ({lr}), eps ({eps}) and weight_decay ({weight_decay}) must be >= 0")
         if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"AdamW: betas must be two numbers in [0, 1), got {betas}")
+            raise ValueError(f"{name}: betas must be two numbers in [0, 1), got {betas}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize))
 
@@ -92,7 +96,7 @@ class AdamW(Optimizer):
     def _flat_hyper(self, group: dict) -> list[float]:
         beta1, beta2 = group["betas"]
         return [group["lr"], beta1, beta2, group["eps"], group["weight_decay"],
-                -1.0 if group["maximize"] else 1.0, 1.0]
+                -1.0 if group["maximize"] else 1.0, self.decoupled]
 
     def _flat_update(self, flat) -> None:
         adam_flat_update(flat)
@@ -113,8 +117,8 @@ class AdamW(Optimizer):
                     if group["amsgrad"]:
                         state["max_exp_avg_sq"] = zeros_like(p)
                 v_max = state["max_exp_avg_sq"].data if group["amsgrad"] else None
-                adamw_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, v_max,
-                             lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                             weight_decay=group["weight_decay"], step=self._increment(state["step"]),
-                             maximize=group["maximize"])
+                self.update_rule(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, v_max,
+                                 lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                                 weight_decay=group["weight_decay"], step=self._increment(state["step"]),
+                                 maximize=group["maximize"])
         return loss

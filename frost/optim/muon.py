@@ -14,7 +14,7 @@ embedding and the output layer, as the reference advises), gets AdamW with the r
 A group mixing both kinds is split in two (the Muon part first), so `param_groups` may outnumber the groups given;
 a `use_muon=False` group may set its own lr, weight_decay, betas and eps, as in the reference.
 
-What runs where: the Newton-Schulz iteration is matrix products in array code (NumPy, or CuPy on the GPU via xp), in
+What runs where: the Newton-Schulz iteration is matrix products in array code (NumPy, or cuDNN on the GPU, which a captured step allows), in
 float32 (float64 for float64 parameters), per parameter; the reference's bfloat16 is not used (CuPy has no bfloat16
 matmul). The AdamW groups on the GPU go flat: AdamW's one-launch kernel (adamw.adam_flat_kernel). Differences
 from the reference: a parameter without a gradient is skipped (the reference fills zeros, for its all-gather), and
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from frost.ops.matmul import matmul_arrays
 from frost.optim.adamw import adam_flat_update, adamw_update
 from frost.optim.optimizer import Optimizer, array_module
 from frost.tensor import Tensor, zeros_like
@@ -38,8 +39,8 @@ def zeropower_via_newtonschulz5(G, steps: int = 5):
     X = G.astype(xp.float64 if G.dtype == xp.float64 else xp.float32)
     X = X / (xp.sqrt(xp.sum(X * X)) + 1e-7)  # the Frobenius norm bounds the spectral norm: now ||X||_2 <= 1
     for _ in range(steps):
-        A = xp.matmul(X, X.T)
-        X = a * X + xp.matmul(b * A + c * xp.matmul(A, A), X)
+        A = matmul_arrays(xp, X, X.T)
+        X = a * X + matmul_arrays(xp, b * A + c * matmul_arrays(xp, A, A), X)
     return X
 
 
