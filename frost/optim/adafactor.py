@@ -43,14 +43,19 @@ def adafactor_update(p, g, row_var, col_var, variance, *, lr: float, step: float
     if variance is None:
         row_var += one_minus_beta2 * (g2.mean(axis=-1, keepdims=True) - row_var)
         col_var += one_minus_beta2 * (g2.mean(axis=-2, keepdims=True) - col_var)
-        v = row_var * col_var / row_var.mean(axis=-2, keepdims=True)
+        v = row_var / row_var.mean(axis=-2, keepdims=True) * col_var
     else:
         variance += one_minus_beta2 * (g2 - variance)
         v = variance
-    u = g / xp.sqrt(v)
+    # for a dead unit (zero gradient in its row and column) v ~ eps1^2 = 1e-60 underflows float32 to 0 and the
+    # update would be 0 / 0: the floor keeps it 0 / tiny = 0 and changes nothing where v is representable
+    u = g / xp.sqrt(xp.maximum(v, _TINY.get(str(v.dtype), 1e-38)))
     u /= xp.maximum(1.0, _rms(xp, u) / d).astype(u.dtype)
     p *= 1 - lr * weight_decay
     p -= (alpha * u).astype(p.dtype, copy=False)
+
+
+_TINY = {"float64": 2.2250738585072014e-308}  # smallest normal numbers; float32 and bfloat16 share 1e-38
 
 
 def _rms(xp, a):

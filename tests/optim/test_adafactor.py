@@ -195,3 +195,17 @@ def test_float32_and_bfloat16_params_keep_their_dtype():
         assert p.dtype == dtype and opt.state[p]["row_var"].dtype == dtype
         # U = sign(G) (RMS 1) and alpha = RMS(p) * min(0.1, 1/sqrt(t)) = 0.1 * p: p *= 0.9 each step
         np.testing.assert_allclose(p.numpy().astype(np.float32), 0.9 ** 3, rtol=1e-2)
+
+
+def test_dead_units_in_float32_give_no_nan():
+    """A row and a column of zero gradients (a dead unit): eps1 * eps1 underflows float32, the update must not."""
+    import numpy as np
+    import frost
+    p = frost.tensor(np.ones((4, 3), np.float32), requires_grad=True)
+    opt = frost.optim.Adafactor([p])
+    for _ in range(3):
+        g = np.zeros((4, 3), np.float32)
+        g[:2, :2] = 0.1
+        p.grad = frost.tensor(g)
+        opt.step()
+    assert np.isfinite(p.numpy()).all()
