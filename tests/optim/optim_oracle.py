@@ -74,3 +74,26 @@ def assert_state_close(fopt, topt, rtol: float = 1e-12, atol: float = 1e-14) -> 
             np.testing.assert_allclose(fstate[key].numpy(), tv.numpy(), rtol=rtol, atol=atol,
                                        err_msg=f"state {key!r} of parameter {index}")
             assert fstate[key].dtype.name == str(tv.dtype).removeprefix("torch."), (key, fstate[key].dtype, tv.dtype)
+
+
+def run_on_fixed_gradients(device: str, make_optimizer, steps: int = 20,
+                           shapes=((16, 8), (16,), (3, 16), (3,)), step_lr: bool = False):
+    """`steps` optimizer steps on fixed random float32 gradients (no model in between, so a GPU-vs-CPU comparison
+    sees only the update rule). Gradients are copied into existing .grad tensors (views of a flat GPU buffer)."""
+    rng = np.random.default_rng(1)
+    params = [frost.tensor(rng.standard_normal(s).astype(np.float32), device=device, requires_grad=True)
+              for s in shapes]
+    opt = make_optimizer(params)
+    sched = frost.optim.schedule.StepLR(opt, step_size=5, gamma=0.5) if step_lr else None
+    for _ in range(steps):
+        opt.zero_grad()
+        for p in params:
+            g = frost.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
+            if p.grad is None:
+                p.grad = g
+            else:
+                p.grad.copy_(g)
+        opt.step()
+        if sched is not None:
+            sched.step()
+    return opt, [p.detach().cpu().numpy() for p in params]

@@ -6,7 +6,7 @@ import torch
 import frost
 from frost.autograd import AnomalyError, detect_anomaly
 from frost.optim import Adafactor, adafactor_update
-from optim_oracle import SHAPES, gradient, initial_arrays, torch_params
+from optim_oracle import SHAPES, gradient, initial_arrays, run_on_fixed_gradients, torch_params
 
 
 def paper_factored(R, C, G, beta2, eps1):
@@ -148,21 +148,13 @@ def test_loading_state_of_the_wrong_shape_is_refused():
         Adafactor([b]).load_state_dict(opt.state_dict())
 
 
-def _run_on(device, steps=20):
-    rng = np.random.default_rng(1)
-    params = [frost.tensor(rng.standard_normal(s).astype(np.float32), device=device, requires_grad=True)
-              for s in [(16, 8), (16,), (3, 16), (2, 3, 4)]]
-    opt = Adafactor(params, weight_decay=0.1)
-    for _ in range(steps):
-        for p in params:
-            p.grad = frost.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
-        opt.step()
-    return [p.detach().cpu().numpy() for p in params]
-
-
 @pytest.mark.cuda
 def test_gpu_update_equals_cpu_rule():
-    for a, b in zip(_run_on("cuda"), _run_on("cpu")):
+    make = lambda ps: Adafactor(ps, weight_decay=0.1)  # noqa: E731
+    shapes = [(16, 8), (16,), (3, 16), (2, 3, 4)]
+    _, gpu = run_on_fixed_gradients("cuda", make, shapes=shapes)
+    _, cpu = run_on_fixed_gradients("cpu", make, shapes=shapes)
+    for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 

@@ -5,6 +5,7 @@ import pytest
 import frost
 from frost.optim.adam import adam_update
 from frost.optim.adamw import adam_flat_kernel, adamw_update, advance_step
+from optim_oracle import run_on_fixed_gradients
 
 
 def test_kernels_compile_for_sm90():
@@ -33,33 +34,13 @@ def test_simulated_kernel_equals_the_cpu_rule_over_steps(decoupled, rule, maximi
     np.testing.assert_allclose(v, v_ref, rtol=1e-5, atol=1e-7)
 
 
-def _run_optimizer(device, opt_cls, steps=20, **options):
-    """20 steps on fixed random gradients (no model in between, so only the update rule is compared)."""
-    rng = np.random.default_rng(1)
-    shapes = [(16, 8), (16,), (3, 16), (3,)]
-    params = [frost.tensor(rng.standard_normal(s).astype(np.float32), device=device, requires_grad=True)
-              for s in shapes]
-    opt = opt_cls(params, **options)
-    sched = frost.optim.schedule.StepLR(opt, step_size=5, gamma=0.5)
-    for _ in range(steps):
-        opt.zero_grad()
-        for p in params:
-            g = frost.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
-            if p.grad is None:
-                p.grad = g
-            else:
-                p.grad.copy_(g)
-        opt.step()
-        sched.step()
-    return opt, [p.detach().cpu().numpy() for p in params]
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("opt_cls", [frost.optim.AdamW, frost.optim.Adam])
 def test_gpu_flat_update_equals_cpu_rule(opt_cls):
     options = dict(lr=1e-2, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
-    _, cpu = _run_optimizer("cpu", opt_cls, **options)
-    opt, gpu = _run_optimizer("cuda", opt_cls, **options)
+    make = lambda ps: opt_cls(ps, **options)  # noqa: E731
+    _, cpu = run_on_fixed_gradients("cpu", make, shapes=[(16, 8), (16,), (3, 16), (3,)], step_lr=True)
+    opt, gpu = run_on_fixed_gradients("cuda", make, shapes=[(16, 8), (16,), (3, 16), (3,)], step_lr=True)
     assert opt._flat, "the CUDA parameters should have been packed into a flat group"
     for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

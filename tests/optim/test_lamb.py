@@ -5,7 +5,7 @@ import pytest
 import frost
 from frost.autograd import AnomalyError, detect_anomaly
 from frost.optim import LAMB, lamb_update
-from optim_oracle import SHAPES, gradient, initial_arrays
+from optim_oracle import SHAPES, gradient, initial_arrays, run_on_fixed_gradients
 
 
 def paper_lamb(arrays, steps, lr, betas, eps, weight_decay):
@@ -108,21 +108,12 @@ def test_state_dict_round_trip_through_a_file(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def _run_on(device, steps=20):
-    rng = np.random.default_rng(1)
-    params = [frost.tensor(rng.standard_normal(s).astype(np.float32), device=device, requires_grad=True)
-              for s in [(16, 8), (16,), (3, 16), (3,)]]
-    opt = LAMB(params, lr=1e-2, weight_decay=0.1)
-    for _ in range(steps):
-        for p in params:
-            p.grad = frost.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
-        opt.step()
-    return [p.detach().cpu().numpy() for p in params]
-
-
 @pytest.mark.cuda
 def test_gpu_update_equals_cpu_rule():
-    for a, b in zip(_run_on("cuda"), _run_on("cpu")):
+    make = lambda ps: LAMB(ps, lr=1e-2, weight_decay=0.1)  # noqa: E731
+    _, gpu = run_on_fixed_gradients("cuda", make)
+    _, cpu = run_on_fixed_gradients("cpu", make)
+    for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 

@@ -7,7 +7,7 @@ from frost.autograd import AnomalyError, detect_anomaly
 from frost.optim import Lion, lion_update
 from frost.optim.adamw import advance_step
 from frost.optim.lion import lion_flat_kernel
-from optim_oracle import SHAPES, gradient, initial_arrays
+from optim_oracle import SHAPES, gradient, initial_arrays, run_on_fixed_gradients
 
 
 def paper_lion(arrays, steps, lr, betas, weight_decay):
@@ -114,29 +114,11 @@ def test_simulated_kernel_equals_the_cpu_rule_over_steps():
     np.testing.assert_allclose(m, m_ref, rtol=1e-5, atol=1e-7)
 
 
-def _run_on(device, steps=20):
-    rng = np.random.default_rng(1)
-    params = [frost.tensor(rng.standard_normal(s).astype(np.float32), device=device, requires_grad=True)
-              for s in [(16, 8), (16,), (3, 16), (3,)]]
-    opt = Lion(params, lr=1e-2, weight_decay=0.1)
-    sched = frost.optim.schedule.StepLR(opt, step_size=5, gamma=0.5)
-    for _ in range(steps):
-        opt.zero_grad()
-        for p in params:
-            g = frost.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
-            if p.grad is None:
-                p.grad = g
-            else:
-                p.grad.copy_(g)
-        opt.step()
-        sched.step()
-    return opt, [p.detach().cpu().numpy() for p in params]
-
-
 @pytest.mark.cuda
 def test_gpu_flat_update_equals_cpu_rule():
-    _, cpu = _run_on("cpu")
-    opt, gpu = _run_on("cuda")
+    make = lambda ps: Lion(ps, lr=1e-2, weight_decay=0.1)  # noqa: E731
+    _, cpu = run_on_fixed_gradients("cpu", make, step_lr=True)
+    opt, gpu = run_on_fixed_gradients("cuda", make, step_lr=True)
     assert opt._flat, "the CUDA parameters should have been packed into a flat group"
     for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
