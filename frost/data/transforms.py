@@ -187,6 +187,18 @@ def augment_kernel(images: Array[u8], index: Array[i32], offsets_y: Array[i32], 
         out[i] = (v - mean[ch]) / std[ch]
 
 
+_constants: dict = {}
+
+
+def _device_constants(mean: tuple, std: tuple, device: int):
+    """mean and std as device arrays, made once: a host-to-device copy cannot happen inside a captured step."""
+    key = (mean, std, device)
+    if key not in _constants:
+        import cupy as cp
+        _constants[key] = (cp.asarray(mean, dtype=cp.float32), cp.asarray(std, dtype=cp.float32))
+    return _constants[key]
+
+
 def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],
                 std: Sequence[float]):
     """`augment` on the GPU for images[index] of a uint8 NHWC dataset held there; returns NCHW float32.
@@ -203,7 +215,7 @@ def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: 
     idx = cp.asarray(raw(index), dtype=cp.int32)
     as_i32 = [cp.asarray(raw(a), dtype=cp.int32) for a in (offsets_y, offsets_x, flips)]
     out = cp.empty((len(idx), c, size, size), dtype=cp.float32)
-    mean32, std32 = cp.asarray(mean, dtype=cp.float32), cp.asarray(std, dtype=cp.float32)
+    mean32, std32 = _device_constants(tuple(mean), tuple(std), images.device.id)
     augment_kernel[(out.size + 255) // 256, 256](images.reshape(-1), idx, *as_i32, mean32, std32, out, out.size,
                                                  h, w, c, size, padding)
     return out
