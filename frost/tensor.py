@@ -767,8 +767,12 @@ def randint(low: int, high: int | None = None, size=(), dtype=None, device=None)
 
 
 def randperm(n: int, dtype=None, device=None) -> Tensor:
+    """A random permutation of range(n), drawn on the device from frost's generator."""
     dev, dt = _resolve(device, dtype, to_dtype("int64"))
-    return Tensor(_generator(dev).permutation(n).astype(dt.np))
+    g = _generator(dev)
+    if hasattr(g, "permutation"):
+        return Tensor(g.permutation(n).astype(dt.np))
+    return Tensor(g.random(n).argsort().astype(dt.np))  # a generator without permutation(): sort uniform draws
 
 
 def randn_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:

@@ -142,23 +142,17 @@ def resident_batches(n: int, batch_size: int, device: str):
     Only the indices travel; the gather and the scaling to [0, 1] happen inside the step (see
     `make_step`), so with frost.jit they are part of the captured graph.
     """
+    import frost
     from frost.tensor import Tensor
     per_epoch = n // batch_size
     if per_epoch == 0:
         raise SystemExit(f"frost bench: {n} training images are fewer than one batch of {batch_size}")
     while True:
-        perm = _permutation(n, device)
+        perm = frost.randperm(n, device=device).data  # frost's generator, seeded by frost.manual_seed
         for b in range(per_epoch):
             yield (Tensor(perm[b * batch_size:(b + 1) * batch_size]),)
 
 
-def _permutation(n: int, device: str):
-    """A permutation of range(n) on the device, drawn from frost's generator (seeded by frost.manual_seed)."""
-    import frost
-    try:
-        return frost.randperm(n, device=device).data
-    except (AttributeError, NotImplementedError):  # a generator without permutation(): sort uniform draws
-        return frost.rand(n, device=device).data.argsort()
 
 
 def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict):

@@ -1,10 +1,11 @@
-"""Data loading: datasets, the threaded DataLoader, and CPU transforms."""
+"""Data loading: datasets, the threaded DataLoader, device-resident datasets, and transforms (CPU and GPU)."""
 from frost.data.dataset import Dataset, IterableDataset, TensorDataset
 from frost.data.loader import DataLoader, DataLoaderWorkerError
 from frost.data.cifar import CIFAR10
 from frost.data.folder import ImageFolder, ImageList, decode_image
 from frost.data.text import TokenDataset
+from frost.data.resident import DeviceDataset
 from frost.data import transforms
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "DataLoader", "DataLoaderWorkerError", "CIFAR10",
-           "ImageFolder", "ImageList", "decode_image", "TokenDataset", "transforms"]
+           "ImageFolder", "ImageList", "decode_image", "TokenDataset", "DeviceDataset", "transforms"]

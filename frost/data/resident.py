@@ -1,0 +1,63 @@
+"""A dataset held whole on the device as uint8 and sampled by an on-device permutation: an epoch needs no host work."""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from frost import backend
+from frost.backend import Device
+from frost.tensor import Tensor
+
+
+class DeviceDataset:
+    """Images (N, H, W, C) uint8 and integer labels, kept on `device` in NCHW order.
+
+    `epoch_indices` draws a permutation on the device (frost's generator, seeded by frost.manual_seed) and
+    yields batch index tensors; `batch(index)` gathers and scales to [0, 1], `augment(...)` also pad-crops,
+    flips and normalizes (one kernel on the GPU). Both are device-only, so a step captured by frost.jit can
+    take the index tensor as its input and do the gather itself.
+    """
+
+    def __init__(self, images, labels, device: str = "cuda") -> None:
+        images = np.asarray(images)
+        labels = np.asarray(labels)
+        if images.ndim != 4 or images.dtype != np.uint8:
+            raise ValueError(f"DeviceDataset: images must be uint8 (N, H, W, C), got {images.dtype} {images.shape}")
+        if len(labels) != len(images):
+            raise ValueError(f"DeviceDataset: {len(images)} images but {len(labels)} labels")
+        self.device = Device(device)
+        self.images_nhwc = backend.to_device(np.ascontiguousarray(images), self.device)
+        self.images = backend.to_device(np.ascontiguousarray(images.transpose(0, 3, 1, 2)), self.device)
+        self.labels = backend.to_device(labels.astype(np.int64), self.device)
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    def epoch_indices(self, batch_size: int, drop_last: bool = True) -> Iterator[Tensor]:
+        """Index tensors (on the device) of one epoch's batches, in a fresh random order."""
+        import frost
+        n = len(self)
+        perm = frost.randperm(n, device=str(self.device)).data
+        stop = n - n % batch_size if drop_last else n
+        for start in range(0, stop, batch_size):
+            yield Tensor(perm[start:start + batch_size])
+
+    def batch(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        """(images as float32 NCHW in [0, 1], labels) at `index`."""
+        i = index.data
+        x = self.images[i].astype(np.float32)
+        x /= 255.0
+        return Tensor(x), Tensor(self.labels[i])
+
+    def augment(self, index: Tensor, offsets_y, offsets_x, flips, size: int, padding: int,
+                mean: Sequence[float], std: Sequence[float]) -> tuple[Tensor, Tensor]:
+        """(augmented float32 NCHW images, labels) at `index`: the CPU `augment` or its one-launch GPU twin."""
+        from frost.data import transforms
+        i = index.data
+        if self.device.type == "cuda":
+            x = transforms.augment_gpu(self.images_nhwc, i, offsets_y, offsets_x, flips, size, padding, mean, std)
+        else:
+            x = transforms.augment(self.images_nhwc[i], offsets_y, offsets_x, np.asarray(flips, bool), size,
+                                   padding, mean, std).transpose(0, 3, 1, 2)
+        return Tensor(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x), Tensor(self.labels[i])
