@@ -131,15 +131,16 @@ class _ConvGraph:
         A, B, Y = self.tensors
         return {A: a, B: b, Y: out}
 
-    def tune(self, key: str, a, b, out) -> None:
-        """Time every plan once (a few runs each) and select the fastest; remembered on disk by key."""
+    def tune(self, key: str, a, b, out, limit: int | None = None) -> None:
+        """Time the first `limit` admissible plans (a few runs each) and select the fastest; remembered on disk."""
         tuned = _load_tuned()
         if key in tuned and tuned[key] < self.plan_count:
             self._select(tuned[key])
             return
         pack, best, best_time = self.pack(a, b, out), 0, float("inf")
         # the heuristics rank the plans; the best measured one is nearly always among their first few
-        limit = int(os.environ.get("FROST_CUDNN_TUNE_PLANS", "8"))
+        if limit is None:
+            limit = int(os.environ.get("FROST_CUDNN_TUNE_PLANS", "8"))
         timed = 0
         for i in range(self.plan_count):
             t = self._time_plan(i, pack)  # inf for a plan that the filters (TF32, determinism) exclude
@@ -268,7 +269,7 @@ def matmul(a, b):
             g = _graphs.get(key)
             if g is None:
                 g = _MatmulGraph(a3, b3, out)
-                g.tune(key, a3, b3, out)
+                g.tune(key, a3, b3, out, limit=2)  # many small shapes (Muon's): timing them all costs seconds
                 _graphs[key] = g
     g.run(a3, b3, out)
     return out[0] if squeeze else out
