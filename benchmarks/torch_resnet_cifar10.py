@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
+REFERENCE_MODEL = REPO / "tests" / "nn" / "torch_resnet.py"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -36,68 +37,12 @@ LOADER_WAIT_THRESHOLD_S = 2e-4
 # ---------------------------------------------------------------- the model
 
 
-def _load_reference_model():
-    """tests/nn/torch_resnet.py's model when present (the one Frost's model is tested against), else None."""
-    path = REPO / "tests" / "nn" / "torch_resnet.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location("frost_torch_resnet_reference", path)
+def make_model(num_classes: int = 10) -> nn.Module:
+    """The seed ResNet in PyTorch: tests/nn/torch_resnet.py's, the oracle Frost's model is tested against."""
+    spec = importlib.util.spec_from_file_location("frost_torch_resnet_reference", REFERENCE_MODEL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for name in ("cifar_resnet", "TorchCifarResNet", "CifarResNet", "ResNet"):
-        if hasattr(module, name):
-            return getattr(module, name)
-    return None
-
-
-class BasicBlock(nn.Module):
-    """conv3x3-BN-ReLU-conv3x3-BN plus a shortcut (1x1 conv + BN where the shape changes), then ReLU."""
-
-    def __init__(self, in_channels: int, channels: int, stride: int = 1) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, channels, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(channels)
-        self.relu = nn.ReLU()
-        self.conv2 = nn.Conv2d(channels, channels, 3, stride=1, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(channels)
-        self.downsample = None
-        if stride != 1 or in_channels != channels:
-            self.downsample = nn.Sequential(nn.Conv2d(in_channels, channels, 1, stride=stride, bias=False),
-                                            nn.BatchNorm2d(channels))
-
-    def forward(self, x):
-        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-        return self.relu(out + (x if self.downsample is None else self.downsample(x)))
-
-
-class CifarResNet(nn.Module):
-    """A copy of tests/nn/torch_resnet.py's model (same names, shapes, init), used when that file is absent."""
-
-    def __init__(self, num_classes: int = 10) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 3, stride=1, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(16)
-        self.relu = nn.ReLU()
-        cin = 16
-        for i, width in enumerate((16, 32, 64)):
-            blocks = [BasicBlock(cin if b == 0 else width, width, (1 if i == 0 else 2) if b == 0 else 1)
-                      for b in range(3)]
-            setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
-            cin = width
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.flatten = nn.Flatten()
-        self.fc = nn.Linear(64, num_classes, bias=False)
-        nn.init.xavier_uniform_(self.fc.weight)
-
-    def forward(self, x):
-        x = self.relu(self.bn1(self.conv1(x)))
-        x = self.layer3(self.layer2(self.layer1(x)))
-        return self.fc(self.flatten(self.avgpool(x)))
-
-
-def make_model(num_classes: int = 10) -> nn.Module:
-    reference = _load_reference_model()
-    return reference(num_classes=num_classes) if reference is not None else CifarResNet(num_classes)
+    return module.cifar_resnet(num_classes=num_classes)
 
 
 # ---------------------------------------------------------------- data
@@ -289,14 +234,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     curve: list[list[float]] = []
     bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
 
-    def log(i: int, loss, t_begin: float) -> None:
-        value = float(loss.item())
-        curve.append([i + 1, value])
-        bar.update(i + 1 - bar.n)
-        elapsed = time.perf_counter() - t_begin
-        done = i + 1 - warmup
-        rate = done * batch_size / elapsed if elapsed > 0 and done > 0 else 0.0
-        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}")
+    log = common.progress_logger(bar, curve, warmup, batch_size)
 
     if args.mode == "graphed":
         trainer = GraphedTrainer(model, opt, data["x_train"], data["y_train"], batch_size, args.precision,
@@ -392,7 +330,7 @@ def main(argv=None) -> dict:
     result.update({"pipeline": "loader" if args.mode == "eager" else "resident",
                    "workers": args.workers if args.mode == "eager" else None, "eval_batch": args.eval_batch,
                    "cudnn_benchmark": benchmark, "torch_threads": torch.get_num_threads(),
-                   "model": "tests/nn/torch_resnet.py" if _load_reference_model() else "the script's copy",
+                   "model": "tests/nn/torch_resnet.py",
                    "compile_mode": args.compile_mode if args.mode == "compiled" else None,
                    "tf32": {"cudnn": torch.backends.cudnn.allow_tf32,
                             "matmul": torch.backends.cuda.matmul.allow_tf32}})

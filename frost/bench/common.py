@@ -319,3 +319,18 @@ def read_png_index(root, split: str) -> list[tuple[Path, int]]:
         files.append((int(index), path, CLASSES.index(name)))
     files.sort()
     return [(p, label) for _, p, label in files]
+
+
+def progress_logger(bar, curve: list, warmup: int, batch_size: int):
+    """log(i, loss, t_begin): record step i's loss on the curve and show loss and images/s on the tqdm bar
+    (the rate counts the steps after the warm-up ones, from t_begin)."""
+    def log(i: int, loss, t_begin: float) -> None:
+        value = float(loss.item())
+        curve.append([i + 1, value])
+        bar.update(i + 1 - bar.n)
+        elapsed = time.perf_counter() - t_begin
+        done = i + 1 - warmup
+        rate = done * batch_size / elapsed if elapsed > 0 and done > 0 else 0.0
+        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}")
+    return log
+

@@ -318,14 +318,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     curve: list[list[float]] = []
     bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
 
-    def log(i: int, loss, t_begin: float) -> None:
-        value = float(loss.item())
-        curve.append([i + 1, value])
-        bar.update(i + 1 - bar.n)
-        elapsed = time.perf_counter() - t_begin
-        done = i + 1 - warmup
-        rate = done * batch_size / elapsed if elapsed > 0 and done > 0 else 0.0
-        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}")
+    log = common.progress_logger(bar, curve, warmup, batch_size)
 
     for i in range(warmup):
         loss = step(*next(batches))
