@@ -385,7 +385,11 @@ class Tensor:
     def reshape(self, *shape_): return shape_ops.reshape(self, _shape_args(shape_))
     def view(self, *shape_):
         if len(shape_) == 1 and not isinstance(shape_[0], (tuple, list, int)):
-            return self.to(shape_[0])  # view(dtype) is not supported as a bit cast; treat as reshape-free cast
+            dt = to_dtype(shape_[0])  # view(dtype): the same bytes read as another type of the same size
+            if dt.itemsize != self.dtype.itemsize:
+                raise RuntimeError(f"view: cannot view {self.dtype!r} (itemsize {self.dtype.itemsize}) as {dt!r} "
+                                   f"(itemsize {dt.itemsize}); only same-size dtypes, tensor of shape {self.shape}")
+            return Tensor(self.data.view(dt.np))
         return shape_ops.reshape(self, _shape_args(shape_))
     def view_as(self, other): return shape_ops.reshape(self, other.shape)
     def reshape_as(self, other): return shape_ops.reshape(self, other.shape)

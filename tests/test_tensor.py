@@ -273,3 +273,12 @@ def test_repr_matches_torch(make):
 def test_repr_of_result_names_the_op():
     x = frost.tensor([1.0, 2.0], requires_grad=True)
     assert repr(x * 2) == "tensor([2., 4.], grad_fn=<mul>)"
+
+
+def test_view_dtype_reinterprets_the_bytes_like_pytorch():
+    x = frost.tensor([1.0, -2.0, 0.5])
+    bits = x.view(frost.int32)
+    assert bits.dtype == frost.int32
+    np.testing.assert_array_equal(bits.numpy(), torch.tensor([1.0, -2.0, 0.5]).view(torch.int32).numpy())
+    with pytest.raises(RuntimeError, match=r"view: cannot view frost.float32 \(itemsize 4\) as frost.int64"):
+        x.view(frost.int64)
