@@ -258,18 +258,23 @@ def train_one_seed(args, recipe: Recipe, cls, lr: float, seed: int, data: dict, 
     bar = tqdm(total=args.steps, desc=f"{recipe.name} seed {seed}", unit="step", disable=args.quiet,
                dynamic_ncols=True)
     check_every = LOSS_CHECK_EVERY[device]
-    train_s, t0 = 0.0, sw.now()
+    # the first steps build gradients, optimizer state and cuDNN plans and capture the graphs: start-up, not training
+    warmup = (3 + (1 if recipe.hessian_every else 0)) if jit is not None else 1
+    train_s, startup_s, t0 = 0.0, 0.0, sw.now()
     for i in range(1, args.steps + 1):
         try:
             refresh_now = recipe.hessian_every and i % recipe.hessian_every == 0
             watch.add(steps[1 if refresh_now else 0](*next(batches)))
             evaluate_now = i % args.eval_every == 0 or i == args.steps
-            if not (evaluate_now or i % check_every == 0):
+            if not (evaluate_now or i % check_every == 0 or i == warmup):
                 continue
             failure = watch.check()
         except Exception as e:  # one broken optimizer must not stop the others
             failure = {"step": i, "kind": "error", "loss": None, "message": f"{type(e).__name__}: {e}"}
-        train_s += sw.now() - t0
+        if i <= warmup:
+            startup_s += sw.now() - t0
+        else:
+            train_s += sw.now() - t0
         bar.update(i - bar.n)
         if failure:
             break
@@ -282,7 +287,8 @@ def train_one_seed(args, recipe: Recipe, cls, lr: float, seed: int, data: dict, 
     reached = next((s for s, acc in accuracy if acc >= args.target), None)
     return {"seed": seed, "final_acc": accuracy[-1][1] if not failure and accuracy else None,
             "steps_to_target": reached, "failure": failure, "steps_done": steps_done, "train_time_s": train_s,
-            "ms_per_step": 1000 * train_s / steps_done if steps_done else None, "accuracy_curve": accuracy,
+            "ms_per_step": 1000 * train_s / (steps_done - warmup) if steps_done > warmup else None,
+            "startup_s": startup_s, "accuracy_curve": accuracy,
             "loss_curve": watch.curve, "hyperparameters": hyperparameters(opt), "jit": jit is not None}
 
 
