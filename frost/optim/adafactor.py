@@ -79,8 +79,7 @@ class Adafactor(Optimizer):
 
     def step(self, closure=None):
         loss = self._evaluate(closure)
-        self._check_finite_grads()
-        for group in self.param_groups:
+        for group in self._groups_to_step():
             for p in self._params_with_grad(group):
                 state = self.state.setdefault(p, {})
                 if not state:

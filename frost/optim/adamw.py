@@ -103,11 +103,7 @@ class AdamW(Optimizer):
 
     def step(self, closure=None):
         loss = self._evaluate(closure)
-        self._check_finite_grads()
-        flat_groups = self._step_flat_groups()
-        for index, group in enumerate(self.param_groups):
-            if index in flat_groups:
-                continue
+        for group in self._groups_to_step():
             beta1, beta2 = group["betas"]
             for p in self._params_with_grad(group):
                 state = self.state.setdefault(p, {})

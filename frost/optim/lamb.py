@@ -57,8 +57,7 @@ class LAMB(Optimizer):
 
     def step(self, closure=None):
         loss = self._evaluate(closure)
-        self._check_finite_grads()
-        for group in self.param_groups:
+        for group in self._groups_to_step():
             beta1, beta2 = group["betas"]
             for p in self._params_with_grad(group):
                 state = self.state.setdefault(p, {})

@@ -95,10 +95,8 @@ class Muon(Optimizer):
 
     def step(self, closure=None):
         loss = self._evaluate(closure)
-        self._check_finite_grads()
-        flat_groups = self._step_flat_groups()
-        for index, group in enumerate(self.param_groups):
-            for p in self._params_with_grad(group) if index not in flat_groups else []:
+        for group in self._groups_to_step():
+            for p in self._params_with_grad(group):
                 state = self.state.setdefault(p, {})
                 if group["use_muon"]:
                     if not state:

@@ -145,16 +145,19 @@ class Optimizer:
         for index, flat in self._flat.items():
             flat.set_hyper(self._flat_hyper(self.param_groups[index]))
 
-    def _step_flat_groups(self) -> set:
-        """Run the one-launch update of every flat group; returns the indices of the groups it handled."""
-        done = set()
+    def _groups_to_step(self) -> list[dict]:
+        """The start of every step(): check the gradients (anomaly mode), run the one-launch update of each flat
+        group, and return the other groups, which the subclass updates tensor by tensor."""
+        self._check_finite_grads()
+        rest = []
         for index, group in enumerate(self.param_groups):
             flat = self._flat_group(index, group)
-            if flat is not None:
-                flat.set_hyper(self._flat_hyper(group))
-                self._flat_update(flat)
-                done.add(index)
-        return done
+            if flat is None:
+                rest.append(group)
+                continue
+            flat.set_hyper(self._flat_hyper(group))
+            self._flat_update(flat)
+        return rest
 
     # ------------------------------------------------------------ helpers for subclasses
     @staticmethod

@@ -54,8 +54,7 @@ class SGD(Optimizer):
 
     def step(self, closure=None):
         loss = self._evaluate(closure)
-        self._check_finite_grads()
-        for group in self.param_groups:
+        for group in self._groups_to_step():
             for p in self._params_with_grad(group):
                 buf = self.state.get(p, {}).get("momentum_buffer")
                 new_buf = sgd_update(p.data, p.grad.data, None if buf is None else buf.data, lr=group["lr"],
