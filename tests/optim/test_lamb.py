@@ -5,7 +5,8 @@ import pytest
 import frost
 from frost.autograd import AnomalyError, detect_anomaly
 from frost.optim import LAMB, lamb_update
-from optim_oracle import SHAPES, gradient, initial_arrays, run_on_fixed_gradients
+from optim_oracle import (SHAPES, assert_resumes_exactly_through_a_file, gradient, initial_arrays, run_frost,
+                          run_on_fixed_gradients)
 
 
 def paper_lamb(arrays, steps, lr, betas, eps, weight_decay):
@@ -28,14 +29,6 @@ def paper_lamb(arrays, steps, lr, betas, eps, weight_decay):
             ratio = w_norm / r_norm if w_norm > 0 and r_norm > 0 else 1.0
             x[i] = x[i] - lr * ratio * r
     return x, m, v
-
-
-def run_frost(opt, params, steps):
-    for t in steps:
-        for i, p in enumerate(params):
-            g = gradient(t, i, p.numpy())
-            p.grad = None if g is None else frost.Tensor(g)
-        opt.step()
 
 
 @pytest.mark.parametrize("lr,betas,eps,wd", [(1e-3, (0.9, 0.999), 1e-6, 0.01), (0.05, (0.8, 0.9), 1e-8, 0.0),
@@ -88,24 +81,10 @@ def test_float32_and_bfloat16_params_keep_their_dtype():
 
 
 def test_state_dict_round_trip_through_a_file(tmp_path):
-    arrays = initial_arrays(1)
     make = lambda ps: LAMB(ps, lr=0.02, betas=(0.8, 0.95), weight_decay=0.1)  # noqa: E731
-    straight = [frost.Tensor(a.copy(), requires_grad=True) for a in arrays]
-    run_frost(make(straight), straight, range(20))
-
-    first = [frost.Tensor(a.copy(), requires_grad=True) for a in arrays]
-    opt = make(first)
-    run_frost(opt, first, range(10))
-    frost.save({"params": [p.detach() for p in first], "opt": opt.state_dict()}, tmp_path / "ckpt.frost")
-    saved = frost.load(tmp_path / "ckpt.frost")
-    resumed = [frost.Tensor(p.numpy().copy(), requires_grad=True) for p in saved["params"]]
-    opt2 = LAMB(resumed)
-    opt2.load_state_dict(saved["opt"])
+    opt2 = assert_resumes_exactly_through_a_file(tmp_path, make, LAMB)
     assert opt2.param_groups[0]["betas"] == (0.8, 0.95)
     assert sorted(opt2.state_dict()["state"][0]) == ["exp_avg", "exp_avg_sq", "step"]
-    run_frost(opt2, resumed, range(10, 20))
-    for a, b in zip(resumed, straight):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 @pytest.mark.cuda

@@ -7,7 +7,8 @@ from frost.autograd import AnomalyError, detect_anomaly
 from frost.optim import Lion, lion_update
 from frost.optim.adamw import advance_step
 from frost.optim.lion import lion_flat_kernel
-from optim_oracle import SHAPES, gradient, initial_arrays, run_on_fixed_gradients
+from optim_oracle import (SHAPES, assert_resumes_exactly_through_a_file, gradient, initial_arrays, run_frost,
+                          run_on_fixed_gradients)
 
 
 def paper_lion(arrays, steps, lr, betas, weight_decay):
@@ -24,14 +25,6 @@ def paper_lion(arrays, steps, lr, betas, weight_decay):
             x[i] = x[i] - lr * (np.sign(c) + weight_decay * x[i])
             m[i] = beta2 * m[i] + (1 - beta2) * g
     return x, m
-
-
-def run_frost(opt, params, steps):
-    for t in steps:
-        for i, p in enumerate(params):
-            g = gradient(t, i, p.numpy())
-            p.grad = None if g is None else frost.Tensor(g)
-        opt.step()
 
 
 @pytest.mark.parametrize("lr,betas,wd", [(1e-4, (0.9, 0.99), 0.0), (3e-2, (0.9, 0.99), 0.5),
@@ -73,24 +66,10 @@ def test_param_groups_use_their_own_lr():
 
 
 def test_state_dict_round_trip_through_a_file(tmp_path):
-    arrays = initial_arrays(1)
     make = lambda ps: Lion(ps, lr=0.02, betas=(0.8, 0.95), weight_decay=0.3)  # noqa: E731
-    straight = [frost.Tensor(a.copy(), requires_grad=True) for a in arrays]
-    run_frost(make(straight), straight, range(20))
-
-    first = [frost.Tensor(a.copy(), requires_grad=True) for a in arrays]
-    opt = make(first)
-    run_frost(opt, first, range(10))
-    frost.save({"params": [p.detach() for p in first], "opt": opt.state_dict()}, tmp_path / "ckpt.frost")
-    saved = frost.load(tmp_path / "ckpt.frost")
-    resumed = [frost.Tensor(p.numpy().copy(), requires_grad=True) for p in saved["params"]]
-    opt2 = Lion(resumed)  # other options: load_state_dict must restore them
-    opt2.load_state_dict(saved["opt"])
+    opt2 = assert_resumes_exactly_through_a_file(tmp_path, make, Lion)  # other options: the load restores them
     assert opt2.param_groups[0]["lr"] == 0.02 and opt2.param_groups[0]["betas"] == (0.8, 0.95)
     assert sorted(opt2.state_dict()["state"][0]) == ["exp_avg", "step"]
-    run_frost(opt2, resumed, range(10, 20))
-    for a, b in zip(resumed, straight):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_kernel_compiles_for_sm90():
