@@ -7,29 +7,18 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.optim.adamw import AdamW
-from frost.optim.optimizer import array_module
+from frost.optim.adamw import AdamW, adamw_update
 from frost.tensor import Tensor
 
 
 def adam_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: float, eps: float,
                 weight_decay: float, step: float, maximize: bool = False) -> None:
     """One Adam step on arrays (NumPy or CuPy), in place on p, m, v (and v_max, the AMSGrad maximum)."""
-    xp = array_module(p)
     if maximize:
         g = -g
     if weight_decay != 0:
-        g = g + weight_decay * p
-    m += (1 - beta1) * (g - m)
-    v *= beta2
-    v += (1 - beta2) * (g * g)
-    if v_max is not None:
-        xp.maximum(v_max, v, out=v_max)
-        v = v_max
-    bias_correction1 = 1 - beta1 ** step
-    bias_correction2 = 1 - beta2 ** step
-    denom = xp.sqrt(v) / bias_correction2 ** 0.5 + eps
-    p -= (lr / bias_correction1) * (m / denom)
+        g = g + weight_decay * p  # L2 decay through the gradient; the rest is AdamW's step without its decay
+    adamw_update(p, g, m, v, v_max, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=0.0, step=step)
 
 
 # GPU kernel: adamw.adam_flat_kernel with decoupled=0 (one launch over the flat group; twin: adam_update).
