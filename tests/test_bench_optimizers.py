@@ -68,10 +68,24 @@ def test_divergence_is_reported_and_the_other_optimizer_finishes(cifar_dir, tmp_
     printed = capsys.readouterr().out
     assert f"seed 0: {failure['kind']} at step {failure['step']}" in printed
     assert "(0/1 finished)" in printed and "set by --lr" in printed
-    assert "the seed benchmark's AdamW settings" in printed and "lines code/total" in printed
+    assert "the seed benchmark's AdamW settings" in printed and "lines logic/code/all" in printed
     assert "results written to" in printed
     if "matplotlib" in sys.modules or _importable("matplotlib"):
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_merge_joins_runs_of_the_same_protocol_and_refuses_others(cifar_dir, tmp_path, capsys):
+    first = _bench(cifar_dir, tmp_path / "a.json", "--steps", "4", "--eval-every", "4", "--optimizers", "lion")
+    second = _bench(cifar_dir, tmp_path / "b.json", "--steps", "4", "--eval-every", "4", "--optimizers", "lamb")
+    merged = _bench(cifar_dir, tmp_path / "ab.json", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert list(merged["optimizers"]) == ["lion", "lamb"] and merged["merged_from"] == ["a.json", "b.json"]
+    assert merged["optimizers"]["lion"] == first["optimizers"]["lion"]
+    assert merged["optimizers"]["lamb"] == second["optimizers"]["lamb"]
+    printed = capsys.readouterr().out
+    assert "Lion" in printed or "lion" in printed
+    _bench(cifar_dir, tmp_path / "c.json", "--steps", "2", "--eval-every", "2", "--optimizers", "sgd")
+    with pytest.raises(SystemExit, match="c.json is not a frost-bench-optimizers/1 result with the protocol"):
+        _bench(cifar_dir, tmp_path / "x.json", "--merge", str(tmp_path / "a.json"), str(tmp_path / "c.json"))
 
 
 def _importable(name: str) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write the test accuracy against steps as a PNG here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="train nothing: join result files of the same protocol (e.g. optimizers run in separate "
+                        "calls), then print, --out and --plot as usual")
 
 
 # ---------------------------------------------------------------- the optimizers
@@ -320,7 +324,8 @@ def _row(name: str, entry: dict) -> list[str]:
     reach = (f"{s['steps_to_target']['mean']:.0f}" if "steps_to_target" in s else "-") + \
         f" ({s['reached_target']}/{s['runs']})"
     failures = "; ".join(f"seed {f['seed']}: {f['kind']} at step {f['step']}" for f in s["failures"]) or "none"
-    loc = f"{entry['loc_code']} / {entry['loc_total']}" if "loc_code" in entry else "-"
+    loc = (f"{entry['loc_logic']} / {entry['loc_code']} / {entry['loc_total']}"
+           if entry.get("loc_logic") is not None else "-")
     return [name, f"{entry['lr']:.3g}", acc, reach, failures, f"{s['train_time_s']['mean']:.1f}",
             f"{s['ms_per_step']['mean']:.2f}" if "ms_per_step" in s else "-", loc]
 
@@ -329,7 +334,7 @@ def results_table(result: dict) -> str:
     """One row per optimizer, then the reasons for each learning rate."""
     target = result["protocol"]["target"]
     header = ["optimizer", "lr", "final test acc %", f"steps to {100 * target:.0f}% (reached)",
-              "NaN/inf/divergence", "train s", "ms/step", "lines code/total"]
+              "NaN/inf/divergence", "train s", "ms/step", "lines logic/code/all"]
     rows = [_row(name, entry) for name, entry in result["optimizers"].items()]
     title = (f"frost optimizers on {result['device_name']} ({result['protocol']['steps']} steps, batch "
              f"{result['protocol']['batch_size']}, seeds {','.join(map(str, result['seeds']))}, "
@@ -341,7 +346,8 @@ def results_table(result: dict) -> str:
         else:
             notes.append(f"  {name}: not available - {entry['reason']}")
     footer = (f"final test accuracy over the {result['n_test']:,} test images, mean +- std over the seeds that "
-              f"finished; lines: non-blank non-comment / all lines of frost/optim/<file>.py\nlearning rates:\n")
+              f"finished; lines of frost/optim/<file>.py: logic (code without docstrings), code (non-blank, "
+              f"non-comment), all\nlearning rates:\n")
     return title + "\n" + common.format_table(rows, header) + "\n" + footer + "\n".join(notes)
 
 
@@ -381,8 +387,36 @@ def write_plot(path: Path, result: dict) -> bool:
 # ---------------------------------------------------------------- the command
 
 
+def merge_results(paths: list[Path]) -> dict:
+    """One result from several files of the same protocol and seeds: their optimizers side by side."""
+    results = [json.loads(Path(path).read_text()) for path in paths]
+    merged = dict(results[0], optimizers={})
+    for path, result in zip(paths, results):
+        if result.get("schema") != SCHEMA or (result["protocol"], result["seeds"]) != (merged["protocol"],
+                                                                                      merged["seeds"]):
+            raise SystemExit(f"frost bench optimizers --merge: {path} is not a {SCHEMA} result with the protocol "
+                             f"and seeds of {paths[0]}")
+        merged["optimizers"].update(result["optimizers"])
+    merged["merged_from"] = [Path(path).name for path in paths]
+    return merged
+
+
+def report(result: dict, args: argparse.Namespace) -> dict:
+    """Print the table; write JSON and the plot when asked."""
+    print(results_table(result))
+    if args.out:
+        common.write_json(args.out, result)
+        print(f"results written to {args.out}")
+    if args.plot:
+        print(f"plot written to {args.plot}" if write_plot(args.plot, result)
+              else "no plot: matplotlib is not installed (pip install matplotlib)")
+    return result
+
+
 def run(args: argparse.Namespace) -> dict:
-    """Train every chosen optimizer over every seed; print the table; write JSON and the plot when asked."""
+    """Train every chosen optimizer over every seed, then report (or only report merged result files)."""
+    if args.merge:
+        return report(merge_results(args.merge), args)
     if args.steps < 1 or args.eval_every < 1:
         raise SystemExit("frost bench: --steps and --eval-every must be at least 1")
     device = resolve_device(args.device)
@@ -407,14 +441,7 @@ def run(args: argparse.Namespace) -> dict:
                 entry["summary"] = summarize(entry["runs"])
                 if args.out:
                     common.write_json(args.out, result)  # partial results survive an interrupted run
-    print(results_table(result))
-    if args.out:
-        common.write_json(args.out, result)
-        print(f"results written to {args.out}")
-    if args.plot:
-        print(f"plot written to {args.plot}" if write_plot(args.plot, result)
-              else "no plot: matplotlib is not installed (pip install matplotlib)")
-    return result
+    return report(result, args)
 
 
 def describe(recipe: Recipe, overrides: dict) -> dict:

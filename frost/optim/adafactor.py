@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.optim.optimizer import Optimizer, array_module
+from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor, zeros, zeros_like
 
 
@@ -70,10 +70,9 @@ class Adafactor(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, beta2_decay: float = -0.8,
                  eps: tuple[float, float] = (1e-30, 1e-3), d: float = 1.0, weight_decay: float = 0.0,
                  relative_step: bool = True, scale_parameter: bool = True) -> None:
-        if not lr >= 0 or not weight_decay >= 0 or len(eps) != 2 or not all(e >= 0 for e in eps):
-            raise ValueError(f"Adafactor: lr ({lr}), weight_decay ({weight_decay}) and eps ({eps}) must be >= 0")
-        if not beta2_decay <= 0 or not d >= 1:
-            raise ValueError(f"Adafactor: beta2_decay ({beta2_decay}) must be <= 0 and d ({d}) >= 1")
+        check_options("Adafactor", dict(lr=lr, weight_decay=weight_decay, eps=tuple(eps)), rules={
+            f"eps ({eps}) must be two numbers": len(eps) == 2, f"beta2_decay ({beta2_decay}) must be <= 0":
+            beta2_decay <= 0, f"d ({d}) must be >= 1": d >= 1})
         super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d, weight_decay=weight_decay,
                                       relative_step=relative_step, scale_parameter=scale_parameter))
 

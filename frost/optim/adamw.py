@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, sqrt, tx
-from frost.optim.optimizer import Optimizer, array_module
+from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor, zeros_like
 
 
@@ -80,11 +80,7 @@ class AdamW(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
                  amsgrad: bool = False, maximize: bool = False) -> None:
-        name = type(self).__name__
-        if lr < 0 or eps < 0 or weight_decay < 0:
-            raise ValueError(f"{name}: lr ({lr}), eps ({eps}) and weight_decay ({weight_decay}) must be >= 0")
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"{name}: betas must be two numbers in [0, 1), got {betas}")
+        check_options(type(self).__name__, dict(lr=lr, eps=eps, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize))
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.optim.optimizer import Optimizer, array_module
+from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor, zeros_like
 
 
@@ -49,10 +49,7 @@ class LAMB(Optimizer):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01) -> None:
-        if not lr >= 0 or not eps >= 0 or not weight_decay >= 0:
-            raise ValueError(f"LAMB: lr ({lr}), eps ({eps}) and weight_decay ({weight_decay}) must be >= 0")
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"LAMB: betas must be two numbers in [0, 1), got {betas}")
+        check_options("LAMB", dict(lr=lr, eps=eps, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     def step(self, closure=None):

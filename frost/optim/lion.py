@@ -18,7 +18,7 @@ from typing import Iterable
 
 from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
 from frost.optim.adamw import advance_step
-from frost.optim.optimizer import Optimizer, array_module
+from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor, zeros_like
 
 
@@ -53,10 +53,7 @@ class Lion(Optimizer):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-4,
                  betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
-        if not lr >= 0 or not weight_decay >= 0:
-            raise ValueError(f"Lion: lr ({lr}) and weight_decay ({weight_decay}) must be >= 0")
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"Lion: betas must be two numbers in [0, 1), got {betas}")
+        check_options("Lion", dict(lr=lr, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
 
     def _flat_hyper(self, group: dict) -> list[float]:

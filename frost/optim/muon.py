@@ -26,7 +26,7 @@ from typing import Iterable
 
 from frost.ops.matmul import matmul_arrays
 from frost.optim.adamw import adam_flat_update, adamw_update
-from frost.optim.optimizer import Optimizer, array_module
+from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor, zeros_like
 
 
@@ -62,12 +62,10 @@ class Muon(Optimizer):
                  nesterov: bool = True, ns_steps: int = 5, weight_decay: float = 0.0, adam_lr: float = 3e-4,
                  adam_betas: tuple[float, float] = (0.9, 0.95), adam_eps: float = 1e-10,
                  adam_weight_decay: float = 0.0) -> None:
-        if min(lr, adam_lr, adam_eps, weight_decay, adam_weight_decay) < 0 or not 0 <= momentum < 1 or ns_steps < 1:
-            raise ValueError(f"Muon: need lr ({lr}), adam_lr ({adam_lr}), adam_eps ({adam_eps}), weight_decay "
-                             f"({weight_decay}), adam_weight_decay ({adam_weight_decay}) >= 0, momentum ({momentum}) "
-                             f"in [0, 1) and ns_steps ({ns_steps}) >= 1")
-        if len(adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in adam_betas):
-            raise ValueError(f"Muon: adam_betas must be two numbers in [0, 1), got {adam_betas}")
+        check_options("Muon", dict(lr=lr, adam_lr=adam_lr, adam_eps=adam_eps, weight_decay=weight_decay,
+                                   adam_weight_decay=adam_weight_decay), dict(adam_betas=adam_betas), {
+            f"momentum ({momentum}) must be in [0, 1)": 0 <= momentum < 1, f"ns_steps ({ns_steps}) must be >= 1":
+            ns_steps >= 1})
         self._adam_options = dict(lr=adam_lr, weight_decay=adam_weight_decay)
         super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
                                       weight_decay=weight_decay, betas=tuple(adam_betas), eps=adam_eps, use_muon=True))

@@ -15,6 +15,19 @@ def array_module(array):
     return np if isinstance(array, np.ndarray) else backend.xp_for(backend.device_of(array))
 
 
+def check_options(optimizer: str, nonnegative: dict[str, Any], betas: dict[str, Any] | None = None,
+                  rules: dict[str, bool] | None = None) -> None:
+    """One ValueError naming the optimizer and each bad option: `nonnegative` values must be >= 0 (NaN fails),
+    `betas` pairs of numbers in [0, 1), and each text of `rules` must hold."""
+    bad = [f"{k} ({v}) must be >= 0" for k, v in nonnegative.items()
+           if not all(x >= 0 for x in (v if isinstance(v, tuple) else (v,)))]
+    bad += [f"{k} must be two numbers in [0, 1), got {tuple(v)}" for k, v in (betas or {}).items()
+            if len(v) != 2 or not all(0.0 <= b < 1.0 for b in v)]
+    bad += [text for text, holds in (rules or {}).items() if not holds]
+    if bad:
+        raise ValueError(f"{optimizer}: " + "; ".join(bad))
+
+
 class Optimizer:
     """Holds parameter groups (a list of dicts: 'params' plus per-group options) and per-parameter state.
 

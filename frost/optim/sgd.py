@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.optim.optimizer import Optimizer
+from frost.optim.optimizer import Optimizer, check_options
 from frost.tensor import Tensor
 
 
@@ -43,12 +43,9 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
                  maximize: bool = False) -> None:
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError(f"SGD: lr ({lr}), momentum ({momentum}) and weight_decay ({weight_decay}) "
-                             f"must be >= 0")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError(f"SGD: Nesterov momentum needs momentum > 0 and dampening = 0, got momentum="
-                             f"{momentum}, dampening={dampening}")
+        check_options("SGD", dict(lr=lr, momentum=momentum, weight_decay=weight_decay), rules={
+            f"Nesterov momentum needs momentum > 0 and dampening = 0, got momentum={momentum}, dampening="
+            f"{dampening}": not nesterov or (momentum > 0 and dampening == 0)})
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 

@@ -32,7 +32,7 @@ from typing import Iterable
 from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
 from frost.ops.random import generator_for
 from frost.optim.adamw import advance_step
-from frost.optim.optimizer import Optimizer, array_module
+from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor, zeros_like
 
 
@@ -82,11 +82,8 @@ class SophiaG(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-4,
                  betas: tuple[float, float] = (0.965, 0.99), rho: float = 0.04, weight_decay: float = 1e-1,
                  eps: float = 1e-15, k: int = 10, bs: int = 5120) -> None:
-        if min(lr, rho, weight_decay, eps) < 0 or k < 1 or bs <= 0:
-            raise ValueError(f"SophiaG: need lr ({lr}), rho ({rho}), weight_decay ({weight_decay}) and eps ({eps}) "
-                             f">= 0, k ({k}) >= 1 and bs ({bs}) > 0")
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"SophiaG: betas must be two numbers in [0, 1), got {betas}")
+        check_options("SophiaG", dict(lr=lr, rho=rho, weight_decay=weight_decay, eps=eps), dict(betas=betas),
+                      {f"k ({k}) must be >= 1": k >= 1, f"bs ({bs}) must be > 0": bs > 0})
         super().__init__(params, dict(lr=lr, betas=tuple(betas), rho=rho, weight_decay=weight_decay, eps=eps,
                                       k=k, bs=bs))
 

@@ -142,7 +142,7 @@ def test_gpu_update_equals_cpu_rule():
                                           (dict(eps=(1e-30, -1.0)), r"Adafactor: .*eps \(\(1e-30, -1.0\)\)"),
                                           (dict(weight_decay=-0.5), r"Adafactor: .*weight_decay \(-0.5\)"),
                                           (dict(beta2_decay=0.5), r"Adafactor: beta2_decay \(0.5\) must be <= 0"),
-                                          (dict(d=0.5), r"Adafactor: .*d \(0.5\) >= 1")])
+                                          (dict(d=0.5), r"Adafactor: d \(0.5\) must be >= 1")])
 def test_invalid_hyperparameters_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Adafactor([frost.zeros(3, requires_grad=True)], **kwargs)

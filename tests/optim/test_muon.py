@@ -168,9 +168,9 @@ def test_state_dict_round_trip_through_a_file(tmp_path):
 
 
 @pytest.mark.parametrize("options, match", [
-    (dict(lr=-1.0), r"Muon: need lr \(-1.0\)"),
-    (dict(momentum=1.0), r"momentum \(1.0\) in \[0, 1\)"),
-    (dict(ns_steps=0), r"ns_steps \(0\) >= 1"),
+    (dict(lr=-1.0), r"Muon: lr \(-1.0\) must be >= 0"),
+    (dict(momentum=1.0), r"momentum \(1.0\) must be in \[0, 1\)"),
+    (dict(ns_steps=0), r"ns_steps \(0\) must be >= 1"),
     (dict(adam_eps=-1e-8), r"adam_eps \(-1e-08\)"),
     (dict(adam_betas=(0.9, 1.0)), r"Muon: adam_betas must be two numbers in \[0, 1\), got \(0.9, 1.0\)"),
 ])

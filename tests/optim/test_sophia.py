@@ -211,10 +211,10 @@ def test_simulated_kernel_equals_the_cpu_rule_over_steps():
 
 
 @pytest.mark.parametrize("options, match", [
-    (dict(lr=-1.0), r"SophiaG: need lr \(-1.0\)"),
+    (dict(lr=-1.0), r"SophiaG: lr \(-1.0\) must be >= 0"),
     (dict(rho=-0.1), r"rho \(-0.1\)"),
-    (dict(k=0), r"k \(0\) >= 1"),
-    (dict(bs=0), r"bs \(0\) > 0"),
+    (dict(k=0), r"k \(0\) must be >= 1"),
+    (dict(bs=0), r"bs \(0\) must be > 0"),
     (dict(betas=(1.0, 0.99)), r"SophiaG: betas must be two numbers in \[0, 1\), got \(1.0, 0.99\)"),
 ])
 def test_invalid_hyperparameters(options, match):
