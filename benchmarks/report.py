@@ -169,6 +169,9 @@ def _smooth(values, window: int = 5) -> list[float]:
     return out
 
 
+HAND_WRITTEN = "<!-- hand-written sections below: report.py keeps them -->"
+
+
 def main(argv=None) -> Path:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", type=Path, help="result JSON files")
@@ -182,7 +185,9 @@ def main(argv=None) -> Path:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     plots = [] if args.no_plots else plot(results, args.out_dir)
     out = args.out_dir / "RESULTS.md"
-    out.write_text(markdown(results, args.title, plots))
+    old = out.read_text() if out.exists() else ""
+    kept = old[old.index(HAND_WRITTEN):] if HAND_WRITTEN in old else ""  # sections written by hand survive
+    out.write_text(markdown(results, args.title, plots) + ("\n" + kept if kept else ""))
     print(f"wrote {out}" + (f" and {', '.join(plots)}" if plots else ""))
     return out
 

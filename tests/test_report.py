@@ -47,6 +47,10 @@ def test_report_writes_the_table_from_measured_numbers_only(tmp_path):
     assert "73.90 +- 1.17" in rows[1] and "35.5 +- 0.5" in rows[1]
     assert "waited for data in 25.0 +- 0.0 % of steps" in text
     assert "Synthetic GPU" in text and "resident-jit" in text
+    (tmp_path / "RESULTS.md").write_text(text + "\n" + report.HAND_WRITTEN + "\n## Notes kept\n")
+    again = report.main([str(frost_file), "--out-dir", str(tmp_path), "--title", "Again"]).read_text()
+    assert again.startswith("# Again") and again.count("| pytorch") == 0
+    assert again.endswith(report.HAND_WRITTEN + "\n## Notes kept\n")
     png = list(tmp_path.glob("*.png"))
     try:
         import matplotlib  # noqa: F401
