@@ -2,14 +2,26 @@
 
     python benchmarks/loader.py                      # 10,000 PNGs, 1/2/4/8/16 workers, median of 3
     python benchmarks/loader.py --n 2000 --repeats 3 --threads 1,2,4
+    python benchmarks/loader.py --strategies         # raw decode strategies in N plain threads
 
 Makes a PNG folder in the seed's layout (`train/<index>_<class>.png`) from the shared CIFAR-10 npz
 parts (random images when they are absent), then reads one epoch of it with each worker count:
-both loaders use the same dataset object (frost.data.ImageList: Pillow decode -> uint8 HWC array per
-item), the same batch size and no shuffling. Frost's workers are threads filling ping-pong buffers;
-PyTorch's are processes (started anew each epoch, as without persistent_workers, unless
+both loaders use the same dataset object (frost.data.ImageList: frost.data.png's decoder -> uint8 HWC
+array per item; Frost's loader calls its get_batch once per batch, PyTorch's __getitem__ per sample),
+the same batch size and no shuffling; PyTorch also gets a row with plain Pillow decoding
+(Image.open + np.array, what ImageList did before) unless --no-torch-pillow. Frost's workers are
+threads filling ping-pong buffers; PyTorch's are processes (started anew each epoch, as without persistent_workers, unless
 --torch-persistent) with its default collate. A run counts from iter() to the last batch. Prints a table and writes JSON to
 benchmarks/results/loader.json.
+
+--strategies times raw decoding without any loader: N plain threads (each a strided share of the
+files) run one strategy over all the files, for N in --threads; images/s for
+  pillow       Image.open + np.array (+ convert("RGB") where needed)
+  frost        frost.data.png.read_png: one read + chunk parse + Pillow's C zip decoder (the new path)
+  frost_bytes  frost.data.png.decode_png on bytes already in memory (no file I/O)
+  read         the file read only (frost.data.png.read_file)
+  read_zlib    read + chunk parse + zlib.decompress of the IDAT data (inflate only, no unfiltering)
+so one run shows where each stops scaling (the GIL). Writes benchmarks/results/loader_strategies.json.
 """
 from __future__ import annotations
 
@@ -18,10 +30,13 @@ import json
 import os
 import platform
 import statistics
+import struct
 import sys
 import tempfile
+import threading
 import time
 import warnings
+import zlib
 from functools import partial
 from pathlib import Path
 
@@ -31,6 +46,7 @@ from PIL import Image
 import frost
 from frost.data import DataLoader, ImageList
 from frost.data.cifar import CLASSES, seed_png_files
+from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
 from frost.parallel import finish, spawn, split
 
 HERE = Path(__file__).resolve().parent
@@ -73,6 +89,21 @@ def make_png_folder(folder: Path, n: int) -> str:
         spawn(write, split(range(n), os.cpu_count() or 1))
     marker.write_text(origin)
     return origin
+
+
+def pillow_decode(path) -> np.ndarray:
+    """Plain Pillow: what ImageList decoded with before frost.data.png."""
+    with Image.open(path) as img:
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        return np.array(img)
+
+
+class PillowImageList(ImageList):
+    """ImageList decoding with plain Pillow (the PyTorch-with-Pillow row)."""
+
+    def __getitem__(self, index: int):
+        return pillow_decode(self.paths[index]), self.targets[index]
 
 
 def epoch_frost(ds, batch: int, workers: int) -> int:
@@ -121,20 +152,28 @@ def main(argv=None) -> dict:
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--torch-persistent", action="store_true",
                    help="keep PyTorch's worker processes across epochs (their start-up is then not timed)")
-    p.add_argument("--out", type=Path, default=HERE / "results" / "loader.json")
+    p.add_argument("--no-torch-pillow", action="store_true", help="skip the PyTorch row with plain Pillow decoding")
+    p.add_argument("--strategies", action="store_true", help="time raw decode strategies in plain threads instead")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default benchmarks/results/loader.json, or loader_strategies.json)")
     args = p.parse_args(argv)
+    if args.out is None:
+        args.out = HERE / "results" / ("loader_strategies.json" if args.strategies else "loader.json")
 
     folder = args.dir or Path(tempfile.gettempdir()) / f"frost-cifar10-png-{args.n}"
     origin = make_png_folder(folder, args.n)
     files, labels = seed_png_files(folder / "train")
+    if args.strategies:
+        return run_strategies(args, files, origin, folder)
     ds = ImageList(files, labels)
+    pillow_ds = PillowImageList(files, labels)
     workers = [int(w) for w in args.threads.split(",")]
     print(f"{len(ds)} PNGs from {origin} in {folder}; batch {args.batch}; median of {args.repeats}; "
           f"{os.cpu_count()} CPUs; Python {platform.python_version()}")
     epoch_frost(ds, args.batch, 1)  # warm the page cache
     inline, inline_times = images_per_second(epoch_frost, ds, args.batch, 0, args.repeats)
     print(f"frost, loading in the calling thread: {inline:,.0f} images/s")
-    print(f"{'workers':>7} {'frost img/s':>12} {'torch img/s':>12} {'frost/torch':>11}")
+    print(f"{'workers':>7} {'frost img/s':>12} {'torch img/s':>12} {'frost/torch':>11} {'torch+Pillow img/s':>19}")
     rows = []
     torch_epoch = partial(epoch_torch, persistent=args.torch_persistent)
     for w in workers:
@@ -144,13 +183,22 @@ def main(argv=None) -> dict:
             if args.torch_persistent:
                 torch_epoch(ds, args.batch, w)  # start the workers outside the timing
             t_rate, t_times = images_per_second(torch_epoch, ds, args.batch, w, args.repeats)
+        p_rate, p_times = None, []
+        if not args.no_torch and not args.no_torch_pillow:
+            if args.torch_persistent:
+                _torch_loaders.pop(w, None)
+                torch_epoch(pillow_ds, args.batch, w)
+            p_rate, p_times = images_per_second(torch_epoch, pillow_ds, args.batch, w, args.repeats)
+            if args.torch_persistent:
+                _torch_loaders.pop(w, None)
         rows.append({"workers": w, "frost_images_per_s": f_rate, "torch_images_per_s": t_rate,
-                     "frost_epoch_s": f_times, "torch_epoch_s": t_times})
+                     "torch_pillow_images_per_s": p_rate,
+                     "frost_epoch_s": f_times, "torch_epoch_s": t_times, "torch_pillow_epoch_s": p_times})
         ratio = f"{f_rate / t_rate:.2f}" if t_rate else "-"
         t_cell = f"{t_rate:,.0f}" if t_rate else "-"
-        print(f"{w:>7} {f_rate:>12,.0f} {t_cell:>12} {ratio:>11}", flush=True)
-    versions = {"python": platform.python_version(), "numpy": np.__version__, "pillow": Image.__version__,
-                "frost": frost.__version__}
+        p_cell = f"{p_rate:,.0f}" if p_rate else "-"
+        print(f"{w:>7} {f_rate:>12,.0f} {t_cell:>12} {ratio:>11} {p_cell:>19}", flush=True)
+    versions = _versions()
     if not args.no_torch:
         import torch
         versions["torch"] = torch.__version__
@@ -158,12 +206,103 @@ def main(argv=None) -> dict:
               "repeats": args.repeats, "torch_persistent_workers": args.torch_persistent, "cpus": os.cpu_count(), "platform": platform.platform(),
               "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
               "frost_inline_images_per_s": inline, "frost_inline_epoch_s": inline_times,
-              "rows": rows, "versions": versions, "command": " ".join(["python", "benchmarks/loader.py", *sys.argv[1:]])}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
+              "rows": rows, "versions": versions, "command": _command()}
+    _write(args.out, result)
+    return result
+
+
+def _versions() -> dict:
+    return {"python": platform.python_version(), "numpy": np.__version__, "pillow": Image.__version__,
+            "frost": frost.__version__}
+
+
+def _command() -> str:
+    return " ".join(["python", "benchmarks/loader.py", *sys.argv[1:]])
+
+
+def _write(out: Path, result: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(args.out)
-    print(f"wrote {args.out}")
+    tmp.replace(out)
+    print(f"wrote {out}")
+
+
+# ---------------------------------------------------------------- --strategies
+def idat_of(data: bytes) -> bytes:
+    """The concatenated IDAT data of a PNG (a minimal parser: the read_zlib strategy)."""
+    if data[:8] != PNG_SIGNATURE:
+        raise ValueError("not a PNG")
+    pos, parts = 8, []
+    while pos < len(data):
+        length, kind = struct.unpack_from(">I4s", data, pos)
+        if kind == b"IDAT":
+            parts.append(data[pos + 8:pos + 8 + length])
+        elif kind == b"IEND":
+            break
+        pos += 12 + length
+    return b"".join(parts)
+
+
+def _read_zlib(path) -> bytes:
+    return zlib.decompress(idat_of(read_file(path)))
+
+
+def strategy_functions(files: list) -> dict:
+    """name -> (function of one item, the items): every strategy covers the same images."""
+    paths = [os.fspath(f) for f in files]
+    blobs = [read_file(p) for p in paths]
+    return {"pillow": (pillow_decode, paths), "frost": (read_png, paths),
+            "frost_bytes": (lambda b: decode_png(b, "<memory>"), blobs),
+            "read": (read_file, paths), "read_zlib": (_read_zlib, paths)}
+
+
+def threaded_rate(fn, items: list, threads: int) -> float:
+    """Images/s for `threads` plain threads each running fn over a strided share of items."""
+    start = threading.Barrier(threads + 1)
+
+    def work(k: int) -> None:
+        start.wait()
+        for item in items[k::threads]:
+            fn(item)
+
+    pool = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(threads)]
+    for t in pool:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in pool:
+        t.join()
+    return len(items) / (time.perf_counter() - t0)
+
+
+def run_strategies(args, files: list, origin: str, folder: Path) -> dict:
+    counts = [int(w) for w in args.threads.split(",")]
+    strategies = strategy_functions(files)
+    reference = pillow_decode(files[0])
+    if not np.array_equal(read_png(files[0]), reference):
+        raise RuntimeError("loader: frost.data.png disagrees with Pillow on the first file")
+    print(f"{len(files)} PNGs from {origin} in {folder}; median of {args.repeats}; {os.cpu_count()} CPUs; "
+          f"Python {platform.python_version()}; images/s with N plain threads")
+    print(f"{'threads':>7} " + " ".join(f"{name:>12}" for name in strategies))
+    for fn, items in strategies.values():
+        for item in items[:64]:
+            fn(item)  # warm the page cache and lazy set-up
+    rows = []
+    for n in counts:
+        row = {"threads": n}
+        for name, (fn, items) in strategies.items():
+            rates = [threaded_rate(fn, items, n) for _ in range(args.repeats)]
+            row[name] = statistics.median(rates)
+            row[name + "_runs"] = rates
+        rows.append(row)
+        print(f"{n:>7} " + " ".join(f"{row[name]:>12,.0f}" for name in strategies), flush=True)
+    result = {"benchmark": "loader_strategies", "images": len(files), "source": origin, "repeats": args.repeats,
+              "cpus": os.cpu_count(), "platform": platform.platform(),
+              "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
+              "switch_interval_s": sys.getswitchinterval(), "strategies": list(strategies), "rows": rows,
+              "versions": _versions(), "command": _command()}
+    _write(args.out, result)
     return result
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 _cupy = None
 _seed = 0
-_generator = None
+_generators: dict = {}  # device index -> frost.ops.philox.PhiloxGenerator
 
 
 def cupy():
@@ -66,16 +66,21 @@ def pinned_empty(shape, dtype):
 
 
 def generator():
-    """The CUDA random generator (seeded by frost.manual_seed)."""
-    global _generator
-    if _generator is None:
-        _generator = cupy().random.default_rng(_seed)
-    return _generator
+    """The current GPU's random generator: Philox4x32-10 with its offset on the device (frost.ops.philox), so
+    captured CUDA graphs draw new numbers on every replay; seeded by frost.manual_seed."""
+    from frost.ops.philox import PhiloxGenerator
+    index = cupy().cuda.Device().id
+    if index not in _generators:
+        _generators[index] = PhiloxGenerator(_seed, index)
+    return _generators[index]
 
 
 def manual_seed(seed: int) -> None:
-    global _seed, _generator
-    _seed, _generator = seed, None
+    """Reseed every GPU's generator in place (key = seed, offset = 0), so captured graphs follow."""
+    global _seed
+    _seed = seed
+    for g in _generators.values():
+        g.seed(seed)
 
 
 def memory_allocated() -> int:

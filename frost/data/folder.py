@@ -7,21 +7,21 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from frost.data.dataset import Dataset
+from frost.data.dataset import Dataset, _as_array
+from frost.data.png import decode_bytes, read_file
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 
 
 def decode_image(path: str | os.PathLike) -> np.ndarray:
-    """Decode a PNG or JPEG file to a uint8 RGB array (H, W, 3); a broken file raises naming it."""
-    from PIL import Image
+    """Decode a PNG or JPEG file to a writable uint8 RGB array (H, W, 3); a broken file raises naming it.
+
+    PNGs (found by signature) take frost.data.png's thread-friendly path, other files Pillow's."""
+    name = os.fspath(path)
     try:
-        with Image.open(path) as img:
-            if img.mode != "RGB":
-                img = img.convert("RGB")
-            return np.array(img)  # writable; Pillow decodes with the GIL released
-    except Exception as e:  # noqa: BLE001 - Pillow raises several kinds
-        raise RuntimeError(f"decode_image: cannot decode {os.fspath(path)}: {type(e).__name__}: {e}") from e
+        return decode_bytes(read_file(name))
+    except Exception as e:  # noqa: BLE001 - file, struct, zlib and Pillow errors all name the file
+        raise RuntimeError(f"decode_image: cannot decode {name}: {type(e).__name__}: {e}") from e
 
 
 class ImageList(Dataset):
@@ -43,6 +43,30 @@ class ImageList(Dataset):
         if self.transform is not None:
             image = self.transform(image)
         return image, self.targets[index]
+
+    def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Images and labels at `indices` as arrays (the DataLoader's per-batch path: no per-sample loader work).
+
+        Every image of a batch (after the transform) must have the first one's shape; for varying sizes give
+        the DataLoader a collate_fn (it then calls __getitem__ per sample)."""
+        paths, transform = self.paths, self.transform
+        indices = np.asarray(indices)
+        if len(indices) == 0:
+            raise ValueError("ImageList.get_batch: no indices")
+        first = None
+        for k, i in enumerate(indices.tolist()):
+            image = decode_image(paths[i])
+            if transform is not None:
+                image = _as_array(transform(image))
+            if first is None:
+                first = i
+                images = np.empty((len(indices), *image.shape), image.dtype)
+            elif image.shape != images.shape[1:]:
+                raise ValueError(f"ImageList: {paths[i]} gives an image of shape {image.shape} but {paths[first]} "
+                                 f"one of {images.shape[1:]} in the same batch; resize in a transform or give the "
+                                 f"DataLoader a collate_fn")
+            images[k] = image
+        return images, self.targets[indices]
 
 
 class ImageFolder(ImageList):

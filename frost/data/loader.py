@@ -42,6 +42,7 @@ import numpy as np
 from frost.backend import CPU, Device
 from frost.data.dataset import IterableDataset
 from frost.parallel import Channel, ChannelClosed
+from frost.tensor import Tensor
 
 __all__ = ["DataLoader", "DataLoaderWorkerError"]
 
@@ -55,7 +56,6 @@ class DataLoaderWorkerError(RuntimeError):
 # ---------------------------------------------------------------- samples and buffers
 def _fields(sample: Any) -> tuple[str, list]:
     """A sample as (kind, list of NumPy-compatible fields); kind is 'one', 'tuple' or 'list'."""
-    from frost.tensor import Tensor
     if isinstance(sample, (tuple, list)):
         kind, items = ("tuple" if isinstance(sample, tuple) else "list"), list(sample)
     else:
@@ -92,7 +92,7 @@ class _BatchBuffers:
             raise TypeError(f"DataLoader: sample {index} has {len(fields)} field(s) ({kind}) but the first sample "
                             f"had {len(self.shapes)} ({self.kind}); use collate_fn for irregular samples")
         for k, (buf, f) in enumerate(zip(self.slots[slot], fields)):
-            if np.shape(f) != self.shapes[k]:
+            if (f.shape if isinstance(f, (np.ndarray, np.generic)) else np.shape(f)) != self.shapes[k]:
                 raise ValueError(f"DataLoader: sample {index} field {k} has shape {np.shape(f)} but the batch buffer "
                                  f"expects {self.shapes[k]} (from the first sample); use collate_fn for variable sizes")
             buf[row] = f
@@ -211,7 +211,6 @@ class DataLoader:
                 yield self._to_tensors(_stack(samples))
 
     def _to_tensors(self, batch: Any) -> Any:
-        from frost.tensor import Tensor
         kind, fields = _fields(batch) if isinstance(batch, (tuple, list)) else ("one", [batch])
         out = [Tensor(f) if self.device.type == "cpu" else Tensor(f).to(self.device) for f in fields]
         return _restructure(kind, out)
@@ -350,7 +349,6 @@ class _Run:
                     out = copier.copy(payload, slot, n, w)
                     held = None  # returned by copier.recycle once the copy is done
                 else:
-                    from frost.tensor import Tensor
                     out = _restructure(payload.kind, [Tensor(buf[:n]) for buf in payload.slots[slot]])
                 yield out
                 i += 1
@@ -401,7 +399,6 @@ class _GpuCopier:
         self.last: list | None = None
 
     def copy(self, buffers: _BatchBuffers, slot: int, n: int, w: int) -> Any:
-        from frost.tensor import Tensor
         cp = self.cp
         with self.gpu:
             compute = cp.cuda.get_current_stream()

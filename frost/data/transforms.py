@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 __all__ = ["ToFloat", "Normalize", "RandomCrop", "RandomHorizontalFlip", "Compose",
-           "crop", "hflip", "to_float", "normalize", "augment"]
+           "crop", "hflip", "to_float", "normalize", "augment", "draw_augment_gpu"]
 
 
 def _generator(rng: np.random.Generator | None) -> np.random.Generator:
@@ -197,6 +197,18 @@ def _device_constants(mean: tuple, std: tuple, device: int):
         import cupy as cp
         _constants[key] = (cp.asarray(mean, dtype=cp.float32), cp.asarray(std, dtype=cp.float32))
     return _constants[key]
+
+
+def draw_augment_gpu(n: int, size: int, padding: int, image_hw: tuple[int, int] | None = None,
+                     flip_p: float = 0.5):
+    """Crop offsets (y, x) and flip flags (int32 CuPy arrays) for n images, drawn on the device by Frost's CUDA
+    generator (Philox, frost.ops.philox): a step captured by frost.jit draws new ones on every replay."""
+    from frost.backend import cuda
+    g = cuda.generator()
+    h, w = image_hw or (size, size)
+    oy = g.integers(0, h + 2 * padding - size + 1, size=n, dtype="int32")
+    ox = g.integers(0, w + 2 * padding - size + 1, size=n, dtype="int32")
+    return oy, ox, g.bernoulli_mask(n, flip_p).astype("int32")
 
 
 def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],

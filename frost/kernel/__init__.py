@@ -17,7 +17,14 @@ Semantics (the simulator implements exactly these):
 - Types: f32 f16 bf16 f64 i32 i64 u32 u8 bool; Array[T] (pointer + length), Array[T, 2] (strided 2-D view).
 - Literals adapt to the other operand (`x * 2` keeps x's type); alone, int literals are i32 and float literals
   f32. Arithmetic follows C: bool/u8 compute as i32, f16/bf16 compute as f32, int with float gives the float,
-  i32 with u32 gives u32, narrower with wider gives the wider. Integers wrap on overflow.
+  i32 with u32 gives u32, narrower with wider gives the wider. Integers wrap on overflow (u32 modulo 2^32).
+- `mulhi(a, b)`: the high 32 bits of the exact 64-bit product of two u32 (CUDA's `__umulhi`) or two i32 (`__mulhi`).
+- 16-byte vector access on 1-D f32/i32/u32 arrays: `a, b, c, d = load4(x, i)`, `store4(x, i, a, b, c, d)`,
+  `ldg4(x, i)` (read-only cache); i % 4 == 0 and a 16-byte aligned array (the simulator checks both, the launch
+  checks the pointers). `ldg(x, i)` is a scalar read-only load. Unpacking may target elements: `r[0], r[1] = f(...)`.
+- `launch_bounds(MAX_THREADS[, MIN_BLOCKS])` as a statement of a kernel's body is CUDA's `__launch_bounds__`;
+  `swizzle(row, col, COLS)` is the XOR-swizzled column of a 16-bit shared tile (conflict-free ldmatrix, no padding).
+- `k.inspect(arch, **consts)` returns the PTX and ptxas's registers/spills/stack; `k.ptx(arch, **consts)` the PTX.
 - `/` is float division (f32 for integers); `//` and `%` truncate toward zero like C (`-7 // 2 == -3`,
   `-7 % 2 == -1`); on floats `//` is trunc(a / b) and `%` is fmod.
 - A local's type is its first assignment's (or `x: f64 = 0`); assigning another type is an error, so is an
@@ -39,7 +46,7 @@ from frost.kernel.api import CudaSource, DeviceFunction, Kernel, cuda_source, de
 from frost.kernel.builtins import *  # noqa: F401,F403 (tx, bx, sqrt, shared, ...: the language's names)
 from frost.kernel.compile import stats as compile_stats
 from frost.kernel.frontend import KernelError
-from frost.kernel.lib import block_max, block_sum, mma_tile, warp_max, warp_min, warp_sum
+from frost.kernel.lib import block_max, block_sum, mma_tile, swizzle, warp_max, warp_min, warp_sum
 from frost.kernel.simulate import SimulationError
 from frost.kernel.types import Array, Const, bf16, f16, f32, f64, i32, i64, u32, u8
 from frost.kernel.types import boolean as bool_
@@ -48,7 +55,8 @@ kernel.device = device
 
 __all__ = ["kernel", "device", "cuda_source", "Kernel", "DeviceFunction", "CudaSource", "KernelError",
            "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32", "i64", "u32",
-           "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile"] + list(_builtins.__all__)
+           "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile",
+           "swizzle"] + list(_builtins.__all__)
 
 
 class _CallableModule(_types.ModuleType):

@@ -171,6 +171,15 @@ class Kernel:
         """The cubin for `arch` (compiled by NVRTC or read from the disk cache), without launching."""
         return self.specialize(**consts).cubin(arch)
 
+    def inspect(self, arch: str = "sm_90", **consts) -> dict:
+        """PTX and ptxas's report (registers, spill bytes, stack, static shared memory) for one specialization."""
+        spec = self.specialize(**consts)
+        return kcompile.inspect_program(spec.source, spec.checked.cname, arch)
+
+    def ptx(self, arch: str = "sm_90", **consts) -> str:
+        """The PTX NVRTC writes for this kernel (to read what the code generator produced)."""
+        return self.inspect(arch, **consts)["ptx"]
+
     # -- launch ------------------------------------------------------------------------------------------
     def _split_args(self, args, kwargs):
         """Bind launch arguments to parameters: Const values pick the specialization, the rest are passed."""
@@ -203,8 +212,9 @@ class Kernel:
         def launch(*args, **kwargs):
             consts, runtime = self._split_args(args, kwargs)
             spec = self.specialize(**consts)
+            _check_bounds(self.__name__, spec, block)
             fn = _device_function(spec, spec.cubin, spec.checked.cname)
-            _gpu_launch(fn, grid, block, smem, stream, _gpu_args(self.__name__, runtime))
+            _gpu_launch(fn, grid, block, smem, stream, _gpu_args(self.__name__, runtime, spec.checked.vector_params))
         return launch
 
     @property
@@ -230,10 +240,18 @@ class _Simulator:
         def run(*args, **kwargs):
             consts, runtime = k._split_args(args, kwargs)
             spec = k.specialize(**consts)
+            _check_bounds(k.__name__, spec, block)
             fn = spec.sim
             sim_args = [_sim_arg(k.__name__, n, t, v) for n, t, v in runtime]
             simulate.run(k.__name__, fn, spec.checked.has_yield, grid, block, sim_args, smem)
         return run
+
+
+def _check_bounds(kname, spec, block):
+    bounds = spec.checked.launch_bounds
+    if bounds and block[0] * block[1] * block[2] > bounds[0]:
+        raise ValueError(f"{kname}: a block of {block[0] * block[1] * block[2]} threads exceeds the kernel's "
+                         f"launch_bounds({bounds[0]}{', ' + str(bounds[1]) if len(bounds) > 1 else ''})")
 
 
 def _host_array(v):
@@ -270,8 +288,12 @@ def _scalar_arg(kname, name, t, v):
     return np.asarray(v).astype(t.np)[()]
 
 
-def _gpu_args(kname, runtime):
-    """Kernel arguments as CuPy expects them: pointers and sizes as NumPy scalars, in signature order."""
+def _gpu_args(kname, runtime, aligned=None):
+    """Kernel arguments as CuPy expects them: pointers and sizes as NumPy scalars, in signature order.
+
+    `aligned` maps arrays read or written as vectors (load4/store4: 16 bytes, load2/store2: 8) to the alignment
+    their pointers need.
+    """
     import cupy
     out = []
     for name, t, v in runtime:
@@ -284,6 +306,11 @@ def _gpu_args(kname, runtime):
             if a.dtype != t.elem.np and not raw16:
                 raise TypeError(f"{kname}: argument {name!r} is {t} but got an array of dtype {a.dtype}")
             ptr = np.uint64(a.data.ptr)
+            need = aligned.get(name, 0) if aligned else 0
+            if need and a.data.ptr % need:
+                raise ValueError(f"{kname}: argument {name!r} is accessed {need} bytes at a time "
+                                 f"({'load4/store4' if need == 16 else 'load2/store2'}) but starts "
+                                 f"{a.data.ptr % need} bytes past a {need}-byte boundary (an offset view?)")
             if t.ndim == 1:
                 if not a.flags.c_contiguous:
                     raise TypeError(f"{kname}: argument {name!r} ({t}) must be contiguous")

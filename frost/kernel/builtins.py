@@ -19,12 +19,13 @@ class Builtin:
 
 INDEX_NAMES = ("tx", "ty", "tz", "bx", "by", "bz", "bdx", "bdy", "bdz", "gdx", "gdy", "gdz", "warp", "lane")
 MATH_1 = ("sqrt", "rsqrt", "exp", "exp2", "log", "log2", "tanh", "sin", "cos", "floor", "ceil", "erf")
-MATH_OTHER = ("abs", "min", "max", "fma", "pow")
+MATH_OTHER = ("abs", "min", "max", "fma", "pow", "mulhi")
 VALUES = ("inf", "nan")
 FUNCTIONS = ("cdiv", "len", "range", "grid", "static_range", "shared", "dynamic_shared", "local", "syncthreads",
              "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "shfl_xor", "shfl_down", "shfl_up", "shfl_idx",
              "ballot", "cp_async16", "cp_commit", "cp_wait", "ldmatrix_x4", "ldmatrix_x2", "ldmatrix_x4_trans",
-             "ldmatrix_x2_trans", "mma_16x8x16")
+             "ldmatrix_x2_trans", "mma_16x8x16", "load4", "store4", "load2", "store2", "ldg", "ldg4",
+             "launch_bounds")
 ALL_NAMES = INDEX_NAMES + MATH_1 + MATH_OTHER + VALUES + FUNCTIONS
 BUILTINS = {name: Builtin(name) for name in ALL_NAMES}
 PYTHON_NAMES = ("abs", "min", "max", "pow", "len", "range")  # Python's own builtins: kernels use them by name

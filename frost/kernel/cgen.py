@@ -42,6 +42,22 @@ __device__ __forceinline__ float frost_atomic_cas(float* a, float cmp, float v) 
     return __int_as_float(atomicCAS((int*)a, __float_as_int(cmp), __float_as_int(v))); }
 __device__ __forceinline__ unsigned frost_smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p); }
+template <typename T> struct __align__(16) frost_vec4 { T v0, v1, v2, v3; };
+template <typename T> __device__ __forceinline__ frost_vec4<T> frost_load4(const T* p) {
+    return *reinterpret_cast<const frost_vec4<T>*>(p); }
+template <typename T> __device__ __forceinline__ void frost_store4(T* p, T a, T b, T c, T d) {
+    frost_vec4<T> v = {a, b, c, d}; *reinterpret_cast<frost_vec4<T>*>(p) = v; }
+template <typename T> struct __align__(8) frost_vec2 { T v0, v1; };
+template <typename T> __device__ __forceinline__ frost_vec2<T> frost_load2(const T* p) {
+    return *reinterpret_cast<const frost_vec2<T>*>(p); }
+template <typename T> __device__ __forceinline__ void frost_store2(T* p, T a, T b) {
+    frost_vec2<T> v = {a, b}; *reinterpret_cast<frost_vec2<T>*>(p) = v; }
+__device__ __forceinline__ frost_vec4<float> frost_ldg4(const float* p) {
+    float4 v = __ldg(reinterpret_cast<const float4*>(p)); return {v.x, v.y, v.z, v.w}; }
+__device__ __forceinline__ frost_vec4<int> frost_ldg4(const int* p) {
+    int4 v = __ldg(reinterpret_cast<const int4*>(p)); return {v.x, v.y, v.z, v.w}; }
+__device__ __forceinline__ frost_vec4<unsigned> frost_ldg4(const unsigned* p) {
+    uint4 v = __ldg(reinterpret_cast<const uint4*>(p)); return {v.x, v.y, v.z, v.w}; }
 """
 
 C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
@@ -171,7 +187,9 @@ class CGen:
         tree = self.src.tree
         head = []
         if fn.is_kernel:
-            sig = f'extern "C" __global__ void {fn.cname}({", ".join(self.params_c())})'
+            bounds = (f"__launch_bounds__({', '.join(map(str, fn.launch_bounds))}) "
+                      if fn.launch_bounds else "")
+            sig = f'extern "C" __global__ void {bounds}{fn.cname}({", ".join(self.params_c())})'
         else:
             ret = fn.ret
             if isinstance(ret, TupleType):
@@ -223,7 +241,7 @@ class CGen:
         pass
 
     def s_Expr(self, s):
-        if isinstance(s.value, ast.Constant):
+        if isinstance(s.value, ast.Constant) or _is_call_to(s.value, "launch_bounds"):
             return
         self.w(self.ex(s.value) + ";", s)
 
@@ -238,13 +256,13 @@ class CGen:
                     self.w(f"const {tt.c} {tmp} = {self.ex(v, tt)};", s)
                     tmps.append(tmp)
                 for t, tmp in zip(target.elts, tmps):
-                    self.w(f"{cname(t.id)} = {tmp};", s)
+                    self.w(f"{self.target_code(t)} = {tmp};", s)
             else:
                 tmp = self.new_tmp()
                 self.w(f"const auto {tmp} = {self.ex(s.value)};", s)
                 items = self.type(s.value).items
                 for k, (t, it) in enumerate(zip(target.elts, items)):
-                    self.w(f"{cname(t.id)} = {convert(f'{tmp}.v{k}', it, self.type(t))};", s)
+                    self.w(f"{self.target_code(t)} = {convert(f'{tmp}.v{k}', it, self.type(t))};", s)
             return
         if isinstance(target, ast.Name):
             tt = self.type(target)
@@ -257,6 +275,10 @@ class CGen:
             return
         tt = self.type(target)
         self.w(f"{self.ex(target)} = {self.ex(s.value, tt)};", s)
+
+    def target_code(self, t) -> str:
+        """C code for an unpacking target: a local's name or an array element."""
+        return cname(t.id) if isinstance(t, ast.Name) else self.ex(t)
 
     def s_AnnAssign(self, s):
         if s.target.id in self.fn.consts:
@@ -581,6 +603,10 @@ class CGen:
     def c_pow(self, node, t):
         return f"pow{'f' if t is f32 else ''}({self.ex(node.args[0], t)}, {self.ex(node.args[1], t)})"
 
+    def c_mulhi(self, node, t):
+        a, b = (self.ex(x, t) for x in node.args)
+        return f"__umulhi({a}, {b})" if t is u32 else f"__mulhi({a}, {b})"
+
     def c_cdiv(self, node, t):
         a, b = (self.ex(x, t) for x in node.args)
         return f"(({a} + {b} - 1) / {b})"
@@ -623,6 +649,26 @@ class CGen:
             return (f"(long long)atomicCAS((unsigned long long*){ptr}, (unsigned long long)({c}), "
                     f"(unsigned long long)({v}))")
         return f"atomicCAS({ptr}, {c}, {v})"
+
+    def c_load4(self, node, t):
+        return f"frost_load4({self._elem_ptr(node.args[0], node.args[1])})"
+
+    def c_load2(self, node, t):
+        return f"frost_load2({self._elem_ptr(node.args[0], node.args[1])})"
+
+    def c_store2(self, node, t):
+        return self.c_store4(node, t, "frost_store2")
+
+    def c_ldg4(self, node, t):
+        return f"frost_ldg4({self._elem_ptr(node.args[0], node.args[1])})"
+
+    def c_store4(self, node, t, fn="frost_store4"):
+        elem = self.type(node.args[0]).elem
+        vals = ", ".join(self.ex(v, elem) for v in node.args[2:])
+        return f"{fn}({self._elem_ptr(node.args[0], node.args[1])}, {vals})"
+
+    def c_ldg(self, node, t):
+        return f"__ldg({self._elem_ptr(node.args[0], node.args[1])})"
 
     def _shfl(self, node, t, fn):
         return f"{fn}(0xffffffffu, {self.ex(node.args[0], t)}, {self.ex(node.args[1], i32)})"
@@ -683,9 +729,13 @@ class CGen:
         bu = [f'"r"(reinterpret_cast<const unsigned*>({b})[{k}])' for k in range(2)]
         flat_c = c if self.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({c})"
         cf = [f'"+f"({flat_c}[{k}])' for k in range(4)]
-        return (f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 '
+        return (f'asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 '
                 '{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" '
                 f': {", ".join(cf)} : {", ".join(au + bu)})')
+
+
+def _is_call_to(node, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
 
 
 def _balanced(code: str) -> bool:

@@ -101,6 +101,41 @@ def _nvrtc_compile(source: str, name: str, options) -> bytes:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def inspect_program(source: str, name: str, arch: str = "sm_90", options=()) -> dict:
+    """Compile without the cache and return the PTX and ptxas's resource report for kernel `name`:
+    {"ptx": str, "log": str, "registers": int, "spill_stores": int, "spill_loads": int, "stack": int,
+    "smem": int (static shared bytes)}. For reading what the code generator produced, not for launching."""
+    nvrtc = _nvrtc()
+    opts = ["--gpu-architecture=" + arch, "-std=c++17", "--ptxas-options=-v", *options]
+    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "create")
+    try:
+        enc = [o.encode() for o in opts]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(enc), enc)
+        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        log = bytearray(size)
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        log = log.decode(errors="replace").rstrip("\x00 \n")
+        if int(err) != 0:
+            raise KernelError(f"NVRTC could not compile kernel {name!r}:\n{_python_lines(log)}")
+        size = _check(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
+        ptx = bytearray(size)
+        _check((nvrtc.nvrtcGetPTX(prog, ptx)[0], None), "get ptx")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return dict(ptx=ptx.decode(errors="replace").rstrip("\x00"), log=log, **_ptxas_numbers(log, name))
+
+
+def _ptxas_numbers(log: str, name: str) -> dict:
+    """Registers, spills, stack and static shared memory of one entry function, from `ptxas -v` output."""
+    part = log.split(f"Function properties for {name}", 1)[-1]
+    def num(pattern):
+        m = re.search(pattern, part)
+        return int(m.group(1)) if m else 0
+    return dict(registers=num(r"Used (\d+) registers"), spill_stores=num(r"(\d+) bytes spill stores"),
+                spill_loads=num(r"(\d+) bytes spill loads"), stack=num(r"(\d+) bytes stack frame"),
+                smem=num(r"(\d+) bytes smem"))
+
+
 def _python_lines(log: str) -> str:
     """NVRTC reports `file.py(12): error: ...`; add the Python line's text after each such message."""
     out = []

@@ -69,6 +69,8 @@ class Checked:
         self.dyn_locals: dict[str, int] = {}  # local name -> byte offset in dynamic shared memory
         self.dyn_arrays: dict[int, int] = {}  # id(dynamic_shared call with a shape) -> byte offset
         self.shared_ids: dict[int, int] = {}
+        self.launch_bounds: tuple | None = None  # (max threads per block, min blocks per SM) from launch_bounds()
+        self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4: 16, load2: 8)
 
     def type(self, node):
         return self.types[id(node)]
@@ -149,7 +151,7 @@ class Checker:
                     break
             if node.id in B.BUILTINS:
                 return B.BUILTINS[node.id]
-            if node.id in ("warp_sum", "warp_max", "warp_min", "mma_tile"):
+            if node.id in ("warp_sum", "warp_max", "warp_min", "mma_tile", "swizzle"):
                 from frost.kernel import lib
                 return getattr(lib, node.id)
             if node.id in SCALAR_BY_NAME:
@@ -219,9 +221,11 @@ class Checker:
             raise self.src.error(s, "chained assignment (a = b = c) is not supported")
         target = s.targets[0]
         if isinstance(target, ast.Tuple):
-            vt = self.expr(s.value)
-            if isinstance(s.value, ast.Tuple):
-                items = [self.type(e) for e in s.value.elts]
+            vt = None if isinstance(s.value, ast.Tuple) else self.expr(s.value)
+            if isinstance(s.value, ast.Tuple):  # `a, b = x, y`: every value is read before any is assigned
+                items = [self.expr(e) for e in s.value.elts]
+                for e, it in zip(s.value.elts, items):
+                    self.scalar(it, e)
             elif isinstance(vt, TupleType):
                 items = list(vt.items)
             else:
@@ -229,8 +233,13 @@ class Checker:
             if len(items) != len(target.elts):
                 raise self.src.error(s, f"unpacking {len(items)} values into {len(target.elts)} names")
             for t, it in zip(target.elts, items):
+                if isinstance(t, ast.Subscript):  # `a[i], b[i] = f(...)`: element stores, converted as stores are
+                    tt = self.lvalue_type(t)
+                    self.check_convertible(it, tt, t)
+                    self.check_store(it, tt, t)
+                    continue
                 if not isinstance(t, ast.Name):
-                    raise self.src.error(t, "only names can be unpacked into")
+                    raise self.src.error(t, "only names and array elements can be unpacked into")
                 self.assign_name(t, it, s)
             return
         vt = self.expr(s.value)
@@ -725,6 +734,18 @@ class Checker:
         t = strong(promote(a, b))
         return t if t.is_float else f32
 
+    def call_mulhi(self, node):
+        """mulhi(a, b): the high 32 bits of the 64-bit product of two u32 (or two i32), CUDA's __umulhi/__mulhi."""
+        a, b = self.args(node, 2, "mulhi")
+        for x, n in zip((a, b), node.args):
+            if not (isinstance(x, (Scalar, Weak)) and x.is_int):
+                raise self.src.error(n, f"mulhi() takes u32 or i32 integers, got {x}")
+        t = strong(promote(a, b))
+        if t not in (i32, u32):
+            raise self.src.error(node, f"mulhi() takes u32 or i32 integers, got {a} and {b} (a {t} product); "
+                                       "cast to u32 or i32")
+        return t
+
     def call_cdiv(self, node):
         a, b = self.args(node, 2, "cdiv")
         for x, n in zip((a, b), node.args):
@@ -819,6 +840,85 @@ class Checker:
             raise self.src.error(node, f"atomic_cas() supports i32, u32, i64 and f32 arrays, not {at.elem}")
         for a in node.args[2:]:
             self.scalar(self.expr(a), a)
+        return at.elem
+
+    def call_launch_bounds(self, node):
+        """launch_bounds(MAX_THREADS[, MIN_BLOCKS]): CUDA's __launch_bounds__, so ptxas may budget registers for
+        MIN_BLOCKS blocks of MAX_THREADS threads per SM; a statement at the top of a kernel."""
+        if not self.out.is_kernel or self.loop_depth or node not in [getattr(x, "value", None)
+                                                                     for x in self.src.tree.body]:
+            raise self.src.error(node, "launch_bounds() must be a statement in the body of a kernel (not nested)")
+        if not 1 <= len(node.args) <= 2:
+            raise self.src.error(node, "launch_bounds(max_threads[, min_blocks]) takes 1 or 2 arguments")
+        vals = tuple(self.const_int(a) for a in node.args)
+        if vals[0] < 1 or vals[0] > 1024 or (len(vals) == 2 and vals[1] < 1):
+            raise self.src.error(node, f"launch_bounds{vals}: max_threads must be 1..1024 and min_blocks positive")
+        if self.out.launch_bounds is not None:
+            raise self.src.error(node, "launch_bounds() is given twice")
+        self.out.launch_bounds = vals
+        return None
+
+    # -- vector (16-byte) and read-only loads ------------------------------------------------------------
+    VECTOR_ELEMS = ("f32", "i32", "u32")
+
+    def _vector_array(self, node, name, spaces=("global", "shared"), width=4):
+        """The array of load4/store4/ldg4(a, i, ...): 1-D, 4-byte elements, i an integer."""
+        at = self.expr(node.args[0])
+        if not (isinstance(at, ArrayType) and at.ndim == 1 and at.space in spaces):
+            where = " or ".join(spaces)
+            raise self.src.error(node, f"{name}() needs a 1-D {where} array of f32, i32 or u32, got {at}")
+        if at.elem.name not in self.VECTOR_ELEMS:
+            raise self.src.error(node, f"{name}() moves {16 if name[-1] == '4' else 8} bytes as {name[-1]} elements of "
+                                       f"f32, i32 or u32, not {at.elem}")
+        it = self.expr(node.args[1])
+        if not (isinstance(it, (Scalar, Weak)) and it.is_int):
+            raise self.src.error(node.args[1], f"{name}() index must be an integer, got {it}")
+        if isinstance(node.args[0], ast.Name) and node.args[0].id in {p.name for p in self.out.params}:
+            name = node.args[0].id
+            self.out.vector_params[name] = max(self.out.vector_params.get(name, 0), 4 * width)
+        return at
+
+    def call_load4(self, node, name="load4", spaces=("global", "shared"), width=4):
+        """a, b, c, d = load4(x, i): x[i:i+4] in one 16-byte load (i % 4 == 0, x 16-byte aligned)."""
+        if len(node.args) != 2:
+            raise self.src.error(node, f"{name}(array, index) takes 2 arguments, got {len(node.args)}")
+        at = self._vector_array(node, name, spaces, width)
+        return TupleType((at.elem,) * width)
+
+    def call_ldg4(self, node):
+        return self.call_load4(node, "ldg4", ("global",))
+
+    def call_load2(self, node):
+        """a, b = load2(x, i): x[i:i+2] in one 8-byte load (i % 2 == 0)."""
+        return self.call_load4(node, "load2", width=2)
+
+    def call_store2(self, node):
+        return self.call_store4(node, "store2", 2)
+
+    def call_store4(self, node, name="store4", width=4):
+        """store4(x, i, a, b, c, d): x[i:i+4] = a, b, c, d in one 16-byte store."""
+        if len(node.args) != 2 + width:
+            vals = ", ".join("abcd"[:width])
+            raise self.src.error(node, f"{name}(array, index, {vals}) takes {2 + width} arguments, "
+                                       f"got {len(node.args)}")
+        at = self._vector_array(node, name, width=width)
+        for v in node.args[2:]:
+            vt = self.expr(v)
+            self.scalar(vt, v)
+            self.check_store(vt, at.elem, v)
+        return None
+
+    def call_ldg(self, node):
+        """ldg(x, i): x[i] through the read-only (non-coherent) data cache; x must not be written by the kernel."""
+        if len(node.args) != 2:
+            raise self.src.error(node, f"ldg(array, index) takes 2 arguments, got {len(node.args)}")
+        at = self.expr(node.args[0])
+        if not (isinstance(at, ArrayType) and at.ndim == 1 and at.space == "global"
+                and at.elem.name in ("f32", "f64", "i32", "u32", "i64")):
+            raise self.src.error(node, f"ldg() needs a 1-D global array of f32, f64, i32, u32 or i64, got {at}")
+        it = self.expr(node.args[1])
+        if not (isinstance(it, (Scalar, Weak)) and it.is_int):
+            raise self.src.error(node.args[1], f"ldg() index must be an integer, got {it}")
         return at.elem
 
     def _shfl(self, node, name):
@@ -936,6 +1036,12 @@ class Checker:
         checked = dev.check(arg_types, self.device_cache, node_err=lambda m: self.src.error(node, m),
                             values=values)
         self.out.callees[id(node)] = checked
+        params = {p.name for p in self.out.params}
+        for k, p in zip(checked.param_positions, checked.params):
+            a = node.args[k]
+            if p.name in checked.vector_params and isinstance(a, ast.Name) and a.id in params:
+                need = max(self.out.vector_params.get(a.id, 0), checked.vector_params[p.name])
+                self.out.vector_params[a.id] = need  # the launch checks the pointer's alignment
         if checked.has_yield:
             self.out.has_yield = True
         if checked.uses_dyn_smem:

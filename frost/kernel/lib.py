@@ -1,6 +1,8 @@
-"""Library device functions written in the kernel language itself: warp and block reductions, tile matmul."""
+"""Library device functions written in the kernel language itself: warp and block reductions, tile matmul,
+the XOR swizzle of shared-memory tiles."""
 from frost.kernel.api import device
 from frost.kernel.builtins import bdx, inf, lane, mma_16x8x16, shfl_xor, static_range, syncthreads, warp
+from frost.kernel.types import Const
 
 
 @device
@@ -61,3 +63,17 @@ def mma_tile(acc, a, b):
     for i in static_range(acc.shape[0]):
         for j in static_range(acc.shape[1]):
             mma_16x8x16(acc[i, j], a[i], b[j // 2, j % 2])
+
+
+@device
+def swizzle(row, col, COLS: Const[int]):
+    """The column where element (row, col) of a shared tile of 16-bit elements with COLS columns is stored.
+
+    The tile's 16-byte chunks (8 elements) are permuted within each 128-byte line: chunk index XOR row bits. Eight
+    consecutive rows of one chunk (what ldmatrix reads, and what 16-byte cp.async writes land on) then fall in eight
+    different bank groups with no padding. Use it for every access of the tile; COLS is a power of two (>= 8)."""
+    CHUNKS: Const[int] = COLS // 8
+    ROWS_PER_LINE: Const[int] = max(8 // CHUNKS, 1)
+    KEYS: Const[int] = min(CHUNKS, 8)
+    key = row // ROWS_PER_LINE % KEYS
+    return ((col // 8) ^ key) * 8 + col % 8

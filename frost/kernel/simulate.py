@@ -76,6 +76,30 @@ class SimArray:
             self._fail((r0, c0))
         return SimArray(self.data[r0:r0 + r, c0:c0 + c], f"{self.name}.tile(({r}, {c}), ({i}, {j}))", (r, c))
 
+    def ld4(self, i, what="load4", width=4):
+        """`width` consecutive elements from i as one vector access: i % width == 0, the array aligned to
+        4 * width bytes, all in bounds."""
+        return tuple(self._vector(i, what, width))
+
+    def st4(self, i, *values, what="store4"):
+        self._vector(i, what, len(values))[...] = values
+
+    def _vector(self, i, what, width):
+        i = int(i)
+        n = min(self.shape[0], self.data.shape[0])
+        nbytes = 4 * width
+        if i % width:
+            raise _OutOfBounds(f"{what}: index {i} into array {self.name!r} is not a multiple of {width} "
+                               f"({nbytes}-byte vector accesses need i % {width} == 0)")
+        if self.data.ctypes.data % nbytes:
+            raise _OutOfBounds(f"{what}: array {self.name!r} (index {i}) does not start at a {nbytes}-byte aligned "
+                               f"address (it is {self.data.ctypes.data % nbytes} bytes past one); {nbytes}-byte "
+                               "vector accesses need an aligned base")
+        if not 0 <= i or i + width > n:
+            raise _OutOfBounds(f"{what}: elements {i}..{i + width - 1} are out of bounds for array {self.name!r} of "
+                               f"shape {self.shape}")
+        return self.data[i:i + width]
+
     def span(self, idx, count):
         """`count` consecutive elements along the last dimension starting at idx (for 16-byte copies)."""
         idx = tuple(int(k) for k in idx)
@@ -139,6 +163,13 @@ def _fma(a, b, c):
     return t(fma(float(a), float(b), float(c))) if fma else t(a * b + c)
 
 
+def _mulhi(a, b):
+    """The high 32 bits of the exact 64-bit product (__umulhi for u32, __mulhi for i32)."""
+    if type(a) is np.uint32:
+        return np.uint32((np.uint64(a) * np.uint64(b)) >> np.uint64(32))
+    return np.int32((int(a) * int(b)) >> 32)  # Python ints are exact; >> floors, as the signed high word does
+
+
 def _erf(x):
     return type(x)(math.erf(float(x)))
 
@@ -161,8 +192,8 @@ def _grid(t, *extents):
 
 
 NAMESPACE = {
-    "_np": np, "_idiv": _idiv, "_imod": _imod, "_fma": _fma, "_erf": _erf, "_rsqrt": _rsqrt, "_range": _range,
-    "_grid": _grid, "_B": bool, "_fmod": np.fmod, "_ftrunc": np.trunc, "_pow": np.power,
+    "_np": np, "_idiv": _idiv, "_imod": _imod, "_fma": _fma, "_erf": _erf, "_mulhi": _mulhi, "_rsqrt": _rsqrt,
+    "_range": _range, "_grid": _grid, "_B": bool, "_fmod": np.fmod, "_ftrunc": np.trunc, "_pow": np.power,
     "_fmin": np.fmin, "_fmax": np.fmax, "_min": min, "_max": max, "_abs": abs, "_SYNC": ("sync",),
     "_local": lambda dtype, shape, name: SimArray(_filled(dtype, shape), name),
     "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_log": np.log, "_log2": np.log2, "_tanh": np.tanh,
@@ -260,12 +291,15 @@ class PyGen:
         if isinstance(target, ast.Tuple):
             if isinstance(s.value, ast.Tuple):
                 vals = [self.ex(v, self.type(t)) for t, v in zip(target.elts, s.value.elts)]
-                self.w(f"{', '.join(t.id for t in target.elts)} = {', '.join(vals)}", s)
+                tmps = [self.new_tmp() for _ in vals]
+                self.w(f"{', '.join(tmps)} = {', '.join(vals)}", s)
+                for t, tmp in zip(target.elts, tmps):
+                    self.w(self.unpack_into(t, tmp), s)
             else:
                 tmp = self.new_tmp()
                 self.w(f"{tmp} = {self.ex(s.value)}", s)
                 for k, (t, it) in enumerate(zip(target.elts, self.type(s.value).items)):
-                    self.w(f"{t.id} = {convert(f'{tmp}[{k}]', it, self.type(t))}", s)
+                    self.w(self.unpack_into(t, convert(f'{tmp}[{k}]', it, self.type(t))), s)
             return
         if isinstance(target, ast.Name):
             tt = self.type(target)
@@ -278,6 +312,9 @@ class PyGen:
             self.w(f"{target.id} = {self.ex(s.value, tt)}", s)
             return
         self.w(self.store(target, self.ex(s.value, self.type(target))), s)
+
+    def unpack_into(self, t, value_code) -> str:
+        return f"{t.id} = {value_code}" if isinstance(t, ast.Name) else self.store(t, value_code)
 
     def alloc(self, call, name):
         t = self.type(call)
@@ -495,6 +532,9 @@ class PyGen:
     def p_pow(self, node, t):
         return f"_pow({self.ex(node.args[0], t)}, {self.ex(node.args[1], t)})"
 
+    def p_mulhi(self, node, t):
+        return f"_mulhi({self.ex(node.args[0], t)}, {self.ex(node.args[1], t)})"
+
     def p_cdiv(self, node, t):
         a, b = (self.ex(x, t) for x in node.args)
         return f"_idiv({a} + {b} - {self.const(1, t)}, {b})"
@@ -533,6 +573,31 @@ class PyGen:
     def p_atomic_cas(self, node, t):
         return (f"{self.ex(node.args[0])}.atomic({self._idx(node.args[1])}, 'cas', {self.ex(node.args[2], t)}, "
                 f"{self.ex(node.args[3], t)})")
+
+    def p_launch_bounds(self, node, t):
+        return "None"
+
+    def p_load4(self, node, t):
+        return f"{self.ex(node.args[0])}.ld4({self.ex(node.args[1])})"
+
+    def p_load2(self, node, t):
+        return f"{self.ex(node.args[0])}.ld4({self.ex(node.args[1])}, 'load2', 2)"
+
+    def p_store2(self, node, t):
+        elem = self.type(node.args[0]).elem
+        vals = ", ".join(self.ex(v, elem) for v in node.args[2:])
+        return f"{self.ex(node.args[0])}.st4({self.ex(node.args[1])}, {vals}, what='store2')"
+
+    def p_ldg4(self, node, t):
+        return f"{self.ex(node.args[0])}.ld4({self.ex(node.args[1])}, 'ldg4')"
+
+    def p_store4(self, node, t):
+        elem = self.type(node.args[0]).elem
+        vals = ", ".join(self.ex(v, elem) for v in node.args[2:])
+        return f"{self.ex(node.args[0])}.st4({self.ex(node.args[1])}, {vals})"
+
+    def p_ldg(self, node, t):
+        return f"{self.ex(node.args[0])}.ld({self.ex(node.args[1])})"
 
     def _shfl(self, node, t, kind):
         return f"(yield ({kind!r}, {self.ex(node.args[0], t)}, int({self.ex(node.args[1])})))"

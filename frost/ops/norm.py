@@ -198,32 +198,110 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
 
 
 # ------------------------------------------------------------------ batch norm (+ residual add, + ReLU) on the GPU
-# Four launches per layer instead of some twenty array ops: statistics, normalize (fused with the residual
-# add and the ReLU that follow it in a ResNet block), then the two backward passes. Each kernel's NumPy twin
-# is the generic path above (batch_norm, then + residual, then relu); the tests compare them.
+# Six launches per layer instead of some twenty array ops. Forward: split statistics (grid (S, C): S blocks per
+# channel, so that the small layers of a CIFAR ResNet still fill the GPU), a one-warp-per-channel finalize, then
+# the normalize (fused with the residual add and the ReLU that follow it in a ResNet block). Backward: split
+# reduction of dy and dy * xhat, its finalize, then dx. Partials go to small scratch arrays and are merged in a
+# fixed order (no float atomics), so results are deterministic, and nothing reads back to the host, so the step
+# can be captured in a CUDA graph. Each kernel's NumPy twin is the generic path above (batch_norm, then
+# + residual, then relu); the tests compare them.
+
+import functools  # noqa: E402
 
 from frost.dtype import float32  # noqa: E402
 from frost.ops.elementwise import cast  # noqa: E402
-from frost.kernel import Array, Const, bdx, block_sum, bx, f32, i32, kernel, rsqrt, shared, tx  # noqa: E402
+from frost.kernel import (Array, Const, bdx, block_sum, bx, by, device, f32, i32, kernel, lane, local,  # noqa: E402
+                          rsqrt, shared, static_range, tx, warp_sum)
+
+BN_THREADS = 256          # threads per block of the split reductions
+BN_BLOCKS_PER_SM = 4      # the split reductions aim at this many blocks per SM (all resident: one wave)
+BN_MAX_PER_THREAD = 16    # values a thread of a split reduction holds in registers (more splits beyond that)
+BN_APPLY_PER_THREAD = 4   # values per thread of the elementwise kernels
+
+
+@device
+def _channel_position(k, c, hw, channels):
+    """Where the k-th value (k over N*H*W) of channel c of a contiguous NCHW array is: flat index, column in its row."""
+    col = k % hw
+    return (k // hw) * channels * hw + c * hw + col, col
+
+
+@device
+def _next_in_channel(idx, col, step, col_step, hw, wrap):
+    """(idx, col) advanced by one block stride within a channel; step and col_step are that stride's precomputed
+    index and column increments, wrap the jump from a row's end to the channel's next row: no division."""
+    col += col_step
+    idx += step
+    if col >= hw:
+        col -= hw
+        idx += wrap
+    return idx, col
+
+
+@device
+def _next_flat(col, c, col_step, c_step, hw, channels):
+    """(column, channel) of flat index i + stride given those of i; col_step = stride % hw and
+    c_step = (stride // hw) % channels precomputed: no division per element."""
+    col += col_step
+    c += c_step
+    if col >= hw:
+        col -= hw
+        c += 1
+    if c >= channels:
+        c -= channels
+    return col, c
 
 
 @kernel
-def batch_norm_stats(x: Array[f32], mean: Array[f32], invstd: Array[f32], running_mean: Array[f32],
-                     running_var: Array[f32], n: i32, hw: i32, channels: i32, momentum: f32, eps: f32,
-                     update_running: i32):
-    """One block per channel: mean and 1/std of its n = N*H*W values (two passes), and the running statistics."""
-    c = bx
-    scratch = shared(f32, 32)
+def batch_norm_stats_partial(x: Array[f32], part_mean: Array[f32], part_m2: Array[f32], n: i32, hw: i32,
+                             channels: i32, splits: i32, U: Const[int]):
+    """Block (s, c) of grid (splits, C): mean and sum of squared deviations (M2) of channel c's values
+    k = s*bdx*U ... (s+1)*bdx*U - 1 (k over N*H*W), held in registers: an exact two-pass over one read."""
+    c = by
+    s = bx
+    chunk = bdx * U
+    k = s * chunk + tx
+    idx, col = _channel_position(k, c, hw, channels)
+    step = (bdx // hw) * channels * hw + bdx % hw
+    col_step = bdx % hw
+    wrap = channels * hw - hw
+    vals = local(f32, U)
     acc = 0.0
-    for k in range(tx, n, bdx):
-        acc += x[(k // hw) * channels * hw + c * hw + k % hw]
-    mu = block_sum(acc, scratch) / f32(n)
+    for u in static_range(U):
+        vals[u] = x[idx] if k + u * bdx < n else 0.0
+        acc += vals[u]
+        idx, col = _next_in_channel(idx, col, step, col_step, hw, wrap)
+    scratch = shared(f32, 32)
+    count = f32(min(chunk, n - s * chunk))
+    mu = block_sum(acc, scratch) / count
     acc2 = 0.0
-    for k in range(tx, n, bdx):
-        d = x[(k // hw) * channels * hw + c * hw + k % hw] - mu
-        acc2 += d * d
-    var = block_sum(acc2, scratch) / f32(n)
+    for u in static_range(U):
+        if k + u * bdx < n:
+            d = vals[u] - mu
+            acc2 += d * d
+    m2 = block_sum(acc2, scratch)
     if tx == 0:
+        part_mean[c * splits + s] = mu
+        part_m2[c * splits + s] = m2
+
+
+@kernel
+def batch_norm_stats_finalize(part_mean: Array[f32], part_m2: Array[f32], mean: Array[f32], invstd: Array[f32],
+                              running_mean: Array[f32], running_var: Array[f32], n: i32, splits: i32, chunk: i32,
+                              momentum: f32, eps: f32, update_running: i32):
+    """One warp per channel (grid C, block 32): merges its splits' (count, mean, M2), mean first and then
+    M2 = sum(M2_s + count_s * (mean_s - mean)^2) (exact, and a fixed order); writes mean, 1/std, running stats."""
+    c = bx
+    acc = 0.0
+    for s in range(lane, splits, 32):
+        acc += f32(min(chunk, n - s * chunk)) * part_mean[c * splits + s]
+    mu = warp_sum(acc) / f32(n)
+    acc2 = 0.0
+    for s in range(lane, splits, 32):
+        d = part_mean[c * splits + s] - mu
+        acc2 += part_m2[c * splits + s] + f32(min(chunk, n - s * chunk)) * d * d
+    var = warp_sum(acc2) / f32(n)
+    if lane == 0:
         mean[c] = mu
         invstd[c] = rsqrt(var + eps)
         if update_running != 0:
@@ -234,67 +312,128 @@ def batch_norm_stats(x: Array[f32], mean: Array[f32], invstd: Array[f32], runnin
 @kernel
 def batch_norm_apply(x: Array[f32], y: Array[f32], mean: Array[f32], invstd: Array[f32], weight: Array[f32],
                      bias: Array[f32], residual: Array[f32], total: i32, hw: i32, channels: i32,
-                     relu: Const[int], add_residual: Const[int]):
-    i = bx * bdx + tx
-    if i < total:
-        c = (i // hw) % channels
-        v = (x[i] - mean[c]) * invstd[c] * weight[c] + bias[c]
-        if add_residual:
-            v += residual[i]
-        if relu:
-            v = max(v, 0.0)
-        y[i] = v
+                     relu: Const[int], add_residual: Const[int], U: Const[int] = BN_APPLY_PER_THREAD):
+    """y = relu((x - mean) * invstd * weight + bias + residual): U values per thread, a block stride apart."""
+    i = bx * bdx * U + tx
+    col = i % hw
+    c = (i // hw) % channels
+    col_step = bdx % hw
+    c_step = (bdx // hw) % channels
+    for u in static_range(U):
+        if i < total:
+            v = (x[i] - mean[c]) * invstd[c] * weight[c] + bias[c]
+            if add_residual:
+                v += residual[i]
+            if relu:
+                v = max(v, 0.0)
+            y[i] = v
+        i += bdx
+        col, c = _next_flat(col, c, col_step, c_step, hw, channels)
 
 
 @kernel
-def batch_norm_backward_reduce(dy: Array[f32], x: Array[f32], y: Array[f32], mean: Array[f32],
-                               invstd: Array[f32], dweight: Array[f32], dbias: Array[f32], n: i32, hw: i32,
-                               channels: i32, relu: Const[int]):
-    """One block per channel: dbias = sum(dy), dweight = sum(dy * xhat) (dy masked by the ReLU)."""
-    c = bx
-    scratch = shared(f32, 32)
+def batch_norm_backward_partial(dy: Array[f32], x: Array[f32], y: Array[f32], mean: Array[f32],
+                                part_g: Array[f32], part_gx: Array[f32], n: i32, hw: i32, channels: i32,
+                                splits: i32, relu: Const[int], U: Const[int]):
+    """Block (s, c) of grid (splits, C): sum(dy) and sum(dy * (x - mean)) over channel c's values
+    k = s*bdx*U ... (s+1)*bdx*U - 1, dy masked by the ReLU (y > 0)."""
+    c = by
+    s = bx
+    k = s * bdx * U + tx
+    idx, col = _channel_position(k, c, hw, channels)
+    step = (bdx // hw) * channels * hw + bdx % hw
+    col_step = bdx % hw
+    wrap = channels * hw - hw
+    m = mean[c]
     sum_g = 0.0
     sum_gx = 0.0
-    for k in range(tx, n, bdx):
-        i = (k // hw) * channels * hw + c * hw + k % hw
-        g = dy[i]
-        if relu:
-            g = g if y[i] > 0 else 0.0
-        sum_g += g
-        sum_gx += g * (x[i] - mean[c])
+    for u in static_range(U):
+        if k + u * bdx < n:
+            g = dy[idx]
+            if relu:
+                g = g if y[idx] > 0 else 0.0
+            sum_g += g
+            sum_gx += g * (x[idx] - m)
+        idx, col = _next_in_channel(idx, col, step, col_step, hw, wrap)
+    scratch = shared(f32, 32)
     sum_g = block_sum(sum_g, scratch)
     sum_gx = block_sum(sum_gx, scratch)
     if tx == 0:
-        dbias[c] = sum_g
-        dweight[c] = sum_gx * invstd[c]
+        part_g[c * splits + s] = sum_g
+        part_gx[c * splits + s] = sum_gx
+
+
+@kernel
+def batch_norm_backward_finalize(part_g: Array[f32], part_gx: Array[f32], invstd: Array[f32], dweight: Array[f32],
+                                 dbias: Array[f32], splits: i32):
+    """One warp per channel (grid C, block 32): dbias = sum(dy), dweight = sum(dy * xhat) from the partials."""
+    c = bx
+    acc_g = 0.0
+    acc_gx = 0.0
+    for s in range(lane, splits, 32):
+        acc_g += part_g[c * splits + s]
+        acc_gx += part_gx[c * splits + s]
+    acc_g = warp_sum(acc_g)
+    acc_gx = warp_sum(acc_gx)
+    if lane == 0:
+        dbias[c] = acc_g
+        dweight[c] = acc_gx * invstd[c]
 
 
 @kernel
 def batch_norm_backward_input(dy: Array[f32], x: Array[f32], y: Array[f32], mean: Array[f32],
                               invstd: Array[f32], weight: Array[f32], dweight: Array[f32], dbias: Array[f32],
                               dx: Array[f32], dresidual: Array[f32], total: i32, hw: i32, channels: i32, n: i32,
-                              relu: Const[int], add_residual: Const[int]):
-    i = bx * bdx + tx
-    if i < total:
-        c = (i // hw) % channels
-        g = dy[i]
-        if relu:
-            g = g if y[i] > 0 else 0.0
-        if add_residual:
-            dresidual[i] = g
-        xhat = (x[i] - mean[c]) * invstd[c]
-        dx[i] = weight[c] * invstd[c] * (g - dbias[c] / f32(n) - xhat * dweight[c] / f32(n))
+                              relu: Const[int], add_residual: Const[int], U: Const[int] = BN_APPLY_PER_THREAD):
+    """dx = weight * invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy masked by the ReLU (also the
+    residual's gradient): U values per thread, a block stride apart."""
+    i = bx * bdx * U + tx
+    col = i % hw
+    c = (i // hw) % channels
+    col_step = bdx % hw
+    c_step = (bdx // hw) % channels
+    for u in static_range(U):
+        if i < total:
+            g = dy[i]
+            if relu:
+                g = g if y[i] > 0 else 0.0
+            if add_residual:
+                dresidual[i] = g
+            xhat = (x[i] - mean[c]) * invstd[c]
+            dx[i] = weight[c] * invstd[c] * (g - dbias[c] / f32(n) - xhat * dweight[c] / f32(n))
+        i += bdx
+        col, c = _next_flat(col, c, col_step, c_step, hw, channels)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_id: int) -> int:
+    import cupy
+    return int(cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"])
+
+
+def bn_split(n: int, channels: int, sm_count: int, threads: int = BN_THREADS,
+             blocks_per_sm: int = BN_BLOCKS_PER_SM) -> tuple[int, int]:
+    """(values per thread U, blocks per channel S) of a split reduction over n values per channel: U a power of
+    two in 2..BN_MAX_PER_THREAD, as small as lets the C*S blocks come near blocks_per_sm * sm_count."""
+    wanted = max(1, blocks_per_sm * sm_count // channels)
+    per_thread = -(-n // (wanted * threads))
+    U = 2
+    while U < per_thread and U < BN_MAX_PER_THREAD:
+        U *= 2
+    return U, -(-n // (threads * U))
 
 
 def _gpu_fast_path(x: Tensor, training: bool, *params) -> bool:
+    # i32 indices (with room for a block's overrun past the end), channels on the grid's y axis
     return (training and x.device.type == "cuda" and x.dtype == "float32" and x.ndim >= 2
+            and x.numel() < 2**30 and x.shape[1] < 65536
             and all(p is None or (p.dtype == "float32" and p.data.flags.c_contiguous) for p in params))
 
 
 def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
                    bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
                    residual: Tensor | None = None, relu: bool = False) -> Tensor:
-    """relu(batch_norm(x) + residual), with the add and the ReLU optional: one fused op (four GPU launches)."""
+    """relu(batch_norm(x) + residual), with the add and the ReLU optional: one fused op (six GPU launches)."""
     if training and x.device.type == "cuda" and x.dtype.name in ("bfloat16", "float16"):
         # half-precision activations (autocast) are normalized in float32, as cuDNN's batch norm does
         x = cast(x, float32)
@@ -313,29 +452,38 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
     total, hw = xa.size, xa.size // (x.shape[0] * C)
     n = total // C
     if n <= 1:
-        raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input of shape {x.shape}")
+        raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
+                         f"got input of shape {x.shape}")
+    U, S = bn_split(n, C, _sm_count(xp.cuda.runtime.getDevice()))
     mean, invstd = xp.empty(C, xp.float32), xp.empty(C, xp.float32)
+    part_a, part_b = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
     ones = None if weight is not None and bias is not None else xp.ones(C, xp.float32)
     w = ones if weight is None else weight.data
     b = xp.zeros(C, xp.float32) if bias is None else bias.data
     track = running_mean is not None and running_var is not None
     rm = running_mean.data if track else mean
     rv = running_var.data if track else invstd
-    batch_norm_stats[C, 512](xa, mean, invstd, rm, rv, n, hw, C, momentum, eps, 1 if track else 0)
+    batch_norm_stats_partial[(S, C), BN_THREADS](xa, part_a, part_b, n, hw, C, S, U=U)
+    batch_norm_stats_finalize[C, 32](part_a, part_b, mean, invstd, rm, rv, n, S, BN_THREADS * U, momentum, eps,
+                                     1 if track else 0)
     y = xp.empty_like(xa)
     res = xp.ascontiguousarray(residual.data) if residual is not None else y
     flags = dict(relu=int(relu), add_residual=int(residual is not None))
-    batch_norm_apply[(total + 255) // 256, 256](xa, y, mean, invstd, w, b, res, total, hw, C, **flags)
+    elementwise_blocks = -(-total // (256 * BN_APPLY_PER_THREAD))
+    batch_norm_apply[elementwise_blocks, 256](xa, y, mean, invstd, w, b, res, total, hw, C, **flags)
     parents = [t for t in (x, weight, bias, residual) if t is not None]
 
     def backward(g):
         g = xp.ascontiguousarray(g)
         dweight, dbias = xp.empty(C, xp.float32), xp.empty(C, xp.float32)
-        batch_norm_backward_reduce[C, 512](g, xa, y, mean, invstd, dweight, dbias, n, hw, C, relu=int(relu))
+        part_g, part_gx = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
+        batch_norm_backward_partial[(S, C), BN_THREADS](g, xa, y, mean, part_g, part_gx, n, hw, C, S,
+                                                        relu=int(relu), U=U)
+        batch_norm_backward_finalize[C, 32](part_g, part_gx, invstd, dweight, dbias, S)
         dx = xp.empty_like(xa)
         dres = xp.empty_like(xa) if residual is not None else dx
-        batch_norm_backward_input[(total + 255) // 256, 256](g, xa, y, mean, invstd, w, dweight, dbias, dx, dres,
-                                                             total, hw, C, n, **flags)
+        batch_norm_backward_input[elementwise_blocks, 256](g, xa, y, mean, invstd, w, dweight, dbias, dx, dres,
+                                                           total, hw, C, n, **flags)
         grads = [dx]
         if weight is not None:
             grads.append(dweight)

@@ -1,4 +1,9 @@
-"""Random ops: dropout (inverted, drawn from Frost's generators) and Bernoulli sampling."""
+"""Random ops: dropout (inverted, drawn from Frost's generators) and Bernoulli sampling.
+
+On the CPU the draws come from NumPy's generator; on CUDA from Frost's Philox4x32-10 generator
+(frost.ops.philox), whose offset lives on the device, so a step captured by frost.jit draws a new dropout
+mask on every replay (the same sequence as eager calls from the same seed).
+"""
 from __future__ import annotations
 
 from frost.backend import Device
@@ -6,7 +11,7 @@ from frost.tensor import Tensor, from_op
 
 
 def generator_for(device: Device):
-    """Frost's random generator for a device: NumPy's on the CPU, CuPy's on CUDA (both reseeded by manual_seed)."""
+    """Frost's random generator for a device: NumPy's on the CPU, Philox on CUDA (both reseeded by manual_seed)."""
     from frost.backend import cpu, cuda
     return cpu.generator() if device.type == "cpu" else cuda.generator()
 
@@ -47,8 +52,9 @@ def _apply_mask(x: Tensor, mask_shape: tuple, p: float, name: str) -> Tensor:
         scaled_mask = xp.zeros(mask_shape, dtype=dt)
     else:
         keep = generator_for(x.device).random(mask_shape, dtype="float32") >= p
-        # mask values are exactly 1/(1-p) rounded to x's dtype, as PyTorch's bernoulli_().div_(1-p)
-        scaled_mask = keep.astype(dt) * xp.asarray(1.0 / (1.0 - p), dtype=dt)
+        # mask values are exactly 1/(1-p) rounded to x's dtype, as PyTorch's bernoulli_().div_(1-p); a NumPy
+        # scalar, not a device array, so that no host-to-device copy happens inside a captured step
+        scaled_mask = keep.astype(dt) * dt.type(1.0 / (1.0 - p))
     out = x.data * scaled_mask
     return from_op(out, (x,), lambda g: ((g * scaled_mask).astype(dt, copy=False),), name)
 
@@ -60,3 +66,15 @@ def bernoulli(probs: Tensor) -> Tensor:
     xp = probs.xp
     u = generator_for(probs.device).random(probs.shape, dtype="float32")
     return Tensor((u < probs.data.astype(xp.float32)).astype(probs.data.dtype))
+
+
+def sample_categorical(logits: Tensor) -> Tensor:
+    """Class indices (int64) drawn from softmax(logits) over the last axis, with Frost's generator for the device.
+
+    SophiaG's Gauss-Newton-Bartlett estimate backpropagates the loss on labels drawn this way (sample_labels).
+    """
+    xp, x = logits.xp, logits.detach().data
+    x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)
+    cdf = xp.cumsum(xp.exp(x - x.max(axis=-1, keepdims=True)), axis=-1)
+    u = generator_for(logits.device).random(x.shape[:-1] + (1,), dtype=x.dtype) * cdf[..., -1:]
+    return Tensor(xp.minimum((cdf <= u).sum(axis=-1), x.shape[-1] - 1).astype(xp.int64))

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
-from frost.ops.random import generator_for
+from frost.ops.random import sample_categorical as sample_labels  # noqa: F401 - part of SophiaG's API
 from frost.optim.adamw import advance_step
 from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor, zeros_like
@@ -49,15 +49,6 @@ def sophiag_hessian_update(h, g, *, beta2: float) -> None:
     """h = beta2 * h + (1 - beta2) * g^2, in place, from the gradient of the loss on sampled labels."""
     h *= beta2
     h += (1 - beta2) * (g * g)
-
-
-def sample_labels(logits: Tensor) -> Tensor:
-    """Class indices (int64) drawn from softmax(logits) over the last axis, with Frost's generator for the device."""
-    xp, x = logits.xp, logits.detach().data
-    x = x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32)
-    cdf = xp.cumsum(xp.exp(x - x.max(axis=-1, keepdims=True)), axis=-1)
-    u = generator_for(logits.device).random(x.shape[:-1] + (1,), dtype=x.dtype) * cdf[..., -1:]
-    return Tensor(xp.minimum((cdf <= u).sum(axis=-1), x.shape[-1] - 1).astype(xp.int64))
 
 
 # ---------------------------------------------------------------- GPU kernel (twins: the two functions above)

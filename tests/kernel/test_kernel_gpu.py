@@ -56,6 +56,34 @@ def test_adamw_matches_simulator_and_numpy(cp):
         np.testing.assert_allclose(cp.asnumpy(d), w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("variant", ["scalar", "vec4", "vec4_ilp1", "vec4_ilp2", "vec4_ilp4"])
+def test_every_adamw_variant_matches_simulator_and_numpy(cp, variant):
+    mod = load("adamw")
+    assert variant in mod.VARIANTS
+    for n in (5003, 1 << 20):  # a tail of 3; and enough elements for several grid-stride rounds
+        rng = np.random.default_rng(n)
+        host = [rng.standard_normal(n).astype(np.float32) for _ in range(2)] + [
+            (rng.standard_normal(n) * 0.1).astype(np.float32), (rng.random(n) * 0.1).astype(np.float32)]
+        dev = [cp.asarray(a) for a in host]
+        mod.adamw_step(*dev, step=3, variant=variant, blocks_per_sm=1)
+        want = mod.adamw_numpy(host[0].astype(np.float64), host[1], host[2], host[3], 3)
+        for d, w in zip((dev[0], dev[2], dev[3]), want):
+            np.testing.assert_allclose(cp.asnumpy(d), w, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(cp.asnumpy(dev[1]), host[1])
+        if n < 10_000:
+            sim = [a.copy() for a in host]
+            mod.adamw_step(*sim, step=3, simulate=True, variant=variant)
+            for d, s_ in zip((dev[0], dev[2], dev[3]), (sim[0], sim[2], sim[3])):
+                np.testing.assert_allclose(cp.asnumpy(d), s_, rtol=2e-6, atol=1e-7)
+
+
+def test_vector_kernel_rejects_a_misaligned_view(cp):
+    mod = load("adamw")
+    p, g, m, v = (cp.zeros(1001, cp.float32) for _ in range(4))
+    with pytest.raises(ValueError, match="argument 'p' is accessed 16 bytes at a time"):
+        mod.adamw_step(p[1:], g[1:], m[1:], v[1:], step=1, variant="vec4")
+
+
 def test_frost_tensors_are_accepted(cp):
     mod = load("relu")
     x = frost.randn(1000).cuda()
@@ -183,6 +211,31 @@ def test_tensor_core_gemm_matches_numpy_and_simulator(cp):
     gemm.gemm(a, b, sim, simulate=True, **gemm.SMALL)
     c = cp.zeros((64, 64), cp.float32)
     gemm.gemm(cp.asarray(a.view(np.uint16)), cp.asarray(b.view(np.uint16)), c, **gemm.SMALL)
+    np.testing.assert_allclose(cp.asnumpy(c), sim, rtol=1e-5, atol=1e-4)
+
+
+def test_every_benchmarked_gemm_configuration_is_correct(cp):
+    """Each tile configuration benchmarks/kernels.py times (padded and swizzled kernels) on a 256 x 256 x 512 GEMM."""
+    import ml_dtypes
+    gemm = load("gemm")
+    spec = importlib.util.spec_from_file_location("frost_bench_kernels", EXAMPLES.parents[1] / "benchmarks" /
+                                                  "kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((256, 512)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((512, 256)).astype(ml_dtypes.bfloat16)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    ag, bg = cp.asarray(a.view(np.uint16)), cp.asarray(b.view(np.uint16))
+    for cfg in bench.CONFIGS:
+        c = cp.full((256, 256), cp.nan, cp.float32)
+        gemm.gemm(ag, bg, c, **cfg)
+        np.testing.assert_allclose(cp.asnumpy(c), want, rtol=1e-3, atol=1e-2, err_msg=bench.config_name(cfg))
+    sim = np.zeros((64, 64), np.float32)
+    gemm.gemm(a[:64, :128], b[:128, :64], sim, simulate=True, kernel="swizzled", **gemm.SMALL_FAST)
+    c = cp.zeros((64, 64), cp.float32)
+    gemm.gemm(cp.asarray(a[:64, :128].view(np.uint16)), cp.asarray(b[:128, :64].view(np.uint16)), c,
+              kernel="swizzled", **gemm.SMALL_FAST)
     np.testing.assert_allclose(cp.asnumpy(c), sim, rtol=1e-5, atol=1e-4)
 
 

@@ -120,3 +120,26 @@ def test_cuda_source_arguments(fake_cupy):
         k[1, 32](x, 2.0)
     with pytest.raises(TypeError, match="argument 'n' \\(int\\) must be a scalar"):
         k[1, 32](x, 2.0, x)
+
+
+def test_vector_access_arguments_must_be_16_byte_aligned(fake_cupy):
+    from frost.kernel import load4, store4
+
+    @frost.kernel.device
+    def copy_one(dst: Array[f32], src: Array[f32], i: i32):
+        a, b, c, d = load4(src, i)
+        store4(dst, i, a, b, c, d)
+
+    @kernel
+    def k(x: Array[f32], y: Array[f32], z: Array[f32]):
+        copy_one(y, x, tx * 4)   # x and y reach load4/store4 through a device function
+        z[tx] = 1.0              # z is accessed one element at a time
+    base = np.zeros(64, np.float32)
+    assert base.ctypes.data % 16 == 0
+    k[1, 4](FakeArray(base[:16]), FakeArray(base[16:32]), FakeArray(base[33:37]))  # z may be misaligned
+    assert len(fake_cupy.launches) == 1
+    with pytest.raises(ValueError, match=r"k: argument 'x' is accessed 16 bytes at a time \(load4/store4\) but "
+                                         r"starts 4 bytes past a 16-byte boundary"):
+        k[1, 4](FakeArray(base[1:17]), FakeArray(base[16:32]), FakeArray(base[32:36]))
+    with pytest.raises(ValueError, match=r"argument 'y' .* starts 8 bytes past"):
+        k[1, 4](FakeArray(base[:16]), FakeArray(base[18:34]), FakeArray(base[32:36]))

@@ -6,9 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, SimulationError, bf16, bx, by, cp_async16, cp_commit, cp_wait, f16, f32, kernel,
-                          lane, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, local, mma_16x8x16, shared,
-                          static_range, syncthreads, tx, ty)
+from frost.kernel import (Array, Const, KernelError, SimulationError, bf16, bx, by, cp_async16, cp_commit, cp_wait,
+                          f16, f32, i32, kernel, lane, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, local, mma_16x8x16,
+                          shared, static_range, syncthreads, tx, ty)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
 
@@ -193,3 +193,85 @@ def test_gemm_block_order_covers_every_tile():
     c = np.full((192, 128), np.nan, np.float32)
     gemm.gemm(a, b, c, simulate=True, **dict(gemm.SMALL, GROUP=2))
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("cols", [16, 32, 64, 128, 256])
+def test_swizzle_is_a_bank_conflict_free_permutation(cols):
+    from frost.kernel import swizzle
+
+    @kernel
+    def table(out: Array[i32, 2], COLS: Const[int]):
+        for c in range(COLS):
+            out[tx, c] = swizzle(tx, c, COLS)
+    assert table.compile("sm_90", COLS=cols)[:4] == b"\x7fELF"
+    out = np.full((64, cols), -1, np.int32)
+    table.simulate[1, 64](out, COLS=cols)
+    for r in range(64):
+        assert sorted(out[r]) == list(range(cols))                       # a permutation of each row
+        assert (out[r] % 8 == np.arange(cols) % 8).all()                 # chunks of 8 elements stay whole
+    bank_group = (np.arange(64)[:, None] * cols + out) * 2 // 16 % 8     # 16-byte unit within a 128-byte line
+    for r0 in range(0, 64, 8):
+        for c in range(0, cols, 8):   # ldmatrix: 8 consecutive rows of one chunk hit 8 different bank groups
+            assert len(set(bank_group[r0:r0 + 8, c])) == 8, (r0, c)
+
+
+@pytest.mark.parametrize("tiles, shape", [
+    (dict(BM=64, BN=64, BK=64, WM=32, WN=32, STAGES=3), (64, 64, 128)),       # 64-element rows: key = row % 8
+    (dict(BM=64, BN=128, BK=32, WM=32, WN=64, STAGES=2), (64, 128, 96)),     # 32-element A rows, 128-element B rows
+    (dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=4), (64, 64, 48)),       # 16-element A rows; more stages than tiles
+])
+def test_swizzled_gemm_simulated(tiles, shape):
+    spec = importlib.util.spec_from_file_location("frost_example_gemm3", EXAMPLES / "gemm.py")
+    gemm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gemm)
+    m, n, k = shape
+    assert gemm.gemm_bf16_fast.compile("sm_90", **tiles)[:4] == b"\x7fELF"
+    assert "__launch_bounds__(" in gemm.gemm_bf16_fast.source_for(**tiles)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    c = np.full((m, n), np.nan, np.float32)
+    gemm.gemm(a, b, c, simulate=True, kernel="swizzled", **tiles)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
+def test_gemm_rejects_tiles_its_threads_cannot_load():
+    spec = importlib.util.spec_from_file_location("frost_example_gemm4", EXAMPLES / "gemm.py")
+    gemm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gemm)
+    a, b = np.zeros((64, 64), ml_dtypes.bfloat16), np.zeros((64, 64), ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match=r"gemm: a 32x16 tile of A is 64 16-byte chunks, not a multiple of the 128 "
+                                         r"threads"):
+        gemm.gemm(a, b, np.zeros((64, 64), np.float32), simulate=True, kernel="swizzled",
+                  BM=32, BN=64, BK=16, WM=16, WN=32, STAGES=2)
+
+
+def test_launch_bounds():
+    from frost.kernel import launch_bounds
+
+    @kernel
+    def bounded(x: Array[f32]):
+        launch_bounds(64, 4)
+        x[tx] = 1.0
+    assert 'extern "C" __global__ void __launch_bounds__(64, 4) bounded(' in bounded.source
+    assert bounded.compile("sm_90")[:4] == b"\x7fELF"
+    x = np.zeros(64, np.float32)
+    bounded.simulate[1, 64](x)
+    assert (x == 1).all()
+    with pytest.raises(ValueError, match=r"bounded: a block of 128 threads exceeds the kernel's "
+                                         r"launch_bounds\(64, 4\)"):
+        bounded.simulate[1, 128](np.zeros(128, np.float32))
+
+    @kernel
+    def nested(x: Array[f32]):
+        if tx == 0:
+            launch_bounds(64)
+        x[tx] = 1.0
+    with pytest.raises(KernelError, match=r"launch_bounds\(\) must be a statement in the body of a kernel"):
+        nested.source
+
+    @kernel
+    def too_many(x: Array[f32]):
+        launch_bounds(2048)
+    with pytest.raises(KernelError, match=r"max_threads must be 1..1024"):
+        too_many.source
