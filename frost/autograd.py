@@ -179,6 +179,22 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
         if tuple(g0.shape) != tuple(root.shape):
             raise RuntimeError(f"backward: gradient shape {tuple(g0.shape)} does not match "
                                f"tensor shape {tuple(root.shape)}")
+    claims: dict = {}  # id(leaf) -> its .grad buffer, claimed by an op through grad_destination()
+    stack = _claim_stack()
+    stack.append(claims)
+    try:
+        _run_backward(root, g0, retain_graph, claims)
+    finally:
+        stack.pop()
+        for buffer in claims.values():
+            # claimed but never accumulated (an error, or an op that claimed and returned None): the buffer
+            # may hold part of a gradient; give it back as the zeros it was
+            buffer[...] = 0
+        if not stack:
+            _zero_marks["epoch"] += 1  # a zero-grad mark lasts until the end of the next backward()
+
+
+def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
     Tensor = type(root)
     anomaly = is_anomaly_enabled()
     grads = {id(root): g0}
@@ -190,7 +206,7 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
                 continue
             node = t._ctx
             if node is None or t._retains_grad:
-                _accumulate(Tensor, t, g)
+                _accumulate(Tensor, t, g, claims.pop(id(t), None))
             if node is None:
                 continue
             if node.backward is None:
@@ -212,10 +228,19 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
                     raise RuntimeError(f"backward of '{node.name}': gradient shape {tuple(pg.shape)} "
                                        f"does not match input shape {tuple(p.shape)} (a bug in that op)")
                 k = id(p)
+                # out of place: grads[k] may be a claimed .grad buffer, which must keep its own contribution
                 grads[k] = pg if k not in grads else grads[k] + pg
 
 
-def _accumulate(Tensor, t, g) -> None:
+def _accumulate(Tensor, t, g, claimed=None) -> None:
+    if getattr(t, "_zero_grad_mark", None) is not None:
+        t._zero_grad_mark = None
+    if claimed is not None:
+        # the .grad buffer was zero and an op wrote its contribution straight into it: nothing to add when
+        # that is the whole gradient; when other contributions were summed with it, the sum replaces it
+        if g is not claimed:
+            claimed[...] = g
+        return
     if g.dtype != t.data.dtype:
         g = g.astype(t.data.dtype)
     if t.grad is None:
@@ -224,6 +249,61 @@ def _accumulate(Tensor, t, g) -> None:
         t.grad = Tensor(g.copy())
     else:
         t.grad.data += g
+
+
+# ---------------------------------------------------------------- gradients written straight into .grad
+# An optimizer's zero_grad() marks each parameter whose .grad it filled with zeros. During the next backward(),
+# an op may ask grad_destination(p) for that buffer and compute p's gradient straight into it (a cuDNN weight
+# gradient, a matmul, batch norm's finalize kernel), saving the fresh array and the `.grad += g` add. A mark
+# names the .grad tensor it was made for (replacing .grad voids it) and the epoch it was made in: every
+# outermost backward() ends the epoch, so a mark never outlives the first backward after the zero_grad, and
+# anything done to .grad after that (all-reduce, clipping, unscaling) cannot leave a stale mark behind.
+
+_zero_marks = {"epoch": 0}
+
+
+def _claim_stack() -> list:
+    """The claims of the running backward() calls of this thread, innermost last."""
+    stack = getattr(_state, "claims", None)
+    if stack is None:
+        stack = _state.claims = []
+    return stack
+
+
+def mark_grad_zero(t) -> None:
+    """Note that leaf `t`'s .grad is all zeros now, so the next backward() may write t's gradient into it."""
+    if t.grad is not None:
+        t._zero_grad_mark = (t.grad, _zero_marks["epoch"])
+
+
+def forget_zero_grads() -> None:
+    """Void every zero-grad mark: frost.jit does so before a capture, so that only a zero_grad() inside the
+    captured step (replayed with it) lets the graph overwrite .grad instead of adding to it."""
+    _zero_marks["epoch"] += 1
+
+
+def grad_destination(t):
+    """The array an op's backward may write leaf `t`'s gradient into, or None (then it returns a fresh array).
+
+    Only inside backward(), for a leaf that requires grad whose .grad is marked all zeros (mark_grad_zero), is
+    C-contiguous and has t's shape, dtype and device. The buffer is claimed at most once per mark: the op
+    overwrites it with its contribution and returns that same array as t's gradient; the engine then adds
+    nothing (or, when t received other contributions too, assigns their sum, which already includes it).
+    """
+    stack = getattr(_state, "claims", None)
+    if not stack or t._ctx is not None or not t.requires_grad:
+        return None
+    mark, grad = getattr(t, "_zero_grad_mark", None), t.grad
+    if mark is None or grad is None or mark[0] is not grad or mark[1] != _zero_marks["epoch"]:
+        return None
+    buffer, data = grad.data, t.data
+    if (type(buffer) is not type(data) or buffer.shape != data.shape or buffer.dtype != data.dtype
+            or not buffer.flags.c_contiguous
+            or (not isinstance(data, np.ndarray) and buffer.device.id != data.device.id)):
+        return None
+    t._zero_grad_mark = None
+    stack[-1][id(t)] = buffer
+    return buffer
 
 
 def unbroadcast(grad, shape: tuple):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from frost.autograd import forget_zero_grads
 from frost.tensor import Tensor, set_host_sync_hook
 
 
@@ -115,6 +116,9 @@ class Jitted:
             s_args = _replace_tensors(args, make_static)
             s_kwargs = _replace_tensors(kwargs, make_static)
             entry.stream.synchronize()
+            # a zero_grad() made before the capture is not replayed with it: only one inside the step may let
+            # the graph write gradients straight into .grad (frost.autograd.grad_destination)
+            forget_zero_grads()
             previous_hook = set_host_sync_hook(_refuse_host_sync)
             try:
                 entry.stream.begin_capture()

@@ -225,9 +225,14 @@ def conv2d_backward_input(g, w, x_shape, stride, padding, dilation):
     return _run("dgrad", g, w, _empty_like_layout(x_shape, g), stride, padding, dilation)
 
 
-def conv2d_backward_weight(g, x, w_shape, stride, padding, dilation):
-    cp = cuda.cupy()
-    return _run("wgrad", x, g, cp.empty(w_shape, dtype=x.dtype), stride, padding, dilation)
+def conv2d_backward_weight(g, x, w_shape, stride, padding, dilation, out=None):
+    """The weight gradient, written into `out` (C-contiguous, w_shape, x's dtype) when given."""
+    if out is None:
+        out = cuda.cupy().empty(w_shape, dtype=x.dtype)
+    elif tuple(out.shape) != tuple(w_shape) or out.dtype != x.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"conv2d_backward_weight: out must be a C-contiguous {x.dtype} array of shape "
+                         f"{tuple(w_shape)}, got {out.dtype} {tuple(out.shape)}")
+    return _run("wgrad", x, g, out, stride, padding, dilation)
 
 
 class _MatmulGraph(_ConvGraph):
@@ -249,8 +254,10 @@ class _MatmulGraph(_ConvGraph):
         self.plan_count = g.get_execution_plan_count()
 
 
-def matmul(a, b):
-    """a @ b for 2-D or 3-D CuPy arrays through cuDNN (usable inside a CUDA-graph capture, unlike CuPy's cuBLAS)."""
+def matmul(a, b, out=None):
+    """a @ b for 2-D or 3-D CuPy arrays through cuDNN (usable inside a CUDA-graph capture, unlike CuPy's cuBLAS).
+
+    `out`, when given, is a C-contiguous array of the result's shape and a's dtype that receives the product."""
     cp = cuda.cupy()
     squeeze = a.ndim == 2 and b.ndim == 2
     a3 = a[None] if a.ndim == 2 else a
@@ -260,7 +267,16 @@ def matmul(a, b):
         a3 = cp.ascontiguousarray(cp.broadcast_to(a3, (batch,) + a3.shape[1:]))
     if b3.shape[0] != batch:
         b3 = cp.ascontiguousarray(cp.broadcast_to(b3, (batch,) + b3.shape[1:]))
-    out = cp.empty((batch, a3.shape[1], b3.shape[2]), dtype=a.dtype)
+    result = out
+    shape3 = (batch, a3.shape[1], b3.shape[2])
+    if out is None:
+        out = cp.empty(shape3, dtype=a.dtype)
+    else:
+        expected = shape3[1:] if squeeze else shape3
+        if tuple(out.shape) != expected or out.dtype != a.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"matmul: out must be a C-contiguous {a.dtype} array of shape {expected}, "
+                             f"got {out.dtype} {tuple(out.shape)}")
+        out = out.reshape(shape3)
     from frost import backends
     key = json.dumps(["matmul", backends.allow_tf32, backends.deterministic, a3.shape, _elem_strides(a3), b3.shape, _elem_strides(b3), str(a.dtype)])
     g = _graphs.get(key)
@@ -272,4 +288,6 @@ def matmul(a, b):
                 g.tune(key, a3, b3, out, limit=2)  # many small shapes (Muon's): timing them all costs seconds
                 _graphs[key] = g
     g.run(a3, b3, out)
+    if result is not None:
+        return result
     return out[0] if squeeze else out

@@ -6,6 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from frost.autocast import cast_inputs
+from frost.autograd import grad_destination
 from frost.tensor import Tensor, from_op
 
 # Layout note. Columns are built as (C, kh, kw, N, Ho, Wo): for each input channel and kernel offset, a
@@ -152,8 +153,11 @@ def _forward_from_cols(cols, w, geo: Geometry, bias=None):
     return out.transpose(1, 0, 2, 3)
 
 
-def _backward_weight_from_cols(g2, cols, geo: Geometry):
+def _backward_weight_from_cols(g2, cols, geo: Geometry, out=None):
     xp = _xp(cols)
+    if out is not None:  # a C-contiguous (Cout, C/groups, kh, kw) array, e.g. the weight's .grad buffer
+        xp.matmul(g2, cols.transpose(0, 2, 1), out=out.reshape(geo.groups, geo.cout // geo.groups, -1))
+        return out
     gw = xp.matmul(g2, cols.transpose(0, 2, 1))
     return gw.reshape(geo.cout, geo.c // geo.groups, geo.kh, geo.kw)
 
@@ -235,15 +239,16 @@ def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1,
     return _backward_input_from_grad(_grad_channel_major(g, geo), w, geo)
 
 
-def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1):
-    """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x."""
+def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1, out=None):
+    """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x; written into `out` (a
+    C-contiguous array of w_shape and x's dtype) and returned as `out` itself when given."""
     geo = geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
     cudnn_args = _cudnn_args(x, geo)
     if cudnn_args is not None:
         from frost.backend import cudnn
         xp = _xp(x)
-        return cudnn.conv2d_backward_weight(_dense(g, xp), _dense(x, xp), tuple(w_shape), *cudnn_args)
-    return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo)
+        return cudnn.conv2d_backward_weight(_dense(g, xp), _dense(x, xp), tuple(w_shape), *cudnn_args, out=out)
+    return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo, out=out)
 
 
 # ------------------------------------------------------------------ the differentiable op
@@ -311,14 +316,19 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         gx = gw = gb = None
         if x.requires_grad:
             gx = conv2d_backward_input(g, wa, xa.shape, *conv_args).astype(out_dtype, copy=False)
-        if cols is not None:
-            gw = _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo).astype(out_dtype, copy=False)
-        elif weight.requires_grad:
-            gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args).astype(out_dtype, copy=False)
+        if weight.requires_grad:
+            # straight into the weight's zeroed .grad buffer when there is one (no fresh array, no add)
+            dest = grad_destination(weight) if cdt == out_dtype else None
+            if cols is not None:
+                gw = _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo, out=dest)
+            else:
+                gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest)
+            gw = gw.astype(out_dtype, copy=False)
         if bias is None:
             return gx, gw
         if bias.requires_grad:
-            gb = g.sum(axis=(0, 2, 3)).astype(out_dtype, copy=False)
+            dest = grad_destination(bias) if cdt == out_dtype else None
+            gb = g.sum(axis=(0, 2, 3), out=dest).astype(out_dtype, copy=False)
         return gx, gw, gb
 
     return from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d")

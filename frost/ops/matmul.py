@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from frost.autocast import cast_inputs
-from frost.autograd import unbroadcast
+from frost.autograd import grad_destination, unbroadcast
 from frost.tensor import Tensor, from_op
 
 
@@ -35,20 +35,25 @@ def _same_dtype(array, dtype):
     return array if array.dtype == dtype else array.astype(dtype)
 
 
-def matmul_arrays(xp, a, b):
+def matmul_arrays(xp, a, b, out=None):
     """a @ b on raw arrays: BLAS in float32 for CPU half types, cuDNN for CUDA matrices (capturable), else xp.
 
     Array code that may run inside a captured step (optimizers) multiplies through this, not xp.matmul:
-    CuPy refuses cuBLAS calls during stream capture."""
+    CuPy refuses cuBLAS calls during stream capture. `out` (C-contiguous, the result's shape, a's dtype)
+    receives the product and is returned when given."""
     if xp is np:
         if a.dtype.itemsize == 2 and a.dtype.kind != "i":
-            return np.matmul(a.astype(np.float32), b.astype(np.float32))
-        return np.matmul(a, b)
+            product = np.matmul(a.astype(np.float32), b.astype(np.float32))
+            if out is None:
+                return product
+            out[...] = product
+            return out
+        return np.matmul(a, b, out=out)
     from frost.backend import cudnn
     if 2 <= a.ndim <= 3 and 2 <= b.ndim <= 3 and (a.dtype.kind == "f" or str(a.dtype) == "bfloat16"):
         if cudnn.available() and min(a.size, b.size) > 0:
-            return cudnn.matmul(a, b)
-    return xp.matmul(a, b)
+            return cudnn.matmul(a, b, out=out)
+    return xp.matmul(a, b, out=out)
 
 
 def _sum_dtype(dtype):
@@ -66,6 +71,11 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     out = _same_dtype(matmul_arrays(xp, xa, xb), xa.dtype)
 
     def backward(g):
+        if xa.ndim == 2 and xb.ndim == 2:
+            # plain matrices: a leaf's gradient may go straight into its zeroed .grad buffer
+            ga = matmul_arrays(xp, g, xb.T, out=grad_destination(a))
+            gb = matmul_arrays(xp, xa.T, g, out=grad_destination(b))
+            return _same_dtype(ga, xa.dtype), _same_dtype(gb, xb.dtype)
         # promote 1-D operands to matrices so that one formula serves every case
         A = xa[None, :] if xa.ndim == 1 else xa
         B = xb[:, None] if xb.ndim == 1 else xb
@@ -108,9 +118,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     def backward(g):
         g2 = g.reshape(-1, g.shape[-1])
         gx = _same_dtype(matmul_arrays(xp, g2, w), xa.dtype).reshape(xa.shape)
-        gw = _same_dtype(matmul_arrays(xp, g2.T, x2), w.dtype)
+        # the weight's (and bias's) gradient straight into its zeroed .grad buffer when there is one
+        gw = _same_dtype(matmul_arrays(xp, g2.T, x2, out=grad_destination(weight)), w.dtype)
         grads = [gx, gw]
         if bias is not None:
-            grads.append(_same_dtype(g2.sum(axis=0, dtype=_sum_dtype(g2.dtype)), bias.data.dtype))
+            sum_dtype = _sum_dtype(g2.dtype)
+            dest = grad_destination(bias) if sum_dtype is None else None
+            grads.append(_same_dtype(g2.sum(axis=0, dtype=sum_dtype, out=dest), bias.data.dtype))
         return grads
     return from_op(out, parents, backward, "linear")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from frost.autograd import grad_destination
 from frost.tensor import Tensor, from_op
 
 
@@ -475,7 +476,11 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
 
     def backward(g):
         g = xp.ascontiguousarray(g)
-        dweight, dbias = xp.empty(C, xp.float32), xp.empty(C, xp.float32)
+        # the finalize kernel writes straight into the parameters' zeroed .grad buffers when there are some
+        dweight = grad_destination(weight) if weight is not None else None
+        dbias = grad_destination(bias) if bias is not None else None
+        dweight = xp.empty(C, xp.float32) if dweight is None else dweight
+        dbias = xp.empty(C, xp.float32) if dbias is None else dbias
         part_g, part_gx = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
         batch_norm_backward_partial[(S, C), BN_THREADS](g, xa, y, mean, part_g, part_gx, n, hw, C, S,
                                                         relu=int(relu), U=U)

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
+from frost.autograd import mark_grad_zero
+from frost.backend import cuda
 from frost.tensor import Tensor
 
 STEP = 0  # slot of the step counter in `hyper`; slots 1.. are the optimizer's own hyper-parameters
@@ -26,21 +30,32 @@ def eligible(params: list[Tensor]) -> bool:
 
 
 class FlatGroup:
-    """One group's parameters, gradients and named state as views into flat CuPy buffers."""
+    """One group's parameters, gradients and named state as views into flat CuPy buffers.
+
+    Each parameter starts at a multiple of ALIGN elements, as a fresh allocation would: cuDNN and vectorized
+    kernels read and write these views (weights, and gradients written in place by the backward). The gaps
+    hold zeros, which every update rule keeps at zero.
+    """
+
+    ALIGN = 64  # float32 elements: 256 bytes
 
     def __init__(self, params: list[Tensor], state: dict, state_names: tuple, n_hyper: int) -> None:
-        import cupy as cp
-        self.numel = sum(p.numel() for p in params)
-        self.params = cp.empty(self.numel, dtype=cp.float32)
-        self.grads = cp.zeros(self.numel, dtype=cp.float32)
-        self.state = {name: cp.zeros(self.numel, dtype=cp.float32) for name in state_names}
-        self.hyper = cp.zeros(1 + n_hyper, dtype=cp.float32)
+        xp = params[0].xp  # CuPy; NumPy only in tests of the layout and of zero_grad
+        offsets, end = [], 0
+        for p in params:
+            offsets.append(end)
+            end += -(-p.numel() // self.ALIGN) * self.ALIGN
+        self.numel = end
+        self.members = list(params)
+        self.params = xp.zeros(self.numel, dtype=xp.float32)
+        self.grads = xp.zeros(self.numel, dtype=xp.float32)
+        self.state = {name: xp.zeros(self.numel, dtype=xp.float32) for name in state_names}
+        self.hyper = xp.zeros(1 + n_hyper, dtype=xp.float32)
         self._host_hyper: list[float] | None = None
         steps = [float(state[p]["step"].item()) for p in params if p in state and "step" in state[p]]
         self.hyper[STEP] = steps[0] if steps else 0.0
         step_view = Tensor(self.hyper[STEP:STEP + 1].reshape(()))
-        offset = 0
-        for p in params:
+        for p, offset in zip(params, offsets):
             n, shape = p.numel(), p.shape
             view = slice(offset, offset + n)
             self.params[view] = p.data.reshape(-1)
@@ -53,14 +68,15 @@ class FlatGroup:
                     self.state[name][view] = old[name].data.reshape(-1)
             state[p] = {"step": step_view, **{name: Tensor(self.state[name][view].reshape(shape))
                                               for name in state_names}}
-            offset += n
 
     def zero_grad(self) -> None:
         self.grads.fill(0)
+        for p in self.members:
+            mark_grad_zero(p)  # the next backward() may write these gradients straight into the buffer
 
     def set_hyper(self, values: list[float]) -> None:
         """Write the hyper-parameters to the device, only when they changed (a capture never sees a write)."""
         if values != self._host_hyper:
-            import cupy as cp
-            self.hyper[1:] = cp.asarray(values, dtype=cp.float32)
+            xp = np if isinstance(self.hyper, np.ndarray) else cuda.cupy()
+            self.hyper[1:] = xp.asarray(values, dtype=xp.float32)
             self._host_hyper = list(values)

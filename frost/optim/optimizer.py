@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from frost import backend
-from frost.autograd import AnomalyError, _has_nonfinite, enable_grad, is_anomaly_enabled
+from frost.autograd import AnomalyError, _has_nonfinite, enable_grad, is_anomaly_enabled, mark_grad_zero
 from frost.tensor import Tensor
 
 
@@ -114,6 +114,8 @@ class Optimizer:
         """Drop every parameter's gradient (or fill it with zeros when set_to_none=False).
 
         A flat group on the GPU always zero-fills its one gradient buffer (one memset; the gradients stay views).
+        Zero-filled gradients are marked as such, so that the next backward() may write them in place
+        (frost.autograd.grad_destination) instead of adding fresh arrays to the zeros.
         """
         for gi, group in enumerate(self.param_groups):
             if gi in self._flat:
@@ -127,6 +129,7 @@ class Optimizer:
                 else:
                     p.grad = p.grad.detach()
                     p.grad.data[...] = 0
+                    mark_grad_zero(p)
 
     def step(self, closure: Callable[[], Any] | None = None):
         raise NotImplementedError(f"{type(self).__name__} does not implement step()")

@@ -1,0 +1,363 @@
+"""Gradients written straight into a zeroed .grad buffer (frost.autograd.grad_destination) equal the add path."""
+import numpy as np
+import pytest
+import torch
+
+import frost
+import frost.nn as nn
+import frost.nn.functional as F
+from frost import autograd
+from frost.autograd import forget_zero_grads, grad_destination, mark_grad_zero
+from frost.optim.flat import FlatGroup
+from frost.tensor import Tensor, from_op
+
+
+def _leaf(shape, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    return Tensor(rng.standard_normal(shape).astype(dtype), requires_grad=True)
+
+
+def _zeroed(t):
+    t.grad = Tensor(np.zeros(t.shape, dtype=t.data.dtype))
+    mark_grad_zero(t)
+    return t
+
+
+def _probe(x, w, seen, write=None):
+    """x * sum(w): an op whose backward asks for w's destination (twice), records the answers and writes
+    w's gradient into it when one is given (returning None for w instead when write == 'none')."""
+    out = x.data * w.data.sum()
+
+    def backward(g):
+        dest = grad_destination(w)
+        seen.append(dest)
+        seen.append(grad_destination(w))  # a second ask in the same backward: already claimed
+        gw = np.full(w.shape, (g * x.data).sum(), dtype=w.data.dtype)
+        if dest is not None:
+            dest[...] = gw
+            gw = dest
+        if write == "raise":
+            raise RuntimeError("probe: failing after the claim")
+        return g * w.data.sum(), (None if write == "none" else gw)
+
+    return from_op(out, (x, w), backward, "probe")
+
+
+# ------------------------------------------------------------ grad_destination's semantics
+
+
+def test_destination_is_the_zeroed_grad_claimed_once_inside_backward_only():
+    x, w = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2))
+    assert grad_destination(w) is None  # outside backward()
+    seen = []
+    _probe(x, w, seen).sum().backward()
+    assert seen[0] is w.grad.data and seen[1] is None
+    expected = np.full((2, 2), x.data.sum())
+    np.testing.assert_allclose(w.grad.numpy(), expected)
+    # the mark is used up: the next backward asks in vain and adds
+    seen = []
+    _probe(x, w, seen).sum().backward()
+    assert seen[0] is None and seen[1] is None
+    np.testing.assert_allclose(w.grad.numpy(), 2 * expected)
+
+
+@pytest.mark.parametrize("case", ["non-leaf", "no grad", "unmarked", "wrong dtype", "non-contiguous",
+                                  "wrong shape", "grad replaced", "requires_grad off", "voided"])
+def test_no_destination_when_the_buffer_cannot_be_trusted(case):
+    x, w = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2))
+    target = w
+    if case == "non-leaf":
+        target = w * 1.0
+        target.grad = Tensor(np.zeros((2, 2)))
+        mark_grad_zero(target)
+    elif case == "no grad":
+        w.grad = None
+        mark_grad_zero(w)
+    elif case == "unmarked":
+        w._zero_grad_mark = None
+    elif case == "wrong dtype":
+        w.grad = Tensor(np.zeros((2, 2), dtype=np.float32))
+        mark_grad_zero(w)
+    elif case == "non-contiguous":
+        w.grad = Tensor(np.zeros((2, 2)).T)
+        mark_grad_zero(w)
+    elif case == "wrong shape":
+        w.grad = Tensor(np.zeros((1, 2, 2)))
+        mark_grad_zero(w)
+    elif case == "grad replaced":
+        w.grad = Tensor(np.zeros((2, 2)))
+    elif case == "requires_grad off":
+        w.requires_grad = False
+    elif case == "voided":
+        forget_zero_grads()
+    seen = []
+    _probe(x, target, seen).sum().backward()
+    assert seen[0] is None and seen[1] is None
+
+
+def test_any_backward_ends_the_marks():
+    x, w = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2))
+    (x * 2).sum().backward()  # a backward that never touches w
+    seen = []
+    _probe(x, w, seen).sum().backward()
+    assert seen[0] is None and seen[1] is None
+
+
+def test_claimed_buffer_is_zeroed_again_when_backward_fails_or_drops_it():
+    x, w = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2))
+    with pytest.raises(RuntimeError, match="probe: failing after the claim"):
+        _probe(x, w, [], write="raise").sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), np.zeros((2, 2)))
+    _zeroed(w)
+    seen = []
+    _probe(x, w, seen, write="none").sum().backward()
+    assert seen[0] is not None
+    np.testing.assert_array_equal(w.grad.numpy(), np.zeros((2, 2)))
+
+
+def test_anomaly_mode_sees_gradients_written_in_place():
+    x, w = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2))
+    x.data[0] = np.inf  # w's gradient, sum(g * x), is inf while the incoming gradient is finite
+    out = _probe(x, w, []).sum()
+    with frost.autograd.detect_anomaly(), pytest.raises(frost.autograd.AnomalyError, match="backward of 'probe'"):
+        out.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), np.zeros((2, 2)))  # nothing accumulated, as before
+
+
+# ------------------------------------------------------------ against PyTorch (float64)
+
+
+class _Spy:
+    """Records, per leaf, how _accumulate got its gradient: 'claimed' (written in place, nothing added),
+    'assigned' (a claimed buffer replaced by a sum), 'added' (the += path) or 'new' (no .grad yet)."""
+
+    def __init__(self, monkeypatch):
+        self.how = {}
+        original = autograd._accumulate
+
+        def spy(Tensor, t, g, claimed=None):
+            if claimed is not None:
+                self.how[id(t)] = "claimed" if g is claimed else "assigned"
+            else:
+                self.how[id(t)] = "new" if t.grad is None else "added"
+            return original(Tensor, t, g, claimed)
+        monkeypatch.setattr(autograd, "_accumulate", spy)
+
+    def of(self, t):
+        return self.how.get(id(t))
+
+
+def _conv_twice_frost(x_np, w_np, b_np, fc_np):
+    x, w, b = Tensor(x_np), Tensor(w_np, requires_grad=True), Tensor(b_np, requires_grad=True)
+    fc = Tensor(fc_np, requires_grad=True)
+    return x, (w, b, fc)
+
+
+def _loss_frost(x, w, b, fc):
+    h = F.conv2d(F.conv2d(x, w, b, padding=1).relu(), w, b, padding=1)  # the same weight and bias twice
+    flat = h.reshape(h.shape[0], -1)
+    z = F.linear(flat, fc)
+    return (z @ fc).sum() + (flat @ fc.T).square().mean()  # fc used three times, in linear and matmuls
+
+
+def _loss_torch(x, w, b, fc):
+    h = torch.nn.functional.conv2d(torch.nn.functional.conv2d(x, w, b, padding=1).relu(), w, b, padding=1)
+    flat = h.reshape(h.shape[0], -1)
+    z = torch.nn.functional.linear(flat, fc)
+    return (z @ fc).sum() + (flat @ fc.T).square().mean()
+
+
+def _inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((2, 3, 5, 5)), 0.3 * rng.standard_normal((3, 3, 3, 3)),
+            rng.standard_normal(3), 0.1 * rng.standard_normal((75, 75)))
+
+
+def _torch_grads(arrays, times=1):
+    x, *params = [torch.tensor(a, requires_grad=i > 0) for i, a in enumerate(arrays)]
+    for _ in range(times):
+        _loss_torch(x, *params).backward()
+    return [p.grad.numpy() for p in params]
+
+
+def test_parameters_used_twice_equal_pytorch_and_take_the_assign_path(monkeypatch):
+    arrays = _inputs()
+    x, params = _conv_twice_frost(*arrays)
+    opt = frost.optim.SGD(params, lr=0.1)
+    for p in params:
+        p.grad = Tensor(np.full(p.shape, 7.0))  # stale values that zero_grad must clear
+    opt.zero_grad(set_to_none=False)
+    spy = _Spy(monkeypatch)
+    _loss_frost(x, *params).backward()
+    for p, expected in zip(params, _torch_grads(arrays)):
+        np.testing.assert_allclose(p.grad.numpy(), expected, rtol=1e-10, atol=1e-12)
+    assert [spy.of(p) for p in params] == ["assigned", "assigned", "assigned"]
+
+
+def test_single_use_parameters_are_written_in_place(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((2, 3, 6, 6)))
+    conv = nn.Conv2d(3, 4, 3, padding=1).to(frost.float64)
+    fc = nn.Linear(4 * 36, 5).to(frost.float64)
+    m = nn.Linear(5, 5, bias=False).to(frost.float64)
+    params = list(conv.parameters()) + list(fc.parameters()) + list(m.parameters())
+    opt = frost.optim.SGD(params, lr=0.1)
+
+    def loss():
+        z = fc(conv(x).relu().reshape(2, -1))
+        return (z @ m.weight).square().sum()  # a plain matmul with a leaf operand too
+
+    loss().backward()
+    first = [p.grad.numpy().copy() for p in params]
+    opt.zero_grad(set_to_none=False)
+    spy = _Spy(monkeypatch)
+    loss().backward()
+    assert [spy.of(p) for p in params] == ["claimed"] * len(params)
+    for p, expected in zip(params, first):
+        np.testing.assert_allclose(p.grad.numpy(), expected, rtol=1e-12, atol=1e-14)
+
+    tx = torch.tensor(x.numpy())
+    tp = [torch.tensor(p.numpy(), requires_grad=True) for p in params]
+    tz = torch.nn.functional.linear(torch.nn.functional.conv2d(tx, tp[0], tp[1], padding=1).relu().reshape(2, -1),
+                                    tp[2], tp[3])
+    (tz @ tp[4]).square().sum().backward()
+    for p, t in zip(params, tp):
+        np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_two_backwards_without_zero_grad_accumulate_like_pytorch(monkeypatch):
+    arrays = _inputs(1)
+    x, params = _conv_twice_frost(*arrays)
+    opt = frost.optim.SGD(params, lr=0.1)
+    _loss_frost(x, *params).backward()
+    opt.zero_grad(set_to_none=False)
+    spy = _Spy(monkeypatch)
+    _loss_frost(x, *params).backward()
+    _loss_frost(x, *params).backward()
+    assert [spy.of(p) for p in params] == ["added"] * 3  # the second backward adds to the first
+    for p, expected in zip(params, _torch_grads(arrays, times=2)):
+        np.testing.assert_allclose(p.grad.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_seed_resnet_gradients_equal_the_add_path(monkeypatch):
+    from frost.models.resnet import cifar_resnet
+    frost.manual_seed(0)
+    model = cifar_resnet()
+    rng = np.random.default_rng(0)
+    x = frost.tensor(rng.random((4, 3, 32, 32), dtype=np.float32))
+    y = frost.tensor(rng.integers(0, 10, 4))
+    opt = frost.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def grads(set_to_none):
+        opt.zero_grad(set_to_none=set_to_none)
+        F.cross_entropy(model(x), y).backward()
+        return {name: p.grad.numpy().copy() for name, p in model.named_parameters()}
+
+    first = grads(True)  # no .grad yet: every gradient is a fresh copy (the old path)
+    spy = _Spy(monkeypatch)
+    second = grads(False)  # zero-filled and marked: written in place where the op can
+    for name in first:
+        np.testing.assert_allclose(second[name], first[name], rtol=1e-6, atol=1e-7, err_msg=name)
+    how = {name: spy.of(p) for name, p in model.named_parameters()}
+    # conv and linear weights (and the linear bias) are written in place; the CPU batch norm adds
+    assert all(how[name] == "claimed" for name, p in model.named_parameters() if p.ndim in (2, 4)), how
+    assert set(how.values()) == {"claimed", "added"}, how
+    third = grads(True)
+    for name in first:
+        np.testing.assert_allclose(third[name], first[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+# ------------------------------------------------------------ flat groups
+
+
+def test_flat_group_aligns_parameters_and_marks_them_on_zero_grad():
+    params = [Tensor(np.arange(n, dtype=np.float32).reshape(shape), requires_grad=True)
+              for n, shape in ((6, (2, 3)), (70, (70,)), (1, (1,)))]
+    for p in params:
+        p.grad = Tensor(np.ones(p.shape, dtype=np.float32))
+    state = {}
+    flat = FlatGroup(params, state, ("exp_avg",), 2)
+    assert flat.numel == 64 + 128 + 64
+    for p in params:
+        offset = (p.data.__array_interface__["data"][0] - flat.params.__array_interface__["data"][0]) // 4
+        assert offset % FlatGroup.ALIGN == 0
+        np.testing.assert_array_equal(p.numpy().reshape(-1), np.arange(p.numel(), dtype=np.float32))
+    assert np.count_nonzero(flat.params) == 6 - 1 + 70 - 1  # the gaps hold zeros
+    flat.zero_grad()
+    assert not flat.grads.any()
+    seen = []
+    _probe(Tensor(np.ones(3, dtype=np.float32)), params[0], seen).sum().backward()
+    assert seen[0] is params[0].grad.data
+    assert np.shares_memory(seen[0], flat.grads)
+
+
+# ------------------------------------------------------------ GPU (the lead runs these)
+
+
+def _small_cnn(device):
+    frost.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 5, 3, padding=1, bias=False), nn.BatchNorm2d(5), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(5 * 64, 10))
+    return model.to(device)
+
+
+@pytest.mark.cuda
+def test_gpu_flat_adamw_gradients_are_written_in_place_and_equal_the_cpu(monkeypatch, exact_gpu_math):
+    rng = np.random.default_rng(0)
+    xs = rng.random((3, 4, 3, 8, 8), dtype=np.float32)
+    ys = rng.integers(0, 10, (3, 4))
+    cpu, gpu = _small_cnn("cpu"), _small_cnn("cuda")
+    opt_cpu = frost.optim.AdamW(cpu.parameters(), lr=1e-2)
+    opt_gpu = frost.optim.AdamW(gpu.parameters(), lr=1e-2)
+    spy = _Spy(monkeypatch)
+    for i in range(3):
+        for model, opt, dev in ((cpu, opt_cpu, "cpu"), (gpu, opt_gpu, "cuda")):
+            opt.zero_grad()
+            F.cross_entropy(model(frost.tensor(xs[i], device=dev)), frost.tensor(ys[i], device=dev)).backward()
+            if dev == "cuda" and i > 0:  # the flat group exists from the first step() on
+                assert opt._flat
+                how = [spy.of(p) for p in model.parameters()]
+                assert how == ["claimed"] * len(how), how
+            opt.step()
+        for (name, p), q in zip(cpu.named_parameters(), gpu.parameters()):
+            np.testing.assert_allclose(q.grad.cpu().numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(q.cpu().numpy(), p.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.cuda
+def test_gpu_jit_with_zero_grad_outside_the_step_still_accumulates(exact_gpu_math):
+    """A zero_grad() before the capture must not let the graph overwrite .grad on every replay."""
+    rng = np.random.default_rng(1)
+    xs = rng.random((8, 4, 3, 8, 8), dtype=np.float32)
+    ys = rng.integers(0, 10, (8, 4))
+    results = []
+    for use_jit in (False, True):
+        model = _small_cnn("cuda")
+        opt = frost.optim.AdamW(model.parameters(), lr=1e-2)
+
+        def accumulate(x, y):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+        fn = frost.jit(accumulate) if use_jit else accumulate
+        for i in range(0, 8, 2):  # two micro-batches per optimizer step
+            opt.zero_grad()
+            fn(frost.tensor(xs[i], device="cuda"), frost.tensor(ys[i], device="cuda"))
+            fn(frost.tensor(xs[i + 1], device="cuda"), frost.tensor(ys[i + 1], device="cuda"))
+            opt.step()
+        results.append([p.cpu().numpy() for p in model.parameters()])
+    for eager, jitted in zip(*results):
+        np.testing.assert_allclose(jitted, eager, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_gpu_flat_views_are_aligned():
+    model = _small_cnn("cuda")
+    opt = frost.optim.AdamW(model.parameters(), lr=1e-2)
+    F.cross_entropy(model(frost.randn(2, 3, 8, 8, device="cuda")), frost.tensor([1, 2], device="cuda")).backward()
+    opt.step()
+    (flat,) = opt._flat.values()
+    for p in model.parameters():
+        assert p.data.data.ptr % 256 == 0 and p.grad.data.data.ptr % 256 == 0
+    assert flat.numel == sum(-(-p.numel() // 64) * 64 for p in model.parameters())
