@@ -361,3 +361,25 @@ def test_gpu_flat_views_are_aligned():
     for p in model.parameters():
         assert p.data.data.ptr % 256 == 0 and p.grad.data.data.ptr % 256 == 0
     assert flat.numel == sum(-(-p.numel() // 64) * 64 for p in model.parameters())
+
+
+def test_cast_of_a_leaf_writes_the_gradient_into_its_buffer(monkeypatch):
+    """autocast casts float32 weights to bfloat16 on every call; the cast's backward converts the gradient back
+    straight into the weight's zeroed .grad (here float32 -> float64 stands in for the cast)."""
+    w = _leaf((3, 4), np.float32, seed=5)
+    x = np.random.default_rng(6).standard_normal((2, 3))
+    opt = frost.optim.SGD([w], lr=0.1)
+
+    def loss():
+        return (Tensor(x) @ w.to(frost.float64)).square().sum()
+
+    loss().backward()
+    first = w.grad.numpy().copy()
+    opt.zero_grad(set_to_none=False)
+    spy = _Spy(monkeypatch)
+    loss().backward()
+    assert spy.of(w) == "claimed" and w.grad.dtype == frost.float32
+    np.testing.assert_array_equal(w.grad.numpy(), first)
+    tw = torch.tensor(w.numpy().astype(np.float64), requires_grad=True)
+    (torch.tensor(x) @ tw).square().sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-6)

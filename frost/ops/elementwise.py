@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from frost.autograd import unbroadcast
+from frost.autograd import grad_destination, unbroadcast
 from frost.dtype import DType, default_float, result_type, scalar_result, to_dtype
 from frost.tensor import Tensor, from_op
 
@@ -424,7 +424,16 @@ def cast(x: Tensor, dtype: DType) -> Tensor:
     out = x.data.astype(dtype.np)
     if not dtype.is_floating_point:
         return Tensor(out)
-    return from_op(out, (x,), lambda g: (g.astype(src),), "cast")
+
+    def backward(g):
+        # autocast's weight casts: the float32 gradient goes straight into the parameter's zeroed .grad buffer
+        dest = grad_destination(x)
+        if dest is None:
+            return (g.astype(src),)
+        dest[...] = g
+        return (dest,)
+
+    return from_op(out, (x,), backward, "cast")
 
 
 def to_device(x: Tensor, device) -> Tensor:
