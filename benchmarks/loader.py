@@ -14,6 +14,15 @@ threads filling ping-pong buffers; PyTorch's are processes (started anew each ep
 --torch-persistent) with its default collate. A run counts from iter() to the last batch. Prints a table and writes JSON to
 benchmarks/results/loader.json.
 
+With a GPU (skip with --no-gpu) two more rows deliver the batches ON THE GPU, timed to a device
+synchronize at the end of each epoch:
+  frost (GPU decode)  frost.data.DevicePNGList + DataLoader(device="cuda"): workers only read the files and
+                      cut out the zlib streams; each batch is copied to the GPU and decoded there
+                      (frost.data.png_device: one thread per image inflates, then unfilters)
+  torch + .cuda()     PyTorch's loader as above (CPU decode in processes, pin_memory=True), then
+                      x.cuda(non_blocking=True) per batch
+The other rows deliver uint8 batches in host memory.
+
 --strategies times raw decoding without any loader: N plain threads (each a strided share of the
 files) run one strategy over all the files, for N in --threads; images/s for
   pillow       Image.open + np.array (+ convert("RGB") where needed)
@@ -44,7 +53,7 @@ import numpy as np
 from PIL import Image
 
 import frost
-from frost.data import DataLoader, ImageList
+from frost.data import DataLoader, DevicePNGList, ImageList
 from frost.data.cifar import CLASSES, seed_png_files
 from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
 from frost.parallel import finish, spawn, split
@@ -113,6 +122,41 @@ def epoch_frost(ds, batch: int, workers: int) -> int:
     return seen
 
 
+def epoch_frost_gpu(ds, batch: int, workers: int) -> int:
+    """Frost's loader decoding on the GPU: uint8 (B, 32, 32, 3) batches on the device."""
+    from frost.backend import cuda
+    seen = 0
+    for x, _ in DataLoader(ds, batch_size=batch, num_workers=workers, device="cuda"):
+        seen += x.shape[0]
+    cuda.cupy().cuda.Device().synchronize()
+    return seen
+
+
+def epoch_torch_cuda(ds, batch: int, workers: int) -> int:
+    """PyTorch's loader (CPU decode in processes, pinned batches) with every batch moved to the GPU."""
+    import torch
+    import torch.utils.data
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    seen = 0
+    for x, _ in torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=True):
+        seen += x.cuda(non_blocking=True).shape[0]
+    torch.cuda.synchronize()
+    return seen
+
+
+def gpu_rows_available(args) -> tuple[bool, bool]:
+    """(frost's GPU row, torch's .cuda() row) can run."""
+    if args.no_gpu:
+        return False, False
+    from frost.backend import cuda
+    frost_gpu = cuda.is_available()
+    torch_gpu = False
+    if not args.no_torch:
+        import torch
+        torch_gpu = torch.cuda.is_available()
+    return frost_gpu, torch_gpu
+
+
 _torch_loaders: dict = {}
 
 
@@ -153,6 +197,7 @@ def main(argv=None) -> dict:
     p.add_argument("--torch-persistent", action="store_true",
                    help="keep PyTorch's worker processes across epochs (their start-up is then not timed)")
     p.add_argument("--no-torch-pillow", action="store_true", help="skip the PyTorch row with plain Pillow decoding")
+    p.add_argument("--no-gpu", action="store_true", help="skip the rows that deliver batches on the GPU")
     p.add_argument("--strategies", action="store_true", help="time raw decode strategies in plain threads instead")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default benchmarks/results/loader.json, or loader_strategies.json)")
@@ -173,7 +218,14 @@ def main(argv=None) -> dict:
     epoch_frost(ds, args.batch, 1)  # warm the page cache
     inline, inline_times = images_per_second(epoch_frost, ds, args.batch, 0, args.repeats)
     print(f"frost, loading in the calling thread: {inline:,.0f} images/s")
-    print(f"{'workers':>7} {'frost img/s':>12} {'torch img/s':>12} {'frost/torch':>11} {'torch+Pillow img/s':>19}")
+    frost_gpu, torch_gpu = gpu_rows_available(args)
+    gpu_ds = DevicePNGList(files, labels) if frost_gpu else None
+    if frost_gpu:
+        epoch_frost_gpu(gpu_ds, args.batch, 1)  # load the kernels
+    print("delivered: frost, torch, torch+Pillow: uint8 batches in host memory; "
+          "frost GPU-decode, torch+.cuda(): uint8 batches on the GPU (synchronized each epoch)")
+    print(f"{'workers':>7} {'frost img/s':>12} {'torch img/s':>12} {'frost/torch':>11} {'torch+Pillow img/s':>19} "
+          f"{'frost GPU-decode':>16} {'torch+.cuda()':>13} {'GPU ratio':>9}")
     rows = []
     torch_epoch = partial(epoch_torch, persistent=args.torch_persistent)
     for w in workers:
@@ -191,13 +243,23 @@ def main(argv=None) -> dict:
             p_rate, p_times = images_per_second(torch_epoch, pillow_ds, args.batch, w, args.repeats)
             if args.torch_persistent:
                 _torch_loaders.pop(w, None)
+        g_rate, g_times = images_per_second(epoch_frost_gpu, gpu_ds, args.batch, w, args.repeats) if frost_gpu \
+            else (None, [])
+        tc_rate, tc_times = images_per_second(epoch_torch_cuda, ds, args.batch, w, args.repeats) if torch_gpu \
+            else (None, [])
         rows.append({"workers": w, "frost_images_per_s": f_rate, "torch_images_per_s": t_rate,
                      "torch_pillow_images_per_s": p_rate,
-                     "frost_epoch_s": f_times, "torch_epoch_s": t_times, "torch_pillow_epoch_s": p_times})
+                     "frost_gpu_decode_images_per_s": g_rate, "torch_cuda_images_per_s": tc_rate,
+                     "frost_epoch_s": f_times, "torch_epoch_s": t_times, "torch_pillow_epoch_s": p_times,
+                     "frost_gpu_decode_epoch_s": g_times, "torch_cuda_epoch_s": tc_times})
         ratio = f"{f_rate / t_rate:.2f}" if t_rate else "-"
         t_cell = f"{t_rate:,.0f}" if t_rate else "-"
         p_cell = f"{p_rate:,.0f}" if p_rate else "-"
-        print(f"{w:>7} {f_rate:>12,.0f} {t_cell:>12} {ratio:>11} {p_cell:>19}", flush=True)
+        g_cell = f"{g_rate:,.0f}" if g_rate else "-"
+        tc_cell = f"{tc_rate:,.0f}" if tc_rate else "-"
+        g_ratio = f"{g_rate / tc_rate:.2f}" if g_rate and tc_rate else "-"
+        print(f"{w:>7} {f_rate:>12,.0f} {t_cell:>12} {ratio:>11} {p_cell:>19} {g_cell:>16} {tc_cell:>13} {g_ratio:>9}",
+              flush=True)
     versions = _versions()
     if not args.no_torch:
         import torch
@@ -206,6 +268,11 @@ def main(argv=None) -> dict:
               "repeats": args.repeats, "torch_persistent_workers": args.torch_persistent, "cpus": os.cpu_count(), "platform": platform.platform(),
               "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
               "frost_inline_images_per_s": inline, "frost_inline_epoch_s": inline_times,
+              "delivers": {"frost": "uint8 batches in host memory (CPU decode in threads)",
+                           "torch": "uint8 batches in host memory (CPU decode in processes)",
+                           "torch_pillow": "uint8 batches in host memory (plain Pillow decode in processes)",
+                           "frost_gpu_decode": "uint8 batches on the GPU (threads read files, the GPU decodes)",
+                           "torch_cuda": "uint8 batches on the GPU (CPU decode in processes, pinned, .cuda())"},
               "rows": rows, "versions": versions, "command": _command()}
     _write(args.out, result)
     return result

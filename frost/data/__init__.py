@@ -6,6 +6,7 @@ from frost.data.folder import ImageFolder, ImageList, decode_image
 from frost.data.text import TokenDataset
 from frost.data.resident import DeviceDataset
 from frost.data import transforms
+from frost.data.png_device import DevicePNGList
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "DataLoader", "DataLoaderWorkerError", "CIFAR10",
-           "ImageFolder", "ImageList", "decode_image", "TokenDataset", "DeviceDataset", "transforms"]
+           "ImageFolder", "ImageList", "decode_image", "TokenDataset", "DeviceDataset", "DevicePNGList", "transforms"]

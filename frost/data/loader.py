@@ -21,6 +21,10 @@ How it works (num_workers = W > 0):
 - A dataset may define `get_batch(indices)` returning a whole batch (arrays with a leading
   dimension len(indices)); it is then called once per batch instead of __getitem__ per sample
   (in-memory datasets gather a batch with one fancy-indexing copy, which releases the GIL).
+- A dataset may define `finish_on_device(fields) -> fields`: with device="cuda" it is called on each
+  batch's device arrays right after the copy (on the copy stream, before the consumer's stream waits
+  on it), e.g. to decode images on the GPU (frost.data.png_device.DevicePNGList). A dataset may also
+  define `for_device(device) -> dataset`: the loader then reads that dataset instead.
 - An IterableDataset has one order, so it is read by one worker thread (still overlapping loading
   with training); shuffle needs a map-style Dataset.
 - Random transforms inside a dataset see samples in a worker-dependent interleaving; for
@@ -142,6 +146,8 @@ class DataLoader:
         self.seed = seed
         self.epoch = 0
         self.device = Device(device) if device is not None else CPU
+        if hasattr(dataset, "for_device"):  # a dataset that loads differently per target (DevicePNGList)
+            self.dataset = dataset.for_device(self.device)
         self.pin_memory = pin_memory or self.device.type == "cuda"
         self._pinned_device = self._pinned_target()
 
@@ -197,6 +203,12 @@ class DataLoader:
             return None
         return getattr(self.dataset, "get_batch", None)
 
+    def _finisher(self) -> Callable[[list], list] | None:
+        """dataset.finish_on_device(device arrays) -> device arrays, run on each batch once it is on the GPU."""
+        if self.device.type != "cuda" or self.collate_fn is not None:
+            return None
+        return getattr(self.dataset, "finish_on_device", None)
+
     def _inline(self, epoch: int) -> Iterator[Any]:
         get_batch = self._batch_getter()
         if get_batch is not None:
@@ -213,6 +225,9 @@ class DataLoader:
     def _to_tensors(self, batch: Any) -> Any:
         kind, fields = _fields(batch) if isinstance(batch, (tuple, list)) else ("one", [batch])
         out = [Tensor(f) if self.device.type == "cpu" else Tensor(f).to(self.device) for f in fields]
+        finish = self._finisher()
+        if finish is not None:
+            out = [Tensor(a) for a in finish([t.data for t in out])]
         return _restructure(kind, out)
 
     def _threaded(self, epoch: int) -> Iterator[Any]:
@@ -323,7 +338,7 @@ class _Run:
             raise DataLoaderWorkerError(f"DataLoader: worker {w} failed on {where}: {type(e).__name__}: {e}") from e
 
     def batches(self) -> Iterator[Any]:
-        copier = _GpuCopier(self.loader.device) if self.loader.device.type == "cuda" else None
+        copier = _GpuCopier(self.loader.device, self.loader._finisher()) if self.loader.device.type == "cuda" else None
         held: tuple[int, int] | None = None  # (worker, slot) of the batch the caller holds
         i = 0
         try:
@@ -388,8 +403,9 @@ class _EpochIterator:
 class _GpuCopier:
     """Host-to-GPU copies on a separate stream; host buffers go back to workers when a copy is done."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, finish: Callable[[list], list] | None = None) -> None:
         from frost.backend import cuda
+        self.finish = finish  # runs on the copy stream, so a status read waits for this batch, not for training
         self.cp = cuda.cupy()
         self.gpu = self.cp.cuda.Device(device.index or 0)
         with self.gpu:
@@ -406,6 +422,8 @@ class _GpuCopier:
                 out = [cp.empty((n, *buf.shape[1:]), buf.dtype) for buf in buffers.slots[slot]]
                 for dev, host in zip(out, buffers.slots[slot]):
                     dev.set(host[:n], stream=self.stream)
+                if self.finish is not None:
+                    out = list(self.finish(out))
                 done = self.stream.record()
             compute.wait_event(done)
         self.copying.append((done, w, slot))

@@ -22,7 +22,7 @@ import zlib
 
 import numpy as np
 
-__all__ = ["PNG_SIGNATURE", "decode_png", "read_png", "read_file", "decode_bytes", "decode_with_pillow"]
+__all__ = ["PNG_SIGNATURE", "parse_png", "decode_png", "read_png", "read_file", "decode_bytes", "decode_with_pillow"]
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _LENGTH_TYPE = struct.Struct(">I4s")
@@ -171,8 +171,10 @@ def _walk_chunks(data: bytes, view: memoryview) -> tuple[list, bool]:
         pos = end
 
 
-def _decode(data: bytes) -> np.ndarray:
-    """PNG bytes -> uint8 RGB (H, W, 3); raises ValueError for a broken file."""
+def parse_png(data: bytes) -> tuple[tuple[int, int, int, int, int], list, bool]:
+    """PNG bytes -> ((width, height, bit depth, colour type, interlace), IDAT payloads, plain).
+
+    `plain` is False when a chunk asks for Pillow's rules (animation). Raises ValueError for a broken file."""
     if data[:8] != PNG_SIGNATURE:
         raise ValueError("not a PNG file (bad signature)")
     if len(data) < 33:
@@ -193,6 +195,12 @@ def _decode(data: bytes) -> np.ndarray:
         idat, plain = _walk_chunks(data, view)
     if not idat:
         raise ValueError("no IDAT chunk")
+    return (width, height, depth, colour, interlace), idat, plain
+
+
+def _decode(data: bytes) -> np.ndarray:
+    """PNG bytes -> uint8 RGB (H, W, 3); raises ValueError for a broken file."""
+    (width, height, depth, colour, interlace), idat, plain = parse_png(data)
     core = _pillow_core()
     limit = core is not None and _Pillow.image_module.MAX_IMAGE_PIXELS
     if (core is None or not plain or depth != 8 or interlace != 0 or colour not in _FAST_COLOURS
