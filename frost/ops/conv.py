@@ -246,8 +246,15 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
     cudnn_args = _cudnn_args(x, geo)
     if cudnn_args is not None:
         from frost.backend import cudnn
+        from frost.ops import conv_wgrad
         xp = _xp(x)
-        return cudnn.conv2d_backward_weight(_dense(g, xp), _dense(x, xp), tuple(w_shape), *cudnn_args, out=out)
+        g, x, w_shape = _dense(g, xp), _dense(x, xp), tuple(w_shape)
+        stride_hw, padding_hw, dilation_hw = cudnn_args
+        # our split-K kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
+        if conv_wgrad.supported(g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups) and conv_wgrad.choose(
+                g, x, w_shape, stride_hw, padding_hw, lambda: cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)):
+            return conv_wgrad.conv2d_backward_weight_gpu(g, x, w_shape, stride_hw, padding_hw, out=out)
+        return cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args, out=out)
     return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo, out=out)
 
 

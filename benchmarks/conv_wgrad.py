@@ -1,0 +1,136 @@
+"""Convolution weight gradients at the seed ResNet's shapes: our kernels (frost/ops/conv_wgrad.py) against cuDNN.
+
+Run on a GPU machine (needs the cuDNN frontend):  python benchmarks/conv_wgrad.py [--quick] [--out FILE.json]
+Each call is captured `--calls` times into a CUDA graph (as frost.jit runs a training step) and the graph is
+replayed; the time per call is the median over replays, measured with CUDA events. For every shape: each of our
+candidate tile choices (the ones `choose` times), cuDNN's tuned plan with TF32 off and with TF32 on (frost's
+default, frost.backends.allow_tf32), and the max error of each of our candidates against cuDNN with TF32 off
+(relative to the largest |dW|). The step estimate weights each shape by its weight-gradient calls per step.
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from frost import backends
+from frost.ops import conv_wgrad as cw
+
+ROOT = Path(__file__).resolve().parents[1]
+# (N, Cin, Cout, H, stride, k) and weight-gradient calls per training step of the seed ResNet (batch 32)
+SEED_SHAPES = [((32, 3, 16, 32, 1, 3), 1), ((32, 16, 16, 32, 1, 3), 6), ((32, 16, 32, 32, 2, 3), 1),
+               ((32, 32, 32, 16, 1, 3), 5), ((32, 16, 32, 32, 2, 1), 1), ((32, 32, 64, 16, 2, 3), 1),
+               ((32, 64, 64, 8, 1, 3), 5), ((32, 32, 64, 16, 2, 1), 1)]
+
+
+def graph_us(fn, calls: int, repeats: int) -> float:
+    """Microseconds per call of fn captured `calls` times into one CUDA graph (median over replays)."""
+    import cupy as cp
+    stream = cp.cuda.Stream(non_blocking=True)
+    pool = cp.cuda.MemoryPool()  # scratch made during the capture stays the graph's while it is replayed
+    with stream:
+        fn()  # compiles, loads and tunes (and sizes cuDNN's workspace) outside the capture
+        stream.synchronize()
+        with cp.cuda.using_allocator(pool.malloc):
+            stream.begin_capture()
+            for _ in range(calls):
+                fn()
+            graph = stream.end_capture()
+        graph.launch(stream)
+        times = []
+        for _ in range(repeats):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) * 1000 / calls)
+    return float(np.median(times))
+
+
+def cudnn_wgrad(g, x, w_shape, s, p, out):
+    from frost.backend import cudnn
+    return cudnn.conv2d_backward_weight(g, x, w_shape, (s, s), (p, p), (1, 1), out=out)
+
+
+def bench_shape(shape, calls: int, repeats: int, sms: int) -> dict:
+    import cupy as cp
+    n, cin, cout, h, s, k = shape
+    p = k // 2
+    ho = (h + 2 * p - k) // s + 1
+    rng = cp.random.default_rng(0)
+    x = rng.standard_normal((n, cin, h, h), dtype=cp.float32)
+    g = rng.standard_normal((n, cout, ho, ho), dtype=cp.float32)
+    w_shape = (cout, cin, k, k)
+    out = cp.empty(w_shape, cp.float32)
+    row = dict(shape=list(shape), flops=2 * n * ho * ho * cout * cin * k * k)
+    saved = backends.allow_tf32, backends.deterministic
+    try:
+        for tf32 in (False, True):
+            backends.allow_tf32, backends.deterministic = tf32, not tf32
+            row[f"cudnn_tf32_{'on' if tf32 else 'off'}_us"] = graph_us(lambda: cudnn_wgrad(g, x, w_shape, s, p, out),
+                                                                      calls, repeats)
+        backends.allow_tf32, backends.deterministic = False, True
+        ref = cp.asnumpy(cudnn_wgrad(g, x, w_shape, s, p, cp.empty(w_shape, cp.float32))).astype(np.float64)
+    finally:
+        backends.allow_tf32, backends.deterministic = saved
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    geo = cw.geometry(g.shape, x.shape, w_shape, s, p)
+    ours = []
+    for tiles in cw.candidate_tiles(geo, n, sms):
+        plan = cw.make_plan(geo, n, **tiles)
+        us = graph_us(lambda: cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, out=out, tiles=tiles), calls,
+                      repeats)
+        got = cp.asnumpy(cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, tiles=tiles))
+        ours.append(dict(tiles=tiles, us=us, threads=plan.threads, smem=plan.smem, blocks=plan.splits *
+                         plan.tiles_m * plan.tiles_c, max_rel_error=float(np.abs(got - ref).max() / scale)))
+    best = min(ours, key=lambda o: o["us"])
+    row.update(ours=ours, best_ours_us=best["us"], best_tiles=best["tiles"],
+               max_rel_error=max(o["max_rel_error"] for o in ours))
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer calls and repeats")
+    ap.add_argument("--calls", type=int, default=None, help="calls per captured graph (default 100)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "conv_wgrad.json"))
+    args = ap.parse_args()
+    import cupy as cp
+    calls = args.calls or (20 if args.quick else 100)
+    repeats = 5 if args.quick else 20
+    t0 = time.perf_counter()
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
+    device, sms = props["name"].decode(), int(props["multiProcessorCount"])
+    rows = []
+    for shape, per_step in SEED_SHAPES:
+        row = bench_shape(shape, calls, repeats, sms)
+        row["calls_per_step"] = per_step
+        rows.append(row)
+    step = {k: sum(r[k] * r["calls_per_step"] for r in rows)
+            for k in ("cudnn_tf32_off_us", "cudnn_tf32_on_us", "best_ours_us")}
+    step["chosen_us"] = sum(min(r["cudnn_tf32_off_us"], r["best_ours_us"]) * r["calls_per_step"] for r in rows)
+
+    print(f"Convolution weight gradients on {device} ({sms} SMs), float32, us per call inside a CUDA graph "
+          f"(median of {repeats} replays of {calls} calls)")
+    print(f"{'N, Cin, Cout, H, s, k':24} {'calls':>5} {'cuDNN':>8} {'cuDNN tf32':>10} {'ours':>8} {'speedup':>8} "
+          f"{'max err':>9}  best tiles / every candidate (us)")
+    for r in rows:
+        t = r["best_tiles"]
+        tiles = " ".join(f"{k}{v}" for k, v in t.items())
+        every = " ".join(f"{o['us']:.1f}" for o in r["ours"])
+        print(f"{str(tuple(r['shape'])):24} {r['calls_per_step']:5d} {r['cudnn_tf32_off_us']:8.2f} "
+              f"{r['cudnn_tf32_on_us']:10.2f} {r['best_ours_us']:8.2f} "
+              f"{r['cudnn_tf32_off_us'] / r['best_ours_us']:8.2f} {r['max_rel_error']:9.1e}  {tiles} / {every}")
+    print(f"per training step: cuDNN {step['cudnn_tf32_off_us']:.0f} us (TF32 on: {step['cudnn_tf32_on_us']:.0f}), "
+          f"ours {step['best_ours_us']:.0f} us, the faster of the two per shape {step['chosen_us']:.0f} us")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(dict(device=device, sms=sms, calls_per_graph=calls, repeats=repeats,
+                                              results=rows, step_us=step, seconds=time.perf_counter() - t0),
+                                         indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

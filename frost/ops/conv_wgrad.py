@@ -1,0 +1,493 @@
+"""Our own float32 convolution weight-gradient kernels (split-K over many blocks, then a fixed-order sum) for the
+small shapes where cuDNN's weight gradient is slow, and `choose`, which times them against cuDNN per shape."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from frost.kernel import (Array, Const, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane, launch_bounds,
+                          local, shared, static_range, syncthreads, tx, warp)
+
+# dW[co, ci, kh, kw] = sum over (n, ho, wo) of dy[n, co, ho, wo] * x[n, ci, ho*SH + kh - PH, wo*SW + kw - PW]: a GEMM
+# with M = Cout, N = Cin*KH*KW small and K = n*Ho*Wo huge. K is cut into chunks (one image, R output rows, WT
+# output columns); block (s, m, c) of the partial kernel sums chunks s*cpb ... (s+1)*cpb - 1 for the output tile
+# (BM output channels, BC input channels, every tap). Per chunk the block stages dy's rows and the x rows they need
+# (with the halo, zero outside x) in shared memory; each thread then owns TM output channels x TC input channels x
+# all KH*KW taps in registers, walks the chunk's rows (position group p takes rows p, p + P, ...) and slides a
+# KH x KW window of x along each row, so that one new x value per tap row and TM dy values feed TM*TC*KH*KW FFMAs.
+# The P position groups' sums meet in shared memory (fixed order) and the block writes one partial; a second
+# kernel sums the S partials of each output in a fixed order: deterministic, no float atomics.
+
+FINAL_WARPS = 8         # warps of a finalize block; each block sums 32 outputs (one per lane)
+MAX_SMEM = 48 * 1024    # bytes of shared memory a partial block may use (more would cost resident blocks)
+
+
+@kernel
+def conv_wgrad_partial(x: Array[f32], dy: Array[f32], part: Array[f32], chunks_per_block: i32, total_chunks: i32,
+                       CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
+                       WO: Const[int], KH: Const[int], KW: Const[int], SH: Const[int], SW: Const[int],
+                       PH: Const[int], PW: Const[int], TM: Const[int], TC: Const[int], BM: Const[int],
+                       BC: Const[int], P: Const[int], RP: Const[int], WT: Const[int]):
+    """Block (s, m, c): the partial weight gradient of output channels m*BM.., input channels c*BC.. over
+    chunks s*chunks_per_block ..., written to part[s * Cout*Cin*KH*KW + flat output index]."""
+    G: Const[int] = BM // TM                 # output-channel groups (threads along M)
+    GC: Const[int] = BC // TC                # input-channel groups (threads along N)
+    TPT: Const[int] = G * GC                 # threads of one position group
+    R: Const[int] = P * RP                   # output rows per chunk
+    XR: Const[int] = (R - 1) * SH + KH       # x rows a chunk needs
+    XC: Const[int] = (WT - 1) * SW + KW      # x columns a chunk needs
+    XPLANE: Const[int] = XR * XC + 1 - XR * XC % 2   # odd plane strides: the planes a warp reads fall in
+    DPLANE: Const[int] = R * WT + 1 - R * WT % 2     # different banks
+    COL_TILES: Const[int] = cdiv(WO, WT)
+    TILES: Const[int] = cdiv(HO, R) * COL_TILES      # chunks per image
+    DS_OFFSET: Const[int] = cdiv(BC * XPLANE * 4, 16) * 16
+    A: Const[int] = TM * TC * KH * KW        # accumulators per thread
+    RED: Const[int] = max(P - 1, 1) * TPT * A
+    OUT: Const[int] = COUT * CIN * KH * KW
+    launch_bounds(TPT * P)
+    xs = dynamic_shared(f32, (BC, XPLANE))
+    ds = dynamic_shared(f32, (BM, DPLANE), DS_OFFSET)
+    red = dynamic_shared(f32, RED)           # the position groups' sums, over the staging buffers at the end
+    tl = tx % TPT
+    cg = tl % G
+    cl = tl // G
+    p = tx // TPT
+    co0 = by * BM
+    ci0 = bz * BC
+    acc = local(f32, (TM, TC, KH, KW))
+    win = local(f32, (TC, KH, KW))
+    d = local(f32, TM)
+    for i in static_range(TM):
+        for j in static_range(TC):
+            for kh in static_range(KH):
+                for kw in static_range(KW):
+                    acc[i, j, kh, kw] = 0.0
+    first = bx * chunks_per_block
+    last = min(first + chunks_per_block, total_chunks)
+    for chunk in range(first, last):
+        img = chunk // TILES
+        tile = chunk % TILES
+        ho0 = tile // COL_TILES * R
+        wo0 = tile % COL_TILES * WT
+        hi0 = ho0 * SH - PH
+        wi0 = wo0 * SW - PW
+        syncthreads()   # every thread is done with the previous chunk
+        for e in range(tx, BC * XR * XC, TPT * P):
+            c = e // (XR * XC)
+            rc = e % (XR * XC)
+            hi = hi0 + rc // XC
+            wi = wi0 + rc % XC
+            v = 0.0
+            if ci0 + c < CIN and hi >= 0 and hi < H and wi >= 0 and wi < W:
+                v = x[((img * CIN + ci0 + c) * H + hi) * W + wi]
+            xs[c, rc] = v
+        for e in range(tx, BM * R * WT, TPT * P):
+            m = e // (R * WT)
+            rc = e % (R * WT)
+            ho = ho0 + rc // WT
+            wo = wo0 + rc % WT
+            v = 0.0
+            if co0 + m < COUT and ho < HO and wo < WO:
+                v = dy[((img * COUT + co0 + m) * HO + ho) * WO + wo]
+            ds[m, rc] = v
+        syncthreads()
+        for rr in range(RP):
+            r = rr * P + p
+            for col in static_range(WT):
+                for j in static_range(TC):
+                    for kh in static_range(KH):
+                        for kw in static_range(KW):
+                            if col > 0 and kw + SW < KW:   # still in the window: slide it
+                                win[j, kh, kw] = win[j, kh, min(kw + SW, KW - 1)]
+                            else:
+                                win[j, kh, kw] = xs[cl + j * GC, (r * SH + kh) * XC + col * SW + kw]
+                for i in static_range(TM):
+                    d[i] = ds[cg + i * G, r * WT + col]
+                for i in static_range(TM):
+                    for j in static_range(TC):
+                        for kh in static_range(KH):
+                            for kw in static_range(KW):
+                                acc[i, j, kh, kw] += d[i] * win[j, kh, kw]
+    if P > 1:
+        syncthreads()   # the staging buffers become `red`
+        if p > 0:
+            for i in static_range(TM):
+                for j in static_range(TC):
+                    for kh in static_range(KH):
+                        for kw in static_range(KW):
+                            red[((p - 1) * A + ((i * TC + j) * KH + kh) * KW + kw) * TPT + tl] = acc[i, j, kh, kw]
+        syncthreads()
+        if p == 0:
+            for q in range(P - 1):
+                for i in static_range(TM):
+                    for j in static_range(TC):
+                        for kh in static_range(KH):
+                            for kw in static_range(KW):
+                                acc[i, j, kh, kw] += red[(q * A + ((i * TC + j) * KH + kh) * KW + kw) * TPT + tl]
+    if p == 0:
+        for i in static_range(TM):
+            co = co0 + cg + i * G
+            for j in static_range(TC):
+                ci = ci0 + cl + j * GC
+                if co < COUT and ci < CIN:
+                    for kh in static_range(KH):
+                        for kw in static_range(KW):
+                            part[bx * OUT + ((co * CIN + ci) * KH + kh) * KW + kw] = acc[i, j, kh, kw]
+
+
+@kernel
+def conv_wgrad_finalize(part: Array[f32], out: Array[f32], n_out: i32, splits: i32):
+    """out[o] = sum over s of part[s * n_out + o]: block b sums outputs 32b .. 32b + 31, warp w the splits
+    w, w + 8, ..., then lane by lane the 8 warps' sums in order."""
+    sums = shared(f32, (FINAL_WARPS, 32))
+    o = bx * 32 + lane
+    acc = 0.0
+    if o < n_out:
+        for s in range(warp, splits, FINAL_WARPS):
+            acc += part[s * n_out + o]
+    sums[warp, lane] = acc
+    syncthreads()
+    if warp == 0 and o < n_out:
+        total = 0.0
+        for w in static_range(FINAL_WARPS):
+            total += sums[w, lane]
+        out[o] = total
+
+
+# ------------------------------------------------------------------ launch plans
+@dataclass(frozen=True)
+class Plan:
+    """One launch configuration for one convolution geometry: Const values, grid, threads, shared memory."""
+    consts: dict = field(hash=False)
+    splits: int
+    chunks_per_block: int
+    total_chunks: int
+    tiles_m: int
+    tiles_c: int
+    threads: int
+    smem: int
+
+    @property
+    def n_out(self) -> int:
+        c = self.consts
+        return c["COUT"] * c["CIN"] * c["KH"] * c["KW"]
+
+    def tiles(self) -> dict:
+        """The tile choices alone (what `choose` remembers)."""
+        return {k: self.consts[k] for k in TILE_KEYS} | {"splits": self.splits}
+
+
+TILE_KEYS = ("TM", "TC", "BM", "BC", "P", "RP", "WT")
+
+
+def _pair(v, what: str) -> tuple:
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    v = tuple(int(a) for a in v)
+    if len(v) != 2:
+        raise ValueError(f"conv2d_backward_weight_gpu: {what} must be an int or a pair, got {v}")
+    return v
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _smem_bytes(BM, BC, TM, TC, P, RP, WT, KH, KW, SH, SW) -> int:
+    R = P * RP
+    xr, xc = (R - 1) * SH + KH, (WT - 1) * SW + KW
+    xplane = xr * xc + 1 - xr * xc % 2
+    dplane = R * WT + 1 - R * WT % 2
+    staging = -(-BC * xplane * 4 // 16) * 16 + BM * dplane * 4
+    tpt = (BM // TM) * (BC // TC)
+    reduction = (P - 1) * tpt * TM * TC * KH * KW * 4
+    return max(staging, reduction)
+
+
+def geometry(g_shape: tuple, x_shape: tuple, w_shape: tuple, stride, padding) -> dict:
+    """The Const values of the shape (CIN, COUT, H, W, HO, WO, KH, KW, SH, SW, PH, PW), checked."""
+    if len(x_shape) != 4 or len(w_shape) != 4 or len(g_shape) != 4:
+        raise ValueError(f"conv2d_backward_weight_gpu: expected 4-D x, w and dy, got x {tuple(x_shape)}, "
+                         f"w {tuple(w_shape)}, dy {tuple(g_shape)}")
+    n, cin, h, w = (int(a) for a in x_shape)
+    cout, wcin, kh, kw = (int(a) for a in w_shape)
+    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
+    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    if wcin != cin or tuple(g_shape) != (n, cout, ho, wo) or min(sh, sw, kh, kw) < 1 or min(ph, pw) < 0:
+        raise ValueError(f"conv2d_backward_weight_gpu: dy of shape {tuple(g_shape)} does not fit x {tuple(x_shape)}, "
+                         f"weight {tuple(w_shape)}, stride {(sh, sw)}, padding {(ph, pw)} (expected dy of shape "
+                         f"{(n, cout, ho, wo)})")
+    if n * max(cin, cout) * max(h * w, ho * wo) >= 2**31:
+        raise ValueError(f"conv2d_backward_weight_gpu: x {tuple(x_shape)} is too large for 32-bit indices")
+    return dict(CIN=cin, COUT=cout, H=h, W=w, HO=ho, WO=wo, KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw)
+
+
+def make_plan(geo: dict, n: int, TM: int | None = None, TC: int | None = None, BM: int | None = None,
+              BC: int | None = None, P: int | None = None, RP: int | None = None, WT: int | None = None,
+              blocks: int = 264, splits: int | None = None) -> Plan:
+    """A launch plan; tiles not given are chosen for about `blocks` blocks of at most 256 threads and 48 KiB."""
+    cin, cout, ho, wo = geo["CIN"], geo["COUT"], geo["HO"], geo["WO"]
+    taps = geo["KH"] * geo["KW"]
+    TC = TC or (1 if taps > 1 else min(4, cin))
+    TM = TM or max(1, min(8, cout, 36 // (TC * taps)))
+    BM = BM or TM * cdiv(min(cout, 64), TM)
+    G = BM // TM
+    BC = BC or TC * min(cdiv(cin, TC), max(1, 128 // G))
+    GC = BC // TC
+    if BM % TM or BC % TC or G * GC > 1024:
+        raise ValueError(f"conv2d_backward_weight_gpu: tiles BM={BM}, BC={BC} must be multiples of TM={TM}, "
+                         f"TC={TC} with at most 1024 threads")
+    tpt = G * GC
+    WT = WT or min(wo, 32)
+    P = P or min(_pow2_at_most(max(1, 256 // tpt)), _pow2_at_most(ho))
+    RP = RP or max(1, min(cdiv(ho, P), 64 // (P * WT)))
+    size = dict(KH=geo["KH"], KW=geo["KW"], SH=geo["SH"], SW=geo["SW"])
+    while _smem_bytes(BM, BC, TM, TC, P, RP, WT, **size) > MAX_SMEM and (RP > 1 or P > 1 or WT > 1):
+        if RP > 1:
+            RP //= 2
+        elif P > 1:
+            P //= 2
+        else:
+            WT = cdiv(WT, 2)
+    threads = tpt * P
+    if threads > 1024:
+        raise ValueError(f"conv2d_backward_weight_gpu: {threads} threads per block (at most 1024)")
+    total = n * cdiv(ho, P * RP) * cdiv(wo, WT)
+    tiles_m, tiles_c = cdiv(cout, BM), cdiv(cin, BC)
+    S = splits or max(1, min(total, blocks // (tiles_m * tiles_c)))
+    cpb = cdiv(total, S)
+    S = cdiv(total, cpb)
+    consts = dict(geo, TM=TM, TC=TC, BM=BM, BC=BC, P=P, RP=RP, WT=WT)
+    return Plan(consts, S, cpb, total, tiles_m, tiles_c, threads, _smem_bytes(BM, BC, TM, TC, P, RP, WT, **size))
+
+
+def launch(plan: Plan, g, x, out, part=None, simulate: bool = False) -> None:
+    """Run the partial kernel (straight into `out` when there is one split) and the finalize kernel.
+
+    g, x, out: contiguous float32 arrays (CuPy, or NumPy with simulate=True); part: scratch of splits * n_out
+    floats (made here when None and there is more than one split)."""
+    xp = np if simulate else _cupy()
+    partial = conv_wgrad_partial.simulate if simulate else conv_wgrad_partial
+    finalize = conv_wgrad_finalize.simulate if simulate else conv_wgrad_finalize
+    flat_out = out.reshape(-1)
+    if plan.splits == 1:
+        part = flat_out
+    elif part is None:
+        part = xp.empty(plan.splits * plan.n_out, dtype=xp.float32)
+    grid = (plan.splits, plan.tiles_m, plan.tiles_c)
+    partial[grid, plan.threads, plan.smem](x.reshape(-1), g.reshape(-1), part, plan.chunks_per_block,
+                                           plan.total_chunks, **plan.consts)
+    if plan.splits > 1:
+        finalize[cdiv(plan.n_out, 32), 32 * FINAL_WARPS](part, flat_out, plan.n_out, plan.splits)
+
+
+# ------------------------------------------------------------------ the entry point on CuPy arrays
+def _cupy():
+    from frost.backend import cuda
+    return cuda.cupy()
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_id: int) -> int:
+    return int(_cupy().cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"])
+
+
+def _check_arrays(g, x, out, w_shape) -> None:
+    for name, a in (("dy", g), ("x", x)):
+        if str(a.dtype) != "float32" or not a.flags.c_contiguous:
+            raise TypeError(f"conv2d_backward_weight_gpu: {name} must be a C-contiguous float32 array, got "
+                            f"{a.dtype} with strides {a.strides}")
+    if out is not None and (tuple(out.shape) != tuple(w_shape) or str(out.dtype) != "float32"
+                            or not out.flags.c_contiguous):
+        raise ValueError(f"conv2d_backward_weight_gpu: out must be a C-contiguous float32 array of shape "
+                         f"{tuple(w_shape)}, got {out.dtype} {tuple(out.shape)}")
+
+
+def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int | None = None) -> Plan:
+    """The plan `choose` remembered for this shape, else `tiles`, else the default one (for `sms` SMs: the
+    current GPU's when None)."""
+    geo = geometry(g.shape, x.shape, w_shape, stride, padding)
+    if tiles is None:
+        hit = _load_choices().get(_key(g, x, w_shape, stride, padding))
+        tiles = hit.get("tiles") if hit else None
+    if sms is None:
+        sms = _sm_count(_cupy().cuda.runtime.getDevice())
+    return make_plan(geo, int(x.shape[0]), **({"blocks": 2 * sms} | (tiles or {})))
+
+
+def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, tiles: dict | None = None,
+                               simulate: bool = False):
+    """dW of a float32 NCHW convolution (groups 1, dilation 1) from dy `g` and input `x` (CuPy arrays), on the
+    current stream, written into `out` (C-contiguous, w_shape) when given; returns out. No host sync: capturable.
+
+    tiles: a launch plan's tile choices (make_plan's keywords; default: what `choose` remembered, else
+    make_plan's). simulate=True runs the same launches in the kernel simulator on NumPy arrays (for tests)."""
+    _check_arrays(g, x, out, w_shape)
+    if simulate:   # a small pretend GPU, and never the tiles remembered for the real one
+        plan = plan_for(g, x, w_shape, stride, padding, tiles or {}, sms=2)
+    else:
+        plan = plan_for(g, x, w_shape, stride, padding, tiles)
+    xp = np if simulate else _cupy()
+    if out is None:
+        out = xp.empty(tuple(w_shape), dtype=xp.float32)
+    launch(plan, g, x, out, simulate=simulate)
+    return out
+
+
+def supported(g, x, w_shape, stride, padding, dilation=1, groups: int = 1) -> bool:
+    """True when conv2d_backward_weight_gpu handles this call (float32, contiguous, groups 1, dilation 1)."""
+    if groups != 1 or _pair(dilation, "dilation") != (1, 1):
+        return False
+    if str(g.dtype) != "float32" or str(x.dtype) != "float32":
+        return False
+    try:
+        geometry(g.shape, x.shape, w_shape, stride, padding)
+    except ValueError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------ choosing between ours and cuDNN, remembered
+_lock = threading.Lock()
+_choices: dict | None = None
+
+
+def _cache_file() -> Path:
+    """Next to cuDNN's plan cache (frost/backend/cudnn.py): same directory, same environment variable."""
+    root = Path(os.environ.get("FROST_CACHE_DIR", Path.home() / ".cache" / "frost"))
+    return root / "conv_wgrad.json"
+
+
+def _load_choices() -> dict:
+    global _choices
+    if _choices is None:
+        try:
+            _choices = json.loads(_cache_file().read_text())
+        except (OSError, ValueError):
+            _choices = {}
+    return _choices
+
+
+def _save_choices() -> None:
+    path = _cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(_choices, indent=0, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache directory only costs the timing again next time
+
+
+def _key(g, x, w_shape, stride, padding) -> str:
+    from frost import backends
+    return json.dumps([list(g.shape), list(x.shape), list(w_shape), list(_pair(stride, "stride")),
+                       list(_pair(padding, "padding")), str(x.dtype), backends.allow_tf32, backends.deterministic])
+
+
+def _capturing() -> bool:
+    """True while the current stream is being captured into a CUDA graph."""
+    cp = _cupy()
+    stream = cp.cuda.get_current_stream()
+    try:
+        return bool(stream.is_capturing())
+    except Exception:
+        # the legacy default stream cannot be captured; a capture elsewhere in the process makes this raise
+        return True
+
+
+def candidates(g, x, w_shape, stride, padding) -> list[dict]:
+    """Tile choices `choose` times at this shape on the current GPU."""
+    geo = geometry(g.shape, x.shape, w_shape, stride, padding)
+    return candidate_tiles(geo, int(x.shape[0]), _sm_count(_cupy().cuda.runtime.getDevice()))
+
+
+def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
+    """The default tiles for `sms` SMs and a few neighbours (fewer or more splits, longer chunks, more output
+    channels per thread), deduplicated."""
+    base = make_plan(geo, n, blocks=2 * sms).tiles()
+    options = [base, make_plan(geo, n, blocks=sms).tiles(), make_plan(geo, n, blocks=4 * sms).tiles(),
+               make_plan(geo, n, RP=2 * base["RP"], blocks=2 * sms).tiles(),
+               make_plan(geo, n, RP=max(1, base["RP"] // 2), blocks=4 * sms).tiles()]
+    if base["TM"] < geo["COUT"]:
+        options.append(make_plan(geo, n, TM=2 * base["TM"], blocks=2 * sms).tiles())
+    unique = []
+    for o in options:
+        if o not in unique:
+            unique.append(o)
+    return unique
+
+
+def _graph_us(fn, calls: int = 10, repeats: int = 10, warmup: int = 2) -> float:
+    """Median microseconds per call of fn, captured `calls` times into a CUDA graph and replayed (CUDA events)."""
+    cp = _cupy()
+    stream = cp.cuda.Stream(non_blocking=True)
+    pool = cp.cuda.MemoryPool()   # scratch made during the capture stays the graph's while it is replayed
+    with stream:
+        fn()   # compiles, loads, tunes (and sizes cuDNN's workspace) outside the capture
+        stream.synchronize()
+        with cp.cuda.using_allocator(pool.malloc):
+            stream.begin_capture()
+            try:
+                for _ in range(calls):
+                    fn()
+            finally:
+                graph = stream.end_capture()
+        for _ in range(warmup):
+            graph.launch(stream)
+        times = []
+        for _ in range(repeats):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop) * 1000 / calls)
+    return float(np.median(times))
+
+
+def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
+    """True when our kernel is faster than cuDNN's weight gradient (cudnn_fn(): runs cuDNN's plan) at this shape.
+
+    Timed once per shape (key: shapes, stride, padding, dtype, TF32 and determinism switches), remembered in
+    memory and on disk; during a CUDA-graph capture only a remembered answer is used (unknown: cuDNN)."""
+    if not supported(g, x, w_shape, stride, padding):
+        return False
+    key = _key(g, x, w_shape, stride, padding)
+    choices = _load_choices()
+    if key in choices:
+        return bool(choices[key]["ours"])
+    if _capturing():
+        return False
+    with _lock:
+        if key in choices:
+            return bool(choices[key]["ours"])
+        cp = _cupy()
+        out = cp.empty(tuple(w_shape), dtype=cp.float32)
+        timed = []
+        for tiles in candidates(g, x, w_shape, stride, padding):
+            us = _graph_us(lambda: conv2d_backward_weight_gpu(g, x, w_shape, stride, padding, out=out, tiles=tiles))
+            timed.append((us, tiles))
+        ours_us, tiles = min(timed, key=lambda t: t[0])
+        cudnn_us = _graph_us(cudnn_fn)
+        choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
+                        "cudnn_us": round(cudnn_us, 3)}
+        _save_choices()
+    return bool(choices[key]["ours"])
+
+
+def remembered(g, x, w_shape, stride, padding) -> dict | None:
+    """What `choose` recorded for this shape (ours, tiles, ours_us, cudnn_us), or None."""
+    return _load_choices().get(_key(g, x, w_shape, stride, padding))
+
+
+def forget() -> None:
+    """Drop the in-memory choices (the next `choose` reads the disk cache again); for tests."""
+    global _choices
+    _choices = None
