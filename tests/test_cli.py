@@ -94,7 +94,7 @@ def test_console_entry_point_in_subprocess_with_the_png_loader(cifar_dir, tmp_pa
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     _check_result(result, 3)
-    assert result["pipeline"] == "loader" and result["workers"] == 2
+    assert result["pipeline"] == "loader" and result["workers"] == 2 and result["decode"] == "cpu"  # no GPU: CPU
     run = result["runs"][0]
     assert 0.0 <= run["waited_share"] <= 1.0 and run["data_wait_s"] >= 0.0
     (png_dir,) = (tmp_path / "cache").glob("cifar10-png-*")

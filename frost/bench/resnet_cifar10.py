@@ -25,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", choices=["resident", "loader"], default="resident",
                    help="resident: the uint8 dataset held on the device; loader: frost.data.DataLoader threads")
     p.add_argument("--workers", type=int, default=3, help="DataLoader worker threads (loader pipeline)")
+    p.add_argument("--decode", choices=["device", "cpu"], default="device",
+                   help="loader pipeline: where PNGs are decoded (device: the threads read the files and the GPU "
+                        "inflates and unfilters them, frost.data.DevicePNGList; cpu: the threads decode; on the "
+                        "CPU both decode on the CPU)")
     p.add_argument("--jit", choices=["on", "off"], default="on",
                    help="capture the step into a CUDA graph with frost.jit (cuda only; default on)")
     p.add_argument("--warmup-steps", type=int, default=None,
@@ -155,12 +159,15 @@ def resident_batches(n: int, batch_size: int, device: str):
 
 
 
-def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict):
-    """Endless batches from frost.data.DataLoader: worker threads decode the seed's PNG files."""
-    from frost.data import DataLoader, ImageList
+def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict,
+                   decode: str = "device"):
+    """Endless batches from frost.data.DataLoader over the seed's PNG files: worker threads decode them, or read
+    them for the GPU to decode (decode="device", on cuda)."""
+    from frost.data import DataLoader, DevicePNGList, ImageList
     from frost.data.cifar import seed_png_files
     files, labels = seed_png_files(Path(png_root) / "train")
-    loader = DataLoader(ImageList(files, labels), batch_size=batch_size, shuffle=True, drop_last=True,
+    dataset = (DevicePNGList if decode == "device" else ImageList)(files, labels)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
                         num_workers=workers, seed=seed, device=device)
     while True:
         it = iter(loader)
@@ -313,7 +320,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
         batches = resident_batches(len(data["x_train"]), batch_size, device)
     else:
         step = make_step(model, opt, args.precision, jit)
-        batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats)
+        batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats, args.decode)
 
     curve: list[list[float]] = []
     bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
@@ -395,6 +402,7 @@ def run(args: argparse.Namespace) -> dict:
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
+                   "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch})
     data, data_load_s = load_into(result, args.data, device, args.pipeline)
 
