@@ -1,8 +1,9 @@
 """Frost kernels written in Python against bandwidth ceilings and vendor equivalents (prints a table, writes JSON).
 
-Run on a GPU machine:  python benchmarks/kernels.py [--quick]
+Run on a GPU machine:  python benchmarks/kernels.py [--quick] [--gemm-only]
   - AdamW over 64M floats vs the bandwidth of a device-to-device copy (goal: 85% of the copy's bandwidth)
-  - the tensor-core bf16 GEMM (mma.sync, cp.async, ldmatrix) at 4096^3 vs cuBLAS through cupy.matmul (goal: 60%)
+  - the tensor-core bf16 GEMMs at 4096^3 vs cuBLAS through cupy.matmul (goal: 60%): mma.sync (gemm.py) and, on
+    Hopper, wgmma (gemm_wgmma.py, sm_90a; the one-tile wgmma check is printed first); the best of all is reported
   - row softmax and a warp-shuffle sum reduction vs CuPy's equivalents
   - start-up: time to the first launch in a fresh process with an empty kernel cache vs with a warm one
 Every AdamW variant and GEMM configuration is timed and recorded; the best is reported. One that fails to compile,
@@ -103,52 +104,123 @@ def config_name(cfg) -> str:
     return name
 
 
+# wgmma GEMM configurations (examples/kernels/gemm_wgmma.py, sm_90a): BM = 64 * WGS, BK = 64, 128B swizzle.
+WGMMA = [dict(BN=256, WGS=2, STAGES=4), dict(BN=256, WGS=2, STAGES=3), dict(BN=256, WGS=2, STAGES=4, GROUP=16),
+         dict(BN=128, WGS=2, STAGES=4), dict(BN=128, WGS=2, STAGES=5), dict(BN=128, WGS=2, STAGES=3, MIN_BLOCKS=2),
+         dict(BN=256, WGS=1, STAGES=4), dict(BN=128, WGS=1, STAGES=4, MIN_BLOCKS=2)]
+
+
+def wgmma_config_name(cfg) -> str:
+    return "wgmma BM{} BN{BN} BK64 S{STAGES} G{GROUP} MB{MIN_BLOCKS}".format(64 * cfg["WGS"], **dict(
+        dict(GROUP=8, MIN_BLOCKS=1), **cfg))
+
+
+def _time_gemm_configs(configs, names, inspect, run, check, repeats):
+    """Time each configuration after checking its result: {name: ms or error string}, {name: error}, ptxas info."""
+    tried, errors, ptxas = {}, {}, {}
+    for cfg, name in zip(configs, names):
+        try:  # registers and spills as ptxas reports them, recorded next to the time
+            info = inspect(cfg)
+            ptxas[name] = {k: info[k] for k in ("registers", "spill_stores", "spill_loads", "stack")}
+        except Exception as exc:
+            ptxas[name] = f"{type(exc).__name__}: {exc}"
+        try:
+            err = check(cfg)
+            if not err < 1e-3:
+                raise RuntimeError(f"wrong result: max relative error {err:.3g}")
+            tried[name] = median_ms(lambda: run(cfg), repeats)
+            errors[name] = err
+        except Exception as exc:  # a configuration the GPU cannot run (e.g. too much shared memory) or got wrong
+            tried[name] = f"{type(exc).__name__}: {exc}"
+    return tried, errors, ptxas
+
+
+def _gemm_row(label, size, tried, errors, ptxas, t_cublas, baseline, **extra):
+    flops = 2 * size ** 3
+    timed = {k: v for k, v in tried.items() if isinstance(v, float)}
+    if not timed:
+        return dict(name=label, error="no configuration ran", configs=tried, ptxas=ptxas, **extra)
+    best = min(timed, key=timed.get)
+    return dict(name=label, config=best, configs=tried, ptxas=ptxas, ms=timed[best],
+                metric=f"{flops / timed[best] / 1e9:.0f} TFLOP/s", baseline=baseline, baseline_ms=t_cublas,
+                baseline_metric=f"{flops / t_cublas / 1e9:.0f} TFLOP/s", ratio=t_cublas / timed[best], goal=0.60,
+                max_rel_error=errors[best], **extra)
+
+
+def wgmma_tile_checks():
+    """The single-tile wgmma test, first: its max error and a map of wrong 8x8 blocks make a layout mistake
+    diagnosable from one run's output."""
+    gw = load("gemm_wgmma")
+    out = {}
+    for n, zero_init in ((64, 1), (128, 0), (256, 1)):
+        key = f"m64n{n}k64 zero_init={zero_init}"
+        try:
+            err, report = gw.check_tile(n, zero_init)
+            ok = err < 1e-3
+            out[key] = dict(max_abs_error=err, ok=ok) if ok else dict(max_abs_error=err, ok=ok, blocks=report)
+            print(f"  wgmma single tile {key}: max abs error {err:.3g} " + ("ok" if ok else "WRONG\n" + report))
+        except Exception as exc:
+            out[key] = f"{type(exc).__name__}: {exc}"
+            print(f"  wgmma single tile {key}: {out[key]}")
+    return out
+
+
 def bench_gemm(size: int, repeats: int):
+    """mma.sync GEMMs (gemm.py: C = A @ B) and wgmma GEMMs (gemm_wgmma.py: C = A @ Bt^T, Bt = B transposed, the
+    same product), every configuration checked then timed; rows for each family and for the best of all, each
+    against cuBLAS computing the same product."""
     import cupy as cp
-    gemm = load("gemm")
+    gemm, gw = load("gemm"), load("gemm_wgmma")
     a32 = cp.random.standard_normal((size, size), dtype=cp.float32)
     b32 = cp.random.standard_normal((size, size), dtype=cp.float32)
     # bf16 bits by truncation of the float32s (good enough as benchmark data)
     a = (a32.view(cp.uint32) >> 16).astype(cp.uint16)
     b = (b32.view(cp.uint32) >> 16).astype(cp.uint16)
+    bt = cp.ascontiguousarray(b.T)
     c = cp.zeros((size, size), cp.float32)
     # the reference for correctness: a corner of the product, in float32
     ref = (a[:256].astype(cp.uint32) << 16).view(cp.float32) @ (b[:, :256].astype(cp.uint32) << 16).view(cp.float32)
-    tried, by_name, errors, ptxas = {}, {}, {}, {}
-    for cfg in CONFIGS:
-        name = config_name(cfg)
-        by_name[name] = cfg
-        try:  # registers and spills as ptxas reports them (sm_90), recorded next to the time
-            tiles = {k: v for k, v in cfg.items() if k != "kernel"}
-            info = gemm.KERNELS[cfg["kernel"]][0].inspect("sm_90", **tiles)
-            ptxas[name] = {k: info[k] for k in ("registers", "spill_stores", "spill_loads", "stack")}
-        except Exception as exc:
-            ptxas[name] = f"{type(exc).__name__}: {exc}"
-        try:
-            c.fill(cp.nan)
-            gemm.gemm(a, b, c, **cfg)
-            err = float(cp.abs(ref - c[:256, :256]).max() / cp.abs(ref).max())
-            if not err < 1e-3:
-                raise RuntimeError(f"wrong result: max relative error {err:.3g}")
-            tried[name] = median_ms(lambda: gemm.gemm(a, b, c, **cfg), repeats)
-            errors[name] = err
-        except Exception as exc:  # a configuration the GPU cannot run (e.g. too much shared memory) or got wrong
-            tried[name] = f"{type(exc).__name__}: {exc}"
+
+    def corner_error(run, cfg):
+        c.fill(cp.nan)
+        run(cfg)
+        return float(cp.abs(ref - c[:256, :256]).max() / cp.abs(ref).max())
+
+    def mma_run(cfg):
+        gemm.gemm(a, b, c, **cfg)
+
+    def mma_inspect(cfg):
+        return gemm.KERNELS[cfg["kernel"]][0].inspect("sm_90", **{k: v for k, v in cfg.items() if k != "kernel"})
+
+    names = [config_name(cfg) for cfg in CONFIGS]
+    mma = _time_gemm_configs(CONFIGS, names, mma_inspect, mma_run, lambda cfg: corner_error(mma_run, cfg), repeats)
+
+    tile_checks = wgmma_tile_checks()
+
+    def wg_run(cfg):
+        gw.gemm(a, bt, c, **cfg)
+
+    wnames = [wgmma_config_name(cfg) for cfg in WGMMA]
+    wg = _time_gemm_configs(WGMMA, wnames, lambda cfg: gw.gemm_wgmma.inspect("sm_90", **dict(gw.DEFAULT, **cfg)),
+                            wg_run, lambda cfg: corner_error(wg_run, cfg), repeats)
     flops = 2 * size ** 3
-    for name, t in tried.items():
-        print(f"  gemm {name:50} " + (f"{t:8.3f} ms {flops / t / 1e9:6.0f} TFLOP/s" if isinstance(t, float) else t))
-    timed = {k: v for k, v in tried.items() if isinstance(v, float)}
-    if not timed:
-        return [dict(name=f"gemm bf16 {size}^3 (mma.sync)", error="no configuration ran", configs=tried, ptxas=ptxas)]
-    best = min(timed, key=timed.get)
-    t_frost = timed[best]
+    for tried in (mma[0], wg[0]):
+        for name, t in tried.items():
+            print(f"  gemm {name:50} " + (f"{t:8.3f} ms {flops / t / 1e9:6.0f} TFLOP/s" if isinstance(t, float)
+                                          else t))
     ah, bh = a32.astype(cp.float16), b32.astype(cp.float16)
-    t_cublas = median_ms(lambda: cp.matmul(ah, bh), repeats)  # cuBLAS, fp16 tensor cores (same rate as bf16)
-    return [dict(name=f"gemm bf16 {size}^3 (mma.sync)", config=best, configs=tried, ptxas=ptxas, ms=t_frost,
-                 metric=f"{flops / t_frost / 1e9:.0f} TFLOP/s",
-                 baseline="cupy.matmul fp16 (cuBLAS)", baseline_ms=t_cublas,
-                 baseline_metric=f"{flops / t_cublas / 1e9:.0f} TFLOP/s", ratio=t_cublas / t_frost, goal=0.60,
-                 max_rel_error=errors[best])]
+    bth = cp.ascontiguousarray(bh.T)
+    t_nn = median_ms(lambda: cp.matmul(ah, bh), repeats)      # cuBLAS, fp16 tensor cores (same rate as bf16)
+    t_nt = median_ms(lambda: cp.matmul(ah, bth.T), repeats)   # the same product from a transposed B, as wgmma's
+    rows = [_gemm_row(f"gemm bf16 {size}^3 (mma.sync)", size, *mma, t_nn, "cupy.matmul fp16 (cuBLAS)"),
+            _gemm_row(f"gemm bf16 {size}^3 (wgmma sm_90a)", size, *wg, t_nt, "cupy.matmul fp16 A @ Bt.T (cuBLAS)",
+                      tile_checks=tile_checks)]
+    ok = [r for r in rows if "error" not in r]
+    if ok:
+        best = max(ok, key=lambda r: r["ratio"])
+        rows.append(dict(best, name=f"gemm bf16 {size}^3 (best of all)", configs=None, ptxas=None,
+                         family=best["name"]))
+    return rows
 
 
 def bench_softmax(rows: int, cols: int, repeats: int):
@@ -265,13 +337,32 @@ def _guarded(rows_fn, name):
         return [dict(name=name, error=f"{type(exc).__name__}: {exc}")]
 
 
+def _print_rows(rows, repeats) -> None:
+    import cupy as cp
+    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"Frost kernels on {device} (median of {repeats} runs, CUDA events; ratio = Frost's throughput over "
+          "the baseline's, higher is better)")
+    print(f"{'kernel':34} {'frost ms':>9} {'frost':>14} {'baseline':>28} {'base ms':>9} {'base':>14} {'ratio':>6} goal")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['name']:34} ERROR {r['error']}")
+            continue
+        goal = "" if r["goal"] is None else (f">= {r['goal']:.0%} " + ("met" if r["ratio"] >= r["goal"] else "NOT met"))
+        print(f"{r['name']:34} {r['ms']:9.3f} {r['metric']:>14} {r['baseline']:>28} {r['baseline_ms']:9.3f} "
+              f"{r['baseline_metric']:>14} {r['ratio']:6.2f} {goal}" + (f"  [{r['config']}]" if "config" in r else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "kernels.json"))
+    ap.add_argument("--out", default=None, help="the JSON file to write (default benchmarks/results/kernels.json)")
+    ap.add_argument("--gemm-only", action="store_true",
+                    help="only the GEMMs (mma.sync and wgmma); writes kernels_gemm.json unless --out is given")
     ap.add_argument("--startup-only", action="store_true",
                     help="only the kernel-cache start-up numbers (without a GPU: time to the first cubin)")
     args = ap.parse_args()
+    results = ROOT / "benchmarks" / "results"
+    args.out = args.out or str(results / ("kernels_gemm.json" if args.gemm_only else "kernels.json"))
     t0 = time.perf_counter()
     if args.startup_only:
         try:
@@ -287,22 +378,22 @@ def main() -> None:
     import cupy as cp
     repeats = 5 if args.quick else 20
     rows = []
+    if args.gemm_only:
+        rows += _guarded(lambda: bench_gemm(2048 if args.quick else 4096, repeats), "gemm")
+        _print_rows(rows, repeats)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        Path(args.out).write_text(json.dumps(dict(device=device, repeats=repeats, results=rows,
+                                                  seconds=time.perf_counter() - t0), indent=2) + "\n")
+        print(f"wrote {args.out}")
+        return
     rows += _guarded(lambda: bench_adamw((8 if args.quick else 64) * 2 ** 20, repeats), "adamw")
     rows += _guarded(lambda: bench_gemm(2048 if args.quick else 4096, repeats), "gemm")
     rows += _guarded(lambda: bench_softmax(4096 if args.quick else 16384, 4096, repeats), "softmax")
     rows += _guarded(lambda: bench_reduce((8 if args.quick else 64) * 2 ** 20, repeats), "reduce")
     startup = _guarded(lambda: [bench_startup("launch")], "startup")[0]
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"Frost kernels on {device} (median of {repeats} runs, CUDA events; ratio = Frost's throughput over "
-          "the baseline's, higher is better)")
-    print(f"{'kernel':34} {'frost ms':>9} {'frost':>14} {'baseline':>28} {'base ms':>9} {'base':>14} {'ratio':>6} goal")
-    for r in rows:
-        if "error" in r:
-            print(f"{r['name']:34} ERROR {r['error']}")
-            continue
-        goal = "" if r["goal"] is None else (f">= {r['goal']:.0%} " + ("met" if r["ratio"] >= r["goal"] else "NOT met"))
-        print(f"{r['name']:34} {r['ms']:9.3f} {r['metric']:>14} {r['baseline']:>28} {r['baseline_ms']:9.3f} "
-              f"{r['baseline_metric']:>14} {r['ratio']:6.2f} {goal}" + (f"  [{r['config']}]" if "config" in r else ""))
+    _print_rows(rows, repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(dict(device=device, repeats=repeats, results=rows, startup=startup,
                                               seconds=time.perf_counter() - t0), indent=2) + "\n")

@@ -37,6 +37,18 @@ Semantics (the simulator implements exactly these):
   ldmatrix, mma) need all 32 lanes of the warp at the same operation, as `__shfl_sync(0xffffffff, ...)` does.
 - `cp_async16` copies land at `cp_wait`; the simulator performs them there, so a missing wait reads stale data.
 - Unassigned shared and local float arrays start as NaN in the simulator (garbage on the GPU).
+- Hopper warpgroup MMA (a kernel using any of these is compiled for sm_90a; other GPUs are an error):
+  `d = wgmma_desc(tile, (row, col), SWIZZLE[, LBO, SBO])` is the i64 shared-memory matrix descriptor (PTX ISA "Matrix
+  Descriptor Format") of the K-major operand starting at tile[row, col]; SWIZZLE 128/64/32 bytes or 0; the byte
+  offsets default, for a swizzled tile with SWIZZLE-byte rows, to LBO 16 (unused) and SBO 8 rows. Write such tiles
+  with `swizzle(r, c, 64)` for 128B (bf16, 64 columns), starting on a 1024-byte boundary.
+  `wgmma_bf16(acc, desc_a, desc_b, N[, scale_d])` is wgmma.mma_async.m64nNk16.f32.bf16.bf16 by a warpgroup (128
+  threads): acc (local f32, N/2 per thread, the PTX m64nNk16 D fragment) += A[64, 16] @ B[N, 16]^T, both K-major;
+  scale_d = 0 ignores acc. `wgmma_fence()` before the first wgmma and after touching acc; `wgmma_commit()` closes a
+  group; `wgmma_wait(n)` waits until n groups remain. The simulator performs a group when wgmma_wait retires it
+  (reading shared memory then, writing acc then: reading acc earlier reads the old value), requires a fence before
+  each batch and a wait before exit. `fence_proxy_async()` makes this thread's shared-memory writes (stores, landed
+  cp.async) visible to wgmma (fence.proxy.async.shared::cta): call it before the syncthreads that publishes a tile.
 """
 import sys
 import types as _types

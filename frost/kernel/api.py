@@ -91,7 +91,17 @@ class Spec:
             self._sim = simulate.build(self.checked, self.devices)
         return self._sim
 
+    def arch(self, arch: str) -> str:
+        """The architecture to compile for: a kernel using wgmma needs sm_90a (Hopper's arch-specific features)."""
+        if not self.checked.uses_wgmma or arch == "sm_90a":
+            return arch
+        if arch == "sm_90":
+            return "sm_90a"
+        raise KernelError(f"{self.checked.cname}: wgmma (warpgroup MMA) needs a Hopper GPU (sm_90a); cannot compile "
+                          f"for {arch}")
+
     def cubin(self, arch: str) -> bytes:
+        arch = self.arch(arch)
         if arch not in self._cubins:
             self._cubins[arch] = kcompile.compile_cubin(self.source, self.checked.cname, arch, consts=self.consts)
         return self._cubins[arch]
@@ -174,7 +184,7 @@ class Kernel:
     def inspect(self, arch: str = "sm_90", **consts) -> dict:
         """PTX and ptxas's report (registers, spill bytes, stack, static shared memory) for one specialization."""
         spec = self.specialize(**consts)
-        return kcompile.inspect_program(spec.source, spec.checked.cname, arch)
+        return kcompile.inspect_program(spec.source, spec.checked.cname, spec.arch(arch))
 
     def ptx(self, arch: str = "sm_90", **consts) -> str:
         """The PTX NVRTC writes for this kernel (to read what the code generator produced)."""

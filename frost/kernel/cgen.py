@@ -60,6 +60,16 @@ __device__ __forceinline__ frost_vec4<unsigned> frost_ldg4(const unsigned* p) {
     uint4 v = __ldg(reinterpret_cast<const uint4*>(p)); return {v.x, v.y, v.z, v.w}; }
 """
 
+WGMMA_PRELUDE = r"""
+// The wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 start address >> 4,
+// 16-29 leading dimension byte offset >> 4, 32-45 stride dimension byte offset >> 4, 49-51 base offset (0),
+// 62-63 swizzle mode (0 none, 1 128B, 2 64B, 3 32B).
+__device__ __forceinline__ long long frost_wgmma_desc(const void* p, unsigned lbo, unsigned sbo, unsigned mode) {
+    unsigned long long a = (unsigned long long)((frost_smem_addr(p) & 0x3FFFFu) >> 4);
+    return (long long)(a | ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16)
+                         | ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32) | ((unsigned long long)mode << 62)); }
+"""
+
 C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
               "extern", "float", "for", "goto", "if", "int", "long", "register", "return", "short", "signed",
               "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while",
@@ -734,6 +744,57 @@ class CGen:
                 f': {", ".join(cf)} : {", ".join(au + bu)})')
 
 
+    # -- Hopper warpgroup MMA (sm_90a); encodings from the PTX ISA ("Asynchronous Warpgroup Level Matrix
+    # Instructions": wgmma.mma_async, the shared memory matrix descriptor) and CUTLASS cute/arch/mma_sm90_desc.hpp
+    def c_wgmma_desc(self, node, t):
+        swz = self.fn.values[id(node.args[2])]
+        if len(node.args) == 5:
+            lbo, sbo = self.fn.values[id(node.args[3])], self.fn.values[id(node.args[4])]
+        else:
+            lbo, sbo = 16, 8 * swz
+        mode = {0: 0, 128: 1, 64: 2, 32: 3}[swz]
+        return f"frost_wgmma_desc({self._elem_ptr(node.args[0], node.args[1])}, {lbo}u, {sbo}u, {mode}u)"
+
+    def _fence_accs(self) -> list[str]:
+        """CUTLASS's warpgroup_fence_operand: an empty asm that reads and writes every accumulator register, so
+        the compiler neither reads an accumulator before wgmma_wait nor writes one after wgmma_fence."""
+        out = []
+        for name, n in self.fn.wgmma_accs.items():
+            at = self.fn.locals[name].type
+            flat = cname(name) if at.ndim == 1 else f"reinterpret_cast<float*>({cname(name)})"
+            out += [f'asm volatile("" : "+f"({flat}[{k}]) :: "memory")' for k in range(n)]
+        return out
+
+    def c_wgmma_fence(self, node, t):
+        return "; ".join(self._fence_accs() + ['asm volatile("wgmma.fence.sync.aligned;" ::: "memory")'])
+
+    def c_wgmma_commit(self, node, t):
+        return 'asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory")'
+
+    def c_wgmma_wait(self, node, t):
+        n = int(self.fn.values[id(node.args[0])])
+        return "; ".join([f'asm volatile("wgmma.wait_group.sync.aligned {n};" ::: "memory")'] + self._fence_accs())
+
+    def c_fence_proxy_async(self, node, t):
+        return 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory")'
+
+    def c_wgmma_bf16(self, node, t):
+        acc = self.array_ref(node.args[0])
+        n = self.fn.values[id(node.args[3])]
+        regs = n // 2
+        flat = acc if self.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({acc})"
+        da, db = self.ex(node.args[1]), self.ex(node.args[2])
+        scale = self.ex(node.args[4], i32) if len(node.args) == 5 else "1"
+        outs = ", ".join(f"%{k}" for k in range(regs))
+        # scale-d is a predicate operand (D = A*B + D when true, A*B when false); imm-scale-a/b = 1 (no negation);
+        # imm-trans-a/b = 0: both operands K-major.
+        return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n'
+                f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, %{regs}, %{regs + 1}, '
+                f'p, 1, 1, 0, 0;\\n}}" : '
+                + ", ".join(f'"+f"({flat}[{k}])' for k in range(regs))
+                + f' : "l"({da}), "l"({db}), "r"((int)({scale})) : "memory")')
+
+
 def _is_call_to(node, name: str) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
 
@@ -762,8 +823,11 @@ def _own_breaks(body):
 def module_source(kernel: Checked, devices: list[Checked]) -> str:
     """The whole translation unit: prelude, device functions (callees first), then the kernel."""
     parts = [PRELUDE]
-    if kernel.uses_dyn_smem:
-        parts.append("extern __shared__ __align__(16) unsigned char frost_dynamic_smem[];")
+    if kernel.uses_wgmma:
+        parts.append(WGMMA_PRELUDE)
+    if kernel.uses_dyn_smem:  # wgmma's 128-byte swizzle repeats every 1024 bytes: tiles start on that boundary
+        align = 1024 if kernel.uses_wgmma else 16
+        parts.append(f"extern __shared__ __align__({align}) unsigned char frost_dynamic_smem[];")
     for d in devices:
         parts.append(CGen(d).generate())
     parts.append(CGen(kernel).generate())

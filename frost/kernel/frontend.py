@@ -71,6 +71,8 @@ class Checked:
         self.shared_ids: dict[int, int] = {}
         self.launch_bounds: tuple | None = None  # (max threads per block, min blocks per SM) from launch_bounds()
         self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4: 16, load2: 8)
+        self.uses_wgmma = False  # uses a Hopper warpgroup instruction: compiled for sm_90a
+        self.wgmma_accs: dict[str, int] = {}  # accumulator local -> floats, fenced at wgmma_fence/wgmma_wait
 
     def type(self, node):
         return self.types[id(node)]
@@ -1024,6 +1026,86 @@ class Checker:
         self.out.has_yield = True
         return None
 
+    # -- Hopper warpgroup MMA (wgmma, sm_90a) ---------------------------------------------------------------
+    WGMMA_SWIZZLES = {0: 0, 128: 1, 64: 2, 32: 3}  # bytes -> the descriptor's 2-bit swizzle mode (PTX ISA)
+
+    def call_wgmma_desc(self, node):
+        """wgmma_desc(tile, (row, col), SWIZZLE[, LBO, SBO]) -> i64: the shared-memory matrix descriptor of the
+        K-major operand that starts at tile[row, col] (PTX ISA, "Matrix Descriptor Format"). SWIZZLE is 128, 64, 32
+        (bytes) or 0; LBO and SBO are byte offsets, defaulting for a swizzled row-major tile whose rows are SWIZZLE
+        bytes long (LBO unused = 16, SBO = 8 rows = 8 * SWIZZLE)."""
+        if len(node.args) not in (3, 5):
+            raise self.src.error(node, "wgmma_desc(tile, (row, col), SWIZZLE[, LBO, SBO]) takes 3 or 5 arguments")
+        at = self._array_any(node, node.args[0], node.args[1], "wgmma_desc")
+        if at.space != "shared":
+            raise self.src.error(node, f"wgmma_desc() describes a tile in shared memory, got {at}")
+        swz = self.const_int(node.args[2])
+        if swz not in self.WGMMA_SWIZZLES:
+            raise self.src.error(node, f"wgmma_desc(): SWIZZLE must be 128, 64, 32 or 0 bytes, got {swz}")
+        if len(node.args) == 5:
+            lbo, sbo = self.const_int(node.args[3]), self.const_int(node.args[4])
+        else:
+            pitch = at.shape[-1] * at.elem.np.itemsize if at.shape is not None else None
+            if swz == 0 or pitch != swz:
+                raise self.src.error(node, f"wgmma_desc() without LBO and SBO needs a swizzled tile whose rows are "
+                                           f"SWIZZLE={swz} bytes long, got {at}" + (f" ({pitch}-byte rows)" if pitch
+                                                                                    else "") + "; pass LBO, SBO")
+            lbo, sbo = 16, 8 * swz
+        for what, v in (("LBO", lbo), ("SBO", sbo)):
+            if v < 0 or v % 16 or v >> 4 >= 1 << 14:
+                raise self.src.error(node, f"wgmma_desc(): {what}={v} must be a multiple of 16 below 2^18 bytes")
+        self.out.uses_wgmma = True
+        return i64
+
+    def call_wgmma_fence(self, node):
+        self.args(node, 0, "wgmma_fence")
+        self.out.uses_wgmma = True
+        return None
+
+    call_wgmma_commit = call_wgmma_fence
+
+    def call_fence_proxy_async(self, node):
+        self.args(node, 0, "fence_proxy_async")
+        self.out.uses_wgmma = True
+        return None
+
+    def call_wgmma_wait(self, node):
+        if len(node.args) != 1:
+            raise self.src.error(node, "wgmma_wait(n) takes the number of wgmma groups left in flight")
+        n = self.const_int(node.args[0])
+        if not 0 <= n <= 7:
+            raise self.src.error(node, f"wgmma_wait({n}): n must be 0..7")
+        self.out.uses_wgmma = True
+        return None
+
+    def call_wgmma_bf16(self, node):
+        """wgmma_bf16(acc, desc_a, desc_b, N[, scale_d]): acc (local f32, N/2 per thread) += A[64, 16] @ B[N, 16]^T,
+        both K-major in shared memory (wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16); scale_d 0 ignores acc."""
+        if len(node.args) not in (4, 5):
+            raise self.src.error(node, "wgmma_bf16(acc, desc_a, desc_b, N[, scale_d]) takes 4 or 5 arguments")
+        n = self.const_int(node.args[3])
+        if not (8 <= n <= 256 and n % 8 == 0):
+            raise self.src.error(node, f"wgmma_bf16(): N={n} is not a wgmma shape (m64nNk16 has N = 8, 16, ..., 256)")
+        acc = self.expr(node.args[0])
+        if not (isinstance(acc, ArrayType) and acc.space == "local" and acc.kind == "native" and acc.elem is f32):
+            raise self.src.error(node.args[0], f"wgmma_bf16() accumulates into a local f32 array, got {acc}")
+        if math.prod(acc.shape) != n // 2:
+            raise self.src.error(node.args[0], f"wgmma_bf16() with N={n} needs an accumulator of N/2 = {n // 2} f32 "
+                                               f"per thread, got {acc}")
+        for d in node.args[1:3]:
+            if self.expr(d) is not i64:
+                raise self.src.error(d, f"wgmma_bf16() takes descriptors made by wgmma_desc() (i64), got "
+                                        f"{self.type(d)}")
+        if len(node.args) == 5:
+            t = self.expr(node.args[4])
+            if not (isinstance(t, (Scalar, Weak)) and (t.is_int or t is boolean)):
+                raise self.src.error(node.args[4], f"wgmma_bf16(): scale_d is an integer (0 or 1), got {t}")
+        if isinstance(node.args[0], ast.Name):
+            self.out.wgmma_accs[node.args[0].id] = n // 2
+        self.out.uses_wgmma = True
+        self.out.has_yield = True
+        return None
+
     # -- device functions -----------------------------------------------------------------------------
     def call_device(self, node, dev):
         arg_types, values = [], []
@@ -1046,6 +1128,8 @@ class Checker:
             self.out.has_yield = True
         if checked.uses_dyn_smem:
             self.out.uses_dyn_smem = True
+        if checked.uses_wgmma:
+            self.out.uses_wgmma = True
         return checked.ret
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import math
 
@@ -647,6 +648,32 @@ class PyGen:
         c, a, b = (self.ex(x) for x in node.args)
         return f"(yield ('mma', ({c}, {a}, {b})))"
 
+    def p_wgmma_desc(self, node, t):
+        swz = self.fn.values[id(node.args[2])]
+        if len(node.args) == 5:
+            lbo, sbo = self.fn.values[id(node.args[3])], self.fn.values[id(node.args[4])]
+        else:
+            lbo, sbo = 16, 8 * swz
+        return f"_T.wgmma_desc({self.ex(node.args[0])}, {self._idx(node.args[1])}, {lbo}, {sbo}, {swz})"
+
+    def p_wgmma_bf16(self, node, t):
+        acc, da, db = (self.ex(x) for x in node.args[:3])
+        n = self.fn.values[id(node.args[3])]
+        scale = f"int({self.ex(node.args[4])})" if len(node.args) == 5 else "1"
+        return f"(yield ('wgmma', ({acc}, {da}, {db}, {n}, {scale})))"
+
+    def p_wgmma_fence(self, node, t):
+        return "_T.wgmma_fence()"
+
+    def p_wgmma_commit(self, node, t):
+        return "_T.wgmma_commit()"
+
+    def p_wgmma_wait(self, node, t):
+        return f"_T.wgmma_wait({int(self.fn.values[id(node.args[0])])})"
+
+    def p_fence_proxy_async(self, node, t):
+        return "None"
+
 
 def _fname(call) -> str:
     f = call.func
@@ -674,24 +701,84 @@ def build(kernel: Checked, devices: list[Checked]):
 
 # -- the scheduler --------------------------------------------------------------------------------------
 class Block:
+    """A block's shared memory: static arrays and the dynamic buffer, with simulated shared addresses (the
+    dynamic buffer at 0, static arrays after it on 1024-byte boundaries) for wgmma's descriptors."""
+
     def __init__(self, smem_bytes: int) -> None:
         self.shared_arrays: dict = {}
         self.dyn = np.zeros(smem_bytes, dtype=np.uint8)
+        self.regions = [(0, self.dyn)]  # (shared address, the bytes there)
+        self.top = -(-smem_bytes // 1024) * 1024
+
+    def add_static(self, data: np.ndarray) -> None:
+        self.regions.append((self.top, data.reshape(-1).view(np.uint8)))
+        self.top += -(-data.nbytes // 1024) * 1024
+
+    def address(self, arr: "SimArray", idx) -> int:
+        """The shared address of arr[idx] (idx already bounds-checked)."""
+        ptr = arr.data.ctypes.data + sum(int(i) * st for i, st in zip(idx, arr.data.strides))
+        for base, buf in self.regions:
+            p0 = buf.ctypes.data
+            if p0 <= ptr < p0 + buf.nbytes:
+                return base + ptr - p0
+        raise _OutOfBounds(f"array {arr.name!r} is not in this block's shared memory")
+
+    def read_u16(self, addrs: np.ndarray) -> np.ndarray:
+        """The 16-bit words at the given shared addresses (each even)."""
+        out = np.empty(addrs.shape, np.uint16)
+        done = np.zeros(addrs.shape, bool)
+        for base, buf in self.regions:
+            inside = (addrs >= base) & (addrs + 2 <= base + buf.nbytes)
+            if inside.any():
+                words = buf[:buf.nbytes // 2 * 2].view(np.uint16)
+                out[inside] = words[(addrs[inside] - base) // 2]
+                done |= inside
+        if not done.all():
+            bad = int(addrs[~done].reshape(-1)[0])
+            raise SimulationError(f"wgmma reads shared address {bad:#x}, outside every shared array of the block")
+        return out
 
 
 class Thread:
-    __slots__ = ("idx", "block", "linear", "pending", "groups", "where")
+    __slots__ = ("idx", "block", "linear", "pending", "groups", "where", "wg_fenced", "wg_pending", "wg_groups")
 
     def __init__(self, idx, block, linear) -> None:
         self.idx, self.block, self.linear = idx, block, linear
         self.pending: list = []
         self.groups: list = []
+        self.wg_fenced = False
+        self.wg_pending: list = []  # wgmma operations issued since the last wgmma_commit
+        self.wg_groups: list = []   # committed groups not yet retired by wgmma_wait
 
     def shared(self, key, dtype, shape, name):
         arr = self.block.shared_arrays.get(key)
         if arr is None:
             arr = self.block.shared_arrays[key] = SimArray(_filled(dtype, shape), name)
+            self.block.add_static(arr.data)
         return arr
+
+    # -- wgmma: issued collectively (the scheduler makes a WgmmaOp), performed when wgmma_wait retires it
+    def wgmma_desc(self, arr, idx, lbo, sbo, swizzle):
+        idx = tuple(int(k) for k in idx)
+        arr._check(idx)
+        addr = self.block.address(arr, idx)
+        if addr % 16:
+            raise _OutOfBounds(f"wgmma_desc: {arr.name}{list(idx)} is at shared address {addr:#x}, not 16-byte "
+                               "aligned")
+        return np.uint64(encode_wgmma_desc(addr, lbo, sbo, swizzle)).view(np.int64)  # the bits, as C's i64 holds them
+
+    def wgmma_fence(self):
+        self.wg_fenced = True
+
+    def wgmma_commit(self):
+        self.wg_groups.append(self.wg_pending)
+        self.wg_pending = []
+
+    def wgmma_wait(self, n):
+        while len(self.wg_groups) > n:
+            for op in self.wg_groups.pop(0):
+                op.retire(self.linear % 128)
+        self.wg_fenced = False  # the accumulators may be touched now: the next wgmma needs a wgmma_fence first
 
     def dynamic_shared(self, dtype, shape=None, offset=0):
         dtype = np.dtype(dtype)
@@ -728,6 +815,86 @@ class Thread:
     def finish(self):
         self.cp_commit()
         self.cp_wait(0)
+        if self.wg_pending or self.wg_groups:
+            raise SimulationError(f"{_describe(self)} ended with wgmma operations in flight "
+                                  f"({'uncommitted' if self.wg_pending else 'not waited for'}): call wgmma_commit() "
+                                  "and wgmma_wait(0) before reading the accumulators or exiting")
+
+
+# -- wgmma ----------------------------------------------------------------------------------------------
+SWIZZLE_MODES = {0: 0, 128: 1, 64: 2, 32: 3}  # swizzle bytes -> the descriptor's mode bits 62-63
+
+
+def encode_wgmma_desc(addr: int, lbo: int, sbo: int, swizzle: int) -> int:
+    """The 64-bit shared-memory matrix descriptor of the PTX ISA ("Matrix Descriptor Format"): bits 0-13 the start
+    address >> 4, 16-29 the leading dimension byte offset >> 4, 32-45 the stride dimension byte offset >> 4,
+    49-51 the base offset (0), 62-63 the swizzle mode (0 none, 1 128B, 2 64B, 3 32B)."""
+    return (((addr & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32)
+            | (SWIZZLE_MODES[swizzle] << 62))
+
+
+def decode_wgmma_desc(desc: int) -> dict:
+    d = int(desc) & (2 ** 64 - 1)
+    mode = (d >> 62) & 3
+    return dict(start=(d & 0x3FFF) << 4, lbo=((d >> 16) & 0x3FFF) << 4, sbo=((d >> 32) & 0x3FFF) << 4,
+                base_offset=(d >> 49) & 7, swizzle={0: 0, 1: 128, 2: 64, 3: 32}[mode])
+
+
+def wgmma_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: int = 2) -> np.ndarray:
+    """The shared address of element (r, k) of a K-major wgmma operand (rows x k) that `desc` describes: the PTX
+    ISA's canonical K-major layouts in bytes, T = 16 bytes of elements per core-matrix row:
+      no swizzle:    ((8, m), (T, 2k)) : ((16, SBO), (1, LBO))  -- 8x16-byte core matrices, LBO apart along K
+      W-byte swizzle: ((8, m), (T, 2k)) : ((W, SBO), (1, T))    -- rows W bytes apart, then Swizzle<log2(W/16), 4, 3>
+    on the address: bits [4, 4 + log2(W/16)) ^= bits [7, 7 + log2(W/16)) (CUTLASS cute/swizzle.hpp)."""
+    f = decode_wgmma_desc(desc)
+    if f["base_offset"]:
+        raise SimulationError("wgmma: descriptors with a nonzero base offset are not simulated")
+    r = np.arange(rows)[:, None]
+    kb = np.arange(k)[None, :] * elem_bytes
+    w = f["swizzle"]
+    if w == 0:
+        return f["start"] + (r // 8) * f["sbo"] + (r % 8) * 16 + (kb // 16) * f["lbo"] + kb % 16
+    addr = f["start"] + (r // 8) * f["sbo"] + (r % 8) * w + (kb // w) * f["lbo"] + kb % w
+    mask = w // 16 - 1
+    return addr ^ (((addr >> 7) & mask) << 4)
+
+
+class WgmmaOp:
+    """One wgmma.mma_async.m64nNk16.f32.bf16.bf16 of a warpgroup: D[64, N] (= or +=) A[64, 16] @ B[N, 16]^T."""
+
+    def __init__(self, block, accs, desc_a, desc_b, n, scale_d) -> None:
+        self.block, self.accs, self.desc_a, self.desc_b, self.n, self.scale_d = (block, accs, desc_a, desc_b, n,
+                                                                                  scale_d)
+        self.prod = None
+
+    def product(self) -> np.ndarray:
+        """A[64, 16] @ B[N, 16]^T from shared memory as it is when the first thread's wgmma_wait retires the
+        operation (the hardware may read it any time until then)."""
+        if self.prod is None:
+            a = self.block.read_u16(wgmma_operand_addresses(self.desc_a, 64)).view(ml_dtypes.bfloat16)
+            b = self.block.read_u16(wgmma_operand_addresses(self.desc_b, self.n)).view(ml_dtypes.bfloat16)
+            self.prod = a.astype(np.float64) @ b.astype(np.float64).T
+        return self.prod
+
+    def retire(self, thread_in_group: int) -> None:
+        """Write one thread's accumulator registers (at that thread's wgmma_wait)."""
+        rows, cols = wgmma_fragment_index(self.n)
+        flat = self.accs[thread_in_group].data.reshape(-1)
+        base = flat.astype(np.float64) if self.scale_d else 0.0
+        flat[...] = (base + self.product()[rows[thread_in_group], cols[thread_in_group]]).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_fragment_index(n: int):
+    """(rows, cols): where accumulator register i of warpgroup thread t sits in D[64, N] (PTX ISA, "WGMMA .m64nNk16
+    register fragment layout for accumulator matrix D"): warp w = t // 32 owns rows 16w..16w+15; within it, as
+    mma.m16n8: g = lane // 4, c = lane % 4; d[4j + q] is row g + 8 * (q // 2), column 8j + 2c + q % 2."""
+    t = np.arange(128)[:, None]
+    i = np.arange(n // 2)[None, :]
+    lane = t % 32
+    rows = 16 * (t // 32) + lane // 4 + 8 * ((i % 4) // 2)
+    cols = 8 * (i // 4) + 2 * (lane % 4) + i % 2
+    return rows, cols
 
 
 def _where(fn_name, thread, exc_tb=None, gen=None):
@@ -819,6 +986,8 @@ def _run_block(name, fn, threads, args):
             warps.setdefault(lin // 32, []).append(lin)
         for w, lanes in warps.items():
             reqs = [waiting[lin] for lin in lanes]
+            if all(r[0] == "wgmma" for r in reqs):
+                continue  # a warpgroup operation: resolved below when all four warps are there
             if all(r[0] != "sync" for r in reqs):
                 kinds = {r[0] for r in reqs}
                 if len(kinds) != 1 or len({_position(gens[lin]) for lin in lanes}) != 1:
@@ -832,6 +1001,7 @@ def _run_block(name, fn, threads, args):
                     send[lin] = r
                     del waiting[lin]
                     runnable.append(lin)
+        runnable += _warpgroup_ops(name, threads, live, gens, waiting, send)
         if runnable:
             continue
         if all(waiting[lin][0] == "sync" for lin in live):
@@ -843,6 +1013,47 @@ def _run_block(name, fn, threads, args):
             runnable = list(live)
             continue
         _deadlock(name, live, gens, waiting, "threads wait on a barrier that others never reach")
+
+
+def _warpgroup_ops(name, threads, live, gens, waiting, send):
+    """Issue the wgmma of every warpgroup (128 consecutive threads) whose threads all wait at it."""
+    groups: dict[int, list[int]] = {}
+    for lin in live:
+        if waiting.get(lin, ("",))[0] == "wgmma":
+            groups.setdefault(lin // 128, []).append(lin)
+    by_linear = {th.linear: th for th in threads}
+    resumed = []
+    for g, lins in groups.items():
+        members = [lin for lin in range(g * 128, g * 128 + 128) if lin in by_linear]
+        if len(members) < 128:
+            _deadlock(name, live, gens, waiting, f"wgmma_bf16 needs a full warpgroup of 128 threads; warpgroup {g} "
+                                                 f"has {len(members)} (launch blocks of a multiple of 128 threads)")
+        if len(lins) < 128:
+            if any(lin not in live for lin in members):
+                _deadlock(name, live, gens, waiting, f"wgmma_bf16 in warpgroup {g} while some of its threads have "
+                                                     "exited")
+            continue  # some warps have not arrived yet
+        if len({_position(gens[lin]) for lin in lins}) != 1:
+            _deadlock(name, live, gens, waiting, f"the threads of warpgroup {g} wait at different wgmma_bf16 calls")
+        reqs = [waiting[lin][1] for lin in members]
+        acc0, da, db, n, scale = reqs[0]
+        for lin, (acc, a, b, nn, sc) in zip(members, reqs):
+            th = by_linear[lin]
+            if (int(a), int(b), nn, sc) != (int(da), int(db), n, scale):
+                raise SimulationError(f"{name}: {_describe(th)}: wgmma_bf16 operands differ across warpgroup {g} "
+                                      f"(descriptors {int(a):#x}, {int(b):#x}, scale_d {sc} here vs {int(da):#x}, "
+                                      f"{int(db):#x}, {scale} in its first thread); they must be the same")
+            if not th.wg_fenced:
+                pyfile, line = _where(name, th, None, gens[lin])
+                raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: wgmma_bf16 without a "
+                                      "wgmma_fence() before it (needed before the first wgmma and after wgmma_wait)")
+        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale)
+        for lin in members:
+            by_linear[lin].wg_pending.append(op)
+            send[lin] = None
+            del waiting[lin]
+            resumed.append(lin)
+    return resumed
 
 
 def _position(gen):

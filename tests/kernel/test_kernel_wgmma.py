@@ -1,0 +1,329 @@
+"""Hopper warpgroup MMA (wgmma, sm_90a): descriptor encoding, compilation to sm_90a cubins, the simulator's
+collective semantics against NumPy, misuse errors, and (with `-m cuda`) the same kernels on the GPU."""
+import importlib.util
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from frost.kernel import (Array, KernelError, SimulationError, bf16, dynamic_shared, f32, i64, kernel, local, shared,
+                          static_range, syncthreads, tx, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence,
+                          wgmma_wait)
+from frost.kernel.simulate import decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index, wgmma_operand_addresses
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"frost_example_{name}", EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+GEMM = load("gemm_wgmma")
+wgmma_tile = GEMM.wgmma_tile
+wrong_blocks = GEMM.wrong_blocks
+
+
+def _operands(n, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((n, 64)).astype(ml_dtypes.bfloat16)
+    return a, b, a.astype(np.float64) @ b.astype(np.float64).T
+
+
+# -- descriptors ---------------------------------------------------------------------------------------------
+def test_descriptor_encoding_matches_the_ptx_isa_fields():
+    # PTX ISA example "K-Major, no-swizzling and tf32 type": LBO = 64 * 4 bytes (encoded 16), SBO = 32 * 4 (8)
+    d = encode_wgmma_desc(0x400, 256, 128, 0)
+    assert d == (0x400 >> 4) | (16 << 16) | (8 << 32)
+    assert decode_wgmma_desc(d) == dict(start=0x400, lbo=256, sbo=128, base_offset=0, swizzle=0)
+    # K-major 128B swizzle, as CUTLASS's make_gmma_desc writes it: LBO unused (1), SBO = 1024 bytes (64), mode 1
+    assert encode_wgmma_desc(0x2000, 16, 1024, 128) == 0x200 | (1 << 16) | (64 << 32) | (1 << 62)
+    assert encode_wgmma_desc(0x2020, 16, 512, 64) >> 62 == 2 and encode_wgmma_desc(0, 16, 256, 32) >> 62 == 3
+    assert encode_wgmma_desc(0x3FFF0, 16, 1024, 128) & 0x3FFF == 0x3FFF   # 18-bit addresses, >> 4
+    assert encode_wgmma_desc(0x40010, 16, 1024, 128) & 0x3FFF == 1        # bits above 18 are dropped
+
+
+def test_wgmma_desc_builtin_in_a_kernel():
+    @kernel
+    def descs(out: Array[i64]):
+        s = dynamic_shared(bf16, (2, 64, 64))
+        t = dynamic_shared(bf16, (8, 32), 2 * 64 * 64 * 2)
+        if tx == 0:
+            out[0] = wgmma_desc(s[1], (8, 16), 128)
+            out[1] = wgmma_desc(t, (0, 8), 64)
+            out[2] = wgmma_desc(s[0], (0, 0), 0, 256, 128)
+    out = np.zeros(3, np.int64)
+    descs.simulate[1, 32, 2 * 64 * 64 * 2 + 8 * 32 * 2](out)   # dynamic shared memory starts at address 0
+    bits = out.view(np.uint64)
+    assert bits[0] == encode_wgmma_desc(64 * 64 * 2 + 8 * 128 + 32, 16, 1024, 128)
+    assert bits[1] == encode_wgmma_desc(2 * 64 * 64 * 2 + 16, 16, 512, 64)   # mode 2 sets bit 63: negative as i64
+    assert bits[2] == (16 << 16) | (8 << 32)
+    src = descs.source
+    assert "frost_wgmma_desc(&s[1][8][16], 16u, 1024u, 1u)" in src and "__align__(1024)" in src
+
+
+def test_128b_swizzle_addresses_are_frost_swizzle():
+    # the descriptor's view of a K-major SW128 tile (rows of 128 bytes) equals the tile the language's swizzle()
+    # writes: element (r, k) at row r, column swizzle(r, k, 64)
+    desc = encode_wgmma_desc(1024 * 3 + 32, 16, 1024, 128)   # k offset 16 elements = 32 bytes into the rows
+    addr = wgmma_operand_addresses(desc, 64)
+    r, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
+    want = 1024 * 3 + (r * 64 + ((16 + k) // 8 ^ r % 8) * 8 + k % 8) * 2
+    np.testing.assert_array_equal(addr, want)
+    ref = np.array([[swizzle_py(int(i), 16 + int(j)) for j in range(16)] for i in range(64)])
+    np.testing.assert_array_equal(addr, 1024 * 3 + (np.arange(64)[:, None] * 64 + ref) * 2)
+
+
+def swizzle_py(row, col, cols=64):
+    return ((col // 8) ^ (row % 8)) * 8 + col % 8
+
+
+def test_accumulator_fragment_layout():
+    rows, cols = wgmma_fragment_index(64)
+    assert rows.shape == (128, 32)
+    cover = np.zeros((64, 64), int)
+    np.add.at(cover, (rows, cols), 1)
+    assert (cover == 1).all()   # every element of D held by exactly one (thread, register)
+    # thread 37 = warp 1, lane 5 (g = 1, t = 1): d0 = (16 + 1, 2), d1 = (17, 3), d2 = (25, 2), d5 = (17, 11)
+    assert (rows[37, 0], cols[37, 0]) == (17, 2) and (rows[37, 1], cols[37, 1]) == (17, 3)
+    assert (rows[37, 2], cols[37, 2]) == (25, 2) and (rows[37, 5], cols[37, 5]) == (17, 11)
+
+
+# -- compilation ---------------------------------------------------------------------------------------------
+def test_wgmma_kernels_compile_to_sm_90a():
+    src = wgmma_tile.source_for(N=64, ZERO_INIT=1)
+    for text in ("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "wgmma.fence.sync.aligned",
+                 "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0",
+                 "fence.proxy.async.shared::cta", "setp.ne.b32 p"):
+        assert text in src
+    cubin = wgmma_tile.compile("sm_90", N=64, ZERO_INIT=1)   # on an sm_90 device, wgmma kernels build for sm_90a
+    assert cubin[:4] == b"\x7fELF"
+    info = wgmma_tile.inspect("sm_90", N=256, ZERO_INIT=0)
+    assert "for 'sm_90a'" in info["log"] and info["spill_stores"] == 0
+    assert "serialized" not in info["log"]
+    with pytest.raises(KernelError, match="wgmma.*needs a Hopper GPU \\(sm_90a\\); cannot compile for sm_80"):
+        wgmma_tile.compile("sm_80", N=64, ZERO_INIT=1)
+
+
+def test_gemm_example_compiles_unserialized():
+    mod = GEMM
+    for cfg in (mod.DEFAULT, dict(BN=128, WGS=2, STAGES=3, MIN_BLOCKS=2)):
+        info = mod.gemm_wgmma.inspect("sm_90", **cfg)
+        assert "for 'sm_90a'" in info["log"]
+        assert info["spill_stores"] == 0 and "serialized" not in info["log"], info["log"]
+
+
+# -- the simulator -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n, zero_init", [(64, 1), (128, 0), (256, 1)])
+def test_single_wgmma_tile_matches_numpy(n, zero_init):
+    a, b, want = _operands(n)
+    c = np.zeros((64, n), np.float32)
+    wgmma_tile.simulate[1, 128, (64 + n) * 64 * 2](a, b, c, N=n, ZERO_INIT=zero_init)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4, err_msg=wrong_blocks(c, want))
+    err, report = GEMM.check_tile(n, zero_init, simulate=True)   # what the benchmark prints first on the GPU
+    assert err < 1e-4 and "X" not in report.split("X wrong")[1], report
+
+
+@pytest.mark.parametrize("m, n, k, tiles", [
+    (128, 64, 64, dict(BN=64, WGS=2, STAGES=3)),
+    (128, 64, 256, dict(BN=64, WGS=2, STAGES=4)),
+    (128, 128, 192, dict(BN=64, WGS=1, STAGES=3, GROUP=1)),
+])
+def test_gemm_example_simulated_matches_numpy(m, n, k, tiles):
+    mod = GEMM
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16)
+    c = np.full((m, n), np.nan, np.float32)
+    mod.gemm(a, bt, c, simulate=True, **tiles)
+    want = a.astype(np.float64) @ bt.astype(np.float64).T
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3, err_msg=wrong_blocks(c, want))
+
+
+def test_gemm_example_main_runs():
+    GEMM.main()
+
+
+# -- misuse --------------------------------------------------------------------------------------------------
+def test_wrong_accumulator_size_and_unsupported_n():
+    @kernel
+    def small_acc(x: Array[f32]):
+        s = shared(bf16, (64, 64))
+        acc = local(f32, 16)
+        d = wgmma_desc(s, (0, 0), 128)
+        wgmma_bf16(acc, d, d, 64)
+    with pytest.raises(KernelError, match=r"N=64 needs an accumulator of N/2 = 32 f32 per thread"):
+        small_acc.source
+
+    @kernel
+    def odd_n(x: Array[f32]):
+        s = shared(bf16, (64, 64))
+        acc = local(f32, 50)
+        d = wgmma_desc(s, (0, 0), 128)
+        wgmma_bf16(acc, d, d, 100)
+    with pytest.raises(KernelError, match=r"N=100 is not a wgmma shape"):
+        odd_n.source
+
+    @kernel
+    def not_a_desc(x: Array[f32]):
+        acc = local(f32, 32)
+        wgmma_bf16(acc, 1, 2, 64)
+    with pytest.raises(KernelError, match=r"descriptors made by wgmma_desc\(\)"):
+        not_a_desc.source
+
+
+def test_descriptor_of_a_non_shared_array_or_wrong_layout():
+    @kernel
+    def from_global(x: Array[bf16, 2], out: Array[i64]):
+        out[0] = wgmma_desc(x, (0, 0), 128)
+    with pytest.raises(KernelError, match=r"wgmma_desc\(\) describes a tile in shared memory"):
+        from_global.source
+
+    @kernel
+    def from_local(out: Array[i64]):
+        r = local(bf16, (8, 64))
+        out[0] = wgmma_desc(r, (0, 0), 128)
+    with pytest.raises(KernelError, match=r"describes a tile in shared memory"):
+        from_local.source
+
+    @kernel
+    def wrong_pitch(out: Array[i64]):
+        s = shared(bf16, (64, 32))
+        out[0] = wgmma_desc(s, (0, 0), 128)
+    with pytest.raises(KernelError, match=r"rows are SWIZZLE=128 bytes long.*64-byte rows.*pass LBO, SBO"):
+        wrong_pitch.source
+
+    @kernel
+    def bad_swizzle(out: Array[i64]):
+        s = shared(bf16, (64, 64))
+        out[0] = wgmma_desc(s, (0, 0), 96)
+    with pytest.raises(KernelError, match=r"SWIZZLE must be 128, 64, 32 or 0"):
+        bad_swizzle.source
+
+
+@kernel
+def no_fence(c: Array[f32]):
+    s = dynamic_shared(bf16, (64, 64))
+    for u in static_range(32):
+        s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 1.0
+    syncthreads()
+    acc = local(f32, 4)
+    d = wgmma_desc(s, (0, 0), 128)
+    wgmma_bf16(acc, d, d, 8, 0)
+    wgmma_commit()
+    wgmma_wait(0)
+    c[tx] = acc[0]
+
+
+@kernel
+def no_wait(c: Array[f32]):
+    s = dynamic_shared(bf16, (64, 64))
+    for u in static_range(32):
+        s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 1.0
+    syncthreads()
+    acc = local(f32, 4)
+    wgmma_fence()
+    d = wgmma_desc(s, (0, 0), 128)
+    wgmma_bf16(acc, d, d, 8, 0)
+    wgmma_commit()
+
+
+def test_simulator_checks_fence_wait_and_warpgroup():
+    c = np.zeros(128, np.float32)
+    with pytest.raises(SimulationError, match=r"wgmma_bf16 without a wgmma_fence\(\) before it"):
+        no_fence.simulate[1, 128, 64 * 64 * 2](c)
+    with pytest.raises(SimulationError, match=r"ended with wgmma operations in flight.*wgmma_wait\(0\)"):
+        no_wait.simulate[1, 128, 64 * 64 * 2](c)
+    with pytest.raises(SimulationError, match=r"needs a full warpgroup of 128 threads"):
+        no_wait.simulate[1, 64, 64 * 64 * 2](c)
+
+
+def test_accumulator_is_written_at_wgmma_wait():
+    # like cp.async, a wgmma's result lands when wgmma_wait retires it: reading acc earlier reads the old value
+    @kernel
+    def early(c: Array[f32], before: Array[f32]):
+        s = dynamic_shared(bf16, (64, 64))
+        for u in static_range(32):
+            s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 1.0
+        syncthreads()
+        acc = local(f32, 4)
+        for i in static_range(4):
+            acc[i] = 0.5
+        wgmma_fence()
+        d = wgmma_desc(s, (0, 0), 128)
+        wgmma_bf16(acc, d, d, 8)
+        wgmma_commit()
+        before[tx] = acc[0]
+        wgmma_wait(0)
+        c[tx] = acc[0]
+    c, before = np.zeros(128, np.float32), np.zeros(128, np.float32)
+    early.simulate[1, 128, 64 * 64 * 2](c, before)
+    np.testing.assert_array_equal(before, 0.5)
+    np.testing.assert_array_equal(c, 16.5)   # a row of ones times a column of ones over k = 16, plus 0.5
+
+
+# -- on the GPU (the lead runs `pytest -m cuda`) -------------------------------------------------------------
+@pytest.fixture
+def cp():
+    import cupy
+    return cupy
+
+
+def _bits(cp, x):
+    return cp.asarray(np.ascontiguousarray(x).view(np.uint16))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n, zero_init", [(64, 1), (128, 0), (256, 1)])
+def test_gpu_single_wgmma_tile(n, zero_init):
+    err, report = GEMM.check_tile(n, zero_init)
+    print(f"single wgmma tile m64n{n}k64 (zero_init={zero_init}): {report}")
+    assert err < 1e-3, report
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("size, tiles", [(512, dict(BN=64, WGS=2, STAGES=3)), (512, {}),
+                                         (512, dict(BN=128, WGS=2, STAGES=3, MIN_BLOCKS=2)),
+                                         (4096, {})])
+def test_gpu_gemm_matches_cublas(cp, size, tiles):
+    mod = GEMM
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((size, size)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((size, size)).astype(ml_dtypes.bfloat16)
+    c = cp.full((size, size), cp.nan, cp.float32)
+    mod.gemm(_bits(cp, a), _bits(cp, bt), c, **tiles)
+    want = cp.asarray(a.astype(np.float32)) @ cp.asarray(bt.astype(np.float32)).T   # cuBLAS, f32
+    got = c
+    err = float(cp.abs(got - want).max() / cp.abs(want).max())
+    corner = wrong_blocks(cp.asnumpy(got[:128, :256]), cp.asnumpy(want[:128, :256]), 16, 16, tol=1e-2)
+    print(f"wgmma GEMM {size}^3 {tiles or mod.DEFAULT}: max relative error {err:.3g}\n{corner}")
+    assert err < 1e-3, corner
+
+
+def test_shared_memory_is_read_when_the_wgmma_retires():
+    # overwriting an operand tile before wgmma_wait is a race on the GPU; the simulator reads the tile as late as
+    # the hardware may (at the wait), so a pipeline that refills a stage too early computes a visibly wrong result
+    @kernel
+    def overwrite(c: Array[f32]):
+        s = dynamic_shared(bf16, (64, 64))
+        for u in static_range(32):
+            s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 1.0
+        syncthreads()
+        acc = local(f32, 4)
+        wgmma_fence()
+        d = wgmma_desc(s, (0, 0), 128)
+        wgmma_bf16(acc, d, d, 8, 0)
+        wgmma_commit()
+        syncthreads()
+        for u in static_range(32):
+            s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 2.0
+        syncthreads()
+        wgmma_wait(0)
+        c[tx] = acc[0]
+    c = np.zeros(128, np.float32)
+    overwrite.simulate[1, 128, 64 * 64 * 2](c)
+    np.testing.assert_array_equal(c, 64.0)   # 16 products of 2 * 2, not 16 of 1 * 1
