@@ -69,15 +69,19 @@ class _BatchNorm(Module):
         """relu(bn(x) + residual) as one fused op (four launches on the GPU); both extras optional."""
         self._check_input_dim(x)
         factor = 0.0 if self.momentum is None else self.momentum
+        counter = None
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.data += 1
-            if self.momentum is None:
+            if self.momentum is None:  # the cumulative average needs the count on the host (not the fast path)
+                self.num_batches_tracked.data += 1
                 factor = 1.0 / float(self.num_batches_tracked.item())
+            else:
+                counter = self.num_batches_tracked  # batch_norm_act adds one (on the GPU, in its normalize kernel)
         # batch statistics in training, and in eval when no running statistics exist
         use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         track = not self.training or self.track_running_stats
         return batch_norm_act(x, self.running_mean if track else None, self.running_var if track else None,
-                              self.weight, self.bias, use_batch_stats, factor, self.eps, residual, relu)
+                              self.weight, self.bias, use_batch_stats, factor, self.eps, residual, relu,
+                              num_batches_tracked=counter)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "

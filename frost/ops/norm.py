@@ -199,25 +199,31 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
 
 
 # ------------------------------------------------------------------ batch norm (+ residual add, + ReLU) on the GPU
-# Six launches per layer instead of some twenty array ops. Forward: split statistics (grid (S, C): S blocks per
-# channel, so that the small layers of a CIFAR ResNet still fill the GPU), a one-warp-per-channel finalize, then
-# the normalize (fused with the residual add and the ReLU that follow it in a ResNet block). Backward: split
-# reduction of dy and dy * xhat, its finalize, then dx. Partials go to small scratch arrays and are merged in a
-# fixed order (no float atomics), so results are deterministic, and nothing reads back to the host, so the step
-# can be captured in a CUDA graph. Each kernel's NumPy twin is the generic path above (batch_norm, then
-# + residual, then relu); the tests compare them.
+# Four launches per layer instead of some twenty array ops. Forward: split statistics (grid (S, C): S blocks per
+# channel, so that the small layers of a CIFAR ResNet still fill the GPU), then the normalize (fused with the
+# residual add and the ReLU that follow it in a ResNet block), which first merges the partial statistics of the
+# few channels its block touches (one warp per channel, into shared memory). Backward: split reduction of dy and
+# dy * xhat, then dx, which merges those partial sums the same way. A launch costs ~2 us even inside a CUDA graph,
+# so folding the merge into the elementwise kernels saves two launches per layer; one designated block per
+# channel writes the merged values (mean, 1/std, running stats; dweight, dbias). When a block would touch more
+# channels than it has warps (tiny H*W), a one-warp-per-channel finalize kernel merges instead (six launches).
+# Partials go to small scratch arrays and are merged in a fixed order (no float atomics), so results are
+# deterministic, and nothing reads back to the host, so the step can be captured in a CUDA graph. Each kernel's
+# NumPy twin is the generic path above (batch_norm, then + residual, then relu); the tests compare them.
 
 import functools  # noqa: E402
 
 from frost.dtype import float32  # noqa: E402
 from frost.ops.elementwise import cast  # noqa: E402
-from frost.kernel import (Array, Const, bdx, block_sum, bx, by, device, f32, i32, kernel, lane, local,  # noqa: E402
-                          rsqrt, shared, static_range, tx, warp_sum)
+from frost.kernel import (Array, Const, bdx, block_sum, bx, by, device, f32, i32, i64, kernel, lane,  # noqa: E402
+                          local, rsqrt, shared, static_range, syncthreads, tx, warp, warp_sum)
 
 BN_THREADS = 256          # threads per block of the split reductions
 BN_BLOCKS_PER_SM = 4      # the split reductions aim at this many blocks per SM (all resident: one wave)
 BN_MAX_PER_THREAD = 16    # values a thread of a split reduction holds in registers (more splits beyond that)
-BN_APPLY_PER_THREAD = 4   # values per thread of the elementwise kernels
+BN_APPLY_THREADS = 256    # threads per block of the elementwise kernels
+BN_APPLY_PER_THREAD = 1   # values per thread of the elementwise kernels (1 measured fastest at the seed shapes)
+BN_MAX_CHANNELS_PER_BLOCK = 32  # shared slots of the merged statistics in an elementwise block (one per warp)
 
 
 @device
@@ -251,6 +257,43 @@ def _next_flat(col, c, col_step, c_step, hw, channels):
     if c >= channels:
         c -= channels
     return col, c
+
+
+@device
+def _merged_stats(part_mean, part_m2, c, n, splits, chunk):
+    """(mean, biased variance) of channel c from its splits' (count, mean, M2), in every lane of one warp: mean
+    first, then M2 = sum(M2_s + count_s * (mean_s - mean)^2): exact, and a fixed order (the same bits wherever
+    it runs, so blocks that merge the same channel agree)."""
+    acc = 0.0
+    for s in range(lane, splits, 32):
+        acc += f32(min(chunk, n - s * chunk)) * part_mean[c * splits + s]
+    mu = warp_sum(acc) / f32(n)
+    acc2 = 0.0
+    for s in range(lane, splits, 32):
+        d = part_mean[c * splits + s] - mu
+        acc2 += part_m2[c * splits + s] + f32(min(chunk, n - s * chunk)) * d * d
+    return mu, warp_sum(acc2) / f32(n)
+
+
+@device
+def _merged_sums(part_g, part_gx, c, splits):
+    """(sum dy, sum dy * (x - mean)) of channel c from its splits' partial sums, in every lane of one warp."""
+    acc_g = 0.0
+    acc_gx = 0.0
+    for s in range(lane, splits, 32):
+        acc_g += part_g[c * splits + s]
+        acc_gx += part_gx[c * splits + s]
+    return warp_sum(acc_g), warp_sum(acc_gx)
+
+
+@device
+def _store_stats(c, mu, inv, var, mean, invstd, running_mean, running_var, n, momentum, update_running):
+    """Channel c's batch mean and 1/std (saved for backward) and its running statistics (unbiased variance)."""
+    mean[c] = mu
+    invstd[c] = inv
+    if update_running != 0:
+        running_mean[c] = (1 - momentum) * running_mean[c] + momentum * mu
+        running_var[c] = (1 - momentum) * running_var[c] + momentum * var * f32(n) / f32(n - 1)
 
 
 @kernel
@@ -290,41 +333,72 @@ def batch_norm_stats_partial(x: Array[f32], part_mean: Array[f32], part_m2: Arra
 def batch_norm_stats_finalize(part_mean: Array[f32], part_m2: Array[f32], mean: Array[f32], invstd: Array[f32],
                               running_mean: Array[f32], running_var: Array[f32], n: i32, splits: i32, chunk: i32,
                               momentum: f32, eps: f32, update_running: i32):
-    """One warp per channel (grid C, block 32): merges its splits' (count, mean, M2), mean first and then
-    M2 = sum(M2_s + count_s * (mean_s - mean)^2) (exact, and a fixed order); writes mean, 1/std, running stats."""
+    """One warp per channel (grid C, block 32): merges its splits' statistics; writes mean, 1/std, running stats.
+    Only for shapes batch_norm_apply cannot merge itself (bn_fusable false)."""
     c = bx
-    acc = 0.0
-    for s in range(lane, splits, 32):
-        acc += f32(min(chunk, n - s * chunk)) * part_mean[c * splits + s]
-    mu = warp_sum(acc) / f32(n)
-    acc2 = 0.0
-    for s in range(lane, splits, 32):
-        d = part_mean[c * splits + s] - mu
-        acc2 += part_m2[c * splits + s] + f32(min(chunk, n - s * chunk)) * d * d
-    var = warp_sum(acc2) / f32(n)
+    mu, var = _merged_stats(part_mean, part_m2, c, n, splits, chunk)
+    inv = rsqrt(var + eps)
     if lane == 0:
-        mean[c] = mu
-        invstd[c] = rsqrt(var + eps)
-        if update_running != 0:
-            running_mean[c] = (1 - momentum) * running_mean[c] + momentum * mu
-            running_var[c] = (1 - momentum) * running_var[c] + momentum * var * f32(n) / f32(n - 1)
+        _store_stats(c, mu, inv, var, mean, invstd, running_mean, running_var, n, momentum, update_running)
 
 
 @kernel
-def batch_norm_apply(x: Array[f32], y: Array[f32], mean: Array[f32], invstd: Array[f32], weight: Array[f32],
-                     bias: Array[f32], residual: Array[f32], total: i32, hw: i32, channels: i32,
-                     relu: Const[int], add_residual: Const[int], U: Const[int] = BN_APPLY_PER_THREAD):
-    """y = relu((x - mean) * invstd * weight + bias + residual): U values per thread, a block stride apart."""
-    i = bx * bdx * U + tx
+def batch_norm_apply(x: Array[f32], y: Array[f32], part_mean: Array[f32], part_m2: Array[f32], mean: Array[f32],
+                     invstd: Array[f32], running_mean: Array[f32], running_var: Array[f32], batches: Array[i64],
+                     weight: Array[f32], bias: Array[f32], residual: Array[f32], total: i32, hw: i32, channels: i32,
+                     n: i32, splits: i32, chunk: i32, momentum: f32, eps: f32, update_running: i32,
+                     count_batch: i32, relu: Const[int], add_residual: Const[int], fused: Const[int],
+                     U: Const[int] = BN_APPLY_PER_THREAD):
+    """y = relu((x - mean) * invstd * weight + bias + residual): U values per thread, a block stride apart.
+
+    fused=1: the block's warp w first merges the partial statistics of the w-th channel row its values touch into
+    shared memory (needs rows <= warps: bn_fusable); the block holding a channel's first value (in sample 0) also
+    stores its mean, 1/std and running statistics. fused=0: mean and invstd come from batch_norm_stats_finalize.
+    count_batch != 0: block 0 adds one to batches[0] (the layer's num_batches_tracked)."""
+    start = bx * bdx * U
+    i = start + tx
     col = i % hw
     c = (i // hw) % channels
     col_step = bdx % hw
     c_step = (bdx // hw) % channels
+    row0 = start // hw
+    xs = local(f32, U)
+    rs = local(f32, U)
+    for u in static_range(U):  # loads issued before the merge: their latency overlaps it
+        xs[u] = x[i + u * bdx] if i + u * bdx < total else 0.0
+        if add_residual:
+            rs[u] = residual[i + u * bdx] if i + u * bdx < total else 0.0
+    s_mean = shared(f32, 32)
+    s_invstd = shared(f32, 32)
+    if fused:
+        rows = (min(start + bdx * U, total) - 1) // hw - row0 + 1
+        if warp < rows:
+            row = row0 + warp
+            cw = row % channels
+            mu, var = _merged_stats(part_mean, part_m2, cw, n, splits, chunk)
+            inv = rsqrt(var + eps)
+            if lane == 0:
+                s_mean[warp] = mu
+                s_invstd[warp] = inv
+                if row < channels and row * hw >= start:
+                    _store_stats(cw, mu, inv, var, mean, invstd, running_mean, running_var, n, momentum,
+                                 update_running)
+        syncthreads()
+    if count_batch != 0 and bx == 0 and tx == 0:
+        batches[0] += 1
     for u in static_range(U):
         if i < total:
-            v = (x[i] - mean[c]) * invstd[c] * weight[c] + bias[c]
+            m = 0.0
+            inv_c = 0.0
+            if fused:
+                m = s_mean[i // hw - row0]
+                inv_c = s_invstd[i // hw - row0]
+            else:
+                m = mean[c]
+                inv_c = invstd[c]
+            v = (xs[u] - m) * inv_c * weight[c] + bias[c]
             if add_residual:
-                v += residual[i]
+                v += rs[u]
             if relu:
                 v = max(v, 0.0)
             y[i] = v
@@ -367,15 +441,10 @@ def batch_norm_backward_partial(dy: Array[f32], x: Array[f32], y: Array[f32], me
 @kernel
 def batch_norm_backward_finalize(part_g: Array[f32], part_gx: Array[f32], invstd: Array[f32], dweight: Array[f32],
                                  dbias: Array[f32], splits: i32):
-    """One warp per channel (grid C, block 32): dbias = sum(dy), dweight = sum(dy * xhat) from the partials."""
+    """One warp per channel (grid C, block 32): dbias = sum(dy), dweight = sum(dy * xhat) from the partials.
+    Only for shapes batch_norm_backward_input cannot merge itself (bn_fusable false)."""
     c = bx
-    acc_g = 0.0
-    acc_gx = 0.0
-    for s in range(lane, splits, 32):
-        acc_g += part_g[c * splits + s]
-        acc_gx += part_gx[c * splits + s]
-    acc_g = warp_sum(acc_g)
-    acc_gx = warp_sum(acc_gx)
+    acc_g, acc_gx = _merged_sums(part_g, part_gx, c, splits)
     if lane == 0:
         dbias[c] = acc_g
         dweight[c] = acc_gx * invstd[c]
@@ -383,25 +452,62 @@ def batch_norm_backward_finalize(part_g: Array[f32], part_gx: Array[f32], invstd
 
 @kernel
 def batch_norm_backward_input(dy: Array[f32], x: Array[f32], y: Array[f32], mean: Array[f32],
-                              invstd: Array[f32], weight: Array[f32], dweight: Array[f32], dbias: Array[f32],
-                              dx: Array[f32], dresidual: Array[f32], total: i32, hw: i32, channels: i32, n: i32,
-                              relu: Const[int], add_residual: Const[int], U: Const[int] = BN_APPLY_PER_THREAD):
+                              invstd: Array[f32], weight: Array[f32], part_g: Array[f32], part_gx: Array[f32],
+                              dweight: Array[f32], dbias: Array[f32], dx: Array[f32], dresidual: Array[f32],
+                              total: i32, hw: i32, channels: i32, n: i32, splits: i32, relu: Const[int],
+                              add_residual: Const[int], fused: Const[int], U: Const[int] = BN_APPLY_PER_THREAD):
     """dx = weight * invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy masked by the ReLU (also the
-    residual's gradient): U values per thread, a block stride apart."""
-    i = bx * bdx * U + tx
+    residual's gradient): U values per thread, a block stride apart.
+
+    fused=1: warp w first merges the partial sums of the w-th channel row the block touches into shared memory;
+    the block holding a channel's first value (in sample 0) stores its dbias and dweight. fused=0: dbias and
+    dweight come from batch_norm_backward_finalize."""
+    start = bx * bdx * U
+    i = start + tx
     col = i % hw
     c = (i // hw) % channels
     col_step = bdx % hw
     c_step = (bdx // hw) % channels
+    row0 = start // hw
+    gs = local(f32, U)
+    xs = local(f32, U)
+    for u in static_range(U):  # loads issued before the merge: their latency overlaps it
+        if i + u * bdx < total:
+            gs[u] = dy[i + u * bdx]
+            if relu:
+                gs[u] = gs[u] if y[i + u * bdx] > 0 else 0.0
+            xs[u] = x[i + u * bdx]
+    s_db = shared(f32, 32)
+    s_dw = shared(f32, 32)
+    if fused:
+        rows = (min(start + bdx * U, total) - 1) // hw - row0 + 1
+        if warp < rows:
+            row = row0 + warp
+            cw = row % channels
+            acc_g, acc_gx = _merged_sums(part_g, part_gx, cw, splits)
+            dw = acc_gx * invstd[cw]
+            if lane == 0:
+                s_db[warp] = acc_g
+                s_dw[warp] = dw
+                if row < channels and row * hw >= start:
+                    dbias[cw] = acc_g
+                    dweight[cw] = dw
+        syncthreads()
     for u in static_range(U):
         if i < total:
-            g = dy[i]
-            if relu:
-                g = g if y[i] > 0 else 0.0
+            db = 0.0
+            dw_c = 0.0
+            if fused:
+                db = s_db[i // hw - row0]
+                dw_c = s_dw[i // hw - row0]
+            else:
+                db = dbias[c]
+                dw_c = dweight[c]
+            g = gs[u]
             if add_residual:
                 dresidual[i] = g
-            xhat = (x[i] - mean[c]) * invstd[c]
-            dx[i] = weight[c] * invstd[c] * (g - dbias[c] / f32(n) - xhat * dweight[c] / f32(n))
+            xhat = (xs[u] - mean[c]) * invstd[c]
+            dx[i] = weight[c] * invstd[c] * (g - db / f32(n) - xhat * dw_c / f32(n))
         i += bdx
         col, c = _next_flat(col, c, col_step, c_step, hw, channels)
 
@@ -410,6 +516,10 @@ def batch_norm_backward_input(dy: Array[f32], x: Array[f32], y: Array[f32], mean
 def _sm_count(device_id: int) -> int:
     import cupy
     return int(cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"])
+
+
+def _sms(x: Tensor) -> int:
+    return _sm_count(x.xp.cuda.runtime.getDevice())
 
 
 def bn_split(n: int, channels: int, sm_count: int, threads: int = BN_THREADS,
@@ -424,6 +534,12 @@ def bn_split(n: int, channels: int, sm_count: int, threads: int = BN_THREADS,
     return U, -(-n // (threads * U))
 
 
+def bn_fusable(hw: int, threads: int = BN_APPLY_THREADS, per_thread: int = BN_APPLY_PER_THREAD) -> bool:
+    """Whether the elementwise kernels can merge the statistics themselves: a block's threads * per_thread
+    contiguous values span at most ceil(threads * per_thread / hw) + 1 channel rows, one warp each."""
+    return -(-threads * per_thread // hw) + 1 <= min(threads // 32, BN_MAX_CHANNELS_PER_BLOCK)
+
+
 def _gpu_fast_path(x: Tensor, training: bool, *params) -> bool:
     # i32 indices (with room for a block's overrun past the end), channels on the grid's y axis
     return (training and x.device.type == "cuda" and x.dtype == "float32" and x.ndim >= 2
@@ -431,10 +547,27 @@ def _gpu_fast_path(x: Tensor, training: bool, *params) -> bool:
             and all(p is None or (p.dtype == "float32" and p.data.flags.c_contiguous) for p in params))
 
 
+def _count_batch(num_batches_tracked: Tensor | None, training: bool) -> None:
+    """num_batches_tracked += 1 as an array op (the paths whose kernels do not do it)."""
+    if training and num_batches_tracked is not None:
+        num_batches_tracked.data += 1
+
+
+def _counter_in_kernel(num_batches_tracked: Tensor | None, x: Tensor) -> bool:
+    t = num_batches_tracked
+    return (t is not None and t.dtype == "int64" and t.numel() == 1 and t.device == x.device
+            and t.data.flags.c_contiguous)
+
+
 def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
                    bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
-                   residual: Tensor | None = None, relu: bool = False) -> Tensor:
-    """relu(batch_norm(x) + residual), with the add and the ReLU optional: one fused op (six GPU launches)."""
+                   residual: Tensor | None = None, relu: bool = False,
+                   num_batches_tracked: Tensor | None = None) -> Tensor:
+    """relu(batch_norm(x) + residual), with the add and the ReLU optional: one fused op (four GPU launches).
+
+    In training, num_batches_tracked (a one-element int64 buffer, when given) is incremented by one, on the GPU
+    inside the normalize kernel (no launch of its own).
+    """
     if training and x.device.type == "cuda" and x.dtype.name in ("bfloat16", "float16"):
         # half-precision activations (autocast) are normalized in float32, as cuDNN's batch norm does
         x = cast(x, float32)
@@ -442,6 +575,7 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if not _gpu_fast_path(x, training, running_mean, running_var, weight, bias, residual) or \
             (residual is not None and residual.shape != x.shape):
         out = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+        _count_batch(num_batches_tracked, training)
         if residual is not None:
             out = out + residual
         return out.relu() if relu else out
@@ -455,7 +589,8 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if n <= 1:
         raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
                          f"got input of shape {x.shape}")
-    U, S = bn_split(n, C, _sm_count(xp.cuda.runtime.getDevice()))
+    U, S = bn_split(n, C, _sms(x))
+    fused = int(bn_fusable(hw))
     mean, invstd = xp.empty(C, xp.float32), xp.empty(C, xp.float32)
     part_a, part_b = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
     ones = None if weight is not None and bias is not None else xp.ones(C, xp.float32)
@@ -464,19 +599,28 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
     track = running_mean is not None and running_var is not None
     rm = running_mean.data if track else mean
     rv = running_var.data if track else invstd
+    if _counter_in_kernel(num_batches_tracked, x):
+        batches, count = num_batches_tracked.data, 1
+    else:
+        _count_batch(num_batches_tracked, training)
+        batches, count = xp.empty(1, xp.int64), 0
+    chunk = BN_THREADS * U
     batch_norm_stats_partial[(S, C), BN_THREADS](xa, part_a, part_b, n, hw, C, S, U=U)
-    batch_norm_stats_finalize[C, 32](part_a, part_b, mean, invstd, rm, rv, n, S, BN_THREADS * U, momentum, eps,
-                                     1 if track else 0)
+    if not fused:
+        batch_norm_stats_finalize[C, 32](part_a, part_b, mean, invstd, rm, rv, n, S, chunk, momentum, eps,
+                                         int(track))
     y = xp.empty_like(xa)
     res = xp.ascontiguousarray(residual.data) if residual is not None else y
-    flags = dict(relu=int(relu), add_residual=int(residual is not None))
-    elementwise_blocks = -(-total // (256 * BN_APPLY_PER_THREAD))
-    batch_norm_apply[elementwise_blocks, 256](xa, y, mean, invstd, w, b, res, total, hw, C, **flags)
+    flags = dict(relu=int(relu), add_residual=int(residual is not None), fused=fused)
+    elementwise_blocks = -(-total // (BN_APPLY_THREADS * BN_APPLY_PER_THREAD))
+    batch_norm_apply[elementwise_blocks, BN_APPLY_THREADS](xa, y, part_a, part_b, mean, invstd, rm, rv, batches, w,
+                                                           b, res, total, hw, C, n, S, chunk, momentum, eps,
+                                                           int(track), count, **flags)
     parents = [t for t in (x, weight, bias, residual) if t is not None]
 
     def backward(g):
         g = xp.ascontiguousarray(g)
-        # the finalize kernel writes straight into the parameters' zeroed .grad buffers when there are some
+        # the kernels write straight into the parameters' zeroed .grad buffers when there are some
         dweight = grad_destination(weight) if weight is not None else None
         dbias = grad_destination(bias) if bias is not None else None
         dweight = xp.empty(C, xp.float32) if dweight is None else dweight
@@ -484,11 +628,13 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
         part_g, part_gx = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
         batch_norm_backward_partial[(S, C), BN_THREADS](g, xa, y, mean, part_g, part_gx, n, hw, C, S,
                                                         relu=int(relu), U=U)
-        batch_norm_backward_finalize[C, 32](part_g, part_gx, invstd, dweight, dbias, S)
+        if not fused:
+            batch_norm_backward_finalize[C, 32](part_g, part_gx, invstd, dweight, dbias, S)
         dx = xp.empty_like(xa)
         dres = xp.empty_like(xa) if residual is not None else dx
-        batch_norm_backward_input[elementwise_blocks, 256](g, xa, y, mean, invstd, w, dweight, dbias, dx, dres,
-                                                           total, hw, C, n, **flags)
+        batch_norm_backward_input[elementwise_blocks, BN_APPLY_THREADS](g, xa, y, mean, invstd, w, part_g, part_gx,
+                                                                        dweight, dbias, dx, dres, total, hw, C, n,
+                                                                        S, **flags)
         grads = [dx]
         if weight is not None:
             grads.append(dweight)

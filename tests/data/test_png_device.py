@@ -397,3 +397,40 @@ def test_threaded_gpu_loader_path_with_a_fake_cupy(tmp_path, monkeypatch):
     paths[5].write_bytes(bytes(data))
     with pytest.raises(RuntimeError, match=rf"cannot decode {paths[5]} on the GPU: bad zlib header"):
         list(DataLoader(ds, batch_size=3, num_workers=2, device="cuda"))
+
+
+def test_file_reads_pass_the_gate_one_batch_at_a_time(tmp_path, monkeypatch):
+    """Under the GIL the reads of concurrent get_batch calls are serialized (READERS = 1): many readers at once
+    only hand the GIL back and forth. The rest of get_batch runs outside the gate."""
+    import threading
+    import time
+    paths, _ = write_folder(tmp_path)
+    ds = DevicePNGList(paths, list(range(len(paths))))
+    inside, most = [0], [0]
+    lock = threading.Lock()
+    original = pd.read_file
+
+    def counting_read(name):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.002)  # sleeping releases the GIL: without the gate the other threads would come in
+        with lock:
+            inside[0] -= 1
+        return original(name)
+
+    monkeypatch.setattr(pd, "read_file", counting_read)
+    errors = []
+
+    def work():
+        try:
+            ds.get_batch(np.arange(len(paths)))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors and most[0] == pd.READERS
