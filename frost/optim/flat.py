@@ -51,6 +51,8 @@ class FlatGroup:
         self.grads = xp.zeros(self.numel, dtype=xp.float32)
         self.state = {name: xp.zeros(self.numel, dtype=xp.float32) for name in state_names}
         self.hyper = xp.zeros(1 + n_hyper, dtype=xp.float32)
+        # [offset, numel] of each parameter, for kernels that work per parameter (one block each, e.g. LAMB's norms)
+        self.segments = xp.asarray([[o, p.numel()] for p, o in zip(params, offsets)], dtype=xp.int32).reshape(-1)
         self._host_hyper: list[float] | None = None
         steps = [float(state[p]["step"].item()) for p in params if p in state and "step" in state[p]]
         self.hyper[STEP] = steps[0] if steps else 0.0

@@ -13,14 +13,16 @@ decay as in its BERT setup, whose lr follows a warm-up + polynomial-decay schedu
 trust ratio is not clipped (the paper's phi(z) = min(max(z, gamma_l), gamma_u) is the identity here, as in the
 reference codes).
 Exclude biases and norm weights from decay with a second param group, as the paper's BERT setup does.
-State: 'step', 'exp_avg', 'exp_avg_sq' (Adam's names). Where it runs: `lamb_update` is array code (NumPy, or
-CuPy for CUDA parameters): the two norms are per-tensor reductions, so there is no single flat launch; the
-ratio stays on the device (no host synchronisation).
+State: 'step', 'exp_avg', 'exp_avg_sq' (Adam's names). Where it runs: on the GPU a float32 group is one launch
+of `lamb_flat_kernel` over the flat buffers, one block per parameter (its two norms are block sums); elsewhere
+`lamb_update` runs on the arrays (its twin; on CuPy the trust ratio stays on the device, no host synchronisation).
 """
 from __future__ import annotations
 
 from typing import Iterable
 
+from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, shared, sqrt, tx
+from frost.optim.adamw import advance_step
 from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor, zeros_like
 
@@ -44,6 +46,34 @@ def _norm(xp, a):
     return xp.sqrt(xp.sum(a * a))
 
 
+# ---------------------------------------------------------------- GPU kernel (twin: lamb_update)
+# hyper = [step, lr, beta1, beta2, eps, weight_decay]; block b updates parameter b, whose elements are
+# segments[2b] ... segments[2b] + segments[2b + 1] - 1 of the flat buffers. Pass 1 updates m and v and sums
+# p^2 and u^2; pass 2 recomputes u from the new m and v (cheaper than storing it) and takes the step.
+
+@device
+def _lamb_direction(p, m, v, hyper):
+    return m / (1 - pow(hyper[2], hyper[0])) / (sqrt(v / (1 - pow(hyper[3], hyper[0]))) + hyper[4]) + hyper[5] * p
+
+
+@kernel
+def lamb_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], v: Array[f32], segments: Array[i32],
+                     hyper: Array[f32]):
+    start, end = segments[2 * bx], segments[2 * bx] + segments[2 * bx + 1]
+    w2, u2 = 0.0, 0.0
+    for i in range(start + tx, end, bdx):
+        m[i] += (1 - hyper[2]) * (g[i] - m[i])
+        v[i] = hyper[3] * v[i] + (1 - hyper[3]) * g[i] * g[i]
+        u = _lamb_direction(p[i], m[i], v[i], hyper)
+        w2 += p[i] * p[i]
+        u2 += u * u
+    scratch = shared(f32, 32)
+    w2, u2 = block_sum(w2, scratch), block_sum(u2, scratch)
+    trust = sqrt(w2 / u2) if w2 > 0 and u2 > 0 else 1.0
+    for i in range(start + tx, end, bdx):
+        p[i] -= hyper[1] * trust * _lamb_direction(p[i], m[i], v[i], hyper)
+
+
 class LAMB(Optimizer):
     """Layer-wise Adaptive Moments for Batch training: Adam whose step per tensor is scaled to that tensor's norm."""
 
@@ -51,6 +81,17 @@ class LAMB(Optimizer):
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01) -> None:
         check_options("LAMB", dict(lr=lr, eps=eps, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    flat_state = ("exp_avg", "exp_avg_sq")
+    flat_threads = 512
+
+    def _flat_hyper(self, group: dict) -> list[float]:
+        return [group["lr"], *group["betas"], group["eps"], group["weight_decay"]]
+
+    def _flat_update(self, flat) -> None:
+        advance_step[1, 32](flat.hyper)
+        lamb_flat_kernel[len(flat.members), self.flat_threads](flat.params, flat.grads, flat.state["exp_avg"],
+                                                               flat.state["exp_avg_sq"], flat.segments, flat.hyper)
 
     def step(self, closure=None):
         loss = self._evaluate(closure)

@@ -1,10 +1,11 @@
-"""LAMB against a fresh NumPy transcription of the paper's Algorithm 2; trust-ratio edge cases, state dicts, errors."""
+"""LAMB against a fresh NumPy transcription of the paper's Algorithm 2; trust-ratio edge cases, its one-launch flat
+kernel (simulator here, GPU with -m cuda), state dicts, errors."""
 import numpy as np
 import pytest
 
 import frost
 from frost.autograd import AnomalyError, detect_anomaly
-from frost.optim import LAMB, lamb_update
+from frost.optim import LAMB, flat, lamb, lamb_update
 from optim_oracle import (SHAPES, assert_resumes_exactly_through_a_file, gradient, initial_arrays, run_frost,
                           run_on_fixed_gradients)
 
@@ -87,13 +88,107 @@ def test_state_dict_round_trip_through_a_file(tmp_path):
     assert sorted(opt2.state_dict()["state"][0]) == ["exp_avg", "exp_avg_sq", "step"]
 
 
+def test_flat_kernel_compiles_for_sm90():
+    assert len(lamb.lamb_flat_kernel.compile(arch="sm_90")) > 1000
+
+
+# sizes not multiples of the simulated block (64 threads), a 0-d one, one starting at zero (||w|| = 0 on step 1)
+# and, in the second group (no decay), one whose gradient is always zero (||u|| = 0: trust 1, no step)
+FLAT_SHAPES = [(7, 11), (70,), (), (3, 2, 5), (130,), (4,)]
+ZERO_PARAM, ZERO_GRAD_PARAM = 1, 5
+
+
+def train_flat_and_per_tensor(monkeypatch, steps=20):
+    """The same float32 parameters and gradients through a flat group whose launches run in the kernel simulator
+    (NumPy buffers) and through lamb_update, tensor by tensor. Returns (optimizer, params, references)."""
+    monkeypatch.setattr(flat, "eligible", lambda params: True)
+    monkeypatch.setattr(lamb, "lamb_flat_kernel", lamb.lamb_flat_kernel.simulate)
+    monkeypatch.setattr(lamb, "advance_step", lamb.advance_step.simulate)
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in FLAT_SHAPES]
+    arrays[ZERO_PARAM][...] = 0
+    params = [frost.Tensor(a.copy(), requires_grad=True) for a in arrays]
+    for p in params:
+        p.grad = frost.Tensor(np.zeros(p.shape, np.float32))
+    options = dict(lr=0.05, betas=(0.8, 0.99), eps=1e-6)
+    opt = LAMB([{"params": params[:5], "weight_decay": 0.1}, {"params": params[5:], "weight_decay": 0.0}], **options)
+    opt.flat_threads = 64  # two warps: block_sum across warps, and the simulator stays fast
+    ref = [(a.copy(), np.zeros_like(a), np.zeros_like(a)) for a in arrays]
+    for step in range(1, steps + 1):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in FLAT_SHAPES]
+        grads[ZERO_GRAD_PARAM][...] = 0
+        for p, g, (x, m, v) in zip(params, grads, ref):
+            p.grad.data[...] = g
+            lamb_update(x, g, m, v, lr=0.05, beta1=0.8, beta2=0.99, eps=1e-6, step=float(step),
+                        weight_decay=0.0 if p is params[ZERO_GRAD_PARAM] else 0.1)
+        opt.step()
+    return opt, params, ref
+
+
+def test_simulated_flat_kernel_equals_the_cpu_rule_over_20_steps(monkeypatch):
+    opt, params, ref = train_flat_and_per_tensor(monkeypatch)
+    assert sorted(opt._flat) == [0, 1], "both groups should have gone flat"
+    for i, (p, (x, m, v)) in enumerate(zip(params, ref)):
+        np.testing.assert_allclose(p.numpy(), x, rtol=1e-5, atol=1e-6, err_msg=f"param {i} {FLAT_SHAPES[i]}")
+        np.testing.assert_allclose(opt.state[p]["exp_avg"].numpy(), m, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(opt.state[p]["exp_avg_sq"].numpy(), v, rtol=1e-5, atol=1e-7)
+        assert float(opt.state[p]["step"].item()) == 20
+    np.testing.assert_array_equal(params[ZERO_GRAD_PARAM].numpy(), ref[ZERO_GRAD_PARAM][0])  # never moved
+    assert np.abs(params[ZERO_PARAM].numpy()).max() > 0.01  # moved off zero by a plain step at trust 1
+
+
+def test_flat_segments_locate_each_parameter(monkeypatch):
+    opt, params, _ = train_flat_and_per_tensor(monkeypatch, steps=1)
+    group = opt._flat[0]
+    segments = group.segments.reshape(-1, 2)
+    assert segments.dtype == np.int32 and segments[:, 1].tolist() == [77, 70, 1, 30, 130]
+    for p, (offset, n) in zip(params, segments):
+        assert offset % flat.FlatGroup.ALIGN == 0
+        np.testing.assert_array_equal(group.params[offset:offset + n], p.numpy().reshape(-1))
+
+
 @pytest.mark.cuda
 def test_gpu_update_equals_cpu_rule():
     make = lambda ps: LAMB(ps, lr=1e-2, weight_decay=0.1)  # noqa: E731
-    _, gpu = run_on_fixed_gradients("cuda", make)
-    _, cpu = run_on_fixed_gradients("cpu", make)
+    opt, gpu = run_on_fixed_gradients("cuda", make, step_lr=True)
+    _, cpu = run_on_fixed_gradients("cpu", make, step_lr=True)
+    assert opt._flat, "the CUDA parameters should have been packed into a flat group"
     for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert float(opt.state_dict()["state"][0]["step"].item()) == 20
+
+
+@pytest.mark.cuda
+def test_flat_group_state_dict_round_trip(tmp_path):
+    """10 flat steps, frost.save / frost.load of parameters and state, 10 more in a fresh flat group: as 20 straight."""
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(16, 8), (16,), (3, 16)]]
+    grads = [[rng.standard_normal(a.shape).astype(np.float32) for a in arrays] for _ in range(20)]
+
+    def run(params, opt, steps):
+        for t in steps:
+            for p, g in zip(params, grads[t]):
+                if p.grad is None:
+                    p.grad = frost.tensor(g, device="cuda")
+                else:
+                    p.grad.copy_(frost.tensor(g, device="cuda"))
+            opt.step()
+        assert opt._flat
+
+    straight = [frost.tensor(a, device="cuda", requires_grad=True) for a in arrays]
+    run(straight, LAMB(straight, lr=0.02, weight_decay=0.1), range(20))
+    first = [frost.tensor(a, device="cuda", requires_grad=True) for a in arrays]
+    opt = LAMB(first, lr=0.02, weight_decay=0.1)
+    run(first, opt, range(10))
+    frost.save({"params": [p.detach().cpu() for p in first], "opt": opt.state_dict()}, tmp_path / "ckpt.frost")
+    saved = frost.load(tmp_path / "ckpt.frost")
+    resumed = [frost.tensor(p.numpy(), device="cuda", requires_grad=True) for p in saved["params"]]
+    opt2 = LAMB(resumed)
+    opt2.load_state_dict(saved["opt"])
+    assert float(opt2.state[resumed[0]]["step"].item()) == 10
+    run(resumed, opt2, range(10, 20))
+    for a, b in zip(resumed, straight):
+        np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().cpu().numpy(), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("kwargs,match", [(dict(lr=-1.0), r"LAMB: lr \(-1.0\)"),
