@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from frost.backend.cuda import graph_time_us
 from frost.ops import norm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,29 +27,6 @@ SEED_SHAPES = [(32, 16, 32, 32), (32, 32, 16, 16), (32, 64, 8, 8)]
 LAYERS_PER_SHAPE = 7  # the seed ResNet-20 has 7 batch norms at each of the three shapes
 MOMENTUM, EPS = 0.1, 1e-5
 OLD_PER_THREAD = 4    # the elementwise kernels' values per thread before the fusion
-
-
-def graph_us(fn, calls: int, repeats: int) -> float:
-    """Microseconds per call of fn (a sequence of launches) captured `calls` times into one CUDA graph."""
-    import cupy as cp
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        fn()  # compiles and loads the kernels outside the capture
-        stream.synchronize()
-        stream.begin_capture()
-        for _ in range(calls):
-            fn()
-        graph = stream.end_capture()
-        graph.launch(stream)
-        times = []
-        for _ in range(repeats):
-            start, end = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end) * 1000 / calls)
-    return float(np.median(times))
 
 
 class Layer:
@@ -193,16 +171,17 @@ def main() -> None:
         for what, old, new, launches in (("forward", layer.old_forward, layer.new_forward, (4, 2)),
                                          ("backward", layer.old_backward, layer.new_backward, (3, 2)),
                                          ("layer fwd+bwd", layer.old_layer, layer.new_layer, (7, 4))):
-            t_old, t_new = graph_us(old, calls, repeats), graph_us(new, calls, repeats)
+            t_old, t_new = graph_time_us(old, calls, repeats), graph_time_us(new, calls, repeats)
             rows.append(dict(shape=list(shape), layer=label, what=what, old_us=t_old, new_us=t_new,
                              speedup=t_old / t_new, launches_old=launches[0], launches_new=launches[1],
                              split=dict(threads=norm.BN_THREADS, U=layer.U, S=layer.S)))
         if not args.quick:
-            sweep = {f"six launches + counter, elementwise U{u}": graph_us(lambda: layer.old_layer(u), calls, repeats)
-                     for u in (1, OLD_PER_THREAD)}
+            sweep = {f"six launches + counter, elementwise U{u}":
+                     graph_time_us(lambda: layer.old_layer(u), calls, repeats) for u in (1, OLD_PER_THREAD)}
             for u in (1, 2, 4):
                 if norm.bn_fusable(layer.hw, norm.BN_APPLY_THREADS, u):
-                    sweep[f"four launches, elementwise U{u}"] = graph_us(lambda: layer.new_layer(u), calls, repeats)
+                    sweep[f"four launches, elementwise U{u}"] = graph_time_us(lambda: layer.new_layer(u), calls,
+                                                                              repeats)
             sweeps[label] = sweep
     per_step = {k: LAYERS_PER_SHAPE * sum(r[k] for r in rows if r["what"] == "layer fwd+bwd")
                 for k in ("old_us", "new_us")}

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from frost import backends
+from frost.backend.cuda import graph_time_us
 from frost.ops import conv_wgrad as cw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,31 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED_SHAPES = [((32, 3, 16, 32, 1, 3), 1), ((32, 16, 16, 32, 1, 3), 6), ((32, 16, 32, 32, 2, 3), 1),
                ((32, 32, 32, 16, 1, 3), 5), ((32, 16, 32, 32, 2, 1), 1), ((32, 32, 64, 16, 2, 3), 1),
                ((32, 64, 64, 8, 1, 3), 5), ((32, 32, 64, 16, 2, 1), 1)]
-
-
-def graph_us(fn, calls: int, repeats: int) -> float:
-    """Microseconds per call of fn captured `calls` times into one CUDA graph (median over replays)."""
-    import cupy as cp
-    stream = cp.cuda.Stream(non_blocking=True)
-    pool = cp.cuda.MemoryPool()  # scratch made during the capture stays the graph's while it is replayed
-    with stream:
-        fn()  # compiles, loads and tunes (and sizes cuDNN's workspace) outside the capture
-        stream.synchronize()
-        with cp.cuda.using_allocator(pool.malloc):
-            stream.begin_capture()
-            for _ in range(calls):
-                fn()
-            graph = stream.end_capture()
-        graph.launch(stream)
-        times = []
-        for _ in range(repeats):
-            start, end = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end) * 1000 / calls)
-    return float(np.median(times))
 
 
 def cudnn_wgrad(g, x, w_shape, s, p, out):
@@ -69,8 +45,8 @@ def bench_shape(shape, calls: int, repeats: int, sms: int) -> dict:
     try:
         for tf32 in (False, True):
             backends.allow_tf32, backends.deterministic = tf32, not tf32
-            row[f"cudnn_tf32_{'on' if tf32 else 'off'}_us"] = graph_us(lambda: cudnn_wgrad(g, x, w_shape, s, p, out),
-                                                                      calls, repeats)
+            row[f"cudnn_tf32_{'on' if tf32 else 'off'}_us"] = graph_time_us(
+                lambda: cudnn_wgrad(g, x, w_shape, s, p, out), calls, repeats)
         backends.allow_tf32, backends.deterministic = False, True
         ref = cp.asnumpy(cudnn_wgrad(g, x, w_shape, s, p, cp.empty(w_shape, cp.float32))).astype(np.float64)
     finally:
@@ -80,8 +56,8 @@ def bench_shape(shape, calls: int, repeats: int, sms: int) -> dict:
     ours = []
     for tiles in cw.candidate_tiles(geo, n, sms):
         plan = cw.make_plan(geo, n, **tiles)
-        us = graph_us(lambda: cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, out=out, tiles=tiles), calls,
-                      repeats)
+        us = graph_time_us(lambda: cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, out=out, tiles=tiles), calls,
+                           repeats)
         got = cp.asnumpy(cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, tiles=tiles))
         ours.append(dict(tiles=tiles, us=us, threads=plan.threads, smem=plan.smem, blocks=plan.splits *
                          plan.tiles_m * plan.tiles_c, max_rel_error=float(np.abs(got - ref).max() / scale)))

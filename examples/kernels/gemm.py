@@ -4,7 +4,8 @@ C[M, N] (f32) = A[M, K] (bf16, row-major) @ B[K, N] (bf16, row-major). A block c
 with (BM / WM) x (BN / WN) warps; each warp owns a WM x WN tile made of 16x8 mma tiles. The K loop keeps
 STAGES - 1 slices of A and B in flight (cp.async into a ring of shared-memory stages; STAGES=2 is double
 buffering) while the tensor cores work on the current one. Shared rows are padded by 8 elements so that the
-8 rows an ldmatrix reads fall in 8 different bank groups. The next step on Hopper is wgmma (sm_90a) fed by TMA.
+8 rows an ldmatrix reads fall in 8 different bank groups. gemm_wgmma.py takes the next step on Hopper: warpgroup
+MMA (wgmma, sm_90a).
 """
 import numpy as np
 
@@ -26,6 +27,17 @@ def load_tile(src: Array[bf16, 2], dst: Array[bf16, 2], r0: i32, c0: i32, ROWS: 
         cp_async16(dst, (r, col), src, (r0 + r, c0 + col))
 
 
+@frost.kernel.device
+def block_origin(BM: Const[int], BN: Const[int], GROUP: Const[int]) -> (i32, i32):
+    """(m0, n0): the first row and column of this block's tile of C. Blocks run in groups of GROUP block-rows,
+    column by column, so that the A and B panels they share stay in L2."""
+    pid = by * gdx + bx
+    in_group = GROUP * gdx
+    first_m = pid // in_group * GROUP
+    group_m = min(gdy - first_m, GROUP)
+    return (first_m + pid % in_group % group_m) * BM, pid % in_group // group_m * BN
+
+
 @frost.kernel
 def gemm_bf16(a: Array[bf16, 2], b: Array[bf16, 2], c: Array[f32, 2], BM: Const[int] = 128, BN: Const[int] = 128,
               BK: Const[int] = 32, WM: Const[int] = 64, WN: Const[int] = 64, STAGES: Const[int] = 3,
@@ -38,13 +50,7 @@ def gemm_bf16(a: Array[bf16, 2], b: Array[bf16, 2], c: Array[f32, 2], BM: Const[
     bq = local(bf16, (WN // 16, 2, 4))
     wm = warp // (BN // WN)
     wn = warp % (BN // WN)
-    # Blocks run in groups of GROUP block-rows, column by column, so that the A and B panels they share stay in L2.
-    pid = by * gdx + bx
-    in_group = GROUP * gdx
-    first_m = pid // in_group * GROUP
-    group_m = min(gdy - first_m, GROUP)
-    m0 = (first_m + pid % in_group % group_m) * BM
-    n0 = pid % in_group // group_m * BN
+    m0, n0 = block_origin(BM, BN, GROUP)
     for i in static_range(WM // 16):
         for j in static_range(WN // 8):
             for q in static_range(4):
@@ -120,12 +126,7 @@ def gemm_bf16_fast(a: Array[bf16, 2], b: Array[bf16, 2], c: Array[f32], BM: Cons
     bq = local(bf16, (2, WN // 16, 2, 4))
     wm = warp // (BN // WN)
     wn = warp % (BN // WN)
-    pid = by * gdx + bx
-    in_group = GROUP * gdx
-    first_m = pid // in_group * GROUP
-    group_m = min(gdy - first_m, GROUP)
-    m0 = (first_m + pid % in_group % group_m) * BM
-    n0 = pid % in_group // group_m * BN
+    m0, n0 = block_origin(BM, BN, GROUP)
     for i in static_range(WM // 16):
         for j in static_range(WN // 8):
             for q in static_range(4):

@@ -21,7 +21,8 @@ Semantics (the simulator implements exactly these):
 - `mulhi(a, b)`: the high 32 bits of the exact 64-bit product of two u32 (CUDA's `__umulhi`) or two i32 (`__mulhi`).
 - 16-byte vector access on 1-D f32/i32/u32 arrays: `a, b, c, d = load4(x, i)`, `store4(x, i, a, b, c, d)`,
   `ldg4(x, i)` (read-only cache); i % 4 == 0 and a 16-byte aligned array (the simulator checks both, the launch
-  checks the pointers). `ldg(x, i)` is a scalar read-only load. Unpacking may target elements: `r[0], r[1] = f(...)`.
+  checks the pointers). `a, b = load2(x, i)` and `store2(x, i, a, b)` are the 8-byte pairs (i % 2 == 0, 8-byte
+  aligned). `ldg(x, i)` is a scalar read-only load. Unpacking may target elements: `r[0], r[1] = f(...)`.
 - `launch_bounds(MAX_THREADS[, MIN_BLOCKS])` as a statement of a kernel's body is CUDA's `__launch_bounds__`;
   `swizzle(row, col, COLS)` is the XOR-swizzled column of a 16-bit shared tile (conflict-free ldmatrix, no padding).
 - `k.inspect(arch, **consts)` returns the PTX and ptxas's registers/spills/stack; `k.ptx(arch, **consts)` the PTX.

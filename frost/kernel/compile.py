@@ -1,6 +1,7 @@
 """NVRTC compilation of CUDA C++ to cubin, with an on-disk cache keyed by source, architecture and NVRTC version."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -80,25 +81,39 @@ def compile_cubin(source: str, name: str, arch: str = "sm_90", options=(), const
     return cubin
 
 
-def _nvrtc_compile(source: str, name: str, options) -> bytes:
+@contextlib.contextmanager
+def _compiled_program(source: str, name: str, options):
+    """An NVRTC program for kernel `name` compiled with `options`, and NVRTC's log, destroyed on leaving;
+    KernelError (the log in the kernel's Python line numbers) when it does not compile."""
     nvrtc = _nvrtc()
-    stats["nvrtc_compiles"] += 1
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "create")
     try:
         opts = [o.encode() for o in options]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        log = bytearray(size)  # never b" " * n: for n == 1 that is the interned b" " itself, which NVRTC would overwrite
+        log = bytearray(size)  # never b" " * n: for n == 1 that is the interned b" ", which NVRTC would overwrite
         nvrtc.nvrtcGetProgramLog(prog, log)
         log = log.decode(errors="replace").rstrip("\x00 \n")
         if int(err) != 0:
             raise KernelError(f"NVRTC could not compile kernel {name!r}:\n{_python_lines(log)}")
-        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-        cubin = bytearray(size)
-        _check((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "get cubin")
-        return bytes(cubin)
+        yield prog, log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _output(prog, get_size, get, what: str) -> bytes:
+    """One output of a compiled program (the cubin or the PTX), through NVRTC's size-then-copy pair of calls."""
+    size = _check(get_size(prog), f"{what} size")
+    buf = bytearray(size)
+    _check((get(prog, buf)[0], None), f"get {what}")
+    return bytes(buf)
+
+
+def _nvrtc_compile(source: str, name: str, options) -> bytes:
+    nvrtc = _nvrtc()
+    stats["nvrtc_compiles"] += 1
+    with _compiled_program(source, name, options) as (prog, _log):
+        return _output(prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "cubin")
 
 
 def inspect_program(source: str, name: str, arch: str = "sm_90", options=()) -> dict:
@@ -107,21 +122,8 @@ def inspect_program(source: str, name: str, arch: str = "sm_90", options=()) -> 
     "smem": int (static shared bytes)}. For reading what the code generator produced, not for launching."""
     nvrtc = _nvrtc()
     opts = ["--gpu-architecture=" + arch, "-std=c++17", "--ptxas-options=-v", *options]
-    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []), "create")
-    try:
-        enc = [o.encode() for o in opts]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(enc), enc)
-        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        log = bytearray(size)
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        log = log.decode(errors="replace").rstrip("\x00 \n")
-        if int(err) != 0:
-            raise KernelError(f"NVRTC could not compile kernel {name!r}:\n{_python_lines(log)}")
-        size = _check(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
-        ptx = bytearray(size)
-        _check((nvrtc.nvrtcGetPTX(prog, ptx)[0], None), "get ptx")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    with _compiled_program(source, name, opts) as (prog, log):
+        ptx = _output(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "ptx")
     return dict(ptx=ptx.decode(errors="replace").rstrip("\x00"), log=log, **_ptxas_numbers(log, name))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from frost.backend import cuda
 from frost.kernel import (Array, Const, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane, launch_bounds,
                           local, shared, static_range, syncthreads, tx, warp)
 
@@ -289,7 +290,6 @@ def launch(plan: Plan, g, x, out, part=None, simulate: bool = False) -> None:
 
 # ------------------------------------------------------------------ the entry point on CuPy arrays
 def _cupy():
-    from frost.backend import cuda
     return cuda.cupy()
 
 
@@ -424,34 +424,6 @@ def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
     return unique
 
 
-def _graph_us(fn, calls: int = 10, repeats: int = 10, warmup: int = 2) -> float:
-    """Median microseconds per call of fn, captured `calls` times into a CUDA graph and replayed (CUDA events)."""
-    cp = _cupy()
-    stream = cp.cuda.Stream(non_blocking=True)
-    pool = cp.cuda.MemoryPool()   # scratch made during the capture stays the graph's while it is replayed
-    with stream:
-        fn()   # compiles, loads, tunes (and sizes cuDNN's workspace) outside the capture
-        stream.synchronize()
-        with cp.cuda.using_allocator(pool.malloc):
-            stream.begin_capture()
-            try:
-                for _ in range(calls):
-                    fn()
-            finally:
-                graph = stream.end_capture()
-        for _ in range(warmup):
-            graph.launch(stream)
-        times = []
-        for _ in range(repeats):
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            stop.record(stream)
-            stop.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, stop) * 1000 / calls)
-    return float(np.median(times))
-
-
 def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
     """True when our kernel is faster than cuDNN's weight gradient (cudnn_fn(): runs cuDNN's plan) at this shape.
 
@@ -472,10 +444,11 @@ def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
         out = cp.empty(tuple(w_shape), dtype=cp.float32)
         timed = []
         for tiles in candidates(g, x, w_shape, stride, padding):
-            us = _graph_us(lambda: conv2d_backward_weight_gpu(g, x, w_shape, stride, padding, out=out, tiles=tiles))
+            us = cuda.graph_time_us(lambda: conv2d_backward_weight_gpu(g, x, w_shape, stride, padding, out=out,
+                                                                       tiles=tiles))
             timed.append((us, tiles))
         ours_us, tiles = min(timed, key=lambda t: t[0])
-        cudnn_us = _graph_us(cudnn_fn)
+        cudnn_us = cuda.graph_time_us(cudnn_fn)
         choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
                         "cudnn_us": round(cudnn_us, 3)}
         _save_choices()

@@ -260,6 +260,14 @@ def _next_flat(col, c, col_step, c_step, hw, channels):
 
 
 @device
+def _flat_start(start, hw, channels):
+    """An elementwise block's walk from flat index start: this thread's first index i, its column and channel,
+    the column and channel steps of one block stride (for _next_flat), and the block's first row (N*C rows)."""
+    i = start + tx
+    return i, i % hw, (i // hw) % channels, bdx % hw, (bdx // hw) % channels, start // hw
+
+
+@device
 def _merged_stats(part_mean, part_m2, c, n, splits, chunk):
     """(mean, biased variance) of channel c from its splits' (count, mean, M2), in every lane of one warp: mean
     first, then M2 = sum(M2_s + count_s * (mean_s - mean)^2): exact, and a fixed order (the same bits wherever
@@ -356,12 +364,7 @@ def batch_norm_apply(x: Array[f32], y: Array[f32], part_mean: Array[f32], part_m
     stores its mean, 1/std and running statistics. fused=0: mean and invstd come from batch_norm_stats_finalize.
     count_batch != 0: block 0 adds one to batches[0] (the layer's num_batches_tracked)."""
     start = bx * bdx * U
-    i = start + tx
-    col = i % hw
-    c = (i // hw) % channels
-    col_step = bdx % hw
-    c_step = (bdx // hw) % channels
-    row0 = start // hw
+    i, col, c, col_step, c_step, row0 = _flat_start(start, hw, channels)
     xs = local(f32, U)
     rs = local(f32, U)
     for u in static_range(U):  # loads issued before the merge: their latency overlaps it
@@ -463,12 +466,7 @@ def batch_norm_backward_input(dy: Array[f32], x: Array[f32], y: Array[f32], mean
     the block holding a channel's first value (in sample 0) stores its dbias and dweight. fused=0: dbias and
     dweight come from batch_norm_backward_finalize."""
     start = bx * bdx * U
-    i = start + tx
-    col = i % hw
-    c = (i // hw) % channels
-    col_step = bdx % hw
-    c_step = (bdx // hw) % channels
-    row0 = start // hw
+    i, col, c, col_step, c_step, row0 = _flat_start(start, hw, channels)
     gs = local(f32, U)
     xs = local(f32, U)
     for u in static_range(U):  # loads issued before the merge: their latency overlaps it
@@ -563,7 +561,8 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
                    bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
                    residual: Tensor | None = None, relu: bool = False,
                    num_batches_tracked: Tensor | None = None) -> Tensor:
-    """relu(batch_norm(x) + residual), with the add and the ReLU optional: one fused op (four GPU launches).
+    """relu(batch_norm(x) + residual), with the add and the ReLU optional: one fused op (four GPU launches; six
+    when H*W is so small that a block would span more channels than it has warps, see bn_fusable).
 
     In training, num_batches_tracked (a one-element int64 buffer, when given) is incremented by one, on the GPU
     inside the normalize kernel (no launch of its own).

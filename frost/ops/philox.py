@@ -150,19 +150,25 @@ def draw_block(state, j: i32) -> (u32, u32, u32, u32):
     return w0, w1, w2, w3
 
 
+@kernel.device
+def store_block(out, j: i32, n: i32, v0, v1, v2, v3):
+    """Block j's four values into out[4j:4j+4], the ones at n or beyond left out (the draw's last block)."""
+    i = j * 4
+    out[i] = v0
+    if i + 1 < n:
+        out[i + 1] = v1
+    if i + 2 < n:
+        out[i + 2] = v2
+    if i + 3 < n:
+        out[i + 3] = v3
+
+
 @kernel
 def philox_bits_kernel(state: Array[u32], out: Array[u32], n: i32, blocks: i32):
     j = bx * bdx + tx
     if j < blocks:
         w0, w1, w2, w3 = draw_block(state, j)
-        i = j * 4
-        out[i] = w0
-        if i + 1 < n:
-            out[i + 1] = w1
-        if i + 2 < n:
-            out[i + 2] = w2
-        if i + 3 < n:
-            out[i + 3] = w3
+        store_block(out, j, n, w0, w1, w2, w3)
 
 
 @kernel.device
@@ -176,14 +182,7 @@ def philox_uniform_kernel(state: Array[u32], out: Array[f32], n: i32, blocks: i3
     j = bx * bdx + tx
     if j < blocks:
         w0, w1, w2, w3 = draw_block(state, j)
-        i = j * 4
-        out[i] = to_unit(w0)
-        if i + 1 < n:
-            out[i + 1] = to_unit(w1)
-        if i + 2 < n:
-            out[i + 2] = to_unit(w2)
-        if i + 3 < n:
-            out[i + 3] = to_unit(w3)
+        store_block(out, j, n, to_unit(w0), to_unit(w1), to_unit(w2), to_unit(w3))
 
 
 @kernel.device
@@ -201,14 +200,7 @@ def philox_normal_kernel(state: Array[u32], out: Array[f32], n: i32, blocks: i32
         w0, w1, w2, w3 = draw_block(state, j)
         z0, z1 = box_muller(w0, w1)
         z2, z3 = box_muller(w2, w3)
-        i = j * 4
-        out[i] = z0
-        if i + 1 < n:
-            out[i + 1] = z1
-        if i + 2 < n:
-            out[i + 2] = z2
-        if i + 3 < n:
-            out[i + 3] = z3
+        store_block(out, j, n, z0, z1, z2, z3)
 
 
 @kernel
@@ -287,7 +279,7 @@ class PhiloxGenerator:
             low, high = 0, low
         span = int(high) - int(low)
         if span <= 0:
-            raise ValueError(f"integers: empty range [{low}, {high})")
+            raise ValueError(f"PhiloxGenerator.integers: empty range [{low}, {high})")
         shape = _shape(size)
         n = _numel(shape)
         cp = self._cp()

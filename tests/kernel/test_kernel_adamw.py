@@ -1,22 +1,11 @@
 """examples/kernels/adamw.py: every AdamW variant (one element per thread, 16-byte vectors, grid-stride with ILP)
 agrees with its NumPy twin in the simulator, including the scalar tail, and compiles to sm_90 vector accesses."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+from examples_loader import load_example
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("frost_example_adamw", EXAMPLES / "adamw.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-adamw = _load()
+adamw = load_example("adamw")
 
 
 def _state(n, seed=0):

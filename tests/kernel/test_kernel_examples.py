@@ -1,30 +1,22 @@
 """The kernel examples: every kernel compiles to sm_90, runs (simulated here, launched on a GPU) and matches NumPy;
 a second process finds the compiled cubins in the disk cache."""
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from frost.kernel import Kernel
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+from examples_loader import EXAMPLES, load_example
+
 NAMES = ["relu", "adamw", "block_reduce", "softmax"]
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"frost_example_{name}", EXAMPLES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_example_compiles_and_runs(name):
-    mod = load(name)
+    mod = load_example(name)
     kernels = [v for v in vars(mod).values() if isinstance(v, Kernel)]
     assert kernels
     for k in kernels:

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,15 +11,9 @@ import pytest
 import frost
 from frost.kernel import Array, bx, f32, kernel, tx
 
+from examples_loader import EXAMPLES, load_example
+
 pytestmark = pytest.mark.cuda
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"frost_example_{name}", EXAMPLES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture
@@ -30,7 +23,7 @@ def cp():
 
 
 def test_relu_forward_backward(cp):
-    mod = load("relu")
+    mod = load_example("relu")
     n = 100_003
     x = cp.random.standard_normal(n, dtype=cp.float32)
     dy = cp.random.standard_normal(n, dtype=cp.float32)
@@ -42,7 +35,7 @@ def test_relu_forward_backward(cp):
 
 
 def test_adamw_matches_simulator_and_numpy(cp):
-    mod = load("adamw")
+    mod = load_example("adamw")
     n = 5000
     rng = np.random.default_rng(0)
     host = [rng.standard_normal(n).astype(np.float32) for _ in range(2)] + [np.zeros(n, np.float32) for _ in range(2)]
@@ -58,7 +51,7 @@ def test_adamw_matches_simulator_and_numpy(cp):
 
 @pytest.mark.parametrize("variant", ["scalar", "vec4", "vec4_ilp1", "vec4_ilp2", "vec4_ilp4"])
 def test_every_adamw_variant_matches_simulator_and_numpy(cp, variant):
-    mod = load("adamw")
+    mod = load_example("adamw")
     assert variant in mod.VARIANTS
     for n in (5003, 1 << 20):  # a tail of 3; and enough elements for several grid-stride rounds
         rng = np.random.default_rng(n)
@@ -78,14 +71,14 @@ def test_every_adamw_variant_matches_simulator_and_numpy(cp, variant):
 
 
 def test_vector_kernel_rejects_a_misaligned_view(cp):
-    mod = load("adamw")
+    mod = load_example("adamw")
     p, g, m, v = (cp.zeros(1001, cp.float32) for _ in range(4))
     with pytest.raises(ValueError, match="argument 'p' is accessed 16 bytes at a time"):
         mod.adamw_step(p[1:], g[1:], m[1:], v[1:], step=1, variant="vec4")
 
 
 def test_frost_tensors_are_accepted(cp):
-    mod = load("relu")
+    mod = load_example("relu")
     x = frost.randn(1000).cuda()
     y = frost.zeros(1000).cuda()
     mod.relu_forward[4, 256](x, y, 1000)
@@ -93,7 +86,7 @@ def test_frost_tensors_are_accepted(cp):
 
 
 def test_block_reductions(cp):
-    mod = load("block_reduce")
+    mod = load_example("block_reduce")
     n = 1 << 20
     x = cp.random.standard_normal(n, dtype=cp.float32)
     want = float(cp.asnumpy(x).astype(np.float64).sum())
@@ -104,7 +97,7 @@ def test_block_reductions(cp):
 
 
 def test_row_softmax(cp):
-    mod = load("softmax")
+    mod = load_example("softmax")
     x = cp.random.standard_normal((37, 1000), dtype=cp.float32) * 5
     y = cp.empty_like(x)
     mod.softmax_rows[37, 256](x, y)
@@ -132,7 +125,7 @@ def test_two_d_strided_views(cp):
 
 
 def test_launch_errors_name_the_argument(cp):
-    mod = load("relu")
+    mod = load_example("relu")
     x = cp.zeros(10, cp.float32)
     with pytest.raises(TypeError, match=r"relu_forward\(\) takes 3 arguments"):
         mod.relu_forward[1, 32](x, x)
@@ -197,7 +190,7 @@ def test_second_process_launches_without_compiling(tmp_path):
 
 def test_tensor_core_gemm_matches_numpy_and_simulator(cp):
     import ml_dtypes
-    gemm = load("gemm")
+    gemm = load_example("gemm")
     rng = np.random.default_rng(0)
     for (m, n, k), tiles in (((256, 256, 512), {}), ((128, 192, 96), gemm.SMALL)):
         a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
@@ -217,7 +210,7 @@ def test_tensor_core_gemm_matches_numpy_and_simulator(cp):
 def test_every_benchmarked_gemm_configuration_is_correct(cp):
     """Each tile configuration benchmarks/kernels.py times (padded and swizzled kernels) on a 256 x 256 x 512 GEMM."""
     import ml_dtypes
-    gemm = load("gemm")
+    gemm = load_example("gemm")
     spec = importlib.util.spec_from_file_location("frost_bench_kernels", EXAMPLES.parents[1] / "benchmarks" /
                                                   "kernels.py")
     bench = importlib.util.module_from_spec(spec)

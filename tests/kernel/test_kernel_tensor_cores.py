@@ -1,7 +1,4 @@
 """Tile views, cp.async, ldmatrix and mma.sync: compiled to sm_90 and simulated with the PTX fragment layouts."""
-import importlib.util
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -10,7 +7,7 @@ from frost.kernel import (Array, Const, KernelError, SimulationError, bf16, bx, 
                           f16, f32, i32, kernel, lane, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, local, mma_16x8x16,
                           shared, static_range, syncthreads, tx, ty)
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+from examples_loader import load_example
 
 
 def test_tile_views():
@@ -142,9 +139,7 @@ def test_tensor_core_argument_errors():
 
 
 def test_tiled_gemm_example_simulated():
-    spec = importlib.util.spec_from_file_location("frost_example_gemm", EXAMPLES / "gemm.py")
-    gemm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gemm)
+    gemm = load_example("gemm")
     assert gemm.gemm_bf16.compile("sm_90")[:4] == b"\x7fELF"            # the 128x128x32 tiles of the benchmark
     assert gemm.gemm_bf16.compile("sm_90", **gemm.SMALL)[:4] == b"\x7fELF"
     gemm.main(64, 64, 64)
@@ -184,9 +179,7 @@ def test_tiles_of_shared_and_global_arrays_pass_to_device_functions():
 
 def test_gemm_block_order_covers_every_tile():
     # 3 x 2 blocks with groups of 2 block-rows: the swizzled order must still write every tile of C once.
-    spec = importlib.util.spec_from_file_location("frost_example_gemm2", EXAMPLES / "gemm.py")
-    gemm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gemm)
+    gemm = load_example("gemm")
     rng = np.random.default_rng(4)
     a = rng.standard_normal((192, 32)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((32, 128)).astype(ml_dtypes.bfloat16)
@@ -221,9 +214,7 @@ def test_swizzle_is_a_bank_conflict_free_permutation(cols):
     (dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=4), (64, 64, 48)),       # 16-element A rows; more stages than tiles
 ])
 def test_swizzled_gemm_simulated(tiles, shape):
-    spec = importlib.util.spec_from_file_location("frost_example_gemm3", EXAMPLES / "gemm.py")
-    gemm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gemm)
+    gemm = load_example("gemm")
     m, n, k = shape
     assert gemm.gemm_bf16_fast.compile("sm_90", **tiles)[:4] == b"\x7fELF"
     assert "__launch_bounds__(" in gemm.gemm_bf16_fast.source_for(**tiles)
@@ -236,9 +227,7 @@ def test_swizzled_gemm_simulated(tiles, shape):
 
 
 def test_gemm_rejects_tiles_its_threads_cannot_load():
-    spec = importlib.util.spec_from_file_location("frost_example_gemm4", EXAMPLES / "gemm.py")
-    gemm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gemm)
+    gemm = load_example("gemm")
     a, b = np.zeros((64, 64), ml_dtypes.bfloat16), np.zeros((64, 64), ml_dtypes.bfloat16)
     with pytest.raises(ValueError, match=r"gemm: a 32x16 tile of A is 64 16-byte chunks, not a multiple of the 128 "
                                          r"threads"):

@@ -1,28 +1,18 @@
 """Hopper warpgroup MMA (wgmma, sm_90a): descriptor encoding, compilation to sm_90a cubins, the simulator's
 collective semantics against NumPy, misuse errors, and (with `-m cuda`) the same kernels on the GPU."""
-import importlib.util
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, KernelError, SimulationError, bf16, dynamic_shared, f32, i64, kernel, local, shared,
-                          static_range, syncthreads, tx, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence,
+from frost.kernel import (Array, KernelError, SimulationError, bf16, device, dynamic_shared, f32, i64, kernel, local,
+                          shared, static_range, syncthreads, tx, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence,
                           wgmma_wait)
 from frost.kernel.simulate import decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index, wgmma_operand_addresses
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+from examples_loader import load_example
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"frost_example_{name}", EXAMPLES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-GEMM = load("gemm_wgmma")
+GEMM = load_example("gemm_wgmma")
 wgmma_tile = GEMM.wgmma_tile
 wrong_blocks = GEMM.wrong_blocks
 
@@ -148,6 +138,13 @@ def test_gemm_example_main_runs():
     GEMM.main()
 
 
+@device
+def fill(s: Array[bf16, 2], v: f32):
+    """Every element of a 64 x 64 shared tile set to v by the 128 threads of one warpgroup."""
+    for u in static_range(32):
+        s[(tx + u * 128) // 64, (tx + u * 128) % 64] = v
+
+
 # -- misuse --------------------------------------------------------------------------------------------------
 def test_wrong_accumulator_size_and_unsupported_n():
     @kernel
@@ -208,8 +205,7 @@ def test_descriptor_of_a_non_shared_array_or_wrong_layout():
 @kernel
 def no_fence(c: Array[f32]):
     s = dynamic_shared(bf16, (64, 64))
-    for u in static_range(32):
-        s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 1.0
+    fill(s, 1.0)
     syncthreads()
     acc = local(f32, 4)
     d = wgmma_desc(s, (0, 0), 128)
@@ -222,8 +218,7 @@ def no_fence(c: Array[f32]):
 @kernel
 def no_wait(c: Array[f32]):
     s = dynamic_shared(bf16, (64, 64))
-    for u in static_range(32):
-        s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 1.0
+    fill(s, 1.0)
     syncthreads()
     acc = local(f32, 4)
     wgmma_fence()
@@ -247,8 +242,7 @@ def test_accumulator_is_written_at_wgmma_wait():
     @kernel
     def early(c: Array[f32], before: Array[f32]):
         s = dynamic_shared(bf16, (64, 64))
-        for u in static_range(32):
-            s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 1.0
+        fill(s, 1.0)
         syncthreads()
         acc = local(f32, 4)
         for i in static_range(4):
@@ -310,8 +304,7 @@ def test_shared_memory_is_read_when_the_wgmma_retires():
     @kernel
     def overwrite(c: Array[f32]):
         s = dynamic_shared(bf16, (64, 64))
-        for u in static_range(32):
-            s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 1.0
+        fill(s, 1.0)
         syncthreads()
         acc = local(f32, 4)
         wgmma_fence()
@@ -319,8 +312,7 @@ def test_shared_memory_is_read_when_the_wgmma_retires():
         wgmma_bf16(acc, d, d, 8, 0)
         wgmma_commit()
         syncthreads()
-        for u in static_range(32):
-            s[(tx + u * 128) // 64, (tx + u * 128) % 64] = 2.0
+        fill(s, 2.0)
         syncthreads()
         wgmma_wait(0)
         c[tx] = acc[0]
