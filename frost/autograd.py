@@ -5,7 +5,7 @@ import contextlib
 import copy
 import os
 import threading
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -282,7 +282,7 @@ def forget_zero_grads() -> None:
     _zero_marks["epoch"] += 1
 
 
-def grad_destination(t):
+def grad_destination(t: Any) -> Any:
     """The array an op's backward may write leaf `t`'s gradient into, or None (then it returns a fresh array).
 
     Only inside backward(), for a leaf that requires grad whose .grad is marked all zeros (mark_grad_zero), is

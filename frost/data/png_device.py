@@ -34,7 +34,7 @@ import os
 import sys
 import threading
 import zlib
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -474,7 +474,7 @@ def _inflate_block(n: int) -> int:
     return int(min(32, max(1, n // 256)))
 
 
-def decode_png_batch(packed, lengths, height: int, width: int, channels: int):
+def decode_png_batch(packed: Any, lengths: Any, height: int, width: int, channels: int) -> tuple[Any, Any]:
     """Decode a batch of PNG zlib streams: (images (B, H, W, 3) uint8, status (B,) int32), on the arrays' side.
 
     CuPy arrays: both kernels run on the current stream (no host sync). NumPy arrays: the simulator (slow,

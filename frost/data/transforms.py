@@ -13,7 +13,7 @@ The float math is fixed so that it can be matched exactly: in float32,
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -200,7 +200,7 @@ def _device_constants(mean: tuple, std: tuple, device: int):
 
 
 def draw_augment_gpu(n: int, size: int, padding: int, image_hw: tuple[int, int] | None = None,
-                     flip_p: float = 0.5):
+                     flip_p: float = 0.5) -> tuple[Any, Any, Any]:
     """Crop offsets (y, x) and flip flags (int32 CuPy arrays) for n images, drawn on the device by Frost's CUDA
     generator (Philox, frost.ops.philox): a step captured by frost.jit draws new ones on every replay."""
     from frost.backend import cuda

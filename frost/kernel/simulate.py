@@ -885,7 +885,7 @@ class WgmmaOp:
 
 
 @functools.lru_cache(maxsize=None)
-def wgmma_fragment_index(n: int):
+def wgmma_fragment_index(n: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, cols): where accumulator register i of warpgroup thread t sits in D[64, N] (PTX ISA, "WGMMA .m64nNk16
     register fragment layout for accumulator matrix D"): warp w = t // 32 owns rows 16w..16w+15; within it, as
     mma.m16n8: g = lane // 4, c = lane % 4; d[4j + q] is row g + 8 * (q // 2), column 8j + 2c + q % 2."""

@@ -8,6 +8,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -322,7 +323,7 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
 
 
 def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, tiles: dict | None = None,
-                               simulate: bool = False):
+                               simulate: bool = False) -> Any:
     """dW of a float32 NCHW convolution (groups 1, dilation 1) from dy `g` and input `x` (CuPy arrays), on the
     current stream, written into `out` (C-contiguous, w_shape) when given; returns out. No host sync: capturable.
 

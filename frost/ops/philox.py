@@ -29,6 +29,7 @@ CPU bit for bit; the tests compare the kernels (simulated and on the GPU) with i
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import numpy as np
 
@@ -256,11 +257,11 @@ class PhiloxGenerator:
         return k0 | (k1 << 32), lo | (hi << 32)
 
     # draws
-    def bits(self, shape):
+    def bits(self, shape: int | tuple) -> Any:
         """Random uint32 words of the given shape (a CuPy array)."""
         return self._draw(philox_bits_kernel, shape, "uint32")
 
-    def random(self, shape=None, dtype="float32"):
+    def random(self, shape: int | tuple | None = None, dtype: str = "float32") -> Any:
         """Uniform values in [0, 1): float32 from 24 bits, float64 from 53 bits (two words each)."""
         shape = _shape(shape)
         if np.dtype(dtype) == np.float64:
@@ -269,11 +270,12 @@ class PhiloxGenerator:
             return _uniform53(w[0::2], w[1::2], cp).reshape(shape)
         return self._draw(philox_uniform_kernel, shape, "float32").astype(dtype, copy=False)
 
-    def standard_normal(self, shape=None, dtype="float32"):
+    def standard_normal(self, shape: int | tuple | None = None, dtype: str = "float32") -> Any:
         """Standard normal values (float32 Box-Muller; other dtypes are those values converted)."""
         return self._draw(philox_normal_kernel, _shape(shape), "float32").astype(dtype, copy=False)
 
-    def integers(self, low: int, high: int | None = None, size=None, dtype="int64"):
+    def integers(self, low: int, high: int | None = None, size: int | tuple | None = None,
+                 dtype: str = "int64") -> Any:
         """Integers in [low, high) (or [0, low) when high is None), like numpy.random.Generator.integers."""
         if high is None:
             low, high = 0, low
@@ -289,13 +291,13 @@ class PhiloxGenerator:
             out = _large_range(self.bits((2 * n,)), int(low), span, cp)
         return out.reshape(shape).astype(dtype, copy=False)
 
-    def permutation(self, n: int):
+    def permutation(self, n: int) -> Any:
         """A random permutation of range(n) (int64): the order that sorts n 64-bit draws."""
         cp = self._cp()
         w = self.bits((2 * int(n),)).astype(cp.uint64)
         return cp.argsort((w[0::2] << cp.uint64(32)) | w[1::2]).astype(cp.int64)
 
-    def bernoulli_mask(self, shape, p: float):
+    def bernoulli_mask(self, shape: int | tuple, p: float) -> Any:
         """A boolean mask, True with probability p (uniform float32 draws below p)."""
         return self.random(shape) < np.float32(p)
 
