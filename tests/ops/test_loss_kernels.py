@@ -1,0 +1,269 @@
+"""The fused GPU cross-entropy kernels (warp-per-row log-sum-exp and loss, one-thread-per-logit gradient) vs
+float64 NumPy and the generic path, in the simulator, compiled by NVRTC and on the GPU."""
+import numpy as np
+import pytest
+
+import frost
+from frost.ops import loss as L
+from frost.ops.loss import cross_entropy
+
+IGNORE = -100
+
+
+def _inputs(N, C, ignored, seed, scale=3.0):
+    """Logits, int64 targets (with ignored rows: none, some, or all) and an upstream gradient."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((N, C)) * scale).astype(np.float32)
+    t = rng.integers(0, C, N).astype(np.int64)
+    if ignored == "some":
+        t[::3] = IGNORE
+    elif ignored == "all":
+        t[:] = IGNORE
+    return x, t, np.float32(rng.uniform(0.5, 2.0))
+
+
+def _reference64(x, t, g, reduction):
+    """Loss, count of counted rows and d(loss)/dx in float64 (mean of no rows: NaN loss, zero gradient)."""
+    x = x.astype(np.float64)
+    valid = t != IGNORE
+    m = x.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(x - m).sum(axis=1)) + m[:, 0]
+    col = np.where(valid, t, 0)
+    rows = np.where(valid, lse - x[np.arange(len(t)), col], 0.0)
+    count = valid.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        loss = rows.sum() / count if reduction == "mean" else rows.sum()
+        coef = g / count if reduction == "mean" else g
+    d = np.exp(x - lse[:, None])
+    d[np.arange(len(t)), col] -= 1
+    d = np.where(valid[:, None], coef * d, 0.0)
+    return loss, count, d
+
+
+def _simulate(x, t, g, reduction, blocks=1, threads=L.XENT_THREADS):
+    """The kernels as _cross_entropy_fused launches them (blocks > 1: partial sums, then the finalize kernel)."""
+    N, C = x.shape
+    f32 = np.float32
+    mean = int(reduction == "mean")
+    lse, loss, count = np.full(N, np.nan, f32), np.full(1, np.nan, f32), np.full(1, np.nan, f32)
+    part_loss, part_count = np.full(blocks, np.nan, f32), np.full(blocks, np.nan, f32)
+    L.cross_entropy_forward.simulate[blocks, threads](x.ravel(), t, lse, loss, count, part_loss, part_count, N, C,
+                                                      IGNORE, mean)
+    if blocks > 1:
+        L.cross_entropy_finalize.simulate[1, threads](part_loss, part_count, loss, count, blocks, mean)
+    dx = np.full(N * C, np.nan, f32)
+    L.cross_entropy_backward.simulate[-(-N * C // 64), 64](x.ravel(), t, lse, count, np.array([g], f32), dx, N, C,
+                                                          IGNORE, mean)
+    return loss[0], count[0], dx.reshape(N, C)
+
+
+def _check_against_reference(got, want):
+    loss, count, dx = got
+    want_loss, want_count, want_dx = want
+    assert count == want_count
+    if np.isnan(want_loss):
+        assert np.isnan(loss)
+    else:
+        np.testing.assert_allclose(loss, want_loss, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-6)
+
+
+SHAPES = [(N, C) for N in (1, 3, 32, 70) for C in (2, 10, 33)] + [(1, 1000), (3, 1000)]
+
+
+@pytest.mark.parametrize("ignored", ["none", "some"])
+@pytest.mark.parametrize("N,C", SHAPES)
+def test_kernels_match_float64(N, C, ignored):
+    x, t, g = _inputs(N, C, ignored, seed=N * 7 + C)
+    for reduction in ("mean", "sum"):  # blocks of 2 warps (the op's 8 in the op-level tests): a quicker simulation
+        _check_against_reference(_simulate(x, t, g, reduction, threads=64), _reference64(x, t, g, reduction))
+
+
+def test_kernels_match_float64_with_a_thousand_classes():
+    # 70 rows: 9 for some warps of the block; the lanes loop 32 times over each row
+    x, t, g = _inputs(70, 1000, "some", seed=70)
+    _check_against_reference(_simulate(x, t, g, "sum"), _reference64(x, t, g, "sum"))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_all_rows_ignored(reduction):
+    # mean: 0/0 is NaN with a zero gradient (the generic path and PyTorch); sum: 0
+    x, t, g = _inputs(5, 7, "all", seed=1)
+    loss, count, dx = _simulate(x, t, g, reduction)
+    assert count == 0 and (dx == 0).all()
+    assert np.isnan(loss) if reduction == "mean" else loss == 0
+
+
+@pytest.mark.parametrize("blocks,threads", [(3, 64), (5, 32), (16, 64)])  # 16 blocks: some have no rows
+def test_partial_sums_and_finalize(blocks, threads):
+    x, t, g = _inputs(70, 10, "some", seed=blocks)
+    for reduction in ("mean", "sum"):
+        got = _simulate(x, t, g, reduction, blocks=blocks, threads=threads)
+        _check_against_reference(got, _reference64(x, t, g, reduction))
+
+
+def test_finalize_adds_more_partials_than_a_block_has_threads():
+    rng = np.random.default_rng(4)
+    parts = 300
+    part_loss = rng.uniform(0, 5, parts).astype(np.float32)
+    part_count = rng.integers(0, 9, parts).astype(np.float32)
+    loss, count = np.full(1, np.nan, np.float32), np.full(1, np.nan, np.float32)
+    L.cross_entropy_finalize.simulate[1, 64](part_loss, part_count, loss, count, parts, 1)
+    assert count[0] == part_count.sum()
+    np.testing.assert_allclose(loss[0], part_loss.astype(np.float64).sum() / part_count.sum(), rtol=1e-5)
+
+
+def test_out_of_range_targets_wrap_as_the_generic_path_on_cupy():
+    # only reachable inside a capture (elsewhere the op raises first): CuPy's fancy indexing wraps the index
+    x, _, g = _inputs(4, 5, "none", seed=2)
+    t = np.array([7, -1, -6, 2], np.int64)
+    wrapped = t % 5
+    for reduction in ("mean", "sum"):
+        _check_against_reference(_simulate(x, t, g, reduction), _reference64(x, wrapped, g, reduction))
+
+
+def test_large_logits_are_stable():
+    x, t, g = _inputs(6, 9, "none", seed=3, scale=1.0)
+    x[:, 0] += 1e4  # exp would overflow without the max shift
+    x[1] -= 3e4
+    _check_against_reference(_simulate(x, t, g, "mean"), _reference64(x, t, g, "mean"))
+
+
+def test_seed_shape_takes_one_launch_each_way():
+    assert L.xent_blocks(32) == 1 and L.xent_blocks(L.XENT_ROWS_PER_BLOCK) == 1
+    assert L.xent_blocks(L.XENT_ROWS_PER_BLOCK + 1) == 2
+    assert L.xent_blocks(10**7) == L.XENT_MAX_BLOCKS
+
+
+KERNELS = [L.cross_entropy_forward, L.cross_entropy_finalize, L.cross_entropy_backward]
+
+
+@pytest.mark.parametrize("kern", KERNELS, ids=[k.__name__ for k in KERNELS])
+def test_kernels_compile_for_sm90(kern, tmp_path, monkeypatch):
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    cubin = kern.compile("sm_90")
+    assert cubin[:4] == b"\x7fELF"
+    assert b".nv.local" not in cubin, f"{kern.__name__} spills registers to local memory"
+
+
+# ------------------------------------------------------------------ the op's fast path, kernels in the simulator
+
+def _run_op(monkeypatch, fast, x, t, g, reduction):
+    monkeypatch.setattr(L, "_xent_fast_path", lambda *args: fast)
+    tx = frost.tensor(x, requires_grad=True)
+    out = cross_entropy(tx, frost.tensor(t), ignore_index=IGNORE, reduction=reduction)
+    out.backward(frost.tensor(g))
+    return out, tx.grad
+
+
+@pytest.fixture
+def simulated_launches(monkeypatch):
+    """cross_entropy's GPU branch on NumPy arrays, its launches run by the simulator: checks what it passes."""
+    from frost.kernel.api import Kernel
+    monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: self.simulate[cfg])
+    return monkeypatch
+
+
+@pytest.mark.parametrize("N,C,ignored,reduction,rows_per_block",
+                         [(32, 10, "none", "mean", None), (32, 10, "some", "sum", None), (3, 33, "some", "mean", None),
+                          (70, 10, "some", "mean", 16), (70, 2, "none", "sum", 8), (4, 6, "all", "mean", None)])
+def test_fast_path_in_the_simulator_matches_the_generic_path(simulated_launches, N, C, ignored, reduction,
+                                                              rows_per_block):
+    if rows_per_block is not None:  # several forward blocks: partial sums and the finalize launch
+        simulated_launches.setattr(L, "XENT_ROWS_PER_BLOCK", rows_per_block)
+    x, t, g = _inputs(N, C, ignored, seed=N + C)
+    fast, fast_grad = _run_op(simulated_launches, True, x, t, g, reduction)
+    generic, generic_grad = _run_op(simulated_launches, False, x, t, g, reduction)
+    assert fast.shape == generic.shape == () and fast.dtype == generic.dtype == frost.float32
+    assert fast.requires_grad
+    np.testing.assert_allclose(fast.numpy(), generic.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert fast_grad.dtype == frost.float32 and fast_grad.shape == (N, C)
+    np.testing.assert_allclose(fast_grad.numpy(), generic_grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_fast_path_keeps_the_target_checks(simulated_launches):
+    simulated_launches.setattr(L, "_xent_fast_path", lambda *args: True)
+    x = frost.randn(3, 4)
+    with pytest.raises(IndexError, match=r"cross_entropy: target index 7 is out of range for 4 classes"):
+        cross_entropy(x, frost.tensor([0, 7, 1]))
+    with pytest.raises(RuntimeError, match=r"cross_entropy: target of shape \(2,\) does not fit input of shape"):
+        cross_entropy(x, frost.tensor([0, 1]))
+
+
+def test_fast_path_conditions_on_the_cpu():
+    x, t = frost.randn(4, 5), frost.tensor([0, 1, 2, 3])
+    assert not L._xent_fast_path(x, t, None, "mean", 0.0)  # CPU tensors keep the generic path
+
+
+# ------------------------------------------------------------------ on the GPU
+
+GPU_CASES = [(N, C) for N in (1, 3, 32, 70) for C in (2, 10, 33, 1000)] + [(3000, 10), (5000, 257)]
+
+
+def _device_run(dev, x, t, g, reduction):
+    tx = frost.tensor(x, device=dev, requires_grad=True)
+    out = cross_entropy(tx, frost.tensor(t, device=dev), ignore_index=IGNORE, reduction=reduction)
+    out.backward(frost.tensor(g, device=dev))
+    return [a.cpu().numpy() if dev == "cuda" else a.numpy() for a in (out, tx.grad)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("ignored", ["none", "some", "all"])
+@pytest.mark.parametrize("N,C", GPU_CASES)
+def test_gpu_fast_path_matches_the_cpu_generic_path(N, C, ignored, reduction, monkeypatch):
+    calls = []
+    fused = L._cross_entropy_fused
+    monkeypatch.setattr(L, "_cross_entropy_fused", lambda *a: calls.append(1) or fused(*a))
+    x, t, g = _inputs(N, C, ignored, seed=N + C)
+    got, want = _device_run("cuda", x, t, g, reduction), _device_run("cpu", x, t, g, reduction)
+    assert calls == [1]  # the fast path was taken
+    for a, e in zip(got, want):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.cuda
+def test_gpu_fast_path_is_deterministic():
+    x, t, g = _inputs(5000, 257, "some", seed=9)
+    first = _device_run("cuda", x, t, g, "mean")
+    for _ in range(3):
+        for a, b in zip(first, _device_run("cuda", x, t, g, "mean")):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.cuda
+def test_gpu_other_inputs_keep_the_generic_path():
+    x = frost.randn(4, 5, device="cuda")
+    t = frost.tensor([0, 1, 2, 3], device="cuda")
+    assert L._xent_fast_path(x, t, None, "mean", 0.0) and L._xent_fast_path(x, t, None, "sum", 0.0)
+    assert not L._xent_fast_path(x, t, None, "none", 0.0)
+    assert not L._xent_fast_path(x, t, None, "mean", 0.1)
+    assert not L._xent_fast_path(x, t, frost.ones(5, device="cuda"), "mean", 0.0)
+    assert not L._xent_fast_path(x, frost.tensor([0, 1, 2, 3], dtype="int32", device="cuda"), None, "mean", 0.0)
+    assert not L._xent_fast_path(frost.randn(4, 5, 2, device="cuda"), t, None, "mean", 0.0)
+    assert not L._xent_fast_path(x.to(frost.float64), t, None, "mean", 0.0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_gpu_fast_path_replays_in_a_cuda_graph(reduction):
+    rng = np.random.default_rng(5)
+    w0 = rng.standard_normal((20, 10)).astype(np.float32) * 0.3
+    weights = {dev: frost.tensor(w0, device=dev, requires_grad=True) for dev in ("cuda", "cpu")}
+
+    def step(inputs, targets):
+        w = weights[inputs.device.type]
+        w.grad = None
+        loss = cross_entropy(inputs @ w, targets, ignore_index=IGNORE, reduction=reduction)
+        loss.backward()
+        return loss, w.grad
+
+    jitted = frost.jit(step)
+    for i in range(5):  # eager twice, capture, then replays with new inputs; the CPU generic path as reference
+        xi = rng.standard_normal((32, 20)).astype(np.float32)
+        ti = rng.integers(0, 10, 32).astype(np.int64)
+        ti[i::4] = IGNORE
+        got = [a.cpu().numpy() for a in jitted(frost.tensor(xi, device="cuda"), frost.tensor(ti, device="cuda"))]
+        want = [a.numpy() for a in step(frost.tensor(xi), frost.tensor(ti))]
+        for a, e in zip(got, want):
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6, err_msg=f"call {i}")
