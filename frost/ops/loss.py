@@ -7,8 +7,8 @@ import numpy as np
 
 from frost.autograd import is_grad_enabled, unbroadcast
 from frost.autocast import float32_inputs
-from frost.kernel import Array, cdiv, device, exp, f32, i32, i64, inf, kernel, lane, log, shared, tx, warp
-from frost.kernel import block_sum, bx, bdx, gdx, warp_max, warp_sum
+from frost.kernel import (Array, bdx, block_sum, bx, cdiv, device, exp, f32, gdx, i32, i64, inf, kernel, lane, log,
+                          shared, tx, warp, warp_max, warp_sum)
 from frost.tensor import Tensor, from_op, can_read_values
 
 _REDUCTIONS = ("none", "mean", "sum")
