@@ -10,7 +10,7 @@ from typing import Iterable
 
 from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, sqrt, tx
 from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros_like
+from frost.tensor import Tensor
 
 
 def adamw_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: float, eps: float,
@@ -102,12 +102,8 @@ class AdamW(Optimizer):
         for group in self._groups_to_step():
             beta1, beta2 = group["betas"]
             for p in self._params_with_grad(group):
-                state = self.state.setdefault(p, {})
-                if not state:
-                    state["step"] = self._new_step()
-                    state["exp_avg"], state["exp_avg_sq"] = zeros_like(p), zeros_like(p)
-                    if group["amsgrad"]:
-                        state["max_exp_avg_sq"] = zeros_like(p)
+                amsgrad = ("max_exp_avg_sq",) if group["amsgrad"] else ()
+                state = self._state_for(p, "exp_avg", "exp_avg_sq", *amsgrad)
                 v_max = state["max_exp_avg_sq"].data if group["amsgrad"] else None
                 self.update_rule(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, v_max,
                                  lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],

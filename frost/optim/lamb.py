@@ -24,7 +24,7 @@ from typing import Iterable
 from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, shared, sqrt, tx
 from frost.optim.adamw import advance_step
 from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros_like
+from frost.tensor import Tensor
 
 
 def lamb_update(p, g, m, v, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
@@ -98,10 +98,7 @@ class LAMB(Optimizer):
         for group in self._groups_to_step():
             beta1, beta2 = group["betas"]
             for p in self._params_with_grad(group):
-                state = self.state.setdefault(p, {})
-                if not state:
-                    state["step"] = self._new_step()
-                    state["exp_avg"], state["exp_avg_sq"] = zeros_like(p), zeros_like(p)
+                state = self._state_for(p, "exp_avg", "exp_avg_sq")
                 lamb_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, lr=group["lr"],
                             beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
                             step=self._increment(state["step"]))

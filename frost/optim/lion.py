@@ -19,7 +19,7 @@ from typing import Iterable
 from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
 from frost.optim.adamw import advance_step
 from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros_like
+from frost.tensor import Tensor
 
 
 def lion_update(p, g, m, *, lr: float, beta1: float, beta2: float, weight_decay: float) -> None:
@@ -69,9 +69,7 @@ class Lion(Optimizer):
         for group in self._groups_to_step():
             beta1, beta2 = group["betas"]
             for p in self._params_with_grad(group):
-                state = self.state.setdefault(p, {})
-                if not state:
-                    state["step"], state["exp_avg"] = self._new_step(), zeros_like(p)
+                state = self._state_for(p, "exp_avg")
                 self._increment(state["step"])
                 lion_update(p.data, p.grad.data, state["exp_avg"].data, lr=group["lr"], beta1=beta1, beta2=beta2,
                             weight_decay=group["weight_decay"])

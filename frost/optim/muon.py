@@ -27,7 +27,7 @@ from typing import Iterable
 from frost.ops.matmul import matmul_arrays
 from frost.optim.adamw import adam_flat_update, adamw_update
 from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros_like
+from frost.tensor import Tensor
 
 
 def zeropower_via_newtonschulz5(G, steps: int = 5):
@@ -95,16 +95,13 @@ class Muon(Optimizer):
         loss = self._evaluate(closure)
         for group in self._groups_to_step():
             for p in self._params_with_grad(group):
-                state = self.state.setdefault(p, {})
                 if group["use_muon"]:
-                    if not state:
-                        state["momentum_buffer"] = zeros_like(p)
+                    state = self._state_for(p, "momentum_buffer", step=False)
                     muon_update(p.data, p.grad.data, state["momentum_buffer"].data, lr=group["lr"],
                                 momentum=group["momentum"], nesterov=group["nesterov"], ns_steps=group["ns_steps"],
                                 weight_decay=group["weight_decay"])
                     continue
-                if not state:
-                    state.update(step=self._new_step(), exp_avg=zeros_like(p), exp_avg_sq=zeros_like(p))
+                state = self._state_for(p, "exp_avg", "exp_avg_sq")
                 adamw_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data,
                              lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
                              weight_decay=group["weight_decay"], step=self._increment(state["step"]))

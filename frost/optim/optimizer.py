@@ -7,7 +7,7 @@ import numpy as np
 
 from frost import backend
 from frost.autograd import AnomalyError, _has_nonfinite, enable_grad, is_anomaly_enabled, mark_grad_zero
-from frost.tensor import Tensor
+from frost.tensor import Tensor, zeros_like
 
 
 def array_module(array):
@@ -187,6 +187,15 @@ class Optimizer:
     @staticmethod
     def _params_with_grad(group: dict[str, Any]) -> list[Tensor]:
         return [p for p in group["params"] if p.grad is not None]
+
+    def _state_for(self, p: Tensor, *names: str, step: bool = True) -> dict[str, Any]:
+        """p's state, made on its first use: a step counter (unless step=False) and zeros_like(p) for each name."""
+        state = self.state.setdefault(p, {})
+        if not state:
+            if step:
+                state["step"] = self._new_step()
+            state.update({name: zeros_like(p) for name in names})
+        return state
 
     @staticmethod
     def _new_step() -> Tensor:

@@ -33,7 +33,7 @@ from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
 from frost.ops.random import sample_categorical as sample_labels  # noqa: F401 - part of SophiaG's API
 from frost.optim.adamw import advance_step
 from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros_like
+from frost.tensor import Tensor
 
 
 def sophiag_update(p, g, m, h, *, lr: float, beta1: float, rho: float, bs: float, weight_decay: float,
@@ -89,12 +89,6 @@ class SophiaG(Optimizer):
         sophiag_flat_kernel[cdiv(flat.numel, 256), 256](flat.params, flat.grads, flat.state["exp_avg"],
                                                         flat.state["hessian"], flat.numel, flat.hyper, refresh)
 
-    def _state(self, p: Tensor) -> dict:
-        state = self.state.setdefault(p, {})
-        if not state:
-            state.update(step=self._new_step(), exp_avg=zeros_like(p), hessian=zeros_like(p))
-        return state
-
     def update_hessian(self) -> None:
         """Fold the current gradients (of the loss on sampled labels) into the Hessian estimate h."""
         self._check_finite_grads("update_hessian")
@@ -103,13 +97,14 @@ class SophiaG(Optimizer):
                 self._flat[index].set_hyper(self._flat_hyper(group))
                 self._flat_update(self._flat[index], refresh=1)
             for p in self._params_with_grad(group) if index not in self._flat else []:
-                sophiag_hessian_update(self._state(p)["hessian"].data, p.grad.data, beta2=group["betas"][1])
+                hessian = self._state_for(p, "exp_avg", "hessian")["hessian"]
+                sophiag_hessian_update(hessian.data, p.grad.data, beta2=group["betas"][1])
 
     def step(self, closure=None):
         loss = self._evaluate(closure)
         for group in self._groups_to_step():
             for p in self._params_with_grad(group):
-                state = self._state(p)
+                state = self._state_for(p, "exp_avg", "hessian")
                 self._increment(state["step"])
                 sophiag_update(p.data, p.grad.data, state["exp_avg"].data, state["hessian"].data, lr=group["lr"],
                                beta1=group["betas"][0], rho=group["rho"], bs=group["bs"], eps=group["eps"],
