@@ -305,12 +305,8 @@ def _small_cnn(device, head: str = "linear"):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("head", [
-    pytest.param("linear", marks=pytest.mark.xfail(strict=True, reason=(
-        "the Linear runs through cuDNN's float32 matmul, which rounds like TF32 even with allow_tf32 off "
-        "(tests/ops/test_matmul.py, MATMUL_TF32_BUG): first-layer weight gradients came out 1e-4 apart (1e-3 of "
-        "their scale) on the H200 already at the first step, before any gradient was written in place"))),
-    "conv"])
+# the Linear head needs the exact float32 matmul kernel (cuDNN's float32 matmul rounds like TF32)
+@pytest.mark.parametrize("head", ["linear", "conv"])
 def test_gpu_flat_adamw_gradients_are_written_in_place_and_equal_the_cpu(monkeypatch, exact_gpu_math, head):
     rng = np.random.default_rng(0)
     xs = rng.random((3, 4, 3, 8, 8), dtype=np.float32)

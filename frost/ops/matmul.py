@@ -5,6 +5,7 @@ import numpy as np
 
 from frost.autocast import cast_inputs
 from frost.autograd import grad_destination, unbroadcast
+from frost.kernel import Array, bx, by, bz, f32, i32, kernel, shared, static_range, syncthreads, tx
 from frost.tensor import Tensor, from_op
 
 
@@ -49,11 +50,61 @@ def matmul_arrays(xp, a, b, out=None):
             out[...] = product
             return out
         return np.matmul(a, b, out=out)
+    from frost import backends
     from frost.backend import cudnn
     if 2 <= a.ndim <= 3 and 2 <= b.ndim <= 3 and (a.dtype.kind == "f" or str(a.dtype) == "bfloat16"):
+        if str(a.dtype) == "float32" and str(b.dtype) == "float32" and not backends.allow_tf32:
+            # cuDNN's float32 matmul rounds like TF32 even with its tensor-core engines deselected (measured)
+            return matmul_float32_exact(xp, a, b, out)
         if cudnn.available() and min(a.size, b.size) > 0:
             return cudnn.matmul(a, b, out=out)
     return xp.matmul(a, b, out=out)
+
+
+@kernel
+def matmul_float32_kernel(a: Array[f32], b: Array[f32], out: Array[f32], m: i32, k: i32, n: i32, a_batch: i32,
+                          b_batch: i32):
+    """out[z] = a[z] @ b[z] for row-major (m, k) and (k, n) matrices (batch strides a_batch, b_batch: 0 broadcasts)
+    in float32 FFMA, no tensor cores: block (x, y, z) of 16x16 threads makes one 16x16 tile, k in steps of 16."""
+    ta = shared(f32, (16, 17))
+    tb = shared(f32, (16, 17))
+    r = tx // 16
+    c = tx % 16
+    i = by * 16 + r
+    j = bx * 16 + c
+    acc = 0.0
+    for k0 in range(0, k, 16):
+        ta[r, c] = a[bz * a_batch + i * k + k0 + c] if i < m and k0 + c < k else 0.0
+        tb[r, c] = b[bz * b_batch + (k0 + r) * n + j] if k0 + r < k and j < n else 0.0
+        syncthreads()
+        for kk in static_range(16):
+            acc += ta[r, kk] * tb[kk, c]
+        syncthreads()
+    if i < m and j < n:
+        out[(bz * m + i) * n + j] = acc
+
+
+def matmul_float32_exact(xp, a, b, out=None):
+    """a @ b for 2-D or 3-D float32 CuPy arrays in plain float32 arithmetic (frost.backends.allow_tf32 off);
+    capturable. `out` as in matmul_arrays."""
+    a3 = xp.ascontiguousarray(a if a.ndim == 3 else a[None])
+    b3 = xp.ascontiguousarray(b if b.ndim == 3 else b[None])
+    batch, m, k, n = max(a3.shape[0], b3.shape[0]), a3.shape[1], a3.shape[2], b3.shape[2]
+    if a3.shape[0] not in (1, batch) or b3.shape[0] not in (1, batch) or b3.shape[1] != k:
+        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not fit")
+    shape = (batch, m, n) if a.ndim == 3 or b.ndim == 3 else (m, n)
+    if out is None:
+        out = xp.empty(shape, dtype=xp.float32)
+    elif tuple(out.shape) != shape or out.dtype != xp.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"matmul: out must be a C-contiguous float32 array of shape {shape}, "
+                         f"got {out.dtype} {tuple(out.shape)}")
+    if min(batch, m, n) > 0:
+        launch = matmul_float32_kernel if xp is not np else matmul_float32_kernel.simulate
+        a_batch = 0 if a3.shape[0] == 1 else m * k  # a single matrix serves every batch entry
+        b_batch = 0 if b3.shape[0] == 1 else k * n
+        launch[((n + 15) // 16, (m + 15) // 16, batch), 256](a3.reshape(-1), b3.reshape(-1), out.reshape(-1), m, k,
+                                                               n, a_batch, b_batch)
+    return out
 
 
 def _sum_dtype(dtype):
