@@ -172,13 +172,17 @@ class Checker:
         return None
 
     def _annotation(self, node, where):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            node = ast.parse(node.value, mode="eval").body
-        try:
-            value = eval(compile(ast.Expression(node), self.src.filename, "eval"),
-                         {**_annotation_namespace(), **self.globals, **self.closure})
-        except Exception as exc:
-            raise self.src.error(where, f"cannot read the type annotation: {exc}") from None
+        # a parameter's annotation as Python evaluated it: a kernel made inside a factory function may use the
+        # factory's arguments (x: Array[T]) without naming them in its body (they are no closure cells then)
+        value = getattr(self.src.fn, "__annotations__", {}).get(getattr(where, "arg", None))
+        if value is None or isinstance(value, str):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                node = ast.parse(node.value, mode="eval").body
+            try:
+                value = eval(compile(ast.Expression(node), self.src.filename, "eval"),
+                             {**_annotation_namespace(), **self.globals, **self.closure})
+            except Exception as exc:
+                raise self.src.error(where, f"cannot read the type annotation: {exc}") from None
         if value is int:
             return i32
         if value is float:

@@ -426,3 +426,24 @@ def test_calling_a_kernel_without_a_launch_configuration_explains():
         x[tx] = 1.0
     with pytest.raises(TypeError, match=r"launch it as k\[grid, block\]\(...\)"):
         k(np.zeros(1, np.float32))
+
+
+def _doubler(T):
+    """A kernel factory: the element type comes from the factory's argument, used only in annotations."""
+    @kernel
+    def twice(x: Array[T], y: Array[T], n: i32):
+        i = bx * bdx + tx
+        if i < n:
+            y[i] = f32(x[i]) * 2.0
+    return twice
+
+
+@pytest.mark.parametrize("T, np_dtype", [(f32, np.float32), (bf16, ml_dtypes.bfloat16)])
+def test_kernel_factories_type_parameters_from_their_arguments(T, np_dtype):
+    k = _doubler(T)
+    source = compiles(k) and k.source
+    assert ("twice(frost_bf16* x" in source) == (T is bf16)
+    x = np.arange(40).astype(np_dtype)
+    y = np.zeros(40, np_dtype)
+    k.simulate[2, 32](x, y, 40)
+    np.testing.assert_array_equal(y.astype(np.float32), 2 * np.arange(40, dtype=np.float32))
