@@ -20,16 +20,19 @@ d=1.0 (clipping threshold), weight_decay=0.0 (not in the paper; decoupled and sc
 relative_step=True, scale_parameter=True. This is the paper's variant (eps1 added to G^2, as in the reference
 tensor2tensor/fairseq code); PyTorch's Adafactor instead clamps V at eps1^2, which is the same update whenever
 G^2 >> eps1. State uses PyTorch's names and shapes: 'step', 'row_var' (..., n, 1), 'col_var' (..., 1, m) for
-ndim >= 2, 'variance' otherwise. Where it runs: `adafactor_update` is array code (NumPy, or CuPy for CUDA
-parameters): the row/column means and the two RMS values are per-tensor reductions, so there is no flat launch;
-the RMS values stay on the device (no host synchronisation).
+ndim >= 2, 'variance' otherwise. Where it runs: on the GPU a float32 group is one launch of
+`adafactor_flat_kernel`, one block per parameter (the RMS values and the means of R are block sums and loops;
+the factored state gets regions of its own size in the flat buffers); elsewhere `adafactor_update` runs on the
+arrays (its twin; on CuPy the RMS values stay on the device, no host synchronisation).
 """
 from __future__ import annotations
 
 from typing import Iterable
 
+from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, rsqrt, shared, sqrt, tx
+from frost.optim.adamw import advance_step
 from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros, zeros_like
+from frost.tensor import Tensor, zeros
 
 
 def adafactor_update(p, g, row_var, col_var, variance, *, lr: float, step: float, beta2_decay: float, eps1: float,
@@ -64,6 +67,77 @@ def _rms(xp, a):
     return xp.sqrt(xp.mean(a * a))
 
 
+def _state_shapes(p) -> tuple:
+    """(name, shape) of p's state in the flat buffers 'row_var' and 'col_var': R and C, or V and None (ndim < 2)."""
+    if p.ndim < 2:
+        return ("variance", p.shape), None
+    return ("row_var", (*p.shape[:-1], 1)), ("col_var", (*p.shape[:-2], 1, p.shape[-1]))
+
+
+# ---------------------------------------------------------------- GPU kernel (twin: adafactor_update)
+# hyper = [step, lr, beta2_decay, eps1, eps2, d, weight_decay, relative_step, scale_parameter]. Block b updates
+# parameter b, seen as a stack of n x m matrices (a vector or a scalar as a stack of 1 x 1 matrices whose R is its V
+# and which have no C, so that it needs no extra state). Pass 1 updates R (threads over rows, also summing X^2) and
+# C (threads over columns); then two sweeps over the columns, where each thread sums the R of its matrix once per
+# column for mean(R): the sum of U^2, then the step.
+
+@device
+def _at(l, r, j, n, m, s):
+    """Where element (r, j) of matrix l is in its parameter's region. s is the last dim's stride: C for a channels-last
+    (O, C, n, m) weight, whose matrix l = o * C + c lies C-strided in the (n, m) dims of its (O, n, m, C) memory."""
+    return l // s * n * m * s + l % s + (r * m + j) * s
+
+
+@device
+def _sweep(p, g, row, col, start, stride, ro, co, cols, n, m, size, step, keep):
+    """The sum of U^2 over this thread's columns; with step > 0, X = keep * X - step * U there too."""
+    u2 = 0.0
+    for c in range(tx, size // n, bdx):  # column c % m of matrix c // m
+        r0, total = ro + c // m * n, 0.0
+        for i in range(r0, r0 + n):
+            total += row[i]
+        scale = col[co + c] * n / total if cols > 0 else 1.0  # V = R_i C_j / mean(R), or V itself (in R)
+        for i in range(n):
+            e = start + _at(c // m, i, c % m, n, m, stride)
+            u = g[e] / sqrt(max(row[r0 + i] * scale, 1e-38))
+            u2 += u * u
+            if step > 0:
+                p[e] = keep * p[e] - step * u
+    return u2
+
+
+@kernel
+def adafactor_flat_kernel(p: Array[f32], g: Array[f32], row: Array[f32], col: Array[f32], segments: Array[i32],
+                          last_strides: Array[i32], row_segments: Array[i32], col_segments: Array[i32],
+                          hyper: Array[f32]):
+    start, size, stride, eps1 = segments[2 * bx], segments[2 * bx + 1], last_strides[bx], hyper[3]
+    ro, rows, co, cols = row_segments[2 * bx], row_segments[2 * bx + 1], col_segments[2 * bx], col_segments[2 * bx + 1]
+    if size == 0:
+        return
+    m, n, x2, one_minus_beta2 = size // rows, size // cols if cols > 0 else 1, 0.0, pow(hyper[0], hyper[2])
+    for r in range(tx, rows, bdx):
+        acc = 0.0
+        for j in range(m):
+            e = start + _at(r // n, r % n, j, n, m, stride)
+            acc += g[e] * g[e] + eps1
+            x2 += p[e] * p[e]
+        row[ro + r] += one_minus_beta2 * (acc / m - row[ro + r])
+    for c in range(tx, cols, bdx):
+        acc = 0.0
+        for i in range(n):
+            e = start + _at(c // m, i, c % m, n, m, stride)
+            acc += g[e] * g[e] + eps1
+        col[co + c] += one_minus_beta2 * (acc / n - col[co + c])
+    scratch = shared(f32, 32)
+    x2 = block_sum(x2, scratch)  # its syncthreads also publishes the new R and C
+    u2 = block_sum(_sweep(p, g, row, col, start, stride, ro, co, cols, n, m, size, 0.0, 1.0), scratch)
+    lr = hyper[1]
+    rho = min(lr, rsqrt(hyper[0])) if hyper[7] > 0 else lr
+    alpha = max(hyper[4], sqrt(x2 / size)) * rho if hyper[8] > 0 else rho
+    _sweep(p, g, row, col, start, stride, ro, co, cols, n, m, size, alpha / max(1.0, sqrt(u2 / size) / hyper[5]),
+           1 - lr * hyper[6])
+
+
 class Adafactor(Optimizer):
     """Adafactor (factored second moments, update clipping, relative step sizes; no first moment)."""
 
@@ -76,6 +150,21 @@ class Adafactor(Optimizer):
         super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d, weight_decay=weight_decay,
                                       relative_step=relative_step, scale_parameter=scale_parameter))
 
+    flat_state = ("row_var", "col_var")
+    flat_layout = staticmethod(_state_shapes)
+    flat_threads = 512
+
+    def _flat_hyper(self, group: dict) -> list[float]:
+        return [group["lr"], group["beta2_decay"], *group["eps"], group["d"], group["weight_decay"],
+                float(group["relative_step"]), float(group["scale_parameter"])]
+
+    def _flat_update(self, flat) -> None:
+        advance_step[1, 32](flat.hyper)
+        # the buffers and their segments in flat_state's order: row_var (R, or V unfactored), then col_var (C)
+        adafactor_flat_kernel[len(flat.members), self.flat_threads](flat.params, flat.grads, *flat.state.values(),
+                                                                    flat.segments, flat.last_strides,
+                                                                    *flat.state_segments.values(), flat.hyper)
+
     def step(self, closure=None):
         loss = self._evaluate(closure)
         for group in self._groups_to_step():
@@ -83,11 +172,8 @@ class Adafactor(Optimizer):
                 state = self.state.setdefault(p, {})
                 if not state:
                     state["step"] = self._new_step()
-                    if p.ndim >= 2:
-                        state["row_var"] = zeros((*p.shape[:-1], 1), dtype=p.dtype, device=p.device)
-                        state["col_var"] = zeros((*p.shape[:-2], 1, p.shape[-1]), dtype=p.dtype, device=p.device)
-                    else:
-                        state["variance"] = zeros_like(p)
+                    shapes = filter(None, _state_shapes(p))
+                    state.update({k: zeros(s, dtype=p.dtype, device=p.device) for k, s in shapes})
                 factors = [state[k].data if k in state else None for k in ("row_var", "col_var", "variance")]
                 adafactor_update(p.data, p.grad.data, *factors, lr=group["lr"], step=self._increment(state["step"]),
                                  beta2_decay=group["beta2_decay"], eps1=group["eps"][0], eps2=group["eps"][1],

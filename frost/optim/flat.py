@@ -13,6 +13,7 @@ import numpy as np
 
 from frost.autograd import mark_grad_zero
 from frost.backend import cuda
+from frost.layout import is_channels_last
 from frost.tensor import Tensor
 
 STEP = 0  # slot of the step counter in `hyper`; slots 1.. are the optimizer's own hyper-parameters
@@ -29,6 +30,14 @@ def eligible(params: list[Tensor]) -> bool:
     return len(devices) == 1 and params[0].device.type == "cuda" and all(p.dtype == "float32" for p in params)
 
 
+def _view_like(region, like):
+    """A 1-D region of like.size elements seen with like's shape and memory format (channels-last stays so)."""
+    if is_channels_last(like):
+        n, c, h, w = like.shape
+        return region.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    return region.reshape(like.shape)
+
+
 class FlatGroup:
     """One group's parameters, gradients and named state as views into flat CuPy buffers.
 
@@ -39,17 +48,18 @@ class FlatGroup:
 
     ALIGN = 64  # float32 elements: 256 bytes
 
-    def __init__(self, params: list[Tensor], state: dict, state_names: tuple, n_hyper: int) -> None:
+    def __init__(self, params: list[Tensor], state: dict, state_names: tuple, n_hyper: int,
+                 state_layout=None) -> None:
+        """`state_names` name the state buffers. By default buffer `name` holds state `name` of each parameter, in
+        the parameters' layout (elementwise kernels index every buffer alike). `state_layout(p)` may instead give,
+        per buffer, the (state name, shape) that p keeps there, or None: state smaller than the parameter (e.g.
+        Adafactor's row and column averages) then gets a region of its own size; `state_segments[name]` is
+        [offset, numel] of each parameter's region (numel 0 where None)."""
         xp = params[0].xp  # CuPy; NumPy only in tests of the layout and of zero_grad
-        offsets, end = [], 0
-        for p in params:
-            offsets.append(end)
-            end += -(-p.numel() // self.ALIGN) * self.ALIGN
-        self.numel = end
+        offsets, self.numel = self._pack([p.numel() for p in params])
         self.members = list(params)
         self.params = xp.zeros(self.numel, dtype=xp.float32)
         self.grads = xp.zeros(self.numel, dtype=xp.float32)
-        self.state = {name: xp.zeros(self.numel, dtype=xp.float32) for name in state_names}
         self.hyper = xp.zeros(1 + n_hyper, dtype=xp.float32)
         # [offset, numel] of each parameter, for kernels that work per parameter (one block each, e.g. LAMB's norms)
         self.segments = xp.asarray([[o, p.numel()] for p, o in zip(params, offsets)], dtype=xp.int32).reshape(-1)
@@ -58,18 +68,40 @@ class FlatGroup:
         self.hyper[STEP] = steps[0] if steps else 0.0
         step_view = Tensor(self.hyper[STEP:STEP + 1].reshape(()))
         for p, offset in zip(params, offsets):
-            n, shape = p.numel(), p.shape
-            view = slice(offset, offset + n)
-            self.params[view] = p.data.reshape(-1)
-            self.grads[view] = p.grad.data.reshape(-1)
-            p.data = self.params[view].reshape(shape)
-            p.grad = Tensor(self.grads[view].reshape(shape))
-            old = state.get(p, {})
-            for name in state_names:
-                if name in old:
-                    self.state[name][view] = old[name].data.reshape(-1)
-            state[p] = {"step": step_view, **{name: Tensor(self.state[name][view].reshape(shape))
-                                              for name in state_names}}
+            view = slice(offset, offset + p.numel())
+            param_view, grad_view = _view_like(self.params[view], p.data), _view_like(self.grads[view], p.data)
+            param_view[...], grad_view[...] = p.data, p.grad.data
+            p.data, p.grad = param_view, Tensor(grad_view)
+        # the element stride of each parameter's last dim: 1, or C for a channels-last (N, C, H, W) parameter
+        self.last_strides = xp.asarray([p.data.strides[-1] // 4 if p.ndim else 1 for p in params], dtype=xp.int32)
+        layouts = [state_layout(p) if state_layout else [(name, p.shape) for name in state_names] for p in params]
+        new_state = {p: {"step": step_view} for p in params}
+        self.state, self.state_segments = {}, {}
+        for slot, name in enumerate(state_names):
+            entries = [layout[slot] for layout in layouts]
+            sizes = [int(np.prod(entry[1])) if entry else 0 for entry in entries]
+            slot_offsets, total = self._pack(sizes)
+            buffer = self.state[name] = xp.zeros(total, dtype=xp.float32)
+            self.state_segments[name] = xp.asarray([*zip(slot_offsets, sizes)], dtype=xp.int32).reshape(-1)
+            for p, entry, offset, size in zip(params, entries, slot_offsets, sizes):
+                if entry:
+                    key, shape = entry
+                    region = buffer[offset:offset + size]
+                    # state shaped like its parameter is laid out like it: the kernels index both alike
+                    view = _view_like(region, p.data) if tuple(shape) == tuple(p.shape) else region.reshape(shape)
+                    if key in state.get(p, {}):
+                        view[...] = state[p][key].data
+                    new_state[p][key] = Tensor(view)
+        state.update(new_state)
+
+    @classmethod
+    def _pack(cls, sizes: list[int]) -> tuple[list[int], int]:
+        """Offsets of regions of these sizes, each starting at a multiple of ALIGN, and the total length."""
+        offsets, end = [], 0
+        for size in sizes:
+            offsets.append(end)
+            end += -(-size // cls.ALIGN) * cls.ALIGN
+        return offsets, end
 
     def zero_grad(self) -> None:
         self.grads.fill(0)

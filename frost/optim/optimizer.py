@@ -136,8 +136,10 @@ class Optimizer:
 
     # ------------------------------------------------------------ flat GPU groups
     # A subclass that has a one-launch GPU kernel sets `flat_state` (its state names) and writes
-    # `_flat_hyper(group)` (the values its kernel reads) and `_flat_update(flat)` (the launch).
+    # `_flat_hyper(group)` (the values its kernel reads) and `_flat_update(flat)` (the launch). `flat_layout(p)`
+    # places state smaller than the parameter (see FlatGroup); None keeps one parameter-sized region per state.
     flat_state: tuple | None = None
+    flat_layout = None
 
     def _flat_group(self, index: int, group: dict):
         """The group's FlatGroup, packing it on first use when it is eligible; None for the per-tensor path."""
@@ -146,7 +148,7 @@ class Optimizer:
             from frost.optim import flat as flat_module
             if flat_module.eligible(group["params"]):
                 flat = self._flat[index] = flat_module.FlatGroup(group["params"], self.state, self.flat_state,
-                                                                 len(self._flat_hyper(group)))
+                                                                 len(self._flat_hyper(group)), self.flat_layout)
                 flat_module.live_optimizers.add(self)
         return flat
 

@@ -1,11 +1,12 @@
-"""Adafactor against a fresh NumPy transcription of the paper's Algorithms 4 and 5 and against torch.optim.Adafactor."""
+"""Adafactor against a fresh NumPy transcription of the paper's Algorithms 4 and 5 and against torch.optim.Adafactor;
+its one-launch flat kernel (simulator here, GPU with -m cuda) against the array rule, flat state dicts."""
 import numpy as np
 import pytest
 import torch
 
 import frost
 from frost.autograd import AnomalyError, detect_anomaly
-from frost.optim import Adafactor, adafactor_update
+from frost.optim import Adafactor, adafactor, adafactor_update, flat
 from optim_oracle import (SHAPES, assert_resumes_exactly_through_a_file, gradient, initial_arrays, run_frost,
                           run_on_fixed_gradients, torch_params)
 
@@ -128,14 +129,180 @@ def test_loading_state_of_the_wrong_shape_is_refused():
         Adafactor([b]).load_state_dict(opt.state_dict())
 
 
+def test_flat_kernel_compiles_for_sm90():
+    assert len(adafactor.adafactor_flat_kernel.compile(arch="sm_90")) > 1000
+
+
+# a conv weight (factored over its last two dims, many small matrices), a Linear weight, a vector, a scalar, a 3-D
+# tensor of 3 matrices, a channels-last conv weight (NHWC memory: its 3 x 2 matrices are strided), and (in a second
+# group) a weight whose row DEAD_ROW and column DEAD_COL never get a gradient
+FLAT_SHAPES = [(8, 4, 3, 3), (10, 64), (70,), (), (3, 5, 7), (6, 4, 3, 2), (6, 5)]
+CHANNELS_LAST, DEAD, DEAD_ROW, DEAD_COL = 5, 6, 2, 3
+FLAT_OPTIONS = [{}, dict(weight_decay=0.1), dict(relative_step=False, lr=3e-3),
+                dict(relative_step=False, scale_parameter=False, lr=2e-2, weight_decay=0.05, d=1.5, eps=(1e-20, 1e-2))]
+SECOND_GROUP = dict(lr=0.8, scale_parameter=False)  # rho = 1 / sqrt(t) from step 2 with relative_step
+
+
+def simulate_flat(monkeypatch) -> None:
+    """Every group goes flat, its launches running in the kernel simulator over NumPy buffers."""
+    monkeypatch.setattr(flat, "eligible", lambda params: True)
+    monkeypatch.setattr(adafactor, "adafactor_flat_kernel", adafactor.adafactor_flat_kernel.simulate)
+    monkeypatch.setattr(adafactor, "advance_step", adafactor.advance_step.simulate)
+
+
+def flat_arrays(rng):
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in FLAT_SHAPES]
+    arrays[1] *= 1e-4  # RMS(X) < eps2: the parameter scale is eps2 for the Linear weight
+    arrays[CHANNELS_LAST] = np.ascontiguousarray(arrays[CHANNELS_LAST].transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return arrays
+
+
+def flat_gradients(rng, steps):
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in FLAT_SHAPES] for _ in range(steps)]
+    for g in grads:
+        g[DEAD][DEAD_ROW], g[DEAD][:, DEAD_COL] = 0, 0
+    return grads
+
+
+def make_flat_optimizer(params, options):
+    opt = Adafactor([{"params": params[:DEAD]}, {"params": params[DEAD:], **SECOND_GROUP}], **options)
+    opt.flat_threads = 64  # two warps: block_sum across warps, and the simulator stays fast
+    return opt
+
+
+def run_steps(opt, params, grads) -> None:
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            if p.grad is None:
+                p.grad = frost.Tensor(g.copy())
+            else:
+                p.grad.data[...] = g  # a view of the flat gradient buffer after the first step
+        opt.step()
+
+
+def reference_run(arrays, grads, options):
+    """adafactor_update tensor by tensor on float32 arrays: (params, states) after the steps."""
+    params, states = [a.copy() for a in arrays], []
+    for p in params:
+        states.append({name: np.zeros(shape, np.float32) for name, shape in filter(None, adafactor._state_shapes(p))})
+    for step, step_grads in enumerate(grads, 1):
+        for i, (p, g, state) in enumerate(zip(params, step_grads, states)):
+            o = {**dict(lr=1e-2, eps=(1e-30, 1e-3), d=1.0, weight_decay=0.0, relative_step=True,
+                        scale_parameter=True), **options, **(SECOND_GROUP if i >= DEAD else {})}
+            adafactor_update(p, g, state.get("row_var"), state.get("col_var"), state.get("variance"), lr=o["lr"],
+                             step=float(step), beta2_decay=-0.8, eps1=o["eps"][0], eps2=o["eps"][1], d=o["d"],
+                             weight_decay=o["weight_decay"], relative_step=o["relative_step"],
+                             scale_parameter=o["scale_parameter"])
+    return params, states
+
+
+def assert_matches_reference(opt, params, ref_params, ref_states, steps):
+    for i, (p, x, state) in enumerate(zip(params, ref_params, ref_states)):
+        np.testing.assert_allclose(p.numpy(), x, rtol=1e-5, atol=1e-6, err_msg=f"param {i} {FLAT_SHAPES[i]}")
+        assert sorted(opt.state[p]) == sorted([*state, "step"]), i
+        assert float(opt.state[p]["step"].item()) == steps
+        for name, want in state.items():
+            got = opt.state[p][name].numpy()
+            assert got.shape == want.shape, (i, name)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-30, err_msg=f"{name} of param {i}")
+
+
+@pytest.mark.parametrize("options", FLAT_OPTIONS, ids=["defaults", "weight_decay", "fixed_lr", "fixed_unscaled_d_eps"])
+def test_simulated_flat_kernel_equals_the_cpu_rule(monkeypatch, options):
+    simulate_flat(monkeypatch)
+    rng = np.random.default_rng(3)
+    arrays = flat_arrays(rng)
+    grads = flat_gradients(rng, 4)
+    params = [frost.Tensor(a.copy(order="K"), requires_grad=True) for a in arrays]
+    opt = make_flat_optimizer(params, options)
+    run_steps(opt, params, grads)
+    assert sorted(opt._flat) == [0, 1], "both groups should have gone flat"
+    assert opt._flat[0].last_strides.tolist() == [1, 1, 1, 1, 1, 4], "the flat group should keep channels-last"
+    assert_matches_reference(opt, params, *reference_run(arrays, grads, options), steps=4)
+    dead = params[DEAD].numpy()
+    assert np.isfinite(dead).all()
+    if "weight_decay" not in options:  # U is 0 on the dead row: it never moves
+        np.testing.assert_array_equal(dead[DEAD_ROW], arrays[DEAD][DEAD_ROW])
+
+
+def test_flat_factored_state_is_sublinear(monkeypatch):
+    simulate_flat(monkeypatch)
+    rng = np.random.default_rng(5)
+    params = [frost.Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True) for s in FLAT_SHAPES]
+    opt = make_flat_optimizer(params, {})
+    run_steps(opt, params, flat_gradients(rng, 1))
+    group = opt._flat[0]
+    rows, cols = group.state_segments["row_var"].reshape(-1, 2), group.state_segments["col_var"].reshape(-1, 2)
+    # R (8*4*3, 10, 3*5, 6*4*3) or, for the vector and the scalar, V in buffer row_var; C (8*4*3, 64, 3*7, 6*4*2)
+    assert rows[:, 1].tolist() == [96, 10, 70, 1, 15, 72] and cols[:, 1].tolist() == [96, 64, 0, 0, 21, 48]
+    assert rows.dtype == np.int32 and (rows[:, 0] % flat.FlatGroup.ALIGN == 0).all()
+    assert group.state["row_var"].size == 128 + 64 + 128 + 64 + 64 + 128 < group.params.size
+    assert group.state["col_var"].size == 128 + 64 + 64 + 64 < group.params.size
+    for p, (offset, n) in zip(params, rows):
+        name = "row_var" if p.ndim >= 2 else "variance"
+        np.testing.assert_array_equal(group.state["row_var"][offset:offset + n], opt.state[p][name].numpy().ravel())
+        assert np.shares_memory(opt.state[p][name].data, group.state["row_var"])
+
+
+def test_flat_state_dict_round_trip_to_flat_and_per_tensor(monkeypatch):
+    """3 flat steps, state_dict, load into a fresh optimizer over copies of the parameters, 2 more steps (flat again,
+    or per tensor): the same as 5 straight flat steps, with the per-tensor path's names and shapes."""
+    simulate_flat(monkeypatch)
+    rng = np.random.default_rng(6)
+    arrays = flat_arrays(rng)
+    grads = flat_gradients(rng, 5)
+    options = dict(weight_decay=0.05, d=1.2)
+    straight = [frost.Tensor(a.copy(order="K"), requires_grad=True) for a in arrays]
+    run_steps(make_flat_optimizer(straight, options), straight, grads)
+    first = [frost.Tensor(a.copy(order="K"), requires_grad=True) for a in arrays]
+    opt = make_flat_optimizer(first, options)
+    run_steps(opt, first, grads[:3])
+    saved = opt.state_dict()
+    for i, p in enumerate(first):
+        shapes = {k: tuple(v.shape) for k, v in saved["state"][i].items()}
+        assert shapes == {"step": (), **dict(filter(None, adafactor._state_shapes(p)))}, i
+    for flat_again in (True, False):
+        resumed = [frost.Tensor(p.data.copy(order="K"), requires_grad=True) for p in first]
+        opt2 = make_flat_optimizer(resumed, {})
+        opt2.load_state_dict(saved)
+        if not flat_again:
+            opt2.flat_state = None  # this optimizer stays on the per-tensor path
+        run_steps(opt2, resumed, grads[3:])
+        assert bool(opt2._flat) == flat_again
+        for i, (a, b) in enumerate(zip(resumed, straight)):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
+        assert float(opt2.state[resumed[0]]["step"].item()) == 5
+
+
+def test_flat_group_without_a_layout_keeps_parameter_sized_state_at_the_parameters_offsets():
+    """AdamW's elementwise kernel indexes parameters and state alike: the default layout must keep that."""
+    params = [frost.Tensor(np.full(s, 1.0, np.float32), requires_grad=True) for s in [(2, 3), (70,), ()]]
+    for p in params:
+        p.grad = frost.Tensor(np.zeros(p.shape, np.float32))
+    old = {params[1]: {"step": frost.Tensor(np.array(4.0, np.float32)), "exp_avg": frost.full((70,), 2.0)}}
+    group = flat.FlatGroup(params, old, ("exp_avg", "exp_avg_sq"), 2)
+    for name in ("exp_avg", "exp_avg_sq"):
+        assert group.state[name].size == group.numel == 64 + 128 + 64
+        np.testing.assert_array_equal(group.state_segments[name], group.segments)
+    assert group.hyper[0] == 4 and float(old[params[1]]["step"].item()) == 4
+    assert group.state["exp_avg"][64:64 + 70].tolist() == [2.0] * 70 and group.state["exp_avg"].sum() == 140
+    assert all(old[p]["exp_avg"].shape == p.shape and np.shares_memory(old[p]["exp_avg"].data, group.state["exp_avg"])
+               for p in params)
+
+
 @pytest.mark.cuda
-def test_gpu_update_equals_cpu_rule():
-    make = lambda ps: Adafactor(ps, weight_decay=0.1)  # noqa: E731
-    shapes = [(16, 8), (16,), (3, 16), (2, 3, 4)]
-    _, gpu = run_on_fixed_gradients("cuda", make, shapes=shapes)
-    _, cpu = run_on_fixed_gradients("cpu", make, shapes=shapes)
+@pytest.mark.parametrize("options", [dict(weight_decay=0.1), dict(relative_step=False, lr=3e-3)])
+def test_gpu_update_equals_cpu_rule(options):
+    make = lambda ps: Adafactor(ps, **options)  # noqa: E731
+    shapes = [(16, 8), (16,), (3, 16), (2, 3, 4), (64, 64, 3, 3), (10, 64), ()]
+    opt, gpu = run_on_fixed_gradients("cuda", make, shapes=shapes, step_lr=True)
+    _, cpu = run_on_fixed_gradients("cpu", make, shapes=shapes, step_lr=True)
+    assert opt._flat, "the CUDA parameters should have been packed into a flat group"
     for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    state = opt.state_dict()["state"]
+    assert float(state[0]["step"].item()) == 20
+    assert state[4]["row_var"].shape == (64, 64, 3, 1) and state[6]["variance"].shape == ()
 
 
 @pytest.mark.parametrize("kwargs,match", [(dict(lr=-1.0), r"Adafactor: lr \(-1.0\)"),
@@ -181,3 +348,37 @@ def test_dead_units_in_float32_give_no_nan():
         p.grad = frost.tensor(g)
         opt.step()
     assert np.isfinite(p.numpy()).all()
+
+
+@pytest.mark.cuda
+def test_flat_group_state_dict_round_trip(tmp_path):
+    """10 flat steps, frost.save / frost.load of parameters and state, 10 more in a fresh flat group: as 20 straight."""
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(8, 4, 3, 3), (10, 64), (16,), (3, 5, 7)]]
+    grads = [[rng.standard_normal(a.shape).astype(np.float32) for a in arrays] for _ in range(20)]
+
+    def run(params, opt, steps):
+        for t in steps:
+            for p, g in zip(params, grads[t]):
+                if p.grad is None:
+                    p.grad = frost.tensor(g, device="cuda")
+                else:
+                    p.grad.copy_(frost.tensor(g, device="cuda"))
+            opt.step()
+        assert opt._flat
+
+    straight = [frost.tensor(a, device="cuda", requires_grad=True) for a in arrays]
+    run(straight, Adafactor(straight, weight_decay=0.1), range(20))
+    first = [frost.tensor(a, device="cuda", requires_grad=True) for a in arrays]
+    opt = Adafactor(first, weight_decay=0.1)
+    run(first, opt, range(10))
+    frost.save({"params": [p.detach().cpu() for p in first], "opt": opt.state_dict()}, tmp_path / "ckpt.frost")
+    saved = frost.load(tmp_path / "ckpt.frost")
+    state = saved["opt"]["state"]
+    assert state[0]["row_var"].shape == (8, 4, 3, 1) and state[2]["variance"].shape == (16,)
+    resumed = [frost.tensor(p.numpy(), device="cuda", requires_grad=True) for p in saved["params"]]
+    opt2 = Adafactor(resumed)
+    opt2.load_state_dict(saved["opt"])
+    run(resumed, opt2, range(10, 20))
+    for a, b in zip(resumed, straight):
+        np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().cpu().numpy(), rtol=1e-6, atol=1e-7)
