@@ -1,6 +1,8 @@
 """Convolution weight gradients at the seed ResNet's shapes: our kernels (frost/ops/conv_wgrad.py) against cuDNN.
 
-Run on a GPU machine (needs the cuDNN frontend):  python benchmarks/conv_wgrad.py [--quick] [--out FILE.json]
+Run on a GPU machine (needs the cuDNN frontend):
+    python benchmarks/conv_wgrad.py [--quick] [--channels-last] [--out FILE.json]
+--channels-last: x and dy with channels-last (NHWC) memory and dW channels-last (KRSC memory), for both.
 Each call is captured `--calls` times into a CUDA graph (as frost.jit runs a training step) and the graph is
 replayed; the time per call is the median over replays, measured with CUDA events. For every shape: each of our
 candidate tile choices (the ones `choose` times), cuDNN's tuned plan with TF32 off and with TF32 on (frost's
@@ -16,6 +18,7 @@ import numpy as np
 
 from frost import backends
 from frost.backend.cuda import graph_time_us
+from frost.layout import as_channels_last, empty_like_format
 from frost.ops import conv_wgrad as cw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +33,7 @@ def cudnn_wgrad(g, x, w_shape, s, p, out):
     return cudnn.conv2d_backward_weight(g, x, w_shape, (s, s), (p, p), (1, 1), out=out)
 
 
-def bench_shape(shape, calls: int, repeats: int, sms: int) -> dict:
+def bench_shape(shape, calls: int, repeats: int, sms: int, channels_last: bool = False) -> dict:
     import cupy as cp
     n, cin, cout, h, s, k = shape
     p = k // 2
@@ -38,8 +41,10 @@ def bench_shape(shape, calls: int, repeats: int, sms: int) -> dict:
     rng = cp.random.default_rng(0)
     x = rng.standard_normal((n, cin, h, h), dtype=cp.float32)
     g = rng.standard_normal((n, cout, ho, ho), dtype=cp.float32)
+    if channels_last:
+        x, g = as_channels_last(x), as_channels_last(g)
     w_shape = (cout, cin, k, k)
-    out = cp.empty(w_shape, cp.float32)
+    out = empty_like_format(w_shape, x, cp.float32)
     row = dict(shape=list(shape), flops=2 * n * ho * ho * cout * cin * k * k)
     saved = backends.allow_tf32, backends.deterministic
     try:
@@ -48,7 +53,8 @@ def bench_shape(shape, calls: int, repeats: int, sms: int) -> dict:
             row[f"cudnn_tf32_{'on' if tf32 else 'off'}_us"] = graph_time_us(
                 lambda: cudnn_wgrad(g, x, w_shape, s, p, out), calls, repeats)
         backends.allow_tf32, backends.deterministic = False, True
-        ref = cp.asnumpy(cudnn_wgrad(g, x, w_shape, s, p, cp.empty(w_shape, cp.float32))).astype(np.float64)
+        ref = cp.asnumpy(cudnn_wgrad(g, x, w_shape, s, p, empty_like_format(w_shape, x, cp.float32))
+                         ).astype(np.float64)
     finally:
         backends.allow_tf32, backends.deterministic = saved
     scale = max(float(np.abs(ref).max()), 1e-30)
@@ -71,8 +77,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls and repeats")
     ap.add_argument("--calls", type=int, default=None, help="calls per captured graph (default 100)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "conv_wgrad.json"))
+    ap.add_argument("--channels-last", action="store_true", help="NHWC x and dy, KRSC dW (ours and cuDNN)")
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/conv_wgrad[_channels_last].json")
     args = ap.parse_args()
+    layout = "channels-last" if args.channels_last else "NCHW"
+    out_file = args.out or str(ROOT / "benchmarks" / "results" /
+                               f"conv_wgrad{'_channels_last' if args.channels_last else ''}.json")
     import cupy as cp
     calls = args.calls or (20 if args.quick else 100)
     repeats = 5 if args.quick else 20
@@ -81,14 +91,14 @@ def main() -> None:
     device, sms = props["name"].decode(), int(props["multiProcessorCount"])
     rows = []
     for shape, per_step in SEED_SHAPES:
-        row = bench_shape(shape, calls, repeats, sms)
+        row = bench_shape(shape, calls, repeats, sms, args.channels_last)
         row["calls_per_step"] = per_step
         rows.append(row)
     step = {k: sum(r[k] * r["calls_per_step"] for r in rows)
             for k in ("cudnn_tf32_off_us", "cudnn_tf32_on_us", "best_ours_us")}
     step["chosen_us"] = sum(min(r["cudnn_tf32_off_us"], r["best_ours_us"]) * r["calls_per_step"] for r in rows)
 
-    print(f"Convolution weight gradients on {device} ({sms} SMs), float32, us per call inside a CUDA graph "
+    print(f"Convolution weight gradients on {device} ({sms} SMs), float32 {layout}, us per call inside a CUDA graph "
           f"(median of {repeats} replays of {calls} calls)")
     print(f"{'N, Cin, Cout, H, s, k':24} {'calls':>5} {'cuDNN':>8} {'cuDNN tf32':>10} {'ours':>8} {'speedup':>8} "
           f"{'max err':>9}  best tiles / every candidate (us)")
@@ -101,11 +111,11 @@ def main() -> None:
               f"{r['cudnn_tf32_off_us'] / r['best_ours_us']:8.2f} {r['max_rel_error']:9.1e}  {tiles} / {every}")
     print(f"per training step: cuDNN {step['cudnn_tf32_off_us']:.0f} us (TF32 on: {step['cudnn_tf32_on_us']:.0f}), "
           f"ours {step['best_ours_us']:.0f} us, the faster of the two per shape {step['chosen_us']:.0f} us")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(dict(device=device, sms=sms, calls_per_graph=calls, repeats=repeats,
-                                              results=rows, step_us=step, seconds=time.perf_counter() - t0),
-                                         indent=2) + "\n")
-    print(f"wrote {args.out}")
+    Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_file).write_text(json.dumps(dict(device=device, sms=sms, layout=layout, calls_per_graph=calls,
+                                              repeats=repeats, results=rows, step_us=step,
+                                              seconds=time.perf_counter() - t0), indent=2) + "\n")
+    print(f"wrote {out_file}")
 
 
 if __name__ == "__main__":

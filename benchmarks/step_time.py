@@ -38,16 +38,21 @@ def _time(run_steps, steps: int, repeats: int, sync) -> list[float]:
     return times
 
 
-def frost_rows(steps: int, repeats: int, precision: str, jit: bool) -> dict:
+def _memory_format(channels_last: bool):
+    import frost
+    return frost.channels_last if channels_last else frost.contiguous_format
+
+
+def frost_rows(steps: int, repeats: int, precision: str, jit: bool, channels_last: bool = False) -> dict:
     import frost
     import frost.nn.functional as F
     from frost.backend import cuda
     from frost.models.resnet import cifar_resnet
     frost.manual_seed(0)
-    model = cifar_resnet().to("cuda")
+    model = cifar_resnet().to("cuda", memory_format=_memory_format(channels_last))
     opt = frost.optim.AdamW(model.parameters(), **ADAMW)
     xs, ys = _batches(8)
-    x_dev = [frost.tensor(x, device="cuda") for x in xs]
+    x_dev = [frost.tensor(x, device="cuda").contiguous(_memory_format(channels_last)) for x in xs]
     y_dev = [frost.tensor(y, device="cuda") for y in ys]
 
     def step(x, y):
@@ -73,6 +78,7 @@ def frost_rows(steps: int, repeats: int, precision: str, jit: bool) -> dict:
             fn(x_dev[i % 8], y_dev[i % 8])
     times = _time(run, steps, repeats, cuda.synchronize)
     return {"framework": "frost", "mode": "jit" if jit else "eager", "precision": precision,
+            "memory_format": "channels_last" if channels_last else "nchw",
             "ms_per_step": statistics.median(times), "runs_ms": times, "startup_s": startup}
 
 
@@ -129,17 +135,17 @@ def torch_rows(steps: int, repeats: int, precision: str, graphed: bool) -> dict:
             "ms_per_step": statistics.median(times), "runs_ms": times, "startup_s": startup}
 
 
-def kernel_breakdown(precision: str = "fp32", top: int = 25) -> list[dict]:
+def kernel_breakdown(precision: str = "fp32", channels_last: bool = False, top: int = 25) -> list[dict]:
     """Kernels of one replayed Frost jit step with their GPU times (CUPTI through torch.profiler sees CuPy's too)."""
     from torch.profiler import ProfilerActivity, profile
     import frost
     import frost.nn.functional as F
     from frost.backend import cuda
     from frost.models.resnet import cifar_resnet
-    model = cifar_resnet().to("cuda")
+    model = cifar_resnet().to("cuda", memory_format=_memory_format(channels_last))
     opt = frost.optim.AdamW(model.parameters(), **ADAMW)
     x, y = _batches(1)
-    x, y = frost.tensor(x[0], device="cuda"), frost.tensor(y[0], device="cuda")
+    x, y = frost.tensor(x[0], device="cuda").contiguous(_memory_format(channels_last)), frost.tensor(y[0], device="cuda")
 
     @frost.jit
     def step(x, y):
@@ -175,12 +181,16 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--only", default="", help="comma list of row names to run, e.g. frost-jit-fp32")
     p.add_argument("--breakdown", action="store_true", help="also profile one replayed Frost jit step")
+    p.add_argument("--breakdown-of", default="fp32", help="the step --breakdown profiles: fp32, bf16, fp32-cl "
+                   "or bf16-cl (-cl: channels-last)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "step_time.json"))
     args = p.parse_args(argv)
     plan = [("frost-eager-fp32", lambda: frost_rows(max(args.steps // 10, 10), args.repeats, "fp32", False)),
             ("frost-jit-fp32", lambda: frost_rows(args.steps, args.repeats, "fp32", True)),
             ("frost-eager-bf16", lambda: frost_rows(max(args.steps // 10, 10), args.repeats, "bf16", False)),
             ("frost-jit-bf16", lambda: frost_rows(args.steps, args.repeats, "bf16", True)),
+            ("frost-jit-fp32-cl", lambda: frost_rows(args.steps, args.repeats, "fp32", True, channels_last=True)),
+            ("frost-jit-bf16-cl", lambda: frost_rows(args.steps, args.repeats, "bf16", True, channels_last=True)),
             ("pytorch-eager-fp32", lambda: torch_rows(max(args.steps // 10, 10), args.repeats, "fp32", False)),
             ("pytorch-graphed-fp32", lambda: torch_rows(args.steps, args.repeats, "fp32", True)),
             ("pytorch-graphed-bf16", lambda: torch_rows(args.steps, args.repeats, "bf16", True))]
@@ -197,7 +207,8 @@ def main(argv=None) -> None:
         results.append(r)
         print(f"{name:24s} " + (f"{r['ms_per_step']:8.3f} ms/step  startup {r['startup_s']:.1f} s"
                                 if "ms_per_step" in r else r["error"]), flush=True)
-    breakdown = kernel_breakdown() if args.breakdown else None
+    precision, _, layout = args.breakdown_of.partition("-")
+    breakdown = kernel_breakdown(precision, channels_last=layout == "cl") if args.breakdown else None
     ref = {r["name"]: r.get("ms_per_step") for r in results}
     print("\n| row | ms/step | vs PyTorch graphed (same precision) | start-up s |\n|---|---|---|---|")
     for r in results:
@@ -208,11 +219,12 @@ def main(argv=None) -> None:
         ratio = f"{base / r['ms_per_step']:.2f}x faster" if base else ""
         print(f"| {r['name']} | {r['ms_per_step']:.3f} | {ratio} | {r['startup_s']:.1f} |")
     if breakdown:
-        print("\nOne replayed Frost jit step (fp32), kernels by GPU time:")
+        print(f"\nOne replayed Frost jit step ({args.breakdown_of}), kernels by GPU time:")
         for b in breakdown:
             print(f"{b['us_per_step']:9.1f} us  {b['calls_per_step']:6.1f} calls  {b['kernel']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"rows": results, "breakdown": breakdown}, indent=1))
+    Path(args.out).write_text(json.dumps({"rows": results, "breakdown": breakdown,
+                                          "breakdown_of": args.breakdown_of if breakdown else None}, indent=1))
 
 
 if __name__ == "__main__":

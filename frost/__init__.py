@@ -17,6 +17,7 @@ from frost.ops.reduce import argsort, cumsum, sort, topk
 from frost.ops.shape import clone, index_select, narrow, tril, triu, unbind
 from frost.io import load, save
 from frost.autocast import autocast
+from frost.layout import channels_last, contiguous_format
 from frost import backends, cuda, data, nn, optim, parallel
 from frost.jit import jit
 

@@ -9,6 +9,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from frost import layout
+
 _state = threading.local()
 
 
@@ -229,7 +231,16 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
                                        f"does not match input shape {tuple(p.shape)} (a bug in that op)")
                 k = id(p)
                 # out of place: grads[k] may be a claimed .grad buffer, which must keep its own contribution
-                grads[k] = pg if k not in grads else grads[k] + pg
+                grads[k] = pg if k not in grads else _sum_of_gradients(grads[k], pg)
+
+
+def _sum_of_gradients(a, b):
+    """a + b (out of place) in a's memory format: CuPy's add would answer channels-last operands in C order, and
+    the next op (batch norm, a convolution) would have to convert it back."""
+    if a.dtype == b.dtype and a.shape == b.shape and layout.is_channels_last(a):
+        # added as the dense NHWC arrays they are (CuPy's strided add into a channels-last out is 3x slower)
+        return (a.transpose(0, 2, 3, 1) + b.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return a + b
 
 
 def _accumulate(Tensor, t, g, claimed=None) -> None:
@@ -246,7 +257,7 @@ def _accumulate(Tensor, t, g, claimed=None) -> None:
     if t.grad is None:
         # A copy: the same gradient array may be handed to several inputs (add's backward), and
         # later accumulation into .grad happens in place.
-        t.grad = Tensor(g.copy())
+        t.grad = Tensor(g.copy(order="K"))  # keeps a channels-last gradient channels-last
     else:
         t.grad.data += g
 
@@ -286,7 +297,7 @@ def grad_destination(t: Any) -> Any:
     """The array an op's backward may write leaf `t`'s gradient into, or None (then it returns a fresh array).
 
     Only inside backward(), for a leaf that requires grad whose .grad is marked all zeros (mark_grad_zero), is
-    C-contiguous and has t's shape, dtype and device. The buffer is claimed at most once per mark: the op
+    dense (C-contiguous, or channels-last: the op writes either) and has t's shape, dtype and device. The buffer is claimed at most once per mark: the op
     overwrites it with its contribution and returns that same array as t's gradient; the engine then adds
     nothing (or, when t received other contributions too, assigns their sum, which already includes it).
     """
@@ -298,7 +309,7 @@ def grad_destination(t: Any) -> Any:
         return None
     buffer, data = grad.data, t.data
     if (type(buffer) is not type(data) or buffer.shape != data.shape or buffer.dtype != data.dtype
-            or not buffer.flags.c_contiguous
+            or not (buffer.flags.c_contiguous or layout.is_channels_last(buffer))
             or (not isinstance(data, np.ndarray) and buffer.device.id != data.device.id)):
         return None
     t._zero_grad_mark = None

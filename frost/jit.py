@@ -109,7 +109,7 @@ class Jitted:
             statics = []
 
             def make_static(t: Tensor) -> Tensor:
-                s = Tensor(t.data.copy())
+                s = Tensor(t.data.copy(order="K"))  # keeps the memory format (channels-last inputs)
                 s.requires_grad = t.requires_grad
                 statics.append(s)
                 return s

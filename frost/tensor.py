@@ -186,7 +186,8 @@ class Tensor:
             a = a.astype(np.float32)
         return a.tolist()
 
-    def to(self, *args, dtype=None, device=None, non_blocking: bool = False) -> "Tensor":
+    def to(self, *args, dtype=None, device=None, non_blocking: bool = False, memory_format=None) -> "Tensor":
+        """This tensor on `device`, as `dtype`, in `memory_format` (frost.channels_last for 4-D tensors)."""
         for a in args:
             if isinstance(a, (Device,)) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
                 device = a
@@ -197,6 +198,8 @@ class Tensor:
             out = elementwise.to_device(out, Device(device))
         if dtype is not None:
             out = elementwise.cast(out, to_dtype(dtype))
+        if memory_format is not None:
+            out = shape_ops.contiguous(out, memory_format)
         return out
 
     def cuda(self, index: int = 0) -> "Tensor":
@@ -401,7 +404,16 @@ class Tensor:
     def unsqueeze(self, dim): return shape_ops.unsqueeze(self, dim)
     def expand(self, *sizes): return shape_ops.expand(self, _shape_args(sizes))
     def expand_as(self, other): return shape_ops.expand(self, other.shape)
-    def contiguous(self): return shape_ops.contiguous(self)
+    def contiguous(self, memory_format=None) -> "Tensor":
+        """Dense in memory: C order, or channels-last with memory_format=frost.channels_last (4-D)."""
+        return shape_ops.contiguous(self, memory_format)
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        from frost.layout import channels_last, is_channels_last
+        if memory_format is channels_last:
+            return is_channels_last(self.data) or (self.ndim == 4 and self.data.flags.c_contiguous and
+                                                   (self.shape[1] == 1 or self.shape[2] * self.shape[3] == 1))
+        return bool(self.data.flags.c_contiguous)
     def split(self, split_size, dim=0): return shape_ops.split(self, split_size, dim)
     def chunk(self, chunks, dim=0): return shape_ops.chunk(self, chunks, dim)
     def repeat(self, *sizes): return shape_ops.repeat(self, _shape_args(sizes))

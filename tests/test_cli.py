@@ -120,3 +120,19 @@ def test_no_command_prints_help(capsys):
     assert "bench" in capsys.readouterr().out
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("frost ")
+
+
+@pytest.mark.parametrize("pipeline", ["resident", "loader"])
+def test_bench_channels_last_trains_as_nchw_does(cifar_dir, tmp_path, pipeline, monkeypatch):
+    """--memory-format channels_last (the default on cuda) changes memory layouts only: same losses on the CPU."""
+    monkeypatch.setenv("FROST_CACHE", str(tmp_path / "cache"))  # the loader's PNG copy goes there
+    curves = {}
+    for fmt in ("nchw", "channels_last"):
+        out = tmp_path / f"{fmt}.json"
+        main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "4", "--seeds", "0", "--data", str(cifar_dir),
+              "--out", str(out), "--quiet", "--eval-batch", "96", "--memory-format", fmt, "--pipeline", pipeline,
+              "--workers", "1"])
+        result = json.loads(out.read_text())
+        assert result["memory_format"] == fmt
+        curves[fmt] = [v for _, v in result["runs"][0]["loss_curve"]]
+    np.testing.assert_allclose(curves["channels_last"], curves["nchw"], rtol=1e-4)

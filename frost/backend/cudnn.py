@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from frost.backend import cuda
+from frost.layout import empty_like_format, is_channels_last
 
 _lock = threading.Lock()
 _graphs: dict = {}
@@ -208,30 +209,22 @@ def _run(kind: str, a, b, out, stride, padding, dilation):
     return out
 
 
-def _empty_like_layout(shape, like):
-    """An output array in the same memory layout (NCHW or channels-last NHWC) as `like`."""
-    cp = cuda.cupy()
-    n, c, h, w = shape
-    if like.strides[1] == like.itemsize and like.strides[3] != like.itemsize:  # channels-last input
-        return cp.empty((n, h, w, c), dtype=like.dtype).transpose(0, 3, 1, 2)
-    return cp.empty(shape, dtype=like.dtype)
-
-
 def conv2d_forward(x, w, y_shape, stride, padding, dilation):
-    return _run("fprop", x, w, _empty_like_layout(y_shape, x), stride, padding, dilation)
+    return _run("fprop", x, w, empty_like_format(y_shape, x), stride, padding, dilation)
 
 
 def conv2d_backward_input(g, w, x_shape, stride, padding, dilation):
-    return _run("dgrad", g, w, _empty_like_layout(x_shape, g), stride, padding, dilation)
+    return _run("dgrad", g, w, empty_like_format(x_shape, g), stride, padding, dilation)
 
 
 def conv2d_backward_weight(g, x, w_shape, stride, padding, dilation, out=None):
-    """The weight gradient, written into `out` (C-contiguous, w_shape, x's dtype) when given."""
+    """The weight gradient, written into `out` (w_shape, x's dtype, dense: NCHW or channels-last) when given."""
     if out is None:
-        out = cuda.cupy().empty(w_shape, dtype=x.dtype)
-    elif tuple(out.shape) != tuple(w_shape) or out.dtype != x.dtype or not out.flags.c_contiguous:
-        raise ValueError(f"conv2d_backward_weight: out must be a C-contiguous {x.dtype} array of shape "
-                         f"{tuple(w_shape)}, got {out.dtype} {tuple(out.shape)}")
+        out = empty_like_format(w_shape, x)
+    elif tuple(out.shape) != tuple(w_shape) or out.dtype != x.dtype or not (
+            out.flags.c_contiguous or is_channels_last(out)):
+        raise ValueError(f"conv2d_backward_weight: out must be a dense (NCHW or channels-last) {x.dtype} array of "
+                         f"shape {tuple(w_shape)}, got {out.dtype} {tuple(out.shape)} with strides {out.strides}")
     return _run("wgrad", x, g, out, stride, padding, dilation)
 
 

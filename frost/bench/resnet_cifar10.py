@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from frost.layout import as_channels_last
+
 from frost.bench import common
 
 LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that waited for data
@@ -29,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="loader pipeline: where PNGs are decoded (device: the threads read the files and the GPU "
                         "inflates and unfilters them, frost.data.DevicePNGList; cpu: the threads decode; on the "
                         "CPU both decode on the CPU)")
+    p.add_argument("--memory-format", choices=["nchw", "channels_last"], default=None,
+                   help="activations and convolution weights in NCHW or channels-last (NHWC) memory "
+                        "(default: channels_last on cuda, where cuDNN's tensor-core kernels want it; nchw on cpu)")
     p.add_argument("--jit", choices=["on", "off"], default="on",
                    help="capture the step into a CUDA graph with frost.jit (cuda only; default on)")
     p.add_argument("--warmup-steps", type=int, default=None,
@@ -116,8 +121,9 @@ def ensure_data(root: Path | None) -> Path:
     return root
 
 
-def load_data(root: Path, device: str, pipeline: str) -> dict:
-    """Test arrays (uint8 NCHW, int64 labels) and, for the resident pipeline, the training arrays, on the device.
+def load_data(root: Path, device: str, pipeline: str, channels_last: bool = False) -> dict:
+    """Test arrays (uint8 NCHW, int64 labels) and, for the resident pipeline, the training arrays, on the device
+    (the training images as uint8 NHWC with channels_last: a gathered batch is then channels-last as it is).
 
     The loader pipeline reads the seed's PNG layout: `root` when it is one, else a PNG copy written once.
     """
@@ -127,7 +133,7 @@ def load_data(root: Path, device: str, pipeline: str) -> dict:
     data = {"n_train": len(x_train), "n_test": len(x_test),
             "x_test": np.ascontiguousarray(x_test.transpose(0, 3, 1, 2)), "y_test": y_test}
     if pipeline == "resident":
-        data["x_train"] = np.ascontiguousarray(x_train.transpose(0, 3, 1, 2))
+        data["x_train"] = np.ascontiguousarray(x_train if channels_last else x_train.transpose(0, 3, 1, 2))
         data["y_train"] = y_train
     else:
         data["png_root"] = common.png_folder_for(root, x_train, y_train, x_test, y_test)
@@ -160,7 +166,7 @@ def resident_batches(n: int, batch_size: int, device: str):
 
 
 def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict,
-                   decode: str = "device"):
+                   decode: str = "device", channels_last: bool = False):
     """Endless batches from frost.data.DataLoader over the seed's PNG files: worker threads decode them, or read
     them for the GPU to decode (decode="device", on cuda)."""
     from frost.data import DataLoader, DevicePNGList, ImageList
@@ -181,11 +187,12 @@ def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, dev
             stats["wait_s"] += waited
             stats["waited_steps"] += waited > LOADER_WAIT_THRESHOLD_S
             stats["fetches"] += 1
-            yield _as_model_input(batch[0], device), _as_labels(batch[1], device)
+            yield _as_model_input(batch[0], device, channels_last), _as_labels(batch[1], device)
 
 
-def _as_model_input(x, device: str):
-    """A C-contiguous float32 NCHW tensor in [0, 1] on the device, from a loader batch (uint8 or float, HWC or CHW)."""
+def _as_model_input(x, device: str, channels_last: bool = False):
+    """A dense float32 NCHW tensor in [0, 1] on the device (C-contiguous, or channels-last memory), from a loader
+    batch (uint8 or float, HWC or CHW)."""
     import frost
     from frost.tensor import Tensor
     t = x if isinstance(x, Tensor) else Tensor(np.asarray(x))
@@ -197,7 +204,7 @@ def _as_model_input(x, device: str):
     out = a.astype(xp.float32, order="C")  # always a copy: the loader reuses its batch buffers
     if t.dtype == frost.uint8:
         out /= 255.0
-    return Tensor(out)
+    return Tensor(as_channels_last(out) if channels_last else out)
 
 
 def _as_labels(y, device: str):
@@ -212,32 +219,32 @@ def _as_labels(y, device: str):
 # ---------------------------------------------------------------- one seed
 
 
-def build(seed: int, device: str):
+def build(seed: int, device: str, channels_last: bool = False):
     """The seed ResNet and its AdamW, initialised from `seed`."""
     from frost.optim import AdamW
-    model = build_model(seed, device)
+    model = build_model(seed, device, channels_last)
     p = common.PROTOCOL
     opt = AdamW(model.parameters(), lr=p["lr"], betas=tuple(p["betas"]), eps=p["eps"],
                 weight_decay=p["weight_decay"])
     return model, opt
 
 
-def build_model(seed: int, device: str):
-    """The seed ResNet (10 classes) on the device, initialised from `seed`."""
+def build_model(seed: int, device: str, channels_last: bool = False):
+    """The seed ResNet (10 classes) on the device, initialised from `seed` (weights channels-last if asked)."""
     import frost
     from frost.models.resnet import cifar_resnet
     frost.manual_seed(seed)
     model = cifar_resnet(num_classes=10)
-    if device != "cpu":
-        model = model.to(device)
+    if device != "cpu" or channels_last:
+        model = model.to(device, memory_format=frost.channels_last if channels_last else None)
     return model
 
 
 def make_step(model, opt, precision: str, jit, x_all=None, y_all=None):
     """The training step (forward, loss, backward, AdamW) as one function, captured by frost.jit if given.
 
-    With resident data (x_all uint8 NCHW, y_all int64 on the device) the step takes the batch indices
-    and gathers the batch itself; otherwise it takes the batch (x, y).
+    With resident data (x_all uint8 NCHW, or NHWC for a channels-last model; y_all int64 on the device) the step
+    takes the batch indices and gathers the batch itself; otherwise it takes the batch (x, y).
     """
     step = training_step(model, opt, precision)
     if x_all is not None:
@@ -273,7 +280,10 @@ def on_resident_data(fn, x_all, y_all):
 
     def gather_and_call(idx):
         i = idx.data
-        return fn(Tensor(scaled(x_all[i])), Tensor(y_all[i]))
+        x = scaled(x_all[i])
+        if x.shape[-1] == 3:  # NHWC images: the NCHW view is channels-last, no copy
+            x = x.transpose(0, 3, 1, 2)
+        return fn(Tensor(x), Tensor(y_all[i]))
 
     return gather_and_call
 
@@ -313,14 +323,16 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     log_every = args.log_every or max(1, args.steps // 200)
     batch_size = common.PROTOCOL["batch_size"]
 
-    model, opt = build(seed, device)
+    channels_last = args.memory_format == "channels_last"
+    model, opt = build(seed, device, channels_last)
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
     if args.pipeline == "resident":
         step = make_step(model, opt, args.precision, jit, data["x_train"], data["y_train"])
         batches = resident_batches(len(data["x_train"]), batch_size, device)
     else:
         step = make_step(model, opt, args.precision, jit)
-        batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats, args.decode)
+        batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats, args.decode,
+                                 channels_last)
 
     curve: list[list[float]] = []
     bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
@@ -381,10 +393,11 @@ def new_frost_result(mode: str, precision: str, device: str, steps: int, seeds: 
     return result
 
 
-def load_into(result: dict, data_arg: Path | None, device: str, pipeline: str) -> tuple[dict, float]:
+def load_into(result: dict, data_arg: Path | None, device: str, pipeline: str,
+              channels_last: bool = False) -> tuple[dict, float]:
     """The data (see load_data) from --data or the cache and the seconds its loading took, both noted in result."""
     t0 = time.perf_counter()
-    data = load_data(ensure_data(data_arg), device, pipeline)
+    data = load_data(ensure_data(data_arg), device, pipeline, channels_last)
     data_load_s = time.perf_counter() - t0
     result.update({"data": str(data_arg) if data_arg else "default cache", "data_load_s": data_load_s,
                    "n_train": data["n_train"], "n_test": data["n_test"]})
@@ -398,13 +411,15 @@ def run(args: argparse.Namespace) -> dict:
     device = resolve_device(args.device)
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
+    if args.memory_format is None:
+        args.memory_format = "channels_last" if device == "cuda" else "nchw"
     jit_on = jit_wrapper(args.jit == "on", device) is not None
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
-                   "jit": jit_on, "eval_batch": args.eval_batch})
-    data, data_load_s = load_into(result, args.data, device, args.pipeline)
+                   "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format})
+    data, data_load_s = load_into(result, args.data, device, args.pipeline, args.memory_format == "channels_last")
 
     for seed in args.seeds:
         result["runs"].append(train_one_seed(args, seed, data, device, data_load_s))

@@ -10,6 +10,7 @@ from frost import backend
 from frost.autograd import no_grad
 from frost.backend import Device
 from frost.dtype import default_float, to_dtype
+from frost.layout import in_format
 from frost.tensor import Tensor
 
 
@@ -397,7 +398,7 @@ class Module:
         return self
 
     # ------------------------------------------------------------ device and dtype moves
-    def to(self, *args, device=None, dtype=None, non_blocking: bool = False) -> "Module":
+    def to(self, *args, device=None, dtype=None, non_blocking: bool = False, memory_format=None) -> "Module":
         """Move parameters and buffers to a device and/or cast floating-point ones to a dtype, IN PLACE.
 
         Each Parameter keeps its identity (only its `.data` array is replaced, as PyTorch does), so an
@@ -405,7 +406,9 @@ class Module:
         (momentum buffers after a step, flat buffers that parameters are views of) is not moved: move the
         model before the first optimizer step, or better, before building the optimizer. Arrays already of
         the right dtype and device are kept as they are (no copy). Integer buffers (BatchNorm's
-        num_batches_tracked) keep their dtype. Returns self.
+        num_batches_tracked) keep their dtype. memory_format=frost.channels_last re-lays 4-D parameters and
+        buffers (convolution weights) in channels-last memory, as the channels-last activations' convolutions
+        want them. Returns self.
         """
         for a in args:
             if isinstance(a, Device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
@@ -424,6 +427,8 @@ class Module:
                 array = array.astype(dt.np, copy=False)  # no copy when the dtype is right: views stay views
             if dev is not None:
                 array = backend.to_device(array, dev)
+            if memory_format is not None and array.ndim == 4:
+                array = in_format(array, memory_format)
             return array
         return self._apply(convert)
 

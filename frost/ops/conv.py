@@ -7,6 +7,7 @@ import numpy as np
 
 from frost.autocast import cast_inputs
 from frost.autograd import grad_destination
+from frost.layout import is_channels_last
 from frost.tensor import Tensor, from_op
 
 # Layout note. Columns are built as (C, kh, kw, N, Ho, Wo): for each input channel and kernel offset, a
@@ -208,8 +209,8 @@ def _cudnn_args(array, geo: Geometry):
 
 
 def _dense(array, xp):
-    """cuDNN needs real strides: no broadcast (zero) strides, no negative ones."""
-    return array if array.flags.c_contiguous else xp.ascontiguousarray(array)
+    """cuDNN needs real strides: no broadcast (zero) strides, no negative ones; NCHW or channels-last memory."""
+    return array if array.flags.c_contiguous or is_channels_last(array) else xp.ascontiguousarray(array)
 
 
 def conv2d_forward(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=None):
@@ -251,7 +252,8 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
         g, x, w_shape = _dense(g, xp), _dense(x, xp), tuple(w_shape)
         stride_hw, padding_hw, dilation_hw = cudnn_args
         # our split-K kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
-        if conv_wgrad.supported(g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups) and conv_wgrad.choose(
+        if (out is None or out.flags.c_contiguous or is_channels_last(out)) and conv_wgrad.supported(
+                g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups) and conv_wgrad.choose(
                 g, x, w_shape, stride_hw, padding_hw, lambda: cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)):
             return conv_wgrad.conv2d_backward_weight_gpu(g, x, w_shape, stride_hw, padding_hw, out=out)
         return cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args, out=out)

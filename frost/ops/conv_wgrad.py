@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from frost.backend import cuda
+from frost.layout import empty_like_format, is_channels_last
 from frost.kernel import (Array, Const, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane, launch_bounds,
                           local, shared, static_range, syncthreads, tx, warp)
 
@@ -25,6 +26,9 @@ from frost.kernel import (Array, Const, bx, by, bz, cdiv, dynamic_shared, f32, i
 # KH x KW window of x along each row, so that one new x value per tap row and TM dy values feed TM*TC*KH*KW FFMAs.
 # The P position groups' sums meet in shared memory (fixed order) and the block writes one partial; a second
 # kernel sums the S partials of each output in a fixed order: deterministic, no float atomics.
+# Layouts (compile-time flags): x and dy both NCHW or both channels-last (NHWC memory; the staging loops then take
+# channels fastest across threads, so reads stay coalesced), dW in KCRS or channels-last KRSC memory; the shared
+# memory tiles and the FFMA loop are the same for all, so every layout gives bit-identical sums.
 
 FINAL_WARPS = 8         # warps of a finalize block; each block sums 32 outputs (one per lane)
 MAX_SMEM = 48 * 1024    # bytes of shared memory a partial block may use (more would cost resident blocks)
@@ -35,9 +39,14 @@ def conv_wgrad_partial(x: Array[f32], dy: Array[f32], part: Array[f32], chunks_p
                        CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
                        WO: Const[int], KH: Const[int], KW: Const[int], SH: Const[int], SW: Const[int],
                        PH: Const[int], PW: Const[int], TM: Const[int], TC: Const[int], BM: Const[int],
-                       BC: Const[int], P: Const[int], RP: Const[int], WT: Const[int]):
+                       BC: Const[int], P: Const[int], RP: Const[int], WT: Const[int], NHWC: Const[int] = 0,
+                       KRSC: Const[int] = 0):
     """Block (s, m, c): the partial weight gradient of output channels m*BM.., input channels c*BC.. over
-    chunks s*chunks_per_block ..., written to part[s * Cout*Cin*KH*KW + flat output index]."""
+    chunks s*chunks_per_block ..., written to part[s * Cout*Cin*KH*KW + flat output index].
+
+    NHWC: x and dy are channels-last (NHWC memory) instead of NCHW. KRSC: the flat output index is that of
+    channels-last weights, ((co * KH + kh) * KW + kw) * CIN + ci, instead of KCRS ((co * CIN + ci) * KH + kh) * KW
+    + kw."""
     G: Const[int] = BM // TM                 # output-channel groups (threads along M)
     GC: Const[int] = BC // TC                # input-channel groups (threads along N)
     TPT: Const[int] = G * GC                 # threads of one position group
@@ -52,6 +61,13 @@ def conv_wgrad_partial(x: Array[f32], dy: Array[f32], part: Array[f32], chunks_p
     A: Const[int] = TM * TC * KH * KW        # accumulators per thread
     RED: Const[int] = max(P - 1, 1) * TPT * A
     OUT: Const[int] = COUT * CIN * KH * KW
+    # element strides of x (per image, channel, row, column), of dy, and of the output (per channel, tap row, tap)
+    X_C: Const[int] = NHWC + (1 - NHWC) * H * W
+    X_W: Const[int] = NHWC * CIN + 1 - NHWC
+    DY_C: Const[int] = NHWC + (1 - NHWC) * HO * WO
+    DY_W: Const[int] = NHWC * COUT + 1 - NHWC
+    O_C: Const[int] = KRSC + (1 - KRSC) * KH * KW
+    O_KW: Const[int] = KRSC * CIN + 1 - KRSC
     launch_bounds(TPT * P)
     xs = dynamic_shared(f32, (BC, XPLANE))
     ds = dynamic_shared(f32, (BM, DPLANE), DS_OFFSET)
@@ -80,23 +96,23 @@ def conv_wgrad_partial(x: Array[f32], dy: Array[f32], part: Array[f32], chunks_p
         hi0 = ho0 * SH - PH
         wi0 = wo0 * SW - PW
         syncthreads()   # every thread is done with the previous chunk
-        for e in range(tx, BC * XR * XC, TPT * P):
-            c = e // (XR * XC)
-            rc = e % (XR * XC)
+        for e in range(tx, BC * XR * XC, TPT * P):   # NHWC: channels fastest across threads (coalesced reads)
+            c = e % BC if NHWC else e // (XR * XC)
+            rc = e // BC if NHWC else e % (XR * XC)
             hi = hi0 + rc // XC
             wi = wi0 + rc % XC
             v = 0.0
             if ci0 + c < CIN and hi >= 0 and hi < H and wi >= 0 and wi < W:
-                v = x[((img * CIN + ci0 + c) * H + hi) * W + wi]
+                v = x[img * (CIN * H * W) + (ci0 + c) * X_C + (hi * W + wi) * X_W]
             xs[c, rc] = v
         for e in range(tx, BM * R * WT, TPT * P):
-            m = e // (R * WT)
-            rc = e % (R * WT)
+            m = e % BM if NHWC else e // (R * WT)
+            rc = e // BM if NHWC else e % (R * WT)
             ho = ho0 + rc // WT
             wo = wo0 + rc % WT
             v = 0.0
             if co0 + m < COUT and ho < HO and wo < WO:
-                v = dy[((img * COUT + co0 + m) * HO + ho) * WO + wo]
+                v = dy[img * (COUT * HO * WO) + (co0 + m) * DY_C + (ho * WO + wo) * DY_W]
             ds[m, rc] = v
         syncthreads()
         for rr in range(RP):
@@ -140,7 +156,8 @@ def conv_wgrad_partial(x: Array[f32], dy: Array[f32], part: Array[f32], chunks_p
                 if co < COUT and ci < CIN:
                     for kh in static_range(KH):
                         for kw in static_range(KW):
-                            part[bx * OUT + ((co * CIN + ci) * KH + kh) * KW + kw] = acc[i, j, kh, kw]
+                            part[bx * OUT + co * (CIN * KH * KW) + ci * O_C + (kh * KW + kw) * O_KW] = acc[
+                                i, j, kh, kw]
 
 
 @kernel
@@ -269,22 +286,55 @@ def make_plan(geo: dict, n: int, TM: int | None = None, TC: int | None = None, B
     return Plan(consts, S, cpb, total, tiles_m, tiles_c, threads, _smem_bytes(BM, BC, TM, TC, P, RP, WT, **size))
 
 
+# ------------------------------------------------------------------ memory layouts
+def _nhwc_dense(a) -> bool:
+    """Whether a 4-D array's memory is a C-contiguous (N, H, W, C) array (channels-last, or both layouts at once)."""
+    return a.ndim == 4 and a.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def input_layout(g, x) -> str | None:
+    """"nchw" when dy and x are both C-contiguous, "nhwc" when both have channels-last memory, else None (mixed or
+    strided: not handled). Arrays dense in both layouts (C == 1, or H == W == 1) go with the other one."""
+    if g.flags.c_contiguous and x.flags.c_contiguous:
+        return "nchw"
+    if _nhwc_dense(g) and _nhwc_dense(x):
+        return "nhwc"
+    return None
+
+
+def _flat(a, channels_last: bool):
+    """The 1-D view of a dense array's memory (no copy: a copy of `out` would lose the result)."""
+    flat = a.transpose(0, 2, 3, 1).reshape(-1) if channels_last else a.reshape(-1)
+    assert _data_ptr(flat) == _data_ptr(a), "conv2d_backward_weight_gpu: a flat view of an array copied it"
+    return flat
+
+
+def _data_ptr(a) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
+
+
 def launch(plan: Plan, g, x, out, part=None, simulate: bool = False) -> None:
     """Run the partial kernel (straight into `out` when there is one split) and the finalize kernel.
 
-    g, x, out: contiguous float32 arrays (CuPy, or NumPy with simulate=True); part: scratch of splits * n_out
-    floats (made here when None and there is more than one split)."""
+    g, x: float32 arrays, both C-contiguous (NCHW) or both channels-last (NHWC memory); out: float32, C-contiguous
+    (KCRS) or channels-last (KRSC memory); CuPy arrays, or NumPy with simulate=True. part: scratch of
+    splits * n_out floats in out's flat order (made here when None and there is more than one split)."""
+    layout = input_layout(g, x)
+    if layout is None or not (out.flags.c_contiguous or is_channels_last(out)):
+        raise ValueError(f"conv2d_backward_weight_gpu: unsupported memory layouts: dy strides {g.strides}, "
+                         f"x strides {x.strides}, out strides {out.strides}")
+    nhwc, krsc = layout == "nhwc", is_channels_last(out)
     xp = np if simulate else _cupy()
     partial = conv_wgrad_partial.simulate if simulate else conv_wgrad_partial
     finalize = conv_wgrad_finalize.simulate if simulate else conv_wgrad_finalize
-    flat_out = out.reshape(-1)
+    flat_out = _flat(out, krsc)
     if plan.splits == 1:
         part = flat_out
     elif part is None:
         part = xp.empty(plan.splits * plan.n_out, dtype=xp.float32)
     grid = (plan.splits, plan.tiles_m, plan.tiles_c)
-    partial[grid, plan.threads, plan.smem](x.reshape(-1), g.reshape(-1), part, plan.chunks_per_block,
-                                           plan.total_chunks, **plan.consts)
+    partial[grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
+                                           plan.total_chunks, **plan.consts, NHWC=int(nhwc), KRSC=int(krsc))
     if plan.splits > 1:
         finalize[cdiv(plan.n_out, 32), 32 * FINAL_WARPS](part, flat_out, plan.n_out, plan.splits)
 
@@ -301,13 +351,17 @@ def _sm_count(device_id: int) -> int:
 
 def _check_arrays(g, x, out, w_shape) -> None:
     for name, a in (("dy", g), ("x", x)):
-        if str(a.dtype) != "float32" or not a.flags.c_contiguous:
-            raise TypeError(f"conv2d_backward_weight_gpu: {name} must be a C-contiguous float32 array, got "
-                            f"{a.dtype} with strides {a.strides}")
+        if str(a.dtype) != "float32":
+            raise TypeError(f"conv2d_backward_weight_gpu: {name} must be a float32 array, got {a.dtype}")
+    if len(g.shape) == 4 and len(x.shape) == 4 and input_layout(g, x) is None:
+        raise ValueError(f"conv2d_backward_weight_gpu: dy and x must both be C-contiguous (NCHW) or both "
+                         f"channels-last (NHWC memory), got dy {tuple(g.shape)} with strides {g.strides} and x "
+                         f"{tuple(x.shape)} with strides {x.strides}")
     if out is not None and (tuple(out.shape) != tuple(w_shape) or str(out.dtype) != "float32"
-                            or not out.flags.c_contiguous):
-        raise ValueError(f"conv2d_backward_weight_gpu: out must be a C-contiguous float32 array of shape "
-                         f"{tuple(w_shape)}, got {out.dtype} {tuple(out.shape)}")
+                            or not (out.flags.c_contiguous or is_channels_last(out))):
+        raise ValueError(f"conv2d_backward_weight_gpu: out must be a float32 array of shape {tuple(w_shape)}, "
+                         f"C-contiguous or channels-last, got {out.dtype} {tuple(out.shape)} with strides "
+                         f"{out.strides}")
 
 
 def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int | None = None) -> Plan:
@@ -324,8 +378,9 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
 
 def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, tiles: dict | None = None,
                                simulate: bool = False) -> Any:
-    """dW of a float32 NCHW convolution (groups 1, dilation 1) from dy `g` and input `x` (CuPy arrays), on the
-    current stream, written into `out` (C-contiguous, w_shape) when given; returns out. No host sync: capturable.
+    """dW of a float32 convolution (groups 1, dilation 1) from dy `g` and input `x` (CuPy arrays, both NCHW or both
+    channels-last), on the current stream, written into `out` (w_shape, C-contiguous or channels-last) when given,
+    else into a new array in x's memory format; returns out. No host sync: capturable.
 
     tiles: a launch plan's tile choices (make_plan's keywords; default: what `choose` remembered, else
     make_plan's). simulate=True runs the same launches in the kernel simulator on NumPy arrays (for tests)."""
@@ -336,16 +391,19 @@ def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, 
         plan = plan_for(g, x, w_shape, stride, padding, tiles)
     xp = np if simulate else _cupy()
     if out is None:
-        out = xp.empty(tuple(w_shape), dtype=xp.float32)
+        out = empty_like_format(tuple(w_shape), x, dtype=xp.float32)
     launch(plan, g, x, out, simulate=simulate)
     return out
 
 
 def supported(g, x, w_shape, stride, padding, dilation=1, groups: int = 1) -> bool:
-    """True when conv2d_backward_weight_gpu handles this call (float32, contiguous, groups 1, dilation 1)."""
+    """True when conv2d_backward_weight_gpu handles this call (float32, groups 1, dilation 1, dy and x both
+    C-contiguous or both channels-last)."""
     if groups != 1 or _pair(dilation, "dilation") != (1, 1):
         return False
     if str(g.dtype) != "float32" or str(x.dtype) != "float32":
+        return False
+    if len(g.shape) != 4 or len(x.shape) != 4 or input_layout(g, x) is None:
         return False
     try:
         geometry(g.shape, x.shape, w_shape, stride, padding)
@@ -389,7 +447,8 @@ def _save_choices() -> None:
 def _key(g, x, w_shape, stride, padding) -> str:
     from frost import backends
     return json.dumps([list(g.shape), list(x.shape), list(w_shape), list(_pair(stride, "stride")),
-                       list(_pair(padding, "padding")), str(x.dtype), backends.allow_tf32, backends.deterministic])
+                       list(_pair(padding, "padding")), str(x.dtype), input_layout(g, x), backends.allow_tf32,
+                       backends.deterministic])
 
 
 def _capturing() -> bool:
@@ -401,6 +460,19 @@ def _capturing() -> bool:
     except Exception:
         # the legacy default stream cannot be captured; a capture elsewhere in the process makes this raise
         return True
+
+
+def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, out) -> None:
+    """Compile the candidates' partial kernels in threads before they are timed: NVRTC runs without the GIL, and
+    one compile of this unrolled kernel takes about a second, most of a cold start-up otherwise."""
+    from concurrent.futures import ThreadPoolExecutor
+    from frost.kernel.compile import device_arch
+    flags = dict(NHWC=int(input_layout(g, x) == "nhwc"), KRSC=int(is_channels_last(out)))
+    specs = [conv_wgrad_partial.specialize(**plan_for(g, x, w_shape, stride, padding, tiles).consts, **flags)
+             for tiles in tile_choices]
+    arch = device_arch()
+    with ThreadPoolExecutor(max_workers=min(8, len(specs))) as pool:
+        list(pool.map(lambda spec: spec.cubin(arch), specs))
 
 
 def candidates(g, x, w_shape, stride, padding) -> list[dict]:
@@ -428,8 +500,9 @@ def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
 def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
     """True when our kernel is faster than cuDNN's weight gradient (cudnn_fn(): runs cuDNN's plan) at this shape.
 
-    Timed once per shape (key: shapes, stride, padding, dtype, TF32 and determinism switches), remembered in
-    memory and on disk; during a CUDA-graph capture only a remembered answer is used (unknown: cuDNN)."""
+    Timed once per shape (key: shapes, stride, padding, dtype, memory layout of dy and x, TF32 and determinism
+    switches; ours writes into an out in x's memory format), remembered in memory and on disk; during a CUDA-graph
+    capture only a remembered answer is used (unknown: cuDNN)."""
     if not supported(g, x, w_shape, stride, padding):
         return False
     key = _key(g, x, w_shape, stride, padding)
@@ -442,9 +515,11 @@ def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
         if key in choices:
             return bool(choices[key]["ours"])
         cp = _cupy()
-        out = cp.empty(tuple(w_shape), dtype=cp.float32)
+        out = empty_like_format(tuple(w_shape), x, dtype=cp.float32)
         timed = []
-        for tiles in candidates(g, x, w_shape, stride, padding):
+        tile_choices = candidates(g, x, w_shape, stride, padding)
+        _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices, out)
+        for tiles in tile_choices:
             us = cuda.graph_time_us(lambda: conv2d_backward_weight_gpu(g, x, w_shape, stride, padding, out=out,
                                                                        tiles=tiles))
             timed.append((us, tiles))

@@ -1,5 +1,4 @@
 """Normalization ops: batch norm, layer norm and RMS norm, each with a fused closed-form backward."""
-from __future__ import annotations
 
 import numpy as np
 
@@ -215,8 +214,9 @@ import functools  # noqa: E402
 
 from frost.dtype import float32  # noqa: E402
 from frost.ops.elementwise import cast  # noqa: E402
-from frost.kernel import (Array, Const, bdx, block_sum, bx, by, device, f32, i32, i64, kernel, lane,  # noqa: E402
-                          local, rsqrt, shared, static_range, syncthreads, tx, warp, warp_sum)
+from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, by, device, f32, i32, i64, kernel, lane,  # noqa: E402
+                          local, rsqrt, shared, shfl_xor, static_range, syncthreads, tx, warp, warp_sum)
+from frost.layout import dense_like, empty_like_format, is_channels_last  # noqa: E402
 
 BN_THREADS = 256          # threads per block of the split reductions
 BN_BLOCKS_PER_SM = 4      # the split reductions aim at this many blocks per SM (all resident: one wave)
@@ -224,6 +224,10 @@ BN_MAX_PER_THREAD = 16    # values a thread of a split reduction holds in regist
 BN_APPLY_THREADS = 256    # threads per block of the elementwise kernels
 BN_APPLY_PER_THREAD = 1   # values per thread of the elementwise kernels (1 measured fastest at the seed shapes)
 BN_MAX_CHANNELS_PER_BLOCK = 32  # shared slots of the merged statistics in an elementwise block (one per warp)
+BN_NHWC_THREADS = 512     # threads per block of the channels-last kernels (all four)
+BN_NHWC_BLOCKS_PER_SM = 2  # their grids aim at this many blocks per SM (one wave)
+BN_NHWC_MERGE = 8         # splits one thread of a channels-last elementwise block merges (held in registers)
+BN_NHWC_MAX_THREADS = 1024  # shared slots of the channels-last kernels (one per thread: the largest block)
 
 
 @device
@@ -510,6 +514,320 @@ def batch_norm_backward_input(dy: Array[f32], x: Array[f32], y: Array[f32], mean
         col, c = _next_flat(col, c, col_step, c_step, hw, channels)
 
 
+# ------------------------------------------------------------------ the same kernels for channels-last arrays
+# A channels-last array (NCHW shape, NHWC memory: frost.layout) is a (rows, C) matrix, rows = N*H*W: channel c of
+# row r sits at r*C + c. Each kernel runs on grid (S, G) of bdx threads: block (s, g) covers rows s*R*U ...
+# (s+1)*R*U - 1 of the cb channels g*cb ... g*cb+cb-1 (cb = min(C, bdx), G = ceil(C / cb), R = bdx // cb rows at a
+# time, U per thread); thread t stays on channel g*cb + t % cb and walks rows t // cb, t // cb + R, ..., so a warp
+# reads consecutive addresses and a thread divides nothing per value. The threads of a channel combine their sums in
+# shared memory (a pairwise tree over the R rows: a fixed order). The partials keep the NCHW kernels' layout
+# [c * S + s] and count (min(R*U, n - s*R*U)), so the finalize kernels above serve both layouts. An elementwise block
+# touches all its cb channels, so its merge reads cb * S partials: `lanes` threads per channel, each holding at most
+# BN_NHWC_MERGE splits in registers (all its loads in flight at once); bn_split_nhwc keeps S <= lanes * BN_NHWC_MERGE
+# where more values per thread get there (four launches), else the finalize kernels merge (six launches).
+
+@device
+def _nhwc_thread(cb, channels):
+    """This thread's place in a channels-last block: channel slot cl, row offset j, rows at a time R, channel c,
+    and whether it has values (j < R and c < C)."""
+    cl = tx % cb
+    j = tx // cb
+    rows = bdx // cb
+    c = by * cb + cl
+    return cl, j, rows, c, j < rows and c < channels
+
+
+@device
+def _column_sum(v, buf, cl, j, rows, cb):
+    """The sum of v over the `rows` threads j*cb + cl (j = 0..rows-1) of the block's column cl, in every thread of
+    the column: a pairwise tree in shared memory (buf, a slot per thread), a fixed order."""
+    buf[tx] = v
+    syncthreads()
+    r = rows
+    while r > 1:
+        h = (r + 1) // 2
+        if j < r - h:
+            buf[tx] += buf[tx + h * cb]
+        syncthreads()
+        r = h
+    total = buf[cl]
+    syncthreads()  # buf may be reused right after
+    return total
+
+
+@device
+def _column_sums(a, b, buf_a, buf_b, cl, j, rows, cb):
+    """(sum a, sum b) over the block's column cl, as _column_sum, both trees in the same steps."""
+    buf_a[tx] = a
+    buf_b[tx] = b
+    syncthreads()
+    r = rows
+    while r > 1:
+        h = (r + 1) // 2
+        if j < r - h:
+            buf_a[tx] += buf_a[tx + h * cb]
+            buf_b[tx] += buf_b[tx + h * cb]
+        syncthreads()
+        r = h
+    sum_a = buf_a[cl]
+    sum_b = buf_b[cl]
+    syncthreads()
+    return sum_a, sum_b
+
+
+@device
+def _lanes_sum(v, lanes):
+    """The sum of v over an aligned group of `lanes` lanes of a warp (a power of two <= 32), in each of them."""
+    for k in static_range(5):
+        if (16 >> k) < lanes:
+            v += shfl_xor(v, 16 >> k)
+    return v
+
+
+@device
+def _merged_stats_lanes(part_mean, part_m2, c, q, lanes, ok, n, splits, chunk, M: Const[int]):
+    """(mean, biased variance) of channel c from its splits' (count, mean, M2), in each of the `lanes` lanes
+    (q = 0..lanes-1) that merge it: lane q loads splits q, q + lanes, ... (at most M, all at once), then the exact
+    merge of _merged_stats. ok false: a lane without a channel (it adds nothing but joins the shuffles)."""
+    ms = local(f32, M)
+    m2s = local(f32, M)
+    acc = 0.0
+    for k in static_range(M):
+        s = q + k * lanes
+        ms[k] = 0.0
+        m2s[k] = 0.0
+        if ok and s < splits:
+            ms[k] = part_mean[c * splits + s]
+            m2s[k] = part_m2[c * splits + s]
+            acc += f32(min(chunk, n - s * chunk)) * ms[k]
+    mu = _lanes_sum(acc, lanes) / f32(n)
+    acc2 = 0.0
+    for k in static_range(M):
+        s = q + k * lanes
+        if ok and s < splits:
+            d = ms[k] - mu
+            acc2 += m2s[k] + f32(min(chunk, n - s * chunk)) * d * d
+    return mu, _lanes_sum(acc2, lanes) / f32(n)
+
+
+@device
+def _merged_sums_lanes(part_g, part_gx, c, q, lanes, ok, splits, M: Const[int]):
+    """(sum dy, sum dy * (x - mean)) of channel c from its splits' partial sums, as _merged_stats_lanes."""
+    acc_g = 0.0
+    acc_gx = 0.0
+    for k in static_range(M):
+        s = q + k * lanes
+        if ok and s < splits:
+            acc_g += part_g[c * splits + s]
+            acc_gx += part_gx[c * splits + s]
+    return _lanes_sum(acc_g, lanes), _lanes_sum(acc_gx, lanes)
+
+
+# Each channels-last kernel is made by a factory from the element type T of its activations (x, y, residual, dy, dx,
+# dresidual: f32 or bf16, the latter what autocast's convolutions read and write). Loads convert to f32 (f32(...)),
+# arithmetic and statistics are f32, stores into a bf16 array round to nearest even; mean, 1/std, running stats,
+# weight, bias, their gradients and the partials are f32 for every T. One source per kernel, one kernel per T.
+
+def _nhwc_stats_partial_kernel(T):
+    @kernel
+    def batch_norm_stats_partial_nhwc(x: Array[T], part_mean: Array[f32], part_m2: Array[f32], n: i32,
+                                      channels: i32, cb: i32, splits: i32, U: Const[int]):
+        """Block (s, g) of grid (splits, G) on a channels-last x (n rows of C): mean and sum of squared deviations
+        (M2) of each of channels g*cb ... over rows s*R*U ... (s+1)*R*U - 1, a thread's U values held in registers:
+        an exact two-pass over one read."""
+        s = bx
+        cl, j, rows, c, active = _nhwc_thread(cb, channels)
+        chunk = rows * U
+        row = s * chunk + j
+        vals = local(f32, U)
+        acc = 0.0
+        for u in static_range(U):
+            vals[u] = f32(x[(row + u * rows) * channels + c]) if active and row + u * rows < n else 0.0
+            acc += vals[u]
+        buf = shared(f32, BN_NHWC_MAX_THREADS)
+        mu = _column_sum(acc, buf, cl, j, rows, cb) / f32(min(chunk, n - s * chunk))
+        acc2 = 0.0
+        for u in static_range(U):
+            if active and row + u * rows < n:
+                d = vals[u] - mu
+                acc2 += d * d
+        m2 = _column_sum(acc2, buf, cl, j, rows, cb)
+        if j == 0 and c < channels:
+            part_mean[c * splits + s] = mu
+            part_m2[c * splits + s] = m2
+    return batch_norm_stats_partial_nhwc
+
+
+def _nhwc_apply_kernel(T):
+    @kernel
+    def batch_norm_apply_nhwc(x: Array[T], y: Array[T], part_mean: Array[f32], part_m2: Array[f32],
+                              mean: Array[f32], invstd: Array[f32], running_mean: Array[f32],
+                              running_var: Array[f32], batches: Array[i64], weight: Array[f32], bias: Array[f32],
+                              residual: Array[T], n: i32, channels: i32, cb: i32, lanes: i32, splits: i32,
+                              momentum: f32, eps: f32, update_running: i32, count_batch: i32, relu: Const[int],
+                              add_residual: Const[int], fused: Const[int], U: Const[int],
+                              M: Const[int] = BN_NHWC_MERGE):
+        """y = relu((x - mean) * invstd * weight + bias + residual) on channels-last arrays: block (s, g) takes the
+        values of batch_norm_stats_partial_nhwc's block (s, g), U per thread.
+
+        fused=1: the block first merges the partial statistics of its cb channels into shared memory, `lanes`
+        threads per channel (needs splits <= lanes * M: bn_split_nhwc); the blocks of split 0 also store their
+        channels' mean, 1/std and running statistics. fused=0: mean and invstd come from batch_norm_stats_finalize.
+        count_batch != 0: block (0, 0) adds one to batches[0] (the layer's num_batches_tracked)."""
+        cl, j, rows, c, active = _nhwc_thread(cb, channels)
+        row = bx * rows * U + j
+        xs = local(f32, U)
+        rs = local(f32, U)
+        for u in static_range(U):  # loads issued before the merge: their latency overlaps it
+            xs[u] = f32(x[(row + u * rows) * channels + c]) if active and row + u * rows < n else 0.0
+            if add_residual:
+                rs[u] = f32(residual[(row + u * rows) * channels + c]) if active and row + u * rows < n else 0.0
+        s_mean = shared(f32, BN_NHWC_MAX_THREADS)
+        s_invstd = shared(f32, BN_NHWC_MAX_THREADS)
+        if fused:
+            mc = tx // lanes
+            cm = by * cb + mc
+            has = mc < cb and cm < channels
+            mu, var = _merged_stats_lanes(part_mean, part_m2, cm, tx % lanes, lanes, has, n, splits, rows * U, M)
+            inv = rsqrt(var + eps)
+            if has and tx % lanes == 0:
+                s_mean[mc] = mu
+                s_invstd[mc] = inv
+                if bx == 0:
+                    _store_stats(cm, mu, inv, var, mean, invstd, running_mean, running_var, n, momentum,
+                                 update_running)
+            syncthreads()
+        if count_batch != 0 and bx == 0 and by == 0 and tx == 0:
+            batches[0] += 1
+        if active:
+            m = 0.0
+            inv_c = 0.0
+            if fused:
+                m = s_mean[cl]
+                inv_c = s_invstd[cl]
+            else:
+                m = mean[c]
+                inv_c = invstd[c]
+            w = weight[c]
+            b = bias[c]
+            for u in static_range(U):
+                if row + u * rows < n:
+                    v = (xs[u] - m) * inv_c * w + b
+                    if add_residual:
+                        v += rs[u]
+                    if relu:
+                        v = max(v, 0.0)
+                    y[(row + u * rows) * channels + c] = v
+    return batch_norm_apply_nhwc
+
+
+def _nhwc_backward_partial_kernel(T):
+    @kernel
+    def batch_norm_backward_partial_nhwc(dy: Array[T], x: Array[T], y: Array[T], mean: Array[f32],
+                                         part_g: Array[f32], part_gx: Array[f32], n: i32, channels: i32, cb: i32,
+                                         splits: i32, relu: Const[int], U: Const[int]):
+        """Block (s, g) of grid (splits, G) on channels-last arrays: sum(dy) and sum(dy * (x - mean)) of each of
+        its channels over its rows (those of batch_norm_stats_partial_nhwc's block (s, g)), dy masked by the ReLU
+        (y > 0)."""
+        s = bx
+        cl, j, rows, c, active = _nhwc_thread(cb, channels)
+        row = s * rows * U + j
+        m = mean[c] if active else 0.0
+        sum_g = 0.0
+        sum_gx = 0.0
+        for u in static_range(U):
+            if active and row + u * rows < n:
+                idx = (row + u * rows) * channels + c
+                g = f32(dy[idx])
+                if relu:
+                    g = g if y[idx] > 0 else 0.0
+                sum_g += g
+                sum_gx += g * (f32(x[idx]) - m)
+        buf_g = shared(f32, BN_NHWC_MAX_THREADS)
+        buf_gx = shared(f32, BN_NHWC_MAX_THREADS)
+        sum_g, sum_gx = _column_sums(sum_g, sum_gx, buf_g, buf_gx, cl, j, rows, cb)
+        if j == 0 and c < channels:
+            part_g[c * splits + s] = sum_g
+            part_gx[c * splits + s] = sum_gx
+    return batch_norm_backward_partial_nhwc
+
+
+def _nhwc_backward_input_kernel(T):
+    @kernel
+    def batch_norm_backward_input_nhwc(dy: Array[T], x: Array[T], y: Array[T], mean: Array[f32],
+                                       invstd: Array[f32], weight: Array[f32], part_g: Array[f32],
+                                       part_gx: Array[f32], dweight: Array[f32], dbias: Array[f32], dx: Array[T],
+                                       dresidual: Array[T], n: i32, channels: i32, cb: i32, lanes: i32,
+                                       splits: i32, relu: Const[int], add_residual: Const[int], fused: Const[int],
+                                       U: Const[int], M: Const[int] = BN_NHWC_MERGE):
+        """dx = weight * invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy masked by the ReLU (also the
+        residual's gradient), on channels-last arrays: block (s, g) takes the values of
+        batch_norm_backward_partial_nhwc's.
+
+        fused=1: the block first merges the partial sums of its cb channels into shared memory, `lanes` threads per
+        channel; the blocks of split 0 store their channels' dbias and dweight. fused=0: dbias and dweight come from
+        batch_norm_backward_finalize."""
+        cl, j, rows, c, active = _nhwc_thread(cb, channels)
+        row = bx * rows * U + j
+        gs = local(f32, U)
+        xs = local(f32, U)
+        for u in static_range(U):  # loads issued before the merge: their latency overlaps it
+            gs[u] = 0.0
+            xs[u] = 0.0
+            if active and row + u * rows < n:
+                idx = (row + u * rows) * channels + c
+                gs[u] = f32(dy[idx])
+                if relu:
+                    gs[u] = gs[u] if y[idx] > 0 else 0.0
+                xs[u] = f32(x[idx])
+        s_db = shared(f32, BN_NHWC_MAX_THREADS)
+        s_dw = shared(f32, BN_NHWC_MAX_THREADS)
+        if fused:
+            mc = tx // lanes
+            cm = by * cb + mc
+            has = mc < cb and cm < channels
+            acc_g, acc_gx = _merged_sums_lanes(part_g, part_gx, cm, tx % lanes, lanes, has, splits, M)
+            if has and tx % lanes == 0:
+                dw = acc_gx * invstd[cm]
+                s_db[mc] = acc_g
+                s_dw[mc] = dw
+                if bx == 0:
+                    dbias[cm] = acc_g
+                    dweight[cm] = dw
+            syncthreads()
+        if active:
+            db = 0.0
+            dw_c = 0.0
+            if fused:
+                db = s_db[cl]
+                dw_c = s_dw[cl]
+            else:
+                db = dbias[c]
+                dw_c = dweight[c]
+            m = mean[c]
+            inv_c = invstd[c]
+            w = weight[c]
+            for u in static_range(U):
+                if row + u * rows < n:
+                    idx = (row + u * rows) * channels + c
+                    if add_residual:
+                        dresidual[idx] = gs[u]
+                    xhat = (xs[u] - m) * inv_c
+                    dx[idx] = w * inv_c * (gs[u] - db / f32(n) - xhat * dw_c / f32(n))
+    return batch_norm_backward_input_nhwc
+
+
+# the channels-last kernels by activation dtype name (x.dtype.name), made by the factories above
+NHWC_KERNELS = {name: dict(stats_partial=_nhwc_stats_partial_kernel(T), apply=_nhwc_apply_kernel(T),
+                           backward_partial=_nhwc_backward_partial_kernel(T),
+                           backward_input=_nhwc_backward_input_kernel(T))
+                for name, T in (("float32", f32), ("bfloat16", bf16))}
+batch_norm_stats_partial_nhwc = NHWC_KERNELS["float32"]["stats_partial"]
+batch_norm_apply_nhwc = NHWC_KERNELS["float32"]["apply"]
+batch_norm_backward_partial_nhwc = NHWC_KERNELS["float32"]["backward_partial"]
+batch_norm_backward_input_nhwc = NHWC_KERNELS["float32"]["backward_input"]
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count(device_id: int) -> int:
     import cupy
@@ -538,9 +856,41 @@ def bn_fusable(hw: int, threads: int = BN_APPLY_THREADS, per_thread: int = BN_AP
     return -(-threads * per_thread // hw) + 1 <= min(threads // 32, BN_MAX_CHANNELS_PER_BLOCK)
 
 
+
+def bn_split_nhwc(n: int, channels: int, sm_count: int, threads: int = BN_NHWC_THREADS,
+                  blocks_per_sm: int = BN_NHWC_BLOCKS_PER_SM,
+                  merge: int = BN_NHWC_MERGE) -> tuple[int, int, int, int, int, bool]:
+    """The channels-last kernels' launch over n rows of `channels` values: (cb channels per block, G channel groups,
+    merging lanes per channel, U rows per thread, S row splits, fused).
+
+    U is a power of two up to BN_MAX_PER_THREAD, the smallest that lets the S * G blocks come near
+    blocks_per_sm * sm_count. fused (four launches: the elementwise kernels merge the S partials themselves) needs
+    S <= lanes * merge; U grows for it when that is enough, else the finalize kernels merge (six launches)."""
+    if not 32 <= threads <= BN_NHWC_MAX_THREADS or threads % 32:
+        raise ValueError(f"bn_split_nhwc: threads must be a multiple of 32 in 32..{BN_NHWC_MAX_THREADS}, "
+                         f"got {threads}")
+    cb = min(channels, threads)
+    groups, rows = -(-channels // cb), threads // cb
+    lanes = min(32, 1 << (rows.bit_length() - 1))
+    wanted = max(1, blocks_per_sm * sm_count // groups)
+    U = 1
+    while U < BN_MAX_PER_THREAD and -(-n // (rows * U)) > wanted:
+        U *= 2
+    fused_U = U
+    while fused_U < BN_MAX_PER_THREAD and -(-n // (rows * fused_U)) > lanes * merge:
+        fused_U *= 2
+    fused = -(-n // (rows * fused_U)) <= lanes * merge
+    U = fused_U if fused else U
+    return cb, groups, lanes, U, -(-n // (rows * U)), fused
+
+def _kernel_dtype(x: Tensor) -> bool:
+    """Whether the GPU kernels take x's dtype without a cast: float32, and bf16 when x is channels-last."""
+    return x.dtype.name == "float32" or (x.dtype.name in NHWC_KERNELS and is_channels_last(x.data))
+
+
 def _gpu_fast_path(x: Tensor, training: bool, *params) -> bool:
     # i32 indices (with room for a block's overrun past the end), channels on the grid's y axis
-    return (training and x.device.type == "cuda" and x.dtype == "float32" and x.ndim >= 2
+    return (training and x.device.type == "cuda" and _kernel_dtype(x) and x.ndim >= 2
             and x.numel() < 2**30 and x.shape[1] < 65536
             and all(p is None or (p.dtype == "float32" and p.data.flags.c_contiguous) for p in params))
 
@@ -557,6 +907,84 @@ def _counter_in_kernel(num_batches_tracked: Tensor | None, x: Tensor) -> bool:
             and t.data.flags.c_contiguous)
 
 
+def _kernel_buffers(x: Tensor, splits: int, running_mean: Tensor | None, running_var: Tensor | None,
+                    weight: Tensor | None, bias: Tensor | None, num_batches_tracked: Tensor | None) -> tuple:
+    """What the GPU kernels of a training batch_norm_act take besides the activations: (mean, invstd, the two
+    partial arrays, weight, bias, update running stats?, running mean, running var, counter, count in kernel?).
+    Missing weight/bias/running stats become ones/zeros/scratch; a counter the kernel cannot bump is bumped here."""
+    xp, C = x.xp, x.shape[1]
+    mean, invstd = xp.empty(C, xp.float32), xp.empty(C, xp.float32)
+    part_a, part_b = xp.empty(C * splits, xp.float32), xp.empty(C * splits, xp.float32)
+    w = xp.ones(C, xp.float32) if weight is None else weight.data
+    b = xp.zeros(C, xp.float32) if bias is None else bias.data
+    track = running_mean is not None and running_var is not None
+    rm = running_mean.data if track else mean
+    rv = running_var.data if track else invstd
+    if _counter_in_kernel(num_batches_tracked, x):
+        batches, count = num_batches_tracked.data, 1
+    else:
+        _count_batch(num_batches_tracked, True)
+        batches, count = xp.empty(1, xp.int64), 0
+    return mean, invstd, part_a, part_b, w, b, track, rm, rv, batches, count
+
+
+def _rows(a):
+    """A channels-last (N, C, H, W) array as the C-contiguous (N, H, W, C) array it is (what the kernels index)."""
+    return a.transpose(0, 2, 3, 1)
+
+
+def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+                                  weight: Tensor | None, bias: Tensor | None, momentum: float, eps: float,
+                                  residual: Tensor | None, relu: bool, num_batches_tracked: Tensor | None) -> Tensor:
+    """batch_norm_act's GPU path for a channels-last x: the *_nhwc kernels of x's dtype (float32 or bf16), no layout
+    or dtype conversion of x; y, dx and dresidual come out channels-last in x's dtype, a residual or incoming
+    gradient in another layout or dtype is converted. Statistics, parameters and their gradients stay float32."""
+    xp, xa, C = x.xp, x.data, x.shape[1]
+    kernels = NHWC_KERNELS[x.dtype.name]
+    n = xa.size // C
+    cb, groups, lanes, U, S, fused = bn_split_nhwc(n, C, _sms(x), BN_NHWC_THREADS)
+    grid, threads = (S, groups), BN_NHWC_THREADS
+    mean, invstd, part_a, part_b, w, b, track, rm, rv, batches, count = _kernel_buffers(
+        x, S, running_mean, running_var, weight, bias, num_batches_tracked)
+    kernels["stats_partial"][grid, threads](_rows(xa), part_a, part_b, n, C, cb, S, U=U)
+    if not fused:
+        batch_norm_stats_finalize[C, 32](part_a, part_b, mean, invstd, rm, rv, n, S, threads // cb * U, momentum,
+                                         eps, int(track))
+    y = empty_like_format(x.shape, xa)
+    res = dense_like(residual.data, xa) if residual is not None else y
+    flags = dict(relu=int(relu), add_residual=int(residual is not None), fused=int(fused), U=U)
+    kernels["apply"][grid, threads](_rows(xa), _rows(y), part_a, part_b, mean, invstd, rm, rv, batches, w, b,
+                                    _rows(res), n, C, cb, lanes, S, momentum, eps, int(track), count, **flags)
+    parents = [t for t in (x, weight, bias, residual) if t is not None]
+
+    def backward(g):
+        g = dense_like(g.astype(xa.dtype, copy=False), xa)  # astype keeps the layout
+        # the kernels write straight into the parameters' zeroed .grad buffers when there are some
+        dweight = grad_destination(weight) if weight is not None else None
+        dbias = grad_destination(bias) if bias is not None else None
+        dweight = xp.empty(C, xp.float32) if dweight is None else dweight
+        dbias = xp.empty(C, xp.float32) if dbias is None else dbias
+        part_g, part_gx = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
+        kernels["backward_partial"][grid, threads](_rows(g), _rows(xa), _rows(y), mean, part_g, part_gx, n, C, cb,
+                                                   S, relu=int(relu), U=U)
+        if not fused:
+            batch_norm_backward_finalize[C, 32](part_g, part_gx, invstd, dweight, dbias, S)
+        dx = empty_like_format(x.shape, xa)
+        dres = empty_like_format(x.shape, xa) if residual is not None else dx
+        kernels["backward_input"][grid, threads](_rows(g), _rows(xa), _rows(y), mean, invstd, w, part_g, part_gx,
+                                                 dweight, dbias, _rows(dx), _rows(dres), n, C, cb, lanes, S, **flags)
+        grads = [dx]
+        if weight is not None:
+            grads.append(dweight)
+        if bias is not None:
+            grads.append(dbias)
+        if residual is not None:
+            grads.append(dres)
+        return grads
+
+    return from_op(y, parents, backward, "batch_norm_act" if relu or residual is not None else "batch_norm")
+
+
 def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
                    bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
                    residual: Tensor | None = None, relu: bool = False,
@@ -565,14 +993,19 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
     when H*W is so small that a block would span more channels than it has warps, see bn_fusable).
 
     In training, num_batches_tracked (a one-element int64 buffer, when given) is incremented by one, on the GPU
-    inside the normalize kernel (no launch of its own).
+    inside the normalize kernel (no launch of its own). A channels-last x (frost.layout) takes the *_nhwc kernels
+    without a layout conversion; its output and gradients are channels-last too. On the GPU a channels-last bf16 x
+    (autocast's convolutions make those) is read and written in bf16 with float32 statistics and parameters, as
+    PyTorch's autocast batch norm: y, dx and dresidual are bf16, a residual of another dtype is cast to bf16.
     """
-    if training and x.device.type == "cuda" and x.dtype.name in ("bfloat16", "float16"):
-        # half-precision activations (autocast) are normalized in float32, as cuDNN's batch norm does
+    if training and x.device.type == "cuda" and x.dtype.name in ("bfloat16", "float16") and not _kernel_dtype(x):
+        # other half-precision activations are normalized in float32 (NCHW bf16, float16: no kernels for them)
         x = cast(x, float32)
         residual = None if residual is None else cast(residual, float32)
-    if not _gpu_fast_path(x, training, running_mean, running_var, weight, bias, residual) or \
-            (residual is not None and residual.shape != x.shape):
+    fast = _gpu_fast_path(x, training, running_mean, running_var, weight, bias)
+    if fast and residual is not None and residual.shape == x.shape and residual.dtype != x.dtype:
+        residual = cast(residual, x.dtype)  # the kernels read the residual in x's dtype
+    if not fast or (residual is not None and residual.shape != x.shape):
         out = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
         _count_batch(num_batches_tracked, training)
         if residual is not None:
@@ -581,28 +1014,20 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
     C = x.shape[1]
     _check_params("batch_norm", x, (C,), running_mean=running_mean, running_var=running_var,
                   weight=weight, bias=bias)
+    if x.numel() // C <= 1:
+        raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
+                         f"got input of shape {x.shape}")
+    if is_channels_last(x.data):
+        return _batch_norm_act_channels_last(x, running_mean, running_var, weight, bias, momentum, eps, residual,
+                                             relu, num_batches_tracked)
     xp = x.xp
     xa = xp.ascontiguousarray(x.data)
     total, hw = xa.size, xa.size // (x.shape[0] * C)
     n = total // C
-    if n <= 1:
-        raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
-                         f"got input of shape {x.shape}")
     U, S = bn_split(n, C, _sms(x))
     fused = int(bn_fusable(hw))
-    mean, invstd = xp.empty(C, xp.float32), xp.empty(C, xp.float32)
-    part_a, part_b = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
-    ones = None if weight is not None and bias is not None else xp.ones(C, xp.float32)
-    w = ones if weight is None else weight.data
-    b = xp.zeros(C, xp.float32) if bias is None else bias.data
-    track = running_mean is not None and running_var is not None
-    rm = running_mean.data if track else mean
-    rv = running_var.data if track else invstd
-    if _counter_in_kernel(num_batches_tracked, x):
-        batches, count = num_batches_tracked.data, 1
-    else:
-        _count_batch(num_batches_tracked, training)
-        batches, count = xp.empty(1, xp.int64), 0
+    mean, invstd, part_a, part_b, w, b, track, rm, rv, batches, count = _kernel_buffers(
+        x, S, running_mean, running_var, weight, bias, num_batches_tracked)
     chunk = BN_THREADS * U
     batch_norm_stats_partial[(S, C), BN_THREADS](xa, part_a, part_b, n, hw, C, S, U=U)
     if not fused:

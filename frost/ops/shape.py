@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from frost import layout
 from frost.autograd import unbroadcast
 from frost.dtype import promote
 from frost.ops.reduce import normalize_dim, normalize_dims
@@ -81,8 +82,15 @@ def expand(x: Tensor, sizes: tuple) -> Tensor:
     return from_op(out, (x,), lambda g: (unbroadcast(g, src),), "expand")
 
 
-def contiguous(x: Tensor) -> Tensor:
-    out = x.xp.asarray(x.data, order="C")  # not ascontiguousarray, which turns 0-d into 1-d
+def contiguous(x: Tensor, memory_format=None) -> Tensor:
+    """x dense in C order, or in `memory_format` (frost.channels_last: 4-D, NHWC memory); x itself when it is."""
+    if memory_format is None or memory_format is layout.contiguous_format:
+        out = x.xp.asarray(x.data, order="C")  # not ascontiguousarray, which turns 0-d into 1-d
+    elif x.ndim != 4:
+        raise ValueError(f"contiguous: memory_format={memory_format!r} needs a 4-D (N, C, H, W) tensor, got shape "
+                         f"{x.shape}")
+    else:
+        out = layout.in_format(x.data, memory_format)
     if out is x.data:
         return x
     return from_op(out, (x,), lambda g: (g,), "contiguous")

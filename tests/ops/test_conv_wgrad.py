@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from frost.layout import as_channels_last, is_channels_last
 from frost.ops import conv_wgrad as cw
 
 # the seed ResNet's weight gradients (batch 32, CIFAR 32x32): (N, Cin, Cout, H, stride, k); padding k // 2
@@ -99,15 +100,118 @@ def test_errors_name_the_shapes():
                                          r"\(4, 3, 3, 3\), stride \(2, 2\), padding \(1, 1\) \(expected dy of shape "
                                          r"\(2, 4, 3, 3\)\)"):
         cw.conv2d_backward_weight_gpu(g, x, w_shape, 2, 1, simulate=True)
-    with pytest.raises(ValueError, match=r"out must be a C-contiguous float32 array of shape \(4, 3, 3, 3\), "
-                                         r"got float32 \(4, 3, 9\)"):
+    with pytest.raises(ValueError, match=r"out must be a float32 array of shape \(4, 3, 3, 3\), C-contiguous or "
+                                         r"channels-last, got float32 \(4, 3, 9\)"):
         cw.conv2d_backward_weight_gpu(g, x, w_shape, 1, 1, out=np.zeros((4, 3, 9), np.float32), simulate=True)
-    with pytest.raises(TypeError, match=r"x must be a C-contiguous float32 array, got float64"):
+    with pytest.raises(TypeError, match=r"x must be a float32 array, got float64"):
         cw.conv2d_backward_weight_gpu(g, x.astype(np.float64), w_shape, 1, 1, simulate=True)
     assert not cw.supported(g, x, w_shape, 1, 1, dilation=2)
     assert not cw.supported(g, x, w_shape, 1, 1, groups=3)
     assert not cw.supported(g, x, w_shape, 2, 1)
     assert cw.supported(g, x, w_shape, 1, 1)
+
+
+# ------------------------------------------------------------------ channels-last (NHWC) inputs, KRSC outputs
+# the seed ResNet's kinds of layers (first 3x3, 3x3, 3x3 stride 2, 1x1 stride 2 shortcut) scaled down to what the
+# simulator runs in well under a second, (N, Cin, Cout, H, stride, k) with padding k // 2; the last one odd
+SMALL_SEED_SHAPES = [(2, 3, 8, 4, 1, 3), (2, 4, 4, 4, 1, 3), (2, 4, 8, 6, 2, 3), (2, 4, 8, 6, 2, 1),
+                     (2, 5, 3, 5, 1, 3)]
+
+
+def _nhwc(a):
+    """a copy of `a` with NHWC memory (for 1x1 weights that is also KCRS memory)."""
+    out = as_channels_last(a)
+    assert out.transpose(0, 2, 3, 1).flags.c_contiguous and np.array_equal(out, a, equal_nan=True)
+    return out
+
+
+def _nan_out(w_shape, channels_last: bool):
+    out = np.full(w_shape, np.nan, np.float32)
+    return _nhwc(out) if channels_last else out
+
+
+@pytest.mark.parametrize("shape", SMALL_SEED_SHAPES, ids=[str(s) for s in SMALL_SEED_SHAPES])
+def test_nhwc_inputs_give_the_nchw_result_in_both_output_layouts(shape):
+    n, cin, cout, h, s, k = shape
+    g, x, w_shape = _inputs(n, cin, cout, h, h, k, s, k // 2, seed=cin + cout + h)
+    want = wgrad64(g, x, w_shape, s, k // 2)
+    nchw = cw.conv2d_backward_weight_gpu(g, x, w_shape, s, k // 2, simulate=True)
+    np.testing.assert_allclose(nchw, want, rtol=1e-5, atol=1e-5)
+    gl, xl = _nhwc(g), _nhwc(x)
+    assert cw.supported(gl, xl, w_shape, s, k // 2)
+    for channels_last_out in (False, True):
+        out = _nan_out(w_shape, channels_last_out)
+        got = cw.conv2d_backward_weight_gpu(gl, xl, w_shape, s, k // 2, out=out, simulate=True)
+        assert got is out and is_channels_last(out) == (channels_last_out and k > 1)  # 1x1: KCRS == KRSC
+        # same tiles, same shared-memory contents, same FFMA order: bit for bit the NCHW sums
+        np.testing.assert_array_equal(out, nchw, err_msg=f"channels-last out: {channels_last_out}")
+
+
+@pytest.mark.parametrize("case", [3, 4, 5, 6])
+def test_nhwc_launch_with_explicit_tiles_matches_float64(case):
+    shape, tiles = CASES[case]   # partial channel tiles (Cin % BC, Cout % BM != 0), P 1 and 2, several splits
+    g, x, w_shape = _inputs(*shape, seed=7 + case)
+    stride, padding = shape[6], shape[7]
+    plan = cw.make_plan(cw.geometry(g.shape, x.shape, w_shape, stride, padding), x.shape[0], blocks=4, **tiles)
+    want = wgrad64(g, x, w_shape, stride, padding)
+    out = _nan_out(w_shape, channels_last=True)
+    cw.launch(plan, _nhwc(g), _nhwc(x), out, simulate=True)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_nhwc_output_defaults_to_x_layout():
+    g, x, w_shape = _inputs(2, 3, 4, 6, 5, 3, 1, 1, seed=3)
+    made = cw.conv2d_backward_weight_gpu(_nhwc(g), _nhwc(x), w_shape, 1, 1, simulate=True)
+    assert made.shape == w_shape and made.dtype == np.float32 and is_channels_last(made)
+    np.testing.assert_allclose(made, wgrad64(g, x, w_shape, 1, 1), rtol=1e-5, atol=1e-5)
+    assert cw.conv2d_backward_weight_gpu(g, x, w_shape, 1, 1, simulate=True).flags.c_contiguous
+
+
+def test_inputs_dense_in_both_layouts_go_with_the_other_one():
+    g, x, w_shape = _inputs(2, 1, 4, 6, 5, 3, 1, 1, seed=5)   # Cin 1: x is NCHW and NHWC at once
+    gl = _nhwc(g)
+    assert x.flags.c_contiguous and cw.input_layout(gl, x) == "nhwc" and cw.input_layout(g, x) == "nchw"
+    out = cw.conv2d_backward_weight_gpu(gl, x, w_shape, 1, 1, simulate=True)
+    np.testing.assert_allclose(out, wgrad64(g, x, w_shape, 1, 1), rtol=1e-5, atol=1e-5)
+
+
+def test_mixed_or_strided_layouts_are_not_supported():
+    g, x, w_shape = _inputs(2, 3, 4, 5, 6, 3, 1, 1)
+    gl, xl = _nhwc(g), _nhwc(x)
+    assert cw.supported(g, x, w_shape, 1, 1) and cw.supported(gl, xl, w_shape, 1, 1)
+    assert cw.input_layout(g, xl) is None and cw.input_layout(gl, x) is None
+    assert not cw.supported(g, xl, w_shape, 1, 1)
+    assert not cw.supported(gl, x, w_shape, 1, 1)
+    assert not cw.supported(g, x[:, :, :, ::-1], w_shape, 1, 1)
+    wide = np.zeros((2, 3, 5, 12), np.float32)[:, :, :, ::2]   # strided view
+    assert not cw.supported(g, wide, w_shape, 1, 1)
+    with pytest.raises(ValueError, match=r"dy and x must both be C-contiguous \(NCHW\) or both channels-last "
+                                         r"\(NHWC memory\), got dy \(2, 4, 5, 6\) with strides \(480, 120, 24, 4\) "
+                                         r"and x \(2, 3, 5, 6\) with strides \(360, 4, 72, 12\)"):
+        cw.conv2d_backward_weight_gpu(g, xl, w_shape, 1, 1, simulate=True)
+    plan = cw.make_plan(cw.geometry(g.shape, x.shape, w_shape, 1, 1), 2, blocks=4)
+    with pytest.raises(ValueError, match=r"unsupported memory layouts"):
+        cw.launch(plan, gl, x, np.zeros(w_shape, np.float32), simulate=True)
+
+
+def test_bad_out_is_an_error():
+    g, x, w_shape = _inputs(2, 3, 4, 5, 6, 3, 1, 1)
+    gl, xl = _nhwc(g), _nhwc(x)
+    swapped = np.zeros((4, 3, 3, 3), np.float32).transpose(0, 1, 3, 2)   # neither KCRS nor KRSC memory
+    with pytest.raises(ValueError, match=r"out must be a float32 array of shape \(4, 3, 3, 3\), C-contiguous or "
+                                         r"channels-last, got float32 \(4, 3, 3, 3\) with strides \(108, 36, 4, 12\)"):
+        cw.conv2d_backward_weight_gpu(gl, xl, w_shape, 1, 1, out=swapped, simulate=True)
+    with pytest.raises(ValueError, match=r"got float64 \(4, 3, 3, 3\)"):
+        cw.conv2d_backward_weight_gpu(gl, xl, w_shape, 1, 1, out=_nhwc(np.zeros(w_shape)), simulate=True)
+    with pytest.raises(ValueError, match=r"got float32 \(4, 3, 3\)"):
+        cw.conv2d_backward_weight_gpu(gl, xl, w_shape, 1, 1, out=np.zeros((4, 3, 3), np.float32), simulate=True)
+    with pytest.raises(TypeError, match=r"dy must be a float32 array, got float64"):
+        cw.conv2d_backward_weight_gpu(_nhwc(g.astype(np.float64)), xl, w_shape, 1, 1, simulate=True)
+
+
+def test_choices_are_remembered_per_layout():
+    g, x, w_shape = _inputs(2, 3, 4, 5, 6, 3, 1, 1)
+    assert cw._key(g, x, w_shape, 1, 1) != cw._key(_nhwc(g), _nhwc(x), w_shape, 1, 1)
 
 
 def _seed_geometry(n, cin, cout, h, s, k):
@@ -130,6 +234,16 @@ def test_seed_variants_compile_for_sm90_without_spills(shape, tmp_path, monkeypa
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     plan = cw.make_plan(_seed_geometry(*shape), shape[0], blocks=2 * H200_SMS)
     cubin = cw.conv_wgrad_partial.compile("sm_90", **plan.consts)
+    assert cubin[:4] == b"\x7fELF"
+    assert b".nv.local" not in cubin, f"{shape} {plan.tiles()} spills registers to local memory"
+
+
+@pytest.mark.parametrize("shape", [SEED_SHAPES[1], SEED_SHAPES[4], SEED_SHAPES[6]],
+                         ids=[str(s) for s in [SEED_SHAPES[1], SEED_SHAPES[4], SEED_SHAPES[6]]])
+def test_channels_last_variants_compile_for_sm90_without_spills(shape, tmp_path, monkeypatch):
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    plan = cw.make_plan(_seed_geometry(*shape), shape[0], blocks=2 * H200_SMS)
+    cubin = cw.conv_wgrad_partial.compile("sm_90", **plan.consts, NHWC=1, KRSC=1)
     assert cubin[:4] == b"\x7fELF"
     assert b".nv.local" not in cubin, f"{shape} {plan.tiles()} spills registers to local memory"
 
@@ -174,6 +288,51 @@ def test_gpu_matches_cudnn_at_seed_shapes(shape, exact_gpu_math):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale, err_msg=str(tiles))
     again = cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p)
     assert cp.array_equal(again, cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p))  # deterministic
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", SEED_SHAPES, ids=[str(s) for s in SEED_SHAPES])
+def test_gpu_channels_last_matches_cudnn_at_seed_shapes(shape, exact_gpu_math):
+    import cupy as cp
+    from frost.layout import empty_like_format
+    g, x, w_shape, s, p = _cuda_case(shape, seed=6)
+    gl, xl = _nhwc_gpu(g), _nhwc_gpu(x)
+    want = cp.asnumpy(_cudnn(gl, xl, w_shape, s, p, out=empty_like_format(w_shape, xl))).astype(np.float64)
+    scale = np.abs(want).max()
+    geo = cw.geometry(g.shape, x.shape, w_shape, s, p)
+    candidates = cw.candidate_tiles(geo, shape[0], cw._sm_count(cp.cuda.runtime.getDevice()))
+    for tiles in candidates:   # every candidate with KRSC out (what channels-last training uses), the first with KCRS
+        nchw = cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, tiles=tiles)
+        outs = [empty_like_format(w_shape, xl)] + ([cp.empty(w_shape, cp.float32)] if tiles == candidates[0] else [])
+        for out in outs:
+            out.fill(cp.nan)
+            got = cw.conv2d_backward_weight_gpu(gl, xl, w_shape, s, p, out=out, tiles=tiles)
+            assert got is out
+            np.testing.assert_allclose(cp.asnumpy(out), want, rtol=1e-4, atol=1e-4 * scale, err_msg=str(tiles))
+            assert cp.array_equal(out, nchw), f"{tiles}: NHWC differs from NCHW"
+    made = cw.conv2d_backward_weight_gpu(gl, xl, w_shape, s, p)
+    assert is_channels_last(made) or shape[5] == 1
+    assert cp.array_equal(made, cw.conv2d_backward_weight_gpu(gl, xl, w_shape, s, p))   # deterministic
+
+
+@pytest.mark.cuda
+def test_choose_remembers_nchw_and_nhwc_separately(tmp_path, monkeypatch, exact_gpu_math):
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    cw.forget()
+    g, x, w_shape, s, p = _cuda_case((32, 16, 32, 32, 2, 1))
+    gl, xl = _nhwc_gpu(g), _nhwc_gpu(x)
+    cw.choose(g, x, w_shape, s, p, lambda: _cudnn(g, x, w_shape, s, p))
+    assert cw.remembered(gl, xl, w_shape, s, p) is None
+    cw.choose(gl, xl, w_shape, s, p, lambda: _cudnn(gl, xl, w_shape, s, p))
+    assert cw.remembered(gl, xl, w_shape, s, p) is not None and cw.remembered(g, x, w_shape, s, p) is not None
+    assert len(json.loads((tmp_path / "conv_wgrad.json").read_text())) == 2
+    cw.forget()
+
+
+def _nhwc_gpu(a):
+    out = as_channels_last(a)
+    assert is_channels_last(out)
+    return out
 
 
 @pytest.mark.cuda

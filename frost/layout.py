@@ -1,0 +1,67 @@
+"""Memory formats of 4-D (N, C, H, W) arrays: the default NCHW and channels-last (NHWC memory, NCHW shape)."""
+from __future__ import annotations
+
+
+class MemoryFormat:
+    """A memory format, passed as `memory_format=` (frost.contiguous_format, frost.channels_last)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"frost.{self.name}"
+
+
+contiguous_format = MemoryFormat("contiguous_format")
+channels_last = MemoryFormat("channels_last")
+
+
+def is_channels_last(a) -> bool:
+    """Whether a 4-D array is laid out as a C-contiguous (N, H, W, C) array seen through an NCHW transpose.
+
+    An array whose memory is also NCHW-contiguous (C == 1, or H == W == 1) counts as NCHW."""
+    return a.ndim == 4 and not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def as_channels_last(a):
+    """a (4-D, NCHW shape) with channels-last memory: itself when it already is, else a copy."""
+    if a.ndim != 4:
+        raise ValueError(f"channels_last: expected a 4-D (N, C, H, W) array, got shape {tuple(a.shape)}")
+    if is_channels_last(a):
+        return a
+    xp = array_module(a)
+    return xp.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def dense_like(a, like):
+    """a made dense in the memory format of `like` (channels-last or C-contiguous): no copy when it already is."""
+    if is_channels_last(like):
+        return as_channels_last(a)
+    return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+
+
+def empty_like_format(shape: tuple, like, dtype=None):
+    """An uninitialised array of `shape` in the memory format of `like`."""
+    xp, dtype = array_module(like), like.dtype if dtype is None else dtype
+    if len(shape) == 4 and is_channels_last(like):
+        n, c, h, w = shape
+        return xp.empty((n, h, w, c), dtype=dtype).transpose(0, 3, 1, 2)
+    return xp.empty(shape, dtype=dtype)
+
+
+def in_format(a, memory_format: MemoryFormat):
+    """a (any layout) as a dense array in `memory_format`; no copy when it already is."""
+    if memory_format is channels_last:
+        return as_channels_last(a)
+    if memory_format is contiguous_format:
+        return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+    raise TypeError(f"memory_format must be frost.contiguous_format or frost.channels_last, got {memory_format!r}")
+
+
+def array_module(a):
+    """NumPy or CuPy, whichever holds a."""
+    import numpy as np
+    if isinstance(a, np.ndarray):
+        return np
+    from frost.backend import cuda
+    return cuda.cupy()
