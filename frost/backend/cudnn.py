@@ -90,7 +90,9 @@ def _workspace_for(size: int):
 
 
 def _create_plans(g, dtype) -> None:
-    """Every candidate plan of a validated graph; float32 without TF32 tensor cores when frost.backends says so."""
+    """Every candidate plan of a validated graph (float32 without TF32 tensor cores when frost.backends says so),
+    not yet built: building all of them (cuDNN compiles some at run time) cost most of a cold start-up, and only
+    the few that are timed, then the chosen one, need it."""
     import cudnn
     from frost import backends
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
@@ -100,7 +102,6 @@ def _create_plans(g, dtype) -> None:
     if backends.deterministic and nondeterministic is not None:
         g.deselect_numeric_notes([nondeterministic])
     g.check_support()
-    g.build_plans(cudnn.build_plan_policy.ALL)
 
 
 class _ConvGraph:
@@ -135,8 +136,7 @@ class _ConvGraph:
     def tune(self, key: str, a, b, out, limit: int | None = None) -> None:
         """Time the first `limit` admissible plans (a few runs each) and select the fastest; remembered on disk."""
         tuned = _load_tuned()
-        if key in tuned and tuned[key] < self.plan_count:
-            self._select(tuned[key])
+        if key in tuned and tuned[key] < self.plan_count and self._select(tuned[key]):
             return
         pack, best, best_time = self.pack(a, b, out), 0, float("inf")
         # the heuristics rank the plans; the best measured one is nearly always among their first few
@@ -156,7 +156,8 @@ class _ConvGraph:
                                f"deterministic={backends.deterministic}")
         tuned[key] = best
         _save_tuned()
-        self._select(best)
+        if not self._select(best):
+            raise RuntimeError(f"cuDNN could not build plan {best} for {key}, which it had just run")
 
     def _time_plan(self, index: int, pack: dict) -> float:
         """GPU time of one plan, replayed inside a CUDA graph: launching from Python costs more than these
@@ -164,6 +165,7 @@ class _ConvGraph:
         cp = cuda.cupy()
         stream = cp.cuda.Stream(non_blocking=True)
         try:
+            self.graph.build_plan_at_index(index)
             ws = _workspace_for(self.graph.get_workspace_size_plan_at_index(index))
             with stream:
                 self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())
@@ -184,13 +186,19 @@ class _ConvGraph:
         except Exception:  # a plan that cannot run here is simply not chosen
             return float("inf")
 
-    def _select(self, index: int) -> None:
-        self.graph.select_plan(index)
-        self.graph.build_plans()
-        self.workspace_size = self.graph.get_workspace_size()
+    def _select(self, index: int) -> bool:
+        """Build plan `index` and run it from now on; False when it cannot be built here."""
+        try:
+            self.graph.build_plan_at_index(index)
+            self.workspace_size = self.graph.get_workspace_size_plan_at_index(index)
+        except Exception:
+            return False
+        self.index = index
+        return True
 
     def run(self, a, b, out) -> None:
-        self.graph.execute(self.pack(a, b, out), _workspace_for(self.workspace_size), handle=_handle())
+        self.graph.execute_plan_at_index(self.pack(a, b, out), _workspace_for(self.workspace_size), self.index,
+                                         handle=_handle())
 
 
 def _run(kind: str, a, b, out, stride, padding, dilation):
