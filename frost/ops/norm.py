@@ -527,6 +527,14 @@ def batch_norm_backward_input(dy: Array[f32], x: Array[f32], y: Array[f32], mean
 # where more values per thread get there (four launches), else the finalize kernels merge (six launches).
 
 @device
+def _channel_pair(fused, shared_a, shared_b, slot, a, b, c):
+    """Channel c's two merged values (mean and 1/std, or dbias and dweight): from the block's shared slot when
+    the elementwise kernel merged them itself (fused), else from the finalize kernel's arrays."""
+    if fused:
+        return shared_a[slot], shared_b[slot]
+    return a[c], b[c]
+
+@device
 def _nhwc_thread(cb, channels):
     """This thread's place in a channels-last block: channel slot cl, row offset j, rows at a time R, channel c,
     and whether it has values (j < R and c < C)."""
@@ -700,14 +708,7 @@ def _nhwc_apply_kernel(T):
         if count_batch != 0 and bx == 0 and by == 0 and tx == 0:
             batches[0] += 1
         if active:
-            m = 0.0
-            inv_c = 0.0
-            if fused:
-                m = s_mean[cl]
-                inv_c = s_invstd[cl]
-            else:
-                m = mean[c]
-                inv_c = invstd[c]
+            m, inv_c = _channel_pair(fused, s_mean, s_invstd, cl, mean, invstd, c)
             w = weight[c]
             b = bias[c]
             for u in static_range(U):
@@ -796,14 +797,7 @@ def _nhwc_backward_input_kernel(T):
                     dweight[cm] = dw
             syncthreads()
         if active:
-            db = 0.0
-            dw_c = 0.0
-            if fused:
-                db = s_db[cl]
-                dw_c = s_dw[cl]
-            else:
-                db = dbias[c]
-                dw_c = dweight[c]
+            db, dw_c = _channel_pair(fused, s_db, s_dw, cl, dbias, dweight, c)
             m = mean[c]
             inv_c = invstd[c]
             w = weight[c]

@@ -6,7 +6,8 @@ import pytest
 import frost
 from frost.autograd import AnomalyError, detect_anomaly
 from frost.optim import LAMB, flat, lamb, lamb_update
-from optim_oracle import (SHAPES, assert_resumes_exactly_through_a_file, gradient, initial_arrays, run_frost,
+from optim_oracle import (SHAPES, assert_gpu_flat_group_resumes_through_a_file, assert_resumes_exactly_through_a_file,
+                          gradient, initial_arrays, run_frost,
                           run_on_fixed_gradients)
 
 
@@ -161,34 +162,8 @@ def test_gpu_update_equals_cpu_rule():
 @pytest.mark.cuda
 def test_flat_group_state_dict_round_trip(tmp_path):
     """10 flat steps, frost.save / frost.load of parameters and state, 10 more in a fresh flat group: as 20 straight."""
-    rng = np.random.default_rng(2)
-    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(16, 8), (16,), (3, 16)]]
-    grads = [[rng.standard_normal(a.shape).astype(np.float32) for a in arrays] for _ in range(20)]
-
-    def run(params, opt, steps):
-        for t in steps:
-            for p, g in zip(params, grads[t]):
-                if p.grad is None:
-                    p.grad = frost.tensor(g, device="cuda")
-                else:
-                    p.grad.copy_(frost.tensor(g, device="cuda"))
-            opt.step()
-        assert opt._flat
-
-    straight = [frost.tensor(a, device="cuda", requires_grad=True) for a in arrays]
-    run(straight, LAMB(straight, lr=0.02, weight_decay=0.1), range(20))
-    first = [frost.tensor(a, device="cuda", requires_grad=True) for a in arrays]
-    opt = LAMB(first, lr=0.02, weight_decay=0.1)
-    run(first, opt, range(10))
-    frost.save({"params": [p.detach().cpu() for p in first], "opt": opt.state_dict()}, tmp_path / "ckpt.frost")
-    saved = frost.load(tmp_path / "ckpt.frost")
-    resumed = [frost.tensor(p.numpy(), device="cuda", requires_grad=True) for p in saved["params"]]
-    opt2 = LAMB(resumed)
-    opt2.load_state_dict(saved["opt"])
-    assert float(opt2.state[resumed[0]]["step"].item()) == 10
-    run(resumed, opt2, range(10, 20))
-    for a, b in zip(resumed, straight):
-        np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().cpu().numpy(), rtol=1e-6, atol=1e-7)
+    assert_gpu_flat_group_resumes_through_a_file(tmp_path, lambda ps: LAMB(ps, lr=0.02, weight_decay=0.1), LAMB,
+                                                 [(16, 8), (16,), (3, 16)])
 
 
 @pytest.mark.parametrize("kwargs,match", [(dict(lr=-1.0), r"LAMB: lr \(-1.0\)"),
