@@ -19,19 +19,19 @@ def test_jit_on_cpu_just_calls_the_function():
     assert len(calls) == 4
 
 
-def _seed_model_and_data(device):
+def _seed_model_and_data(device, memory_format=None):
     from frost.models.resnet import cifar_resnet
     frost.manual_seed(0)
-    model = cifar_resnet().to(device)
+    model = cifar_resnet().to(device, memory_format=memory_format)
     rng = np.random.default_rng(0)
     xs = rng.random((60, 32, 3, 32, 32), dtype=np.float32)
     ys = rng.integers(0, 10, (60, 32))
     return model, xs, ys
 
 
-def _train(device, use_jit, steps):
+def _train(device, use_jit, steps, memory_format=None):
     import frost.nn.functional as F
-    model, xs, ys = _seed_model_and_data(device)
+    model, xs, ys = _seed_model_and_data(device, memory_format)
     opt = frost.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
 
     def step(x, y):
@@ -46,18 +46,28 @@ def _train(device, use_jit, steps):
     losses = []
     for i in range(steps):
         x = frost.tensor(xs[i], device=device)
+        x = x if memory_format is None else x.contiguous(memory_format)
         y = frost.tensor(ys[i], device=device)
         losses.append(float(step(x, y).item()))
     return losses, {k: v.numpy() if device == "cpu" else v.cpu().numpy() for k, v in model.state_dict().items()}
 
 
 @pytest.mark.cuda
-def test_jit_replay_equals_eager_for_50_resnet_steps(exact_gpu_math):
-    eager_losses, eager_state = _train("cuda", False, 50)
-    jit_losses, jit_state = _train("cuda", True, 50)
+@pytest.mark.parametrize("memory_format", [None, frost.channels_last])
+def test_jit_replay_equals_eager_for_50_resnet_steps(exact_gpu_math, memory_format):
+    eager_losses, eager_state = _train("cuda", False, 50, memory_format)
+    jit_losses, jit_state = _train("cuda", True, 50, memory_format)
     np.testing.assert_allclose(jit_losses, eager_losses, rtol=1e-4, atol=1e-5)
     for k in eager_state:
         np.testing.assert_allclose(jit_state[k], eager_state[k], rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+def test_channels_last_resnet_trains_like_nchw_on_the_cpu():
+    nchw_losses, nchw_state = _train("cpu", False, 3)
+    cl_losses, cl_state = _train("cpu", False, 3, frost.channels_last)
+    np.testing.assert_allclose(cl_losses, nchw_losses, rtol=1e-5)
+    for k in nchw_state:
+        np.testing.assert_allclose(cl_state[k], nchw_state[k], rtol=1e-4, atol=1e-6, err_msg=k)
 
 
 @pytest.mark.cuda
