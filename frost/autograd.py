@@ -297,9 +297,10 @@ def grad_destination(t: Any) -> Any:
     """The array an op's backward may write leaf `t`'s gradient into, or None (then it returns a fresh array).
 
     Only inside backward(), for a leaf that requires grad whose .grad is marked all zeros (mark_grad_zero), is
-    dense (C-contiguous, or channels-last: the op writes either) and has t's shape, dtype and device. The buffer is claimed at most once per mark: the op
-    overwrites it with its contribution and returns that same array as t's gradient; the engine then adds
-    nothing (or, when t received other contributions too, assigns their sum, which already includes it).
+    dense (C-contiguous, or channels-last: the ops write either) and has t's shape, dtype and device. The buffer
+    is claimed at most once per mark: the op overwrites it with its contribution and returns that same array as
+    t's gradient; the engine then adds nothing (or, when t received other contributions too, assigns their sum,
+    which already includes it).
     """
     stack = getattr(_state, "claims", None)
     if not stack or t._ctx is not None or not t.requires_grad:

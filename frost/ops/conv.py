@@ -241,8 +241,8 @@ def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1,
 
 
 def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1, out=None):
-    """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x; written into `out` (a
-    C-contiguous array of w_shape and x's dtype) and returned as `out` itself when given."""
+    """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x; written into `out` (a dense,
+    NCHW or channels-last, array of w_shape and x's dtype) and returned as `out` itself when given."""
     geo = geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
     cudnn_args = _cudnn_args(x, geo)
     if cudnn_args is not None:
@@ -252,8 +252,7 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
         g, x, w_shape = _dense(g, xp), _dense(x, xp), tuple(w_shape)
         stride_hw, padding_hw, dilation_hw = cudnn_args
         # our split-K kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
-        if (out is None or out.flags.c_contiguous or is_channels_last(out)) and conv_wgrad.supported(
-                g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups) and conv_wgrad.choose(
+        if conv_wgrad.supported(g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups) and conv_wgrad.choose(
                 g, x, w_shape, stride_hw, padding_hw, lambda: cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)):
             return conv_wgrad.conv2d_backward_weight_gpu(g, x, w_shape, stride_hw, padding_hw, out=out)
         return cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args, out=out)
