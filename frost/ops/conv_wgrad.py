@@ -465,7 +465,7 @@ def _capturing() -> bool:
 def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, out) -> None:
     """Compile the candidates' partial kernels in threads before they are timed, so that the NVRTC compiles of
     this unrolled kernel (a cold start-up compiles some thirty) may overlap where the bindings release the GIL;
-    not timed on its own (with lazily built cuDNN plans a cold start went from 30.8 s to 18.1 s)."""
+    its share of the cold start-up was not timed on its own."""
     from concurrent.futures import ThreadPoolExecutor
     from frost.kernel.compile import device_arch
     flags = dict(NHWC=int(input_layout(g, x) == "nhwc"), KRSC=int(is_channels_last(out)))
