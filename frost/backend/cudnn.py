@@ -91,8 +91,8 @@ def _workspace_for(size: int):
 
 def _create_plans(g, dtype) -> None:
     """Every candidate plan of a validated graph (float32 without TF32 tensor cores when frost.backends says so),
-    not yet built: building all of them (cuDNN compiles some at run time) cost most of a cold start-up, and only
-    the few that are timed, then the chosen one, need it."""
+    not yet built: cuDNN compiles some plans at run time, and only the few that are timed, then the chosen one,
+    need building."""
     import cudnn
     from frost import backends
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
