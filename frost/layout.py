@@ -35,9 +35,7 @@ def as_channels_last(a):
 
 def dense_like(a, like):
     """a made dense in the memory format of `like` (channels-last or C-contiguous): no copy when it already is."""
-    if is_channels_last(like):
-        return as_channels_last(a)
-    return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+    return in_format(a, channels_last if is_channels_last(like) else contiguous_format)
 
 
 def empty_like_format(shape: tuple, like, dtype=None):

@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-from pathlib import Path
 
 from frost.backend import cuda
+from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
 
 _lock = threading.Lock()
 _graphs: dict = {}
 _handles: dict = {}
-_tuned: dict | None = None
+_tuned = RememberedTable("cudnn_plans.json")  # plan index chosen per graph key
 _workspace = {}
 
 
@@ -27,32 +27,6 @@ def available() -> bool:
         return True
     except Exception:
         return False
-
-
-def _cache_file() -> Path:
-    root = Path(os.environ.get("FROST_CACHE_DIR", Path.home() / ".cache" / "frost"))
-    return root / "cudnn_plans.json"
-
-
-def _load_tuned() -> dict:
-    global _tuned
-    if _tuned is None:
-        try:
-            _tuned = json.loads(_cache_file().read_text())
-        except (OSError, ValueError):
-            _tuned = {}
-    return _tuned
-
-
-def _save_tuned() -> None:
-    path = _cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(_tuned, indent=0, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home only costs the timing again next time
 
 
 def _handle():
@@ -135,7 +109,7 @@ class _ConvGraph:
 
     def tune(self, key: str, a, b, out, limit: int | None = None) -> None:
         """Time the first `limit` admissible plans (a few runs each) and select the fastest; remembered on disk."""
-        tuned = _load_tuned()
+        tuned = _tuned.load()
         if key in tuned and tuned[key] < self.plan_count and self._select(tuned[key]):
             return
         pack, best, best_time = self.pack(a, b, out), 0, float("inf")
@@ -155,7 +129,7 @@ class _ConvGraph:
             raise RuntimeError(f"cuDNN has no usable plan for {key} with allow_tf32={backends.allow_tf32}, "
                                f"deterministic={backends.deterministic}")
         tuned[key] = best
-        _save_tuned()
+        _tuned.save()
         if not self._select(best):
             raise RuntimeError(f"cuDNN could not build plan {best} for {key}, which it had just run")
 

@@ -15,10 +15,8 @@ stats = {"nvrtc_compiles": 0, "disk_hits": 0}
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("FROST_CACHE_DIR")
-    if env:
-        return Path(env) / "kernels"
-    return Path.home() / ".cache" / "frost" / "kernels"
+    from frost.backend.remembered import cache_root
+    return cache_root() / "kernels"
 
 
 def _nvrtc():

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from frost.backend import cuda
+from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
 from frost.kernel import (Array, Const, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane, launch_bounds,
                           local, shared, static_range, syncthreads, tx, warp)
@@ -369,7 +368,7 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
     current GPU's when None)."""
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
     if tiles is None:
-        hit = _load_choices().get(_key(g, x, w_shape, stride, padding))
+        hit = _choices.load().get(_key(g, x, w_shape, stride, padding))
         tiles = hit.get("tiles") if hit else None
     if sms is None:
         sms = _sm_count(_cupy().cuda.runtime.getDevice())
@@ -414,34 +413,7 @@ def supported(g, x, w_shape, stride, padding, dilation=1, groups: int = 1) -> bo
 
 # ------------------------------------------------------------------ choosing between ours and cuDNN, remembered
 _lock = threading.Lock()
-_choices: dict | None = None
-
-
-def _cache_file() -> Path:
-    """Next to cuDNN's plan cache (frost/backend/cudnn.py): same directory, same environment variable."""
-    root = Path(os.environ.get("FROST_CACHE_DIR", Path.home() / ".cache" / "frost"))
-    return root / "conv_wgrad.json"
-
-
-def _load_choices() -> dict:
-    global _choices
-    if _choices is None:
-        try:
-            _choices = json.loads(_cache_file().read_text())
-        except (OSError, ValueError):
-            _choices = {}
-    return _choices
-
-
-def _save_choices() -> None:
-    path = _cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(_choices, indent=0, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache directory only costs the timing again next time
+_choices = RememberedTable("conv_wgrad.json")  # next to cuDNN's tuned plans
 
 
 def _key(g, x, w_shape, stride, padding) -> str:
@@ -507,7 +479,7 @@ def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
     if not supported(g, x, w_shape, stride, padding):
         return False
     key = _key(g, x, w_shape, stride, padding)
-    choices = _load_choices()
+    choices = _choices.load()
     if key in choices:
         return bool(choices[key]["ours"])
     if _capturing():
@@ -528,16 +500,15 @@ def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
         cudnn_us = cuda.graph_time_us(cudnn_fn)
         choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
                         "cudnn_us": round(cudnn_us, 3)}
-        _save_choices()
+        _choices.save()
     return bool(choices[key]["ours"])
 
 
 def remembered(g, x, w_shape, stride, padding) -> dict | None:
     """What `choose` recorded for this shape (ours, tiles, ours_us, cudnn_us), or None."""
-    return _load_choices().get(_key(g, x, w_shape, stride, padding))
+    return _choices.load().get(_key(g, x, w_shape, stride, padding))
 
 
 def forget() -> None:
     """Drop the in-memory choices (the next `choose` reads the disk cache again); for tests."""
-    global _choices
-    _choices = None
+    _choices.forget()
