@@ -67,11 +67,13 @@ def frost_rows(steps: int, repeats: int, precision: str, jit: bool, channels_las
         return loss
 
     fn = frost.jit(step) if jit else step
+    before = _startup_counters()
     t0 = time.perf_counter()
     for i in range(5):
         fn(x_dev[i % 8], y_dev[i % 8])
     cuda.synchronize()
     startup = time.perf_counter() - t0
+    detail = {k: round(v - before[k], 3) for k, v in _startup_counters().items()}
 
     def run(n):
         for i in range(n):
@@ -79,7 +81,21 @@ def frost_rows(steps: int, repeats: int, precision: str, jit: bool, channels_las
     times = _time(run, steps, repeats, cuda.synchronize)
     return {"framework": "frost", "mode": "jit" if jit else "eager", "precision": precision,
             "memory_format": "channels_last" if channels_last else "nchw",
-            "ms_per_step": statistics.median(times), "runs_ms": times, "startup_s": startup}
+            "ms_per_step": statistics.median(times), "runs_ms": times, "startup_s": startup,
+            "startup_detail": detail}
+
+
+def _startup_counters() -> dict:
+    """Where a Frost start-up goes: NVRTC compiles (seconds summed over threads), cuDNN graphs (building them,
+    choosing their plans) and the weight-gradient kernel's choices (compiles and timings), all seconds of wall
+    time except nvrtc_seconds."""
+    from frost.backend import cudnn
+    from frost.kernel import compile as kcompile
+    from frost.ops import conv_wgrad
+    return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
+            "cudnn_graphs": cudnn.stats["graphs"], "cudnn_graph_seconds": cudnn.stats["graph_seconds"],
+            "cudnn_tune_seconds": cudnn.stats["tune_seconds"], "wgrad_choices": conv_wgrad.stats["choices"],
+            "wgrad_choose_seconds": conv_wgrad.stats["choose_seconds"]}
 
 
 def torch_rows(steps: int, repeats: int, precision: str, graphed: bool) -> dict:
@@ -207,6 +223,8 @@ def main(argv=None) -> None:
         results.append(r)
         print(f"{name:24s} " + (f"{r['ms_per_step']:8.3f} ms/step  startup {r['startup_s']:.1f} s"
                                 if "ms_per_step" in r else r["error"]), flush=True)
+        if r.get("startup_detail"):
+            print(f"{'':24s} start-up detail: {r['startup_detail']}", flush=True)
     precision, _, layout = args.breakdown_of.partition("-")
     breakdown = kernel_breakdown(precision, channels_last=layout == "cl") if args.breakdown else None
     ref = {r["name"]: r.get("ms_per_step") for r in results}

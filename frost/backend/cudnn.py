@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
@@ -18,6 +19,9 @@ _graphs: dict = {}
 _handles: dict = {}
 _tuned = RememberedTable("cudnn_plans.json")  # plan index chosen per graph key
 _workspace = {}
+# what a start-up spends here (read by benchmarks/step_time.py): graphs built, seconds building them (validate,
+# operation graph, plan list) and seconds choosing their plans (building and timing candidates)
+stats = {"graphs": 0, "graph_seconds": 0.0, "tune_seconds": 0.0}
 
 
 def available() -> bool:
@@ -184,8 +188,13 @@ def _run(kind: str, a, b, out, stride, padding, dilation):
         with _lock:
             g = _graphs.get(key)
             if g is None:
+                start = time.perf_counter()
                 g = _ConvGraph(kind, a, b, out, stride, padding, dilation)
+                built = time.perf_counter()
                 g.tune(key, a, b, out)
+                stats["graphs"] += 1
+                stats["graph_seconds"] += built - start
+                stats["tune_seconds"] += time.perf_counter() - built
                 _graphs[key] = g
     g.run(a, b, out)
     return out

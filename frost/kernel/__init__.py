@@ -36,6 +36,10 @@ Semantics (the simulator implements exactly these):
   (`break` leaves the whole grid). Loop variables cannot be assigned or used after their loop.
 - `syncthreads()` waits for every thread of the block that has not exited; warp operations (shuffles, ballot,
   ldmatrix, mma) need all 32 lanes of the warp at the same operation, as `__shfl_sync(0xffffffff, ...)` does.
+- `grid_sync(counter)` waits for every block of the grid (global writes before it are visible after it), in the
+  kernel body only; `counter` is a one-element Array[u32] parameter, zeroed once and then kept (never reset). Every
+  block must be resident at once: launch at most one block per SM (or as many as the occupancy allows) and let
+  every block reach every grid_sync. The simulator runs such a kernel's blocks side by side, barrier to barrier.
 - `cp_async16` copies land at `cp_wait`; the simulator performs them there, so a missing wait reads stale data.
 - Unassigned shared and local float arrays start as NaN in the simulator (garbage on the GPU).
 - Hopper warpgroup MMA (a kernel using any of these is compiled for sm_90a; other GPUs are an error):

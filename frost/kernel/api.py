@@ -83,6 +83,7 @@ class Spec:
         self.source = cgen.module_source(self.checked, self.devices)
         self._sim = None
         self._cubins: dict = {}
+        self._pending: dict = {}  # arch -> Future of a background compile (prefetch)
         self._functions: dict = {}
 
     @property
@@ -101,10 +102,21 @@ class Spec:
                           f"for {arch}")
 
     def cubin(self, arch: str) -> bytes:
+        """The cubin for `arch`: a finished or running prefetch's, else compiled now (a compile error raises here)."""
         arch = self.arch(arch)
         if arch not in self._cubins:
-            self._cubins[arch] = kcompile.compile_cubin(self.source, self.checked.cname, arch, consts=self.consts)
+            pending = self._pending.pop(arch, None)
+            self._cubins[arch] = pending.result() if pending is not None else self._compile(arch)
         return self._cubins[arch]
+
+    def prefetch(self, arch: str) -> None:
+        """Start compiling for `arch` on the background compile threads; `cubin` then waits for that compile."""
+        arch = self.arch(arch)
+        if arch not in self._cubins and arch not in self._pending:
+            self._pending[arch] = kcompile.background(self._compile, arch)
+
+    def _compile(self, arch: str) -> bytes:
+        return kcompile.compile_cubin(self.source, self.checked.cname, arch, consts=self.consts)
 
 
 def _launch_config(cfg, what):
@@ -181,6 +193,12 @@ class Kernel:
         """The cubin for `arch` (compiled by NVRTC or read from the disk cache), without launching."""
         return self.specialize(**consts).cubin(arch)
 
+    def prefetch(self, arch: str | None = None, **consts) -> None:
+        """Start compiling one specialization in the background (for the current GPU's arch by default), so that a
+        later launch finds it compiled: a caller that knows which kernels come next (a backward pass, the weight
+        gradient's candidates) overlaps their NVRTC compiles with each other and with its own work."""
+        self.specialize(**consts).prefetch(arch or kcompile.device_arch())
+
     def inspect(self, arch: str = "sm_90", **consts) -> dict:
         """PTX and ptxas's report (registers, spill bytes, stack, static shared memory) for one specialization."""
         spec = self.specialize(**consts)
@@ -253,7 +271,8 @@ class _Simulator:
             _check_bounds(k.__name__, spec, block)
             fn = spec.sim
             sim_args = [_sim_arg(k.__name__, n, t, v) for n, t, v in runtime]
-            simulate.run(k.__name__, fn, spec.checked.has_yield, grid, block, sim_args, smem)
+            simulate.run(k.__name__, fn, spec.checked.has_yield, grid, block, sim_args, smem,
+                         spec.checked.uses_grid_sync)
         return run
 
 

@@ -40,6 +40,19 @@ __device__ __forceinline__ float frost_atomic_min(float* a, float v) {
     return __int_as_float(old); }
 __device__ __forceinline__ float frost_atomic_cas(float* a, float cmp, float v) {
     return __int_as_float(atomicCAS((int*)a, __float_as_int(cmp), __float_as_int(v))); }
+__device__ __forceinline__ void frost_grid_sync(unsigned* bar) {
+    // every block adds 1, block 0 adds 2^31 - (blocks - 1): the sum flips bit 31 exactly when all have arrived
+    // and leaves the low bits as they were, so the counter never needs a reset (cooperative groups' grid.sync)
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+        unsigned add = (blockIdx.x | blockIdx.y | blockIdx.z) == 0 ? 0x80000000u - (blocks - 1) : 1u;
+        __threadfence();
+        unsigned old = atomicAdd(bar, add);
+        while (((old ^ *(volatile unsigned*)bar) & 0x80000000u) == 0) { }
+        __threadfence();
+    }
+    __syncthreads(); }
 __device__ __forceinline__ unsigned frost_smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p); }
 template <typename T> struct __align__(16) frost_vec4 { T v0, v1, v2, v3; };
@@ -628,6 +641,9 @@ class CGen:
 
     def c_syncthreads(self, node, t):
         return "__syncthreads()"
+
+    def c_grid_sync(self, node, t):
+        return f"frost_grid_sync((unsigned*){self.array_ref(node.args[0])})"
 
     def _elem_ptr(self, arr, idx):
         idx_nodes = idx.elts if isinstance(idx, ast.Tuple) else [idx]

@@ -72,6 +72,7 @@ class Checked:
         self.launch_bounds: tuple | None = None  # (max threads per block, min blocks per SM) from launch_bounds()
         self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4: 16, load2: 8)
         self.uses_wgmma = False  # uses a Hopper warpgroup instruction: compiled for sm_90a
+        self.uses_grid_sync = False  # waits for the whole grid (grid_sync): the simulator runs all blocks at once
         self.wgmma_accs: dict[str, int] = {}  # accumulator local -> floats, fenced at wgmma_fence/wgmma_wait
 
     def type(self, node):
@@ -810,6 +811,16 @@ class Checker:
         self.out.has_yield = True
         return None
 
+    def call_grid_sync(self, node):
+        self.args(node, 1, "grid_sync")
+        at = self.expr(node.args[0])
+        if not (isinstance(at, ArrayType) and at.kind == "param" and at.elem.name == "u32" and at.ndim == 1):
+            raise self.src.error(node, f"grid_sync(counter) needs a 1-D Array[u32] kernel parameter (a barrier "
+                                       f"counter the caller zeroes once and keeps), got {at}")
+        self.out.has_yield = True
+        self.out.uses_grid_sync = True
+        return None
+
     def _array_index(self, node, arr_node, idx_node, name):
         at = self.expr(arr_node)
         if not isinstance(at, ArrayType) or at.space == "local":
@@ -1134,6 +1145,9 @@ class Checker:
             self.out.uses_dyn_smem = True
         if checked.uses_wgmma:
             self.out.uses_wgmma = True
+        if checked.uses_grid_sync:
+            raise self.src.error(node, f"grid_sync() must be called in the kernel itself, not in device function "
+                                       f"{checked.cname}")
         return checked.ret
 
 

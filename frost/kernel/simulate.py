@@ -195,7 +195,7 @@ def _grid(t, *extents):
 NAMESPACE = {
     "_np": np, "_idiv": _idiv, "_imod": _imod, "_fma": _fma, "_erf": _erf, "_mulhi": _mulhi, "_rsqrt": _rsqrt,
     "_range": _range, "_grid": _grid, "_B": bool, "_fmod": np.fmod, "_ftrunc": np.trunc, "_pow": np.power,
-    "_fmin": np.fmin, "_fmax": np.fmax, "_min": min, "_max": max, "_abs": abs, "_SYNC": ("sync",),
+    "_fmin": np.fmin, "_fmax": np.fmax, "_min": min, "_max": max, "_abs": abs, "_SYNC": ("sync",), "_GRID_SYNC": ("grid_sync",),
     "_local": lambda dtype, shape, name: SimArray(_filled(dtype, shape), name),
     "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_log": np.log, "_log2": np.log2, "_tanh": np.tanh,
     "_sin": np.sin, "_cos": np.cos, "_floor": np.floor, "_ceil": np.ceil, "_SimArray": SimArray,
@@ -545,6 +545,9 @@ class PyGen:
 
     def p_syncthreads(self, node, t):
         return "(yield _SYNC)"
+
+    def p_grid_sync(self, node, t):
+        return f"((yield _GRID_SYNC) if {self.ex(node.args[0])}.ld(0) is not None else None)"
 
     def p_shared(self, node, t):
         return self.alloc(node, "shared")
@@ -925,10 +928,12 @@ def _describe(th: Thread) -> str:
     return f"block ({bx}, {by}, {bz}) thread ({tx}, {ty}, {tz})"
 
 
-def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0) -> None:
-    """Run every block of the grid, one after another, each block's threads interleaved at barriers."""
+def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0, grid_sync: bool = False) -> None:
+    """Run every block of the grid, one after another, each block's threads interleaved at barriers; a kernel with
+    grid_sync() runs all its blocks side by side, each up to the next grid_sync, as the GPU keeps them resident."""
     gdx, gdy, gdz = grid
     bdx, bdy, bdz = block
+    blocks = []
     with np.errstate(all="ignore"):
         for bz, by, bx in itertools.product(range(gdz), range(gdy), range(gdx)):
             blk = Block(smem_bytes)
@@ -945,8 +950,29 @@ def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0) 
                         th.finish()
                     except Exception as exc:
                         _raise(name, th, exc)
+            elif grid_sync:
+                blocks.append(_block_steps(name, fn, threads, args))
             else:
-                _run_block(name, fn, threads, args)
+                for _ in _block_steps(name, fn, threads, args):
+                    raise SimulationError(f"{name}: grid_sync() outside a grid_sync kernel")
+        _run_grid(name, blocks)
+
+
+def _run_grid(name, blocks) -> None:
+    """Blocks (generators of _block_steps) in rounds: each runs until all its threads wait at grid_sync(), then
+    the next round resumes them all. Every block must reach every grid_sync (an exited block never arrives)."""
+    while blocks:
+        parked, exited = [], 0
+        for b in blocks:
+            try:
+                next(b)
+                parked.append(b)
+            except StopIteration:
+                exited += 1
+        if parked and exited:
+            raise SimulationError(f"{name}: deadlock: {len(parked)} blocks wait at grid_sync() for {exited} blocks "
+                                  "that have exited (every block of the grid must reach each grid_sync)")
+        blocks = parked
 
 
 def _raise(name, th, exc, gen=None):
@@ -958,7 +984,8 @@ def _raise(name, th, exc, gen=None):
         None if isinstance(exc, _OutOfBounds) else exc)
 
 
-def _run_block(name, fn, threads, args):
+def _block_steps(name, fn, threads, args):
+    """Run one block's threads; yields (parks) whenever all of them wait at grid_sync(), resuming them after."""
     gens = {}
     for th in threads:
         gens[th.linear] = fn(th, *args)
@@ -988,7 +1015,7 @@ def _run_block(name, fn, threads, args):
             reqs = [waiting[lin] for lin in lanes]
             if all(r[0] == "wgmma" for r in reqs):
                 continue  # a warpgroup operation: resolved below when all four warps are there
-            if all(r[0] != "sync" for r in reqs):
+            if all(r[0] not in ("sync", "grid_sync") for r in reqs):
                 kinds = {r[0] for r in reqs}
                 if len(kinds) != 1 or len({_position(gens[lin]) for lin in lanes}) != 1:
                     _deadlock(name, live, gens, waiting, f"the lanes of warp {w} wait at different warp operations")
@@ -1004,9 +1031,13 @@ def _run_block(name, fn, threads, args):
         runnable += _warpgroup_ops(name, threads, live, gens, waiting, send)
         if runnable:
             continue
-        if all(waiting[lin][0] == "sync" for lin in live):
+        kinds = {waiting[lin][0] for lin in live}
+        if kinds == {"sync"} or kinds == {"grid_sync"}:
             if len({_position(gens[lin]) for lin in live}) > 1:
-                _deadlock(name, live, gens, waiting, "threads wait at different syncthreads() (divergent barrier)")
+                what = "syncthreads()" if kinds == {"sync"} else "grid_sync()"
+                _deadlock(name, live, gens, waiting, f"threads wait at different {what} (divergent barrier)")
+            if kinds == {"grid_sync"}:
+                yield
             for lin in live:
                 send[lin] = None
                 del waiting[lin]

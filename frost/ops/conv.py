@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from frost.autocast import cast_inputs
-from frost.autograd import grad_destination
+from frost.autograd import grad_destination, is_grad_enabled
 from frost.layout import is_channels_last
 from frost.tensor import Tensor, from_op
 
@@ -262,6 +262,14 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
 # ------------------------------------------------------------------ the differentiable op
 
 
+def _prefetch_weight_gradient(y, x, w, geo) -> None:
+    """On the GPU, start compiling the weight-gradient kernel's candidates for this shape (dy will be shaped like y)."""
+    cudnn_args = _cudnn_args(x, geo)
+    if cudnn_args is not None:
+        from frost.ops import conv_wgrad
+        conv_wgrad.prefetch(y, x, w.shape, *cudnn_args, out=w)
+
+
 def _describe(t: Tensor) -> str:
     return f"{t.shape} {t.dtype.name} on {t.device}"
 
@@ -316,6 +324,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         out = _forward_from_cols(cols, wa, geo, ba)
     else:
         out = conv2d_forward(xa, wa, *conv_args, bias=ba)
+        if weight.requires_grad and is_grad_enabled():
+            _prefetch_weight_gradient(out, xa, wa, geo)
     out_dtype = x.data.dtype
     parents = (x, weight) if bias is None else (x, weight, bias)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -414,6 +415,8 @@ def supported(g, x, w_shape, stride, padding, dilation=1, groups: int = 1) -> bo
 # ------------------------------------------------------------------ choosing between ours and cuDNN, remembered
 _lock = threading.Lock()
 _choices = RememberedTable("conv_wgrad.json")  # next to cuDNN's tuned plans
+# what a start-up spends choosing (read by benchmarks/step_time.py): shapes decided, seconds (compiles and timings)
+stats = {"choices": 0, "choose_seconds": 0.0}
 
 
 def _key(g, x, w_shape, stride, padding) -> str:
@@ -434,18 +437,43 @@ def _capturing() -> bool:
         return True
 
 
-def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, out) -> None:
-    """Compile the candidates' partial kernels in threads before they are timed, so that the NVRTC compiles of
-    this unrolled kernel (a cold start-up compiles some thirty) may overlap where the bindings release the GIL;
-    its share of the cold start-up was not timed on its own."""
-    from concurrent.futures import ThreadPoolExecutor
-    from frost.kernel.compile import device_arch
+def _candidate_specs(g, x, w_shape, stride, padding, tile_choices: list, out) -> list:
+    """The partial kernel's specializations for the candidates (dy and x layouts, dW's layout from out)."""
     flags = dict(NHWC=int(input_layout(g, x) == "nhwc"), KRSC=int(is_channels_last(out)))
-    specs = [conv_wgrad_partial.specialize(**plan_for(g, x, w_shape, stride, padding, tiles).consts, **flags)
-             for tiles in tile_choices]
+    return [conv_wgrad_partial.specialize(**plan_for(g, x, w_shape, stride, padding, tiles).consts, **flags)
+            for tiles in tile_choices]
+
+
+def prefetch(g, x, w_shape, stride, padding, dilation=1, *, out) -> None:
+    """Start compiling the candidates of a shape that `choose` has not decided yet on the background compile
+    threads: conv2d's forward pass calls it (with its output standing in for dy, which has its shape, dtype and
+    layout), so that the backward's `choose` finds them compiled, all shapes' compiles overlapping (a cold start-up
+    compiles some thirty of these unrolled kernels)."""
+    if not supported(g, x, w_shape, stride, padding, dilation):
+        return
+    key = _key(g, x, w_shape, stride, padding)
+    if key in _prefetched or key in _choices.load() or _capturing():
+        return
+    _prefetched.add(key)
+    from frost.kernel.compile import device_arch
     arch = device_arch()
-    with ThreadPoolExecutor(max_workers=min(8, len(specs))) as pool:
-        list(pool.map(lambda spec: spec.cubin(arch), specs))
+    for spec in _candidate_specs(g, x, w_shape, stride, padding, candidates(g, x, w_shape, stride, padding), out):
+        spec.prefetch(arch)
+
+
+_prefetched: set = set()  # keys whose candidates prefetch has queued
+
+
+def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, out) -> None:
+    """Compile the candidates' partial kernels (those prefetch queued, the others queued now) before they are timed,
+    the compiles overlapping on the background threads."""
+    from frost.kernel.compile import device_arch
+    arch = device_arch()
+    specs = _candidate_specs(g, x, w_shape, stride, padding, tile_choices, out)
+    for spec in specs:
+        spec.prefetch(arch)
+    for spec in specs:
+        spec.cubin(arch)
 
 
 def candidates(g, x, w_shape, stride, padding) -> list[dict]:
@@ -487,6 +515,7 @@ def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
     with _lock:
         if key in choices:
             return bool(choices[key]["ours"])
+        start = time.perf_counter()
         cp = _cupy()
         out = empty_like_format(tuple(w_shape), x, dtype=cp.float32)
         timed = []
@@ -501,6 +530,8 @@ def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
         choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
                         "cudnn_us": round(cudnn_us, 3)}
         _choices.save()
+        stats["choices"] += 1
+        stats["choose_seconds"] += time.perf_counter() - start
     return bool(choices[key]["ours"])
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from frost.autograd import grad_destination
+from frost.autograd import grad_destination, is_grad_enabled
 from frost.tensor import Tensor, from_op
 
 
@@ -214,8 +214,9 @@ import functools  # noqa: E402
 
 from frost.dtype import float32  # noqa: E402
 from frost.ops.elementwise import cast  # noqa: E402
-from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, by, device, f32, i32, i64, kernel, lane,  # noqa: E402
-                          local, rsqrt, shared, shfl_xor, static_range, syncthreads, tx, warp, warp_sum)
+from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, by, device, f32, grid_sync, i32, i64,  # noqa: E402
+                          kernel, lane, local, rsqrt, shared, shfl_xor, static_range, syncthreads, tx, u32, warp,
+                          warp_sum)
 from frost.layout import dense_like, empty_like_format, is_channels_last  # noqa: E402
 
 BN_THREADS = 256          # threads per block of the split reductions
@@ -228,6 +229,7 @@ BN_NHWC_THREADS = 512     # threads per block of the channels-last kernels (all 
 BN_NHWC_BLOCKS_PER_SM = 2  # their grids aim at this many blocks per SM (one wave)
 BN_NHWC_MERGE = 8         # splits one thread of a channels-last elementwise block merges (held in registers)
 BN_NHWC_MAX_THREADS = 1024  # shared slots of the channels-last kernels (one per thread: the largest block)
+BN_ONE_LAUNCH = True      # channels-last batch norm in one launch per direction where bn_plan_nhwc allows it
 
 
 @device
@@ -631,6 +633,62 @@ def _merged_sums_lanes(part_g, part_gx, c, q, lanes, ok, splits, M: Const[int]):
     return _lanes_sum(acc_g, lanes), _lanes_sum(acc_gx, lanes)
 
 
+@device
+def _split_stats(vals, part_mean, part_m2, active, row, n, channels, cb, splits, U: Const[int]):
+    """Block (s, g)'s mean and sum of squared deviations (M2) of each of its channels, from the U values each thread
+    holds (vals, zero where absent), stored as split s of part_mean / part_m2: an exact two-pass over one read."""
+    cl, j, rows, c, _ = _nhwc_thread(cb, channels)
+    chunk = rows * U
+    acc = 0.0
+    for u in static_range(U):
+        acc += vals[u]
+    buf = shared(f32, BN_NHWC_MAX_THREADS)
+    mu = _column_sum(acc, buf, cl, j, rows, cb) / f32(min(chunk, n - bx * chunk))
+    acc2 = 0.0
+    for u in static_range(U):
+        if active and row + u * rows < n:
+            d = vals[u] - mu
+            acc2 += d * d
+    m2 = _column_sum(acc2, buf, cl, j, rows, cb)
+    if j == 0 and c < channels:
+        part_mean[c * splits + bx] = mu
+        part_m2[c * splits + bx] = m2
+
+
+@device
+def _load_gradient(dy, x, y, gs, xs, active, row, rows, n, channels, c, relu, U: Const[int]):
+    """A thread's U values of g (dy masked by the ReLU: y > 0) and of x, as f32 (zero where absent)."""
+    for u in static_range(U):
+        gs[u] = 0.0
+        xs[u] = 0.0
+        if active and row + u * rows < n:
+            idx = (row + u * rows) * channels + c
+            gs[u] = f32(dy[idx])
+            if relu:
+                gs[u] = gs[u] if y[idx] > 0 else 0.0
+            xs[u] = f32(x[idx])
+
+
+@device
+def _split_sums(gs, xs, part_g, part_gx, mean, active, row, n, channels, cb, splits, U: Const[int]):
+    """Block (s, g)'s sum(g) and sum(g * (x - mean)) of each of its channels, from the U values of g (dy masked by
+    the ReLU) and x each thread holds, stored as split s of part_g / part_gx."""
+    cl, j, rows, c, _ = _nhwc_thread(cb, channels)
+    m = mean[c] if active else 0.0
+    sum_g = 0.0
+    sum_gx = 0.0
+    for u in static_range(U):
+        if active and row + u * rows < n:
+            sum_g += gs[u]
+            sum_gx += gs[u] * (xs[u] - m)
+    buf_g = shared(f32, BN_NHWC_MAX_THREADS)
+    buf_gx = shared(f32, BN_NHWC_MAX_THREADS)
+    sum_g, sum_gx = _column_sums(sum_g, sum_gx, buf_g, buf_gx, cl, j, rows, cb)
+    if j == 0 and c < channels:
+        part_g[c * splits + bx] = sum_g
+        part_gx[c * splits + bx] = sum_gx
+
+
 # Each channels-last kernel is made by a factory from the element type T of its activations (x, y, residual, dy, dx,
 # dresidual: f32 or bf16, the latter what autocast's convolutions read and write). Loads convert to f32 (f32(...)),
 # arithmetic and statistics are f32, stores into a bf16 array round to nearest even; mean, 1/std, running stats,
@@ -643,26 +701,12 @@ def _nhwc_stats_partial_kernel(T):
         """Block (s, g) of grid (splits, G) on a channels-last x (n rows of C): mean and sum of squared deviations
         (M2) of each of channels g*cb ... over rows s*R*U ... (s+1)*R*U - 1, a thread's U values held in registers:
         an exact two-pass over one read."""
-        s = bx
         cl, j, rows, c, active = _nhwc_thread(cb, channels)
-        chunk = rows * U
-        row = s * chunk + j
+        row = bx * rows * U + j
         vals = local(f32, U)
-        acc = 0.0
         for u in static_range(U):
             vals[u] = f32(x[(row + u * rows) * channels + c]) if active and row + u * rows < n else 0.0
-            acc += vals[u]
-        buf = shared(f32, BN_NHWC_MAX_THREADS)
-        mu = _column_sum(acc, buf, cl, j, rows, cb) / f32(min(chunk, n - s * chunk))
-        acc2 = 0.0
-        for u in static_range(U):
-            if active and row + u * rows < n:
-                d = vals[u] - mu
-                acc2 += d * d
-        m2 = _column_sum(acc2, buf, cl, j, rows, cb)
-        if j == 0 and c < channels:
-            part_mean[c * splits + s] = mu
-            part_m2[c * splits + s] = m2
+        _split_stats(vals, part_mean, part_m2, active, row, n, channels, cb, splits, U)
     return batch_norm_stats_partial_nhwc
 
 
@@ -671,16 +715,19 @@ def _nhwc_apply_kernel(T):
     def batch_norm_apply_nhwc(x: Array[T], y: Array[T], part_mean: Array[f32], part_m2: Array[f32],
                               mean: Array[f32], invstd: Array[f32], running_mean: Array[f32],
                               running_var: Array[f32], batches: Array[i64], weight: Array[f32], bias: Array[f32],
-                              residual: Array[T], n: i32, channels: i32, cb: i32, lanes: i32, splits: i32,
-                              momentum: f32, eps: f32, update_running: i32, count_batch: i32, relu: Const[int],
-                              add_residual: Const[int], fused: Const[int], U: Const[int],
-                              M: Const[int] = BN_NHWC_MERGE):
+                              residual: Array[T], counter: Array[u32], n: i32, channels: i32, cb: i32, lanes: i32,
+                              splits: i32, momentum: f32, eps: f32, update_running: i32, count_batch: i32,
+                              relu: Const[int], add_residual: Const[int], fused: Const[int], U: Const[int],
+                              stats: Const[int] = 0, M: Const[int] = BN_NHWC_MERGE):
         """y = relu((x - mean) * invstd * weight + bias + residual) on channels-last arrays: block (s, g) takes the
         values of batch_norm_stats_partial_nhwc's block (s, g), U per thread.
 
         fused=1: the block first merges the partial statistics of its cb channels into shared memory, `lanes`
         threads per channel (needs splits <= lanes * M: bn_split_nhwc); the blocks of split 0 also store their
         channels' mean, 1/std and running statistics. fused=0: mean and invstd come from batch_norm_stats_finalize.
+        stats=1 (with fused=1: the whole forward in one launch): the block first computes its partial statistics
+        itself (batch_norm_stats_partial_nhwc's work, on the values it holds) and waits at grid_sync(counter) for
+        every block's; every block must be resident (bn_split_nhwc's one_launch).
         count_batch != 0: block (0, 0) adds one to batches[0] (the layer's num_batches_tracked)."""
         cl, j, rows, c, active = _nhwc_thread(cb, channels)
         row = bx * rows * U + j
@@ -690,6 +737,9 @@ def _nhwc_apply_kernel(T):
             xs[u] = f32(x[(row + u * rows) * channels + c]) if active and row + u * rows < n else 0.0
             if add_residual:
                 rs[u] = f32(residual[(row + u * rows) * channels + c]) if active and row + u * rows < n else 0.0
+        if stats:
+            _split_stats(xs, part_mean, part_m2, active, row, n, channels, cb, splits, U)
+            grid_sync(counter)
         s_mean = shared(f32, BN_NHWC_MAX_THREADS)
         s_invstd = shared(f32, BN_NHWC_MAX_THREADS)
         if fused:
@@ -730,26 +780,12 @@ def _nhwc_backward_partial_kernel(T):
         """Block (s, g) of grid (splits, G) on channels-last arrays: sum(dy) and sum(dy * (x - mean)) of each of
         its channels over its rows (those of batch_norm_stats_partial_nhwc's block (s, g)), dy masked by the ReLU
         (y > 0)."""
-        s = bx
         cl, j, rows, c, active = _nhwc_thread(cb, channels)
-        row = s * rows * U + j
-        m = mean[c] if active else 0.0
-        sum_g = 0.0
-        sum_gx = 0.0
-        for u in static_range(U):
-            if active and row + u * rows < n:
-                idx = (row + u * rows) * channels + c
-                g = f32(dy[idx])
-                if relu:
-                    g = g if y[idx] > 0 else 0.0
-                sum_g += g
-                sum_gx += g * (f32(x[idx]) - m)
-        buf_g = shared(f32, BN_NHWC_MAX_THREADS)
-        buf_gx = shared(f32, BN_NHWC_MAX_THREADS)
-        sum_g, sum_gx = _column_sums(sum_g, sum_gx, buf_g, buf_gx, cl, j, rows, cb)
-        if j == 0 and c < channels:
-            part_g[c * splits + s] = sum_g
-            part_gx[c * splits + s] = sum_gx
+        row = bx * rows * U + j
+        gs = local(f32, U)
+        xs = local(f32, U)
+        _load_gradient(dy, x, y, gs, xs, active, row, rows, n, channels, c, relu, U)
+        _split_sums(gs, xs, part_g, part_gx, mean, active, row, n, channels, cb, splits, U)
     return batch_norm_backward_partial_nhwc
 
 
@@ -758,29 +794,27 @@ def _nhwc_backward_input_kernel(T):
     def batch_norm_backward_input_nhwc(dy: Array[T], x: Array[T], y: Array[T], mean: Array[f32],
                                        invstd: Array[f32], weight: Array[f32], part_g: Array[f32],
                                        part_gx: Array[f32], dweight: Array[f32], dbias: Array[f32], dx: Array[T],
-                                       dresidual: Array[T], n: i32, channels: i32, cb: i32, lanes: i32,
-                                       splits: i32, relu: Const[int], add_residual: Const[int], fused: Const[int],
-                                       U: Const[int], M: Const[int] = BN_NHWC_MERGE):
+                                       dresidual: Array[T], counter: Array[u32], n: i32, channels: i32, cb: i32,
+                                       lanes: i32, splits: i32, relu: Const[int], add_residual: Const[int],
+                                       fused: Const[int], U: Const[int], sums: Const[int] = 0,
+                                       M: Const[int] = BN_NHWC_MERGE):
         """dx = weight * invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy masked by the ReLU (also the
         residual's gradient), on channels-last arrays: block (s, g) takes the values of
         batch_norm_backward_partial_nhwc's.
 
         fused=1: the block first merges the partial sums of its cb channels into shared memory, `lanes` threads per
         channel; the blocks of split 0 store their channels' dbias and dweight. fused=0: dbias and dweight come from
-        batch_norm_backward_finalize."""
+        batch_norm_backward_finalize. sums=1 (with fused=1: the whole backward in one launch): the block first
+        computes its partial sums itself (batch_norm_backward_partial_nhwc's work, on the values it holds) and waits
+        at grid_sync(counter) for every block's; every block must be resident (bn_split_nhwc's one_launch)."""
         cl, j, rows, c, active = _nhwc_thread(cb, channels)
         row = bx * rows * U + j
         gs = local(f32, U)
         xs = local(f32, U)
-        for u in static_range(U):  # loads issued before the merge: their latency overlaps it
-            gs[u] = 0.0
-            xs[u] = 0.0
-            if active and row + u * rows < n:
-                idx = (row + u * rows) * channels + c
-                gs[u] = f32(dy[idx])
-                if relu:
-                    gs[u] = gs[u] if y[idx] > 0 else 0.0
-                xs[u] = f32(x[idx])
+        _load_gradient(dy, x, y, gs, xs, active, row, rows, n, channels, c, relu, U)  # before the merge: overlap
+        if sums:
+            _split_sums(gs, xs, part_g, part_gx, mean, active, row, n, channels, cb, splits, U)
+            grid_sync(counter)
         s_db = shared(f32, BN_NHWC_MAX_THREADS)
         s_dw = shared(f32, BN_NHWC_MAX_THREADS)
         if fused:
@@ -877,6 +911,33 @@ def bn_split_nhwc(n: int, channels: int, sm_count: int, threads: int = BN_NHWC_T
     U = fused_U if fused else U
     return cb, groups, lanes, U, -(-n // (rows * U)), fused
 
+def bn_plan_nhwc(n: int, channels: int, sm_count: int, threads: int = BN_NHWC_THREADS) -> tuple[tuple, bool]:
+    """(bn_split_nhwc's plan, one_launch): one launch per direction (statistics, grid_sync, normalize in the same
+    kernel) where the merging plan needs at most one block per SM, so that every block is resident at once and the
+    grid barrier cannot wait for a block that never starts; else the four- or six-launch plan."""
+    if BN_ONE_LAUNCH:
+        plan = bn_split_nhwc(n, channels, sm_count, threads, blocks_per_sm=1)
+        cb, groups, lanes, U, S, fused = plan
+        if fused and S * groups <= sm_count:
+            return plan, True
+    return bn_split_nhwc(n, channels, sm_count, threads), False
+
+
+_barrier_counters: dict = {}
+
+
+def _barrier_counter(xp):
+    """The grid_sync counter of the current device and stream (a barrier leaves it ready for the next: never reset;
+    one per stream, so that kernels on two streams never share one)."""
+    if xp is np:  # the simulator (tests)
+        return np.zeros(1, np.uint32)
+    key = (xp.cuda.runtime.getDevice(), xp.cuda.get_current_stream().ptr)
+    counter = _barrier_counters.get(key)
+    if counter is None:
+        counter = _barrier_counters[key] = xp.zeros(1, xp.uint32)
+    return counter
+
+
 def _kernel_dtype(x: Tensor) -> bool:
     """Whether the GPU kernels take x's dtype without a cast: float32, and bf16 when x is channels-last."""
     return x.dtype.name == "float32" or (x.dtype.name in NHWC_KERNELS and is_channels_last(x.data))
@@ -936,11 +997,13 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
     xp, xa, C = x.xp, x.data, x.shape[1]
     kernels = NHWC_KERNELS[x.dtype.name]
     n = xa.size // C
-    cb, groups, lanes, U, S, fused = bn_split_nhwc(n, C, _sms(x), BN_NHWC_THREADS)
+    (cb, groups, lanes, U, S, fused), one = bn_plan_nhwc(n, C, _sms(x), BN_NHWC_THREADS)
     grid, threads = (S, groups), BN_NHWC_THREADS
     mean, invstd, part_a, part_b, w, b, track, rm, rv, batches, count = _kernel_buffers(
         x, S, running_mean, running_var, weight, bias, num_batches_tracked)
-    kernels["stats_partial"][grid, threads](_rows(xa), part_a, part_b, n, C, cb, S, U=U)
+    counter = _barrier_counter(xp)
+    if not one:
+        kernels["stats_partial"][grid, threads](_rows(xa), part_a, part_b, n, C, cb, S, U=U)
     if not fused:
         batch_norm_stats_finalize[C, 32](part_a, part_b, mean, invstd, rm, rv, n, S, threads // cb * U, momentum,
                                          eps, int(track))
@@ -948,8 +1011,13 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
     res = dense_like(residual.data, xa) if residual is not None else y
     flags = dict(relu=int(relu), add_residual=int(residual is not None), fused=int(fused), U=U)
     kernels["apply"][grid, threads](_rows(xa), _rows(y), part_a, part_b, mean, invstd, rm, rv, batches, w, b,
-                                    _rows(res), n, C, cb, lanes, S, momentum, eps, int(track), count, **flags)
+                                    _rows(res), counter, n, C, cb, lanes, S, momentum, eps, int(track), count,
+                                    stats=int(one), **flags)
     parents = [t for t in (x, weight, bias, residual) if t is not None]
+    if xp is not np and is_grad_enabled() and any(t.requires_grad for t in parents):  # compile the backward's
+        if not one:
+            kernels["backward_partial"].prefetch(relu=int(relu), U=U)
+        kernels["backward_input"].prefetch(sums=int(one), **flags)
 
     def backward(g):
         g = dense_like(g.astype(xa.dtype, copy=False), xa)  # astype keeps the layout
@@ -959,14 +1027,16 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
         dweight = xp.empty(C, xp.float32) if dweight is None else dweight
         dbias = xp.empty(C, xp.float32) if dbias is None else dbias
         part_g, part_gx = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
-        kernels["backward_partial"][grid, threads](_rows(g), _rows(xa), _rows(y), mean, part_g, part_gx, n, C, cb,
-                                                   S, relu=int(relu), U=U)
+        if not one:
+            kernels["backward_partial"][grid, threads](_rows(g), _rows(xa), _rows(y), mean, part_g, part_gx, n, C,
+                                                       cb, S, relu=int(relu), U=U)
         if not fused:
             batch_norm_backward_finalize[C, 32](part_g, part_gx, invstd, dweight, dbias, S)
         dx = empty_like_format(x.shape, xa)
         dres = empty_like_format(x.shape, xa) if residual is not None else dx
         kernels["backward_input"][grid, threads](_rows(g), _rows(xa), _rows(y), mean, invstd, w, part_g, part_gx,
-                                                 dweight, dbias, _rows(dx), _rows(dres), n, C, cb, lanes, S, **flags)
+                                                 dweight, dbias, _rows(dx), _rows(dres), _barrier_counter(xp), n, C,
+                                                 cb, lanes, S, sums=int(one), **flags)
         grads = [dx]
         if weight is not None:
             grads.append(dweight)

@@ -372,12 +372,15 @@ def simulated_gpu(monkeypatch):
     monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: self.simulate[cfg])
     monkeypatch.setattr(norm, "_gpu_fast_path", lambda *args: True)
     monkeypatch.setattr(norm, "BN_NHWC_THREADS", 64)
-    split = norm.bn_split_nhwc
-    launches = []
+    split, plan = norm.bn_split_nhwc, norm.bn_plan_nhwc
+    launches, one_launch = [], []
 
-    def configure(sms=2, fused=True):
+    def configure(sms=2, fused=True, one=False):
+        """one: allow the one-launch plan (statistics and normalize in one kernel, a grid_sync between)."""
         monkeypatch.setattr(norm, "_sms", lambda x: sms)
+        monkeypatch.setattr(norm, "BN_ONE_LAUNCH", one)
         monkeypatch.setattr(norm, "bn_split_nhwc", lambda *a, **k: _record(split(*a, **k), fused))
+        monkeypatch.setattr(norm, "bn_plan_nhwc", lambda *a, **k: one_launch.append(plan(*a, **k)) or one_launch[-1])
 
     def _record(plan, fused):
         plan = plan if fused else plan[:5] + (False,)
@@ -385,6 +388,7 @@ def simulated_gpu(monkeypatch):
         return plan
 
     configure.launches = launches
+    configure.one_launch = one_launch  # (plan, one) per batch_norm_act call
     return configure
 
 
@@ -459,6 +463,32 @@ def test_nhwc_kernels_match_the_generic_path(shape, sms, relu, residual, simulat
     simulated_gpu(sms)
     _check_nhwc_against_generic(*_inputs(shape, seed=shape[1] + sms + relu), relu, residual)
     assert simulated_gpu.launches[-1][-1]  # the four-launch (fused) path
+
+
+# shapes whose one-launch plan fits the SM count (64 threads a block): (cb, G, lanes, U, S) = (16, 1, 4, 1, 32),
+# (32, 1, 2, 4, 9), (3, 1, 16, 1, 3) and (64, 2, 1, 1, 18) (two channel groups: 36 blocks)
+ONE_LAUNCH_CASES = [((2, 16, 8, 8), 64), ((2, 32, 5, 7), 64), ((2, 3, 5, 5), 4), ((2, 96, 3, 3), 40)]
+
+
+@pytest.mark.parametrize("relu,residual", [(0, 0), (1, 1), (1, 0)])
+@pytest.mark.parametrize("shape,sms", ONE_LAUNCH_CASES)
+def test_nhwc_one_launch_per_direction_matches_the_generic_path(shape, sms, relu, residual, simulated_gpu):
+    simulated_gpu(sms, one=True)
+    _check_nhwc_against_generic(*_inputs(shape, seed=shape[1] + sms + relu), relu, residual)
+    (cb, groups, lanes, U, S, fused), one = simulated_gpu.one_launch[-1]
+    assert one and fused and S * groups <= sms  # every block resident: the grid barrier is safe
+
+
+def test_one_launch_needs_every_block_resident():
+    # the seed ResNet's layers at batch 32 on a 132-SM H200, blocks of 512: one launch each way, <= 132 blocks
+    assert norm.bn_plan_nhwc(32768, 16, 132) == ((16, 1, 32, 8, 128, True), True)
+    assert norm.bn_plan_nhwc(8192, 32, 132) == ((32, 1, 16, 4, 128, True), True)
+    assert norm.bn_plan_nhwc(2048, 64, 132) == ((64, 1, 8, 4, 64, True), True)
+    # more rows than 132 blocks of 16 values per thread can hold: the four-launch plan, two blocks per SM
+    assert norm.bn_plan_nhwc(524288, 16, 132) == (norm.bn_split_nhwc(524288, 16, 132), False)
+    for n, C in [(2, 2), (50, 3), (6272, 256), (49 * 256, 2048), (9, 96), (64, 1000), (10**6, 8)]:
+        (cb, groups, lanes, U, S, fused), one = norm.bn_plan_nhwc(n, C, 132)
+        assert not one or (fused and S * groups <= 132)
 
 
 @pytest.mark.parametrize("relu,residual", [(1, 0), (0, 1)])
@@ -560,10 +590,12 @@ def test_split_nhwc_at_the_seed_shapes():
 NHWC_KERNEL_SPECS = [
     (norm.batch_norm_stats_partial_nhwc, [dict(U=u) for u in (1, 2, 4, 8, 16)]),
     (norm.batch_norm_apply_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1) for a in (0, 1)
-                                  for f in (0, 1) for u in (1, 16)]),
+                                  for f in (0, 1) for u in (1, 16)]
+     + [dict(relu=1, add_residual=a, fused=1, U=u, stats=1) for a in (0, 1) for u in (1, 8, 16)]),
     (norm.batch_norm_backward_partial_nhwc, [dict(relu=r, U=u) for r in (0, 1) for u in (1, 4, 16)]),
     (norm.batch_norm_backward_input_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1)
-                                           for a in (0, 1) for f in (0, 1) for u in (1, 16)])]
+                                           for a in (0, 1) for f in (0, 1) for u in (1, 16)]
+     + [dict(relu=1, add_residual=a, fused=1, U=u, sums=1) for a in (0, 1) for u in (1, 8, 16)])]
 
 
 @pytest.mark.parametrize("kern,consts", NHWC_KERNEL_SPECS, ids=[k.__name__ for k, _ in NHWC_KERNEL_SPECS])
