@@ -94,7 +94,8 @@ def _startup_counters() -> dict:
     from frost.ops import conv_wgrad
     return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
             "cudnn_graphs": cudnn.stats["graphs"], "cudnn_graph_seconds": cudnn.stats["graph_seconds"],
-            "cudnn_tune_seconds": cudnn.stats["tune_seconds"], "wgrad_choices": conv_wgrad.stats["choices"],
+            "cudnn_tune_seconds": cudnn.stats["tune_seconds"],
+            "cudnn_runtime_compiled_skipped": cudnn.stats["runtime_compiled_skipped"], "wgrad_choices": conv_wgrad.stats["choices"],
             "wgrad_choose_seconds": conv_wgrad.stats["choose_seconds"]}
 
 

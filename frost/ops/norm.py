@@ -230,6 +230,7 @@ BN_NHWC_BLOCKS_PER_SM = 2  # their grids aim at this many blocks per SM (one wav
 BN_NHWC_MERGE = 8         # splits one thread of a channels-last elementwise block merges (held in registers)
 BN_NHWC_MAX_THREADS = 1024  # shared slots of the channels-last kernels (one per thread: the largest block)
 BN_ONE_LAUNCH = True      # channels-last batch norm in one launch per direction where bn_plan_nhwc allows it
+BN_ONE_LAUNCH_BLOCKS_PER_SM = 1  # its grid's blocks per SM (all must be resident: one always is)
 
 
 @device
@@ -916,9 +917,9 @@ def bn_plan_nhwc(n: int, channels: int, sm_count: int, threads: int = BN_NHWC_TH
     kernel) where the merging plan needs at most one block per SM, so that every block is resident at once and the
     grid barrier cannot wait for a block that never starts; else the four- or six-launch plan."""
     if BN_ONE_LAUNCH:
-        plan = bn_split_nhwc(n, channels, sm_count, threads, blocks_per_sm=1)
+        plan = bn_split_nhwc(n, channels, sm_count, threads, blocks_per_sm=BN_ONE_LAUNCH_BLOCKS_PER_SM)
         cb, groups, lanes, U, S, fused = plan
-        if fused and S * groups <= sm_count:
+        if fused and S * groups <= BN_ONE_LAUNCH_BLOCKS_PER_SM * sm_count:
             return plan, True
     return bn_split_nhwc(n, channels, sm_count, threads), False
 
