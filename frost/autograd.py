@@ -207,6 +207,9 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
             if g is None:
                 continue
             node = t._ctx
+            if isinstance(g, GradientPair) and (node is None or t._retains_grad
+                                                or not getattr(node.backward, "takes_gradient_pairs", False)):
+                g = _sum_of_gradients(*g)
             if node is None or t._retains_grad:
                 _accumulate(Tensor, t, g, claims.pop(id(t), None))
             if node is None:
@@ -223,7 +226,7 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
             for p, pg in zip(parents, in_grads):
                 if pg is None or not p.requires_grad:
                     continue
-                if anomaly and _has_nonfinite(pg) and not _has_nonfinite(g):
+                if anomaly and _has_nonfinite(pg) and not any(map(_has_nonfinite, _parts(g))):
                     raise AnomalyError(f"anomaly: backward of '{node.name}' produced NaN or inf in the gradient "
                                        f"of an input of shape {tuple(p.shape)}")
                 if tuple(pg.shape) != tuple(p.shape):
@@ -231,12 +234,33 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
                                        f"does not match input shape {tuple(p.shape)} (a bug in that op)")
                 k = id(p)
                 # out of place: grads[k] may be a claimed .grad buffer, which must keep its own contribution
-                grads[k] = pg if k not in grads else _sum_of_gradients(grads[k], pg)
+                grads[k] = pg if k not in grads else _combine(grads[k], pg, p)
 
 
-def _sum_of_gradients(a, b):
-    """a + b (out of place) in a's memory format: CuPy's add would answer channels-last operands in C order, and
-    the next op (batch norm, a convolution) would have to convert it back."""
+class GradientPair(tuple):
+    """Two gradient contributions to one tensor, not yet added: the backward of the op that made the tensor gets
+    them as they are when it says it can (its backward function's attribute `takes_gradient_pairs = True`; channels-
+    last batch norm adds them as it loads them: a residual block's input gradient without an add kernel)."""
+
+
+def _parts(g) -> tuple:
+    return tuple(g) if isinstance(g, GradientPair) else (g,)
+
+
+def _combine(a, b, p):
+    """The gradient so far plus contribution b: a GradientPair where p's op takes pairs and a and b are alike."""
+    ctx = p._ctx
+    if (not isinstance(a, GradientPair) and ctx is not None and not p._retains_grad
+            and getattr(ctx.backward, "takes_gradient_pairs", False) and a.dtype == b.dtype and a.shape == b.shape):
+        return GradientPair((a, b))
+    return _sum_of_gradients(*_parts(a), b) if isinstance(a, GradientPair) else _sum_of_gradients(a, b)
+
+
+def _sum_of_gradients(a, b, c=None):
+    """a + b (+ c) (out of place) in a's memory format: CuPy's add would answer channels-last operands in C order,
+    and the next op (batch norm, a convolution) would have to convert it back."""
+    if c is not None:
+        return _sum_of_gradients(_sum_of_gradients(a, b), c)
     if a.dtype == b.dtype and a.shape == b.shape and layout.is_channels_last(a):
         # added as the dense NHWC arrays they are (CuPy's strided add into a channels-last out is 3x slower)
         return (a.transpose(0, 2, 3, 1) + b.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)

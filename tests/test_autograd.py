@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import frost
-from frost.autograd import AnomalyError, unbroadcast
+from frost.autograd import AnomalyError, GradientPair, unbroadcast
+from frost.tensor import from_op
 
 RNG = np.random.default_rng(4)
 
@@ -457,3 +458,40 @@ def test_retain_graph_keeps_the_graph():
     assert ref() is not None
     loss.backward()
     np.testing.assert_array_equal(x.grad.numpy(), [16.0, 16.0, 16.0])
+
+
+def _pair_taking_op(x, seen):
+    """y = 2x whose backward says it takes GradientPairs and records what it got."""
+    def backward(g):
+        seen.append(type(g).__name__)
+        parts = tuple(g) if isinstance(g, GradientPair) else (g,)
+        return (2 * sum(parts),)
+    backward.takes_gradient_pairs = True
+    return from_op(2 * x.data, (x,), backward, "double")
+
+
+def test_two_gradient_contributions_reach_a_pair_taking_backward_unsummed():
+    x = frost.tensor(np.arange(4.0), requires_grad=True)
+    seen = []
+    y = _pair_taking_op(x, seen)
+    (y * 3.0 + y * 5.0).sum().backward()
+    assert seen == ["GradientPair"]
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(4, 16.0))
+
+
+def test_gradient_pairs_are_summed_for_other_ops_retained_grads_and_a_third_contribution():
+    x = frost.tensor(np.arange(4.0), requires_grad=True)
+    seen = []
+    y = _pair_taking_op(x, seen)
+    y.retain_grad()
+    (y * 3.0 + y * 5.0).sum().backward()
+    assert seen == ["ndarray"]  # y keeps its .grad: the sum is made for it
+    np.testing.assert_array_equal(y.grad.numpy(), np.full(4, 8.0))
+    seen.clear()
+    z = _pair_taking_op(x, seen)
+    (z * 1.0 + z * 2.0 + z * 4.0).sum().backward()
+    assert seen == ["ndarray"]
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(4, 16.0 + 14.0))
+    w = frost.tensor(np.arange(4.0), requires_grad=True)
+    (w * 3.0 + w * 5.0).sum().backward()  # a leaf: summed into .grad as before
+    np.testing.assert_array_equal(w.grad.numpy(), np.full(4, 8.0))

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from frost.autograd import grad_destination, is_grad_enabled
+from frost.autograd import GradientPair, grad_destination, is_grad_enabled
 from frost.tensor import Tensor, from_op
 
 
@@ -657,14 +657,17 @@ def _split_stats(vals, part_mean, part_m2, active, row, n, channels, cb, splits,
 
 
 @device
-def _load_gradient(dy, x, y, gs, xs, active, row, rows, n, channels, c, relu, U: Const[int]):
-    """A thread's U values of g (dy masked by the ReLU: y > 0) and of x, as f32 (zero where absent)."""
+def _load_gradient(dy, dy2, x, y, gs, xs, active, row, rows, n, channels, c, relu, pair: Const[int], U: Const[int]):
+    """A thread's U values of g (dy, plus dy2 when pair: two gradient contributions added here, masked by the ReLU:
+    y > 0) and of x, as f32 (zero where absent)."""
     for u in static_range(U):
         gs[u] = 0.0
         xs[u] = 0.0
         if active and row + u * rows < n:
             idx = (row + u * rows) * channels + c
             gs[u] = f32(dy[idx])
+            if pair:
+                gs[u] += f32(dy2[idx])
             if relu:
                 gs[u] = gs[u] if y[idx] > 0 else 0.0
             xs[u] = f32(x[idx])
@@ -775,30 +778,30 @@ def _nhwc_apply_kernel(T):
 
 def _nhwc_backward_partial_kernel(T):
     @kernel
-    def batch_norm_backward_partial_nhwc(dy: Array[T], x: Array[T], y: Array[T], mean: Array[f32],
+    def batch_norm_backward_partial_nhwc(dy: Array[T], dy2: Array[T], x: Array[T], y: Array[T], mean: Array[f32],
                                          part_g: Array[f32], part_gx: Array[f32], n: i32, channels: i32, cb: i32,
-                                         splits: i32, relu: Const[int], U: Const[int]):
+                                         splits: i32, relu: Const[int], U: Const[int], pair: Const[int] = 0):
         """Block (s, g) of grid (splits, G) on channels-last arrays: sum(dy) and sum(dy * (x - mean)) of each of
         its channels over its rows (those of batch_norm_stats_partial_nhwc's block (s, g)), dy masked by the ReLU
-        (y > 0)."""
+        (y > 0). pair=1: dy is dy + dy2 (two gradient contributions, added as they are loaded)."""
         cl, j, rows, c, active = _nhwc_thread(cb, channels)
         row = bx * rows * U + j
         gs = local(f32, U)
         xs = local(f32, U)
-        _load_gradient(dy, x, y, gs, xs, active, row, rows, n, channels, c, relu, U)
+        _load_gradient(dy, dy2, x, y, gs, xs, active, row, rows, n, channels, c, relu, pair, U)
         _split_sums(gs, xs, part_g, part_gx, mean, active, row, n, channels, cb, splits, U)
     return batch_norm_backward_partial_nhwc
 
 
 def _nhwc_backward_input_kernel(T):
     @kernel
-    def batch_norm_backward_input_nhwc(dy: Array[T], x: Array[T], y: Array[T], mean: Array[f32],
+    def batch_norm_backward_input_nhwc(dy: Array[T], dy2: Array[T], x: Array[T], y: Array[T], mean: Array[f32],
                                        invstd: Array[f32], weight: Array[f32], part_g: Array[f32],
                                        part_gx: Array[f32], dweight: Array[f32], dbias: Array[f32], dx: Array[T],
                                        dresidual: Array[T], counter: Array[u32], n: i32, channels: i32, cb: i32,
                                        lanes: i32, splits: i32, relu: Const[int], add_residual: Const[int],
                                        fused: Const[int], U: Const[int], sums: Const[int] = 0,
-                                       M: Const[int] = BN_NHWC_MERGE):
+                                       pair: Const[int] = 0, M: Const[int] = BN_NHWC_MERGE):
         """dx = weight * invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy masked by the ReLU (also the
         residual's gradient), on channels-last arrays: block (s, g) takes the values of
         batch_norm_backward_partial_nhwc's.
@@ -807,12 +810,13 @@ def _nhwc_backward_input_kernel(T):
         channel; the blocks of split 0 store their channels' dbias and dweight. fused=0: dbias and dweight come from
         batch_norm_backward_finalize. sums=1 (with fused=1: the whole backward in one launch): the block first
         computes its partial sums itself (batch_norm_backward_partial_nhwc's work, on the values it holds) and waits
-        at grid_sync(counter) for every block's; every block must be resident (bn_split_nhwc's one_launch)."""
+        at grid_sync(counter) for every block's; every block must be resident (bn_split_nhwc's one_launch).
+        pair=1: dy is dy + dy2 (two gradient contributions, added as they are loaded)."""
         cl, j, rows, c, active = _nhwc_thread(cb, channels)
         row = bx * rows * U + j
         gs = local(f32, U)
         xs = local(f32, U)
-        _load_gradient(dy, x, y, gs, xs, active, row, rows, n, channels, c, relu, U)  # before the merge: overlap
+        _load_gradient(dy, dy2, x, y, gs, xs, active, row, rows, n, channels, c, relu, pair, U)  # before the merge
         if sums:
             _split_sums(gs, xs, part_g, part_gx, mean, active, row, n, channels, cb, splits, U)
             grid_sync(counter)
@@ -1016,12 +1020,16 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
                                     stats=int(one), **flags)
     parents = [t for t in (x, weight, bias, residual) if t is not None]
     if xp is not np and is_grad_enabled() and any(t.requires_grad for t in parents):  # compile the backward's
-        if not one:
-            kernels["backward_partial"].prefetch(relu=int(relu), U=U)
-        kernels["backward_input"].prefetch(sums=int(one), **flags)
+        for pair in range(1 + int(relu)):  # an activation used twice (a residual block's input) gets two gradients
+            if not one:
+                kernels["backward_partial"].prefetch(relu=int(relu), U=U, pair=pair)
+            kernels["backward_input"].prefetch(sums=int(one), pair=pair, **flags)
 
     def backward(g):
+        g, g2 = g if isinstance(g, GradientPair) else (g, None)  # g2: a second contribution, added in the kernels
         g = dense_like(g.astype(xa.dtype, copy=False), xa)  # astype keeps the layout
+        g2 = g if g2 is None else dense_like(g2.astype(xa.dtype, copy=False), xa)
+        pair = int(g2 is not g)
         # the kernels write straight into the parameters' zeroed .grad buffers when there are some
         dweight = grad_destination(weight) if weight is not None else None
         dbias = grad_destination(bias) if bias is not None else None
@@ -1029,15 +1037,15 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
         dbias = xp.empty(C, xp.float32) if dbias is None else dbias
         part_g, part_gx = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
         if not one:
-            kernels["backward_partial"][grid, threads](_rows(g), _rows(xa), _rows(y), mean, part_g, part_gx, n, C,
-                                                       cb, S, relu=int(relu), U=U)
+            kernels["backward_partial"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, part_g,
+                                                       part_gx, n, C, cb, S, relu=int(relu), U=U, pair=pair)
         if not fused:
             batch_norm_backward_finalize[C, 32](part_g, part_gx, invstd, dweight, dbias, S)
         dx = empty_like_format(x.shape, xa)
         dres = empty_like_format(x.shape, xa) if residual is not None else dx
-        kernels["backward_input"][grid, threads](_rows(g), _rows(xa), _rows(y), mean, invstd, w, part_g, part_gx,
-                                                 dweight, dbias, _rows(dx), _rows(dres), _barrier_counter(xp), n, C,
-                                                 cb, lanes, S, sums=int(one), **flags)
+        kernels["backward_input"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, invstd, w, part_g,
+                                                 part_gx, dweight, dbias, _rows(dx), _rows(dres), _barrier_counter(xp),
+                                                 n, C, cb, lanes, S, sums=int(one), pair=pair, **flags)
         grads = [dx]
         if weight is not None:
             grads.append(dweight)
@@ -1047,6 +1055,7 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
             grads.append(dres)
         return grads
 
+    backward.takes_gradient_pairs = True
     return from_op(y, parents, backward, "batch_norm_act" if relu or residual is not None else "batch_norm")
 
 

@@ -920,3 +920,37 @@ def test_gpu_autocast_conv_bn_conv_chain_stays_bf16():
         # bf16 error of the same chain in PyTorch (cuDNN's bf16 batch norm) as the yardstick: the input gradient of
         # batch norm is a difference of per-channel means, so its bf16 error is several roundings (3% measured)
         assert err < max(2e-2, 1.5 * torch_err), f"{name}: relative error {err:.4f}, PyTorch's {torch_err:.4f}"
+
+
+@pytest.mark.parametrize("one", [False, True])
+def test_nhwc_backward_adds_two_gradient_contributions_itself(one, simulated_gpu):
+    """An activation used twice (a residual block's input) hands its two gradients to batch norm's backward as a
+    GradientPair; the kernels add them as they load them: same result as the generic path's summed gradient."""
+    simulated_gpu(64, one=one)
+    x, w, b, _, g = _inputs((2, 16, 8, 8), seed=21)
+    g2 = np.random.default_rng(22).standard_normal(x.shape).astype(np.float32)
+    seen = []
+    results = []
+    for channels_last in (True, False):
+        tx = frost.Tensor(as_channels_last(x) if channels_last else x, requires_grad=True)
+        tw, tb = frost.tensor(w, requires_grad=True), frost.tensor(b, requires_grad=True)
+        if channels_last:  # the NHWC kernels (simulated)
+            out = norm.batch_norm_act(tx, None, None, tw, tb, training=True, relu=True)
+        else:  # the generic NumPy path
+            out = norm.batch_norm(tx, None, None, tw, tb, training=True).relu()
+        if channels_last:
+            backward = out._ctx.backward
+            assert backward.takes_gradient_pairs
+
+            def spy(grad, backward=backward):
+                seen.append(type(grad).__name__)
+                return backward(grad)
+            spy.takes_gradient_pairs = True
+            out._ctx.backward = spy
+        a = frost.Tensor(as_channels_last(g) if channels_last else g)
+        c = frost.Tensor(as_channels_last(g2) if channels_last else g2)
+        ((out * a).sum() + (out * c).sum()).backward()
+        results.append([t.grad.numpy() for t in (tx, tw, tb)])
+    assert seen == ["GradientPair"]
+    for name, got, want in zip(("dx", "dweight", "dbias"), *results):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
