@@ -29,10 +29,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, rsqrt, shared, sqrt, tx
-from frost.optim.adamw import advance_step
-from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros
+from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, rsqrt, shared, sqrt, static_range, tx
+from frost.optim.optimizer import Optimizer, array_module, check_options, whole_norm
+from frost.tensor import Tensor
 
 
 def adafactor_update(p, g, row_var, col_var, variance, *, lr: float, step: float, beta2_decay: float, eps1: float,
@@ -41,7 +40,7 @@ def adafactor_update(p, g, row_var, col_var, variance, *, lr: float, step: float
     xp = array_module(p)
     one_minus_beta2 = step ** beta2_decay
     rho = min(lr, step ** -0.5) if relative_step else lr
-    alpha = xp.maximum(eps2, _rms(xp, p)) * rho if scale_parameter else rho
+    alpha = xp.maximum(eps2, whole_norm(p, rms=True)) * rho if scale_parameter else rho
     g2 = g * g + eps1
     if variance is None:
         row_var += one_minus_beta2 * (g2.mean(axis=-1, keepdims=True) - row_var)
@@ -51,20 +50,12 @@ def adafactor_update(p, g, row_var, col_var, variance, *, lr: float, step: float
         variance += one_minus_beta2 * (g2 - variance)
         v = variance
     # for a dead unit (zero gradient in its row and column) v ~ eps1^2 = 1e-60 underflows float32 to 0 and the
-    # update would be 0 / 0: the floor keeps it 0 / tiny = 0 and changes nothing where v is representable
-    u = g / xp.sqrt(xp.maximum(v, _TINY.get(str(v.dtype), 1e-38)))
-    u /= xp.maximum(1.0, _rms(xp, u) / d).astype(u.dtype)
+    # update would be 0 / 0: the floor (the smallest normal float64; 1e-38 for float32 and bfloat16) keeps it
+    # 0 / tiny = 0 and changes nothing where v is representable
+    u = g / xp.sqrt(xp.maximum(v, 2.2250738585072014e-308 if v.dtype == xp.float64 else 1e-38))
+    u /= xp.maximum(1.0, whole_norm(u, rms=True) / d).astype(u.dtype)
     p *= 1 - lr * weight_decay
     p -= (alpha * u).astype(p.dtype, copy=False)
-
-
-_TINY = {"float64": 2.2250738585072014e-308}  # smallest normal numbers; float32 and bfloat16 share 1e-38
-
-
-def _rms(xp, a):
-    """Root mean square of a whole tensor, accumulated in at least float32."""
-    a = a.astype(xp.float64 if a.dtype == xp.float64 else xp.float32, copy=False)
-    return xp.sqrt(xp.mean(a * a))
 
 
 def _state_shapes(p) -> tuple:
@@ -78,8 +69,8 @@ def _state_shapes(p) -> tuple:
 # hyper = [step, lr, beta2_decay, eps1, eps2, d, weight_decay, relative_step, scale_parameter]. Block b updates
 # parameter b, seen as a stack of n x m matrices (a vector or a scalar as a stack of 1 x 1 matrices whose R is its V
 # and which have no C, so that it needs no extra state). Pass 1 updates R (threads over rows, also summing X^2) and
-# C (threads over columns); then two sweeps over the columns, where each thread sums the R of its matrix once per
-# column for mean(R): the sum of U^2, then the step.
+# C (threads over columns); then two sweeps over the columns (static_range: one loop, unrolled twice), where each
+# thread sums the R of its matrix once per column for mean(R): the sum of U^2, then the step.
 
 @device
 def _at(l, r, j, n, m, s):
@@ -88,58 +79,56 @@ def _at(l, r, j, n, m, s):
     return l // s * n * m * s + l % s + (r * m + j) * s
 
 
-@device
-def _sweep(p, g, row, col, start, stride, ro, co, cols, n, m, size, step, keep):
-    """The sum of U^2 over this thread's columns; with step > 0, X = keep * X - step * U there too."""
-    u2 = 0.0
-    for c in range(tx, size // n, bdx):  # column c % m of matrix c // m
-        r0, total = ro + c // m * n, 0.0
-        for i in range(r0, r0 + n):
-            total += row[i]
-        scale = col[co + c] * n / total if cols > 0 else 1.0  # V = R_i C_j / mean(R), or V itself (in R)
-        for i in range(n):
-            e = start + _at(c // m, i, c % m, n, m, stride)
-            u = g[e] / sqrt(max(row[r0 + i] * scale, 1e-38))
-            u2 += u * u
-            if step > 0:
-                p[e] = keep * p[e] - step * u
-    return u2
-
-
 @kernel
 def adafactor_flat_kernel(p: Array[f32], g: Array[f32], row: Array[f32], col: Array[f32], segments: Array[i32],
-                          last_strides: Array[i32], row_segments: Array[i32], col_segments: Array[i32],
-                          hyper: Array[f32]):
-    start, size, stride, eps1 = segments[2 * bx], segments[2 * bx + 1], last_strides[bx], hyper[3]
+                          hyper: Array[f32], last_strides: Array[i32], row_segments: Array[i32],
+                          col_segments: Array[i32]):
+    start, size, s = segments[2 * bx], segments[2 * bx + 1], last_strides[bx]
     ro, rows, co, cols = row_segments[2 * bx], row_segments[2 * bx + 1], col_segments[2 * bx], col_segments[2 * bx + 1]
     if size == 0:
         return
     m, n, x2, one_minus_beta2 = size // rows, size // cols if cols > 0 else 1, 0.0, pow(hyper[0], hyper[2])
-    for r in range(tx, rows, bdx):
-        acc = 0.0
-        for j in range(m):
-            e = start + _at(r // n, r % n, j, n, m, stride)
-            acc += g[e] * g[e] + eps1
-            x2 += p[e] * p[e]
+    for r in range(tx, rows, bdx):  # row r % n of matrix r // n: its elements lie s apart
+        e, acc = start + _at(r // n, r % n, 0, n, m, s), 0.0
+        for k in range(e, e + m * s, s):
+            acc += g[k] * g[k] + hyper[3]
+            x2 += p[k] * p[k]
         row[ro + r] += one_minus_beta2 * (acc / m - row[ro + r])
-    for c in range(tx, cols, bdx):
-        acc = 0.0
-        for i in range(n):
-            e = start + _at(c // m, i, c % m, n, m, stride)
-            acc += g[e] * g[e] + eps1
+    for c in range(tx, cols, bdx):  # column c % m of matrix c // m: its elements lie m * s apart
+        e, acc = start + _at(c // m, 0, c % m, n, m, s), 0.0
+        for k in range(e, e + n * m * s, m * s):
+            acc += g[k] * g[k] + hyper[3]
         col[co + c] += one_minus_beta2 * (acc / n - col[co + c])
     scratch = shared(f32, 32)
     x2 = block_sum(x2, scratch)  # its syncthreads also publishes the new R and C
-    u2 = block_sum(_sweep(p, g, row, col, start, stride, ro, co, cols, n, m, size, 0.0, 1.0), scratch)
-    lr = hyper[1]
-    rho = min(lr, rsqrt(hyper[0])) if hyper[7] > 0 else lr
-    alpha = max(hyper[4], sqrt(x2 / size)) * rho if hyper[8] > 0 else rho
-    _sweep(p, g, row, col, start, stride, ro, co, cols, n, m, size, alpha / max(1.0, sqrt(u2 / size) / hyper[5]),
-           1 - lr * hyper[6])
+    rho = min(hyper[1], rsqrt(hyper[0])) if hyper[7] > 0 else hyper[1]
+    step = max(hyper[4], sqrt(x2 / size)) * rho if hyper[8] > 0 else rho  # alpha; / max(1, RMS(U) / d) after sweep 0
+    u2 = 0.0
+    for sweep in static_range(2):  # over this thread's columns: the sum of U^2, then X = X (1 - lr wd) - step U
+        for c in range(tx, size // n, bdx):  # column c % m of matrix c // m, whose R start at r0
+            r0, total = ro + c // m * n, 0.0
+            for i in range(r0, r0 + n):
+                total += row[i]
+            scale = col[co + c] * n / total if cols > 0 else 1.0  # V = R_i C_j / mean(R), or V itself (in R)
+            for i in range(n):
+                e = start + _at(c // m, i, c % m, n, m, s)
+                u = g[e] / sqrt(max(row[r0 + i] * scale, 1e-38))
+                u2 += u * u
+                if sweep == 1:
+                    p[e] = (1 - hyper[1] * hyper[6]) * p[e] - step * u
+        if sweep == 0:
+            step /= max(1.0, sqrt(block_sum(u2, scratch) / size) / hyper[5])
 
 
 class Adafactor(Optimizer):
     """Adafactor (factored second moments, update clipping, relative step sizes; no first moment)."""
+
+    state_names = ("row_var", "col_var")  # the flat buffers: R (or V, for ndim < 2) and C, as _state_shapes says
+    state_layout = staticmethod(_state_shapes)
+    flat_kernel = adafactor_flat_kernel
+    flat_hyper = ("lr", "beta2_decay", "eps", "d", "weight_decay", "relative_step", "scale_parameter")
+    flat_per_parameter = True
+    flat_threads = 512
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, beta2_decay: float = -0.8,
                  eps: tuple[float, float] = (1e-30, 1e-3), d: float = 1.0, weight_decay: float = 0.0,
@@ -150,33 +139,12 @@ class Adafactor(Optimizer):
         super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d, weight_decay=weight_decay,
                                       relative_step=relative_step, scale_parameter=scale_parameter))
 
-    flat_state = ("row_var", "col_var")
-    flat_layout = staticmethod(_state_shapes)
-    flat_threads = 512
+    def _flat_update(self, flat, *extra) -> None:
+        super()._flat_update(flat, flat.last_strides, *flat.state_segments.values())  # row_var's, then col_var's
 
-    def _flat_hyper(self, group: dict) -> list[float]:
-        return [group["lr"], group["beta2_decay"], *group["eps"], group["d"], group["weight_decay"],
-                float(group["relative_step"]), float(group["scale_parameter"])]
-
-    def _flat_update(self, flat) -> None:
-        advance_step[1, 32](flat.hyper)
-        # the buffers and their segments in flat_state's order: row_var (R, or V unfactored), then col_var (C)
-        adafactor_flat_kernel[len(flat.members), self.flat_threads](flat.params, flat.grads, *flat.state.values(),
-                                                                    flat.segments, flat.last_strides,
-                                                                    *flat.state_segments.values(), flat.hyper)
-
-    def step(self, closure=None):
-        loss = self._evaluate(closure)
-        for group in self._groups_to_step():
-            for p in self._params_with_grad(group):
-                state = self.state.setdefault(p, {})
-                if not state:
-                    state["step"] = self._new_step()
-                    shapes = filter(None, _state_shapes(p))
-                    state.update({k: zeros(s, dtype=p.dtype, device=p.device) for k, s in shapes})
-                factors = [state[k].data if k in state else None for k in ("row_var", "col_var", "variance")]
-                adafactor_update(p.data, p.grad.data, *factors, lr=group["lr"], step=self._increment(state["step"]),
-                                 beta2_decay=group["beta2_decay"], eps1=group["eps"][0], eps2=group["eps"][1],
-                                 d=group["d"], weight_decay=group["weight_decay"],
-                                 relative_step=group["relative_step"], scale_parameter=group["scale_parameter"])
-        return loss
+    def _update(self, p, state, group):
+        factors = [state[k].data if k in state else None for k in ("row_var", "col_var", "variance")]
+        adafactor_update(p.data, p.grad.data, *factors, lr=group["lr"], step=self._increment(state["step"]),
+                         beta2_decay=group["beta2_decay"], eps1=group["eps"][0], eps2=group["eps"][1], d=group["d"],
+                         weight_decay=group["weight_decay"], relative_step=group["relative_step"],
+                         scale_parameter=group["scale_parameter"])

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, sqrt, tx
+from frost.kernel import Array, bdx, bx, f32, i32, kernel, sqrt, tx
 from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor
+from frost.tensor import Tensor, zeros_like
 
 
 def adamw_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: float, eps: float,
@@ -33,7 +33,7 @@ def adamw_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: floa
 
 
 # ---------------------------------------------------------------- GPU kernel (twin: adamw_update)
-# hyper = [step, lr, beta1, beta2, eps, weight_decay, sign, decoupled]: on the device, so a captured step
+# hyper = [step, lr, beta1, beta2, eps, weight_decay, maximize, decoupled]: on the device, so a captured step
 # keeps counting and follows the lr schedule. decoupled=0 gives Adam's L2 decay (g += wd * p) instead.
 
 @kernel
@@ -46,7 +46,7 @@ def adam_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], v: Array[f32],
         beta2 = hyper[3]
         wd = hyper[5]
         decoupled = hyper[7]
-        gi = hyper[6] * g[i]
+        gi = (1 - 2 * hyper[6]) * g[i]
         pi = p[i]
         gi += (1 - decoupled) * wd * pi
         pi *= 1 - decoupled * lr * wd
@@ -58,24 +58,14 @@ def adam_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], v: Array[f32],
         p[i] = pi - lr / (1 - pow(beta1, step)) * (mi / denom)
 
 
-@kernel
-def advance_step(hyper: Array[f32]):
-    if tx == 0:
-        hyper[0] += 1
-
-
-def adam_flat_update(flat) -> None:
-    """One step of a flat group: advance the device step counter, then one launch over every parameter."""
-    advance_step[1, 32](flat.hyper)
-    m, v = flat.state["exp_avg"], flat.state["exp_avg_sq"]
-    adam_flat_kernel[cdiv(flat.numel, 256), 256](flat.params, flat.grads, m, v, flat.numel, flat.hyper)
-
-
 class AdamW(Optimizer):
     """Adam whose weight decay shrinks the weights directly instead of being added to the gradient."""
 
     update_rule = staticmethod(adamw_update)  # Adam (adam.py) is this class with adam_update and decoupled = 0
     decoupled = 1.0
+    state_names = ("exp_avg", "exp_avg_sq")  # and "max_exp_avg_sq" with amsgrad
+    flat_kernel = adam_flat_kernel
+    flat_hyper = ("lr", "betas", "eps", "weight_decay", "maximize")
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
@@ -84,29 +74,17 @@ class AdamW(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize))
 
-    flat_state = ("exp_avg", "exp_avg_sq")
-
     def _flat_supported(self, group: dict) -> bool:
         return not group["amsgrad"]
 
     def _flat_hyper(self, group: dict) -> list[float]:
-        beta1, beta2 = group["betas"]
-        return [group["lr"], beta1, beta2, group["eps"], group["weight_decay"],
-                -1.0 if group["maximize"] else 1.0, self.decoupled]
+        return [*super()._flat_hyper(group), self.decoupled]
 
-    def _flat_update(self, flat) -> None:
-        adam_flat_update(flat)
-
-    def step(self, closure=None):
-        loss = self._evaluate(closure)
-        for group in self._groups_to_step():
-            beta1, beta2 = group["betas"]
-            for p in self._params_with_grad(group):
-                amsgrad = ("max_exp_avg_sq",) if group["amsgrad"] else ()
-                state = self._state_for(p, "exp_avg", "exp_avg_sq", *amsgrad)
-                v_max = state["max_exp_avg_sq"].data if group["amsgrad"] else None
-                self.update_rule(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, v_max,
-                                 lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                                 weight_decay=group["weight_decay"], step=self._increment(state["step"]),
-                                 maximize=group["maximize"])
-        return loss
+    def _update(self, p, state, group):
+        if group["amsgrad"] and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = zeros_like(p)
+        v_max = state["max_exp_avg_sq"].data if group["amsgrad"] else None
+        self.update_rule(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, v_max, lr=group["lr"],
+                         beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
+                         weight_decay=group["weight_decay"], step=self._increment(state["step"]),
+                         maximize=group["maximize"])

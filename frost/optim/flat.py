@@ -13,6 +13,7 @@ import numpy as np
 
 from frost.autograd import mark_grad_zero
 from frost.backend import cuda
+from frost.kernel import Array, f32, kernel, tx
 from frost.layout import is_channels_last
 from frost.tensor import Tensor
 
@@ -20,6 +21,13 @@ STEP = 0  # slot of the step counter in `hyper`; slots 1.. are the optimizer's o
 
 # optimizers with flat groups; frost.jit refreshes their device hyper-parameters before each replay
 live_optimizers: "weakref.WeakSet" = weakref.WeakSet()
+
+
+@kernel
+def advance_step(hyper: Array[f32]):
+    """hyper[STEP] += 1 on the device, before each step's update launch (a captured step keeps counting)."""
+    if tx == 0:
+        hyper[0] += 1
 
 
 def eligible(params: list[Tensor]) -> bool:

@@ -22,8 +22,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, shared, sqrt, tx
-from frost.optim.adamw import advance_step
-from frost.optim.optimizer import Optimizer, array_module, check_options
+from frost.optim.optimizer import Optimizer, array_module, check_options, whole_norm
 from frost.tensor import Tensor
 
 
@@ -35,15 +34,9 @@ def lamb_update(p, g, m, v, *, lr: float, beta1: float, beta2: float, eps: float
     v *= beta2
     v += (1 - beta2) * (g * g)
     update = (m / (1 - beta1 ** step)) / (xp.sqrt(v / (1 - beta2 ** step)) + eps) + weight_decay * p
-    w_norm, u_norm = _norm(xp, p), _norm(xp, update)
+    w_norm, u_norm = whole_norm(p), whole_norm(update)
     trust = xp.where((w_norm > 0) & (u_norm > 0), w_norm / xp.where(u_norm > 0, u_norm, 1), 1)
     p -= (lr * trust).astype(p.dtype) * update
-
-
-def _norm(xp, a):
-    """The 2-norm of a whole tensor, accumulated in at least float32 (bfloat16 sums would lose the ratio)."""
-    a = a.astype(xp.float64 if a.dtype == xp.float64 else xp.float32, copy=False)
-    return xp.sqrt(xp.sum(a * a))
 
 
 # ---------------------------------------------------------------- GPU kernel (twin: lamb_update)
@@ -77,29 +70,18 @@ def lamb_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], v: Array[f32],
 class LAMB(Optimizer):
     """Layer-wise Adaptive Moments for Batch training: Adam whose step per tensor is scaled to that tensor's norm."""
 
+    state_names = ("exp_avg", "exp_avg_sq")
+    flat_kernel = lamb_flat_kernel
+    flat_hyper = ("lr", "betas", "eps", "weight_decay")
+    flat_per_parameter = True
+    flat_threads = 512
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01) -> None:
         check_options("LAMB", dict(lr=lr, eps=eps, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
-    flat_state = ("exp_avg", "exp_avg_sq")
-    flat_threads = 512
-
-    def _flat_hyper(self, group: dict) -> list[float]:
-        return [group["lr"], *group["betas"], group["eps"], group["weight_decay"]]
-
-    def _flat_update(self, flat) -> None:
-        advance_step[1, 32](flat.hyper)
-        lamb_flat_kernel[len(flat.members), self.flat_threads](flat.params, flat.grads, flat.state["exp_avg"],
-                                                               flat.state["exp_avg_sq"], flat.segments, flat.hyper)
-
-    def step(self, closure=None):
-        loss = self._evaluate(closure)
-        for group in self._groups_to_step():
-            beta1, beta2 = group["betas"]
-            for p in self._params_with_grad(group):
-                state = self._state_for(p, "exp_avg", "exp_avg_sq")
-                lamb_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, lr=group["lr"],
-                            beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
-                            step=self._increment(state["step"]))
-        return loss
+    def _update(self, p, state, group):
+        lamb_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, lr=group["lr"],
+                    beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
+                    weight_decay=group["weight_decay"], step=self._increment(state["step"]))

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
-from frost.optim.adamw import advance_step
+from frost.kernel import Array, bdx, bx, f32, i32, kernel, tx
 from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor
 
@@ -49,28 +48,16 @@ def lion_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], n: i32, hyper:
 class Lion(Optimizer):
     """Lion (EvoLved Sign Momentum): every coordinate moves by exactly lr, in the sign of the momentum."""
 
-    flat_state = ("exp_avg",)
+    state_names = ("exp_avg",)
+    flat_kernel = lion_flat_kernel
+    flat_hyper = ("lr", "betas", "weight_decay")
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-4,
                  betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
         check_options("Lion", dict(lr=lr, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
 
-    def _flat_hyper(self, group: dict) -> list[float]:
-        return [group["lr"], *group["betas"], group["weight_decay"]]
-
-    def _flat_update(self, flat) -> None:
-        advance_step[1, 32](flat.hyper)
-        lion_flat_kernel[cdiv(flat.numel, 256), 256](flat.params, flat.grads, flat.state["exp_avg"], flat.numel,
-                                                      flat.hyper)
-
-    def step(self, closure=None):
-        loss = self._evaluate(closure)
-        for group in self._groups_to_step():
-            beta1, beta2 = group["betas"]
-            for p in self._params_with_grad(group):
-                state = self._state_for(p, "exp_avg")
-                self._increment(state["step"])
-                lion_update(p.data, p.grad.data, state["exp_avg"].data, lr=group["lr"], beta1=beta1, beta2=beta2,
-                            weight_decay=group["weight_decay"])
-        return loss
+    def _update(self, p, state, group):
+        self._increment(state["step"])
+        lion_update(p.data, p.grad.data, state["exp_avg"].data, lr=group["lr"], beta1=group["betas"][0],
+                    beta2=group["betas"][1], weight_decay=group["weight_decay"])

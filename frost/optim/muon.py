@@ -14,20 +14,21 @@ embedding and the output layer, as the reference advises), gets AdamW with the r
 A group mixing both kinds is split in two (the Muon part first), so `param_groups` may outnumber the groups given;
 a `use_muon=False` group may set its own lr, weight_decay, betas and eps, as in the reference.
 
-What runs where: the Newton-Schulz iteration is matrix products in array code (NumPy, or cuDNN on the GPU, which a captured step allows), in
-float32 (float64 for float64 parameters), per parameter; the reference's bfloat16 is not used (CuPy has no bfloat16
-matmul). The AdamW groups on the GPU go flat: AdamW's one-launch kernel (adamw.adam_flat_kernel). Differences
-from the reference: a parameter without a gradient is skipped (the reference fills zeros, for its all-gather), and
-the rows/cols scale of a conv weight uses its 2-D view (the reference divides the kernel's height by its width).
+What runs where: the Newton-Schulz iteration is matrix products in array code (NumPy, or cuDNN on the GPU, which a
+captured step allows), in float32 (float64 for float64 parameters), per parameter; the reference's bfloat16 is not
+used (CuPy has no bfloat16 matmul). The AdamW groups on the GPU go flat: AdamW's one-launch kernel
+(adamw.adam_flat_kernel). Differences from the reference: a parameter without a gradient is skipped (the reference
+fills zeros, for its all-gather), and the rows/cols scale of a conv weight uses its 2-D view (the reference divides
+the kernel's height by its width).
 """
 from __future__ import annotations
 
 from typing import Iterable
 
 from frost.ops.matmul import matmul_arrays
-from frost.optim.adamw import adam_flat_update, adamw_update
+from frost.optim.adamw import adam_flat_kernel, adamw_update
 from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor
+from frost.tensor import Tensor, zeros_like
 
 
 def zeropower_via_newtonschulz5(G, steps: int = 5):
@@ -58,6 +59,10 @@ def muon_update(p, g, buf, *, lr: float, momentum: float, nesterov: bool, ns_ste
 class Muon(Optimizer):
     """Muon for the matrices, AdamW for the rest (MuonWithAuxAdam); `use_muon=False` in a group sends it to AdamW."""
 
+    state_names = ("exp_avg", "exp_avg_sq")  # of the AdamW groups, which go flat on the GPU: AdamW's kernel
+    flat_kernel = adam_flat_kernel
+    flat_hyper = ("lr", "betas", "eps", "weight_decay")
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 0.02, momentum: float = 0.95,
                  nesterov: bool = True, ns_steps: int = 5, weight_decay: float = 0.0, adam_lr: float = 3e-4,
                  adam_betas: tuple[float, float] = (0.9, 0.95), adam_eps: float = 1e-10,
@@ -82,27 +87,20 @@ class Muon(Optimizer):
             self.param_groups.append({**group, **self._adam_options, **own, "use_muon": False,
                                       "params": [p for p, m in zip(group["params"], muon) if not m]})
 
-    flat_state = ("exp_avg", "exp_avg_sq")  # the AdamW groups go flat on the GPU: AdamW's one-launch kernel
-    _flat_update = staticmethod(adam_flat_update)
-
     def _flat_supported(self, group: dict) -> bool:
         return not group["use_muon"]
 
     def _flat_hyper(self, group: dict) -> list[float]:
-        return [group["lr"], *group["betas"], group["eps"], group["weight_decay"], 1.0, 1.0]
+        return [*super()._flat_hyper(group), 0.0, 1.0]  # AdamW's kernel: not maximizing, decoupled weight decay
 
-    def step(self, closure=None):
-        loss = self._evaluate(closure)
-        for group in self._groups_to_step():
-            for p in self._params_with_grad(group):
-                if group["use_muon"]:
-                    state = self._state_for(p, "momentum_buffer", step=False)
-                    muon_update(p.data, p.grad.data, state["momentum_buffer"].data, lr=group["lr"],
-                                momentum=group["momentum"], nesterov=group["nesterov"], ns_steps=group["ns_steps"],
-                                weight_decay=group["weight_decay"])
-                    continue
-                state = self._state_for(p, "exp_avg", "exp_avg_sq")
-                adamw_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data,
-                             lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
-                             weight_decay=group["weight_decay"], step=self._increment(state["step"]))
-        return loss
+    def _initial_state(self, p, group):
+        return {"momentum_buffer": zeros_like(p)} if group["use_muon"] else super()._initial_state(p, group)
+
+    def _update(self, p, state, group):
+        if group["use_muon"]:
+            muon_update(p.data, p.grad.data, state["momentum_buffer"].data, lr=group["lr"], momentum=group["momentum"],
+                        nesterov=group["nesterov"], ns_steps=group["ns_steps"], weight_decay=group["weight_decay"])
+        else:
+            adamw_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, lr=group["lr"],
+                         beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
+                         weight_decay=group["weight_decay"], step=self._increment(state["step"]))

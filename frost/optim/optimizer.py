@@ -1,4 +1,4 @@
-"""The Optimizer base class: parameter groups, per-parameter state, zero_grad and PyTorch-format state dicts."""
+"""The Optimizer base class: parameter groups, per-parameter state, the step loop (per tensor and flat), state dicts."""
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
@@ -7,12 +7,21 @@ import numpy as np
 
 from frost import backend
 from frost.autograd import AnomalyError, _has_nonfinite, enable_grad, is_anomaly_enabled, mark_grad_zero
-from frost.tensor import Tensor, zeros_like
+from frost.kernel import cdiv
+from frost.tensor import Tensor, zeros
 
 
 def array_module(array):
     """NumPy or CuPy: the module that serves `array` (for the optimizers' pure update functions)."""
     return np if isinstance(array, np.ndarray) else backend.xp_for(backend.device_of(array))
+
+
+def whole_norm(a, rms: bool = False):
+    """The 2-norm of a whole array (its root mean square with rms=True), accumulated in at least float32: LAMB's
+    trust ratio and Adafactor's scales would lose their precision to bfloat16 sums."""
+    xp = array_module(a)
+    a = a.astype(xp.float64 if a.dtype == xp.float64 else xp.float32, copy=False)
+    return xp.sqrt(xp.mean(a * a) if rms else xp.sum(a * a))
 
 
 def check_options(optimizer: str, nonnegative: dict[str, Any], betas: dict[str, Any] | None = None,
@@ -31,9 +40,11 @@ def check_options(optimizer: str, nonnegative: dict[str, Any], betas: dict[str, 
 class Optimizer:
     """Holds parameter groups (a list of dicts: 'params' plus per-group options) and per-parameter state.
 
-    Subclasses pass their default options to `__init__` and write `step()`: for every parameter with a
-    gradient, call the optimizer's pure update function on raw arrays (`p.data`, `p.grad.data`, state
-    arrays). The options are read from the group at every step, so `group['lr'] = x` takes effect at once.
+    Subclasses pass their default options to `__init__`, name their per-parameter state (`state_names`) and write
+    `_update(p, state, group)`: the optimizer's pure update function on raw arrays (`p.data`, `p.grad.data`, state
+    arrays) for one parameter; `step()` calls it for every parameter with a gradient (flat GPU groups instead get
+    the one-launch kernel, `flat_kernel`). The options are read from the group at every step, so
+    `group['lr'] = x` takes effect at once.
     `params` may also be `model.named_parameters()` ((name, tensor) pairs, also inside groups), as in PyTorch 2:
     the names then appear in errors, e.g. anomaly mode's report of a NaN gradient.
     """
@@ -131,24 +142,63 @@ class Optimizer:
                     p.grad.data[...] = 0
                     mark_grad_zero(p)
 
+    # ------------------------------------------------------------ the step, driven here for every optimizer
+    # A subclass names its state (`state_names`: arrays shaped like the parameter, or as `state_layout(p)` gives
+    # them) and writes `_update(p, state, group)`, its rule for one parameter; step() runs it for every parameter
+    # that has a gradient, outside the flat groups.
+    state_names: tuple[str, ...] = ()
+    state_layout = None  # p -> a (state name, shape) or None per slot of state_names, for state unlike p
+
     def step(self, closure: Callable[[], Any] | None = None):
-        raise NotImplementedError(f"{type(self).__name__} does not implement step()")
+        """One update of every parameter with a gradient; `closure` recomputes the loss (returned) and gradients."""
+        loss = self._evaluate(closure)
+        self._update_groups(self._update, self._flat_step)
+        return loss
+
+    def _update(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _update() (its rule for one parameter)")
+
+    def _update_groups(self, update: Callable, flat_update: Callable, where: str = "step") -> None:
+        """Check the gradients (anomaly mode); give each flat group to `flat_update` and every other parameter that
+        has a gradient to `update(p, state, group)`, its state made by `_initial_state` on first use."""
+        self._check_finite_grads(where)
+        for index, group in enumerate(self.param_groups):
+            flat = self._flat_group(index, group)
+            if flat is not None:
+                flat.set_hyper(self._flat_hyper(group))
+                flat_update(flat)
+                continue
+            for p in self._params_with_grad(group):
+                state = self.state.get(p) or self._initial_state(p, group)
+                update(p, state, group)
+                if state:  # an empty state is not kept (SGD without momentum has none, as in PyTorch)
+                    self.state[p] = state
+
+    def _initial_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Any]:
+        """p's state before its first update: a step counter and zeros for each of `state_names`."""
+        layout = self.state_layout(p) if self.state_layout else [(name, p.shape) for name in self.state_names]
+        return {"step": self._new_step(), **{name: zeros(shape, dtype=p.dtype, device=p.device)
+                                             for name, shape in filter(None, layout)}}
 
     # ------------------------------------------------------------ flat GPU groups
-    # A subclass that has a one-launch GPU kernel sets `flat_state` (its state names) and writes
-    # `_flat_hyper(group)` (the values its kernel reads) and `_flat_update(flat)` (the launch). `flat_layout(p)`
-    # places state smaller than the parameter (see FlatGroup); None keeps one parameter-sized region per state.
-    flat_state: tuple | None = None
-    flat_layout = None
+    # A subclass with a one-launch GPU kernel sets `flat_kernel` and `flat_hyper`, the group options that the kernel
+    # reads from hyper[1:] (in that order; tuples are flattened, booleans become 0 or 1). The kernel takes
+    # (params, grads, *state buffers in state_names' order, n, hyper): one thread per element; or, with
+    # `flat_per_parameter`, (params, grads, *state buffers, segments, hyper): one block per parameter, for rules that
+    # reduce over a whole tensor. `_flat_update(flat, *extra)` launches it, with extra arguments appended.
+    flat_kernel = None
+    flat_hyper: tuple[str, ...] = ()
+    flat_per_parameter = False
+    flat_threads = 256
 
     def _flat_group(self, index: int, group: dict):
         """The group's FlatGroup, packing it on first use when it is eligible; None for the per-tensor path."""
         flat = self._flat.get(index)
-        if flat is None and self.flat_state is not None and self._flat_supported(group):
+        if flat is None and self.flat_kernel is not None and self._flat_supported(group):
             from frost.optim import flat as flat_module
             if flat_module.eligible(group["params"]):
-                flat = self._flat[index] = flat_module.FlatGroup(group["params"], self.state, self.flat_state,
-                                                                 len(self._flat_hyper(group)), self.flat_layout)
+                flat = self._flat[index] = flat_module.FlatGroup(group["params"], self.state, self.state_names,
+                                                                 len(self._flat_hyper(group)), self.state_layout)
                 flat_module.live_optimizers.add(self)
         return flat
 
@@ -156,26 +206,30 @@ class Optimizer:
         return True
 
     def _flat_hyper(self, group: dict) -> list[float]:
-        raise NotImplementedError
+        """The values of `flat_hyper` in the group, flattened: what the kernel reads from hyper[1:]."""
+        values = [group[name] for name in self.flat_hyper]
+        return [float(x) for v in values for x in (v if isinstance(v, (tuple, list)) else (v,))]
+
+    def _flat_step(self, flat) -> None:
+        """A step of a flat group: advance its step counter on the device, then launch the update."""
+        from frost.optim import flat as flat_module
+        flat_module.advance_step[1, 32](flat.hyper)
+        self._flat_update(flat)
+
+    def _flat_update(self, flat, *extra) -> None:
+        """One launch of `flat_kernel` over the group's buffers (the shapes of launch in the comment above)."""
+        state = flat.state.values()
+        if self.flat_per_parameter:
+            self.flat_kernel[len(flat.members), self.flat_threads](flat.params, flat.grads, *state, flat.segments,
+                                                                   flat.hyper, *extra)
+        else:
+            self.flat_kernel[cdiv(flat.numel, self.flat_threads), self.flat_threads](flat.params, flat.grads, *state,
+                                                                                     flat.numel, flat.hyper, *extra)
 
     def sync_device_hyperparameters(self) -> None:
         """Copy changed group options (e.g. a scheduler's lr) to the flat groups' device arrays."""
         for index, flat in self._flat.items():
             flat.set_hyper(self._flat_hyper(self.param_groups[index]))
-
-    def _groups_to_step(self) -> list[dict]:
-        """The start of every step(): check the gradients (anomaly mode), run the one-launch update of each flat
-        group, and return the other groups, which the subclass updates tensor by tensor."""
-        self._check_finite_grads()
-        rest = []
-        for index, group in enumerate(self.param_groups):
-            flat = self._flat_group(index, group)
-            if flat is None:
-                rest.append(group)
-                continue
-            flat.set_hyper(self._flat_hyper(group))
-            self._flat_update(flat)
-        return rest
 
     # ------------------------------------------------------------ helpers for subclasses
     @staticmethod
@@ -189,15 +243,6 @@ class Optimizer:
     @staticmethod
     def _params_with_grad(group: dict[str, Any]) -> list[Tensor]:
         return [p for p in group["params"] if p.grad is not None]
-
-    def _state_for(self, p: Tensor, *names: str, step: bool = True) -> dict[str, Any]:
-        """p's state, made on its first use: a step counter (unless step=False) and zeros_like(p) for each name."""
-        state = self.state.setdefault(p, {})
-        if not state:
-            if step:
-                state["step"] = self._new_step()
-            state.update({name: zeros_like(p) for name in names})
-        return state
 
     @staticmethod
     def _new_step() -> Tensor:

@@ -49,15 +49,13 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 
-    def step(self, closure=None):
-        loss = self._evaluate(closure)
-        for group in self._groups_to_step():
-            for p in self._params_with_grad(group):
-                buf = self.state.get(p, {}).get("momentum_buffer")
-                new_buf = sgd_update(p.data, p.grad.data, None if buf is None else buf.data, lr=group["lr"],
-                                     momentum=group["momentum"], dampening=group["dampening"],
-                                     weight_decay=group["weight_decay"], nesterov=group["nesterov"],
-                                     maximize=group["maximize"])
-                if buf is None and new_buf is not None:
-                    self.state.setdefault(p, {})["momentum_buffer"] = Tensor(new_buf)
-        return loss
+    def _initial_state(self, p, group):
+        return {}  # no step counter; the momentum buffer is a copy of the first gradient (PyTorch's state)
+
+    def _update(self, p, state, group):
+        buf = state.get("momentum_buffer")
+        new_buf = sgd_update(p.data, p.grad.data, None if buf is None else buf.data, lr=group["lr"],
+                             momentum=group["momentum"], dampening=group["dampening"],
+                             weight_decay=group["weight_decay"], nesterov=group["nesterov"], maximize=group["maximize"])
+        if buf is None and new_buf is not None:
+            state["momentum_buffer"] = Tensor(new_buf)

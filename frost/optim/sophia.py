@@ -29,9 +29,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, tx
+from frost.kernel import Array, bdx, bx, f32, i32, kernel, tx
 from frost.ops.random import sample_categorical as sample_labels  # noqa: F401 - part of SophiaG's API
-from frost.optim.adamw import advance_step
 from frost.optim.optimizer import Optimizer, array_module, check_options
 from frost.tensor import Tensor
 
@@ -57,7 +56,7 @@ def sophiag_hessian_update(h, g, *, beta2: float) -> None:
 
 @kernel
 def sophiag_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], h: Array[f32], n: i32, hyper: Array[f32],
-                        refresh: i32):
+                        refresh: i32 = 0):
     i = bx * bdx + tx
     if i < n and refresh == 1:
         h[i] = hyper[3] * h[i] + (1 - hyper[3]) * g[i] * g[i]
@@ -70,6 +69,10 @@ def sophiag_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], h: Array[f3
 class SophiaG(Optimizer):
     """Sophia with the Gauss-Newton-Bartlett estimator; call update_hessian() every k steps (module docstring)."""
 
+    state_names = ("exp_avg", "hessian")
+    flat_kernel = sophiag_flat_kernel
+    flat_hyper = ("lr", "betas", "rho", "bs", "eps", "weight_decay")
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-4,
                  betas: tuple[float, float] = (0.965, 0.99), rho: float = 0.04, weight_decay: float = 1e-1,
                  eps: float = 1e-15, k: int = 10, bs: int = 5120) -> None:
@@ -78,35 +81,15 @@ class SophiaG(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), rho=rho, weight_decay=weight_decay, eps=eps,
                                       k=k, bs=bs))
 
-    flat_state = ("exp_avg", "hessian")
-
-    def _flat_hyper(self, group: dict) -> list[float]:
-        return [group["lr"], *group["betas"], group["rho"], group["bs"], group["eps"], group["weight_decay"]]
-
-    def _flat_update(self, flat, refresh: int = 0) -> None:
-        if not refresh:
-            advance_step[1, 32](flat.hyper)
-        sophiag_flat_kernel[cdiv(flat.numel, 256), 256](flat.params, flat.grads, flat.state["exp_avg"],
-                                                        flat.state["hessian"], flat.numel, flat.hyper, refresh)
-
     def update_hessian(self) -> None:
         """Fold the current gradients (of the loss on sampled labels) into the Hessian estimate h."""
-        self._check_finite_grads("update_hessian")
-        for index, group in enumerate(self.param_groups):
-            if index in self._flat:
-                self._flat[index].set_hyper(self._flat_hyper(group))
-                self._flat_update(self._flat[index], refresh=1)
-            for p in self._params_with_grad(group) if index not in self._flat else []:
-                hessian = self._state_for(p, "exp_avg", "hessian")["hessian"]
-                sophiag_hessian_update(hessian.data, p.grad.data, beta2=group["betas"][1])
+        self._update_groups(self._update_hessian, lambda flat: self._flat_update(flat, 1), "update_hessian")
 
-    def step(self, closure=None):
-        loss = self._evaluate(closure)
-        for group in self._groups_to_step():
-            for p in self._params_with_grad(group):
-                state = self._state_for(p, "exp_avg", "hessian")
-                self._increment(state["step"])
-                sophiag_update(p.data, p.grad.data, state["exp_avg"].data, state["hessian"].data, lr=group["lr"],
-                               beta1=group["betas"][0], rho=group["rho"], bs=group["bs"], eps=group["eps"],
-                               weight_decay=group["weight_decay"])
-        return loss
+    def _update_hessian(self, p, state, group):
+        sophiag_hessian_update(state["hessian"].data, p.grad.data, beta2=group["betas"][1])
+
+    def _update(self, p, state, group):
+        self._increment(state["step"])
+        sophiag_update(p.data, p.grad.data, state["exp_avg"].data, state["hessian"].data, lr=group["lr"],
+                       beta1=group["betas"][0], rho=group["rho"], bs=group["bs"], eps=group["eps"],
+                       weight_decay=group["weight_decay"])

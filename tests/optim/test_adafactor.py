@@ -147,8 +147,8 @@ SECOND_GROUP = dict(lr=0.8, scale_parameter=False)  # rho = 1 / sqrt(t) from ste
 def simulate_flat(monkeypatch) -> None:
     """Every group goes flat, its launches running in the kernel simulator over NumPy buffers."""
     monkeypatch.setattr(flat, "eligible", lambda params: True)
-    monkeypatch.setattr(adafactor, "adafactor_flat_kernel", adafactor.adafactor_flat_kernel.simulate)
-    monkeypatch.setattr(adafactor, "advance_step", adafactor.advance_step.simulate)
+    monkeypatch.setattr(Adafactor, "flat_kernel", adafactor.adafactor_flat_kernel.simulate)
+    monkeypatch.setattr(flat, "advance_step", flat.advance_step.simulate)
 
 
 def flat_arrays(rng):
@@ -267,7 +267,7 @@ def test_flat_state_dict_round_trip_to_flat_and_per_tensor(monkeypatch):
         opt2 = make_flat_optimizer(resumed, {})
         opt2.load_state_dict(saved)
         if not flat_again:
-            opt2.flat_state = None  # this optimizer stays on the per-tensor path
+            opt2.flat_kernel = None  # this optimizer stays on the per-tensor path
         run_steps(opt2, resumed, grads[3:])
         assert bool(opt2._flat) == flat_again
         for i, (a, b) in enumerate(zip(resumed, straight)):

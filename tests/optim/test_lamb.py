@@ -103,8 +103,8 @@ def train_flat_and_per_tensor(monkeypatch, steps=20):
     """The same float32 parameters and gradients through a flat group whose launches run in the kernel simulator
     (NumPy buffers) and through lamb_update, tensor by tensor. Returns (optimizer, params, references)."""
     monkeypatch.setattr(flat, "eligible", lambda params: True)
-    monkeypatch.setattr(lamb, "lamb_flat_kernel", lamb.lamb_flat_kernel.simulate)
-    monkeypatch.setattr(lamb, "advance_step", lamb.advance_step.simulate)
+    monkeypatch.setattr(LAMB, "flat_kernel", lamb.lamb_flat_kernel.simulate)
+    monkeypatch.setattr(flat, "advance_step", flat.advance_step.simulate)
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in FLAT_SHAPES]
     arrays[ZERO_PARAM][...] = 0

@@ -5,7 +5,7 @@ import pytest
 import frost
 from frost.autograd import AnomalyError, detect_anomaly
 from frost.optim import Lion, lion_update
-from frost.optim.adamw import advance_step
+from frost.optim.flat import advance_step
 from frost.optim.lion import lion_flat_kernel
 from optim_oracle import (SHAPES, assert_resumes_exactly_through_a_file, gradient, initial_arrays, run_frost,
                           run_on_fixed_gradients)

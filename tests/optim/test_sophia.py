@@ -6,7 +6,7 @@ import torch
 import frost
 import frost.nn.functional as F
 from frost.optim import SophiaG, sophiag_update
-from frost.optim.adamw import advance_step
+from frost.optim.flat import advance_step
 from frost.optim.sophia import sample_labels, sophiag_flat_kernel, sophiag_hessian_update
 
 SHAPES = [(4, 3), (5,), (), (2, 2, 3)]
