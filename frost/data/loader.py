@@ -13,7 +13,13 @@ How it works (num_workers = W > 0):
 - CPU batches are zero-copy views of those buffers, valid until you ask for the next batch (the
   usual `for x, y in loader:` loop is fine). To keep a batch longer, copy it (`x.numpy().copy()`).
   With `device="cuda"` each batch is copied to the GPU on a separate copy stream and the current
-  stream waits on the copy's event, so no host buffer is ever aliased by what you hold.
+  stream waits on that batch's event only, so no host buffer is ever aliased by what you hold.
+- Device look-ahead (`device="cuda"`, W > 0): when you ask for batch i, the copies (and the
+  `finish_on_device` work) of batches i+1 .. i+prefetch_to_device-1 are queued on the copy stream too,
+  as far as their workers have them ready (the loader never waits on a worker for a batch ahead), so the
+  GPU copies and decodes the next batches while your step i runs. Each batch has its own events; a host
+  buffer goes back to its worker once the copy out of it has finished. prefetch_to_device=1 issues a
+  batch's copy only when you ask for it.
 - A worker's exception stops every worker (a stop flag plus closing every channel wakes them)
   and is raised in the loop as `DataLoaderWorkerError` chained to the original (its traceback
   shows the worker's frames). Abandoning the iterator (break, garbage collection) stops the
@@ -21,10 +27,17 @@ How it works (num_workers = W > 0):
 - A dataset may define `get_batch(indices)` returning a whole batch (arrays with a leading
   dimension len(indices)); it is then called once per batch instead of __getitem__ per sample
   (in-memory datasets gather a batch with one fancy-indexing copy, which releases the GIL).
-- A dataset may define `finish_on_device(fields) -> fields`: with device="cuda" it is called on each
-  batch's device arrays right after the copy (on the copy stream, before the consumer's stream waits
-  on it), e.g. to decode images on the GPU (frost.data.png_device.DevicePNGList). A dataset may also
-  define `for_device(device) -> dataset`: the loader then reads that dataset instead.
+- A dataset may define `finish_on_device(fields, defer=None) -> fields`: with device="cuda" it is called on
+  each batch's device arrays right after the copy (on the copy stream, the current stream inside the
+  call, before the consumer's stream waits on it), e.g. to decode images on the GPU
+  (frost.data.png_device.DevicePNGList). It must not synchronize with the host: anything it has to check
+  on the host (a decode status) it copies asynchronously on the current stream into host memory and hands
+  over as `defer(check)`: `check()` takes no argument and raises to report a bad batch. The loader calls
+  it once the copy stream has passed that batch's work: at the latest when the caller asks for the NEXT
+  batch (or at the end of the epoch, or in the iterator's close()), so such an error surfaces one batch
+  after the batch holding it. Called without `defer` (the W = 0 path, direct calls) the hook checks
+  before returning. A hook without a `defer` parameter is called as `finish_on_device(fields)`.
+  A dataset may also define `for_device(device) -> dataset`: the loader then reads that dataset instead.
 - An IterableDataset has one order, so it is read by one worker thread (still overlapping loading
   with training); shuffle needs a map-style Dataset.
 - Random transforms inside a dataset see samples in a worker-dependent interleaving; for
@@ -36,6 +49,9 @@ decoders, file reads, NumPy copies) and on free-threaded Python builds.
 """
 from __future__ import annotations
 
+import collections
+import contextlib
+import inspect
 import math
 import threading
 import time
@@ -126,17 +142,23 @@ class DataLoader:
 
     seed=None draws one from frost's CPU generator (so frost.manual_seed fixes it). With collate_fn,
     workers build each batch with it and its result is passed through as it is (no buffers, no
-    device copy)."""
+    device copy). prefetch_to_device (>= 1; device="cuda" with worker threads only): how many batches,
+    counting the one you are handed, have their copy to the GPU (and finish_on_device) queued at once;
+    each costs one batch of device memory."""
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  num_workers: int = 0, seed: int | None = None, pin_memory: bool = False,
-                 device: str | Device | None = None, collate_fn: Callable[[list], Any] | None = None) -> None:
+                 device: str | Device | None = None, collate_fn: Callable[[list], Any] | None = None,
+                 prefetch_to_device: int = 2) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"DataLoader: num_workers must be a non-negative int, got {num_workers!r}")
+        if isinstance(prefetch_to_device, bool) or not isinstance(prefetch_to_device, int) or prefetch_to_device < 1:
+            raise ValueError(f"DataLoader: prefetch_to_device must be an int >= 1 (batches queued on the GPU, counting "
+                             f"the one handed out), got {prefetch_to_device!r}")
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, batch_size, shuffle, drop_last
-        self.num_workers, self.collate_fn = num_workers, collate_fn
+        self.num_workers, self.collate_fn, self.prefetch_to_device = num_workers, collate_fn, prefetch_to_device
         self.is_stream = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__")
         if self.is_stream and shuffle:
             raise ValueError("DataLoader: shuffle=True needs a map-style dataset; an IterableDataset has its own order")
@@ -236,7 +258,7 @@ class DataLoader:
 
     def __repr__(self) -> str:
         return (f"DataLoader({type(self.dataset).__name__}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
-                f"num_workers={self.num_workers}, device={self.device})")
+                f"num_workers={self.num_workers}, device={self.device}, prefetch_to_device={self.prefetch_to_device})")
 
 
 class _Run:
@@ -253,6 +275,7 @@ class _Run:
             ch << 0 << 1
         self.plan = None if loader.is_stream else loader.batch_indices(epoch)
         self.groups = loader._sample_groups(epoch) if loader.is_stream else None  # read by its one worker
+        self.lookahead: _Lookahead | None = None  # the device path's bookkeeping, once it has started
         self.threads = [threading.Thread(target=self._work, args=(w,), daemon=True, name=f"frost-loader-{w}")
                         for w in range(workers)]
         for t in self.threads:
@@ -338,46 +361,78 @@ class _Run:
             raise DataLoaderWorkerError(f"DataLoader: worker {w} failed on {where}: {type(e).__name__}: {e}") from e
 
     def batches(self) -> Iterator[Any]:
-        copier = _GpuCopier(self.loader.device, self.loader._finisher()) if self.loader.device.type == "cuda" else None
-        held: tuple[int, int] | None = None  # (worker, slot) of the batch the caller holds
-        i = 0
         try:
-            while True:
-                if held is not None:
-                    self._give_back(*held)
-                held = None
-                w = i % self.workers
-                if copier is not None:
-                    copier.recycle(self, w)
-                try:
-                    msg = self.ready[w].recv()
-                except ChannelClosed:
-                    msg = None
-                self._raise_if_failed()
-                if msg is None or msg is _END:
-                    return
-                batch, slot, n, payload = msg
-                held = (w, slot)
-                if self.loader.collate_fn is not None:
-                    out = payload
-                elif copier is not None:
-                    out = copier.copy(payload, slot, n, w)
-                    held = None  # returned by copier.recycle once the copy is done
-                else:
-                    out = _restructure(payload.kind, [Tensor(buf[:n]) for buf in payload.slots[slot]])
-                yield out
-                i += 1
+            if self.loader.device.type == "cuda" and self.loader.collate_fn is None:
+                yield from self._device_batches()
+            else:
+                yield from self._host_batches()
         finally:
             self.shutdown()
             deadline = time.monotonic() + 0.25  # best effort: a worker mid-item ends on its own
             for t in self.threads:
                 t.join(max(0.0, deadline - time.monotonic()))
 
+    def _host_batches(self) -> Iterator[Any]:
+        """CPU batches (views of the workers' buffers) or collate_fn results, in order."""
+        held: tuple[int, int] | None = None  # (worker, slot) of the batch the caller holds
+        i = 0
+        while True:
+            if held is not None:
+                self._give_back(*held)
+            held = None
+            msg = self._wait(i % self.workers)
+            if msg is _END:
+                return
+            batch, slot, n, payload = msg
+            held = (i % self.workers, slot)
+            if self.loader.collate_fn is not None:
+                yield payload
+            else:
+                yield _restructure(payload.kind, [Tensor(buf[:n]) for buf in payload.slots[slot]])
+            i += 1
+
+    def _device_batches(self) -> Iterator[Any]:
+        """GPU batches in order, up to prefetch_to_device of them queued on the copy stream (see _Lookahead)."""
+        copier = _GpuCopier(self.loader.device, self.loader._finisher())
+        self.lookahead = _Lookahead(self.workers, self.loader.prefetch_to_device, poll=self._poll, wait=self._wait,
+                                    issue=copier.issue, give_back=self._give_back)
+        try:
+            while True:
+                copier.release_last()  # the caller is done with the previous batch
+                flight = self.lookahead.next()
+                if flight is None:
+                    return
+                yield copier.hand_over(flight)
+        finally:
+            self.lookahead.drain()
+
+    def _wait(self, w: int) -> Any:
+        """Worker w's next message, waiting for it: (batch, slot, n, payload), or _END (also when stopped)."""
+        try:
+            msg = self.ready[w].recv()
+        except ChannelClosed:
+            msg = _END
+        self._raise_if_failed()
+        return msg
+
+    def _poll(self, w: int) -> Any:
+        """Worker w's next message if it is there now, else None (never waits)."""
+        self._raise_if_failed()
+        ready = self.ready[w]
+        if len(ready) == 0 and not ready.closed:
+            return None
+        return self._wait(w)  # an item is there (only this thread receives), or the channel is closed
+
     def _give_back(self, w: int, slot: int) -> None:
         try:
             self.free[w].send(slot)
         except ChannelClosed:
             self._raise_if_failed()
+
+    def check_handed_out(self) -> None:
+        """Run the deferred checks of the batches already handed out (the iterator's close)."""
+        if self.lookahead is not None:
+            self.lookahead.check_handed_out()
 
 
 class _EpochIterator:
@@ -393,44 +448,169 @@ class _EpochIterator:
         return next(self._batches)
 
     def close(self) -> None:
+        """Stop the workers; a deferred check (finish_on_device) of a batch already handed out raises here."""
         self._batches.close()
         self._run.shutdown()
+        self._run.check_handed_out()
 
     def __del__(self) -> None:
         self._run.shutdown()  # a generator never started has no finally to run
 
 
-class _GpuCopier:
-    """Host-to-GPU copies on a separate stream; host buffers go back to workers when a copy is done."""
+# ---------------------------------------------------------------- device look-ahead
+class _Flight:
+    """One batch issued to the device: its arrays, its events on the copy stream, its deferred checks."""
 
-    def __init__(self, device: Device, finish: Callable[[list], list] | None = None) -> None:
+    __slots__ = ("kind", "arrays", "copied", "done", "checks", "worker", "slot")
+
+    def __init__(self, kind: str, arrays: list, copied: Any, done: Any, checks: list[Callable[[], None]]) -> None:
+        self.kind, self.arrays, self.checks = kind, arrays, checks
+        self.copied = copied  # the host-to-device copies are finished: the host buffer may go back
+        self.done = done  # the copies and finish_on_device's work are finished: its checks may run
+        self.worker, self.slot = -1, -1
+
+
+class _Lookahead:
+    """Which batches are on their way to the device, in plain Python (the CPU tests drive it with fakes).
+
+    poll(w) -> worker w's next message or None if it is not ready (never waits); wait(w) -> worker w's next
+    message, waiting; both give _END at the end. A message is (batch, slot, n, payload). issue(payload, slot, n)
+    queues a batch's copy and finish on the copy stream and returns its _Flight; give_back(w, slot) returns a
+    host buffer to its worker. Events need `.done` (a non-blocking query) and `.synchronize()`.
+
+    Why look-ahead cannot deadlock: worker w has two buffers and makes its batches w, w+W, ... in order. The
+    only wait is for batch `pulled`, the oldest one not received, and only when nothing is ahead (everything
+    issued is already handed out); polls never wait. If worker w has not made batch `pulled` yet, none of its
+    later batches are made either (order), so neither of its buffers sits in its ready channel: both are in
+    flights already issued (batches before `pulled`). Before waiting, every copy out of worker w's buffers is
+    synchronized and the buffers go back (`_recycle(sync_worker=w)`), so w has a free buffer for that batch.
+    Buffers of other workers never hold w up."""
+
+    def __init__(self, workers: int, depth: int, poll: Callable[[int], Any], wait: Callable[[int], Any],
+                 issue: Callable[[Any, int, int], _Flight], give_back: Callable[[int, int], None]) -> None:
+        self.workers, self.depth = workers, depth
+        self.poll, self.wait, self.issue, self.give_back = poll, wait, issue, give_back
+        self.pulled = 0  # batches received from the workers (and issued) so far
+        self.ended = False  # a worker said there are no more batches
+        self.ahead: collections.deque[_Flight] = collections.deque()  # issued, not handed out yet, in order
+        self.copying: list[_Flight] = []  # issued, host buffer not given back yet
+        self.handed: collections.deque[_Flight] = collections.deque()  # handed out, checks not run yet
+        self.last_issued: _Flight | None = None
+
+    def next(self) -> _Flight | None:
+        """The next batch in order, with the following ones issued as far as they are ready; None at the end."""
+        self.check_handed_out()  # the previous batch's deferred checks run now at the latest
+        self._recycle()
+        if not self.ahead:
+            if self.ended:
+                return None
+            w = self.pulled % self.workers
+            self._recycle(sync_worker=w)  # w may need a buffer back to make the batch we wait for
+            if not self._take(self.wait(w)):
+                return None
+        self._fill()
+        flight = self.ahead.popleft()
+        self.handed.append(flight)
+        return flight
+
+    def check_handed_out(self) -> None:
+        """Run the deferred checks of every batch handed out so far, waiting for its work if need be."""
+        while self.handed:
+            flight = self.handed.popleft()
+            if flight.checks:
+                if not flight.done.done:
+                    flight.done.synchronize()
+                for check in flight.checks:
+                    check()
+
+    def drain(self) -> None:
+        """Wait for everything issued (end of epoch, abandoned iterator): a host copy of a status that is still
+        being written must not go back to the pinned pool. Best effort: an error here would hide the one that
+        ended the epoch, and the next GPU call reports a broken device anyway."""
+        if self.last_issued is not None:
+            with contextlib.suppress(Exception):
+                self.last_issued.done.synchronize()
+
+    def _fill(self) -> None:
+        """Issue the following batches that are ready, up to `depth` in flight (counting the one handed out)."""
+        while len(self.ahead) < self.depth and not self.ended:
+            msg = self.poll(self.pulled % self.workers)
+            if msg is None or not self._take(msg):
+                return
+
+    def _take(self, msg: Any) -> bool:
+        if msg is _END:
+            self.ended = True
+            return False
+        batch, slot, n, payload = msg
+        if batch != self.pulled:  # workers are read round-robin: a mismatch is a bookkeeping bug, never data
+            raise RuntimeError(f"DataLoader: received batch {batch} while expecting batch {self.pulled}")
+        flight = self.issue(payload, slot, n)
+        flight.worker, flight.slot = self.pulled % self.workers, slot
+        self.last_issued = flight
+        self.pulled += 1
+        self.ahead.append(flight)
+        self.copying.append(flight)
+        return True
+
+    def _recycle(self, sync_worker: int | None = None) -> None:
+        """Give back the host buffers whose copies are done (first waiting for those of `sync_worker`)."""
+        still = []
+        for flight in self.copying:
+            if flight.worker == sync_worker and not flight.copied.done:
+                flight.copied.synchronize()
+            if flight.copied.done:
+                self.give_back(flight.worker, flight.slot)
+            else:
+                still.append(flight)
+        self.copying = still
+
+
+def _takes_defer(finish: Callable) -> bool:
+    """Whether a finish_on_device hook takes the `defer` keyword (see the module docstring)."""
+    try:
+        params = inspect.signature(finish).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "defer" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+class _GpuCopier:
+    """Host-to-GPU copies (and finish_on_device) on a separate stream; the caller's stream waits per batch."""
+
+    def __init__(self, device: Device, finish: Callable[..., list] | None = None) -> None:
         from frost.backend import cuda
-        self.finish = finish  # runs on the copy stream, so a status read waits for this batch, not for training
+        self.finish = finish  # runs on the copy stream: its work overlaps the caller's steps
+        self.defers = finish is not None and _takes_defer(finish)
         self.cp = cuda.cupy()
         self.gpu = self.cp.cuda.Device(device.index or 0)
         with self.gpu:
             self.stream = self.cp.cuda.Stream(non_blocking=True)
-        self.copying: list[tuple[Any, int, int]] = []  # (event, worker, slot)
         self.in_use: list[tuple[Any, list]] = []  # (event on the compute stream, device arrays)
         self.last: list | None = None
 
-    def copy(self, buffers: _BatchBuffers, slot: int, n: int, w: int) -> Any:
+    def issue(self, buffers: _BatchBuffers, slot: int, n: int) -> _Flight:
+        """Queue one batch's copies and finish on the copy stream; nothing here waits for the GPU."""
         cp = self.cp
-        with self.gpu:
-            compute = cp.cuda.get_current_stream()
-            with self.stream:
-                out = [cp.empty((n, *buf.shape[1:]), buf.dtype) for buf in buffers.slots[slot]]
-                for dev, host in zip(out, buffers.slots[slot]):
-                    dev.set(host[:n], stream=self.stream)
-                if self.finish is not None:
-                    out = list(self.finish(out))
-                done = self.stream.record()
-            compute.wait_event(done)
-        self.copying.append((done, w, slot))
-        self.last = out
-        return _restructure(buffers.kind, [Tensor(a) for a in out])
+        checks: list[Callable[[], None]] = []
+        with self.gpu, self.stream:
+            out = [cp.empty((n, *buf.shape[1:]), buf.dtype) for buf in buffers.slots[slot]]
+            for dev, host in zip(out, buffers.slots[slot]):
+                dev.set(host[:n], stream=self.stream)
+            copied = self.stream.record()
+            if self.finish is not None:
+                out = list(self.finish(out, defer=checks.append) if self.defers else self.finish(out))
+            done = self.stream.record()
+        return _Flight(buffers.kind, out, copied, done, checks)
 
-    def recycle(self, run: _Run, waiting_on: int) -> None:
+    def hand_over(self, flight: _Flight) -> Any:
+        """The batch as Tensors; the caller's current stream waits for this batch's work, and only for it."""
+        with self.gpu:
+            self.cp.cuda.get_current_stream().wait_event(flight.done)
+        self.last = flight.arrays
+        return _restructure(flight.kind, [Tensor(a) for a in flight.arrays])
+
+    def release_last(self) -> None:
         """Called at each batch request: the caller is done with the previous batch."""
         with self.gpu:
             if self.last is not None:
@@ -439,12 +619,3 @@ class _GpuCopier:
                 self.in_use.append((self.cp.cuda.get_current_stream().record(), self.last))
                 self.last = None
             self.in_use = [(e, a) for e, a in self.in_use if not e.done]
-        still = []
-        for event, w, slot in self.copying:
-            if w == waiting_on and not event.done:
-                event.synchronize()  # that worker may need this buffer to make the batch we wait for
-            if event.done:
-                run._give_back(w, slot)
-            else:
-                still.append((event, w, slot))
-        self.copying = still

@@ -24,7 +24,9 @@ the GPU does the rest, one thread per image:
 
 `DevicePNGList(paths, targets)` is the dataset for the DataLoader: with device="cuda" its workers only read
 files and fill (packed streams, lengths, indices, labels) in fixed-shape buffers; the loader copies the batch
-to the GPU and calls `finish_on_device`, which decodes it there. With any other device the loader asks
+to the GPU and calls `finish_on_device`, which decodes it there without a host sync (the statuses come back
+asynchronously and are checked by the loader a batch later, so a broken file raises one batch after the batch
+that holds it). With any other device the loader asks
 `for_device` and gets a plain ImageList (Pillow's C decoder in the worker threads): the simulator would be
 far too slow to decode real batches.
 """
@@ -34,7 +36,7 @@ import os
 import sys
 import threading
 import zlib
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -654,25 +656,48 @@ class DevicePNGList(ImageList):
             packed[k, :len(stream)] = np.frombuffer(stream, np.uint8)
         return packed, lengths, indices, self.targets[indices]
 
-    def finish_on_device(self, fields: list) -> list:
+    def finish_on_device(self, fields: list, defer: Callable[[Callable[[], None]], None] | None = None) -> list:
         """Called by the DataLoader on each batch's device arrays: decode on the GPU -> [images, labels].
 
-        Reads the (B,) statuses back to the host (a sync on the stream it runs on) to name a broken file."""
+        The kernels run on the current stream. A broken file raises RuntimeError naming it. Without `defer` the
+        (B,) statuses are read at once (a host sync on that stream). With `defer` (the threaded DataLoader passes
+        it) nothing waits: the statuses are copied to pinned host memory asynchronously on the current stream and
+        `defer(check)` hands the loader the check, which it runs once the stream has passed that copy, at the
+        latest when the caller asks for the next batch: the error then surfaces one batch after the batch
+        holding the broken file (or at the end of the epoch)."""
         packed, lengths, indices, labels = fields
         height, width, channels = self.shape_for(packed)
         images, status = decode_png_batch(packed, lengths, height, width, channels)
-        host = status.get() if hasattr(status, "get") else status
+        if defer is None:
+            self._check_status(status.get() if hasattr(status, "get") else status, indices)
+        else:
+            host = _to_host_async(status)
+            defer(lambda: self._check_status(host, indices))
+        return [images, labels]
+
+    def _check_status(self, host: np.ndarray, indices) -> None:
+        """Raise for the first image of a batch whose status (on the host) is not OK, naming its file."""
         if host.any():
             k = int(np.flatnonzero(host)[0])
-            index = int(indices[k].get() if hasattr(indices, "get") else indices[k])
+            index = int(indices[k].get() if hasattr(indices, "get") else indices[k])  # only on failure: a sync
             raise RuntimeError(f"DevicePNGList: cannot decode {self.paths[index]} on the GPU: "
                                f"{STATUS.get(int(host[k]), f'status {int(host[k])}')} (status {int(host[k])})")
-        return [images, labels]
 
     def shape_for(self, packed) -> tuple[int, int, int]:
         if self.shape is None:
             raise RuntimeError("DevicePNGList: finish_on_device before any get_batch (the image size is unknown)")
         return self.shape
+
+
+def _to_host_async(status) -> np.ndarray:
+    """A host copy of a status array, queued on the current stream (CuPy: pinned memory, valid once the stream has
+    passed the copy); a NumPy array is its own host copy."""
+    if not hasattr(status, "get"):
+        return status
+    import cupyx
+    host = cupyx.empty_pinned(status.shape, status.dtype)
+    status.get(out=host, blocking=False)
+    return host
 
 
 def _read(name: str) -> bytes:

@@ -370,3 +370,246 @@ def test_get_batch_is_used_once_per_batch_and_checked():
 
     with pytest.raises(DataLoaderWorkerError, match=r"get_batch field 0 has shape \(9, 2, 3\), expected \(8, 2, 3\)"):
         list(DataLoader(Wrong(30), batch_size=8, num_workers=2))
+
+
+def test_prefetch_to_device_is_checked():
+    for bad in (0, -1, 1.5, True, None):
+        pattern = r"prefetch_to_device must be an int >= 1.*got " + repr(bad).replace(".", r"\.")
+        with pytest.raises(ValueError, match=pattern):
+            DataLoader(Squares(3), prefetch_to_device=bad)
+    assert DataLoader(Squares(3)).prefetch_to_device == 2
+
+
+# ---------------------------------------------------------------- the device look-ahead's bookkeeping, with models
+from frost.data.loader import _END, _Flight, _Lookahead  # noqa: E402
+
+
+class ModelEvent:
+    """A copy-stream event: done after `after` queries (None: only once synchronized)."""
+
+    def __init__(self, log, name, after=None):
+        self.log, self.name, self.after, self.queries, self.finished = log, name, after, 0, False
+
+    @property
+    def done(self):
+        self.queries += 1
+        self.finished = self.finished or (self.after is not None and self.queries > self.after)
+        return self.finished
+
+    def synchronize(self):
+        if not self.finished:
+            self.log.append(("sync", self.name))
+        self.finished = True
+
+
+class ModelPipeline:
+    """W workers with two buffers each, making batches w, w+W, ... in order whenever they hold a free buffer
+    (`ready(batch)` says whether a worker has got round to it yet), and a copy stream whose events finish after
+    a few queries (`copy_after`, `done_after`; None: only when synchronized).
+
+    wait(w) on a worker that has no free buffer would block forever in the loader: here it fails the test."""
+
+    def __init__(self, workers, n, ready=lambda b: True, copy_after=None, done_after=None, checks=None):
+        self.workers, self.n, self.ready = workers, n, ready
+        self.copy_after, self.done_after, self.checks = copy_after, done_after, checks or {}
+        self.free = [[0, 1] for _ in range(workers)]
+        self.made = list(range(workers))  # the next batch each worker makes
+        self.log = []
+        self.issued = []  # batch numbers, in issue order
+        self.flights = {}  # (worker, slot) -> the flight copying out of that buffer
+        self.handed = 0
+
+    def _make(self, w):
+        b = self.made[w]
+        if b >= self.n:
+            return _END
+        if not self.free[w]:
+            return None
+        self.made[w] += self.workers
+        return b, self.free[w].pop(0), 1, b
+
+    def poll(self, w):
+        if self.made[w] < self.n and not self.ready(self.made[w]):
+            return None
+        return self._make(w)
+
+    def wait(self, w):
+        msg = self._make(w)
+        assert msg is not None, f"deadlock: waiting on worker {w} for batch {self.made[w]} but it holds no buffer"
+        self.log.append(("wait", w))
+        return msg
+
+    def issue(self, payload, slot, n):
+        b = payload
+        self.issued.append(b)
+        checks = [self.checks[b]] if b in self.checks else []
+        flight = _Flight("one", [b], ModelEvent(self.log, f"copy {b}", self.copy_after),
+                         ModelEvent(self.log, f"done {b}", self.done_after), checks)
+        self.flights[(b % self.workers, slot)] = flight
+        return flight
+
+    def give_back(self, w, slot):
+        assert slot not in self.free[w], f"buffer {slot} of worker {w} given back twice"
+        flight = self.flights.pop((w, slot))
+        assert flight.copied.finished, f"buffer {slot} of worker {w} given back before its copy finished"
+        self.log.append(("give back", flight.arrays[0]))
+        self.free[w].append(slot)
+
+    def lookahead(self, depth):
+        return _Lookahead(self.workers, depth, self.poll, self.wait, self.issue, self.give_back)
+
+
+def run_model(model, depth):
+    """Every batch the look-ahead hands out, checking the depth and the order on the way."""
+    ahead = model.lookahead(depth)
+    out = []
+    while (flight := ahead.next()) is not None:
+        b = flight.arrays[0]
+        out.append(b)
+        in_flight = len(model.issued) - len(out)  # issued, not handed out yet
+        assert 0 <= in_flight <= depth - 1, (b, in_flight)
+    return out, ahead
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_lookahead_is_in_order_bounded_and_never_deadlocks(workers, depth):
+    rng = np.random.default_rng(workers * 10 + depth)
+    for copy_after, done_after in ((0, 0), (3, 5), (None, None), (12, 1)):
+        late = set(rng.choice(40, 15, replace=False).tolist())  # batches whose worker is slow the first time
+        seen = set()
+
+        def ready(b):
+            if b in late and b not in seen:
+                seen.add(b)
+                return False
+            return True
+
+        model = ModelPipeline(workers, 40, ready, copy_after, done_after)
+        out, _ = run_model(model, depth)
+        assert out == list(range(40)) and model.issued == list(range(40))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_lookahead_keeps_depth_batches_in_flight_when_workers_are_ready(workers, depth):
+    model = ModelPipeline(workers, 30, copy_after=0, done_after=0)  # copies finish at once: buffers are free
+    ahead = model.lookahead(depth)
+    for i in range(30):
+        assert ahead.next().arrays[0] == i
+        # batches i+1 .. i+depth-1 are issued too; at the start a worker holds only two buffers, which come
+        # back at the next request (W = 1, depth 4: 2, then 4, then 5 issued)
+        assert len(model.issued) <= min(i + depth, 30)
+        if i >= depth or depth <= 2 * workers:
+            assert len(model.issued) == min(i + depth, 30)
+    assert ahead.next() is None
+
+
+def test_lookahead_gives_buffers_back_only_after_their_copy_and_syncs_before_waiting():
+    # copies never finish on their own: a buffer goes back only when its event is synchronized, and that
+    # happens only when the worker needs it for the batch the caller waits for
+    model = ModelPipeline(2, 12, copy_after=None, done_after=None)
+    out, _ = run_model(model, 4)
+    assert out == list(range(12))
+    assert all(kind != "give back" or ("sync", f"copy {b}") in model.log[:k]
+               for k, (kind, b) in enumerate(model.log))
+    # with 2 workers x 2 buffers and copies that never finish, look-ahead stops at 4 batches held; batch 4 needs
+    # worker 0's buffers back: the copies of batches 0 and 2 are synchronized, and only then is batch 4 awaited
+    first_wait_for_4 = model.log.index(("wait", 0), 1)
+    assert {("sync", "copy 0"), ("sync", "copy 2")} <= set(model.log[:first_wait_for_4])
+    assert ("sync", "copy 1") not in model.log[:first_wait_for_4]  # worker 1's buffers are not needed yet
+
+
+def bad_file(name):
+    def check():
+        raise RuntimeError(f"DevicePNGList: cannot decode {name} on the GPU: Adler-32 checksum mismatch")
+    return check
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_deferred_check_raises_at_the_next_request(depth):
+    model = ModelPipeline(2, 10, copy_after=2, done_after=None, checks={4: bad_file("bad.png")})
+    ahead = model.lookahead(depth)
+    for i in range(5):
+        assert ahead.next().arrays[0] == i  # batch 4 itself is handed out: its decode has not been checked yet
+    assert ("sync", "done 4") not in model.log
+    with pytest.raises(RuntimeError, match="cannot decode bad.png on the GPU"):
+        ahead.next()
+    assert ("sync", "done 4") in model.log  # its work was waited for (it would not finish on its own here)
+    ahead.check_handed_out()  # raised once, not again
+
+
+def test_deferred_check_of_the_last_batch_raises_at_the_end_and_in_close():
+    model = ModelPipeline(3, 7, copy_after=1, done_after=1, checks={6: bad_file("last.png")})
+    ahead = model.lookahead(2)
+    assert [ahead.next().arrays[0] for _ in range(7)] == list(range(7))
+    with pytest.raises(RuntimeError, match="last.png"):
+        ahead.next()  # instead of the end of the epoch
+    model = ModelPipeline(3, 7, copy_after=1, done_after=1, checks={2: bad_file("two.png")})
+    ahead = model.lookahead(3)
+    for _ in range(3):
+        ahead.next()
+    with pytest.raises(RuntimeError, match="two.png"):
+        ahead.check_handed_out()  # what the iterator's close() runs
+    ahead.drain()  # waits for the last issued batch's work
+    assert ("sync", f"done {model.issued[-1]}") in model.log
+    good = ModelPipeline(1, 3, copy_after=0, done_after=None)  # no checks: nothing waits on `done`
+    run_model(good, 2)
+    assert not [e for e in good.log if e[0] == "sync" and e[1].startswith("done")]
+
+
+# ---------------------------------------------------------------- the device path end to end, with a fake CuPy
+def fake_cupy(monkeypatch):
+    import sys
+    import types
+    from frost.backend import cuda
+    fake = FakeCupy()
+    monkeypatch.setattr(cuda, "cupy", lambda: fake)
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.empty(shape, dtype))
+    monkeypatch.setitem(sys.modules, "cupyx", pinned)
+    return fake
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("prefetch", [1, 2, 3, 4])
+def test_device_lookahead_with_worker_threads_keeps_order(monkeypatch, workers, prefetch):
+    fake = fake_cupy(monkeypatch)
+    older = set(loader_threads())  # e.g. a worker of an earlier test still sleeping in a slow item
+    ds = Squares(97)
+    reference = collect(DataLoader(ds, batch_size=3, shuffle=True, seed=9, num_workers=0))
+    loader = DataLoader(ds, batch_size=3, shuffle=True, seed=9, num_workers=workers, device="cuda",
+                        prefetch_to_device=prefetch)
+    got = [tuple(t.numpy().copy() for t in batch) for batch in loader]
+    assert len(got) == len(reference) == 33
+    for (x, y), (rx, ry) in zip(got, reference):
+        np.testing.assert_array_equal(x, rx)
+        np.testing.assert_array_equal(y, ry)
+    assert fake.log.count("copy") == 2 * 33 and fake.log.count("wait") == 33
+    assert wait_no_loader_threads(ignore=older) == []
+
+
+def test_device_lookahead_copies_ahead_of_the_caller(monkeypatch):
+    fake = fake_cupy(monkeypatch)
+    it = iter(DataLoader(Squares(60), batch_size=4, num_workers=3, device="cuda", prefetch_to_device=3))
+    deadline = time.monotonic() + 5
+    while not all(len(ch) == 2 for ch in it._run.ready) and time.monotonic() < deadline:
+        time.sleep(0.005)  # let every worker fill both its buffers
+    x, _ = next(it)
+    assert x.numpy()[:, 0, 0].tolist() == [0, 1, 2, 3]
+    assert fake.log.count("copy") == 3 * 2  # batches 0, 1 and 2 (2 fields each) issued when batch 0 is handed out
+    x, _ = next(it)
+    assert x.numpy()[:, 0, 0].tolist() == [4, 5, 6, 7]
+    assert fake.log.count("copy") == 4 * 2  # and batch 3 with batch 1
+    it.close()
+
+
+def test_a_finish_hook_without_defer_is_still_called(monkeypatch):
+    fake_cupy(monkeypatch)
+
+    class Doubled(Squares):
+        def finish_on_device(self, fields):
+            return [fields[0] * 2, fields[1]]
+
+    got = collect(DataLoader(Doubled(10), batch_size=4, num_workers=2, device="cuda"))
+    assert np.concatenate([x[:, 0, 0] for x, _ in got]).tolist() == [2 * i for i in range(10)]

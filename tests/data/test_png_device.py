@@ -434,3 +434,93 @@ def test_file_reads_pass_the_gate_one_batch_at_a_time(tmp_path, monkeypatch):
     for t in threads:
         t.join(timeout=30)
     assert not errors and most[0] == pd.READERS
+
+
+def corrupt(path):
+    """Flip the last byte of a PNG's zlib stream (its Adler-32): the file still parses, the decode fails."""
+    data = bytearray(path.read_bytes())
+    stream, _ = pd.png_stream(bytes(data), "x")
+    data[bytes(data).index(stream) + len(stream) - 1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_finish_on_device_defers_the_status_check(tmp_path):
+    paths, imgs = write_folder(tmp_path)
+    corrupt(paths[2])
+    ds = DevicePNGList(paths, list(range(len(paths))))
+    checks = []
+    images, labels = ds.finish_on_device(list(ds.get_batch(np.array([0, 1]))), defer=checks.append)
+    np.testing.assert_array_equal(images, np.stack([imgs[0], imgs[1]]))
+    assert len(checks) == 1
+    checks.pop()()  # a good batch: the check passes
+    ds.finish_on_device(list(ds.get_batch(np.array([1, 2]))), defer=checks.append)  # no error yet
+    with pytest.raises(RuntimeError, match=rf"cannot decode {paths[2]} on the GPU: Adler-32 checksum mismatch"):
+        checks.pop()()
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_loader_with_a_fake_cupy_names_a_corrupt_file_one_batch_later(tmp_path, monkeypatch, prefetch):
+    from test_loader import fake_cupy
+    fake_cupy(monkeypatch)
+    paths, imgs = write_folder(tmp_path, n=12, size=(3, 4))
+    ds = DevicePNGList(paths, list(range(12)))
+    got = [(x.numpy().copy(), y.numpy().copy()) for x, y in
+           DataLoader(ds, batch_size=2, num_workers=2, device="cuda", prefetch_to_device=prefetch)]
+    assert [y.tolist() for _, y in got] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11]]
+    for x, y in got:
+        np.testing.assert_array_equal(x, np.stack([imgs[k] for k in y]))
+    corrupt(paths[7])  # in batch 3
+    handed = []
+    with pytest.raises(RuntimeError, match=rf"cannot decode {paths[7]} on the GPU: Adler-32"):
+        for _, y in DataLoader(ds, batch_size=2, num_workers=2, device="cuda", prefetch_to_device=prefetch):
+            handed.append(y.numpy().tolist())
+    assert handed == [[0, 1], [2, 3], [4, 5], [6, 7]]  # raised when batch 4 was asked for
+    corrupt(paths[7])  # repaired (the flip undone); now break the file of the last batch
+    corrupt(paths[11])
+    with pytest.raises(RuntimeError, match=rf"cannot decode {paths[11]}"):
+        list(DataLoader(ds, batch_size=2, num_workers=3, device="cuda", prefetch_to_device=prefetch))
+    it = iter(DataLoader(ds, batch_size=2, num_workers=1, device="cuda", prefetch_to_device=prefetch))
+    for _ in range(6):
+        next(it)
+    with pytest.raises(RuntimeError, match=rf"cannot decode {paths[11]}"):
+        it.close()  # the last batch handed out is checked when the iterator is closed
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_gpu_loader_lookahead_matches_the_cpu_loader_in_order(tmp_path, prefetch):
+    paths = []
+    for k, img in enumerate(real_looking(200, seed=3)):
+        p = tmp_path / f"{k}.png"
+        p.write_bytes(png_bytes(img, (1, 6, 9)[k % 3]))
+        paths.append(p)
+    ds = DevicePNGList(paths, list(range(len(paths))))
+    cpu = [(x.numpy().copy(), y.numpy().copy())
+           for x, y in DataLoader(ds, batch_size=16, shuffle=True, seed=5, num_workers=2)]
+    for workers in (1, 3):
+        n = 0
+        for (x, y), (cx, cy) in zip(DataLoader(ds, batch_size=16, shuffle=True, seed=5, num_workers=workers,
+                                               device="cuda", prefetch_to_device=prefetch), cpu):
+            assert x.device == "cuda:0"
+            np.testing.assert_array_equal(x.numpy(), cx)
+            np.testing.assert_array_equal(y.numpy(), cy)
+            n += 1
+        assert n == len(cpu) == 13
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_gpu_loader_lookahead_names_a_corrupt_file_within_one_batch(tmp_path, prefetch):
+    paths = []
+    for k, img in enumerate(real_looking(48, seed=4)):
+        p = tmp_path / f"{k}.png"
+        p.write_bytes(png_bytes(img, 6))
+        paths.append(p)
+    corrupt(paths[21])  # batch 2 of 8-image batches
+    for workers in (1, 3):
+        handed = 0
+        with pytest.raises(RuntimeError, match=rf"cannot decode {paths[21]} on the GPU"):
+            for _ in DataLoader(DevicePNGList(paths, [0] * 48), batch_size=8, num_workers=workers, device="cuda",
+                                prefetch_to_device=prefetch):
+                handed += 1
+        assert handed == 3  # batches 0, 1 and the broken batch 2; raised when batch 3 was asked for
