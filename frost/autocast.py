@@ -30,23 +30,35 @@ class autocast(contextlib.ContextDecorator):
         self.enabled = enabled
 
     def __enter__(self):
-        self.prev = current()
+        self.prev, self.prev_casts = current(), getattr(_state, "casts", None)
         _state.dtype = self.dtype if self.enabled else None
+        _state.casts = {}  # the whole flat parameter buffers cast in this region (frost.optim.flat.cast_in_one)
         return self
 
     def __exit__(self, *exc) -> bool:
-        _state.dtype = self.prev
+        _state.dtype, _state.casts = self.prev, self.prev_casts
         return False
 
 
 def cast_inputs(*tensors):
-    """Under autocast, float32 tensors become the autocast dtype (others pass through); else unchanged."""
+    """Under autocast, float32 tensors become the autocast dtype (others pass through); else unchanged.
+
+    Parameters that live in an optimizer's flat buffer (frost.optim.flat) are cast with their whole buffer, once
+    per autocast region (one launch for all weights of a step, as PyTorch's autocast caches its weight casts for
+    the region): modifying those weights inside the region is not seen by later casts in it."""
     dt = current()
     if dt is None:
         return tensors
     from frost.ops.elementwise import cast
+    from frost.optim.flat import cast_in_one
     from frost.tensor import Tensor
-    return tuple(cast(t, dt) if isinstance(t, Tensor) and t.dtype == float32 else t for t in tensors)
+    out = []
+    for t in tensors:
+        if isinstance(t, Tensor) and t.dtype == float32:
+            view = cast_in_one(t.data, dt.np, _state.casts) if t._ctx is None and t.requires_grad else None
+            t = cast(t, dt, out=view)
+        out.append(t)
+    return tuple(out)
 
 
 def float32_inputs(*tensors):

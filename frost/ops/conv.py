@@ -7,7 +7,7 @@ import numpy as np
 
 from frost.autocast import cast_inputs
 from frost.autograd import grad_destination, is_grad_enabled
-from frost.layout import is_channels_last
+from frost.layout import empty_like_format, is_channels_last
 from frost.tensor import Tensor, from_op
 
 # Layout note. Columns are built as (C, kh, kw, N, Ho, Wo): for each input channel and kernel offset, a
@@ -242,7 +242,8 @@ def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1,
 
 def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1, out=None):
     """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x; written into `out` (a dense,
-    NCHW or channels-last, array of w_shape and x's dtype) and returned as `out` itself when given."""
+    NCHW or channels-last, array of w_shape and x's dtype, or float32 for bf16 operands on the GPU: autocast's
+    master weight) and returned as `out` itself when given."""
     geo = geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
     cudnn_args = _cudnn_args(x, geo)
     if cudnn_args is not None:
@@ -252,14 +253,29 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
         g, x, w_shape = _dense(g, xp), _dense(x, xp), tuple(w_shape)
         stride_hw, padding_hw, dilation_hw = cudnn_args
         # our split-K kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
-        if conv_wgrad.supported(g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups) and conv_wgrad.choose(
-                g, x, w_shape, stride_hw, padding_hw, lambda: cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)):
+        ours = (out is None or str(out.dtype) == "float32") and conv_wgrad.supported(  # ours writes float32 dW
+            g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups)
+        if ours and conv_wgrad.choose(g, x, w_shape, stride_hw, padding_hw,
+                                      lambda: cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)):
             return conv_wgrad.conv2d_backward_weight_gpu(g, x, w_shape, stride_hw, padding_hw, out=out)
+        if out is not None and out.dtype != x.dtype:  # a float32 out for bf16 operands: cuDNN's dW, converted
+            out[...] = cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)
+            return out
         return cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args, out=out)
     return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo, out=out)
 
 
 # ------------------------------------------------------------------ the differentiable op
+
+
+def _cast_source(weight: Tensor, xa) -> Tensor | None:
+    """The float32 leaf a bf16 GPU weight was cast from by autocast (its dW can be made in float32 there), or None."""
+    node = weight._ctx
+    if node is None or node.name != "cast" or not node.parents or isinstance(xa, np.ndarray):
+        return None
+    source = node.parents[0]
+    ok = source._ctx is None and source.requires_grad and str(source.data.dtype) == "float32"
+    return source if ok and str(xa.dtype) == "bfloat16" else None
 
 
 def _prefetch_weight_gradient(y, x, w, geo) -> None:
@@ -337,11 +353,17 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         if weight.requires_grad:
             # straight into the weight's zeroed .grad buffer when there is one (no fresh array, no add)
             dest = grad_destination(weight) if cdt == out_dtype else None
+            master = _cast_source(weight, xa)
             if cols is not None:
                 gw = _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo, out=dest)
+            elif master is not None:
+                # autocast: dW in float32 straight into the master weight's .grad (the cast's backward passes it on)
+                dest = grad_destination(master)
+                dest = empty_like_format(wa.shape, master.data) if dest is None else dest
+                gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest)
             else:
                 gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest)
-            gw = gw.astype(out_dtype, copy=False)
+            gw = gw if master is not None else gw.astype(out_dtype, copy=False)
         if bias is None:
             return gx, gw
         if bias.requires_grad:

@@ -1,6 +1,6 @@
-"""Our own float32 convolution weight-gradient kernels (split-K over many blocks, then a fixed-order sum) for the
-small shapes where cuDNN's weight gradient is slow, and `choose`, which times them against cuDNN per shape."""
-from __future__ import annotations
+"""Our own convolution weight-gradient kernels (float32 or bf16 operands, float32 sums and dW; split-K over many
+blocks, then a fixed-order sum) for the small shapes where cuDNN's weight gradient is slow, and `choose`, which times
+them against cuDNN per shape."""
 
 import functools
 import json
@@ -14,8 +14,8 @@ import numpy as np
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
-from frost.kernel import (Array, Const, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane, launch_bounds,
-                          local, shared, static_range, syncthreads, tx, warp)
+from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane,
+                          launch_bounds, local, shared, static_range, syncthreads, tx, warp)
 
 # dW[co, ci, kh, kw] = sum over (n, ho, wo) of dy[n, co, ho, wo] * x[n, ci, ho*SH + kh - PH, wo*SW + kw - PW]: a GEMM
 # with M = Cout, N = Cin*KH*KW small and K = n*Ho*Wo huge. K is cut into chunks (one image, R output rows, WT
@@ -34,130 +34,139 @@ FINAL_WARPS = 8         # warps of a finalize block; each block sums 32 outputs 
 MAX_SMEM = 48 * 1024    # bytes of shared memory a partial block may use (more would cost resident blocks)
 
 
-@kernel
-def conv_wgrad_partial(x: Array[f32], dy: Array[f32], part: Array[f32], chunks_per_block: i32, total_chunks: i32,
-                       CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
-                       WO: Const[int], KH: Const[int], KW: Const[int], SH: Const[int], SW: Const[int],
-                       PH: Const[int], PW: Const[int], TM: Const[int], TC: Const[int], BM: Const[int],
-                       BC: Const[int], P: Const[int], RP: Const[int], WT: Const[int], NHWC: Const[int] = 0,
-                       KRSC: Const[int] = 0):
-    """Block (s, m, c): the partial weight gradient of output channels m*BM.., input channels c*BC.. over
-    chunks s*chunks_per_block ..., written to part[s * Cout*Cin*KH*KW + flat output index].
+def _partial_kernel(T):
+    """The partial kernel for operands (x, dy) of element type T (f32, or bf16 under autocast: loads convert to
+    f32, the staging tiles, sums and partials are f32 for every T)."""
+    @kernel
+    def conv_wgrad_partial(x: Array[T], dy: Array[T], part: Array[f32], chunks_per_block: i32, total_chunks: i32,
+                           CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
+                           WO: Const[int], KH: Const[int], KW: Const[int], SH: Const[int], SW: Const[int],
+                           PH: Const[int], PW: Const[int], TM: Const[int], TC: Const[int], BM: Const[int],
+                           BC: Const[int], P: Const[int], RP: Const[int], WT: Const[int], NHWC: Const[int] = 0,
+                           KRSC: Const[int] = 0):
+        """Block (s, m, c): the partial weight gradient of output channels m*BM.., input channels c*BC.. over
+        chunks s*chunks_per_block ..., written to part[s * Cout*Cin*KH*KW + flat output index].
 
-    NHWC: x and dy are channels-last (NHWC memory) instead of NCHW. KRSC: the flat output index is that of
-    channels-last weights, ((co * KH + kh) * KW + kw) * CIN + ci, instead of KCRS ((co * CIN + ci) * KH + kh) * KW
-    + kw."""
-    G: Const[int] = BM // TM                 # output-channel groups (threads along M)
-    GC: Const[int] = BC // TC                # input-channel groups (threads along N)
-    TPT: Const[int] = G * GC                 # threads of one position group
-    R: Const[int] = P * RP                   # output rows per chunk
-    XR: Const[int] = (R - 1) * SH + KH       # x rows a chunk needs
-    XC: Const[int] = (WT - 1) * SW + KW      # x columns a chunk needs
-    XPLANE: Const[int] = XR * XC + 1 - XR * XC % 2   # odd plane strides: the planes a warp reads fall in
-    DPLANE: Const[int] = R * WT + 1 - R * WT % 2     # different banks
-    COL_TILES: Const[int] = cdiv(WO, WT)
-    TILES: Const[int] = cdiv(HO, R) * COL_TILES      # chunks per image
-    DS_OFFSET: Const[int] = cdiv(BC * XPLANE * 4, 16) * 16
-    A: Const[int] = TM * TC * KH * KW        # accumulators per thread
-    RED: Const[int] = max(P - 1, 1) * TPT * A
-    OUT: Const[int] = COUT * CIN * KH * KW
-    # element strides of x (per image, channel, row, column), of dy, and of the output (per channel, tap row, tap)
-    X_C: Const[int] = NHWC + (1 - NHWC) * H * W
-    X_W: Const[int] = NHWC * CIN + 1 - NHWC
-    DY_C: Const[int] = NHWC + (1 - NHWC) * HO * WO
-    DY_W: Const[int] = NHWC * COUT + 1 - NHWC
-    O_C: Const[int] = KRSC + (1 - KRSC) * KH * KW
-    O_KW: Const[int] = KRSC * CIN + 1 - KRSC
-    launch_bounds(TPT * P)
-    xs = dynamic_shared(f32, (BC, XPLANE))
-    ds = dynamic_shared(f32, (BM, DPLANE), DS_OFFSET)
-    red = dynamic_shared(f32, RED)           # the position groups' sums, over the staging buffers at the end
-    tl = tx % TPT
-    cg = tl % G
-    cl = tl // G
-    p = tx // TPT
-    co0 = by * BM
-    ci0 = bz * BC
-    acc = local(f32, (TM, TC, KH, KW))
-    win = local(f32, (TC, KH, KW))
-    d = local(f32, TM)
-    for i in static_range(TM):
-        for j in static_range(TC):
-            for kh in static_range(KH):
-                for kw in static_range(KW):
-                    acc[i, j, kh, kw] = 0.0
-    first = bx * chunks_per_block
-    last = min(first + chunks_per_block, total_chunks)
-    for chunk in range(first, last):
-        img = chunk // TILES
-        tile = chunk % TILES
-        ho0 = tile // COL_TILES * R
-        wo0 = tile % COL_TILES * WT
-        hi0 = ho0 * SH - PH
-        wi0 = wo0 * SW - PW
-        syncthreads()   # every thread is done with the previous chunk
-        for e in range(tx, BC * XR * XC, TPT * P):   # NHWC: channels fastest across threads (coalesced reads)
-            c = e % BC if NHWC else e // (XR * XC)
-            rc = e // BC if NHWC else e % (XR * XC)
-            hi = hi0 + rc // XC
-            wi = wi0 + rc % XC
-            v = 0.0
-            if ci0 + c < CIN and hi >= 0 and hi < H and wi >= 0 and wi < W:
-                v = x[img * (CIN * H * W) + (ci0 + c) * X_C + (hi * W + wi) * X_W]
-            xs[c, rc] = v
-        for e in range(tx, BM * R * WT, TPT * P):
-            m = e % BM if NHWC else e // (R * WT)
-            rc = e // BM if NHWC else e % (R * WT)
-            ho = ho0 + rc // WT
-            wo = wo0 + rc % WT
-            v = 0.0
-            if co0 + m < COUT and ho < HO and wo < WO:
-                v = dy[img * (COUT * HO * WO) + (co0 + m) * DY_C + (ho * WO + wo) * DY_W]
-            ds[m, rc] = v
-        syncthreads()
-        for rr in range(RP):
-            r = rr * P + p
-            for col in static_range(WT):
-                for j in static_range(TC):
-                    for kh in static_range(KH):
-                        for kw in static_range(KW):
-                            if col > 0 and kw + SW < KW:   # still in the window: slide it
-                                win[j, kh, kw] = win[j, kh, min(kw + SW, KW - 1)]
-                            else:
-                                win[j, kh, kw] = xs[cl + j * GC, (r * SH + kh) * XC + col * SW + kw]
-                for i in static_range(TM):
-                    d[i] = ds[cg + i * G, r * WT + col]
-                for i in static_range(TM):
-                    for j in static_range(TC):
-                        for kh in static_range(KH):
-                            for kw in static_range(KW):
-                                acc[i, j, kh, kw] += d[i] * win[j, kh, kw]
-    if P > 1:
-        syncthreads()   # the staging buffers become `red`
-        if p > 0:
-            for i in static_range(TM):
-                for j in static_range(TC):
-                    for kh in static_range(KH):
-                        for kw in static_range(KW):
-                            red[((p - 1) * A + ((i * TC + j) * KH + kh) * KW + kw) * TPT + tl] = acc[i, j, kh, kw]
-        syncthreads()
-        if p == 0:
-            for q in range(P - 1):
-                for i in static_range(TM):
-                    for j in static_range(TC):
-                        for kh in static_range(KH):
-                            for kw in static_range(KW):
-                                acc[i, j, kh, kw] += red[(q * A + ((i * TC + j) * KH + kh) * KW + kw) * TPT + tl]
-    if p == 0:
+        NHWC: x and dy are channels-last (NHWC memory) instead of NCHW. KRSC: the flat output index is that of
+        channels-last weights, ((co * KH + kh) * KW + kw) * CIN + ci, instead of KCRS ((co * CIN + ci) * KH + kh) * KW
+        + kw."""
+        G: Const[int] = BM // TM                 # output-channel groups (threads along M)
+        GC: Const[int] = BC // TC                # input-channel groups (threads along N)
+        TPT: Const[int] = G * GC                 # threads of one position group
+        R: Const[int] = P * RP                   # output rows per chunk
+        XR: Const[int] = (R - 1) * SH + KH       # x rows a chunk needs
+        XC: Const[int] = (WT - 1) * SW + KW      # x columns a chunk needs
+        XPLANE: Const[int] = XR * XC + 1 - XR * XC % 2   # odd plane strides: the planes a warp reads fall in
+        DPLANE: Const[int] = R * WT + 1 - R * WT % 2     # different banks
+        COL_TILES: Const[int] = cdiv(WO, WT)
+        TILES: Const[int] = cdiv(HO, R) * COL_TILES      # chunks per image
+        DS_OFFSET: Const[int] = cdiv(BC * XPLANE * 4, 16) * 16
+        A: Const[int] = TM * TC * KH * KW        # accumulators per thread
+        RED: Const[int] = max(P - 1, 1) * TPT * A
+        OUT: Const[int] = COUT * CIN * KH * KW
+        # element strides of x (per image, channel, row, column), of dy, and of the output (per channel, tap row, tap)
+        X_C: Const[int] = NHWC + (1 - NHWC) * H * W
+        X_W: Const[int] = NHWC * CIN + 1 - NHWC
+        DY_C: Const[int] = NHWC + (1 - NHWC) * HO * WO
+        DY_W: Const[int] = NHWC * COUT + 1 - NHWC
+        O_C: Const[int] = KRSC + (1 - KRSC) * KH * KW
+        O_KW: Const[int] = KRSC * CIN + 1 - KRSC
+        launch_bounds(TPT * P)
+        xs = dynamic_shared(f32, (BC, XPLANE))
+        ds = dynamic_shared(f32, (BM, DPLANE), DS_OFFSET)
+        red = dynamic_shared(f32, RED)           # the position groups' sums, over the staging buffers at the end
+        tl = tx % TPT
+        cg = tl % G
+        cl = tl // G
+        p = tx // TPT
+        co0 = by * BM
+        ci0 = bz * BC
+        acc = local(f32, (TM, TC, KH, KW))
+        win = local(f32, (TC, KH, KW))
+        d = local(f32, TM)
         for i in static_range(TM):
-            co = co0 + cg + i * G
             for j in static_range(TC):
-                ci = ci0 + cl + j * GC
-                if co < COUT and ci < CIN:
-                    for kh in static_range(KH):
-                        for kw in static_range(KW):
-                            part[bx * OUT + co * (CIN * KH * KW) + ci * O_C + (kh * KW + kw) * O_KW] = acc[
-                                i, j, kh, kw]
+                for kh in static_range(KH):
+                    for kw in static_range(KW):
+                        acc[i, j, kh, kw] = 0.0
+        first = bx * chunks_per_block
+        last = min(first + chunks_per_block, total_chunks)
+        for chunk in range(first, last):
+            img = chunk // TILES
+            tile = chunk % TILES
+            ho0 = tile // COL_TILES * R
+            wo0 = tile % COL_TILES * WT
+            hi0 = ho0 * SH - PH
+            wi0 = wo0 * SW - PW
+            syncthreads()   # every thread is done with the previous chunk
+            for e in range(tx, BC * XR * XC, TPT * P):   # NHWC: channels fastest across threads (coalesced reads)
+                c = e % BC if NHWC else e // (XR * XC)
+                rc = e // BC if NHWC else e % (XR * XC)
+                hi = hi0 + rc // XC
+                wi = wi0 + rc % XC
+                v = 0.0
+                if ci0 + c < CIN and hi >= 0 and hi < H and wi >= 0 and wi < W:
+                    v = f32(x[img * (CIN * H * W) + (ci0 + c) * X_C + (hi * W + wi) * X_W])
+                xs[c, rc] = v
+            for e in range(tx, BM * R * WT, TPT * P):
+                m = e % BM if NHWC else e // (R * WT)
+                rc = e // BM if NHWC else e % (R * WT)
+                ho = ho0 + rc // WT
+                wo = wo0 + rc % WT
+                v = 0.0
+                if co0 + m < COUT and ho < HO and wo < WO:
+                    v = f32(dy[img * (COUT * HO * WO) + (co0 + m) * DY_C + (ho * WO + wo) * DY_W])
+                ds[m, rc] = v
+            syncthreads()
+            for rr in range(RP):
+                r = rr * P + p
+                for col in static_range(WT):
+                    for j in static_range(TC):
+                        for kh in static_range(KH):
+                            for kw in static_range(KW):
+                                if col > 0 and kw + SW < KW:   # still in the window: slide it
+                                    win[j, kh, kw] = win[j, kh, min(kw + SW, KW - 1)]
+                                else:
+                                    win[j, kh, kw] = xs[cl + j * GC, (r * SH + kh) * XC + col * SW + kw]
+                    for i in static_range(TM):
+                        d[i] = ds[cg + i * G, r * WT + col]
+                    for i in static_range(TM):
+                        for j in static_range(TC):
+                            for kh in static_range(KH):
+                                for kw in static_range(KW):
+                                    acc[i, j, kh, kw] += d[i] * win[j, kh, kw]
+        if P > 1:
+            syncthreads()   # the staging buffers become `red`
+            if p > 0:
+                for i in static_range(TM):
+                    for j in static_range(TC):
+                        for kh in static_range(KH):
+                            for kw in static_range(KW):
+                                red[((p - 1) * A + ((i * TC + j) * KH + kh) * KW + kw) * TPT + tl] = acc[i, j, kh, kw]
+            syncthreads()
+            if p == 0:
+                for q in range(P - 1):
+                    for i in static_range(TM):
+                        for j in static_range(TC):
+                            for kh in static_range(KH):
+                                for kw in static_range(KW):
+                                    acc[i, j, kh, kw] += red[(q * A + ((i * TC + j) * KH + kh) * KW + kw) * TPT + tl]
+        if p == 0:
+            for i in static_range(TM):
+                co = co0 + cg + i * G
+                for j in static_range(TC):
+                    ci = ci0 + cl + j * GC
+                    if co < COUT and ci < CIN:
+                        for kh in static_range(KH):
+                            for kw in static_range(KW):
+                                part[bx * OUT + co * (CIN * KH * KW) + ci * O_C + (kh * KW + kw) * O_KW] = acc[
+                                    i, j, kh, kw]
+    return conv_wgrad_partial
+
+
+# the partial kernel by operand dtype name (str(x.dtype))
+PARTIAL = {"float32": _partial_kernel(f32), "bfloat16": _partial_kernel(bf16)}
+conv_wgrad_partial = PARTIAL["float32"]
 
 
 @kernel
@@ -325,7 +334,8 @@ def launch(plan: Plan, g, x, out, part=None, simulate: bool = False) -> None:
                          f"x strides {x.strides}, out strides {out.strides}")
     nhwc, krsc = layout == "nhwc", is_channels_last(out)
     xp = np if simulate else _cupy()
-    partial = conv_wgrad_partial.simulate if simulate else conv_wgrad_partial
+    kern = PARTIAL[str(x.dtype)]
+    partial = kern.simulate if simulate else kern
     finalize = conv_wgrad_finalize.simulate if simulate else conv_wgrad_finalize
     flat_out = _flat(out, krsc)
     if plan.splits == 1:
@@ -350,9 +360,9 @@ def _sm_count(device_id: int) -> int:
 
 
 def _check_arrays(g, x, out, w_shape) -> None:
-    for name, a in (("dy", g), ("x", x)):
-        if str(a.dtype) != "float32":
-            raise TypeError(f"conv2d_backward_weight_gpu: {name} must be a float32 array, got {a.dtype}")
+    if str(g.dtype) != str(x.dtype) or str(x.dtype) not in PARTIAL:
+        raise TypeError(f"conv2d_backward_weight_gpu: dy and x must both be float32 or both bfloat16 arrays, got dy "
+                        f"{g.dtype} and x {x.dtype}")
     if len(g.shape) == 4 and len(x.shape) == 4 and input_layout(g, x) is None:
         raise ValueError(f"conv2d_backward_weight_gpu: dy and x must both be C-contiguous (NCHW) or both "
                          f"channels-last (NHWC memory), got dy {tuple(g.shape)} with strides {g.strides} and x "
@@ -378,8 +388,8 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
 
 def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, tiles: dict | None = None,
                                simulate: bool = False) -> Any:
-    """dW of a float32 convolution (groups 1, dilation 1) from dy `g` and input `x` (CuPy arrays, both NCHW or both
-    channels-last), on the current stream, written into `out` (w_shape, C-contiguous or channels-last) when given,
+    """dW (float32) of a convolution (groups 1, dilation 1) from dy `g` and input `x` (CuPy arrays, both float32 or
+    both bf16, both NCHW or both channels-last), on the current stream, written into `out` (w_shape, C-contiguous or channels-last) when given,
     else into a new array in x's memory format; returns out. No host sync: capturable.
 
     tiles: a launch plan's tile choices (make_plan's keywords; default: what `choose` remembered, else
@@ -397,11 +407,11 @@ def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, 
 
 
 def supported(g, x, w_shape, stride, padding, dilation=1, groups: int = 1) -> bool:
-    """True when conv2d_backward_weight_gpu handles this call (float32, groups 1, dilation 1, dy and x both
-    C-contiguous or both channels-last)."""
+    """True when conv2d_backward_weight_gpu handles this call (dy and x both float32 or both bf16, groups 1,
+    dilation 1, dy and x both C-contiguous or both channels-last)."""
     if groups != 1 or _pair(dilation, "dilation") != (1, 1):
         return False
-    if str(g.dtype) != "float32" or str(x.dtype) != "float32":
+    if str(g.dtype) != str(x.dtype) or str(x.dtype) not in PARTIAL:
         return False
     if len(g.shape) != 4 or len(x.shape) != 4 or input_layout(g, x) is None:
         return False
@@ -440,7 +450,7 @@ def _capturing() -> bool:
 def _candidate_specs(g, x, w_shape, stride, padding, tile_choices: list, out) -> list:
     """The partial kernel's specializations for the candidates (dy and x layouts, dW's layout from out)."""
     flags = dict(NHWC=int(input_layout(g, x) == "nhwc"), KRSC=int(is_channels_last(out)))
-    return [conv_wgrad_partial.specialize(**plan_for(g, x, w_shape, stride, padding, tiles).consts, **flags)
+    return [PARTIAL[str(x.dtype)].specialize(**plan_for(g, x, w_shape, stride, padding, tiles).consts, **flags)
             for tiles in tile_choices]
 
 

@@ -416,20 +416,21 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
 
 # ------------------------------------------------------------------ dtype and device moves
 
-def cast(x: Tensor, dtype: DType) -> Tensor:
+def cast(x: Tensor, dtype: DType, out=None) -> Tensor:
+    """x in dtype; `out`: x's values already in dtype (autocast's view of a whole flat buffer cast at once)."""
     dtype = to_dtype(dtype)
     if x.dtype == dtype:
         return x
     src = x.data.dtype
-    out = x.data.astype(dtype.np)
+    out = x.data.astype(dtype.np) if out is None else out
     if not dtype.is_floating_point:
         return Tensor(out)
 
     def backward(g):
         # autocast's weight casts: the float32 gradient goes straight into the parameter's zeroed .grad buffer
         dest = grad_destination(x)
-        if dest is None:
-            return (g.astype(src),)
+        if dest is None:  # (also when g is already x's float32 gradient, which conv2d wrote into x's .grad)
+            return (g.astype(src, copy=False),)
         dest[...] = g
         return (dest,)
 

@@ -21,6 +21,27 @@ STEP = 0  # slot of the step counter in `hyper`; slots 1.. are the optimizer's o
 
 # optimizers with flat groups; frost.jit refreshes their device hyper-parameters before each replay
 live_optimizers: "weakref.WeakSet" = weakref.WeakSet()
+# id(flat parameter buffer) -> its FlatGroup (weakly): autocast casts a whole buffer at once (cast_in_one)
+_groups_by_buffer: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def cast_in_one(array, dtype, casts: dict):
+    """`array` in `dtype` as a view of one cast of the whole flat parameter buffer it lies in, made once per `casts`
+    dict (autocast's, one per region: a step's weights cost one cast launch, not one per parameter); None when
+    `array` is not in a flat parameter buffer. The view has array's element offset and strides."""
+    base = getattr(array, "base", None)
+    group = _groups_by_buffer.get(id(base)) if base is not None else None
+    if group is None or group.params is not base or isinstance(base, np.ndarray):
+        return None
+    key = (id(base), np.dtype(dtype).str)
+    whole = casts.get(key)
+    if whole is None:
+        whole = casts[key] = base.astype(dtype)
+    cp = cuda.cupy()
+    size = np.dtype(dtype).itemsize
+    offset = (array.data.ptr - base.data.ptr) // base.itemsize
+    return cp.ndarray(array.shape, dtype, memptr=whole.data + offset * size,
+                      strides=tuple(st // base.itemsize * size for st in array.strides))
 
 
 @kernel
@@ -67,6 +88,7 @@ class FlatGroup:
         offsets, self.numel = self._pack([p.numel() for p in params])
         self.members = list(params)
         self.params = xp.zeros(self.numel, dtype=xp.float32)
+        _groups_by_buffer[id(self.params)] = self
         self.grads = xp.zeros(self.numel, dtype=xp.float32)
         self.hyper = xp.zeros(1 + n_hyper, dtype=xp.float32)
         # [offset, numel] of each parameter, for kernels that work per parameter (one block each, e.g. LAMB's norms)

@@ -2,6 +2,7 @@
 compiles of the seed ResNet's variants, and (on a GPU) equality with cuDNN, `choose`, and CUDA-graph capture."""
 import json
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -103,8 +104,10 @@ def test_errors_name_the_shapes():
     with pytest.raises(ValueError, match=r"out must be a float32 array of shape \(4, 3, 3, 3\), C-contiguous or "
                                          r"channels-last, got float32 \(4, 3, 9\)"):
         cw.conv2d_backward_weight_gpu(g, x, w_shape, 1, 1, out=np.zeros((4, 3, 9), np.float32), simulate=True)
-    with pytest.raises(TypeError, match=r"x must be a float32 array, got float64"):
+    with pytest.raises(TypeError, match=r"dy and x must both be float32 or both bfloat16 arrays, got dy float32 and "
+                                        r"x float64"):
         cw.conv2d_backward_weight_gpu(g, x.astype(np.float64), w_shape, 1, 1, simulate=True)
+    assert not cw.supported(g, x.astype(ml_dtypes.bfloat16), w_shape, 1, 1)  # mixed dtypes
     assert not cw.supported(g, x, w_shape, 1, 1, dilation=2)
     assert not cw.supported(g, x, w_shape, 1, 1, groups=3)
     assert not cw.supported(g, x, w_shape, 2, 1)
@@ -205,7 +208,7 @@ def test_bad_out_is_an_error():
         cw.conv2d_backward_weight_gpu(gl, xl, w_shape, 1, 1, out=_nhwc(np.zeros(w_shape)), simulate=True)
     with pytest.raises(ValueError, match=r"got float32 \(4, 3, 3\)"):
         cw.conv2d_backward_weight_gpu(gl, xl, w_shape, 1, 1, out=np.zeros((4, 3, 3), np.float32), simulate=True)
-    with pytest.raises(TypeError, match=r"dy must be a float32 array, got float64"):
+    with pytest.raises(TypeError, match=r"dy and x must both be float32 or both bfloat16 arrays, got dy float64"):
         cw.conv2d_backward_weight_gpu(_nhwc(g.astype(np.float64)), xl, w_shape, 1, 1, simulate=True)
 
 
@@ -395,3 +398,19 @@ def test_works_inside_a_cuda_graph_capture(tmp_path, monkeypatch, exact_gpu_math
     assert cw.remembered(g, x, w_shape, s, p) is None
     np.testing.assert_allclose(cp.asnumpy(out), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     cw.forget()
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_bf16_operands_give_float32_sums_of_their_values(channels_last):
+    """Under autocast dy and x are bf16: the kernel loads them as f32 and sums in f32 into a float32 dW, so it equals
+    the float32 kernel run on the bf16 values widened to float32, bit for bit."""
+    g, x, w_shape = _inputs(2, 5, 6, 7, 7, 3, 1, 1)
+    gb, xb = g.astype(ml_dtypes.bfloat16), x.astype(ml_dtypes.bfloat16)
+    layout = _nhwc if channels_last else (lambda a: a)
+    got = cw.conv2d_backward_weight_gpu(layout(gb), layout(xb), w_shape, 1, 1, simulate=True)
+    want = cw.conv2d_backward_weight_gpu(layout(gb.astype(np.float32)), layout(xb.astype(np.float32)), w_shape, 1, 1,
+                                         simulate=True)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    ref = wgrad64(gb.astype(np.float64), xb.astype(np.float64), w_shape, 1, 1)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,119 @@
+"""frost.autocast: which inputs are cast, the per-region casts of flat parameter buffers, and their gradients."""
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import frost
+import frost.nn as nn
+import frost.nn.functional as F
+import frost.autocast
+ac = sys.modules["frost.autocast"]
+
+
+def test_region_state_is_restored_when_regions_nest():
+    assert ac.current() is None
+    with frost.autocast(frost.bfloat16):
+        outer = ac._state.casts
+        with frost.autocast(frost.bfloat16, enabled=False):
+            assert ac.current() is None and ac._state.casts is not outer
+        assert ac.current() == frost.bfloat16 and ac._state.casts is outer
+    assert ac.current() is None
+
+
+def test_cpu_weights_are_cast_one_by_one_with_gradients_in_float32():
+    w = frost.tensor(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32), requires_grad=True)
+    x = frost.tensor(np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32))
+    k = frost.tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+    with frost.autocast(frost.bfloat16):
+        (xc, wc) = ac.cast_inputs(x, w)
+    assert xc.dtype == wc.dtype == frost.bfloat16 and not ac._state.casts  # no flat buffers on the CPU
+    np.testing.assert_array_equal(wc.numpy(), w.numpy().astype(ml_dtypes.bfloat16))
+    (wc.to(frost.float32) * k).sum().backward()
+    assert w.grad.dtype == frost.float32
+    np.testing.assert_array_equal(w.grad.numpy(), k.numpy())
+
+
+def _cuda_model():
+    frost.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(8 * 6 * 6, 5, bias=False)).to("cuda", memory_format=frost.channels_last)
+
+
+@pytest.mark.cuda
+def test_flat_parameters_are_cast_with_their_whole_buffer_once_per_region():
+    import cupy as cp
+    from frost.optim.flat import cast_in_one
+    model = _cuda_model()
+    opt = frost.optim.AdamW(model.parameters(), lr=1e-3)
+    x = frost.randn(4, 3, 6, 6, device="cuda").contiguous(frost.channels_last)
+    F.cross_entropy(model(x), frost.tensor([0, 1, 2, 3], device="cuda")).backward()
+    opt.step()  # the group is flat now: parameters are views of one buffer
+    casts = {}
+    for p in model.parameters():
+        view = cast_in_one(p.data, ml_dtypes.bfloat16, casts)
+        assert view is not None and view.shape == p.data.shape
+        assert view.strides == tuple(s // 2 for s in p.data.strides)  # channels-last weights stay so
+        np.testing.assert_array_equal(cp.asnumpy(view).view(np.uint16),
+                                      cp.asnumpy(p.data.astype(ml_dtypes.bfloat16)).view(np.uint16))
+    assert len(casts) == 1
+    assert cast_in_one(cp.zeros(3, cp.float32), ml_dtypes.bfloat16, casts) is None  # not in a flat buffer
+
+
+@pytest.mark.cuda
+def test_training_under_autocast_equals_casting_each_weight(monkeypatch):
+    """Ten AdamW steps under autocast with the whole-buffer casts and with one cast per weight: same losses and
+    weights, bit for bit (the same bf16 values reach the same kernels)."""
+    import frost.optim.flat as flat
+    runs = []
+    for whole in (True, False):
+        if not whole:
+            monkeypatch.setattr(flat, "cast_in_one", lambda *args: None)
+        model = _cuda_model()
+        opt = frost.optim.AdamW(model.parameters(), lr=1e-2)
+        rng = np.random.default_rng(3)
+        losses = []
+        for _ in range(10):
+            x = frost.tensor(rng.standard_normal((4, 3, 6, 6)).astype(np.float32), device="cuda")
+            y = frost.tensor(rng.integers(0, 5, 4), device="cuda")
+            opt.zero_grad()
+            with frost.autocast(frost.bfloat16):
+                loss = F.cross_entropy(model(x.contiguous(frost.channels_last)), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        runs.append((losses, [p.cpu().numpy() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("zeroed", [False, True])
+def test_conv_weight_gradient_under_autocast_is_float32_in_the_master_grad(zeroed):
+    """bf16 operands, float32 dW written straight into the float32 weight's .grad (its zeroed buffer when there is
+    one): equal to float64 sums of the bf16 values."""
+    import torch
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 8, 10, 10)).astype(np.float32)
+    w0 = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    k = rng.standard_normal((4, 16, 10, 10)).astype(np.float32)
+    w = frost.tensor(w0, device="cuda", requires_grad=True)
+    w.data = frost.Tensor(w.data).contiguous(frost.channels_last).data
+    xt = frost.tensor(x, device="cuda").contiguous(frost.channels_last)
+    kt = frost.tensor(k, device="cuda")
+    opt = frost.optim.SGD([w], lr=0.0)
+    for _ in range(1 + zeroed):  # the second round finds a zeroed .grad to write into
+        opt.zero_grad(set_to_none=not zeroed)
+        before = None if w.grad is None else w.grad.data
+        with frost.autocast(frost.bfloat16):
+            y = F.conv2d(xt, w, padding=1)
+        (y.to(frost.float32) * kt).sum().backward()
+    assert w.grad.dtype == frost.float32
+    if zeroed:
+        assert w.grad.data is before  # written in place, no new array
+    bf = lambda a: torch.tensor(a.astype(ml_dtypes.bfloat16).astype(np.float64))
+    tw = bf(w0).requires_grad_()
+    torch.nn.functional.conv2d(bf(x), tw, padding=1).backward(bf(k))
+    np.testing.assert_allclose(w.grad.cpu().numpy(), tw.grad.numpy(), rtol=2e-4, atol=2e-3)
