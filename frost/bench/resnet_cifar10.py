@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", choices=["resident", "loader"], default="resident",
                    help="resident: the uint8 dataset held on the device; loader: frost.data.DataLoader threads")
     p.add_argument("--workers", type=int, default=3, help="DataLoader worker threads (loader pipeline)")
+    p.add_argument("--prefetch-to-device", type=int, default=2,
+                   help="loader pipeline on cuda: batches copied (and decoded) on the GPU ahead of the step, "
+                        "counting the one in use (DataLoader's prefetch_to_device)")
     p.add_argument("--decode", choices=["device", "cpu"], default="device",
                    help="loader pipeline: where PNGs are decoded (device: the threads read the files and the GPU "
                         "inflates and unfilters them, frost.data.DevicePNGList; cpu: the threads decode; on the "
@@ -166,7 +169,7 @@ def resident_batches(n: int, batch_size: int, device: str):
 
 
 def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict,
-                   decode: str = "device", channels_last: bool = False):
+                   decode: str = "device", channels_last: bool = False, prefetch_to_device: int = 2):
     """Endless batches from frost.data.DataLoader over the seed's PNG files: worker threads decode them, or read
     them for the GPU to decode (decode="device", on cuda)."""
     from frost.data import DataLoader, DevicePNGList, ImageList
@@ -174,7 +177,7 @@ def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, dev
     files, labels = seed_png_files(Path(png_root) / "train")
     dataset = (DevicePNGList if decode == "device" else ImageList)(files, labels)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
-                        num_workers=workers, seed=seed, device=device)
+                        num_workers=workers, seed=seed, device=device, prefetch_to_device=prefetch_to_device)
     while True:
         it = iter(loader)
         while True:
@@ -332,7 +335,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     else:
         step = make_step(model, opt, args.precision, jit)
         batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats, args.decode,
-                                 channels_last)
+                                 channels_last, args.prefetch_to_device)
 
     curve: list[list[float]] = []
     bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
@@ -417,6 +420,7 @@ def run(args: argparse.Namespace) -> dict:
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
+                   "prefetch_to_device": args.prefetch_to_device if args.pipeline == "loader" else None,
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format})
     data, data_load_s = load_into(result, args.data, device, args.pipeline, args.memory_format == "channels_last")

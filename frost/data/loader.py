@@ -393,7 +393,7 @@ class _Run:
 
     def _device_batches(self) -> Iterator[Any]:
         """GPU batches in order, up to prefetch_to_device of them queued on the copy stream (see _Lookahead)."""
-        copier = _GpuCopier(self.loader.device, self.loader._finisher())
+        copier = _GpuCopier(self.loader.device, self.loader._finisher(), streams=self.loader.prefetch_to_device)
         self.lookahead = _Lookahead(self.workers, self.loader.prefetch_to_device, poll=self._poll, wait=self._wait,
                                     issue=copier.issue, give_back=self._give_back)
         try:
@@ -576,16 +576,19 @@ def _takes_defer(finish: Callable) -> bool:
 
 
 class _GpuCopier:
-    """Host-to-GPU copies (and finish_on_device) on a separate stream; the caller's stream waits per batch."""
+    """Host-to-GPU copies (and finish_on_device) on copy streams of their own, batch i on stream i % streams (the
+    batches in flight decode side by side: a decode kernel of a few blocks leaves most of the GPU idle, and on one
+    stream each would wait for the one before); the caller's stream waits per batch."""
 
-    def __init__(self, device: Device, finish: Callable[..., list] | None = None) -> None:
+    def __init__(self, device: Device, finish: Callable[..., list] | None = None, streams: int = 1) -> None:
         from frost.backend import cuda
         self.finish = finish  # runs on the copy stream: its work overlaps the caller's steps
         self.defers = finish is not None and _takes_defer(finish)
         self.cp = cuda.cupy()
         self.gpu = self.cp.cuda.Device(device.index or 0)
         with self.gpu:
-            self.stream = self.cp.cuda.Stream(non_blocking=True)
+            self.streams = [self.cp.cuda.Stream(non_blocking=True) for _ in range(max(1, streams))]
+        self.issued = 0
         self.in_use: list[tuple[Any, list]] = []  # (event on the compute stream, device arrays)
         self.last: list | None = None
 
@@ -593,14 +596,16 @@ class _GpuCopier:
         """Queue one batch's copies and finish on the copy stream; nothing here waits for the GPU."""
         cp = self.cp
         checks: list[Callable[[], None]] = []
-        with self.gpu, self.stream:
+        stream = self.streams[self.issued % len(self.streams)]
+        self.issued += 1
+        with self.gpu, stream:
             out = [cp.empty((n, *buf.shape[1:]), buf.dtype) for buf in buffers.slots[slot]]
             for dev, host in zip(out, buffers.slots[slot]):
-                dev.set(host[:n], stream=self.stream)
-            copied = self.stream.record()
+                dev.set(host[:n], stream=stream)
+            copied = stream.record()
             if self.finish is not None:
                 out = list(self.finish(out, defer=checks.append) if self.defers else self.finish(out))
-            done = self.stream.record()
+            done = stream.record()
         return _Flight(buffers.kind, out, copied, done, checks)
 
     def hand_over(self, flight: _Flight) -> Any:
