@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", choices=["resident", "loader"], default="resident",
                    help="resident: the uint8 dataset held on the device; loader: frost.data.DataLoader threads")
     p.add_argument("--workers", type=int, default=3, help="DataLoader worker threads (loader pipeline)")
-    p.add_argument("--prefetch-to-device", type=int, default=2,
+    p.add_argument("--prefetch-to-device", type=int, default=4,
                    help="loader pipeline on cuda: batches copied (and decoded) on the GPU ahead of the step, "
                         "counting the one in use (DataLoader's prefetch_to_device)")
     p.add_argument("--decode", choices=["device", "cpu"], default="device",
@@ -169,7 +169,7 @@ def resident_batches(n: int, batch_size: int, device: str):
 
 
 def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict,
-                   decode: str = "device", channels_last: bool = False, prefetch_to_device: int = 2):
+                   decode: str = "device", channels_last: bool = False, prefetch_to_device: int = 4):
     """Endless batches from frost.data.DataLoader over the seed's PNG files: worker threads decode them, or read
     them for the GPU to decode (decode="device", on cuda)."""
     from frost.data import DataLoader, DevicePNGList, ImageList
