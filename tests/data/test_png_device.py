@@ -486,14 +486,20 @@ def test_loader_with_a_fake_cupy_names_a_corrupt_file_one_batch_later(tmp_path, 
         it.close()  # the last batch handed out is checked when the iterator is closed
 
 
+def _png_files(folder, images, levels) -> list:
+    """Each image written as folder/k.png, compressed at zlib level levels[k % len(levels)]."""
+    paths = []
+    for k, img in enumerate(images):
+        p = folder / f"{k}.png"
+        p.write_bytes(png_bytes(img, levels[k % len(levels)]))
+        paths.append(p)
+    return paths
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("prefetch", [1, 3])
 def test_gpu_loader_lookahead_matches_the_cpu_loader_in_order(tmp_path, prefetch):
-    paths = []
-    for k, img in enumerate(real_looking(200, seed=3)):
-        p = tmp_path / f"{k}.png"
-        p.write_bytes(png_bytes(img, (1, 6, 9)[k % 3]))
-        paths.append(p)
+    paths = _png_files(tmp_path, real_looking(200, seed=3), levels=(1, 6, 9))
     ds = DevicePNGList(paths, list(range(len(paths))))
     cpu = [(x.numpy().copy(), y.numpy().copy())
            for x, y in DataLoader(ds, batch_size=16, shuffle=True, seed=5, num_workers=2)]
@@ -511,11 +517,7 @@ def test_gpu_loader_lookahead_matches_the_cpu_loader_in_order(tmp_path, prefetch
 @pytest.mark.cuda
 @pytest.mark.parametrize("prefetch", [1, 3])
 def test_gpu_loader_lookahead_names_a_corrupt_file_within_one_batch(tmp_path, prefetch):
-    paths = []
-    for k, img in enumerate(real_looking(48, seed=4)):
-        p = tmp_path / f"{k}.png"
-        p.write_bytes(png_bytes(img, 6))
-        paths.append(p)
+    paths = _png_files(tmp_path, real_looking(48, seed=4), levels=(6,))
     corrupt(paths[21])  # batch 2 of 8-image batches
     for workers in (1, 3):
         handed = 0
