@@ -99,6 +99,8 @@ def test_conv_weight_gradient_under_autocast_is_float32_in_the_master_grad(zeroe
     import torch
     from frost.ops import conv_wgrad
     monkeypatch.setattr(conv_wgrad, "choose", lambda *args: ours)
+    ran, kernel = [], conv_wgrad.conv2d_backward_weight_gpu
+    monkeypatch.setattr(conv_wgrad, "conv2d_backward_weight_gpu", lambda *a, **k: ran.append(1) or kernel(*a, **k))
     rng = np.random.default_rng(7)
     x = rng.standard_normal((4, 8, 10, 10)).astype(np.float32)
     w0 = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
@@ -106,7 +108,7 @@ def test_conv_weight_gradient_under_autocast_is_float32_in_the_master_grad(zeroe
     w = frost.tensor(w0, device="cuda", requires_grad=True)
     w.data = frost.Tensor(w.data).contiguous(frost.channels_last).data
     xt = frost.tensor(x, device="cuda").contiguous(frost.channels_last)
-    kt = frost.tensor(k, device="cuda")
+    kt = frost.tensor(k, device="cuda").contiguous(frost.channels_last)  # dy then arrives channels-last, as x
     opt = frost.optim.SGD([w], lr=0.0)
     for _ in range(1 + zeroed):  # the second round finds a zeroed .grad to write into
         opt.zero_grad(set_to_none=not zeroed)
@@ -114,7 +116,7 @@ def test_conv_weight_gradient_under_autocast_is_float32_in_the_master_grad(zeroe
         with frost.autocast(frost.bfloat16):
             y = F.conv2d(xt, w, padding=1)
         (y.to(frost.float32) * kt).sum().backward()
-    assert w.grad.dtype == frost.float32
+    assert w.grad.dtype == frost.float32 and len(ran) == (1 + zeroed) * ours
     if zeroed:
         assert w.grad.data is before  # written in place, no new array
     bf = lambda a: torch.tensor(a.astype(ml_dtypes.bfloat16).astype(np.float64))
