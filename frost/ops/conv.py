@@ -7,7 +7,7 @@ import numpy as np
 
 from frost.autocast import cast_inputs
 from frost.autograd import grad_destination, is_grad_enabled
-from frost.layout import empty_like_format, is_channels_last
+from frost.layout import dense_like, empty_like_format, is_channels_last
 from frost.tensor import Tensor, from_op
 
 # Layout note. Columns are built as (C, kh, kw, N, Ho, Wo): for each input channel and kernel offset, a
@@ -251,6 +251,8 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
         from frost.ops import conv_wgrad
         xp = _xp(x)
         g, x, w_shape = _dense(g, xp), _dense(x, xp), tuple(w_shape)
+        if g.ndim == 4 and conv_wgrad.input_layout(g, x) is None:
+            g = dense_like(g, x)  # dy in x's memory format: our kernel reads both alike (one copy)
         stride_hw, padding_hw, dilation_hw = cudnn_args
         # our split-K kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
         ours = (out is None or str(out.dtype) == "float32") and conv_wgrad.supported(  # ours writes float32 dW
