@@ -114,11 +114,16 @@ def test_resident_channels_last_batches_are_nhwc_views():
     def step(x, y):
         seen["x"], seen["y"] = x, y
         return x
-    on_resident_data(step, images, labels)(frost.tensor(np.array([3, 1], np.int64)))
+    on_resident_data(step, images, labels, nhwc=True)(frost.tensor(np.array([3, 1], np.int64)))
     x = seen["x"].data
     assert x.shape == (2, 3, 32, 32) and layout.is_channels_last(x)
     np.testing.assert_allclose(x, images[[3, 1]].transpose(0, 3, 1, 2) / 255.0, rtol=1e-6)
     np.testing.assert_array_equal(seen["y"].numpy(), [3, 1])
+    # NCHW images 3 pixels wide are not mistaken for NHWC ones (the layout is said, not guessed from the shape)
+    narrow = np.random.default_rng(1).integers(0, 256, (4, 3, 5, 3), dtype=np.uint8)
+    on_resident_data(step, narrow, labels[:4])(frost.tensor(np.array([2, 0], np.int64)))
+    assert seen["x"].shape == (2, 3, 5, 3)
+    np.testing.assert_allclose(seen["x"].data, narrow[[2, 0]] / 255.0, rtol=1e-6)
 
 
 @pytest.mark.cuda

@@ -242,9 +242,10 @@ class LossWatch:
 def step_functions(recipe: Recipe, model, opt, data: dict, jit) -> list:
     """[the training step] or, with a Hessian refresh, [the step, the step + refresh]: each a function of batch
     indices into the resident data, captured by frost.jit as its own graph when jit is given."""
-    steps = [make_step(model, opt, "fp32", jit, data["x_train"], data["y_train"])]
+    resident = data["x_train"], data["y_train"], data["x_train_nhwc"]
+    steps = [make_step(model, opt, "fp32", jit, *resident)]
     if recipe.hessian_every:
-        refresh = on_resident_data(sophia_refresh_step(model, opt, "fp32"), data["x_train"], data["y_train"])
+        refresh = on_resident_data(sophia_refresh_step(model, opt, "fp32"), *resident)
         steps.append(jit(refresh) if jit is not None else refresh)
     return steps
 

@@ -137,7 +137,7 @@ def load_data(root: Path, device: str, pipeline: str, channels_last: bool = Fals
             "x_test": np.ascontiguousarray(x_test.transpose(0, 3, 1, 2)), "y_test": y_test}
     if pipeline == "resident":
         data["x_train"] = np.ascontiguousarray(x_train if channels_last else x_train.transpose(0, 3, 1, 2))
-        data["y_train"] = y_train
+        data["y_train"], data["x_train_nhwc"] = y_train, channels_last
     else:
         data["png_root"] = common.png_folder_for(root, x_train, y_train, x_test, y_test)
     if device == "cuda":
@@ -243,15 +243,15 @@ def build_model(seed: int, device: str, channels_last: bool = False):
     return model
 
 
-def make_step(model, opt, precision: str, jit, x_all=None, y_all=None):
+def make_step(model, opt, precision: str, jit, x_all=None, y_all=None, nhwc: bool = False):
     """The training step (forward, loss, backward, AdamW) as one function, captured by frost.jit if given.
 
-    With resident data (x_all uint8 NCHW, or NHWC for a channels-last model; y_all int64 on the device) the step
-    takes the batch indices and gathers the batch itself; otherwise it takes the batch (x, y).
+    With resident data (x_all uint8 NCHW, or NHWC with nhwc=True for a channels-last model; y_all int64 on the
+    device) the step takes the batch indices and gathers the batch itself; otherwise it takes the batch (x, y).
     """
     step = training_step(model, opt, precision)
     if x_all is not None:
-        step = on_resident_data(step, x_all, y_all)
+        step = on_resident_data(step, x_all, y_all, nhwc)
     return jit(step) if jit is not None else step
 
 
@@ -276,15 +276,15 @@ def training_step(model, opt, precision: str):
     return train
 
 
-def on_resident_data(fn, x_all, y_all):
-    """fn(x, y) as a function of batch indices into the resident data: the gather and the scaling to [0, 1]
-    happen inside, so with frost.jit they are part of the captured graph."""
+def on_resident_data(fn, x_all, y_all, nhwc: bool = False):
+    """fn(x, y) as a function of batch indices into the resident data (x_all NCHW, or NHWC with nhwc=True): the
+    gather and the scaling to [0, 1] happen inside, so with frost.jit they are part of the captured graph."""
     from frost.tensor import Tensor
 
     def gather_and_call(idx):
         i = idx.data
         x = scaled(x_all[i])
-        if x.shape[-1] == 3:  # NHWC images: the NCHW view is channels-last, no copy
+        if nhwc:  # the NCHW view of NHWC images is channels-last, no copy
             x = x.transpose(0, 3, 1, 2)
         return fn(Tensor(x), Tensor(y_all[i]))
 
@@ -330,7 +330,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     model, opt = build(seed, device, channels_last)
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
     if args.pipeline == "resident":
-        step = make_step(model, opt, args.precision, jit, data["x_train"], data["y_train"])
+        step = make_step(model, opt, args.precision, jit, data["x_train"], data["y_train"], data["x_train_nhwc"])
         batches = resident_batches(len(data["x_train"]), batch_size, device)
     else:
         step = make_step(model, opt, args.precision, jit)
