@@ -315,15 +315,18 @@ def test_gpu_fused_batch_norm_is_deterministic():
             np.testing.assert_array_equal(a, b_)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("shape", [(32, 32, 16, 16), (16, 8, 4, 4)])  # the fused path, the fallback
-def test_gpu_fused_batch_norm_replays_in_a_cuda_graph(shape):
+def _check_replays_in_a_cuda_graph(shape, calls: int, layout=lambda a: a):
+    """batch_norm_act + backward in a frost.jit step (eager twice, captured, replayed) on x, residual and dy in
+    `layout`: y, dweight, dbias every call, then the running statistics and the counter, against float64."""
     x, w, b, res, g = _inputs(shape, seed=6)
     C = shape[1]
     tw, tb = (frost.tensor(a, device="cuda", requires_grad=True) for a in (w, b))
     rm, rv = frost.zeros(C, device="cuda"), frost.ones(C, device="cuda")
     counter = frost.tensor(0, dtype="int64", device="cuda")
-    gt = frost.tensor(g, device="cuda")
+
+    def on_gpu(a):
+        return frost.Tensor(layout(frost.tensor(a, device="cuda").data))
+    gt = on_gpu(g)
 
     def step(tx, tr):
         tw.grad = tb.grad = None
@@ -335,17 +338,22 @@ def test_gpu_fused_batch_norm_replays_in_a_cuda_graph(shape):
     jitted = frost.jit(step)
     rng = np.random.default_rng(1)
     want_rm, want_rv = np.zeros(C), np.ones(C)
-    for i in range(5):  # eager twice, capture, then replays with new inputs
+    for i in range(calls):  # eager twice, capture, then replays with new inputs
         xi = x * (1 + i) + rng.standard_normal(x.shape).astype(np.float32)
-        tx, tr = frost.tensor(xi, device="cuda"), frost.tensor(res, device="cuda")
-        got = [t.cpu().numpy() for t in jitted(tx, tr)]
+        got = [t.cpu().numpy() for t in jitted(on_gpu(xi), on_gpu(res))]
         want = _reference64(xi, w, b, res, g, 1, want_rm, want_rv)
         want_rm, want_rv = want["rm"], want["rv"]
         for a, key in zip(got, ("y", "dw", "db")):
             np.testing.assert_allclose(a, want[key], rtol=1e-4, atol=1e-4, err_msg=f"call {i}: {key}")
-    assert counter.item() == 5
+    assert counter.item() == calls
     np.testing.assert_allclose(rm.cpu().numpy(), want_rm, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(rv.cpu().numpy(), want_rv, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(32, 32, 16, 16), (16, 8, 4, 4)])  # the fused path, the fallback
+def test_gpu_fused_batch_norm_replays_in_a_cuda_graph(shape):
+    _check_replays_in_a_cuda_graph(shape, calls=5)
 
 
 @pytest.mark.cuda
@@ -653,36 +661,9 @@ def test_gpu_nhwc_takes_an_nchw_residual_and_is_deterministic():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("shape", [(32, 32, 16, 16), (32, 256, 14, 14)])  # four launches, six
+@pytest.mark.parametrize("shape", [(32, 32, 16, 16), (32, 256, 14, 14)])  # one launch each way, six
 def test_gpu_nhwc_batch_norm_replays_in_a_cuda_graph(shape):
-    x, w, b, res, g = _inputs(shape, seed=6)
-    C = shape[1]
-    tw, tb = (frost.tensor(a, device="cuda", requires_grad=True) for a in (w, b))
-    rm, rv = frost.zeros(C, device="cuda"), frost.ones(C, device="cuda")
-    counter = frost.tensor(0, dtype="int64", device="cuda")
-    gt = frost.Tensor(as_channels_last(frost.tensor(g, device="cuda").data))
-
-    def step(tx, tr):
-        tw.grad = tb.grad = None
-        out = norm.batch_norm_act(tx, rm, rv, tw, tb, training=True, residual=tr, relu=True,
-                                  num_batches_tracked=counter)
-        out.backward(gt)
-        return out, tw.grad, tb.grad
-
-    jitted = frost.jit(step)
-    rng = np.random.default_rng(1)
-    want_rm, want_rv = np.zeros(C), np.ones(C)
-    for i in range(4):  # eager twice, capture, then a replay with new inputs
-        xi = x * (1 + i) + rng.standard_normal(x.shape).astype(np.float32)
-        tx, tr = (frost.Tensor(as_channels_last(frost.tensor(a, device="cuda").data)) for a in (xi, res))
-        got = [t.cpu().numpy() for t in jitted(tx, tr)]
-        want = _reference64(xi, w, b, res, g, 1, want_rm, want_rv)
-        want_rm, want_rv = want["rm"], want["rv"]
-        for a, key in zip(got, ("y", "dw", "db")):
-            np.testing.assert_allclose(a, want[key], rtol=1e-4, atol=1e-4, err_msg=f"call {i}: {key}")
-    assert counter.item() == 4
-    np.testing.assert_allclose(rm.cpu().numpy(), want_rm, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(rv.cpu().numpy(), want_rv, rtol=1e-4, atol=1e-4)
+    _check_replays_in_a_cuda_graph(shape, calls=4, layout=as_channels_last)
 
 
 # ------------------------------------------------------------------ bf16 activations through the channels-last kernels
