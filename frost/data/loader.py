@@ -495,7 +495,6 @@ class _Lookahead:
         self.ahead: collections.deque[_Flight] = collections.deque()  # issued, not handed out yet, in order
         self.copying: list[_Flight] = []  # issued, host buffer not given back yet
         self.handed: collections.deque[_Flight] = collections.deque()  # handed out, checks not run yet
-        self.last_issued: _Flight | None = None
 
     def next(self) -> _Flight | None:
         """The next batch in order, with the following ones issued as far as they are ready; None at the end."""
@@ -527,9 +526,9 @@ class _Lookahead:
         """Wait for everything issued (end of epoch, abandoned iterator): a host copy of a status that is still
         being written must not go back to the pinned pool. Best effort: an error here would hide the one that
         ended the epoch, and the next GPU call reports a broken device anyway."""
-        if self.last_issued is not None:
+        for flight in (*self.ahead, *self.handed, *self.copying):  # on several copy streams: each its own event
             with contextlib.suppress(Exception):
-                self.last_issued.done.synchronize()
+                flight.done.synchronize()
 
     def _fill(self) -> None:
         """Issue the following batches that are ready, up to `depth` in flight (counting the one handed out)."""
@@ -547,7 +546,6 @@ class _Lookahead:
             raise RuntimeError(f"DataLoader: received batch {batch} while expecting batch {self.pulled}")
         flight = self.issue(payload, slot, n)
         flight.worker, flight.slot = self.pulled % self.workers, slot
-        self.last_issued = flight
         self.pulled += 1
         self.ahead.append(flight)
         self.copying.append(flight)
