@@ -39,7 +39,8 @@ Semantics (the simulator implements exactly these):
 - `grid_sync(counter)` waits for every block of the grid (global writes before it are visible after it), in the
   kernel body only; `counter` is a one-element Array[u32] parameter, zeroed once and then kept (never reset). Every
   block must be resident at once: launch at most one block per SM (or as many as the occupancy allows) and let
-  every block reach every grid_sync. The simulator runs such a kernel's blocks side by side, barrier to barrier.
+  every block reach every grid_sync; a block left waiting for seconds traps (the launch fails with a CUDA error
+  instead of hanging). The simulator runs such a kernel's blocks side by side, barrier to barrier.
 - `cp_async16` copies land at `cp_wait`; the simulator performs them there, so a missing wait reads stale data.
 - Unassigned shared and local float arrays start as NaN in the simulator (garbage on the GPU).
 - Hopper warpgroup MMA (a kernel using any of these is compiled for sm_90a; other GPUs are an error):

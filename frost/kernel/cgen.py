@@ -49,7 +49,12 @@ __device__ __forceinline__ void frost_grid_sync(unsigned* bar) {
         unsigned add = (blockIdx.x | blockIdx.y | blockIdx.z) == 0 ? 0x80000000u - (blocks - 1) : 1u;
         __threadfence();
         unsigned old = atomicAdd(bar, add);
-        while (((old ^ *(volatile unsigned*)bar) & 0x80000000u) == 0) { }
+        // a block that never became resident (a grid larger than the GPU holds at once) would hold the others
+        // here forever: after ~2^34 cycles (seconds) trap, so that the launch fails in the caller, not hangs
+        long long start = clock64();
+        while (((old ^ *(volatile unsigned*)bar) & 0x80000000u) == 0) {
+            if (clock64() - start > (1LL << 34)) __trap();
+        }
         __threadfence();
     }
     __syncthreads(); }
