@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from frost.ops.reduce import widened
 from frost.tensor import Tensor, from_op
 
 
@@ -163,19 +164,20 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool =
                           divisor_override)
     kernel, strd, pads, dil, out_hw = _geometry(x, "avg_pool2d", kernel_size, stride, padding, 1, ceil_mode)
     xp, a = x.xp, x.data
+    wide = widened(a)  # half-precision windows add up in float32, as PyTorch's do
     h, w = a.shape[2:]
     if divisor_override:
         divisor = float(divisor_override)
     else:
         dh = _avg_divisor(h, out_hw[0], kernel[0], strd[0], pads[0], count_include_pad, xp)
         dw = _avg_divisor(w, out_hw[1], kernel[1], strd[1], pads[1], count_include_pad, xp)
-        divisor = (dh[:, None] * dw[None, :]).astype(a.dtype)
-    xpad = _padded(a, pads, out_hw, kernel, strd, dil, 0.0)
-    out = _windows(xpad, kernel, strd, dil, out_hw).sum(axis=(-2, -1), dtype=a.dtype) / divisor
+        divisor = (dh[:, None] * dw[None, :]).astype(wide.dtype)
+    xpad = _padded(wide, pads, out_hw, kernel, strd, dil, 0.0)
+    out = _windows(xpad, kernel, strd, dil, out_hw).sum(axis=(-2, -1), dtype=wide.dtype) / divisor
     padded_shape = xpad.shape
 
     def backward(g):
-        share = g / divisor
+        share = (g / divisor).astype(g.dtype, copy=False)
         gpad = xp.zeros(padded_shape, dtype=g.dtype)
         for i in range(kernel[0]):
             for j in range(kernel[1]):
@@ -217,20 +219,21 @@ def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
     if x.ndim == 3:
         return _unbatched(adaptive_avg_pool2d, x, output_size)
     xp, a = x.xp, x.data
+    wide = widened(a)  # half-precision windows add up in float32, as PyTorch's do
     n, c, h, w = a.shape
     oh, ow = _output_size(x, output_size, "adaptive_avg_pool2d")
     if h % oh == 0 and w % ow == 0:
         kh, kw = h // oh, w // ow
-        out = a.reshape(n, c, oh, kh, ow, kw).mean(axis=(3, 5), dtype=a.dtype).astype(a.dtype, copy=False)
+        out = wide.reshape(n, c, oh, kh, ow, kw).mean(axis=(3, 5)).astype(a.dtype, copy=False)
 
         def backward(g):
             share = (g / (kh * kw))[:, :, :, None, :, None]
             return (xp.broadcast_to(share, (n, c, oh, kh, ow, kw)).reshape(n, c, h, w).astype(g.dtype, copy=False),)
         return from_op(out, (x,), backward, "adaptive_avg_pool2d")
 
-    ah = _averaging_matrix(h, oh, a.dtype, xp)
-    aw = _averaging_matrix(w, ow, a.dtype, xp)
-    out = xp.matmul(xp.matmul(ah, a), aw.T).astype(a.dtype, copy=False)
+    ah = _averaging_matrix(h, oh, wide.dtype, xp)
+    aw = _averaging_matrix(w, ow, wide.dtype, xp)
+    out = xp.matmul(xp.matmul(ah, wide), aw.T).astype(a.dtype, copy=False)
 
     def backward(g):
         return (xp.matmul(xp.matmul(ah.T, g), aw).astype(g.dtype, copy=False),)

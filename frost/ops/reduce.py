@@ -46,6 +46,11 @@ def _accumulator(dtype):
     return np.float32 if dtype.itemsize == 2 and dtype.kind not in "iu" else None
 
 
+def widened(a):
+    """Array a in the type its sums accumulate in (_accumulator): float16 and bfloat16 as float32, else a itself."""
+    return a if _accumulator(a.dtype) is None else a.astype(np.float32)
+
+
 def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "sum")
@@ -165,7 +170,7 @@ def var(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, corre
     axes = normalize_dims(dim, x.ndim, "var")
     n = int(np.prod([x.shape[a] for a in axes]))
     corr = (1 if unbiased else 0) if correction is None else correction
-    a = x.data if _accumulator(x.data.dtype) is None else x.data.astype(np.float32)
+    a = widened(x.data)
     mu = a.mean(axis=axes, keepdims=True)
     centered = a - mu
     denom = builtins.max(n - corr, 0)

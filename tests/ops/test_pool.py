@@ -1,10 +1,12 @@
 """Pooling ops against PyTorch's: outputs, input gradients (overlapping windows, padding, ceil mode) and errors."""
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
 
 import frost
+import frost.nn.functional as F
 from frost.ops import pool
 
 RNG = np.random.default_rng(99)
@@ -165,3 +167,26 @@ def test_pool_cuda_matches_cpu(fn, args):
         results.append((out.cpu().numpy(), fx.grad.cpu().numpy()))
     for cpu_r, gpu_r in zip(*results):
         np.testing.assert_allclose(gpu_r, cpu_r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", ["adaptive", "avg"])
+def test_bf16_windows_add_up_in_float32(pool):
+    """A bf16 mean over 8x8 windows is the float64 mean rounded once to bf16 (summed in bf16 it was off by 2 %)."""
+    bf16 = ml_dtypes.bfloat16
+    x = (np.random.default_rng(0).standard_normal((4, 64, 8, 8)) + 3).astype(bf16)
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True).astype(bf16)
+    t = frost.tensor(x, requires_grad=True)
+    out = F.adaptive_avg_pool2d(t, (1, 1)) if pool == "adaptive" else F.avg_pool2d(t, 8)
+    assert out.dtype == frost.bfloat16
+    np.testing.assert_array_equal(out.numpy().view(np.uint16), want.view(np.uint16))
+    out.backward(frost.tensor(np.ones(out.shape, bf16)))
+    assert t.grad.dtype == frost.bfloat16
+    np.testing.assert_array_equal(t.grad.numpy().astype(np.float32), np.full(x.shape, 1 / 64, np.float32))
+
+
+def test_bf16_adaptive_windows_that_do_not_divide_stay_within_one_rounding():
+    bf16 = ml_dtypes.bfloat16
+    x = (np.random.default_rng(1).standard_normal((2, 8, 8, 8)) + 3).astype(bf16)
+    out = F.adaptive_avg_pool2d(frost.tensor(x), (3, 3)).numpy().astype(np.float64)
+    want = torch.nn.functional.adaptive_avg_pool2d(torch.tensor(x.astype(np.float64)), (3, 3)).numpy()
+    np.testing.assert_allclose(out, want, rtol=2 ** -8, atol=0)
