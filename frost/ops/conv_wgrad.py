@@ -458,20 +458,25 @@ def prefetch(g, x, w_shape, stride, padding, dilation=1, *, out) -> None:
     """Start compiling the candidates of a shape that `choose` has not decided yet on the background compile
     threads: conv2d's forward pass calls it (with its output standing in for dy, which has its shape, dtype and
     layout), so that the backward's `choose` finds them compiled, all shapes' compiles overlapping (a cold start-up
-    compiles some thirty of these unrolled kernels)."""
+    compiles some thirty of these unrolled kernels). A call it has seen before returns at once: it runs in every
+    eager forward."""
+    from frost import backends
+    seen = (g.shape, g.strides, x.shape, x.strides, str(x.dtype), tuple(w_shape), stride, padding, dilation,
+            backends.allow_tf32, backends.deterministic)
+    if seen in _looked_at or _capturing():
+        return
+    _looked_at.add(seen)
     if not supported(g, x, w_shape, stride, padding, dilation):
         return
-    key = _key(g, x, w_shape, stride, padding)
-    if key in _prefetched or key in _choices.load() or _capturing():
+    if _key(g, x, w_shape, stride, padding) in _choices.load():  # decided (this process or a remembered run)
         return
-    _prefetched.add(key)
     from frost.kernel.compile import device_arch
     arch = device_arch()
     for spec in _candidate_specs(g, x, w_shape, stride, padding, candidates(g, x, w_shape, stride, padding), out):
         spec.prefetch(arch)
 
 
-_prefetched: set = set()  # keys whose candidates prefetch has queued
+_looked_at: set = set()  # the calls prefetch has looked at (shapes, strides, dtype, switches): queued or not needed
 
 
 def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, out) -> None:

@@ -414,3 +414,33 @@ def test_bf16_operands_give_float32_sums_of_their_values(channels_last):
     np.testing.assert_array_equal(got, want)
     ref = wgrad64(gb.astype(np.float64), xb.astype(np.float64), w_shape, 1, 1)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
+    """conv2d's forward calls prefetch on every eager step: a shape is queued the first time only, a shape that
+    `choose` already decided is not queued, an unsupported one (float64) neither."""
+    import frost.kernel.compile as kcompile
+    queued = []
+
+    class Spec:
+        def __init__(self, tiles):
+            self.tiles = tiles
+
+        def prefetch(self, arch):
+            queued.append((arch, self.tiles))
+
+    monkeypatch.setattr(cw, "_looked_at", set())
+    monkeypatch.setattr(cw, "_capturing", lambda: False)
+    monkeypatch.setattr(kcompile, "device_arch", lambda: "sm_90")
+    monkeypatch.setattr(cw, "candidates", lambda *args: [{"TM": 1}, {"TM": 2}])
+    monkeypatch.setattr(cw, "_candidate_specs", lambda g, x, w, s, p, tiles, out: [Spec(t) for t in tiles])
+    g, x, w_shape = _inputs(2, 3, 4, 6, 6, 3, 1, 1)
+    out = np.zeros(w_shape, np.float32)
+    for _ in range(3):
+        cw.prefetch(g, x, w_shape, 1, 1, out=out)
+    assert queued == [("sm_90", {"TM": 1}), ("sm_90", {"TM": 2})]
+    g2, x2, w2 = _inputs(2, 3, 5, 6, 6, 3, 1, 1)
+    monkeypatch.setattr(cw._choices, "load", lambda: {cw._key(g2, x2, w2, 1, 1): {"ours": True}})
+    cw.prefetch(g2, x2, w2, 1, 1, out=np.zeros(w2, np.float32))
+    cw.prefetch(g.astype(np.float64), x.astype(np.float64), w_shape, 1, 1, out=out)
+    assert len(queued) == 2
