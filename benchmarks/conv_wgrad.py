@@ -1,8 +1,10 @@
 """Convolution weight gradients at the seed ResNet's shapes: our kernels (frost/ops/conv_wgrad.py) against cuDNN.
 
 Run on a GPU machine (needs the cuDNN frontend):
-    python benchmarks/conv_wgrad.py [--quick] [--channels-last] [--out FILE.json]
+    python benchmarks/conv_wgrad.py [--quick] [--channels-last] [--bf16] [--out FILE.json]
 --channels-last: x and dy with channels-last (NHWC) memory and dW channels-last (KRSC memory), for both.
+--bf16 (implies --channels-last): bf16 x and dy (autocast's), float32 dW; our candidates include the tensor-core
+kernel (conv_wgrad_mma); cuDNN's bf16 dW is timed with its widening into the float32 dW, as conv2d runs it.
 Each call is captured `--calls` times into a CUDA graph (as frost.jit runs a training step) and the graph is
 replayed; the time per call is the median over replays, measured with CUDA events. For every shape: each of our
 candidate tile choices (the ones `choose` times), cuDNN's tuned plan with TF32 off and with TF32 on (frost's
@@ -14,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from frost import backends
@@ -33,7 +36,7 @@ def cudnn_wgrad(g, x, w_shape, s, p, out):
     return cudnn.conv2d_backward_weight(g, x, w_shape, (s, s), (p, p), (1, 1), out=out)
 
 
-def bench_shape(shape, calls: int, repeats: int, sms: int, channels_last: bool = False) -> dict:
+def bench_shape(shape, calls: int, repeats: int, sms: int, channels_last: bool = False, bf16: bool = False) -> dict:
     import cupy as cp
     n, cin, cout, h, s, k = shape
     p = k // 2
@@ -46,6 +49,12 @@ def bench_shape(shape, calls: int, repeats: int, sms: int, channels_last: bool =
     w_shape = (cout, cin, k, k)
     out = empty_like_format(w_shape, x, cp.float32)
     row = dict(shape=list(shape), flops=2 * n * ho * ho * cout * cin * k * k)
+    if bf16:  # the reference below is cuDNN's float32 dW (TF32 off) of the bf16-rounded values
+        xb, gb = x.astype(ml_dtypes.bfloat16), g.astype(ml_dtypes.bfloat16)
+        x, g = xb.astype(cp.float32), gb.astype(cp.float32)
+        out_b = empty_like_format(w_shape, xb)
+        row["cudnn_bf16_us"] = graph_time_us(lambda: out.__setitem__(Ellipsis, cudnn_wgrad(gb, xb, w_shape, s, p,
+                                                                                            out_b)), calls, repeats)
     saved = backends.allow_tf32, backends.deterministic
     try:
         for tf32 in (False, True):
@@ -58,15 +67,16 @@ def bench_shape(shape, calls: int, repeats: int, sms: int, channels_last: bool =
     finally:
         backends.allow_tf32, backends.deterministic = saved
     scale = max(float(np.abs(ref).max()), 1e-30)
-    geo = cw.geometry(g.shape, x.shape, w_shape, s, p)
     ours = []
-    for tiles in cw.candidate_tiles(geo, n, sms):
-        plan = cw.make_plan(geo, n, **tiles)
+    if bf16:
+        x, g = xb, gb
+    for tiles in cw.candidates(g, x, w_shape, s, p):
+        plan = cw.plan_for(g, x, w_shape, s, p, tiles)
         us = graph_time_us(lambda: cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, out=out, tiles=tiles), calls,
                            repeats)
         got = cp.asnumpy(cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, tiles=tiles))
-        ours.append(dict(tiles=tiles, us=us, threads=plan.threads, smem=plan.smem, blocks=plan.splits *
-                         plan.tiles_m * plan.tiles_c, max_rel_error=float(np.abs(got - ref).max() / scale)))
+        ours.append(dict(tiles=tiles, us=us, threads=plan.threads, smem=plan.smem, blocks=int(np.prod(plan.grid)),
+                         max_rel_error=float(np.abs(got - ref).max() / scale)))
     best = min(ours, key=lambda o: o["us"])
     row.update(ours=ours, best_ours_us=best["us"], best_tiles=best["tiles"],
                max_rel_error=max(o["max_rel_error"] for o in ours))
@@ -78,11 +88,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer calls and repeats")
     ap.add_argument("--calls", type=int, default=None, help="calls per captured graph (default 100)")
     ap.add_argument("--channels-last", action="store_true", help="NHWC x and dy, KRSC dW (ours and cuDNN)")
-    ap.add_argument("--out", default=None, help="default: benchmarks/results/conv_wgrad[_channels_last].json")
+    ap.add_argument("--bf16", action="store_true", help="bf16 x and dy (channels-last), float32 dW")
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/conv_wgrad[_channels_last|_bf16].json")
     args = ap.parse_args()
+    args.channels_last = args.channels_last or args.bf16
     layout = "channels-last" if args.channels_last else "NCHW"
-    out_file = args.out or str(ROOT / "benchmarks" / "results" /
-                               f"conv_wgrad{'_channels_last' if args.channels_last else ''}.json")
+    suffix = "_bf16" if args.bf16 else "_channels_last" if args.channels_last else ""
+    out_file = args.out or str(ROOT / "benchmarks" / "results" / f"conv_wgrad{suffix}.json")
     import cupy as cp
     calls = args.calls or (20 if args.quick else 100)
     repeats = 5 if args.quick else 20
@@ -91,29 +103,33 @@ def main() -> None:
     device, sms = props["name"].decode(), int(props["multiProcessorCount"])
     rows = []
     for shape, per_step in SEED_SHAPES:
-        row = bench_shape(shape, calls, repeats, sms, args.channels_last)
+        row = bench_shape(shape, calls, repeats, sms, args.channels_last, args.bf16)
         row["calls_per_step"] = per_step
         rows.append(row)
     step = {k: sum(r[k] * r["calls_per_step"] for r in rows)
             for k in ("cudnn_tf32_off_us", "cudnn_tf32_on_us", "best_ours_us")}
-    step["chosen_us"] = sum(min(r["cudnn_tf32_off_us"], r["best_ours_us"]) * r["calls_per_step"] for r in rows)
+    cudnn_key = "cudnn_bf16_us" if args.bf16 else "cudnn_tf32_off_us"
+    if args.bf16:
+        step["cudnn_bf16_us"] = sum(r["cudnn_bf16_us"] * r["calls_per_step"] for r in rows)
+    step["chosen_us"] = sum(min(r[cudnn_key], r["best_ours_us"]) * r["calls_per_step"] for r in rows)
 
-    print(f"Convolution weight gradients on {device} ({sms} SMs), float32 {layout}, us per call inside a CUDA graph "
-          f"(median of {repeats} replays of {calls} calls)")
+    dtype = "bf16" if args.bf16 else "float32"
+    print(f"Convolution weight gradients on {device} ({sms} SMs), {dtype} {layout}, us per call inside a CUDA graph "
+          f"(median of {repeats} replays of {calls} calls); cuDNN column: {cudnn_key}")
     print(f"{'N, Cin, Cout, H, s, k':24} {'calls':>5} {'cuDNN':>8} {'cuDNN tf32':>10} {'ours':>8} {'speedup':>8} "
           f"{'max err':>9}  best tiles / every candidate (us)")
     for r in rows:
         t = r["best_tiles"]
         tiles = " ".join(f"{k}{v}" for k, v in t.items())
         every = " ".join(f"{o['us']:.1f}" for o in r["ours"])
-        print(f"{str(tuple(r['shape'])):24} {r['calls_per_step']:5d} {r['cudnn_tf32_off_us']:8.2f} "
+        print(f"{str(tuple(r['shape'])):24} {r['calls_per_step']:5d} {r[cudnn_key]:8.2f} "
               f"{r['cudnn_tf32_on_us']:10.2f} {r['best_ours_us']:8.2f} "
-              f"{r['cudnn_tf32_off_us'] / r['best_ours_us']:8.2f} {r['max_rel_error']:9.1e}  {tiles} / {every}")
-    print(f"per training step: cuDNN {step['cudnn_tf32_off_us']:.0f} us (TF32 on: {step['cudnn_tf32_on_us']:.0f}), "
+              f"{r[cudnn_key] / r['best_ours_us']:8.2f} {r['max_rel_error']:9.1e}  {tiles} / {every}")
+    print(f"per training step: cuDNN {step[cudnn_key]:.0f} us (float32 TF32 on: {step['cudnn_tf32_on_us']:.0f}), "
           f"ours {step['best_ours_us']:.0f} us, the faster of the two per shape {step['chosen_us']:.0f} us")
     Path(out_file).parent.mkdir(parents=True, exist_ok=True)
     Path(out_file).write_text(json.dumps(dict(device=device, sms=sms, layout=layout, calls_per_graph=calls,
-                                              repeats=repeats, results=rows, step_us=step,
+                                              dtype=dtype, repeats=repeats, results=rows, step_us=step,
                                               seconds=time.perf_counter() - t0), indent=2) + "\n")
     print(f"wrote {out_file}")
 

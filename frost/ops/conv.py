@@ -257,13 +257,16 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
         # our split-K kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
         ours = (out is None or str(out.dtype) == "float32") and conv_wgrad.supported(  # ours writes float32 dW
             g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups)
-        if ours and conv_wgrad.choose(g, x, w_shape, stride_hw, padding_hw,
-                                      lambda: cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)):
+
+        def with_cudnn():
+            if out is not None and out.dtype != x.dtype:  # a float32 out for bf16 operands: cuDNN's dW, converted
+                out[...] = cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)
+                return out
+            return cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args, out=out)
+
+        if ours and conv_wgrad.choose(g, x, w_shape, stride_hw, padding_hw, with_cudnn):  # timed as it would run
             return conv_wgrad.conv2d_backward_weight_gpu(g, x, w_shape, stride_hw, padding_hw, out=out)
-        if out is not None and out.dtype != x.dtype:  # a float32 out for bf16 operands: cuDNN's dW, converted
-            out[...] = cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)
-            return out
-        return cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args, out=out)
+        return with_cudnn()
     return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo, out=out)
 
 

@@ -14,6 +14,8 @@ import numpy as np
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
+from frost.ops import conv_wgrad_mma
+from frost.ops.conv_wgrad_mma import MmaPlan, mma_plan
 from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane,
                           launch_bounds, local, shared, static_range, syncthreads, tx, warp)
 
@@ -206,9 +208,19 @@ class Plan:
         c = self.consts
         return c["COUT"] * c["CIN"] * c["KH"] * c["KW"]
 
+    @property
+    def grid(self) -> tuple:
+        return (self.splits, self.tiles_m, self.tiles_c)
+
     def tiles(self) -> dict:
         """The tile choices alone (what `choose` remembers)."""
         return {k: self.consts[k] for k in TILE_KEYS} | {"splits": self.splits}
+
+    def kernel(self, dtype: str):
+        return PARTIAL[dtype]
+
+    def specialization(self, nhwc: bool, krsc: bool) -> dict:
+        return dict(self.consts, NHWC=int(nhwc), KRSC=int(krsc))
 
 
 TILE_KEYS = ("TM", "TC", "BM", "BC", "P", "RP", "WT")
@@ -322,7 +334,7 @@ def _data_ptr(a) -> int:
     return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
 
 
-def launch(plan: Plan, g, x, out, part=None, simulate: bool = False) -> None:
+def launch(plan: Plan | MmaPlan, g, x, out, part=None, simulate: bool = False) -> None:
     """Run the partial kernel (straight into `out` when there is one split) and the finalize kernel.
 
     g, x: float32 arrays, both C-contiguous (NCHW) or both channels-last (NHWC memory); out: float32, C-contiguous
@@ -334,7 +346,7 @@ def launch(plan: Plan, g, x, out, part=None, simulate: bool = False) -> None:
                          f"x strides {x.strides}, out strides {out.strides}")
     nhwc, krsc = layout == "nhwc", is_channels_last(out)
     xp = np if simulate else _cupy()
-    kern = PARTIAL[str(x.dtype)]
+    kern = plan.kernel(str(x.dtype))
     partial = kern.simulate if simulate else kern
     finalize = conv_wgrad_finalize.simulate if simulate else conv_wgrad_finalize
     flat_out = _flat(out, krsc)
@@ -342,9 +354,8 @@ def launch(plan: Plan, g, x, out, part=None, simulate: bool = False) -> None:
         part = flat_out
     elif part is None:
         part = xp.empty(plan.splits * plan.n_out, dtype=xp.float32)
-    grid = (plan.splits, plan.tiles_m, plan.tiles_c)
-    partial[grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
-                                           plan.total_chunks, **plan.consts, NHWC=int(nhwc), KRSC=int(krsc))
+    partial[plan.grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
+                                                plan.total_chunks, **plan.specialization(nhwc, krsc))
     if plan.splits > 1:
         finalize[cdiv(plan.n_out, 32), 32 * FINAL_WARPS](part, flat_out, plan.n_out, plan.splits)
 
@@ -374,16 +385,19 @@ def _check_arrays(g, x, out, w_shape) -> None:
                          f"{out.strides}")
 
 
-def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int | None = None) -> Plan:
+def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int | None = None) -> Plan | MmaPlan:
     """The plan `choose` remembered for this shape, else `tiles`, else the default one (for `sms` SMs: the
-    current GPU's when None)."""
+    current GPU's when None). Tiles with "kernel": "mma" make a plan of the tensor-core kernel (conv_wgrad_mma)."""
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
     if tiles is None:
         hit = _choices.load().get(_key(g, x, w_shape, stride, padding))
         tiles = hit.get("tiles") if hit else None
     if sms is None:
         sms = _sm_count(_cupy().cuda.runtime.getDevice())
-    return make_plan(geo, int(x.shape[0]), **({"blocks": 2 * sms} | (tiles or {})))
+    tiles = {"blocks": 2 * sms} | (tiles or {})
+    if tiles.pop("kernel", None) == "mma":
+        return mma_plan(geo, int(x.shape[0]), **tiles)
+    return make_plan(geo, int(x.shape[0]), **tiles)
 
 
 def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, tiles: dict | None = None,
@@ -429,9 +443,12 @@ _choices = RememberedTable("conv_wgrad.json")  # next to cuDNN's tuned plans
 stats = {"choices": 0, "choose_seconds": 0.0}
 
 
+CANDIDATES_VERSION = 2  # 2: the tensor-core kernel joined the candidates (choices made without it are not reused)
+
+
 def _key(g, x, w_shape, stride, padding) -> str:
     from frost import backends
-    return json.dumps([list(g.shape), list(x.shape), list(w_shape), list(_pair(stride, "stride")),
+    return json.dumps([CANDIDATES_VERSION, list(g.shape), list(x.shape), list(w_shape), list(_pair(stride, "stride")),
                        list(_pair(padding, "padding")), str(x.dtype), input_layout(g, x), backends.allow_tf32,
                        backends.deterministic])
 
@@ -449,9 +466,9 @@ def _capturing() -> bool:
 
 def _candidate_specs(g, x, w_shape, stride, padding, tile_choices: list, out) -> list:
     """The partial kernel's specializations for the candidates (dy and x layouts, dW's layout from out)."""
-    flags = dict(NHWC=int(input_layout(g, x) == "nhwc"), KRSC=int(is_channels_last(out)))
-    return [PARTIAL[str(x.dtype)].specialize(**plan_for(g, x, w_shape, stride, padding, tiles).consts, **flags)
-            for tiles in tile_choices]
+    nhwc, krsc = input_layout(g, x) == "nhwc", is_channels_last(out)
+    plans = [plan_for(g, x, w_shape, stride, padding, tiles) for tiles in tile_choices]
+    return [plan.kernel(str(x.dtype)).specialize(**plan.specialization(nhwc, krsc)) for plan in plans]
 
 
 def prefetch(g, x, w_shape, stride, padding, dilation=1, *, out) -> None:
@@ -492,9 +509,14 @@ def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, ou
 
 
 def candidates(g, x, w_shape, stride, padding) -> list[dict]:
-    """Tile choices `choose` times at this shape on the current GPU."""
+    """Tile choices `choose` times at this shape on the current GPU: the FFMA kernel's, and the tensor-core kernel's
+    for bf16 channels-last operands."""
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
-    return candidate_tiles(geo, int(x.shape[0]), _sm_count(_cupy().cuda.runtime.getDevice()))
+    sms = _sm_count(_cupy().cuda.runtime.getDevice())
+    tiles = candidate_tiles(geo, int(x.shape[0]), sms)
+    if str(x.dtype) == "bfloat16" and input_layout(g, x) == "nhwc":
+        tiles += conv_wgrad_mma.candidate_tiles(geo, int(x.shape[0]), sms)
+    return tiles
 
 
 def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:

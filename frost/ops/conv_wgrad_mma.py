@@ -1,0 +1,218 @@
+"""Tensor-core weight gradients of bf16 channels-last convolutions (implicit GEMM on mma.sync, float32 sums): a
+candidate that conv_wgrad.choose times against its FFMA kernel and cuDNN's plan."""
+
+from dataclasses import dataclass, field
+
+from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
+                          i32, kernel, lane, launch_bounds, ldmatrix_x2_trans, ldmatrix_x4_trans, local, mma_16x8x16,
+                          static_range, syncthreads, tx, warp)
+
+# dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a GEMM
+# with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A chunk
+# of K is R output rows of one image (R * WO pixels, padded to a multiple of 16 with zero rows of dy). Block (s, g)
+# sums chunks s*cpb ... (s+1)*cpb - 1 for the n-tiles g*NTB ... (g+1)*NTB - 1, every m-tile; warp w owns n-tiles w,
+# w + WARPS, ... of those. Per chunk the block stages dy's rows as [k][co] and the x pixels the chunk needs (its halo,
+# zero outside the image, and one zero row) as [pixel][ci] in shared memory with cp.async, in two buffers: the next
+# chunk loads while this one multiplies. ldmatrix.trans reads A (dy transposed) and B, each lane naming the row of
+# its own k: B's row for pixel k = (r, wo) and tap (kh, kw) is halo pixel (r*SH + kh, wo*SW + kw), so the im2col
+# gather costs nothing. Partials go to part[s] in dW's flat order; conv_wgrad's finalize kernel sums them in a fixed
+# order (deterministic, no float atomics), or with one split the block writes dW itself.
+
+PAD = 8   # bf16 elements after each shared row: 8 consecutive rows an ldmatrix reads fall in 8 bank groups
+
+
+@kernel
+def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per_block: i32, total_chunks: i32,
+                   CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int], WO: Const[int],
+                   KH: Const[int], KW: Const[int], SH: Const[int], SW: Const[int], PH: Const[int], PW: Const[int],
+                   R: Const[int], NTB: Const[int], WARPS: Const[int], KRSC: Const[int] = 1):
+    """Block (s, g): the partial weight gradient of n-tiles g*NTB ... over chunks s*chunks_per_block ..., written to
+    part[s * Cout*Cin*KH*KW + flat output index] (KRSC: channels-last weights ((co*KH + kh)*KW + kw)*CIN + ci, else
+    KCRS). x and dy are bf16 channels-last (NHWC memory), CIN a multiple of 8, COUT of 16."""
+    THREADS: Const[int] = WARPS * 32
+    XR: Const[int] = (R - 1) * SH + KH           # x rows a chunk needs
+    XC: Const[int] = (WO - 1) * SW + KW          # x columns a chunk needs
+    ZERO: Const[int] = XR * XC                   # the zero row (B's row for a padding k)
+    KC: Const[int] = R * WO                      # pixels of a chunk
+    KS: Const[int] = cdiv(KC, 16)                # 16-deep k steps of a chunk
+    MT: Const[int] = COUT // 16
+    CT: Const[int] = CIN // 8                    # n-tiles per tap
+    NT: Const[int] = KH * KW * CT
+    NTW: Const[int] = cdiv(NTB, WARPS)
+    ROW_TILES: Const[int] = cdiv(HO, R)
+    OUT: Const[int] = COUT * CIN * KH * KW
+    O_C: Const[int] = KRSC + (1 - KRSC) * KH * KW
+    O_KW: Const[int] = KRSC * CIN + 1 - KRSC
+    launch_bounds(THREADS)
+    xs = dynamic_shared(bf16, (2, ZERO + 1, CIN + PAD))
+    ds = dynamic_shared(bf16, (2, KS * 16, COUT + PAD), 2 * (ZERO + 1) * (CIN + PAD) * 2)
+    acc = local(f32, (MT, NTW, 4))
+    af = local(bf16, (MT, 8))
+    bf = local(bf16, 4)
+    for i in static_range(MT):
+        for j in static_range(NTW):
+            for q in static_range(4):
+                acc[i, j, q] = 0.0
+    first = bx * chunks_per_block
+    last = min(first + chunks_per_block, total_chunks)
+    if first < last:
+        _stage(x, dy, xs[0], ds[0], first, CIN, COUT, H, W, HO, WO, SH, PH, PW, R, XR, XC, KS, ROW_TILES, THREADS)
+    cp_commit()
+    for chunk in range(first, last):
+        if chunk + 1 < last:   # the next chunk loads while this one multiplies
+            nb = (chunk + 1 - first) % 2
+            _stage(x, dy, xs[nb], ds[nb], chunk + 1, CIN, COUT, H, W, HO, WO, SH, PH, PW, R, XR, XC, KS, ROW_TILES,
+                   THREADS)
+        cp_commit()
+        cp_wait(1)             # this chunk's copies have landed (for this thread) ...
+        syncthreads()          # ... and for every thread
+        b = (chunk - first) % 2
+        ho0 = chunk % ROW_TILES * R
+        for ks in static_range(KS):
+            for i in static_range(MT):
+                ldmatrix_x4_trans(af[i], ds[b], (ks * 16 + lane % 8 + lane // 16 * 8, i * 16 + lane // 8 % 2 * 8))
+            k = ks * 16 + lane % 16
+            r = k // WO
+            wo = k % WO
+            real = k < KC and ho0 + r < HO
+            for j in static_range(NTW):
+                jl = warp + j * WARPS
+                nt = by * NTB + jl
+                if jl < NTB and nt < NT:   # the same for the whole warp
+                    tap = nt // CT
+                    pix = (r * SH + tap // KW) * XC + wo * SW + tap % KW if real else ZERO
+                    ldmatrix_x2_trans(bf, xs[b], (pix, nt % CT * 8))
+                    for i in static_range(MT):
+                        mma_16x8x16(acc[i, j], af[i], bf)
+        syncthreads()          # every warp is done with buffer b before the next iteration reloads it
+    g = lane // 4
+    t = lane % 4
+    for j in static_range(NTW):
+        jl = warp + j * WARPS
+        nt = by * NTB + jl
+        if jl < NTB and nt < NT:
+            tap = nt // CT
+            for i in static_range(MT):
+                for q in static_range(4):
+                    co = i * 16 + g + 8 * (q // 2)
+                    ci = nt % CT * 8 + 2 * t + q % 2
+                    part[bx * OUT + co * (CIN * KH * KW) + ci * O_C + tap * O_KW] = acc[i, j, q]
+
+
+@device
+def _stage(x, dy, xs, ds, chunk, CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
+           WO: Const[int], SH: Const[int], PH: Const[int], PW: Const[int], R: Const[int], XR: Const[int],
+           XC: Const[int], KS: Const[int], ROW_TILES: Const[int], THREADS: Const[int]):
+    """Start copying a chunk's x halo (zeros outside the image, then the zero row) into xs and its dy rows (zeros past
+    the chunk or the image) into ds, 16 bytes (8 channels) per cp.async."""
+    img = chunk // ROW_TILES
+    ho0 = chunk % ROW_TILES * R
+    for e in range(tx, (XR * XC + 1) * (CIN // 8), THREADS):
+        p = e // (CIN // 8)
+        c = e % (CIN // 8) * 8
+        hi = ho0 * SH - PH + p // XC
+        wi = p % XC - PW
+        if p < XR * XC and hi >= 0 and hi < H and wi >= 0 and wi < W:
+            cp_async16(xs, (p, c), x, ((img * H + hi) * W + wi) * CIN + c)
+        else:
+            for u in static_range(8):
+                xs[p, c + u] = bf16(0.0)
+    for e in range(tx, KS * 16 * (COUT // 8), THREADS):
+        k = e // (COUT // 8)
+        c = e % (COUT // 8) * 8
+        ho = ho0 + k // WO
+        if k < R * WO and ho < HO:
+            cp_async16(ds, (k, c), dy, ((img * HO + ho) * WO + k % WO) * COUT + c)
+        else:
+            for u in static_range(8):
+                ds[k, c + u] = bf16(0.0)
+
+
+MAX_SMEM = 48 * 1024   # bytes of shared memory a block may use without opting in
+
+
+@dataclass(frozen=True)
+class MmaPlan:
+    """One launch of conv_wgrad_mma for one geometry: Const values, splits over K, n-tile groups, threads, memory."""
+    consts: dict = field(hash=False)
+    splits: int
+    chunks_per_block: int
+    total_chunks: int
+    groups: int
+    threads: int
+    smem: int
+
+    @property
+    def n_out(self) -> int:
+        c = self.consts
+        return c["COUT"] * c["CIN"] * c["KH"] * c["KW"]
+
+    @property
+    def grid(self) -> tuple:
+        return (self.splits, self.groups)
+
+    def tiles(self) -> dict:
+        """What `choose` remembers: enough for mma_plan to rebuild the plan."""
+        c = self.consts
+        return {"kernel": "mma", "R": c["R"], "groups": self.groups, "WARPS": c["WARPS"], "splits": self.splits}
+
+    def kernel(self, dtype: str):
+        return conv_wgrad_mma
+
+    def specialization(self, nhwc: bool, krsc: bool) -> dict:
+        if not nhwc:
+            raise ValueError("conv_wgrad_mma: dy and x must be channels-last")
+        return dict(self.consts, KRSC=int(krsc))
+
+
+def supports(geo: dict) -> bool:
+    """Whether the tensor-core kernel takes this geometry (its operands must also be bf16 and channels-last)."""
+    return geo["CIN"] % 8 == 0 and geo["COUT"] % 16 == 0 and _smem_bytes(geo, 1) <= MAX_SMEM
+
+
+def _smem_bytes(geo: dict, R: int) -> int:
+    xr, xc = (R - 1) * geo["SH"] + geo["KH"], (geo["WO"] - 1) * geo["SW"] + geo["KW"]
+    return 2 * 2 * ((xr * xc + 1) * (geo["CIN"] + PAD) + cdiv(R * geo["WO"], 16) * 16 * (geo["COUT"] + PAD))
+
+
+def mma_plan(geo: dict, n: int, R: int | None = None, groups: int | None = None, WARPS: int | None = None,
+             splits: int | None = None, blocks: int = 264) -> MmaPlan:
+    """A launch plan: R output rows per chunk (default: about 64 pixels), `groups` n-tile groups (default: at most
+    about 32 mma tiles per warp step), WARPS warps, `splits` over K (default: about `blocks` blocks)."""
+    if not supports(geo):
+        raise ValueError(f"conv_wgrad_mma: needs Cin % 8 == 0 and Cout % 16 == 0, got Cin {geo['CIN']}, "
+                         f"Cout {geo['COUT']}")
+    ho, wo = geo["HO"], geo["WO"]
+    R = min(ho, R or max(1, 64 // wo))
+    while R > 1 and _smem_bytes(geo, R) > MAX_SMEM:
+        R //= 2
+    mt, nt = geo["COUT"] // 16, geo["KH"] * geo["KW"] * geo["CIN"] // 8
+    WARPS = WARPS or min(8, nt)
+    groups = groups or cdiv(nt, WARPS * max(1, 8 // mt))
+    ntb = cdiv(nt, groups)
+    total = n * cdiv(ho, R)
+    S = splits or max(1, min(total, blocks // groups))
+    cpb = cdiv(total, S)
+    S = cdiv(total, cpb)
+    consts = dict(geo, R=R, NTB=ntb, WARPS=min(WARPS, ntb))
+    return MmaPlan(consts, S, cpb, total, cdiv(nt, ntb), 32 * consts["WARPS"], _smem_bytes(geo, R))
+
+
+def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
+    """The default plan for `sms` SMs and neighbours (fewer or more splits, longer or shorter chunks, one tap per
+    block), deduplicated."""
+    if not supports(geo):
+        return []
+    base = mma_plan(geo, n, blocks=2 * sms)
+    options = [base.tiles(), mma_plan(geo, n, blocks=sms).tiles(), mma_plan(geo, n, blocks=sms // 2).tiles(),
+               mma_plan(geo, n, blocks=4 * sms).tiles(),
+               mma_plan(geo, n, R=2 * base.consts["R"], blocks=2 * sms).tiles(),
+               mma_plan(geo, n, R=max(1, base.consts["R"] // 2), blocks=4 * sms).tiles()]
+    taps = geo["KH"] * geo["KW"]
+    if taps > 1:
+        options.append(mma_plan(geo, n, groups=taps, blocks=2 * sms).tiles())
+    unique = []
+    for o in options:
+        if o not in unique:
+            unique.append(o)
+    return unique

@@ -1,0 +1,88 @@
+"""The tensor-core weight-gradient kernel (frost/ops/conv_wgrad_mma.py): simulator vs float64 sums of the same bf16
+values, its plans, sm_90 compiles at the seed ResNet's shapes, and (on a GPU) equality with the float64 sums."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from frost.layout import as_channels_last
+from frost.ops import conv_wgrad as cw
+from frost.ops import conv_wgrad_mma as mma
+
+from test_conv_wgrad import SEED_SHAPES, _inputs, wgrad64
+
+
+def _bf16_inputs(*shape, seed=0):
+    """dy, x rounded to bf16 (channels-last NHWC memory) and the float64 dW of those rounded values."""
+    n, cin, cout, h, w, k, stride, padding = shape
+    g, x, w_shape = _inputs(n, cin, cout, h, w, k, stride, padding, seed=seed)
+    g, x = g.astype(ml_dtypes.bfloat16), x.astype(ml_dtypes.bfloat16)
+    want = wgrad64(g.astype(np.float32), x.astype(np.float32), w_shape, stride, padding)
+    return as_channels_last(g), as_channels_last(x), w_shape, want
+
+
+# (N, Cin, Cout, H, W, k, stride, padding, plan keywords): padding and the zero row, several chunks per block (both
+# shared buffers), chunks that overrun the image (HO % R), k steps padded past the chunk (R * WO % 16), n-tile groups
+# and warps that own none of a group's tiles, several m-tiles, stride 2, 1x1 kernels, one split (dW written directly).
+CASES = [
+    ((2, 8, 16, 6, 6, 3, 1, 1), dict(R=2, WARPS=2, splits=2)),            # 6 chunks, 3 per block; 12-pixel chunks
+    ((1, 16, 32, 7, 5, 3, 1, 1), dict(R=3, WARPS=3, groups=2, splits=2)),  # HO 7 = 3 + 3 + 1; 2 m-tiles
+    ((2, 16, 16, 8, 8, 3, 2, 1), dict(R=2, WARPS=4, groups=3)),            # stride 2
+    ((2, 8, 32, 6, 6, 1, 2, 0), dict(R=1, WARPS=1, splits=1)),             # 1x1 stride 2, one split
+    ((1, 8, 16, 5, 9, (1, 3), 1, (0, 1)), dict(R=2, WARPS=2, groups=3)),   # 1x3 kernel
+]
+
+
+@pytest.mark.parametrize("shape,tiles", CASES)
+@pytest.mark.parametrize("krsc", [True, False])
+def test_simulated_kernel_matches_float64(shape, tiles, krsc):
+    g, x, w_shape, want = _bf16_inputs(*shape, seed=len(str(shape)))
+    geo = cw.geometry(g.shape, x.shape, w_shape, shape[6], shape[7])
+    plan = mma.mma_plan(geo, x.shape[0], **tiles)
+    out = np.full(w_shape, np.nan, np.float32)
+    if krsc:
+        out = as_channels_last(out)
+    cw.launch(plan, g, x, out, simulate=True)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_plans_cover_the_chunks_and_tiles():
+    geo = cw.geometry((32, 64, 8, 8), (32, 64, 8, 8), (64, 64, 3, 3), 1, 1)
+    plan = mma.mma_plan(geo, 32)
+    c = plan.consts
+    assert c["R"] == 8 and plan.total_chunks == 32 and plan.groups * c["NTB"] >= 72
+    assert plan.splits * plan.chunks_per_block >= plan.total_chunks > (plan.splits - 1) * plan.chunks_per_block
+    assert plan.smem <= mma.MAX_SMEM and plan.threads == 32 * c["WARPS"]
+    assert cw.plan_for(np.empty((32, 64, 8, 8), ml_dtypes.bfloat16), np.empty((32, 64, 8, 8), ml_dtypes.bfloat16),
+                       (64, 64, 3, 3), 1, 1, tiles=plan.tiles(), sms=132) == plan  # what choose remembers rebuilds it
+    assert not mma.supports(cw.geometry((32, 16, 32, 32), (32, 3, 32, 32), (16, 3, 3, 3), 1, 1))  # the stem: Cin 3
+    with pytest.raises(ValueError, match="Cin % 8 == 0 and Cout % 16 == 0"):
+        mma.mma_plan(cw.geometry((2, 8, 4, 4), (2, 8, 4, 4), (8, 8, 3, 3), 1, 1), 2)
+
+
+@pytest.mark.parametrize("n,cin,cout,h,stride,k", [s for s in SEED_SHAPES if s[1] % 8 == 0])
+def test_seed_shapes_candidates_compile_for_sm90(n, cin, cout, h, stride, k):
+    geo = cw.geometry((n, cout, (h + 2 * (k // 2) - k) // stride + 1, (h + 2 * (k // 2) - k) // stride + 1),
+                      (n, cin, h, h), (cout, cin, k, k), stride, k // 2)
+    tiles = mma.candidate_tiles(geo, n, 132)
+    assert 2 <= len(tiles) <= 7
+    for t in tiles:
+        plan = mma.mma_plan(geo, n, **{k: v for k, v in t.items() if k != "kernel"})
+        assert plan.smem <= mma.MAX_SMEM
+        assert mma.conv_wgrad_mma.compile("sm_90", **plan.specialization(True, True))[:4] == b"\x7fELF"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n,cin,cout,h,stride,k", [s for s in SEED_SHAPES if s[1] % 8 == 0])
+def test_gpu_candidates_match_float64_at_the_seed_shapes(n, cin, cout, h, stride, k):
+    import cupy as cp
+    g, x, w_shape, want = _bf16_inputs(n, cin, cout, h, h, k, stride, k // 2, seed=h + cin)
+
+    def on_gpu(a):  # channels-last on the GPU too: (N, H, W, C) memory seen as NCHW
+        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+
+    gd, xd = on_gpu(g), on_gpu(x)
+    tiles = [t for t in cw.candidates(gd, xd, w_shape, stride, k // 2) if t.get("kernel") == "mma"]
+    assert tiles
+    for t in tiles:
+        out = cw.conv2d_backward_weight_gpu(gd, xd, w_shape, stride, k // 2, tiles=t)
+        np.testing.assert_allclose(cp.asnumpy(out), want, rtol=0, atol=2e-5 * np.abs(want).max(), err_msg=str(t))
