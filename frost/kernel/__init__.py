@@ -60,7 +60,7 @@ import sys
 import types as _types
 
 from frost.kernel import builtins as _builtins
-from frost.kernel.api import CudaSource, DeviceFunction, Kernel, cuda_source, device, kernel
+from frost.kernel.api import CudaSource, DeviceFunction, Kernel, cuda_source, device, grid_sync_counter, kernel
 from frost.kernel.builtins import *  # noqa: F401,F403 (tx, bx, sqrt, shared, ...: the language's names)
 from frost.kernel.compile import stats as compile_stats
 from frost.kernel.frontend import KernelError
@@ -71,7 +71,7 @@ from frost.kernel.types import boolean as bool_
 
 kernel.device = device
 
-__all__ = ["kernel", "device", "cuda_source", "Kernel", "DeviceFunction", "CudaSource", "KernelError",
+__all__ = ["kernel", "device", "cuda_source", "grid_sync_counter", "Kernel", "DeviceFunction", "CudaSource", "KernelError",
            "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32", "i64", "u32",
            "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile",
            "swizzle"] + list(_builtins.__all__)

@@ -475,3 +475,19 @@ def kernel(fn) -> Kernel:
 def device(fn) -> DeviceFunction:
     """Decorator: a function callable from kernels, inlined into them."""
     return DeviceFunction(fn)
+
+
+_grid_sync_counters: dict = {}
+
+
+def grid_sync_counter(xp):
+    """The grid_sync counter of the current device and stream, for kernels that call grid_sync(counter): a barrier
+    leaves it ready for the next, so it is never reset; one per stream, so that kernels on two streams never share
+    one. xp: cupy, or numpy for the simulator (a fresh zero counter)."""
+    if xp is np:
+        return np.zeros(1, np.uint32)
+    key = (xp.cuda.runtime.getDevice(), xp.cuda.get_current_stream().ptr)
+    counter = _grid_sync_counters.get(key)
+    if counter is None:
+        counter = _grid_sync_counters[key] = xp.zeros(1, xp.uint32)
+    return counter

@@ -222,6 +222,11 @@ class Plan:
     def specialization(self, nhwc: bool, krsc: bool) -> dict:
         return dict(self.consts, NHWC=int(nhwc), KRSC=int(krsc))
 
+    fused = False   # a finalize kernel sums the splits
+
+    def extra_args(self, out, xp) -> tuple:
+        return ()
+
 
 TILE_KEYS = ("TM", "TC", "BM", "BC", "P", "RP", "WT")
 
@@ -355,8 +360,9 @@ def launch(plan: Plan | MmaPlan, g, x, out, part=None, simulate: bool = False) -
     elif part is None:
         part = xp.empty(plan.splits * plan.n_out, dtype=xp.float32)
     partial[plan.grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
-                                                plan.total_chunks, **plan.specialization(nhwc, krsc))
-    if plan.splits > 1:
+                                                plan.total_chunks, *plan.extra_args(flat_out, xp),
+                                                **plan.specialization(nhwc, krsc))
+    if plan.splits > 1 and not plan.fused:
         finalize[cdiv(plan.n_out, 32), 32 * FINAL_WARPS](part, flat_out, plan.n_out, plan.splits)
 
 
@@ -396,7 +402,7 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
         sms = _sm_count(_cupy().cuda.runtime.getDevice())
     tiles = {"blocks": 2 * sms} | (tiles or {})
     if tiles.pop("kernel", None) == "mma":
-        return mma_plan(geo, int(x.shape[0]), **tiles)
+        return mma_plan(geo, int(x.shape[0]), sms=sms, **tiles)
     return make_plan(geo, int(x.shape[0]), **tiles)
 
 

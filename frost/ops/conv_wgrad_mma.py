@@ -4,8 +4,8 @@ candidate that conv_wgrad.choose times against its FFMA kernel and cuDNN's plan.
 from dataclasses import dataclass, field
 
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
-                          i32, kernel, lane, launch_bounds, ldmatrix_x2_trans, ldmatrix_x4_trans, local, mma_16x8x16,
-                          static_range, syncthreads, tx, warp)
+                          gdx, gdy, grid_sync, grid_sync_counter, i32, kernel, lane, launch_bounds, ldmatrix_x2_trans,
+                          ldmatrix_x4_trans, local, mma_16x8x16, shared, static_range, syncthreads, tx, u32, warp)
 
 # dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a GEMM
 # with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A chunk
@@ -23,12 +23,17 @@ PAD = 8   # bf16 elements after each shared row: 8 consecutive rows an ldmatrix 
 
 @kernel
 def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per_block: i32, total_chunks: i32,
-                   CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int], WO: Const[int],
+                   out: Array[f32], counter: Array[u32], CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int], WO: Const[int],
                    KH: Const[int], KW: Const[int], SH: Const[int], SW: Const[int], PH: Const[int], PW: Const[int],
-                   R: Const[int], NTB: Const[int], WARPS: Const[int], KRSC: Const[int] = 1):
+                   R: Const[int], NTB: Const[int], WARPS: Const[int], KRSC: Const[int] = 1, FUSED: Const[int] = 0):
     """Block (s, g): the partial weight gradient of n-tiles g*NTB ... over chunks s*chunks_per_block ..., written to
     part[s * Cout*Cin*KH*KW + flat output index] (KRSC: channels-last weights ((co*KH + kh)*KW + kw)*CIN + ci, else
-    KCRS). x and dy are bf16 channels-last (NHWC memory), CIN a multiple of 8, COUT of 16."""
+    KCRS). x and dy are bf16 channels-last (NHWC memory), COUT a multiple of 16; CIN not a multiple of 8 (the stem's
+    3) is padded with zero channels in shared memory.
+
+    FUSED=1 (every block resident at once: at most one per SM): the blocks then wait at grid_sync(counter) for every
+    partial and sum them into out themselves, 32 outputs per block at a time (the finalize kernel's work and order,
+    without its launch)."""
     THREADS: Const[int] = WARPS * 32
     XR: Const[int] = (R - 1) * SH + KH           # x rows a chunk needs
     XC: Const[int] = (WO - 1) * SW + KW          # x columns a chunk needs
@@ -36,7 +41,7 @@ def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per
     KC: Const[int] = R * WO                      # pixels of a chunk
     KS: Const[int] = cdiv(KC, 16)                # 16-deep k steps of a chunk
     MT: Const[int] = COUT // 16
-    CT: Const[int] = CIN // 8                    # n-tiles per tap
+    CT: Const[int] = cdiv(CIN, 8)                # n-tiles per tap (8 channels each, zeros past CIN)
     NT: Const[int] = KH * KW * CT
     NTW: Const[int] = cdiv(NTB, WARPS)
     ROW_TILES: Const[int] = cdiv(HO, R)
@@ -44,8 +49,8 @@ def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per
     O_C: Const[int] = KRSC + (1 - KRSC) * KH * KW
     O_KW: Const[int] = KRSC * CIN + 1 - KRSC
     launch_bounds(THREADS)
-    xs = dynamic_shared(bf16, (2, ZERO + 1, CIN + PAD))
-    ds = dynamic_shared(bf16, (2, KS * 16, COUT + PAD), 2 * (ZERO + 1) * (CIN + PAD) * 2)
+    xs = dynamic_shared(bf16, (2, ZERO + 1, CT * 8 + PAD))
+    ds = dynamic_shared(bf16, (2, KS * 16, COUT + PAD), 2 * (ZERO + 1) * (CT * 8 + PAD) * 2)
     acc = local(f32, (MT, NTW, 4))
     af = local(bf16, (MT, 8))
     bf = local(bf16, 4)
@@ -96,27 +101,46 @@ def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per
                 for q in static_range(4):
                     co = i * 16 + g + 8 * (q // 2)
                     ci = nt % CT * 8 + 2 * t + q % 2
-                    part[bx * OUT + co * (CIN * KH * KW) + ci * O_C + tap * O_KW] = acc[i, j, q]
+                    if ci < CIN:
+                        part[bx * OUT + co * (CIN * KH * KW) + ci * O_C + tap * O_KW] = acc[i, j, q]
+    if FUSED:
+        grid_sync(counter)
+        sums = shared(f32, (8, 32))
+        for piece in range(by * gdx + bx, cdiv(OUT, 32), gdx * gdy):
+            o = piece * 32 + lane
+            total = 0.0
+            if o < OUT:
+                for s in range(warp, gdx, WARPS):
+                    total += part[s * OUT + o]
+            sums[warp, lane] = total
+            syncthreads()
+            if warp == 0 and o < OUT:
+                total = 0.0
+                for w in range(WARPS):
+                    total += sums[w, lane]
+                out[o] = total
+            syncthreads()
 
 
 @device
 def _stage(x, dy, xs, ds, chunk, CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
            WO: Const[int], SH: Const[int], PH: Const[int], PW: Const[int], R: Const[int], XR: Const[int],
            XC: Const[int], KS: Const[int], ROW_TILES: Const[int], THREADS: Const[int]):
-    """Start copying a chunk's x halo (zeros outside the image, then the zero row) into xs and its dy rows (zeros past
-    the chunk or the image) into ds, 16 bytes (8 channels) per cp.async."""
+    """Start copying a chunk's x halo (zeros outside the image and past CIN, then the zero row) into xs and its dy rows
+    (zeros past the chunk or the image) into ds, 16 bytes (8 channels) per cp.async."""
     img = chunk // ROW_TILES
     ho0 = chunk % ROW_TILES * R
-    for e in range(tx, (XR * XC + 1) * (CIN // 8), THREADS):
-        p = e // (CIN // 8)
-        c = e % (CIN // 8) * 8
+    for e in range(tx, (XR * XC + 1) * cdiv(CIN, 8), THREADS):
+        p = e // cdiv(CIN, 8)
+        c = e % cdiv(CIN, 8) * 8
         hi = ho0 * SH - PH + p // XC
         wi = p % XC - PW
-        if p < XR * XC and hi >= 0 and hi < H and wi >= 0 and wi < W:
+        inside = p < XR * XC and hi >= 0 and hi < H and wi >= 0 and wi < W
+        if inside and CIN % 8 == 0:
             cp_async16(xs, (p, c), x, ((img * H + hi) * W + wi) * CIN + c)
-        else:
+        else:   # zeros outside the image, and the channels past CIN (an element at a time: rows not 16-byte aligned)
             for u in static_range(8):
-                xs[p, c + u] = bf16(0.0)
+                xs[p, c + u] = x[((img * H + hi) * W + wi) * CIN + c + u] if inside and c + u < CIN else bf16(0.0)
     for e in range(tx, KS * 16 * (COUT // 8), THREADS):
         k = e // (COUT // 8)
         c = e % (COUT // 8) * 8
@@ -141,6 +165,7 @@ class MmaPlan:
     groups: int
     threads: int
     smem: int
+    fused: bool = False
 
     @property
     def n_out(self) -> int:
@@ -154,7 +179,8 @@ class MmaPlan:
     def tiles(self) -> dict:
         """What `choose` remembers: enough for mma_plan to rebuild the plan."""
         c = self.consts
-        return {"kernel": "mma", "R": c["R"], "groups": self.groups, "WARPS": c["WARPS"], "splits": self.splits}
+        return {"kernel": "mma", "R": c["R"], "groups": self.groups, "WARPS": c["WARPS"], "splits": self.splits,
+                "fused": self.fused}
 
     def kernel(self, dtype: str):
         return conv_wgrad_mma
@@ -162,31 +188,38 @@ class MmaPlan:
     def specialization(self, nhwc: bool, krsc: bool) -> dict:
         if not nhwc:
             raise ValueError("conv_wgrad_mma: dy and x must be channels-last")
-        return dict(self.consts, KRSC=int(krsc))
+        return dict(self.consts, KRSC=int(krsc), FUSED=int(self.fused))
+
+    def extra_args(self, out, xp) -> tuple:
+        """The kernel's arguments after the partial kernels' common ones: dW itself and the grid_sync counter."""
+        return out, grid_sync_counter(xp)
 
 
 def supports(geo: dict) -> bool:
     """Whether the tensor-core kernel takes this geometry (its operands must also be bf16 and channels-last)."""
-    return geo["CIN"] % 8 == 0 and geo["COUT"] % 16 == 0 and _smem_bytes(geo, 1) <= MAX_SMEM
+    return geo["COUT"] % 16 == 0 and _smem_bytes(geo, 1) <= MAX_SMEM
 
 
 def _smem_bytes(geo: dict, R: int) -> int:
     xr, xc = (R - 1) * geo["SH"] + geo["KH"], (geo["WO"] - 1) * geo["SW"] + geo["KW"]
-    return 2 * 2 * ((xr * xc + 1) * (geo["CIN"] + PAD) + cdiv(R * geo["WO"], 16) * 16 * (geo["COUT"] + PAD))
+    return 2 * 2 * ((xr * xc + 1) * (cdiv(geo["CIN"], 8) * 8 + PAD)
+                    + cdiv(R * geo["WO"], 16) * 16 * (geo["COUT"] + PAD))
 
 
 def mma_plan(geo: dict, n: int, R: int | None = None, groups: int | None = None, WARPS: int | None = None,
-             splits: int | None = None, blocks: int = 264) -> MmaPlan:
+             splits: int | None = None, blocks: int = 264, fused: bool = False, sms: int | None = None) -> MmaPlan:
     """A launch plan: R output rows per chunk (default: about 64 pixels), `groups` n-tile groups (default: at most
-    about 32 mma tiles per warp step), WARPS warps, `splits` over K (default: about `blocks` blocks)."""
+    about 32 mma tiles per warp step), WARPS warps, `splits` over K (default: about `blocks` blocks). fused: the
+    blocks sum the partials themselves after a grid barrier, where there is more than one split and every block
+    has an SM of its own (at most `sms` blocks; unknown sms: never)."""
     if not supports(geo):
-        raise ValueError(f"conv_wgrad_mma: needs Cin % 8 == 0 and Cout % 16 == 0, got Cin {geo['CIN']}, "
-                         f"Cout {geo['COUT']}")
+        raise ValueError(f"conv_wgrad_mma: needs Cout % 16 == 0 and a chunk in {MAX_SMEM} bytes of shared memory, "
+                         f"got Cin {geo['CIN']}, Cout {geo['COUT']}")
     ho, wo = geo["HO"], geo["WO"]
     R = min(ho, R or max(1, 64 // wo))
     while R > 1 and _smem_bytes(geo, R) > MAX_SMEM:
         R //= 2
-    mt, nt = geo["COUT"] // 16, geo["KH"] * geo["KW"] * geo["CIN"] // 8
+    mt, nt = geo["COUT"] // 16, geo["KH"] * geo["KW"] * cdiv(geo["CIN"], 8)
     WARPS = WARPS or min(8, nt)
     groups = groups or cdiv(nt, WARPS * max(1, 8 // mt))
     ntb = cdiv(nt, groups)
@@ -195,7 +228,9 @@ def mma_plan(geo: dict, n: int, R: int | None = None, groups: int | None = None,
     cpb = cdiv(total, S)
     S = cdiv(total, cpb)
     consts = dict(geo, R=R, NTB=ntb, WARPS=min(WARPS, ntb))
-    return MmaPlan(consts, S, cpb, total, cdiv(nt, ntb), 32 * consts["WARPS"], _smem_bytes(geo, R))
+    groups = cdiv(nt, ntb)
+    fused = fused and S > 1 and sms is not None and S * groups <= sms
+    return MmaPlan(consts, S, cpb, total, groups, 32 * consts["WARPS"], _smem_bytes(geo, R), fused)
 
 
 def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
@@ -211,6 +246,10 @@ def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
     taps = geo["KH"] * geo["KW"]
     if taps > 1:
         options.append(mma_plan(geo, n, groups=taps, blocks=2 * sms).tiles())
+    for o in list(options):   # each plan whose blocks all fit at once also with the finalize in the same launch
+        fused = mma_plan(geo, n, **{k: v for k, v in o.items() if k != "kernel"} | {"fused": True, "sms": sms})
+        if fused.fused:
+            options.append(fused.tiles())
     unique = []
     for o in options:
         if o not in unique:

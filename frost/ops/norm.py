@@ -214,9 +214,9 @@ import functools  # noqa: E402
 
 from frost.dtype import float32  # noqa: E402
 from frost.ops.elementwise import cast  # noqa: E402
-from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, by, device, f32, grid_sync, i32, i64,  # noqa: E402
-                          kernel, lane, local, rsqrt, shared, shfl_xor, static_range, syncthreads, tx, u32, warp,
-                          warp_sum)
+from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, by, device, f32, grid_sync,  # noqa: E402
+                          grid_sync_counter, i32, i64, kernel, lane, local, rsqrt, shared, shfl_xor, static_range,
+                          syncthreads, tx, u32, warp, warp_sum)
 from frost.layout import dense_like, empty_like_format, is_channels_last  # noqa: E402
 
 BN_THREADS = 256          # threads per block of the split reductions
@@ -928,19 +928,6 @@ def bn_plan_nhwc(n: int, channels: int, sm_count: int, threads: int = BN_NHWC_TH
     return bn_split_nhwc(n, channels, sm_count, threads), False
 
 
-_barrier_counters: dict = {}
-
-
-def _barrier_counter(xp):
-    """The grid_sync counter of the current device and stream (a barrier leaves it ready for the next: never reset;
-    one per stream, so that kernels on two streams never share one)."""
-    if xp is np:  # the simulator (tests)
-        return np.zeros(1, np.uint32)
-    key = (xp.cuda.runtime.getDevice(), xp.cuda.get_current_stream().ptr)
-    counter = _barrier_counters.get(key)
-    if counter is None:
-        counter = _barrier_counters[key] = xp.zeros(1, xp.uint32)
-    return counter
 
 
 def _kernel_dtype(x: Tensor) -> bool:
@@ -1006,7 +993,7 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
     grid, threads = (S, groups), BN_NHWC_THREADS
     mean, invstd, part_a, part_b, w, b, track, rm, rv, batches, count = _kernel_buffers(
         x, S, running_mean, running_var, weight, bias, num_batches_tracked)
-    counter = _barrier_counter(xp)
+    counter = grid_sync_counter(xp)
     if not one:
         kernels["stats_partial"][grid, threads](_rows(xa), part_a, part_b, n, C, cb, S, U=U)
     if not fused:
@@ -1044,7 +1031,7 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
         dx = empty_like_format(x.shape, xa)
         dres = empty_like_format(x.shape, xa) if residual is not None else dx
         kernels["backward_input"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, invstd, w, part_g,
-                                                 part_gx, dweight, dbias, _rows(dx), _rows(dres), _barrier_counter(xp),
+                                                 part_gx, dweight, dbias, _rows(dx), _rows(dres), grid_sync_counter(xp),
                                                  n, C, cb, lanes, S, sums=int(one), pair=pair, **flags)
         grads = [dx]
         if weight is not None:
