@@ -4,8 +4,8 @@ candidate that conv_wgrad.choose times against its FFMA kernel and cuDNN's plan.
 from dataclasses import dataclass, field
 
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
-                          gdx, gdy, grid_sync, grid_sync_counter, i32, kernel, lane, launch_bounds, ldmatrix_x2_trans,
-                          ldmatrix_x4_trans, local, mma_16x8x16, shared, static_range, syncthreads, tx, u32, warp)
+                          i32, kernel, lane, launch_bounds, ldmatrix_x2_trans,
+                          ldmatrix_x4_trans, local, mma_16x8x16, static_range, syncthreads, tx, warp)
 
 # dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a GEMM
 # with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A chunk
@@ -23,17 +23,13 @@ PAD = 8   # bf16 elements after each shared row: 8 consecutive rows an ldmatrix 
 
 @kernel
 def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per_block: i32, total_chunks: i32,
-                   out: Array[f32], counter: Array[u32], CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int], WO: Const[int],
+                   CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int], WO: Const[int],
                    KH: Const[int], KW: Const[int], SH: Const[int], SW: Const[int], PH: Const[int], PW: Const[int],
-                   R: Const[int], NTB: Const[int], WARPS: Const[int], KRSC: Const[int] = 1, FUSED: Const[int] = 0):
+                   R: Const[int], NTB: Const[int], WARPS: Const[int], KRSC: Const[int] = 1):
     """Block (s, g): the partial weight gradient of n-tiles g*NTB ... over chunks s*chunks_per_block ..., written to
     part[s * Cout*Cin*KH*KW + flat output index] (KRSC: channels-last weights ((co*KH + kh)*KW + kw)*CIN + ci, else
     KCRS). x and dy are bf16 channels-last (NHWC memory), COUT a multiple of 16; CIN not a multiple of 8 (the stem's
-    3) is padded with zero channels in shared memory.
-
-    FUSED=1 (every block resident at once: at most one per SM): the blocks then wait at grid_sync(counter) for every
-    partial and sum them into out themselves, 32 outputs per block at a time (the finalize kernel's work and order,
-    without its launch)."""
+    3) is padded with zero channels in shared memory."""
     THREADS: Const[int] = WARPS * 32
     XR: Const[int] = (R - 1) * SH + KH           # x rows a chunk needs
     XC: Const[int] = (WO - 1) * SW + KW          # x columns a chunk needs
@@ -103,23 +99,6 @@ def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per
                     ci = nt % CT * 8 + 2 * t + q % 2
                     if ci < CIN:
                         part[bx * OUT + co * (CIN * KH * KW) + ci * O_C + tap * O_KW] = acc[i, j, q]
-    if FUSED:
-        grid_sync(counter)
-        sums = shared(f32, (8, 32))
-        for piece in range(by * gdx + bx, cdiv(OUT, 32), gdx * gdy):
-            o = piece * 32 + lane
-            total = 0.0
-            if o < OUT:
-                for s in range(warp, gdx, WARPS):
-                    total += part[s * OUT + o]
-            sums[warp, lane] = total
-            syncthreads()
-            if warp == 0 and o < OUT:
-                total = 0.0
-                for w in range(WARPS):
-                    total += sums[w, lane]
-                out[o] = total
-            syncthreads()
 
 
 @device
@@ -165,7 +144,6 @@ class MmaPlan:
     groups: int
     threads: int
     smem: int
-    fused: bool = False
 
     @property
     def n_out(self) -> int:
@@ -179,8 +157,7 @@ class MmaPlan:
     def tiles(self) -> dict:
         """What `choose` remembers: enough for mma_plan to rebuild the plan."""
         c = self.consts
-        return {"kernel": "mma", "R": c["R"], "groups": self.groups, "WARPS": c["WARPS"], "splits": self.splits,
-                "fused": self.fused}
+        return {"kernel": "mma", "R": c["R"], "groups": self.groups, "WARPS": c["WARPS"], "splits": self.splits}
 
     def kernel(self, dtype: str):
         return conv_wgrad_mma
@@ -188,11 +165,7 @@ class MmaPlan:
     def specialization(self, nhwc: bool, krsc: bool) -> dict:
         if not nhwc:
             raise ValueError("conv_wgrad_mma: dy and x must be channels-last")
-        return dict(self.consts, KRSC=int(krsc), FUSED=int(self.fused))
-
-    def extra_args(self, out, xp) -> tuple:
-        """The kernel's arguments after the partial kernels' common ones: dW itself and the grid_sync counter."""
-        return out, grid_sync_counter(xp)
+        return dict(self.consts, KRSC=int(krsc))
 
 
 def supports(geo: dict) -> bool:
@@ -207,11 +180,9 @@ def _smem_bytes(geo: dict, R: int) -> int:
 
 
 def mma_plan(geo: dict, n: int, R: int | None = None, groups: int | None = None, WARPS: int | None = None,
-             splits: int | None = None, blocks: int = 264, fused: bool = False, sms: int | None = None) -> MmaPlan:
+             splits: int | None = None, blocks: int = 264) -> MmaPlan:
     """A launch plan: R output rows per chunk (default: about 64 pixels), `groups` n-tile groups (default: at most
-    about 32 mma tiles per warp step), WARPS warps, `splits` over K (default: about `blocks` blocks). fused: the
-    blocks sum the partials themselves after a grid barrier, where there is more than one split and every block
-    has an SM of its own (at most `sms` blocks; unknown sms: never)."""
+    about 32 mma tiles per warp step), WARPS warps, `splits` over K (default: about `blocks` blocks)."""
     if not supports(geo):
         raise ValueError(f"conv_wgrad_mma: needs Cout % 16 == 0 and a chunk in {MAX_SMEM} bytes of shared memory, "
                          f"got Cin {geo['CIN']}, Cout {geo['COUT']}")
@@ -228,9 +199,7 @@ def mma_plan(geo: dict, n: int, R: int | None = None, groups: int | None = None,
     cpb = cdiv(total, S)
     S = cdiv(total, cpb)
     consts = dict(geo, R=R, NTB=ntb, WARPS=min(WARPS, ntb))
-    groups = cdiv(nt, ntb)
-    fused = fused and S > 1 and sms is not None and S * groups <= sms
-    return MmaPlan(consts, S, cpb, total, groups, 32 * consts["WARPS"], _smem_bytes(geo, R), fused)
+    return MmaPlan(consts, S, cpb, total, cdiv(nt, ntb), 32 * consts["WARPS"], _smem_bytes(geo, R))
 
 
 def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
@@ -246,10 +215,6 @@ def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
     taps = geo["KH"] * geo["KW"]
     if taps > 1:
         options.append(mma_plan(geo, n, groups=taps, blocks=2 * sms).tiles())
-    for o in list(options):   # each plan whose blocks all fit at once also with the finalize in the same launch
-        fused = mma_plan(geo, n, **{k: v for k, v in o.items() if k != "kernel"} | {"fused": True, "sms": sms})
-        if fused.fused:
-            options.append(fused.tiles())
     unique = []
     for o in options:
         if o not in unique:
