@@ -16,7 +16,7 @@ from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
 from frost.ops import conv_wgrad_mma
 from frost.ops.conv_wgrad_mma import MmaPlan, mma_plan
-from frost.kernel import (Array, Const, bdx, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane,
+from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane,
                           launch_bounds, local, shared, static_range, syncthreads, tx, warp)
 
 # dW[co, ci, kh, kw] = sum over (n, ho, wo) of dy[n, co, ho, wo] * x[n, ci, ho*SH + kh - PH, wo*SW + kw - PW]: a GEMM
@@ -32,8 +32,7 @@ from frost.kernel import (Array, Const, bdx, bf16, bx, by, bz, cdiv, dynamic_sha
 # channels fastest across threads, so reads stay coalesced), dW in KCRS or channels-last KRSC memory; the shared
 # memory tiles and the FFMA loop are the same for all, so every layout gives bit-identical sums.
 
-FINAL_WARPS = 32        # most warps of a finalize block; each block sums 32 outputs (one per lane)
-FINAL_PER_THREAD = 4    # splits a finalize thread sums (fewer warps when there are fewer splits)
+FINAL_WARPS = 8         # warps of a finalize block; each block sums 32 outputs (one per lane)
 MAX_SMEM = 48 * 1024    # bytes of shared memory a partial block may use (more would cost resident blocks)
 
 
@@ -174,30 +173,21 @@ conv_wgrad_partial = PARTIAL["float32"]
 
 @kernel
 def conv_wgrad_finalize(part: Array[f32], out: Array[f32], n_out: i32, splits: i32):
-    """out[o] = sum over s of part[s * n_out + o]: block b sums outputs 32b .. 32b + 31, warp w of its W warps (a power
-    of two) the splits w, w + W, ..., then a pairwise tree over the warps' sums in shared memory: a fixed order."""
+    """out[o] = sum over s of part[s * n_out + o]: block b sums outputs 32b .. 32b + 31, warp w the splits
+    w, w + 8, ..., then lane by lane the 8 warps' sums in order."""
     sums = shared(f32, (FINAL_WARPS, 32))
-    warps = bdx // 32
     o = bx * 32 + lane
     acc = 0.0
     if o < n_out:
-        for s in range(warp, splits, warps):
+        for s in range(warp, splits, FINAL_WARPS):
             acc += part[s * n_out + o]
     sums[warp, lane] = acc
     syncthreads()
-    h = warps // 2
-    while h > 0:
-        if warp < h:
-            sums[warp, lane] += sums[warp + h, lane]
-        syncthreads()
-        h //= 2
     if warp == 0 and o < n_out:
-        out[o] = sums[0, lane]
-
-
-def finalize_warps(splits: int) -> int:
-    """Warps of a finalize block: a power of two, about splits / FINAL_PER_THREAD, at most FINAL_WARPS."""
-    return min(FINAL_WARPS, 1 << max(0, cdiv(splits, FINAL_PER_THREAD) - 1).bit_length())
+        total = 0.0
+        for w in static_range(FINAL_WARPS):
+            total += sums[w, lane]
+        out[o] = total
 
 
 # ------------------------------------------------------------------ launch plans
@@ -367,7 +357,7 @@ def launch(plan: Plan | MmaPlan, g, x, out, part=None, simulate: bool = False) -
     partial[plan.grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
                                                 plan.total_chunks, **plan.specialization(nhwc, krsc))
     if plan.splits > 1:
-        finalize[cdiv(plan.n_out, 32), 32 * finalize_warps(plan.splits)](part, flat_out, plan.n_out, plan.splits)
+        finalize[cdiv(plan.n_out, 32), 32 * FINAL_WARPS](part, flat_out, plan.n_out, plan.splits)
 
 
 # ------------------------------------------------------------------ the entry point on CuPy arrays

@@ -445,13 +445,3 @@ def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
     cw.prefetch(g.astype(np.float64), x.astype(np.float64), w_shape, 1, 1, out=out)
     assert len(queued) == 2
 
-
-@pytest.mark.parametrize("splits", [1, 3, 7, 17, 130])
-def test_finalize_sums_every_split_in_a_fixed_tree(splits):
-    assert cw.finalize_warps(splits) in (1, 2, 4, 8, 16, 32) and cw.finalize_warps(splits) * 4 < 2 * splits + 8
-    rng = np.random.default_rng(splits)
-    part = rng.standard_normal(splits * 40).astype(np.float32)
-    out = np.full(40, np.nan, np.float32)
-    warps = cw.finalize_warps(splits)
-    cw.conv_wgrad_finalize.simulate[2, 32 * warps](part, out, 40, splits)
-    np.testing.assert_allclose(out, part.reshape(splits, 40).astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
