@@ -444,4 +444,3 @@ def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
     cw.prefetch(g2, x2, w2, 1, 1, out=np.zeros(w2, np.float32))
     cw.prefetch(g.astype(np.float64), x.astype(np.float64), w_shape, 1, 1, out=out)
     assert len(queued) == 2
-
