@@ -16,8 +16,7 @@ from frost.layout import empty_like_format, is_channels_last
 
 _lock = threading.Lock()
 _graphs: dict = {}
-_handles: dict = {}   # one cuDNN handle per (device, thread): a handle must not be used by two threads at once
-_warm_up_thread: threading.Thread | None = None
+_handles: dict = {}
 _tuned = RememberedTable("cudnn_plans.json")  # plan index chosen per graph key
 _workspace = {}
 # what a start-up spends here (read by benchmarks/step_time.py): graphs built, seconds building them (validate,
@@ -35,55 +34,13 @@ def available() -> bool:
         return False
 
 
-def warm_up() -> None:
-    """Start cuDNN's first convolution on a background thread (once per process; FROST_CUDNN_WARM_UP=0: never).
-
-    The first plan cuDNN executes in a process loads its engine library's kernels: 3.6-6.2 s on the H200, against
-    milliseconds for every later plan of any shape or dtype. Started when a model with convolutions moves to the GPU,
-    it overlaps with what comes next (data loading, building the optimizer, kernel compiles); the first convolution
-    of another thread waits for it to finish. A failure here is ignored: that convolution then pays the load, or
-    reports the error itself."""
-    global _warm_up_thread
-    if _warm_up_thread is not None or os.environ.get("FROST_CUDNN_WARM_UP", "1") == "0" or not available():
-        return
-    device = cuda.cupy().cuda.Device().id
-    _warm_up_thread = threading.Thread(target=_first_convolution, args=(device,), name="frost-cudnn-warm-up",
-                                       daemon=True)
-    _warm_up_thread.start()
-
-
-def _first_convolution(device: int) -> None:
-    cp = cuda.cupy()
-    try:
-        with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True) as stream:
-            x = cp.zeros((1, 8, 8, 8), cp.float32)
-            w = cp.zeros((8, 8, 3, 3), cp.float32)
-            y = cp.empty((1, 8, 8, 8), cp.float32)
-            g = _ConvGraph("fprop", x, w, y, (1, 1), (1, 1), (1, 1))
-            for index in range(g.plan_count):  # a precompiled plan: one cuDNN compiles at run time loads nothing
-                if not g._compiled_at_run_time(index) and g._select(index):
-                    g.graph.execute_plan_at_index(g.pack(x, w, y), cp.empty(max(1, g.workspace_size), cp.uint8),
-                                                  index, handle=_handle())
-                    break
-            stream.synchronize()
-    except Exception:
-        pass
-
-
-def _wait_for_warm_up() -> None:
-    thread = _warm_up_thread
-    if thread is not None and thread is not threading.current_thread():
-        thread.join()
-
-
 def _handle():
     import cudnn
-    _wait_for_warm_up()
     cp = cuda.cupy()
-    key = (cp.cuda.Device().id, threading.get_ident())
-    h = _handles.get(key)
+    dev = cp.cuda.Device().id
+    h = _handles.get(dev)
     if h is None:
-        h = _handles[key] = cudnn.create_handle()
+        h = _handles[dev] = cudnn.create_handle()
     cudnn.set_stream(handle=h, stream=cp.cuda.get_current_stream().ptr)
     return h
 

@@ -423,9 +423,6 @@ def run(args: argparse.Namespace) -> dict:
                    "prefetch_to_device": args.prefetch_to_device if args.pipeline == "loader" else None,
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format})
-    if device == "cuda":
-        from frost.backend import cudnn
-        cudnn.warm_up()  # cuDNN's kernels load (seconds, once per process) while the data does
     data, data_load_s = load_into(result, args.data, device, args.pipeline, args.memory_format == "channels_last")
 
     for seed in args.seeds:

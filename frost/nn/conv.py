@@ -27,8 +27,6 @@ class Conv2d(Module):
     Only padding_mode='zeros' is supported.
     """
 
-    uses_cudnn = True  # moving a model with one to the GPU starts cuDNN's warm-up (frost.backend.cudnn.warm_up)
-
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
                  groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None) -> None:
         super().__init__()

@@ -430,11 +430,7 @@ class Module:
             if memory_format is not None and array.ndim == 4:
                 array = in_format(array, memory_format)
             return array
-        self._apply(convert)
-        if dev is not None and dev.type == "cuda" and any(getattr(m, "uses_cudnn", False) for m in self.modules()):
-            from frost.backend import cudnn
-            cudnn.warm_up()  # cuDNN's first convolution loads its kernels (seconds): overlap that with what follows
-        return self
+        return self._apply(convert)
 
     def _apply(self, convert: Callable) -> "Module":
         seen = set()
