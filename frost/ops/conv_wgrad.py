@@ -14,8 +14,6 @@ import numpy as np
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
-from frost.ops import conv_wgrad_mma
-from frost.ops.conv_wgrad_mma import MmaPlan, mma_plan
 from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane,
                           launch_bounds, local, shared, static_range, syncthreads, tx, warp)
 
@@ -192,14 +190,13 @@ def conv_wgrad_finalize(part: Array[f32], out: Array[f32], n_out: i32, splits: i
 
 # ------------------------------------------------------------------ launch plans
 @dataclass(frozen=True)
-class Plan:
-    """One launch configuration for one convolution geometry: Const values, grid, threads, shared memory."""
+class SplitPlan:
+    """What every weight-gradient launch plan has: Const values, splits over K (each written as a partial that the
+    finalize kernel sums), chunks, threads and shared memory per block."""
     consts: dict = field(hash=False)
     splits: int
     chunks_per_block: int
     total_chunks: int
-    tiles_m: int
-    tiles_c: int
     threads: int
     smem: int
 
@@ -207,6 +204,13 @@ class Plan:
     def n_out(self) -> int:
         c = self.consts
         return c["COUT"] * c["CIN"] * c["KH"] * c["KW"]
+
+
+@dataclass(frozen=True)
+class Plan(SplitPlan):
+    """A launch of the FFMA partial kernel for one convolution geometry: tiles of output and input channels."""
+    tiles_m: int = 1
+    tiles_c: int = 1
 
     @property
     def grid(self) -> tuple:
@@ -304,7 +308,7 @@ def make_plan(geo: dict, n: int, TM: int | None = None, TC: int | None = None, B
     cpb = cdiv(total, S)
     S = cdiv(total, cpb)
     consts = dict(geo, TM=TM, TC=TC, BM=BM, BC=BC, P=P, RP=RP, WT=WT)
-    return Plan(consts, S, cpb, total, tiles_m, tiles_c, threads, _smem_bytes(BM, BC, TM, TC, P, RP, WT, **size))
+    return Plan(consts, S, cpb, total, threads, _smem_bytes(BM, BC, TM, TC, P, RP, WT, **size), tiles_m, tiles_c)
 
 
 # ------------------------------------------------------------------ memory layouts
@@ -334,7 +338,7 @@ def _data_ptr(a) -> int:
     return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
 
 
-def launch(plan: Plan | MmaPlan, g, x, out, part=None, simulate: bool = False) -> None:
+def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False) -> None:
     """Run the partial kernel (straight into `out` when there is one split) and the finalize kernel.
 
     g, x: float32 arrays, both C-contiguous (NCHW) or both channels-last (NHWC memory); out: float32, C-contiguous
@@ -385,7 +389,7 @@ def _check_arrays(g, x, out, w_shape) -> None:
                          f"{out.strides}")
 
 
-def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int | None = None) -> Plan | MmaPlan:
+def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int | None = None) -> SplitPlan:
     """The plan `choose` remembered for this shape, else `tiles`, else the default one (for `sms` SMs: the
     current GPU's when None). Tiles with "kernel": "mma" make a plan of the tensor-core kernel (conv_wgrad_mma)."""
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
@@ -396,6 +400,7 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
         sms = _sm_count(_cupy().cuda.runtime.getDevice())
     tiles = {"blocks": 2 * sms} | (tiles or {})
     if tiles.pop("kernel", None) == "mma":
+        from frost.ops.conv_wgrad_mma import mma_plan  # it builds on this module
         return mma_plan(geo, int(x.shape[0]), **tiles)
     return make_plan(geo, int(x.shape[0]), **tiles)
 
@@ -515,6 +520,7 @@ def candidates(g, x, w_shape, stride, padding) -> list[dict]:
     sms = _sm_count(_cupy().cuda.runtime.getDevice())
     tiles = candidate_tiles(geo, int(x.shape[0]), sms)
     if str(x.dtype) == "bfloat16" and input_layout(g, x) == "nhwc":
+        from frost.ops import conv_wgrad_mma
         tiles += conv_wgrad_mma.candidate_tiles(geo, int(x.shape[0]), sms)
     return tiles
 

@@ -1,11 +1,12 @@
 """Tensor-core weight gradients of bf16 channels-last convolutions (implicit GEMM on mma.sync, float32 sums): a
 candidate that conv_wgrad.choose times against its FFMA kernel and cuDNN's plan."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
                           i32, kernel, lane, launch_bounds, ldmatrix_x2_trans,
                           ldmatrix_x4_trans, local, mma_16x8x16, static_range, syncthreads, tx, warp)
+from frost.ops.conv_wgrad import SplitPlan
 
 # dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a GEMM
 # with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A chunk
@@ -135,20 +136,9 @@ MAX_SMEM = 48 * 1024   # bytes of shared memory a block may use without opting i
 
 
 @dataclass(frozen=True)
-class MmaPlan:
-    """One launch of conv_wgrad_mma for one geometry: Const values, splits over K, n-tile groups, threads, memory."""
-    consts: dict = field(hash=False)
-    splits: int
-    chunks_per_block: int
-    total_chunks: int
-    groups: int
-    threads: int
-    smem: int
-
-    @property
-    def n_out(self) -> int:
-        c = self.consts
-        return c["COUT"] * c["CIN"] * c["KH"] * c["KW"]
+class MmaPlan(SplitPlan):
+    """A launch of conv_wgrad_mma for one geometry: n-tile groups on the grid's second axis."""
+    groups: int = 1
 
     @property
     def grid(self) -> tuple:
@@ -199,7 +189,7 @@ def mma_plan(geo: dict, n: int, R: int | None = None, groups: int | None = None,
     cpb = cdiv(total, S)
     S = cdiv(total, cpb)
     consts = dict(geo, R=R, NTB=ntb, WARPS=min(WARPS, ntb))
-    return MmaPlan(consts, S, cpb, total, cdiv(nt, ntb), 32 * consts["WARPS"], _smem_bytes(geo, R))
+    return MmaPlan(consts, S, cpb, total, 32 * consts["WARPS"], _smem_bytes(geo, R), cdiv(nt, ntb))
 
 
 def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
