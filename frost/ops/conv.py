@@ -219,8 +219,17 @@ def conv2d_forward(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=
     cudnn_args = _cudnn_args(x, geo)
     if cudnn_args is not None:
         from frost.backend import cudnn
+        from frost.ops import conv_fprop_mma
         xp = _xp(x)
-        out = cudnn.conv2d_forward(_dense(x, xp), _dense(w, xp), (geo.n, geo.cout, geo.ho, geo.wo), *cudnn_args)
+        x, w, y_shape = _dense(x, xp), _dense(w, xp), (geo.n, geo.cout, geo.ho, geo.wo)
+        ours = conv_fprop_mma.supported(x, w, *cudnn_args, groups)
+        out = empty_like_format(y_shape, x) if ours else None
+        # our tensor-core kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
+        if ours and conv_fprop_mma.choose(x, w, cudnn_args[1], out, lambda: cudnn.conv2d_forward(x, w, y_shape,
+                                                                                                  *cudnn_args)):
+            out = conv_fprop_mma.conv2d_forward_gpu(x, w, cudnn_args[1], out)
+        else:
+            out = cudnn.conv2d_forward(x, w, y_shape, *cudnn_args)
         if bias is not None:
             out += bias.reshape(1, -1, 1, 1)
         return out

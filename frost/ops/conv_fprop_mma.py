@@ -1,0 +1,246 @@
+"""Tensor-core forward convolutions of bf16 channels-last activations with stride 1 (implicit GEMM on mma.sync, float32
+sums, bf16 out), and `choose`, which times them against cuDNN's plan once per shape and remembers the faster."""
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+
+from frost.backend import cuda
+from frost.backend.remembered import RememberedTable
+from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, dynamic_shared, f32, kernel,
+                          lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma_16x8x16, static_range, syncthreads,
+                          tx, warp)
+from frost.layout import is_channels_last
+
+# y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
+# GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (16-deep steps: 16
+# channels of one tap). Block (t, nb) computes the tile of R output rows of one image (every column) for output
+# channels nb*BN ... (nb+1)*BN - 1. It stages the x rows the tile needs (the halo, zeros outside the image) as
+# [pixel][ci] and its BN weight rows (KRSC: taps x Cin contiguous per output channel) as [co][k] in shared memory with
+# cp.async; warp w owns m-tiles w, w + WARPS, ... and every n-tile of the block. ldmatrix reads A with each lane naming
+# its own pixel's halo row for the tap (the im2col gather costs nothing) and B straight from the weight rows.
+
+PAD = 8   # bf16 elements after each shared row: the 8 rows an ldmatrix reads fall in 8 bank groups
+
+
+@kernel
+def conv_fprop_mma(x: Array[bf16], w: Array[bf16], y: Array[bf16], CIN: Const[int], COUT: Const[int], H: Const[int],
+                   W: Const[int], HO: Const[int], WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int],
+                   PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int]):
+    """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN ...;
+    x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride 1, CIN a multiple of 16, BN of 8."""
+    THREADS: Const[int] = WARPS * 32
+    XR: Const[int] = R + KH - 1                  # x rows the tile needs
+    XC: Const[int] = WO + KW - 1                 # x columns the tile needs
+    MT: Const[int] = cdiv(R * WO, 16)            # m-tiles (pixels past the tile are computed, not stored)
+    MTW: Const[int] = cdiv(MT, WARPS)
+    NTB: Const[int] = BN // 8
+    K: Const[int] = KH * KW * CIN
+    ROW_TILES: Const[int] = cdiv(HO, R)
+    launch_bounds(THREADS)
+    xs = dynamic_shared(bf16, (XR * XC, CIN + PAD))
+    ws = dynamic_shared(bf16, (BN, K + PAD), XR * XC * (CIN + PAD) * 2)
+    img = bx // ROW_TILES
+    ho0 = bx % ROW_TILES * R
+    co0 = by * BN
+    for e in range(tx, XR * XC * (CIN // 8), THREADS):
+        p = e // (CIN // 8)
+        c = e % (CIN // 8) * 8
+        hi = ho0 - PH + p // XC
+        wi = p % XC - PW
+        if hi >= 0 and hi < H and wi >= 0 and wi < W:
+            cp_async16(xs, (p, c), x, ((img * H + hi) * W + wi) * CIN + c)
+        else:
+            for u in static_range(8):
+                xs[p, c + u] = bf16(0.0)
+    for e in range(tx, BN * (K // 8), THREADS):
+        n = e // (K // 8)
+        k = e % (K // 8) * 8
+        if co0 + n < COUT:
+            cp_async16(ws, (n, k), w, (co0 + n) * K + k)
+        else:
+            for u in static_range(8):
+                ws[n, k + u] = bf16(0.0)
+    cp_commit()
+    cp_wait(0)
+    syncthreads()
+    acc = local(f32, (MTW, NTB, 4))
+    af = local(bf16, 8)
+    bq = local(bf16, (NTB, 4))
+    for i in static_range(MTW):
+        for j in static_range(NTB):
+            for q in static_range(4):
+                acc[i, j, q] = 0.0
+    for tap in static_range(KH * KW):
+        for kc in static_range(CIN // 16):
+            for j in static_range(NTB):
+                ldmatrix_x2(bq[j], ws, (j * 8 + lane % 8, tap * CIN + kc * 16 + lane // 8 % 2 * 8))
+            for i in static_range(MTW):
+                mt = warp + i * WARPS
+                if mt < MT:   # the same for the whole warp
+                    p = min(mt * 16 + lane % 16, R * WO - 1)   # rows past the tile repeat its last pixel
+                    ldmatrix_x4(af, xs, ((p // WO + tap // KW) * XC + p % WO + tap % KW, kc * 16 + lane // 16 * 8))
+                    for j in static_range(NTB):
+                        mma_16x8x16(acc[i, j], af, bq[j])
+    g = lane // 4
+    t = lane % 4
+    for i in static_range(MTW):
+        mt = warp + i * WARPS
+        for j in static_range(NTB):
+            for q in static_range(4):
+                p = mt * 16 + g + 8 * (q // 2)
+                co = co0 + j * 8 + 2 * t + q % 2
+                if mt < MT and p < R * WO and ho0 + p // WO < HO and co < COUT:
+                    y[((img * HO + ho0 + p // WO) * WO + p % WO) * COUT + co] = bf16(acc[i, j, q])
+
+
+MAX_SMEM = 48 * 1024   # bytes of shared memory a block may use without opting in
+
+
+@dataclass(frozen=True)
+class FpropPlan:
+    """One launch of conv_fprop_mma: its Const values, grid and block."""
+    consts: dict
+    grid: tuple
+    threads: int
+    smem: int
+
+    def tiles(self) -> dict:
+        return {"R": self.consts["R"], "BN": self.consts["BN"], "WARPS": self.consts["WARPS"]}
+
+
+def geometry(x_shape: tuple, w_shape: tuple, padding) -> dict:
+    """The Const values of a stride-1 convolution of x (N, C, H, W) by w (Cout, C, KH, KW) with `padding` (ph, pw)."""
+    n, cin, h, wd = (int(a) for a in x_shape)
+    cout, _, kh, kw = (int(a) for a in w_shape)
+    ph, pw = (int(p) for p in padding)
+    return dict(CIN=cin, COUT=cout, H=h, W=wd, HO=h + 2 * ph - kh + 1, WO=wd + 2 * pw - kw + 1, KH=kh, KW=kw, PH=ph,
+                PW=pw)
+
+
+def _smem_bytes(geo: dict, R: int, BN: int) -> int:
+    halo = (R + geo["KH"] - 1) * (geo["WO"] + geo["KW"] - 1)
+    return 2 * (halo * (geo["CIN"] + PAD) + BN * (geo["KH"] * geo["KW"] * geo["CIN"] + PAD))
+
+
+def fprop_plan(geo: dict, n: int, R: int | None = None, BN: int | None = None, WARPS: int | None = None) -> FpropPlan:
+    """A launch plan: R output rows per block (default: about 64 pixels), BN output channels per block (default: all
+    that fit in shared memory, at most 64), WARPS warps (default: one per m-tile, at most 4)."""
+    ho, wo = geo["HO"], geo["WO"]
+    R = min(ho, R or max(1, 64 // wo))
+    BN = BN or min(64, cdiv(geo["COUT"], 8) * 8)
+    while BN > 8 and _smem_bytes(geo, R, BN) > MAX_SMEM:
+        BN //= 2
+    while R > 1 and _smem_bytes(geo, R, BN) > MAX_SMEM:
+        R //= 2
+    mt = cdiv(R * wo, 16)
+    WARPS = min(WARPS or 4, mt)
+    consts = dict(geo, R=R, BN=BN, WARPS=WARPS)
+    return FpropPlan(consts, (n * cdiv(ho, R), cdiv(geo["COUT"], BN)), 32 * WARPS, _smem_bytes(geo, R, BN))
+
+
+def candidate_tiles(geo: dict, n: int) -> list[dict]:
+    """The default plan and neighbours (shorter or longer tiles; for more than 16 output channels per block, half of
+    them), deduplicated: each is compiled and timed at a cold start."""
+    base = fprop_plan(geo, n)
+    r, bn = base.consts["R"], base.consts["BN"]
+    options = [base.tiles(), fprop_plan(geo, n, R=max(1, r // 2)).tiles(), fprop_plan(geo, n, R=2 * r).tiles()]
+    if bn > 16:   # wide outputs: also half the channels per block (twice the blocks)
+        options.append(fprop_plan(geo, n, BN=bn // 2).tiles())
+    unique = []
+    for o in options:
+        if o not in unique and _smem_bytes(geo, o["R"], o["BN"]) <= MAX_SMEM:
+            unique.append(o)
+    return unique
+
+
+def supported(x, w, stride, padding, dilation, groups: int) -> bool:
+    """Whether conv_fprop_mma computes this call: bf16 x and w on the GPU, both channels-last, stride 1, dilation 1,
+    groups 1, Cin a multiple of 16, padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off."""
+    if os.environ.get("FROST_CONV_FPROP_MMA", "1") == "0":
+        return False
+    if str(x.dtype) != "bfloat16" or str(w.dtype) != "bfloat16" or groups != 1 or x.ndim != 4:
+        return False
+    if tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or not (is_channels_last(x) and is_channels_last(w)):
+        return False
+    cin, kh, kw = int(w.shape[1]), int(w.shape[2]), int(w.shape[3])
+    geo = geometry(x.shape, w.shape, padding)
+    return (cin % 16 == 0 and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0 and geo["WO"] > 0
+            and _smem_bytes(geo, 1, 8) <= MAX_SMEM and x.size < 2**31)
+
+
+def _flat(a):
+    """The 1-D view of a channels-last array's memory (N, H, W, C order)."""
+    flat = a.transpose(0, 2, 3, 1).reshape(-1)
+    assert _ptr(flat) == _ptr(a), "conv_fprop_mma: a flat view of an array copied it"
+    return flat
+
+
+def _ptr(a) -> int:
+    return a.__array_interface__["data"][0] if type(a).__module__ == "numpy" else a.data.ptr
+
+
+def launch(plan: FpropPlan, x, w, y, simulate: bool = False) -> None:
+    """y (channels-last bf16, written) = the convolution of x by w on the current stream (or in the simulator)."""
+    kern = conv_fprop_mma.simulate if simulate else conv_fprop_mma
+    kern[plan.grid, plan.threads, plan.smem](_flat(x), _flat(w), _flat(y), **plan.consts)
+
+
+def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False):
+    """The convolution (stride 1) of channels-last bf16 x by channels-last bf16 w into `out` (channels-last bf16, the
+    output's shape); tiles: a plan's choices (default: what `choose` remembered, else the default plan)."""
+    geo = geometry(x.shape, w.shape, padding)
+    if tiles is None and not simulate:
+        hit = _choices.load().get(_key(x, w, padding))
+        tiles = hit.get("tiles") if hit else None
+    launch(fprop_plan(geo, int(x.shape[0]), **(tiles or {})), x, w, out, simulate=simulate)
+    return out
+
+
+# ------------------------------------------------------------------ choosing between ours and cuDNN, remembered
+_lock = threading.Lock()
+_choices = RememberedTable("conv_fprop.json")   # next to cuDNN's tuned plans
+stats = {"choices": 0}
+
+
+def _key(x, w, padding) -> str:
+    return json.dumps([list(x.shape), list(w.shape), [int(p) for p in padding], str(x.dtype)])
+
+
+def _compile_side_by_side(geo: dict, n: int, tile_choices: list) -> None:
+    """Compile the candidates on the background compile threads, all at once, before they are timed."""
+    from frost.kernel.compile import device_arch
+    arch = device_arch()
+    specs = [conv_fprop_mma.specialize(**fprop_plan(geo, n, **t).consts) for t in tile_choices]
+    for spec in specs:
+        spec.prefetch(arch)
+    for spec in specs:
+        spec.cubin(arch)
+
+
+def choose(x, w, padding, out, cudnn_fn) -> bool:
+    """True when our kernel is faster than cuDNN's forward (cudnn_fn() runs cuDNN's plan) at this shape: timed once per
+    shape (every candidate of ours, then cuDNN), remembered in memory and on disk; during a CUDA-graph capture only a
+    remembered answer is used (unknown: cuDNN)."""
+    from frost.ops.conv_wgrad import _capturing
+    key = _key(x, w, padding)
+    choices = _choices.load()
+    if key in choices:
+        return bool(choices[key]["ours"])
+    if _capturing():
+        return False
+    with _lock:
+        if key not in choices:
+            geo = geometry(x.shape, w.shape, padding)
+            tile_choices = candidate_tiles(geo, int(x.shape[0]))
+            _compile_side_by_side(geo, int(x.shape[0]), tile_choices)
+            timed = [(cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t)), t)
+                     for t in tile_choices]
+            ours_us, tiles = min(timed, key=lambda t: t[0])
+            cudnn_us = cuda.graph_time_us(cudnn_fn)
+            choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
+                            "cudnn_us": round(cudnn_us, 3)}
+            _choices.save()
+            stats["choices"] += 1
+    return bool(choices[key]["ours"])

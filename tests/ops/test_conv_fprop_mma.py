@@ -1,0 +1,104 @@
+"""The tensor-core forward convolution (frost/ops/conv_fprop_mma.py): simulator vs float64 sums of the same bf16
+values, its plans and support rules, sm_90 compiles at the seed ResNet's stride-1 shapes, and (on a GPU) the
+float64 sums, `choose` and conv2d with it."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from frost.layout import as_channels_last
+from frost.ops import conv_fprop_mma as fm
+
+
+def fprop64(x, w, padding):
+    """The float64 twin: y[n, co, ho, wo] = sum over ci, kh, kw of w * the zero-padded x (stride 1)."""
+    ph, pw = padding
+    _, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    ho, wo = xp.shape[2] - kh + 1, xp.shape[3] - kw + 1
+    return sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + ho, j:j + wo], w[:, :, i, j].astype(np.float64))
+               for i in range(kh) for j in range(kw))
+
+
+def _inputs(n, cin, cout, h, wd, k, padding, seed=0):
+    rng = np.random.default_rng(seed)
+    kh, kw = (k, k) if isinstance(k, int) else k
+    x = rng.standard_normal((n, cin, h, wd)).astype(ml_dtypes.bfloat16)
+    w = (rng.standard_normal((cout, cin, kh, kw)) / 4).astype(ml_dtypes.bfloat16)
+    return as_channels_last(x), as_channels_last(w), fprop64(x.astype(np.float32), w.astype(np.float32), padding)
+
+
+# (N, Cin, Cout, H, W, k, padding, plan keywords): tiles that overrun the image rows (HO % R), pixels past 16-row
+# m-tiles (R * WO % 16), several output-channel blocks (BN < Cout) and a partial one, several k steps per tap, a warp
+# with two m-tiles, 1x1 and 1x3 kernels, no padding.
+CASES = [
+    ((2, 16, 16, 5, 6, 3, (1, 1)), dict(R=2, WARPS=1)),            # 12-pixel tiles, HO 5 = 2 + 2 + 1
+    ((1, 32, 24, 6, 8, 3, (1, 1)), dict(R=3, BN=16, WARPS=1)),     # Cout 24 = 16 + 8 (a partial block); 2 k steps
+    ((1, 16, 8, 4, 8, 1, (0, 0)), dict(R=4, WARPS=2)),             # 1x1
+    ((1, 16, 16, 5, 7, (1, 3), (0, 1)), dict(R=3, WARPS=2)),       # 1x3, 21-pixel tiles
+    ((2, 16, 16, 6, 6, 3, (0, 0)), {}),                            # no padding: 4x4 out, defaults
+]
+
+
+@pytest.mark.parametrize("shape,tiles", CASES)
+def test_simulated_kernel_matches_float64(shape, tiles):
+    n, cin, cout, h, wd, k, padding = shape
+    x, w, want = _inputs(*shape, seed=len(str(shape)))
+    out = as_channels_last(np.full(want.shape, np.nan, ml_dtypes.bfloat16))
+    fm.conv2d_forward_gpu(x, w, padding, out, tiles=tiles, simulate=True)
+    np.testing.assert_allclose(out.astype(np.float32), want, rtol=1e-2, atol=1e-2)   # bf16 out: one rounding
+    assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
+
+
+def test_plans_and_support():
+    geo = fm.geometry((32, 16, 32, 32), (16, 16, 3, 3), (1, 1))
+    plan = fm.fprop_plan(geo, 32)
+    assert plan.consts["R"] == 2 and plan.grid == (512, 1) and plan.threads == 128 and plan.smem <= fm.MAX_SMEM
+    big = fm.fprop_plan(fm.geometry((32, 64, 8, 8), (64, 64, 3, 3), (1, 1)), 32)
+    assert big.smem <= fm.MAX_SMEM and big.grid[1] * big.consts["BN"] >= 64
+    x = as_channels_last(np.zeros((2, 16, 8, 8), ml_dtypes.bfloat16))
+    w = as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16))
+    assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1)
+    assert not fm.supported(x, w, (2, 2), (1, 1), (1, 1), 1)                         # stride 2: cuDNN
+    assert not fm.supported(x.astype(np.float32), w, (1, 1), (1, 1), (1, 1), 1)      # float32: cuDNN
+    assert not fm.supported(np.ascontiguousarray(x), w, (1, 1), (1, 1), (1, 1), 1)   # NCHW: cuDNN
+    x3 = as_channels_last(np.zeros((2, 8, 8, 8), ml_dtypes.bfloat16))
+    assert not fm.supported(x3, as_channels_last(np.zeros((16, 8, 3, 3), ml_dtypes.bfloat16)), (1, 1), (1, 1),
+                            (1, 1), 1)                                                # Cin 8
+    assert len(fm.candidate_tiles(geo, 32)) >= 3
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    x = as_channels_last(np.zeros((2, 16, 8, 8), ml_dtypes.bfloat16))
+    w = as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16))
+    monkeypatch.setenv("FROST_CONV_FPROP_MMA", "0")
+    assert not fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1)
+
+
+@pytest.mark.parametrize("cin,cout,h", [(16, 16, 32), (32, 32, 16), (64, 64, 8)])
+def test_seed_shapes_candidates_compile_for_sm90(cin, cout, h):
+    geo = fm.geometry((32, cin, h, h), (cout, cin, 3, 3), (1, 1))
+    for t in fm.candidate_tiles(geo, 32):
+        plan = fm.fprop_plan(geo, 32, **t)
+        assert fm.conv_fprop_mma.compile("sm_90", **plan.consts)[:4] == b"\x7fELF"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cin,cout,h", [(16, 16, 32), (32, 32, 16), (64, 64, 8)])
+def test_gpu_candidates_and_conv2d_match_float64(cin, cout, h):
+    import cupy as cp
+
+    from frost.layout import is_channels_last
+    from frost.ops.conv import conv2d_forward
+    x, w, want = _inputs(32, cin, cout, h, h, 3, (1, 1), seed=h)
+
+    def on_gpu(a):
+        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+
+    xd, wd = on_gpu(x), on_gpu(w)
+    scale = np.abs(want).max()
+    for t in fm.candidate_tiles(fm.geometry(xd.shape, wd.shape, (1, 1)), 32):
+        out = fm.conv2d_forward_gpu(xd, wd, (1, 1), as_channels_last(cp.empty(want.shape, xd.dtype)), tiles=t)
+        assert np.abs(cp.asnumpy(out).astype(np.float64) - want).max() <= 2 ** -8 * scale, t
+    y = conv2d_forward(xd, wd, 1, 1)   # whichever `choose` picked
+    assert is_channels_last(y) and np.abs(cp.asnumpy(y).astype(np.float64) - want).max() <= 2 ** -7 * scale
+    assert fm._choices.load().get(fm._key(xd, wd, (1, 1))) is not None
