@@ -88,3 +88,15 @@ def test_gpu_candidates_match_float64_at_the_seed_shapes(n, cin, cout, h, stride
     for t in tiles:
         out = cw.conv2d_backward_weight_gpu(gd, xd, w_shape, stride, k // 2, tiles=t)
         np.testing.assert_allclose(cp.asnumpy(out), want, rtol=0, atol=2e-5 * np.abs(want).max(), err_msg=str(t))
+
+
+def test_bf16_channels_last_shapes_time_only_the_tensor_core_candidates(monkeypatch):
+    monkeypatch.setattr(cw, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(cw, "_cupy", lambda: type("cp", (), {"cuda": type("c", (), {"runtime": type(
+        "r", (), {"getDevice": staticmethod(lambda: 0)})})}))
+    g, x, w_shape, _ = _bf16_inputs(2, 16, 16, 8, 8, 3, 1, 1)
+    assert {t.get("kernel") for t in cw.candidates(g, x, w_shape, 1, 1)} == {"mma"}
+    g32, x32 = g.astype(np.float32), x.astype(np.float32)
+    assert all("kernel" not in t for t in cw.candidates(g32, x32, w_shape, 1, 1))   # float32: the FFMA kernel
+    gn, xn = np.ascontiguousarray(g), np.ascontiguousarray(x)
+    assert all("kernel" not in t for t in cw.candidates(gn, xn, w_shape, 1, 1))     # NCHW bf16: the FFMA kernel
