@@ -3,7 +3,6 @@ sums, bf16 out), and `choose`, which times them against cuDNN's plan once per sh
 
 import json
 import os
-import threading
 from dataclasses import dataclass
 
 from frost.backend import cuda
@@ -199,9 +198,8 @@ def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: 
 
 
 # ------------------------------------------------------------------ choosing between ours and cuDNN, remembered
-_lock = threading.Lock()
 _choices = RememberedTable("conv_fprop.json")   # next to cuDNN's tuned plans
-stats = {"choices": 0}
+stats = {"choices": 0, "choose_seconds": 0.0}  # shapes decided, seconds spent (compiles and timings)
 
 
 def _key(x, w, padding) -> str:
@@ -220,27 +218,16 @@ def _compile_side_by_side(geo: dict, n: int, tile_choices: list) -> None:
 
 
 def choose(x, w, padding, out, cudnn_fn) -> bool:
-    """True when our kernel is faster than cuDNN's forward (cudnn_fn() runs cuDNN's plan) at this shape: timed once per
-    shape (every candidate of ours, then cuDNN), remembered in memory and on disk; during a CUDA-graph capture only a
-    remembered answer is used (unknown: cuDNN)."""
-    from frost.ops.conv_wgrad import _capturing
-    key = _key(x, w, padding)
-    choices = _choices.load()
-    if key in choices:
-        return bool(choices[key]["ours"])
-    if _capturing():
-        return False
-    with _lock:
-        if key not in choices:
-            geo = geometry(x.shape, w.shape, padding)
-            tile_choices = candidate_tiles(geo, int(x.shape[0]))
-            _compile_side_by_side(geo, int(x.shape[0]), tile_choices)
-            timed = [(cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t)), t)
-                     for t in tile_choices]
-            ours_us, tiles = min(timed, key=lambda t: t[0])
-            cudnn_us = cuda.graph_time_us(cudnn_fn)
-            choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
-                            "cudnn_us": round(cudnn_us, 3)}
-            _choices.save()
-            stats["choices"] += 1
-    return bool(choices[key]["ours"])
+    """True when our kernel is faster than cuDNN's forward (cudnn_fn() runs cuDNN's plan) at this shape: every
+    candidate of ours (compiled side by side, written into `out`) against cuDNN, once per shape, remembered
+    (conv_wgrad.faster_than_cudnn)."""
+    from frost.ops.conv_wgrad import faster_than_cudnn
+
+    def time_ours():
+        geo = geometry(x.shape, w.shape, padding)
+        tile_choices = candidate_tiles(geo, int(x.shape[0]))
+        _compile_side_by_side(geo, int(x.shape[0]), tile_choices)
+        return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t)), t)
+                    for t in tile_choices), key=lambda timed: timed[0])
+
+    return faster_than_cudnn(_choices, _key(x, w, padding), time_ours, cudnn_fn, stats)

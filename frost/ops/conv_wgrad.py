@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -543,41 +543,47 @@ def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
     return unique
 
 
-def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
-    """True when our kernel is faster than cuDNN's weight gradient (cudnn_fn(): runs cuDNN's plan) at this shape.
-
-    Timed once per shape (key: shapes, stride, padding, dtype, memory layout of dy and x, TF32 and determinism
-    switches; ours writes into an out in x's memory format), remembered in memory and on disk; during a CUDA-graph
-    capture only a remembered answer is used (unknown: cuDNN)."""
-    if not supported(g, x, w_shape, stride, padding):
-        return False
-    key = _key(g, x, w_shape, stride, padding)
-    choices = _choices.load()
+def faster_than_cudnn(table: RememberedTable, key: str, time_ours: Callable[[], tuple], cudnn_fn,
+                      counters: dict) -> bool:
+    """Whether our kernel beats cuDNN's plan at the shape named by `key`: decided once (time_ours() times our
+    candidates and returns (the best one's us, its tiles); cudnn_fn() runs cuDNN's plan), remembered in memory and
+    on disk in `table`; during a CUDA-graph capture only a remembered answer is used (unknown: cuDNN). counters:
+    "choices" and "choose_seconds" grow with each decision."""
+    choices = table.load()
     if key in choices:
         return bool(choices[key]["ours"])
     if _capturing():
         return False
     with _lock:
-        if key in choices:
-            return bool(choices[key]["ours"])
-        start = time.perf_counter()
-        cp = _cupy()
-        out = empty_like_format(tuple(w_shape), x, dtype=cp.float32)
-        timed = []
+        if key not in choices:
+            start = time.perf_counter()
+            ours_us, tiles = time_ours()
+            cudnn_us = cuda.graph_time_us(cudnn_fn)
+            choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
+                            "cudnn_us": round(cudnn_us, 3)}
+            table.save()
+            counters["choices"] += 1
+            counters["choose_seconds"] += time.perf_counter() - start
+    return bool(choices[key]["ours"])
+
+
+def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:
+    """True when our kernel is faster than cuDNN's weight gradient (cudnn_fn(): runs cuDNN's plan) at this shape.
+
+    Timed once per shape (key: shapes, stride, padding, dtype, memory layout of dy and x, TF32 and determinism
+    switches; ours writes into an out in x's memory format), remembered (faster_than_cudnn)."""
+    if not supported(g, x, w_shape, stride, padding):
+        return False
+
+    def time_ours():
+        out = empty_like_format(tuple(w_shape), x, dtype=_cupy().float32)
         tile_choices = candidates(g, x, w_shape, stride, padding)
         _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices, out)
-        for tiles in tile_choices:
-            us = cuda.graph_time_us(lambda: conv2d_backward_weight_gpu(g, x, w_shape, stride, padding, out=out,
-                                                                       tiles=tiles))
-            timed.append((us, tiles))
-        ours_us, tiles = min(timed, key=lambda t: t[0])
-        cudnn_us = cuda.graph_time_us(cudnn_fn)
-        choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
-                        "cudnn_us": round(cudnn_us, 3)}
-        _choices.save()
-        stats["choices"] += 1
-        stats["choose_seconds"] += time.perf_counter() - start
-    return bool(choices[key]["ours"])
+        return min(((cuda.graph_time_us(lambda: conv2d_backward_weight_gpu(g, x, w_shape, stride, padding, out=out,
+                                                                           tiles=t)), t) for t in tile_choices),
+                   key=lambda timed: timed[0])
+
+    return faster_than_cudnn(_choices, _key(g, x, w_shape, stride, padding), time_ours, cudnn_fn, stats)
 
 
 def remembered(g, x, w_shape, stride, padding) -> dict | None:

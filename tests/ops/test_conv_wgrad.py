@@ -444,3 +444,22 @@ def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
     cw.prefetch(g2, x2, w2, 1, 1, out=np.zeros(w2, np.float32))
     cw.prefetch(g.astype(np.float64), x.astype(np.float64), w_shape, 1, 1, out=out)
     assert len(queued) == 2
+
+
+def test_faster_than_cudnn_decides_once_remembers_on_disk_and_defers_during_capture(tmp_path, monkeypatch):
+    from frost.backend.remembered import RememberedTable
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    table, counters, timed = RememberedTable("choices_test.json"), {"choices": 0, "choose_seconds": 0.0}, []
+    monkeypatch.setattr(cw.cuda, "graph_time_us", lambda fn: timed.append("cudnn") or 9.0)
+    monkeypatch.setattr(cw, "_capturing", lambda: True)
+    assert cw.faster_than_cudnn(table, "k", lambda: timed.append("ours") or (5.0, {"R": 2}), None, counters) is False
+    assert timed == [] and counters["choices"] == 0                       # unknown during a capture: cuDNN, no timing
+    monkeypatch.setattr(cw, "_capturing", lambda: False)
+    assert cw.faster_than_cudnn(table, "k", lambda: timed.append("ours") or (5.0, {"R": 2}), None, counters)
+    assert timed == ["ours", "cudnn"] and counters["choices"] == 1
+    assert cw.faster_than_cudnn(table, "k", lambda: 1 / 0, None, counters)  # remembered: nothing timed again
+    table.forget()
+    assert json.loads((tmp_path / "choices_test.json").read_text())["k"] == {"ours": True, "tiles": {"R": 2},
+                                                                             "ours_us": 5.0, "cudnn_us": 9.0}
+    monkeypatch.setattr(cw, "_capturing", lambda: True)
+    assert cw.faster_than_cudnn(table, "k", lambda: 1 / 0, None, counters)  # from disk, also during a capture
