@@ -975,6 +975,21 @@ def _kernel_buffers(x: Tensor, splits: int, running_mean: Tensor | None, running
     return mean, invstd, part_a, part_b, w, b, track, rm, rv, batches, count
 
 
+def _backward_buffers(xp, C: int, S: int, weight: Tensor | None, bias: Tensor | None) -> tuple:
+    """(dweight, dbias, part_g, part_gx) for the backward kernels: the parameters' zeroed .grad buffers where they
+    have them (the kernels write straight into those), else scratch; the partial sums of S splits per channel."""
+    dweight = grad_destination(weight) if weight is not None else None
+    dbias = grad_destination(bias) if bias is not None else None
+    dweight = xp.empty(C, xp.float32) if dweight is None else dweight
+    dbias = xp.empty(C, xp.float32) if dbias is None else dbias
+    return dweight, dbias, xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
+
+
+def _parent_grads(dx, weight, dweight, bias, dbias, residual, dres) -> list:
+    """The gradients of batch_norm_act's parents (x, weight, bias, residual: those that are there), in order."""
+    return [dx] + [d for t, d in ((weight, dweight), (bias, dbias), (residual, dres)) if t is not None]
+
+
 def _rows(a):
     """A channels-last (N, C, H, W) array as the C-contiguous (N, H, W, C) array it is (what the kernels index)."""
     return a.transpose(0, 2, 3, 1)
@@ -1017,12 +1032,7 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
         g = dense_like(g.astype(xa.dtype, copy=False), xa)  # astype keeps the layout
         g2 = g if g2 is None else dense_like(g2.astype(xa.dtype, copy=False), xa)
         pair = int(g2 is not g)
-        # the kernels write straight into the parameters' zeroed .grad buffers when there are some
-        dweight = grad_destination(weight) if weight is not None else None
-        dbias = grad_destination(bias) if bias is not None else None
-        dweight = xp.empty(C, xp.float32) if dweight is None else dweight
-        dbias = xp.empty(C, xp.float32) if dbias is None else dbias
-        part_g, part_gx = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
+        dweight, dbias, part_g, part_gx = _backward_buffers(xp, C, S, weight, bias)
         if not one:
             kernels["backward_partial"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, part_g,
                                                        part_gx, n, C, cb, S, relu=int(relu), U=U, pair=pair)
@@ -1033,14 +1043,7 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
         kernels["backward_input"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, invstd, w, part_g,
                                                  part_gx, dweight, dbias, _rows(dx), _rows(dres), grid_sync_counter(xp),
                                                  n, C, cb, lanes, S, sums=int(one), pair=pair, **flags)
-        grads = [dx]
-        if weight is not None:
-            grads.append(dweight)
-        if bias is not None:
-            grads.append(dbias)
-        if residual is not None:
-            grads.append(dres)
-        return grads
+        return _parent_grads(dx, weight, dweight, bias, dbias, residual, dres)
 
     backward.takes_gradient_pairs = True
     return from_op(y, parents, backward, "batch_norm_act" if relu or residual is not None else "batch_norm")
@@ -1105,12 +1108,7 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
 
     def backward(g):
         g = xp.ascontiguousarray(g)
-        # the kernels write straight into the parameters' zeroed .grad buffers when there are some
-        dweight = grad_destination(weight) if weight is not None else None
-        dbias = grad_destination(bias) if bias is not None else None
-        dweight = xp.empty(C, xp.float32) if dweight is None else dweight
-        dbias = xp.empty(C, xp.float32) if dbias is None else dbias
-        part_g, part_gx = xp.empty(C * S, xp.float32), xp.empty(C * S, xp.float32)
+        dweight, dbias, part_g, part_gx = _backward_buffers(xp, C, S, weight, bias)
         batch_norm_backward_partial[(S, C), BN_THREADS](g, xa, y, mean, part_g, part_gx, n, hw, C, S,
                                                         relu=int(relu), U=U)
         if not fused:
@@ -1120,13 +1118,6 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
         batch_norm_backward_input[elementwise_blocks, BN_APPLY_THREADS](g, xa, y, mean, invstd, w, part_g, part_gx,
                                                                         dweight, dbias, dx, dres, total, hw, C, n,
                                                                         S, **flags)
-        grads = [dx]
-        if weight is not None:
-            grads.append(dweight)
-        if bias is not None:
-            grads.append(dbias)
-        if residual is not None:
-            grads.append(dres)
-        return grads
+        return _parent_grads(dx, weight, dweight, bias, dbias, residual, dres)
 
     return from_op(y, parents, backward, "batch_norm_act" if relu or residual is not None else "batch_norm")

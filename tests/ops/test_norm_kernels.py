@@ -935,3 +935,15 @@ def test_nhwc_backward_adds_two_gradient_contributions_itself(one, simulated_gpu
     assert seen == ["GradientPair"]
     for name, got, want in zip(("dx", "dweight", "dbias"), *results):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_backward_buffers_and_parent_grads_follow_the_parents():
+    w = frost.tensor(np.ones(3, np.float32), requires_grad=True)
+    dweight, dbias, part_g, part_gx = norm._backward_buffers(np, 3, 4, w, None)
+    assert dweight.shape == dbias.shape == (3,) and part_g.shape == part_gx.shape == (12,)
+    assert dweight.dtype == dbias.dtype == part_g.dtype == np.float32
+    dx, dw, db, dres = (np.full(2, v) for v in range(4))
+    for weight, bias, residual, want in ((w, w, w, [0, 1, 2, 3]), (None, w, None, [0, 2]), (w, None, w, [0, 1, 3]),
+                                         (None, None, None, [0])):
+        got = norm._parent_grads(dx, weight, dw, bias, db, residual, dres)
+        assert [int(a[0]) for a in got] == want
