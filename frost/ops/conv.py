@@ -242,8 +242,16 @@ def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1,
     cudnn_args = _cudnn_args(g, geo)
     if cudnn_args is not None:
         from frost.backend import cudnn
+        from frost.ops import conv_fprop_mma
         xp = _xp(g)
-        return cudnn.conv2d_backward_input(_dense(g, xp), _dense(w, xp), tuple(x_shape), *cudnn_args)
+        g, w, x_shape = _dense(g, xp), _dense(w, xp), tuple(x_shape)
+        if conv_fprop_mma.supported(g, w, *cudnn_args, groups, flip=True):  # a forward convolution of ours, turned
+            out = empty_like_format(x_shape, g)
+            if conv_fprop_mma.choose(g, w, cudnn_args[1], out, lambda: cudnn.conv2d_backward_input(g, w, x_shape,
+                                                                                                    *cudnn_args),
+                                     flip=True):
+                return conv_fprop_mma.conv2d_forward_gpu(g, w, cudnn_args[1], out, flip=True)
+        return cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args)
     if _input_grad_is_a_conv(geo):
         return _backward_input_as_conv(g, w, geo)
     return _backward_input_from_grad(_grad_channel_major(g, geo), w, geo)

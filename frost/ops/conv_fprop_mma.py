@@ -26,9 +26,12 @@ PAD = 8   # bf16 elements after each shared row: the 8 rows an ldmatrix reads fa
 @kernel
 def conv_fprop_mma(x: Array[bf16], w: Array[bf16], y: Array[bf16], CIN: Const[int], COUT: Const[int], H: Const[int],
                    W: Const[int], HO: Const[int], WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int],
-                   PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int]):
+                   PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0):
     """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN ...;
-    x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride 1, CIN a multiple of 16, BN of 8."""
+    x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride 1, CIN a multiple of 16, BN of 8.
+
+    FLIP=1: the input gradient of a stride-1 convolution as a forward one: x is dy, y is dx, and w is the original
+    (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped."""
     THREADS: Const[int] = WARPS * 32
     XR: Const[int] = R + KH - 1                  # x rows the tile needs
     XC: Const[int] = WO + KW - 1                 # x columns the tile needs
@@ -53,14 +56,22 @@ def conv_fprop_mma(x: Array[bf16], w: Array[bf16], y: Array[bf16], CIN: Const[in
         else:
             for u in static_range(8):
                 xs[p, c + u] = bf16(0.0)
-    for e in range(tx, BN * (K // 8), THREADS):
-        n = e // (K // 8)
-        k = e % (K // 8) * 8
-        if co0 + n < COUT:
-            cp_async16(ws, (n, k), w, (co0 + n) * K + k)
-        else:
-            for u in static_range(8):
-                ws[n, k + u] = bf16(0.0)
+    if FLIP:   # ws[n, (tap, c)] = w[c, KH-1-kh, KW-1-kw, co0 + n]: an element at a time (a strided gather)
+        for e in range(tx, BN * K, THREADS):
+            n = e // K
+            k = e % K
+            turned = KH * KW - 1 - k // CIN   # the tap this one reads, turned by 180 degrees
+            ws[n, k] = w[((k % CIN * KH + turned // KW) * KW + turned % KW) * COUT + co0 + n] if co0 + n < COUT \
+                else bf16(0.0)
+    else:
+        for e in range(tx, BN * (K // 8), THREADS):
+            n = e // (K // 8)
+            k = e % (K // 8) * 8
+            if co0 + n < COUT:
+                cp_async16(ws, (n, k), w, (co0 + n) * K + k)
+            else:
+                for u in static_range(8):
+                    ws[n, k + u] = bf16(0.0)
     cp_commit()
     cp_wait(0)
     syncthreads()
@@ -109,11 +120,15 @@ class FpropPlan:
         return {"R": self.consts["R"], "BN": self.consts["BN"], "WARPS": self.consts["WARPS"]}
 
 
-def geometry(x_shape: tuple, w_shape: tuple, padding) -> dict:
-    """The Const values of a stride-1 convolution of x (N, C, H, W) by w (Cout, C, KH, KW) with `padding` (ph, pw)."""
+def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False) -> dict:
+    """The Const values of a stride-1 convolution of x (N, C, H, W) by w (Cout, C, KH, KW) with `padding` (ph, pw).
+    flip: of the input gradient of that convolution, given x = dy (N, Cout, HO, WO): a forward convolution of dy by
+    the turned weight (C, Cout, KH, KW) with padding (KH - 1 - ph, KW - 1 - pw)."""
     n, cin, h, wd = (int(a) for a in x_shape)
     cout, _, kh, kw = (int(a) for a in w_shape)
     ph, pw = (int(p) for p in padding)
+    if flip:
+        cout, ph, pw = int(w_shape[1]), kh - 1 - ph, kw - 1 - pw
     return dict(CIN=cin, COUT=cout, H=h, W=wd, HO=h + 2 * ph - kh + 1, WO=wd + 2 * pw - kw + 1, KH=kh, KW=kw, PH=ph,
                 PW=pw)
 
@@ -123,9 +138,11 @@ def _smem_bytes(geo: dict, R: int, BN: int) -> int:
     return 2 * (halo * (geo["CIN"] + PAD) + BN * (geo["KH"] * geo["KW"] * geo["CIN"] + PAD))
 
 
-def fprop_plan(geo: dict, n: int, R: int | None = None, BN: int | None = None, WARPS: int | None = None) -> FpropPlan:
+def fprop_plan(geo: dict, n: int, R: int | None = None, BN: int | None = None, WARPS: int | None = None,
+               flip: bool = False) -> FpropPlan:
     """A launch plan: R output rows per block (default: about 64 pixels), BN output channels per block (default: all
-    that fit in shared memory, at most 64), WARPS warps (default: one per m-tile, at most 4)."""
+    that fit in shared memory, at most 64), WARPS warps (default: one per m-tile, at most 4); flip: an input
+    gradient (geo is then that of the forward convolution it runs as: geometry(..., flip=True))."""
     ho, wo = geo["HO"], geo["WO"]
     R = min(ho, R or max(1, 64 // wo))
     BN = BN or min(64, cdiv(geo["COUT"], 8) * 8)
@@ -135,18 +152,19 @@ def fprop_plan(geo: dict, n: int, R: int | None = None, BN: int | None = None, W
         R //= 2
     mt = cdiv(R * wo, 16)
     WARPS = min(WARPS or 4, mt)
-    consts = dict(geo, R=R, BN=BN, WARPS=WARPS)
+    consts = dict(geo, R=R, BN=BN, WARPS=WARPS, FLIP=int(flip))
     return FpropPlan(consts, (n * cdiv(ho, R), cdiv(geo["COUT"], BN)), 32 * WARPS, _smem_bytes(geo, R, BN))
 
 
-def candidate_tiles(geo: dict, n: int) -> list[dict]:
+def candidate_tiles(geo: dict, n: int, flip: bool = False) -> list[dict]:
     """The default plan and neighbours (shorter or longer tiles; for more than 16 output channels per block, half of
     them), deduplicated: each is compiled and timed at a cold start."""
-    base = fprop_plan(geo, n)
+    base = fprop_plan(geo, n, flip=flip)
     r, bn = base.consts["R"], base.consts["BN"]
-    options = [base.tiles(), fprop_plan(geo, n, R=max(1, r // 2)).tiles(), fprop_plan(geo, n, R=2 * r).tiles()]
+    options = [base.tiles(), fprop_plan(geo, n, R=max(1, r // 2), flip=flip).tiles(),
+               fprop_plan(geo, n, R=2 * r, flip=flip).tiles()]
     if bn > 16:   # wide outputs: also half the channels per block (twice the blocks)
-        options.append(fprop_plan(geo, n, BN=bn // 2).tiles())
+        options.append(fprop_plan(geo, n, BN=bn // 2, flip=flip).tiles())
     unique = []
     for o in options:
         if o not in unique and _smem_bytes(geo, o["R"], o["BN"]) <= MAX_SMEM:
@@ -154,17 +172,21 @@ def candidate_tiles(geo: dict, n: int) -> list[dict]:
     return unique
 
 
-def supported(x, w, stride, padding, dilation, groups: int) -> bool:
+def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) -> bool:
     """Whether conv_fprop_mma computes this call: bf16 x and w on the GPU, both channels-last, stride 1, dilation 1,
-    groups 1, Cin a multiple of 16, padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off."""
+    groups 1, Cin a multiple of 16, padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
+    flip: the input gradient (x = dy, whose channels must be a multiple of 16), only with FROST_CONV_DGRAD_MMA=1 (not
+    yet run on a GPU: off by default)."""
     if os.environ.get("FROST_CONV_FPROP_MMA", "1") == "0":
+        return False
+    if flip and os.environ.get("FROST_CONV_DGRAD_MMA", "0") != "1":
         return False
     if str(x.dtype) != "bfloat16" or str(w.dtype) != "bfloat16" or groups != 1 or x.ndim != 4:
         return False
     if tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or not (is_channels_last(x) and is_channels_last(w)):
         return False
-    cin, kh, kw = int(w.shape[1]), int(w.shape[2]), int(w.shape[3])
-    geo = geometry(x.shape, w.shape, padding)
+    cin, kh, kw = int(w.shape[0] if flip else w.shape[1]), int(w.shape[2]), int(w.shape[3])
+    geo = geometry(x.shape, w.shape, padding, flip)
     return (cin % 16 == 0 and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0 and geo["WO"] > 0
             and _smem_bytes(geo, 1, 8) <= MAX_SMEM and x.size < 2**31)
 
@@ -186,14 +208,15 @@ def launch(plan: FpropPlan, x, w, y, simulate: bool = False) -> None:
     kern[plan.grid, plan.threads, plan.smem](_flat(x), _flat(w), _flat(y), **plan.consts)
 
 
-def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False):
+def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False):
     """The convolution (stride 1) of channels-last bf16 x by channels-last bf16 w into `out` (channels-last bf16, the
-    output's shape); tiles: a plan's choices (default: what `choose` remembered, else the default plan)."""
-    geo = geometry(x.shape, w.shape, padding)
+    output's shape); tiles: a plan's choices (default: what `choose` remembered, else the default plan). flip: the
+    input gradient of the convolution by w with `padding` instead, from x = dy, into out (x's original shape)."""
+    geo = geometry(x.shape, w.shape, padding, flip)
     if tiles is None and not simulate:
-        hit = _choices.load().get(_key(x, w, padding))
+        hit = _choices.load().get(_key(x, w, padding, flip))
         tiles = hit.get("tiles") if hit else None
-    launch(fprop_plan(geo, int(x.shape[0]), **(tiles or {})), x, w, out, simulate=simulate)
+    launch(fprop_plan(geo, int(x.shape[0]), flip=flip, **(tiles or {})), x, w, out, simulate=simulate)
     return out
 
 
@@ -202,32 +225,33 @@ _choices = RememberedTable("conv_fprop.json")   # next to cuDNN's tuned plans
 stats = {"choices": 0, "choose_seconds": 0.0}  # shapes decided, seconds spent (compiles and timings)
 
 
-def _key(x, w, padding) -> str:
-    return json.dumps([list(x.shape), list(w.shape), [int(p) for p in padding], str(x.dtype)])
+def _key(x, w, padding, flip: bool = False) -> str:
+    return json.dumps([list(x.shape), list(w.shape), [int(p) for p in padding], str(x.dtype)] + (["dgrad"] if flip
+                                                                                               else []))
 
 
-def _compile_side_by_side(geo: dict, n: int, tile_choices: list) -> None:
+def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool) -> None:
     """Compile the candidates on the background compile threads, all at once, before they are timed."""
     from frost.kernel.compile import device_arch
     arch = device_arch()
-    specs = [conv_fprop_mma.specialize(**fprop_plan(geo, n, **t).consts) for t in tile_choices]
+    specs = [conv_fprop_mma.specialize(**fprop_plan(geo, n, flip=flip, **t).consts) for t in tile_choices]
     for spec in specs:
         spec.prefetch(arch)
     for spec in specs:
         spec.cubin(arch)
 
 
-def choose(x, w, padding, out, cudnn_fn) -> bool:
-    """True when our kernel is faster than cuDNN's forward (cudnn_fn() runs cuDNN's plan) at this shape: every
-    candidate of ours (compiled side by side, written into `out`) against cuDNN, once per shape, remembered
-    (conv_wgrad.faster_than_cudnn)."""
+def choose(x, w, padding, out, cudnn_fn, flip: bool = False) -> bool:
+    """True when our kernel is faster than cuDNN's forward (or, flip, input gradient) at this shape (cudnn_fn() runs
+    cuDNN's plan): every candidate of ours (compiled side by side, written into `out`) against cuDNN, once per shape,
+    remembered (conv_wgrad.faster_than_cudnn)."""
     from frost.ops.conv_wgrad import faster_than_cudnn
 
     def time_ours():
-        geo = geometry(x.shape, w.shape, padding)
-        tile_choices = candidate_tiles(geo, int(x.shape[0]))
-        _compile_side_by_side(geo, int(x.shape[0]), tile_choices)
-        return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t)), t)
+        geo = geometry(x.shape, w.shape, padding, flip)
+        tile_choices = candidate_tiles(geo, int(x.shape[0]), flip)
+        _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip)
+        return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t, flip=flip)), t)
                     for t in tile_choices), key=lambda timed: timed[0])
 
-    return faster_than_cudnn(_choices, _key(x, w, padding), time_ours, cudnn_fn, stats)
+    return faster_than_cudnn(_choices, _key(x, w, padding, flip), time_ours, cudnn_fn, stats)

@@ -408,8 +408,8 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
 def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, tiles: dict | None = None,
                                simulate: bool = False) -> Any:
     """dW (float32) of a convolution (groups 1, dilation 1) from dy `g` and input `x` (CuPy arrays, both float32 or
-    both bf16, both NCHW or both channels-last), on the current stream, written into `out` (w_shape, C-contiguous or channels-last) when given,
-    else into a new array in x's memory format; returns out. No host sync: capturable.
+    both bf16, both NCHW or both channels-last), on the current stream, written into `out` (w_shape, C-contiguous or
+    channels-last) when given, else into a new array in x's memory format; returns out. No host sync: capturable.
 
     tiles: a launch plan's tile choices (make_plan's keywords; default: what `choose` remembered, else
     make_plan's). simulate=True runs the same launches in the kernel simulator on NumPy arrays (for tests)."""

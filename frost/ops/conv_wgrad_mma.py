@@ -8,16 +8,16 @@ from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commi
                           ldmatrix_x4_trans, local, mma_16x8x16, static_range, syncthreads, tx, warp)
 from frost.ops.conv_wgrad import SplitPlan
 
-# dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a GEMM
-# with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A chunk
-# of K is R output rows of one image (R * WO pixels, padded to a multiple of 16 with zero rows of dy). Block (s, g)
-# sums chunks s*cpb ... (s+1)*cpb - 1 for the n-tiles g*NTB ... (g+1)*NTB - 1, every m-tile; warp w owns n-tiles w,
-# w + WARPS, ... of those. Per chunk the block stages dy's rows as [k][co] and the x pixels the chunk needs (its halo,
+# dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a
+# GEMM with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A
+# chunk of K is R output rows of one image (R * WO pixels, padded to a multiple of 16 with zero rows of dy). Block (s,
+# g) sums chunks s*cpb ... (s+1)*cpb - 1 for the n-tiles g*NTB ... (g+1)*NTB - 1, every m-tile; warp w owns n-tiles w, w
+# + WARPS, ... of those. Per chunk the block stages dy's rows as [k][co] and the x pixels the chunk needs (its halo,
 # zero outside the image, and one zero row) as [pixel][ci] in shared memory with cp.async, in two buffers: the next
-# chunk loads while this one multiplies. ldmatrix.trans reads A (dy transposed) and B, each lane naming the row of
-# its own k: B's row for pixel k = (r, wo) and tap (kh, kw) is halo pixel (r*SH + kh, wo*SW + kw), so the im2col
-# gather costs nothing. Partials go to part[s] in dW's flat order; conv_wgrad's finalize kernel sums them in a fixed
-# order (deterministic, no float atomics), or with one split the block writes dW itself.
+# chunk loads while this one multiplies. ldmatrix.trans reads A (dy transposed) and B, each lane naming the row of its
+# own k: B's row for pixel k = (r, wo) and tap (kh, kw) is halo pixel (r*SH + kh, wo*SW + kw), so the im2col gather
+# costs nothing. Partials go to part[s] in dW's flat order; conv_wgrad's finalize kernel sums them in a fixed order
+# (deterministic, no float atomics), or with one split the block writes dW itself.
 
 PAD = 8   # bf16 elements after each shared row: 8 consecutive rows an ldmatrix reads fall in 8 bank groups
 

@@ -49,6 +49,29 @@ def test_simulated_kernel_matches_float64(shape, tiles):
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
 
 
+# input gradients of stride-1 convolutions as forward ones (flip): (N, Cin, Cout, H, W, k, padding, plan keywords)
+FLIP_CASES = [
+    ((2, 16, 16, 5, 6, 3, (1, 1)), dict(R=2, WARPS=1)),
+    ((1, 24, 32, 6, 8, 3, (1, 1)), dict(R=3, BN=16, WARPS=1)),     # dx channels 24 = 16 + 8; dy channels 32
+    ((1, 8, 16, 5, 7, (1, 3), (0, 1)), dict(R=3, WARPS=2)),        # 1x3, dx channels 8
+    ((2, 16, 16, 6, 6, 3, (0, 0)), {}),                            # no padding: dy 4x4, dx 6x6
+]
+
+
+@pytest.mark.parametrize("shape,tiles", FLIP_CASES)
+def test_simulated_input_gradient_matches_torch_float64(shape, tiles):
+    import torch
+    n, cin, cout, h, wd, k, padding = shape
+    x, w, y = _inputs(*shape, seed=len(str(shape)))
+    rng = np.random.default_rng(7)
+    dy = as_channels_last(rng.standard_normal(y.shape).astype(ml_dtypes.bfloat16))
+    want = torch.nn.grad.conv2d_input(x.shape, torch.tensor(w.astype(np.float64)), torch.tensor(dy.astype(np.float64)),
+                                      padding=padding).numpy()
+    out = as_channels_last(np.full(x.shape, np.nan, ml_dtypes.bfloat16))
+    fm.conv2d_forward_gpu(dy, w, padding, out, tiles=tiles, simulate=True, flip=True)
+    assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
+
+
 def test_plans_and_support():
     geo = fm.geometry((32, 16, 32, 32), (16, 16, 3, 3), (1, 1))
     plan = fm.fprop_plan(geo, 32)
@@ -70,16 +93,24 @@ def test_plans_and_support():
 def test_switched_off_by_the_environment(monkeypatch):
     x = as_channels_last(np.zeros((2, 16, 8, 8), ml_dtypes.bfloat16))
     w = as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16))
+    assert not fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1, flip=True)   # input gradients: off unless asked for
+    monkeypatch.setenv("FROST_CONV_DGRAD_MMA", "1")
+    assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1, flip=True)
+    dy8 = as_channels_last(np.zeros((2, 8, 8, 8), ml_dtypes.bfloat16))
+    assert not fm.supported(dy8, as_channels_last(np.zeros((8, 16, 3, 3), ml_dtypes.bfloat16)), (1, 1), (1, 1),
+                            (1, 1), 1, flip=True)                                   # dy with 8 channels
     monkeypatch.setenv("FROST_CONV_FPROP_MMA", "0")
     assert not fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1)
+    assert not fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1, flip=True)
 
 
 @pytest.mark.parametrize("cin,cout,h", [(16, 16, 32), (32, 32, 16), (64, 64, 8)])
 def test_seed_shapes_candidates_compile_for_sm90(cin, cout, h):
-    geo = fm.geometry((32, cin, h, h), (cout, cin, 3, 3), (1, 1))
-    for t in fm.candidate_tiles(geo, 32):
-        plan = fm.fprop_plan(geo, 32, **t)
-        assert fm.conv_fprop_mma.compile("sm_90", **plan.consts)[:4] == b"\x7fELF"
+    for flip in (False, True):
+        geo = fm.geometry((32, cin, h, h), (cout, cin, 3, 3), (1, 1), flip)
+        for t in fm.candidate_tiles(geo, 32, flip):
+            plan = fm.fprop_plan(geo, 32, flip=flip, **t)
+            assert fm.conv_fprop_mma.compile("sm_90", **plan.consts)[:4] == b"\x7fELF"
 
 
 @pytest.mark.cuda
@@ -102,3 +133,30 @@ def test_gpu_candidates_and_conv2d_match_float64(cin, cout, h):
     y = conv2d_forward(xd, wd, 1, 1)   # whichever `choose` picked
     assert is_channels_last(y) and np.abs(cp.asnumpy(y).astype(np.float64) - want).max() <= 2 ** -7 * scale
     assert fm._choices.load().get(fm._key(xd, wd, (1, 1))) is not None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cin,cout,h", [(16, 16, 32), (32, 32, 16), (64, 64, 8)])
+def test_gpu_input_gradients_match_torch_float64(cin, cout, h, monkeypatch):
+    import cupy as cp
+    import torch
+
+    from frost.ops.conv import conv2d_backward_input
+    monkeypatch.setenv("FROST_CONV_DGRAD_MMA", "1")
+    x, w, y = _inputs(32, cin, cout, h, h, 3, (1, 1), seed=h)
+    dy = as_channels_last(np.random.default_rng(h).standard_normal(y.shape).astype(ml_dtypes.bfloat16))
+    want = torch.nn.grad.conv2d_input(x.shape, torch.tensor(w.astype(np.float64)), torch.tensor(dy.astype(np.float64)),
+                                      padding=1).numpy()
+
+    def on_gpu(a):
+        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+
+    dyd, wd = on_gpu(dy), on_gpu(w)
+    scale = np.abs(want).max()
+    for t in fm.candidate_tiles(fm.geometry(dyd.shape, wd.shape, (1, 1), True), 32, True):
+        out = fm.conv2d_forward_gpu(dyd, wd, (1, 1), as_channels_last(cp.empty(x.shape, dyd.dtype)), tiles=t,
+                                    flip=True)
+        assert np.abs(cp.asnumpy(out).astype(np.float64) - want).max() <= 2 ** -8 * scale, t
+    dx = conv2d_backward_input(dyd, wd, x.shape, 1, 1)   # whichever `choose` picked
+    assert np.abs(cp.asnumpy(dx).astype(np.float64) - want).max() <= 2 ** -7 * scale
+    assert fm._choices.load().get(fm._key(dyd, wd, (1, 1), True)) is not None

@@ -1,0 +1,45 @@
+"""Our tensor-core convolutions against cuDNN's in one process: the seed ResNet's bf16 channels-last jit step time.
+
+Run on a GPU machine:  python benchmarks/conv_kernels_ab.py [--rounds 3] [--out FILE.json]
+Variants (switched by the environment that frost.ops.conv_fprop_mma reads at every call): cudnn
+(FROST_CONV_FPROP_MMA=0), forward (our forward convolutions where faster), forward+dgrad (also our input gradients
+where faster: FROST_CONV_DGRAD_MMA=1).
+Each round builds the model and captures the step anew for every variant, in turn (machines drift within a process:
+alternating keeps the comparison fair); the step time is benchmarks/step_time.py's (median of 5 runs of 200 steps).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {"cudnn": {"FROST_CONV_FPROP_MMA": "0", "FROST_CONV_DGRAD_MMA": "0"},
+            "forward": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "0"},
+            "forward+dgrad": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "1"}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/conv_kernels_ab.json"))
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import step_time
+    runs: dict = {name: [] for name in VARIANTS}
+    for rnd in range(args.rounds):
+        for name, env in VARIANTS.items():
+            os.environ.update(env)
+            ms = step_time.frost_rows(200, 5, "bf16", True, channels_last=True)["ms_per_step"]
+            runs[name].append(ms)
+            print(f"round {rnd}  {name:14s} {ms:.4f} ms/step", flush=True)
+    print("\n| variant | ms/step, each round | median |\n|---|---|---|")
+    for name, ms in runs.items():
+        print(f"| {name} | {', '.join(f'{m:.3f}' for m in ms)} | {statistics.median(ms):.3f} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"variants": VARIANTS, "ms_per_step": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
