@@ -87,16 +87,18 @@ def frost_rows(steps: int, repeats: int, precision: str, jit: bool, channels_las
 
 def _startup_counters() -> dict:
     """Where a Frost start-up goes: NVRTC compiles (seconds summed over threads), cuDNN graphs (building them,
-    choosing their plans) and the weight-gradient kernel's choices (compiles and timings), all seconds of wall
-    time except nvrtc_seconds."""
+    choosing their plans) and our convolution kernels' choices against cuDNN (weight gradients, forward: compiles
+    and timings), all seconds of wall time except nvrtc_seconds."""
     from frost.backend import cudnn
     from frost.kernel import compile as kcompile
-    from frost.ops import conv_wgrad
+    from frost.ops import conv_fprop_mma, conv_wgrad
     return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
             "cudnn_graphs": cudnn.stats["graphs"], "cudnn_graph_seconds": cudnn.stats["graph_seconds"],
             "cudnn_tune_seconds": cudnn.stats["tune_seconds"],
-            "cudnn_runtime_compiled_skipped": cudnn.stats["runtime_compiled_skipped"], "wgrad_choices": conv_wgrad.stats["choices"],
-            "wgrad_choose_seconds": conv_wgrad.stats["choose_seconds"]}
+            "cudnn_runtime_compiled_skipped": cudnn.stats["runtime_compiled_skipped"],
+            "wgrad_choices": conv_wgrad.stats["choices"], "wgrad_choose_seconds": conv_wgrad.stats["choose_seconds"],
+            "fprop_choices": conv_fprop_mma.stats["choices"],
+            "fprop_choose_seconds": conv_fprop_mma.stats["choose_seconds"]}
 
 
 def torch_rows(steps: int, repeats: int, precision: str, graphed: bool) -> dict:
