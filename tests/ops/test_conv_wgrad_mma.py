@@ -66,7 +66,7 @@ def test_seed_shapes_candidates_compile_for_sm90(n, cin, cout, h, stride, k):
     geo = cw.geometry((n, cout, (h + 2 * (k // 2) - k) // stride + 1, (h + 2 * (k // 2) - k) // stride + 1),
                       (n, cin, h, h), (cout, cin, k, k), stride, k // 2)
     tiles = mma.candidate_tiles(geo, n, 132)
-    assert 2 <= len(tiles) <= 7
+    assert 2 <= len(tiles) <= 4
     for t in tiles:
         plan = mma.mma_plan(geo, n, **{k: v for k, v in t.items() if k != "kernel"})
         assert plan.smem <= mma.MAX_SMEM
