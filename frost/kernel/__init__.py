@@ -71,9 +71,9 @@ from frost.kernel.types import boolean as bool_
 
 kernel.device = device
 
-__all__ = ["kernel", "device", "cuda_source", "grid_sync_counter", "Kernel", "DeviceFunction", "CudaSource", "KernelError",
-           "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32", "i64", "u32",
-           "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile",
+__all__ = ["kernel", "device", "cuda_source", "grid_sync_counter", "Kernel", "DeviceFunction", "CudaSource",
+           "KernelError", "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32",
+           "i64", "u32", "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile",
            "swizzle"] + list(_builtins.__all__)
 
 

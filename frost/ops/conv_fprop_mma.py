@@ -10,7 +10,8 @@ from frost.backend.remembered import RememberedTable
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, dynamic_shared, f32, kernel,
                           lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma_16x8x16, static_range, syncthreads,
                           tx, warp)
-from frost.layout import is_channels_last
+from frost.layout import empty_like_format, is_channels_last
+from frost.ops.conv_wgrad import _flat, faster_than_cudnn
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
 # GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (16-deep steps: 16
@@ -191,21 +192,10 @@ def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) 
             and _smem_bytes(geo, 1, 8) <= MAX_SMEM and x.size < 2**31)
 
 
-def _flat(a):
-    """The 1-D view of a channels-last array's memory (N, H, W, C order)."""
-    flat = a.transpose(0, 2, 3, 1).reshape(-1)
-    assert _ptr(flat) == _ptr(a), "conv_fprop_mma: a flat view of an array copied it"
-    return flat
-
-
-def _ptr(a) -> int:
-    return a.__array_interface__["data"][0] if type(a).__module__ == "numpy" else a.data.ptr
-
-
 def launch(plan: FpropPlan, x, w, y, simulate: bool = False) -> None:
     """y (channels-last bf16, written) = the convolution of x by w on the current stream (or in the simulator)."""
     kern = conv_fprop_mma.simulate if simulate else conv_fprop_mma
-    kern[plan.grid, plan.threads, plan.smem](_flat(x), _flat(w), _flat(y), **plan.consts)
+    kern[plan.grid, plan.threads, plan.smem](_flat(x, True), _flat(w, True), _flat(y, True), **plan.consts)
 
 
 def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False):
@@ -241,14 +231,13 @@ def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool) -> 
         spec.cubin(arch)
 
 
-def choose(x, w, padding, out, cudnn_fn, flip: bool = False) -> bool:
+def choose(x, w, padding, cudnn_fn, flip: bool = False) -> bool:
     """True when our kernel is faster than cuDNN's forward (or, flip, input gradient) at this shape (cudnn_fn() runs
-    cuDNN's plan): every candidate of ours (compiled side by side, written into `out`) against cuDNN, once per shape,
-    remembered (conv_wgrad.faster_than_cudnn)."""
-    from frost.ops.conv_wgrad import faster_than_cudnn
-
+    cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output) against cuDNN, once
+    per shape, remembered (conv_wgrad.faster_than_cudnn)."""
     def time_ours():
         geo = geometry(x.shape, w.shape, padding, flip)
+        out = empty_like_format((int(x.shape[0]), geo["COUT"], geo["HO"], geo["WO"]), x)
         tile_choices = candidate_tiles(geo, int(x.shape[0]), flip)
         _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip)
         return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t, flip=flip)), t)
