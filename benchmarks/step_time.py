@@ -17,6 +17,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from frost.bench import common  # noqa: E402
 
 BATCH = 32
 ADAMW = dict(lr=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
@@ -67,13 +68,13 @@ def frost_rows(steps: int, repeats: int, precision: str, jit: bool, channels_las
         return loss
 
     fn = frost.jit(step) if jit else step
-    before = _startup_counters()
+    before = common.startup_counters()
     t0 = time.perf_counter()
     for i in range(5):
         fn(x_dev[i % 8], y_dev[i % 8])
     cuda.synchronize()
     startup = time.perf_counter() - t0
-    detail = {k: round(v - before[k], 3) for k, v in _startup_counters().items()}
+    detail = common.startup_delta(before)
 
     def run(n):
         for i in range(n):
@@ -83,22 +84,6 @@ def frost_rows(steps: int, repeats: int, precision: str, jit: bool, channels_las
             "memory_format": "channels_last" if channels_last else "nchw",
             "ms_per_step": statistics.median(times), "runs_ms": times, "startup_s": startup,
             "startup_detail": detail}
-
-
-def _startup_counters() -> dict:
-    """Where a Frost start-up goes: NVRTC compiles (seconds summed over threads), cuDNN graphs (building them,
-    choosing their plans) and our convolution kernels' choices against cuDNN (weight gradients, forward: compiles
-    and timings), all seconds of wall time except nvrtc_seconds."""
-    from frost.backend import cudnn
-    from frost.kernel import compile as kcompile
-    from frost.ops import conv_fprop_mma, conv_wgrad
-    return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
-            "cudnn_graphs": cudnn.stats["graphs"], "cudnn_graph_seconds": cudnn.stats["graph_seconds"],
-            "cudnn_tune_seconds": cudnn.stats["tune_seconds"],
-            "cudnn_runtime_compiled_skipped": cudnn.stats["runtime_compiled_skipped"],
-            "wgrad_choices": conv_wgrad.stats["choices"], "wgrad_choose_seconds": conv_wgrad.stats["choose_seconds"],
-            "fprop_choices": conv_fprop_mma.stats["choices"],
-            "fprop_choose_seconds": conv_fprop_mma.stats["choose_seconds"]}
 
 
 def torch_rows(steps: int, repeats: int, precision: str, graphed: bool) -> dict:

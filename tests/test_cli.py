@@ -63,6 +63,9 @@ def _check_result(result: dict, steps: int) -> None:
     assert 0.0 <= run["acc_10k"] <= 1.0 and 0.0 <= run["acc_9984"] <= 1.0
     assert run["train_time_s"] > 0 and run["startup_s"] > 0
     assert run["steps_timed"] + run["warmup_steps"] == steps
+    detail = run["startup_detail"]  # where the start-up went: one wall time per warm-up step
+    assert len(detail["warmup_step_s"]) == run["warmup_steps"] and detail["build_s"] >= 0
+    assert sum(detail["warmup_step_s"]) + detail["build_s"] <= run["setup_s"] + 1e-3
     assert result["summary"]["acc_10k"]["mean"] == pytest.approx(run["acc_10k"])
 
 

@@ -19,6 +19,7 @@ _graphs: dict = {}
 _handles: dict = {}
 _tuned = RememberedTable("cudnn_plans.json")  # plan index chosen per graph key
 _workspace = {}
+_outgrown_workspaces: list = []
 # what a start-up spends here (read by benchmarks/step_time.py): graphs built, seconds building them (validate,
 # operation graph, plan list), seconds choosing their plans (building and timing candidates), and how many
 # run-time-compiled plans the choice passed over
@@ -59,13 +60,16 @@ def _elem_strides(a) -> list:
     return [s // a.itemsize for s in a.strides]
 
 
-def _workspace_for(size: int):
+def _workspace_for(size: int) -> int:
+    """The address of this device's cuDNN workspace, grown to at least `size` bytes."""
     cp = cuda.cupy()
     dev = cp.cuda.Device().id
     ws = _workspace.get(dev)
     if ws is None or ws.size < size:
+        if ws is not None:  # CUDA graphs captured earlier keep its address: it must stay allocated
+            _outgrown_workspaces.append(ws)
         ws = _workspace[dev] = cp.empty(max(size, 1), dtype=cp.uint8)
-    return ws
+    return ws.data.ptr
 
 
 def _create_plans(g, dtype) -> None:
@@ -109,8 +113,10 @@ class _ConvGraph:
         self.plan_count = g.get_execution_plan_count()
 
     def pack(self, a, b, out) -> dict:
+        # bare device addresses: handed an array, the frontend asks whether it is a torch tensor, which imports
+        # torch where it is installed (seconds at a cold start-up); an address is taken as the graph declares it
         A, B, Y = self.tensors
-        return {A: a, B: b, Y: out}
+        return {A: a.data.ptr, B: b.data.ptr, Y: out.data.ptr}
 
     def tune(self, key: str, a, b, out, limit: int | None = None) -> None:
         """Time the first `limit` admissible plans (a few runs each) and select the fastest; remembered on disk."""

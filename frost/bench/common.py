@@ -37,6 +37,27 @@ PROTOCOL = {
 SEED_TEST_IMAGES = 9984
 
 
+def startup_counters() -> dict:
+    """Where a Frost start-up goes: NVRTC compiles (seconds summed over threads), cuDNN graphs (building them,
+    choosing their plans) and our convolution kernels' choices against cuDNN (weight gradients, forward: compiles
+    and timings), all seconds of wall time except nvrtc_seconds."""
+    from frost.backend import cudnn
+    from frost.kernel import compile as kcompile
+    from frost.ops import conv_fprop_mma, conv_wgrad
+    return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
+            "cudnn_graphs": cudnn.stats["graphs"], "cudnn_graph_seconds": cudnn.stats["graph_seconds"],
+            "cudnn_tune_seconds": cudnn.stats["tune_seconds"],
+            "cudnn_runtime_compiled_skipped": cudnn.stats["runtime_compiled_skipped"],
+            "wgrad_choices": conv_wgrad.stats["choices"], "wgrad_choose_seconds": conv_wgrad.stats["choose_seconds"],
+            "fprop_choices": conv_fprop_mma.stats["choices"],
+            "fprop_choose_seconds": conv_fprop_mma.stats["choose_seconds"]}
+
+
+def startup_delta(before: dict) -> dict:
+    """What startup_counters() counted since `before` was taken."""
+    return {k: round(v - before[k], 3) for k, v in startup_counters().items()}
+
+
 def default_data_dir() -> Path:
     """Where `--data` points when not given: $FROST_CACHE/cifar10 or ~/.cache/frost/cifar10."""
     root = os.environ.get("FROST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "frost")

@@ -319,6 +319,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     """Train one seed: start-up (build + warm-up steps), timed steps, evaluation. Returns the run's record."""
     from tqdm import tqdm
     sw = common.Stopwatch(synchronizer(device))
+    counted = common.startup_counters() if device == "cuda" else None
     t_start = sw.now()
     jit = jit_wrapper(args.jit == "on", device)
     warmup = args.warmup_steps if args.warmup_steps is not None else (3 if jit is not None else 1)
@@ -328,6 +329,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
 
     channels_last = args.memory_format == "channels_last"
     model, opt = build(seed, device, channels_last)
+    t_built = sw.now()
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
     if args.pipeline == "resident":
         step = make_step(model, opt, args.precision, jit, data["x_train"], data["y_train"], data["x_train_nhwc"])
@@ -342,12 +344,18 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
 
     log = common.progress_logger(bar, curve, warmup, batch_size)
 
+    warmup_step_s = []  # jit: the first steps run eagerly (plans, choices, compiles), a later one captures
     for i in range(warmup):
+        t_step = sw.now()
         loss = step(*next(batches))
         if i % log_every == 0 or i == args.steps - 1:
             log(i, loss, time.perf_counter())
+        warmup_step_s.append(round(sw.now() - t_step, 3))
     t_timed = sw.now()
     startup_s = t_timed - t_start
+    startup_detail = common.startup_delta(counted) if counted is not None else {}
+    startup_detail["build_s"] = round(t_built - t_start, 3)
+    startup_detail["warmup_step_s"] = warmup_step_s
     wait_before = (stats["wait_s"], stats["waited_steps"], stats["fetches"])
     for i in range(warmup, args.steps):
         loss = step(*next(batches))
@@ -370,6 +378,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
         "images_per_s": timed * batch_size / train_s if timed and train_s > 0 else None,
         "startup_s": data_load_s + startup_s,
         "setup_s": startup_s,
+        "startup_detail": startup_detail,
         "data_load_s": data_load_s,
         "final_loss": curve[-1][1] if curve else None,
         "loss_every": log_every,

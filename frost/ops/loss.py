@@ -70,6 +70,9 @@ def _check_class_input(op: str, input: Tensor, target, weight) -> None:
                                f"with {C} classes (expected weight of shape ({C},))")
 
 
+_HOST_CHECK_LIMIT = 1 << 16  # class targets up to this many elements are checked on the host
+
+
 def _check_class_target(op: str, input: Tensor, target: Tensor, ignore_index: int) -> None:
     expected = _class_target_shape(input)
     if target.dtype.is_floating_point or target.dtype.name == "bool":
@@ -83,6 +86,10 @@ def _check_class_target(op: str, input: Tensor, target: Tensor, ignore_index: in
         return
     C = input.shape[1] if input.ndim >= 2 else input.shape[0]
     t = target.data
+    if target.numel() <= _HOST_CHECK_LIMIT:
+        # a batch's worth of labels: one small copy checked by NumPy, instead of five GPU kernels that each cost
+        # a CuPy compile at a cold start (the check reads the values on the host either way)
+        t = np.asarray(t.get() if hasattr(t, "get") else t)
     bad = (t != ignore_index) & ((t < 0) | (t >= C))
     if bool(bad.any()):
         value = int(t[bad].reshape(-1)[0])
