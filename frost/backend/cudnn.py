@@ -274,6 +274,8 @@ def matmul(a, b, out=None):
         a3 = cp.ascontiguousarray(cp.broadcast_to(a3, (batch,) + a3.shape[1:]))
     if b3.shape[0] != batch:
         b3 = cp.ascontiguousarray(cp.broadcast_to(b3, (batch,) + b3.shape[1:]))
+    # a broadcast matrix (stride 0 along a row or a column, as sum()'s gradient is) has no cuDNN plan: made dense
+    a3, b3 = (m if 0 not in m.strides[1:] else cp.ascontiguousarray(m) for m in (a3, b3))
     result = out
     shape3 = (batch, a3.shape[1], b3.shape[2])
     if out is None:

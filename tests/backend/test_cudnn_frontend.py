@@ -27,3 +27,22 @@ def test_convolutions_and_matmuls_through_cudnn_do_not_import_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "False", "the cuDNN path imported torch"
+
+
+def test_matmul_of_broadcast_matrices_and_sums_gradient():
+    # sum()'s gradient is a broadcast array (stride 0 along rows and columns): cuDNN has no plan for it as it is
+    import numpy as np
+
+    import frost
+    from frost.backend import cuda, cudnn
+    cp = cuda.cupy()
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 192)).astype(np.float32), rng.standard_normal((192, 3)).astype(np.float32)
+    ones = cp.broadcast_to(cp.ones((1, 1), cp.float32), (5, 2))
+    np.testing.assert_allclose(cp.asnumpy(cudnn.matmul(ones, cp.asarray(a))), np.ones((5, 2)) @ a, rtol=2e-3, atol=2e-3)
+    x = frost.tensor(a, device="cuda", requires_grad=True)
+    (x @ x.T).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.ones((2, 2)) @ a, rtol=2e-3, atol=2e-3)
+    w = frost.tensor(b, device="cuda", requires_grad=True)
+    (x @ w).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), a.T @ np.ones((2, 3)), rtol=2e-3, atol=2e-3)
