@@ -224,6 +224,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     opt = make_optimizer(model, args.mode, device)
+    t_built = sw.now()
     batch_size = common.PROTOCOL["batch_size"]
     gen = torch.Generator(device=device if args.mode != "eager" else "cpu").manual_seed(seed)
     log_every = args.log_every or max(1, args.steps // 200)
@@ -278,6 +279,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
         "ms_per_step": 1000 * train_s / timed if timed else None,
         "images_per_s": timed * batch_size / train_s if timed and train_s > 0 else None,
         "startup_s": data_load_s + setup_s, "setup_s": setup_s, "data_load_s": data_load_s,
+        "startup_detail": {"build_s": round(t_built - t_start, 3), "warmup_s": round(t_timed - t_built, 3)},
         "final_loss": curve[-1][1] if curve else None, "loss_every": log_every, "loss_curve": curve,
     }
     if args.mode == "eager":

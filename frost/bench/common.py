@@ -153,10 +153,13 @@ def summarize(runs: Iterable[dict]) -> dict:
 
 
 def git_commit(start: Path | None = None) -> str | None:
-    """The checkout's commit hash, with '-dirty' when tracked files changed; $FROST_COMMIT outside git
-    (e.g. a copy of the working tree on a benchmark machine), else None."""
+    """$FROST_COMMIT when set (whoever copied the tree to a benchmark machine knows its commit better than a git
+    folder that may have come along stale), else the checkout's commit hash with '-dirty' when tracked files
+    changed, else None."""
     cwd = str(start or Path(__file__).resolve().parent)
     fallback = os.environ.get("FROST_COMMIT") or None
+    if fallback:
+        return fallback
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
