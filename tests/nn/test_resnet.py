@@ -123,10 +123,9 @@ def test_the_seed_protocols_training_steps_match_torch_in_float64():
     assert_close(f(frost.tensor(x)), t(torch.tensor(x)), rtol=1e-7, atol=1e-9, what="evaluation logits")
 
 
-
-def _gradients_as_torch_float64_has_them(device: str, precision: str, channels_last: bool) -> dict:
-    """The worst relative gradient error per parameter (and of the loss) of the step `frost bench` runs (resident
-    uint8 data gathered and scaled inside it, frost.jit, the convolution, batch-norm and AdamW kernels), at
+def _gradients_as_torch_float64_has_them(device: str, channels_last: bool) -> dict:
+    """The worst relative gradient error per parameter (and of the loss) of the float32 step `frost bench` runs
+    (resident uint8 data gathered and scaled inside it, frost.jit, the convolution, batch-norm and AdamW kernels), at
     steps before and after the capture, against torch in float64 at the very weights Frost had before that step:
     training trajectories part ways by chaos within a few AdamW steps, a step's gradients do not."""
     from frost.bench import resnet_cifar10 as bench
@@ -145,7 +144,7 @@ def _gradients_as_torch_float64_has_them(device: str, precision: str, channels_l
                          device=device).data
     y_dev = frost.tensor(labels, device=device).data
     opt = frost.optim.AdamW(f.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
-    step = bench.make_step(f, opt, precision, jit, x_dev, y_dev, channels_last)
+    step = bench.make_step(f, opt, "fp32", jit, x_dev, y_dev, channels_last)
     worst = {"loss": 0.0}
     for i in range(steps):
         before = {k: v.numpy().astype(np.float64) for k, v in f.state_dict().items()}
@@ -174,6 +173,6 @@ def test_the_benchmarks_gpu_step_has_torch_float64s_gradients(channels_last, mon
     # third off, 57 % at worst), by the same cancellation.
     import frost.backends
     monkeypatch.setattr(frost.backends, "allow_tf32", False)
-    worst = _gradients_as_torch_float64_has_them("cuda", "fp32", channels_last)
+    worst = _gradients_as_torch_float64_has_them("cuda", channels_last)
     bad = {name: round(err, 5) for name, err in worst.items() if not err <= 0.03}
     assert not bad, f"relative gradient errors above 3 %: {bad}"
