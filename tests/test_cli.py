@@ -139,3 +139,13 @@ def test_bench_channels_last_trains_as_nchw_does(cifar_dir, tmp_path, pipeline, 
         assert result["memory_format"] == fmt
         curves[fmt] = [v for _, v in result["runs"][0]["loss_curve"]]
     np.testing.assert_allclose(curves["channels_last"], curves["nchw"], rtol=1e-4)
+
+
+def test_result_files_name_the_commit_from_frost_commit_when_set(monkeypatch):
+    # a copy of the tree on a benchmark machine may carry a stale git folder: the runner's word wins
+    from frost.bench import common
+    monkeypatch.setenv("FROST_COMMIT", "abc1234")
+    assert common.git_commit() == "abc1234"
+    monkeypatch.delenv("FROST_COMMIT")
+    commit = common.git_commit()
+    assert commit is None or len(commit.split("-")[0]) == 40
