@@ -9,6 +9,7 @@ Modes:
 
     python benchmarks/torch_resnet_cifar10.py --mode graphed --data DIR --out results/torch_graphed.json
     python benchmarks/torch_resnet_cifar10.py --mode resident-eager --device cpu --steps 50 --seeds 0 --data DIR
+    python benchmarks/torch_resnet_cifar10.py --save-streams STREAMS --data DIR   # then frost bench --streams STREAMS
 """
 from __future__ import annotations
 
@@ -308,6 +309,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cudnn-benchmark", choices=["on", "off", "auto"], default="auto",
                    help="torch.backends.cudnn.benchmark (auto: on for graphed and compiled, off otherwise)")
     p.add_argument("--eval-batch", type=int, default=500)
+    p.add_argument("--tf32", choices=["on", "off", "default"], default="default",
+                   help="TF32 in float32 convolutions and matmuls (default: PyTorch's, on in cuDNN, off in matmul)")
+    p.add_argument("--save-streams", type=Path, default=None, metavar="DIR",
+                   help="write each seed's initial weights and per-epoch orders (what its resident or graphed run "
+                        "draws) for `frost bench resnet-cifar10 --streams DIR`, then exit")
     p.add_argument("--log-every", type=int, default=None)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--quiet", action="store_true")
@@ -321,9 +327,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def save_streams(folder: Path, seeds: list[int], n_train: int, steps: int, device: str) -> None:
+    """Each seed's initial weights and the permutations its resident or graphed run draws, as NumPy files."""
+    from frost.bench.resnet_cifar10 import streams_files
+    folder.mkdir(parents=True, exist_ok=True)
+    epochs = -(-steps // (n_train // common.PROTOCOL["batch_size"]))
+    for seed in seeds:
+        torch.manual_seed(seed)  # as train_one_seed: the model first, then the order's own generator
+        weights = {k: v.detach().cpu().numpy() for k, v in make_model(10).state_dict().items()}
+        gen = torch.Generator(device=device).manual_seed(seed)
+        orders = np.stack([torch.randperm(n_train, device=device, generator=gen).cpu().numpy().astype(np.int32)
+                           for _ in range(epochs)])
+        weights_file, orders_file = streams_files(folder, seed)
+        np.savez(weights_file, **weights)
+        np.save(orders_file, orders)
+        print(f"seed {seed}: {weights_file.name} ({len(weights)} arrays), {orders_file.name} {orders.shape}")
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     device = args.device
+    if args.tf32 != "default":
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
     benchmark = {"on": True, "off": False}.get(args.cudnn_benchmark, args.mode in ("graphed", "compiled"))
     torch.backends.cudnn.benchmark = benchmark
     name = torch.cuda.get_device_name() if device == "cuda" else common.cpu_name()
@@ -342,6 +367,9 @@ def main(argv=None) -> dict:
     download = args.data is None
     x_train, y_train = common.load_cifar10_arrays(root, train=True, download=download)
     x_test, y_test = common.load_cifar10_arrays(root, train=False, download=download)
+    if args.save_streams:
+        save_streams(args.save_streams, args.seeds, len(x_train), args.steps, device)
+        return result
     data = {"x_test": torch.from_numpy(x_test).permute(0, 3, 1, 2).contiguous().to(device),
             "y_test": torch.from_numpy(y_test).to(device)}
     if args.mode == "eager":

@@ -149,3 +149,46 @@ def test_result_files_name_the_commit_from_frost_commit_when_set(monkeypatch):
     monkeypatch.delenv("FROST_COMMIT")
     commit = common.git_commit()
     assert commit is None or len(commit.split("-")[0]) == 40
+
+
+def test_bench_trains_from_pytorchs_random_streams(cifar_dir, tmp_path):
+    # --save-streams writes what PyTorch's run of a seed draws (initial weights, per-epoch orders); --streams makes
+    # Frost start from and walk through the same, so that only the two frameworks' arithmetic differs
+    torch = pytest.importorskip("torch")
+    import frost
+    from frost.bench import resnet_cifar10 as bench
+    from frost.bench.common import load_cifar10_arrays
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "benchmarks"))
+    try:
+        import torch_resnet_cifar10
+    finally:
+        sys.path.remove(str(repo / "benchmarks"))
+    streams = tmp_path / "streams"
+    torch_resnet_cifar10.main(["--mode", "resident-eager", "--device", "cpu", "--steps", "23", "--seeds", "0,1",
+                               "--data", str(cifar_dir), "--save-streams", str(streams), "--quiet"])
+    weights, orders = bench.load_streams(streams, 1)
+    assert orders.shape == (3, 320) and all(sorted(row) == list(range(320)) for row in orders)  # 23 steps, 10/epoch
+    torch.manual_seed(1)
+    reference = torch_resnet_cifar10.make_model(10).state_dict()
+    model = bench.build_model(1, "cpu", False, weights)
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), reference[name].numpy(), err_msg=name)
+    x, y = load_cifar10_arrays(cifar_dir, train=True)
+    torch_batches = torch_resnet_cifar10.resident_batches(torch.from_numpy(x), torch.from_numpy(y), 32,
+                                                         torch.Generator().manual_seed(1))
+    frost_batches = bench.resident_batches(320, 32, "cpu", orders)
+    for _ in range(12):  # into the second epoch
+        (idx,), (_, labels) = next(frost_batches), next(torch_batches)
+        np.testing.assert_array_equal(y[idx.numpy()], labels.numpy())
+    with pytest.raises(SystemExit, match="cover 3 epochs"):
+        for _ in range(30):
+            next(frost_batches)
+    out = tmp_path / "frost.json"
+    main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "6", "--seeds", "0", "--data", str(cifar_dir),
+          "--streams", str(streams), "--tf32", "off", "--out", str(out), "--quiet"])
+    result = json.loads(out.read_text())
+    assert result["streams"] == str(streams) and result["tf32"] is False and frost.backends.allow_tf32 is True
+    with pytest.raises(SystemExit, match="seed2_weights.npz is missing"):
+        main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "2", "--seeds", "2", "--data", str(cifar_dir),
+              "--streams", str(streams), "--quiet"])

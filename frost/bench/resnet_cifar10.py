@@ -9,6 +9,7 @@ warm-up steps; start-up is data loading, model build and the warm-up (or capture
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from pathlib import Path
 
@@ -42,6 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="training steps counted as start-up, not train time (default: 1, or 3 with jit)")
     p.add_argument("--eval-batch", type=int, default=500, help="batch size for the test-set evaluation")
+    p.add_argument("--tf32", choices=["on", "off"], default="on",
+                   help="float32 convolutions and matmuls on TF32 tensor cores (frost.backends.allow_tf32; cuda)")
+    p.add_argument("--streams", type=Path, default=None,
+                   help="train from PyTorch's random streams: the initial weights and per-epoch orders that "
+                        "benchmarks/torch_resnet_cifar10.py --save-streams DIR wrote for the same seeds "
+                        "(resident pipeline), so that only the two frameworks' arithmetic differs")
     p.add_argument("--log-every", type=int, default=None,
                    help="loss-curve sample interval in steps (default: steps // 200, at least 1)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
@@ -149,8 +156,9 @@ def load_data(root: Path, device: str, pipeline: str, channels_last: bool = Fals
     return data
 
 
-def resident_batches(n: int, batch_size: int, device: str):
-    """Endless batch index tensors into the device-resident data: a fresh permutation each epoch.
+def resident_batches(n: int, batch_size: int, device: str, orders=None):
+    """Endless batch index tensors into the device-resident data: a fresh permutation each epoch (frost's
+    generator, or the rows of `orders`, an (epochs, n) array of given permutations).
 
     Only the indices travel; the gather and the scaling to [0, 1] happen inside the step (see
     `make_step`), so with frost.jit they are part of the captured graph.
@@ -160,12 +168,15 @@ def resident_batches(n: int, batch_size: int, device: str):
     per_epoch = n // batch_size
     if per_epoch == 0:
         raise SystemExit(f"frost bench: {n} training images are fewer than one batch of {batch_size}")
-    while True:
-        perm = frost.randperm(n, device=device).data  # frost's generator, seeded by frost.manual_seed
+    for epoch in itertools.count():
+        if orders is None:
+            perm = frost.randperm(n, device=device).data  # frost's generator, seeded by frost.manual_seed
+        elif epoch < len(orders):
+            perm = frost.tensor(orders[epoch].astype(np.int64), device=device).data
+        else:
+            raise SystemExit(f"frost bench: the given orders cover {len(orders)} epochs; the run needs more")
         for b in range(per_epoch):
             yield (Tensor(perm[b * batch_size:(b + 1) * batch_size]),)
-
-
 
 
 def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict,
@@ -219,25 +230,53 @@ def _as_labels(y, device: str):
     return t if t.dtype == frost.int64 else t.to(frost.int64)
 
 
+def load_streams(folder: Path, seed: int) -> tuple[dict, np.ndarray]:
+    """The initial weights and per-epoch orders PyTorch's run of `seed` used (benchmarks/torch_resnet_cifar10.py
+    --save-streams wrote them): NumPy files, read without pickle."""
+    weights_file, orders_file = streams_files(folder, seed)
+    for f in (weights_file, orders_file):
+        if not f.is_file():
+            raise SystemExit(f"frost bench: --streams: {f} is missing (write it with "
+                             f"benchmarks/torch_resnet_cifar10.py --save-streams {folder} --seeds {seed})")
+    try:
+        with np.load(weights_file, allow_pickle=False) as z:
+            weights = {k: z[k] for k in z.files}
+        orders = np.load(orders_file, allow_pickle=False)
+    except ValueError as e:
+        raise SystemExit(f"frost bench: --streams: cannot read {weights_file} or {orders_file}: {e}")
+    if orders.ndim != 2 or orders.dtype.kind not in "iu":
+        raise SystemExit(f"frost bench: --streams: {orders_file} must hold an (epochs, images) integer array, got "
+                         f"{orders.dtype} {orders.shape}")
+    return weights, orders
+
+
+def streams_files(folder: Path, seed: int) -> tuple[Path, Path]:
+    """Where a seed's initial weights (.npz) and per-epoch orders (.npy) are kept under `folder`."""
+    return Path(folder) / f"seed{seed}_weights.npz", Path(folder) / f"seed{seed}_orders.npy"
+
+
 # ---------------------------------------------------------------- one seed
 
 
-def build(seed: int, device: str, channels_last: bool = False):
-    """The seed ResNet and its AdamW, initialised from `seed`."""
+def build(seed: int, device: str, channels_last: bool = False, weights: dict | None = None):
+    """The seed ResNet and its AdamW, initialised from `seed` (or with the given state dict of arrays)."""
     from frost.optim import AdamW
-    model = build_model(seed, device, channels_last)
+    model = build_model(seed, device, channels_last, weights)
     p = common.PROTOCOL
     opt = AdamW(model.parameters(), lr=p["lr"], betas=tuple(p["betas"]), eps=p["eps"],
                 weight_decay=p["weight_decay"])
     return model, opt
 
 
-def build_model(seed: int, device: str, channels_last: bool = False):
-    """The seed ResNet (10 classes) on the device, initialised from `seed` (weights channels-last if asked)."""
+def build_model(seed: int, device: str, channels_last: bool = False, weights: dict | None = None):
+    """The seed ResNet (10 classes) on the device, initialised from `seed` or loaded from `weights` (a state dict
+    of arrays), weights channels-last if asked."""
     import frost
     from frost.models.resnet import cifar_resnet
     frost.manual_seed(seed)
     model = cifar_resnet(num_classes=10)
+    if weights is not None:
+        model.load_state_dict(weights)
     if device != "cpu" or channels_last:
         model = model.to(device, memory_format=frost.channels_last if channels_last else None)
     return model
@@ -328,12 +367,13 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     batch_size = common.PROTOCOL["batch_size"]
 
     channels_last = args.memory_format == "channels_last"
-    model, opt = build(seed, device, channels_last)
+    weights, orders = load_streams(args.streams, seed) if args.streams else (None, None)
+    model, opt = build(seed, device, channels_last, weights)
     t_built = sw.now()
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
     if args.pipeline == "resident":
         step = make_step(model, opt, args.precision, jit, data["x_train"], data["y_train"], data["x_train_nhwc"])
-        batches = resident_batches(len(data["x_train"]), batch_size, device)
+        batches = resident_batches(len(data["x_train"]), batch_size, device, orders)
     else:
         step = make_step(model, opt, args.precision, jit)
         batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats, args.decode,
@@ -425,20 +465,28 @@ def run(args: argparse.Namespace) -> dict:
         _autocast("bf16")  # fail early with a clear message when autocast is missing
     if args.memory_format is None:
         args.memory_format = "channels_last" if device == "cuda" else "nchw"
+    if args.streams and args.pipeline != "resident":
+        raise SystemExit("frost bench: --streams needs --pipeline resident (the loader draws its own order)")
     jit_on = jit_wrapper(args.jit == "on", device) is not None
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
                    "prefetch_to_device": args.prefetch_to_device if args.pipeline == "loader" else None,
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
-                   "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format})
+                   "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format,
+                   "tf32": args.tf32 == "on", "streams": str(args.streams) if args.streams else None})
     data, data_load_s = load_into(result, args.data, device, args.pipeline, args.memory_format == "channels_last")
 
-    for seed in args.seeds:
-        result["runs"].append(train_one_seed(args, seed, data, device, data_load_s))
-        result["summary"] = common.summarize(result["runs"])
-        if args.out:
-            common.write_json(args.out, result)  # partial results survive an interrupted run
+    import frost.backends
+    tf32_before, frost.backends.allow_tf32 = frost.backends.allow_tf32, args.tf32 == "on"
+    try:
+        for seed in args.seeds:
+            result["runs"].append(train_one_seed(args, seed, data, device, data_load_s))
+            result["summary"] = common.summarize(result["runs"])
+            if args.out:
+                common.write_json(args.out, result)  # partial results survive an interrupted run
+    finally:
+        frost.backends.allow_tf32 = tf32_before
     print(common.results_table(result))
     if args.out:
         print(f"results written to {args.out}")
