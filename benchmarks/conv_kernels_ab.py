@@ -37,8 +37,25 @@ def main() -> None:
     print("\n| variant | ms/step, each round | median |\n|---|---|---|")
     for name, ms in runs.items():
         print(f"| {name} | {', '.join(f'{m:.3f}' for m in ms)} | {statistics.median(ms):.3f} |")
+    choices = per_shape_choices()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"variants": VARIANTS, "ms_per_step": runs}, indent=1))
+    Path(args.out).write_text(json.dumps({"variants": VARIANTS, "ms_per_step": runs, "per_shape": choices}, indent=1))
+
+
+def per_shape_choices() -> list[dict]:
+    """What `conv_fprop_mma.choose` decided at each shape (forward, and input gradient for the dgrad variant): our
+    best candidate's and cuDNN's us per call, as it timed them. Printed as a table; returned for the JSON."""
+    from frost.ops import conv_fprop_mma
+    rows = []
+    print("\n| x shape | w shape | padding | pass | ours us | cuDNN us | runs |\n|---|---|---|---|---|---|---|")
+    for key, c in sorted(conv_fprop_mma._choices.load().items()):
+        x_shape, w_shape, padding, _dtype, *flip = json.loads(key)
+        row = {"x": x_shape, "w": w_shape, "padding": padding, "pass": "dgrad" if flip else "forward",
+               "ours_us": c["ours_us"], "cudnn_us": c["cudnn_us"], "runs": "ours" if c["ours"] else "cuDNN"}
+        rows.append(row)
+        print(f"| {x_shape} | {w_shape} | {padding} | {row['pass']} | {c['ours_us']:.2f} | {c['cudnn_us']:.2f} | "
+              f"{row['runs']} |")
+    return rows
 
 
 if __name__ == "__main__":
