@@ -184,6 +184,8 @@ def test_bench_trains_from_pytorchs_random_streams(cifar_dir, tmp_path):
     with pytest.raises(SystemExit, match="cover 3 epochs"):
         for _ in range(30):
             next(frost_batches)
+    with pytest.raises(SystemExit, match="permutations of .320,. images; the training set has 160"):
+        next(bench.resident_batches(160, 32, "cpu", orders))
     out = tmp_path / "frost.json"
     main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "6", "--seeds", "0", "--data", str(cifar_dir),
           "--streams", str(streams), "--tf32", "off", "--out", str(out), "--quiet"])

@@ -168,6 +168,9 @@ def resident_batches(n: int, batch_size: int, device: str, orders=None):
     per_epoch = n // batch_size
     if per_epoch == 0:
         raise SystemExit(f"frost bench: {n} training images are fewer than one batch of {batch_size}")
+    if orders is not None and orders.shape[1:] != (n,):
+        raise SystemExit(f"frost bench: the given orders are permutations of {orders.shape[1:]} images; the "
+                         f"training set has {n}")
     for epoch in itertools.count():
         if orders is None:
             perm = frost.randperm(n, device=device).data  # frost's generator, seeded by frost.manual_seed
@@ -358,6 +361,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     """Train one seed: start-up (build + warm-up steps), timed steps, evaluation. Returns the run's record."""
     from tqdm import tqdm
     sw = common.Stopwatch(synchronizer(device))
+    weights, orders = load_streams(args.streams, seed) if args.streams else (None, None)
     counted = common.startup_counters() if device == "cuda" else None
     t_start = sw.now()
     jit = jit_wrapper(args.jit == "on", device)
@@ -367,7 +371,6 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     batch_size = common.PROTOCOL["batch_size"]
 
     channels_last = args.memory_format == "channels_last"
-    weights, orders = load_streams(args.streams, seed) if args.streams else (None, None)
     model, opt = build(seed, device, channels_last, weights)
     t_built = sw.now()
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
