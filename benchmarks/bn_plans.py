@@ -47,7 +47,8 @@ def forward(t: dict):
 def time_plan(t: dict) -> dict:
     y = forward(t)
     dx = y._ctx.backward(t["g"])[0]
-    return dict(forward_us=graph_time_us(lambda: forward(t)), backward_us=graph_time_us(lambda: y._ctx.backward(t["g"])),
+    return dict(forward_us=graph_time_us(lambda: forward(t)),
+                backward_us=graph_time_us(lambda: y._ctx.backward(t["g"])),
                 y=y.data.astype("float32"), dx=dx.astype("float32"))
 
 

@@ -156,19 +156,18 @@ def git_commit(start: Path | None = None) -> str | None:
     """$FROST_COMMIT when set (whoever copied the tree to a benchmark machine knows its commit better than a git
     folder that may have come along stale), else the checkout's commit hash with '-dirty' when tracked files
     changed, else None."""
+    if os.environ.get("FROST_COMMIT"):
+        return os.environ["FROST_COMMIT"]
     cwd = str(start or Path(__file__).resolve().parent)
-    fallback = os.environ.get("FROST_COMMIT") or None
-    if fallback:
-        return fallback
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
-            return fallback
+            return None
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
                                capture_output=True, text=True, timeout=10)
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return fallback
+        return None
 
 
 def cpu_name() -> str:

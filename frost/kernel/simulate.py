@@ -195,7 +195,8 @@ def _grid(t, *extents):
 NAMESPACE = {
     "_np": np, "_idiv": _idiv, "_imod": _imod, "_fma": _fma, "_erf": _erf, "_mulhi": _mulhi, "_rsqrt": _rsqrt,
     "_range": _range, "_grid": _grid, "_B": bool, "_fmod": np.fmod, "_ftrunc": np.trunc, "_pow": np.power,
-    "_fmin": np.fmin, "_fmax": np.fmax, "_min": min, "_max": max, "_abs": abs, "_SYNC": ("sync",), "_GRID_SYNC": ("grid_sync",),
+    "_fmin": np.fmin, "_fmax": np.fmax, "_min": min, "_max": max, "_abs": abs,
+    "_SYNC": ("sync",), "_GRID_SYNC": ("grid_sync",),
     "_local": lambda dtype, shape, name: SimArray(_filled(dtype, shape), name),
     "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_log": np.log, "_log2": np.log2, "_tanh": np.tanh,
     "_sin": np.sin, "_cos": np.cos, "_floor": np.floor, "_ceil": np.ceil, "_SimArray": SimArray,

@@ -89,7 +89,7 @@ def _check_class_target(op: str, input: Tensor, target: Tensor, ignore_index: in
     if target.numel() <= _HOST_CHECK_LIMIT:
         # a batch's worth of labels: one small copy checked by NumPy, instead of five GPU kernels that each cost
         # a CuPy compile at a cold start (the check reads the values on the host either way)
-        t = np.asarray(t.get() if hasattr(t, "get") else t)
+        t = target.numpy()
     bad = (t != ignore_index) & ((t < 0) | (t >= C))
     if bool(bad.any()):
         value = int(t[bad].reshape(-1)[0])

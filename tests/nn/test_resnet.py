@@ -130,7 +130,6 @@ def _gradients_as_torch_float64_has_them(device: str, channels_last: bool) -> di
     training trajectories part ways by chaos within a few AdamW steps, a step's gradients do not."""
     from frost.bench import resnet_cifar10 as bench
     from frost.jit import jit
-    from frost.tensor import Tensor
     torch.manual_seed(0)
     t = torch_resnet.cifar_resnet().double()
     f = cifar_resnet()
@@ -148,7 +147,7 @@ def _gradients_as_torch_float64_has_them(device: str, channels_last: bool) -> di
     worst = {"loss": 0.0}
     for i in range(steps):
         before = {k: v.numpy().astype(np.float64) for k, v in f.state_dict().items()}
-        loss = float(step(Tensor(frost.arange(i * batch, (i + 1) * batch, device=device).data)).item())
+        loss = float(step(frost.arange(i * batch, (i + 1) * batch, device=device)).item())
         if i not in checked:
             continue
         t.load_state_dict({k: torch.from_numpy(v) for k, v in before.items()})
