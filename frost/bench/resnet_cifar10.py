@@ -18,6 +18,7 @@ import numpy as np
 from frost.layout import as_channels_last
 
 from frost.bench import common
+from frost.data.transforms import gather_scaled_gpu
 
 LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that waited for data
 
@@ -293,7 +294,7 @@ def make_step(model, opt, precision: str, jit, x_all=None, y_all=None, nhwc: boo
     """
     step = training_step(model, opt, precision)
     if x_all is not None:
-        step = on_resident_data(step, x_all, y_all, nhwc)
+        step = on_resident_data(step, x_all, y_all, nhwc, "bfloat16" if precision == "bf16" else "float32")
     return jit(step) if jit is not None else step
 
 
@@ -318,14 +319,16 @@ def training_step(model, opt, precision: str):
     return train
 
 
-def on_resident_data(fn, x_all, y_all, nhwc: bool = False):
+def on_resident_data(fn, x_all, y_all, nhwc: bool = False, dtype: str = "float32"):
     """fn(x, y) as a function of batch indices into the resident data (x_all NCHW, or NHWC with nhwc=True): the
-    gather and the scaling to [0, 1] happen inside, so with frost.jit they are part of the captured graph."""
+    gather and the scaling to [0, 1] happen inside, so with frost.jit they are part of the captured graph. On the
+    GPU they are one kernel, whose output is already `dtype` (bfloat16: what autocast's first convolution would
+    cast the float32 images to, the same rounding)."""
     from frost.tensor import Tensor
 
     def gather_and_call(idx):
         i = idx.data
-        x = scaled(x_all[i])
+        x = scaled(x_all[i]) if isinstance(x_all, np.ndarray) else gather_scaled_gpu(x_all, i, dtype)
         if nhwc:  # the NCHW view of NHWC images is channels-last, no copy
             x = x.transpose(0, 3, 1, 2)
         return fn(Tensor(x), Tensor(y_all[i]))

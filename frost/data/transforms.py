@@ -164,7 +164,7 @@ class Compose:
 # Gather by index, pad-crop, flip, to float, normalize and NHWC -> NCHW, one thread per output value; the
 # float math is the CPU reference's (float32(x) / 255, then (y - mean) / std), so results agree bit for bit.
 
-from frost.kernel import Array, bdx, bx, f32, i32, kernel, tx, u8  # noqa: E402
+from frost.kernel import Array, bdx, bf16, bx, f32, i32, i64, kernel, tx, u8  # noqa: E402
 
 
 @kernel
@@ -231,3 +231,49 @@ def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: 
     augment_kernel[(out.size + 255) // 256, 256](images.reshape(-1), idx, *as_i32, mean32, std32, out, out.size,
                                                  h, w, c, size, padding)
     return out
+
+
+# ---------------------------------------------------------------- gather and scale: one launch
+# images[index] of a uint8 dataset as float32(x) / 255 (to_float's math), stored as float32 or rounded to bf16:
+# the gather, the conversion and the division (and, for a bf16 first layer, autocast's cast) in one kernel.
+
+@kernel
+def gather_scaled(images: Array[u8], index: Array[i64], out: Array[f32], total: i32, row: i32):
+    i = bx * bdx + tx
+    if i < total:
+        out[i] = f32(images[index[i // row] * row + i % row]) / 255.0
+
+
+@kernel
+def gather_scaled_bf16(images: Array[u8], index: Array[i64], out: Array[bf16], total: i32, row: i32):
+    i = bx * bdx + tx
+    if i < total:
+        out[i] = f32(images[index[i // row] * row + i % row]) / 255.0   # rounded to nearest, as a cast
+
+
+GATHER_SCALED = {"float32": gather_scaled, "bfloat16": gather_scaled_bf16}
+
+
+def gather_scaled_gpu(images, index, dtype: str = "float32", simulate: bool = False):
+    """images[index] / 255 for a uint8 dataset held on the GPU (any layout: rows are gathered whole), as float32 or
+    bfloat16 (float32's value rounded to nearest), in one launch; index: int64 on the device. A captured step can
+    call it (no host work)."""
+    if dtype not in GATHER_SCALED:
+        raise ValueError(f"gather_scaled_gpu: dtype must be float32 or bfloat16, got {dtype!r}")
+    if str(images.dtype) != "uint8" or str(index.dtype) != "int64" or index.ndim != 1:
+        raise TypeError(f"gather_scaled_gpu: images must be uint8 and index 1-D int64, got images {images.dtype} "
+                        f"{tuple(images.shape)}, index {index.dtype} {tuple(index.shape)}")
+    xp = np if simulate else _cupy()
+    from frost.dtype import to_dtype
+    out = xp.empty((len(index), *images.shape[1:]), dtype=to_dtype(dtype).np)
+    row = int(np.prod(images.shape[1:]))
+    kern = GATHER_SCALED[dtype].simulate if simulate else GATHER_SCALED[dtype]
+    if out.size:
+        kern[(out.size + 255) // 256, 256](xp.ascontiguousarray(images).reshape(-1), index, out.reshape(-1),
+                                          out.size, row)
+    return out
+
+
+def _cupy():
+    from frost.backend import cuda
+    return cuda.cupy()

@@ -176,11 +176,11 @@ def candidate_tiles(geo: dict, n: int, flip: bool = False) -> list[dict]:
 def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) -> bool:
     """Whether conv_fprop_mma computes this call: bf16 x and w on the GPU, both channels-last, stride 1, dilation 1,
     groups 1, Cin a multiple of 16, padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
-    flip: the input gradient (x = dy, whose channels must be a multiple of 16), only with FROST_CONV_DGRAD_MMA=1 (not
-    yet run on a GPU: off by default)."""
+    flip: the input gradient (x = dy, whose channels must be a multiple of 16); FROST_CONV_DGRAD_MMA=0 switches that
+    off alone (`choose` still runs it only where it times faster than cuDNN's input gradient)."""
     if os.environ.get("FROST_CONV_FPROP_MMA", "1") == "0":
         return False
-    if flip and os.environ.get("FROST_CONV_DGRAD_MMA", "0") != "1":
+    if flip and os.environ.get("FROST_CONV_DGRAD_MMA", "1") == "0":
         return False
     if str(x.dtype) != "bfloat16" or str(w.dtype) != "bfloat16" or groups != 1 or x.ndim != 4:
         return False

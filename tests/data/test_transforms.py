@@ -119,3 +119,42 @@ def test_gpu_augment_on_the_device_equals_cpu_augment():
                       32, 4, mean, std)
     ref = augment(images[index], oy, ox, flips.astype(bool), 32, 4, mean, std)
     np.testing.assert_array_equal(out.get(), ref.transpose(0, 3, 1, 2))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gather_scaled_kernel_equals_to_float_of_the_gathered_images(dtype):
+    from frost.data.transforms import GATHER_SCALED, gather_scaled_gpu
+    from frost.dtype import to_dtype
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, (7, 4, 5, 3), dtype=np.uint8)
+    index = np.array([6, 0, 3, 3, 1], np.int64)
+    out = gather_scaled_gpu(images, index, dtype, simulate=True)
+    want = T.to_float(images[index]).astype(to_dtype(dtype).np)   # float32(x) / 255, rounded to nearest for bf16
+    assert out.dtype == want.dtype and out.shape == (5, 4, 5, 3)
+    np.testing.assert_array_equal(out.astype(np.float32), want.astype(np.float32))
+    assert len(GATHER_SCALED[dtype].compile(arch="sm_90")) > 500
+
+
+def test_gather_scaled_rejects_bad_input_by_name():
+    from frost.data.transforms import gather_scaled_gpu
+    images = np.zeros((3, 2, 2, 1), np.uint8)
+    with pytest.raises(ValueError, match="gather_scaled_gpu: dtype must be float32 or bfloat16, got 'float16'"):
+        gather_scaled_gpu(images, np.array([0], np.int64), "float16", simulate=True)
+    with pytest.raises(TypeError, match=r"gather_scaled_gpu: images must be uint8 .* got images float32"):
+        gather_scaled_gpu(images.astype(np.float32), np.array([0], np.int64), simulate=True)
+    with pytest.raises(TypeError, match="index int32"):
+        gather_scaled_gpu(images, np.array([0], np.int32), simulate=True)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_gather_scaled_equals_to_float_of_the_gathered_images(dtype):
+    import cupy as cp
+    from frost.data.transforms import gather_scaled_gpu
+    from frost.dtype import to_dtype
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8)
+    index = rng.permutation(50)[:32].astype(np.int64)
+    out = gather_scaled_gpu(cp.asarray(images), cp.asarray(index), dtype)
+    want = T.to_float(images[index]).astype(to_dtype(dtype).np)
+    np.testing.assert_array_equal(cp.asnumpy(out).astype(np.float32), want.astype(np.float32))

@@ -93,9 +93,11 @@ def test_plans_and_support():
 def test_switched_off_by_the_environment(monkeypatch):
     x = as_channels_last(np.zeros((2, 16, 8, 8), ml_dtypes.bfloat16))
     w = as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16))
-    assert not fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1, flip=True)   # input gradients: off unless asked for
+    assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1, flip=True)       # input gradients: on by default
+    monkeypatch.setenv("FROST_CONV_DGRAD_MMA", "0")
+    assert not fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1, flip=True)   # ... and switched off alone
+    assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1)
     monkeypatch.setenv("FROST_CONV_DGRAD_MMA", "1")
-    assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1, flip=True)
     dy8 = as_channels_last(np.zeros((2, 8, 8, 8), ml_dtypes.bfloat16))
     assert not fm.supported(dy8, as_channels_last(np.zeros((8, 16, 3, 3), ml_dtypes.bfloat16)), (1, 1), (1, 1),
                             (1, 1), 1, flip=True)                                   # dy with 8 channels
