@@ -54,7 +54,11 @@ def _stat(result: dict, key: str, scale: float = 1.0, digits: int = 2) -> str:
 
 
 def label(result: dict) -> str:
-    return f"{result['framework']} {result['mode']}"
+    """framework and mode, and what a run changed from the protocol's defaults: PyTorch's random streams (initial
+    weights and epoch orders, `--streams`), TF32 off."""
+    extras = [e for e, on in (("PyTorch's streams", result.get("streams")), ("TF32 off", result.get("tf32") is False))
+              if on]
+    return f"{result['framework']} {result['mode']}" + (f" ({', '.join(extras)})" if extras else "")
 
 
 def _short(commit: str | None) -> str:

@@ -100,3 +100,13 @@ def test_frost_and_pytorch_result_files_share_the_schema(tmp_path):
     assert set(f["summary"]) == set(t["summary"])
     text = _report_module().main([str(frost_file), str(torch_file), "--out-dir", str(tmp_path)]).read_text()
     assert "| frost resident-eager | fp32 |" in text and "| pytorch resident-eager | fp32 |" in text
+
+
+def test_rows_say_when_a_run_left_the_protocols_random_streams_or_tf32():
+    report = _report_module()
+    plain = _result("frost", "resident-jit", [0.74], [20.0])
+    assert report.label(plain) == "frost resident-jit"
+    streams = dict(plain, streams="/data/streams", tf32=True)
+    assert report.label(streams) == "frost resident-jit (PyTorch's streams)"
+    assert report.label(dict(plain, tf32=False)) == "frost resident-jit (TF32 off)"
+    assert report.label(dict(streams, tf32=False)) == "frost resident-jit (PyTorch's streams, TF32 off)"

@@ -265,3 +265,16 @@ def test_gpu_augmentation_draws_come_from_the_generator():
     np.testing.assert_array_equal(_host(oy), P.integers_numpy(3, 0, 0, 9, 50))
     np.testing.assert_array_equal(_host(ox), P.integers_numpy(3, P.counters_for(50), 0, 9, 50))
     np.testing.assert_array_equal(_host(flips), P.uniform_numpy(3, 2 * P.counters_for(50), 50) < np.float32(0.5))
+
+
+@pytest.mark.cuda
+def test_gpu_permutations_are_the_twins_sorted_draws_epoch_after_epoch():
+    # frost bench's epoch orders: each randperm sorts 2n fresh words (the offset advances by ceil(2n / 4) blocks)
+    n = 5000
+    frost.manual_seed(7)
+    got = [_host(frost.randperm(n, device="cuda")) for _ in range(3)]
+    for epoch, perm in enumerate(got):
+        words = P.bits_numpy(7, epoch * P.counters_for(2 * n), 2 * n).astype(np.uint64)
+        np.testing.assert_array_equal(perm, np.argsort((words[0::2] << np.uint64(32)) | words[1::2], kind="stable"))
+    assert not np.array_equal(got[0], got[1])
+    assert abs(np.corrcoef(got[0], np.arange(n))[0, 1]) < 0.05   # no trace of the identity order
