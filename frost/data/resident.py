@@ -44,8 +44,11 @@ class DeviceDataset:
             yield Tensor(perm[start:start + batch_size])
 
     def batch(self, index: Tensor) -> tuple[Tensor, Tensor]:
-        """(images as float32 NCHW in [0, 1], labels) at `index`."""
+        """(images as float32 NCHW in [0, 1], labels) at `index` (on the GPU the gather and scaling are one kernel)."""
         i = index.data
+        if self.device.type == "cuda":
+            from frost.data.transforms import gather_scaled_gpu
+            return Tensor(gather_scaled_gpu(self.images, i.astype("int64", copy=False))), Tensor(self.labels[i])
         x = self.images[i].astype(np.float32)
         x /= 255.0
         return Tensor(x), Tensor(self.labels[i])

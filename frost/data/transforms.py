@@ -263,8 +263,9 @@ def gather_scaled_gpu(images, index, dtype: str = "float32", simulate: bool = Fa
     if str(images.dtype) != "uint8" or str(index.dtype) != "int64" or index.ndim != 1:
         raise TypeError(f"gather_scaled_gpu: images must be uint8 and index 1-D int64, got images {images.dtype} "
                         f"{tuple(images.shape)}, index {index.dtype} {tuple(index.shape)}")
-    xp = np if simulate else _cupy()
+    from frost.backend import cuda
     from frost.dtype import to_dtype
+    xp = np if simulate else cuda.cupy()
     out = xp.empty((len(index), *images.shape[1:]), dtype=to_dtype(dtype).np)
     row = int(np.prod(images.shape[1:]))
     kern = GATHER_SCALED[dtype].simulate if simulate else GATHER_SCALED[dtype]
@@ -272,8 +273,3 @@ def gather_scaled_gpu(images, index, dtype: str = "float32", simulate: bool = Fa
         kern[(out.size + 255) // 256, 256](xp.ascontiguousarray(images).reshape(-1), index, out.reshape(-1),
                                           out.size, row)
     return out
-
-
-def _cupy():
-    from frost.backend import cuda
-    return cuda.cupy()
