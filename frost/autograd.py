@@ -187,6 +187,7 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
     try:
         _run_backward(root, g0, retain_graph, claims)
     finally:
+        complete_deferred_gradients()
         stack.pop()
         for buffer in claims.values():
             # claimed but never accumulated (an error, or an op that claimed and returned None): the buffer
@@ -226,6 +227,8 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
             for p, pg in zip(parents, in_grads):
                 if pg is None or not p.requires_grad:
                     continue
+                if anomaly:
+                    complete_deferred_gradients()  # the check reads every gradient as it is produced
                 if anomaly and _has_nonfinite(pg) and not any(map(_has_nonfinite, _parts(g))):
                     raise AnomalyError(f"anomaly: backward of '{node.name}' produced NaN or inf in the gradient "
                                        f"of an input of shape {tuple(p.shape)}")
@@ -250,6 +253,8 @@ def _parts(g) -> tuple:
 def _combine(a, b, p):
     """The gradient so far plus contribution b: a GradientPair where p's op takes pairs and a and b are alike."""
     ctx = p._ctx
+    if ctx is None:
+        complete_deferred_gradients()  # a leaf's second contribution: the sum reads the first
     if (not isinstance(a, GradientPair) and ctx is not None and not p._retains_grad
             and getattr(ctx.backward, "takes_gradient_pairs", False) and a.dtype == b.dtype and a.shape == b.shape):
         return GradientPair((a, b))
@@ -284,6 +289,35 @@ def _accumulate(Tensor, t, g, claimed=None) -> None:
         t.grad = Tensor(g.copy(order="K"))  # keeps a channels-last gradient channels-last
     else:
         t.grad.data += g
+
+
+# ---------------------------------------------------------------- gradients completed by a later launch
+# An op that writes a leaf's gradient into its claimed .grad buffer (grad_destination) may leave the last step of
+# that write to a later launch (the convolution weight gradient's fixed-order sum of its split partials rides along
+# with the next weight-gradient kernel: one launch fewer per convolution). It registers a function that completes
+# whatever is left; backward() runs it before anything reads a leaf's gradient: before a second contribution to a
+# leaf is added, before anomaly mode checks a gradient, and when backward() ends (on an error too, before the
+# claimed buffers are zeroed). Nothing outside backward() ever sees an incomplete gradient.
+
+def defer_gradient_completion(complete: Callable[[], None]) -> None:
+    """Have `complete()` run (once) before the running backward() reads a leaf's gradient or returns."""
+    pending = _deferred()
+    if complete not in pending:
+        pending.append(complete)
+
+
+def complete_deferred_gradients() -> None:
+    """Run the completions registered with defer_gradient_completion on this thread, in order."""
+    pending = _deferred()
+    while pending:
+        pending.pop(0)()
+
+
+def _deferred() -> list:
+    pending = getattr(_state, "deferred", None)
+    if pending is None:
+        pending = _state.deferred = []
+    return pending
 
 
 # ---------------------------------------------------------------- gradients written straight into .grad

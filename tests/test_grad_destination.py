@@ -392,3 +392,60 @@ def test_cast_of_a_leaf_writes_the_gradient_into_its_buffer(monkeypatch):
     tw = torch.tensor(w.numpy().astype(np.float64), requires_grad=True)
     (torch.tensor(x) @ tw).square().sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-6)
+
+
+# ------------------------------------------------------------ gradients completed by a later launch
+
+
+def _deferring_probe(x, w, log):
+    """x * sum(w) whose backward claims w's .grad, writes nothing yet and leaves the write to a deferred completion
+    (as the convolution weight gradient's finalize rides with the next launch)."""
+    out = x.data * w.data.sum()
+
+    def backward(g):
+        dest = grad_destination(w)
+        value = (g * x.data).sum()
+
+        def complete():
+            log.append("completed")
+            dest[...] = value
+        log.append("deferred")
+        autograd.defer_gradient_completion(complete)
+        return g * w.data.sum(), dest
+
+    return from_op(out, (x, w), backward, "deferring probe")
+
+
+def test_a_deferred_gradient_is_complete_when_backward_returns():
+    x, w, log = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2)), []
+    _deferring_probe(x, w, log).sum().backward()
+    assert log == ["deferred", "completed"]
+    np.testing.assert_allclose(w.grad.numpy(), np.full((2, 2), x.data.sum()))
+
+
+def test_a_deferred_gradient_is_completed_before_a_second_contribution_is_added():
+    x, w, log = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2)), []
+    (_deferring_probe(x, w, log).sum() + (w * 3.0).sum()).backward()   # w used twice: the sum reads the first
+    np.testing.assert_allclose(w.grad.numpy(), np.full((2, 2), x.data.sum() + 3.0))
+    assert log == ["deferred", "completed"]
+
+
+def test_anomaly_mode_sees_a_deferred_gradient_completed():
+    x, w, log = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2)), []
+    x.data[0] = np.nan
+    with autograd.detect_anomaly(), pytest.raises(autograd.AnomalyError, match="deferring probe"):
+        _deferring_probe(x, w, log).sum().backward()
+    assert log == ["deferred", "completed"]
+    np.testing.assert_array_equal(w.grad.numpy(), 0)   # claimed, not accumulated: handed back as the zeros it was
+
+
+def test_a_failing_backward_completes_and_then_zeroes_what_it_claimed():
+    x, w, log = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2)), []
+
+    def fail(g):
+        raise RuntimeError("an earlier op's backward fails")
+    upstream = from_op(x.data.copy(), (x,), fail, "failing")   # its backward runs after the probe's
+    with pytest.raises(RuntimeError, match="an earlier op's backward fails"):
+        _deferring_probe(upstream, w, log).sum().backward()
+    assert log == ["deferred", "completed"] and not autograd._deferred()
+    np.testing.assert_array_equal(w.grad.numpy(), 0)

@@ -253,10 +253,12 @@ def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1,
     return _backward_input_from_grad(_grad_channel_major(g, geo), w, geo)
 
 
-def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1, out=None):
+def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1, out=None,
+                           defer: bool = False):
     """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x; written into `out` (a dense,
     NCHW or channels-last, array of w_shape and x's dtype, or float32 for bf16 operands on the GPU: autocast's
-    master weight) and returned as `out` itself when given."""
+    master weight) and returned as `out` itself when given. defer: `out` is a .grad buffer claimed inside
+    backward(), which may complete it later (our kernel's last sum rides with the next weight gradient's launch)."""
     geo = geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
     cudnn_args = _cudnn_args(x, geo)
     if cudnn_args is not None:
@@ -278,7 +280,7 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
             return cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args, out=out)
 
         if ours and conv_wgrad.choose(g, x, w_shape, stride_hw, padding_hw, with_cudnn):  # timed as it would run
-            return conv_wgrad.conv2d_backward_weight_gpu(g, x, w_shape, stride_hw, padding_hw, out=out)
+            return conv_wgrad.conv2d_backward_weight_gpu(g, x, w_shape, stride_hw, padding_hw, out=out, defer=defer)
         return with_cudnn()
     return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo, out=out)
 
@@ -376,11 +378,11 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
                 gw = _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo, out=dest)
             elif master is not None:
                 # autocast: dW in float32 straight into the master weight's .grad (the cast's backward passes it on)
-                dest = grad_destination(master)
-                dest = empty_like_format(wa.shape, master.data) if dest is None else dest
-                gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest)
+                claimed = grad_destination(master)
+                dest = empty_like_format(wa.shape, master.data) if claimed is None else claimed
+                gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=claimed is not None)
             else:
-                gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest)
+                gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=dest is not None)
             gw = gw if master is not None else gw.astype(out_dtype, copy=False)
         if bias is None:
             return gx, gw

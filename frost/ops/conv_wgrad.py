@@ -12,9 +12,10 @@ from typing import Any, Callable
 import numpy as np
 
 from frost.backend import cuda
+from frost.autograd import defer_gradient_completion
 from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
-from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, lane,
+from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, device, dynamic_shared, f32, i32, kernel, lane,
                           launch_bounds, local, shared, static_range, syncthreads, tx, warp)
 
 # dW[co, ci, kh, kw] = sum over (n, ho, wo) of dy[n, co, ho, wo] * x[n, ci, ho*SH + kh - PH, wo*SW + kw - PW]: a GEMM
@@ -171,20 +172,30 @@ conv_wgrad_partial = PARTIAL["float32"]
 
 @kernel
 def conv_wgrad_finalize(part: Array[f32], out: Array[f32], n_out: i32, splits: i32):
-    """out[o] = sum over s of part[s * n_out + o]: block b sums outputs 32b .. 32b + 31, warp w the splits
-    w, w + 8, ..., then lane by lane the 8 warps' sums in order."""
+    """out[o] = sum over s of part[s * n_out + o], for outputs 32b .. 32b + 31 of block b (see sum_splits)."""
     sums = shared(f32, (FINAL_WARPS, 32))
-    o = bx * 32 + lane
-    acc = 0.0
-    if o < n_out:
-        for s in range(warp, splits, FINAL_WARPS):
-            acc += part[s * n_out + o]
-    sums[warp, lane] = acc
+    sum_splits(part, out, sums, n_out, splits, bx, FINAL_WARPS)
+
+
+@device
+def sum_splits(part, out, sums, n_out, splits, block, WARPS: Const[int]):
+    """out[o] = sum over s of part[s * n_out + o] for the 32 outputs o = 32 * block + lane, by a block of WARPS warps
+    (1 to 8) with sums: shared (8, 32) floats. The order is fixed whatever WARPS is (deterministic, no float
+    atomics): residue j = 0 .. 7 sums splits j, j + 8, ... in turn (warp j % WARPS does it), then lane by lane the
+    8 residues' sums in order."""
+    o = block * 32 + lane
+    for j in static_range(FINAL_WARPS):
+        if j % WARPS == warp:
+            acc = 0.0
+            if o < n_out:
+                for s in range(j, splits, FINAL_WARPS):
+                    acc += part[s * n_out + o]
+            sums[j, lane] = acc
     syncthreads()
     if warp == 0 and o < n_out:
         total = 0.0
-        for w in static_range(FINAL_WARPS):
-            total += sums[w, lane]
+        for j in static_range(FINAL_WARPS):
+            total += sums[j, lane]
         out[o] = total
 
 
@@ -200,10 +211,16 @@ class SplitPlan:
     threads: int
     smem: int
 
+    carries = False   # whether its kernel can carry another convolution's finalize (launch_args)
+
     @property
     def n_out(self) -> int:
         c = self.consts
         return c["COUT"] * c["CIN"] * c["KH"] * c["KW"]
+
+    def launch_args(self, part, carried) -> tuple[tuple, tuple]:
+        """(grid, the partial kernel's arguments after total_chunks): none here."""
+        return self.grid, ()
 
 
 @dataclass(frozen=True)
@@ -338,12 +355,16 @@ def _data_ptr(a) -> int:
     return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
 
 
-def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False) -> None:
+def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False, defer: bool = False) -> None:
     """Run the partial kernel (straight into `out` when there is one split) and the finalize kernel.
 
     g, x: float32 arrays, both C-contiguous (NCHW) or both channels-last (NHWC memory); out: float32, C-contiguous
     (KCRS) or channels-last (KRSC memory); CuPy arrays, or NumPy with simulate=True. part: scratch of
-    splits * n_out floats in out's flat order (made here when None and there is more than one split)."""
+    splits * n_out floats in out's flat order (made here when None and there is more than one split).
+
+    defer (inside backward(), `out` a claimed .grad buffer): a kernel that can carry a finalize (plan.carries) leaves
+    its own to the next such launch, which sums those partials in extra blocks (one launch fewer per convolution),
+    and carries the one left before it; autograd completes what is left before anything reads a gradient."""
     layout = input_layout(g, x)
     if layout is None or not (out.flags.c_contiguous or is_channels_last(out)):
         raise ValueError(f"conv2d_backward_weight_gpu: unsupported memory layouts: dy strides {g.strides}, "
@@ -352,16 +373,66 @@ def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False) -> Non
     xp = np if simulate else _cupy()
     kern = plan.kernel(str(x.dtype))
     partial = kern.simulate if simulate else kern
-    finalize = conv_wgrad_finalize.simulate if simulate else conv_wgrad_finalize
     flat_out = _flat(out, krsc)
     if plan.splits == 1:
         part = flat_out
     elif part is None:
         part = xp.empty(plan.splits * plan.n_out, dtype=xp.float32)
-    partial[plan.grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
-                                                plan.total_chunks, **plan.specialization(nhwc, krsc))
+    defer = defer and plan.carries
+    carried = _take_pending(part) if defer else None
+    grid, extra = plan.launch_args(part, carried)
+    partial[grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
+                                           plan.total_chunks, *extra, **plan.specialization(nhwc, krsc))
     if plan.splits > 1:
-        finalize[cdiv(plan.n_out, 32), 32 * FINAL_WARPS](part, flat_out, plan.n_out, plan.splits)
+        pending = PendingFinalize(part, flat_out, plan.n_out, plan.splits, simulate)
+        if defer:
+            _pending().append(pending)
+            defer_gradient_completion(finalize_pending)
+        else:
+            pending.run()
+
+
+@dataclass
+class PendingFinalize:
+    """A weight gradient's partials (splits x n_out floats) still to be summed into out (flat)."""
+    part: Any
+    out: Any
+    n_out: int
+    splits: int
+    simulate: bool
+
+    def run(self) -> None:
+        finalize = conv_wgrad_finalize.simulate if self.simulate else conv_wgrad_finalize
+        finalize[cdiv(self.n_out, 32), 32 * FINAL_WARPS](self.part, self.out, self.n_out, self.splits)
+
+
+def finalize_pending() -> None:
+    """Sum every partial left by deferred launches on this thread (autograd calls it before reading gradients)."""
+    pending = _pending()
+    while pending:
+        pending.pop(0).run()
+
+
+def _take_pending(part) -> "PendingFinalize | None":
+    """The finalize left by the last deferred launch, for a launch whose partials `part` live where its own do (the
+    same array module and device); anything else left is run first."""
+    pending = _pending()
+    carried = pending.pop() if pending and _same_place(pending[-1].part, part) else None
+    finalize_pending()
+    return carried
+
+
+def _same_place(a, b) -> bool:
+    return type(a) is type(b) and getattr(a, "device", None) == getattr(b, "device", None)
+
+
+_local = threading.local()
+
+
+def _pending() -> list:
+    if not hasattr(_local, "pending"):
+        _local.pending = []
+    return _local.pending
 
 
 # ------------------------------------------------------------------ the entry point on CuPy arrays
@@ -406,13 +477,14 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
 
 
 def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, tiles: dict | None = None,
-                               simulate: bool = False) -> Any:
+                               simulate: bool = False, defer: bool = False) -> Any:
     """dW (float32) of a convolution (groups 1, dilation 1) from dy `g` and input `x` (CuPy arrays, both float32 or
     both bf16, both NCHW or both channels-last), on the current stream, written into `out` (w_shape, C-contiguous or
     channels-last) when given, else into a new array in x's memory format; returns out. No host sync: capturable.
 
     tiles: a launch plan's tile choices (make_plan's keywords; default: what `choose` remembered, else
-    make_plan's). simulate=True runs the same launches in the kernel simulator on NumPy arrays (for tests)."""
+    make_plan's). simulate=True runs the same launches in the kernel simulator on NumPy arrays (for tests). defer:
+    inside backward(), into a claimed .grad buffer, the last sum may ride with the next launch (see `launch`)."""
     _check_arrays(g, x, out, w_shape)
     if simulate:   # a small pretend GPU, and never the tiles remembered for the real one
         plan = plan_for(g, x, w_shape, stride, padding, tiles or {}, sms=2)
@@ -421,7 +493,7 @@ def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, 
     xp = np if simulate else _cupy()
     if out is None:
         out = empty_like_format(tuple(w_shape), x, dtype=xp.float32)
-    launch(plan, g, x, out, simulate=simulate)
+    launch(plan, g, x, out, simulate=simulate, defer=defer)
     return out
 
 

@@ -4,9 +4,9 @@ candidate that conv_wgrad.choose times against its FFMA kernel and cuDNN's plan.
 from dataclasses import dataclass
 
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
-                          i32, kernel, lane, launch_bounds, ldmatrix_x2_trans,
+                          gdx, i32, kernel, lane, launch_bounds, ldmatrix_x2_trans,
                           ldmatrix_x4_trans, local, mma_16x8x16, static_range, syncthreads, tx, warp)
-from frost.ops.conv_wgrad import SplitPlan
+from frost.ops.conv_wgrad import SplitPlan, sum_splits
 
 # dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a
 # GEMM with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A
@@ -24,13 +24,18 @@ PAD = 8   # bf16 elements after each shared row: 8 consecutive rows an ldmatrix 
 
 @kernel
 def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per_block: i32, total_chunks: i32,
+                   fin_part: Array[f32], fin_out: Array[f32], fin_n: i32, fin_splits: i32, groups: i32,
                    CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int], WO: Const[int],
                    KH: Const[int], KW: Const[int], SH: Const[int], SW: Const[int], PH: Const[int], PW: Const[int],
                    R: Const[int], NTB: Const[int], WARPS: Const[int], KRSC: Const[int] = 1):
     """Block (s, g): the partial weight gradient of n-tiles g*NTB ... over chunks s*chunks_per_block ..., written to
     part[s * Cout*Cin*KH*KW + flat output index] (KRSC: channels-last weights ((co*KH + kh)*KW + kw)*CIN + ci, else
     KCRS). x and dy are bf16 channels-last (NHWC memory), COUT a multiple of 16; CIN not a multiple of 8 (the stem's
-    3) is padded with zero channels in shared memory."""
+    3) is padded with zero channels in shared memory.
+
+    Blocks past the first `groups` rows of the grid carry another convolution's finalize instead (conv_wgrad.launch
+    with defer): block b of them sums that one's fin_splits partials of outputs 32b .. 32b + 31 into fin_out (fin_n
+    outputs; conv_wgrad.sum_splits, the same order as its own finalize kernel)."""
     THREADS: Const[int] = WARPS * 32
     XR: Const[int] = (R - 1) * SH + KH           # x rows a chunk needs
     XC: Const[int] = (WO - 1) * SW + KW          # x columns a chunk needs
@@ -48,6 +53,10 @@ def conv_wgrad_mma(x: Array[bf16], dy: Array[bf16], part: Array[f32], chunks_per
     launch_bounds(THREADS)
     xs = dynamic_shared(bf16, (2, ZERO + 1, CT * 8 + PAD))
     ds = dynamic_shared(bf16, (2, KS * 16, COUT + PAD), 2 * (ZERO + 1) * (CT * 8 + PAD) * 2)
+    if by >= groups:   # the carried finalize's blocks use the start of xs's memory for their sums
+        fin_sums = dynamic_shared(f32, (8, 32))
+        sum_splits(fin_part, fin_out, fin_sums, fin_n, fin_splits, (by - groups) * gdx + bx, WARPS)
+        return
     acc = local(f32, (MT, NTW, 4))
     af = local(bf16, (MT, 8))
     bf = local(bf16, 4)
@@ -140,9 +149,20 @@ class MmaPlan(SplitPlan):
     """A launch of conv_wgrad_mma for one geometry: n-tile groups on the grid's second axis."""
     groups: int = 1
 
+    carries = True
+
     @property
     def grid(self) -> tuple:
         return (self.splits, self.groups)
+
+    def launch_args(self, part, carried) -> tuple[tuple, tuple]:
+        """(grid, conv_wgrad_mma's finalize arguments): `carried` (a conv_wgrad.PendingFinalize, or None) adds rows of
+        blocks that sum its partials."""
+        if carried is None:
+            return self.grid, (part, part, 0, 0, self.groups)
+        rows = cdiv(cdiv(carried.n_out, 32), self.splits)
+        return ((self.splits, self.groups + rows),
+                (carried.part, carried.out, carried.n_out, carried.splits, self.groups))
 
     def tiles(self) -> dict:
         """What `choose` remembers: enough for mma_plan to rebuild the plan."""

@@ -100,3 +100,88 @@ def test_bf16_channels_last_shapes_time_only_the_tensor_core_candidates(monkeypa
     assert all("kernel" not in t for t in cw.candidates(g32, x32, w_shape, 1, 1))   # float32: the FFMA kernel
     gn, xn = np.ascontiguousarray(g), np.ascontiguousarray(x)
     assert all("kernel" not in t for t in cw.candidates(gn, xn, w_shape, 1, 1))     # NCHW bf16: the FFMA kernel
+
+
+def _deferred_and_immediate(cases):
+    """dW of each case by deferred launches (each carrying the one before) and by immediate ones, both simulated."""
+    deferred, immediate = [], []
+    for shape, tiles in cases:
+        g, x, w_shape, _ = _bf16_inputs(*shape, seed=len(str(shape)))
+        plan = mma.mma_plan(cw.geometry(g.shape, x.shape, w_shape, shape[6], shape[7]), x.shape[0], **tiles)
+        for outs, defer in ((deferred, True), (immediate, False)):
+            outs.append(np.full(w_shape, np.nan, np.float32))
+            cw.launch(plan, g, x, outs[-1], simulate=True, defer=defer)
+    return deferred, immediate
+
+
+def test_a_deferred_finalize_rides_with_the_next_launch_and_sums_in_the_same_order():
+    cases = [CASES[0], CASES[1], CASES[5], CASES[3]]   # 2 splits (3 warps carry it), 2 (a 3-split stem carries)...
+    deferred, immediate = _deferred_and_immediate(cases)
+    pending = cw._pending()
+    assert len(pending) == 0   # the 1-split last launch carried the stem's finalize and left none of its own
+    for got, want in zip(deferred, immediate):
+        np.testing.assert_array_equal(got, want)   # bit for bit: the carried sums use the finalize kernel's order
+    deferred, immediate = _deferred_and_immediate(cases[:3])
+    assert len(pending) == 1 and np.isnan(deferred[-1]).all()   # the last one waits for a carrier ...
+    from frost.autograd import complete_deferred_gradients
+    complete_deferred_gradients()   # ... or for autograd, before anything reads a gradient
+    assert not pending
+    for got, want in zip(deferred, immediate):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_launches_outside_backward_never_carry_or_leave_a_finalize():
+    g, x, w_shape, want = _bf16_inputs(*CASES[0][0], seed=1)
+    plan = mma.mma_plan(cw.geometry(g.shape, x.shape, w_shape, 1, 1), x.shape[0], **CASES[0][1])
+    waiting = np.full(w_shape, np.nan, np.float32)
+    cw.launch(plan, g, x, waiting, simulate=True, defer=True)
+    out = np.full(w_shape, np.nan, np.float32)
+    cw.launch(plan, g, x, out, simulate=True)   # as choose times it: its own finalize, the pending one untouched
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    assert np.isnan(waiting).all() and len(cw._pending()) == 1
+    cw.finalize_pending()
+    np.testing.assert_array_equal(waiting, out)
+
+
+@pytest.mark.cuda
+def test_gpu_seed_resnet_gradients_with_carried_finalizes_equal_the_immediate_ones(monkeypatch):
+    # bf16 autocast, channels-last, AdamW's flat buffers (claimed .grad): each weight gradient's finalize rides with
+    # the next launch; anomaly mode completes every one at once (no carrying): the same sums in the same order
+    import contextlib
+
+    import frost
+    import frost.nn.functional as F
+    from frost import autograd
+    from frost.models.resnet import cifar_resnet
+    carried = []
+    take = cw._take_pending
+
+    def counting_take(part):
+        c = take(part)
+        carried.append(c is not None)
+        return c
+    monkeypatch.setattr(cw, "_take_pending", counting_take)
+    frost.manual_seed(0)
+    model = cifar_resnet().to("cuda", memory_format=frost.channels_last)
+    opt = frost.optim.AdamW(model.parameters())
+    rng = np.random.default_rng(0)
+    x = frost.tensor(rng.random((32, 3, 32, 32), dtype=np.float32), device="cuda").to(
+        memory_format=frost.channels_last)
+    y = frost.tensor(rng.integers(0, 10, 32), device="cuda")
+
+    def gradients(anomaly: bool) -> dict:
+        opt.zero_grad()
+        with frost.autocast(frost.bfloat16), autograd.detect_anomaly() if anomaly else contextlib.nullcontext():
+            F.cross_entropy(model(x).float(), y).backward()
+        return {n: p.grad.numpy().astype(np.float64) for n, p in model.named_parameters()}
+
+    gradients(False)   # the first backward chooses ours or cuDNN per shape
+    carried.clear()
+    deferred = gradients(False)
+    assert sum(carried) >= 10, carried   # most of the 21 weight gradients rode with the next launch
+    carried.clear()
+    immediate = gradients(True)
+    assert not any(carried)
+    for name, want in immediate.items():
+        off = np.linalg.norm(deferred[name] - want)
+        assert off <= 1e-6 * np.linalg.norm(want), (name, off)
