@@ -1,9 +1,10 @@
 """Our tensor-core convolutions against cuDNN's in one process: the seed ResNet's bf16 channels-last jit step time.
 
 Run on a GPU machine:  python benchmarks/conv_kernels_ab.py [--rounds 3] [--out FILE.json]
-Variants (switched by the environment that frost.ops.conv_fprop_mma reads at every call): cudnn
+Variants (switched by the environment that frost.ops.conv_fprop_mma and conv_wgrad read at every call): cudnn
 (FROST_CONV_FPROP_MMA=0), forward (our forward convolutions where faster), forward+dgrad (also our input gradients
-where faster: FROST_CONV_DGRAD_MMA=1).
+where faster: FROST_CONV_DGRAD_MMA=1, the default), and the same with every weight gradient's finalize in a launch of
+its own (FROST_CONV_WGRAD_CARRY=0) instead of riding with the next weight-gradient launch.
 Each round builds the model and captures the step anew for every variant, in turn (machines drift within a process:
 alternating keeps the comparison fair); the step time is benchmarks/step_time.py's (median of 5 runs of 200 steps).
 """
@@ -15,9 +16,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = {"cudnn": {"FROST_CONV_FPROP_MMA": "0", "FROST_CONV_DGRAD_MMA": "0"},
-            "forward": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "0"},
-            "forward+dgrad": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "1"}}
+VARIANTS = {"cudnn": {"FROST_CONV_FPROP_MMA": "0", "FROST_CONV_DGRAD_MMA": "0", "FROST_CONV_WGRAD_CARRY": "1"},
+            "forward": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "0", "FROST_CONV_WGRAD_CARRY": "1"},
+            "forward+dgrad, own finalizes": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "1",
+                                             "FROST_CONV_WGRAD_CARRY": "0"},
+            "forward+dgrad": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "1", "FROST_CONV_WGRAD_CARRY": "1"}}
 
 
 def main() -> None:
@@ -33,7 +36,7 @@ def main() -> None:
             os.environ.update(env)
             ms = step_time.frost_rows(200, 5, "bf16", True, channels_last=True)["ms_per_step"]
             runs[name].append(ms)
-            print(f"round {rnd}  {name:14s} {ms:.4f} ms/step", flush=True)
+            print(f"round {rnd}  {name:29s} {ms:.4f} ms/step", flush=True)
     print("\n| variant | ms/step, each round | median |\n|---|---|---|")
     for name, ms in runs.items():
         print(f"| {name} | {', '.join(f'{m:.3f}' for m in ms)} | {statistics.median(ms):.3f} |")

@@ -4,6 +4,7 @@ them against cuDNN per shape."""
 
 import functools
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -364,7 +365,8 @@ def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False, defer:
 
     defer (inside backward(), `out` a claimed .grad buffer): a kernel that can carry a finalize (plan.carries) leaves
     its own to the next such launch, which sums those partials in extra blocks (one launch fewer per convolution),
-    and carries the one left before it; autograd completes what is left before anything reads a gradient."""
+    and carries the one left before it; autograd completes what is left before anything reads a gradient.
+    FROST_CONV_WGRAD_CARRY=0 (read at each call) turns the carrying off."""
     layout = input_layout(g, x)
     if layout is None or not (out.flags.c_contiguous or is_channels_last(out)):
         raise ValueError(f"conv2d_backward_weight_gpu: unsupported memory layouts: dy strides {g.strides}, "
@@ -378,7 +380,7 @@ def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False, defer:
         part = flat_out
     elif part is None:
         part = xp.empty(plan.splits * plan.n_out, dtype=xp.float32)
-    defer = defer and plan.carries
+    defer = defer and plan.carries and os.environ.get("FROST_CONV_WGRAD_CARRY", "1") != "0"
     carried = _take_pending(part) if defer else None
     grid, extra = plan.launch_args(part, carried)
     partial[grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
