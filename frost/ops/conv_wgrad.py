@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from frost.backend import cuda
 from frost.autograd import defer_gradient_completion
+from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
 from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, device, dynamic_shared, f32, i32, kernel, lane,
@@ -416,8 +416,8 @@ def finalize_pending() -> None:
 
 
 def _take_pending(part) -> "PendingFinalize | None":
-    """The finalize left by the last deferred launch, for a launch whose partials `part` live where its own do (the
-    same array module and device); anything else left is run first."""
+    """The finalize the last deferred launch left, for the launch about to run to carry: only one on the same device
+    (`part`'s array module and device); whatever else is left runs now, in a launch of its own."""
     pending = _pending()
     carried = pending.pop() if pending and _same_place(pending[-1].part, part) else None
     finalize_pending()
