@@ -756,14 +756,22 @@ class CGen:
     def c_mma_16x8x16(self, node, t):
         c, a, b = (self.array_ref(x) for x in node.args)
         kind = "bf16" if self.type(node.args[1]).elem is bf16 else "f16"
+        return self._mma(node, c, a, b, f"m16n8k16.row.col.f32.{kind}.{kind}.f32")
+
+    def c_mma(self, node, t):
+        if self.type(node.args[1]).elem is not f32:
+            return self.c_mma_16x8x16(node, t)
+        c, a, b = (self.array_ref(x) for x in node.args)
+        return self._mma(node, c, a, b, "m16n8k8.row.col.f32.tf32.tf32.f32")
+
+    def _mma(self, node, c, a, b, shape_types: str) -> str:
         au = [f'"r"(reinterpret_cast<const unsigned*>({a})[{k}])' for k in range(4)]
         bu = [f'"r"(reinterpret_cast<const unsigned*>({b})[{k}])' for k in range(2)]
         flat_c = c if self.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({c})"
         cf = [f'"+f"({flat_c}[{k}])' for k in range(4)]
-        return (f'asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 '
+        return (f'asm("mma.sync.aligned.{shape_types} '
                 '{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" '
                 f': {", ".join(cf)} : {", ".join(au + bu)})')
-
 
     # -- Hopper warpgroup MMA (sm_90a); encodings from the PTX ISA ("Asynchronous Warpgroup Level Matrix
     # Instructions": wgmma.mma_async, the shared memory matrix descriptor) and CUTLASS cute/arch/mma_sm90_desc.hpp

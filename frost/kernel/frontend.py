@@ -85,7 +85,7 @@ INDEX_C = {"tx": "threadIdx.x", "ty": "threadIdx.y", "tz": "threadIdx.z", "bx": 
 SCALAR_BY_NAME = {"f32": f32, "f16": f16, "bf16": bf16, "f64": f64, "i32": i32, "i64": i64, "u32": u32, "u8": u8,
                   "bool": boolean}
 WARP_OPS = ("shfl_xor", "shfl_down", "shfl_up", "shfl_idx", "ballot", "ldmatrix_x4", "ldmatrix_x2",
-            "ldmatrix_x4_trans", "ldmatrix_x2_trans", "mma_16x8x16")
+            "ldmatrix_x4_trans", "ldmatrix_x2_trans", "mma_16x8x16", "mma")
 
 
 _OPS = {"Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "FloorDiv": "//", "Mod": "%", "Pow": "**", "LShift": "<<",
@@ -1004,13 +1004,17 @@ class Checker:
         if len(node.args) != 3:
             raise self.src.error(node, f"{name}(frag, smem, (row, col)) takes 3 arguments")
         ft = self.expr(node.args[0])
-        if not (isinstance(ft, ArrayType) and ft.space == "local" and ft.kind == "native" and ft.elem in (bf16, f16)
-                and math.prod(ft.shape) == 2 * regs):
-            raise self.src.error(node.args[0], f"{name}() writes a local bf16 or f16 fragment of {2 * regs} "
-                                               f"elements, got {ft}")
         st = self._array_any(node, node.args[1], node.args[2], name)
-        if st.space != "shared" or st.elem.np.itemsize != 2:
-            raise self.src.error(node.args[1], f"{name}() reads 16-bit elements of a shared array, got {st}")
+        wide = st.space == "shared" and st.elem is f32 and not name.endswith("_trans")
+        if st.space != "shared" or not (st.elem.np.itemsize == 2 or wide):
+            raise self.src.error(node.args[1], f"{name}() reads 16-bit elements of a shared array (or, without "
+                                               f".trans, f32 ones), got {st}")
+        if not (isinstance(ft, ArrayType) and ft.space == "local" and ft.kind == "native"
+                and (ft.elem in (bf16, f16) and math.prod(ft.shape) == 2 * regs
+                     or wide and ft.elem is f32 and math.prod(ft.shape) == regs)):
+            raise self.src.error(node.args[0], f"{name}() writes a local bf16 or f16 fragment of {2 * regs} "
+                                               f"elements (or, from a shared f32 array, an f32 one of {regs}), "
+                                               f"got {ft}")
         self.out.has_yield = True
         return None
 
@@ -1032,14 +1036,29 @@ class Checker:
         c, a, b = (self.expr(x) for x in node.args)
         for t, n, elems, what in ((c, 4, (f32,), "f32"), (a, 8, (bf16, f16), "bf16 or f16"),
                                   (b, 4, (bf16, f16), "bf16 or f16")):
-            if not (isinstance(t, ArrayType) and t.space == "local" and t.kind == "native"
-                    and math.prod(t.shape) == n and t.elem in elems):
+            if not _fragment(t, n, elems):
                 raise self.src.error(node, f"mma_16x8x16() takes fragments local(f32, 4), local(bf16, 8) and "
                                            f"local(bf16, 4); got {c}, {a}, {b}")
         if a.elem != b.elem:
             raise self.src.error(node, f"mma_16x8x16() needs a and b of one type, got {a.elem} and {b.elem}")
         self.out.has_yield = True
         return None
+
+    def call_mma(self, node):
+        """mma(c, a, b): the tensor-core step the fragments' types name: bf16/f16 (8 and 4 elements) is
+        mma_16x8x16; f32 (4 and 2) is m16n8k8 on TF32 (each operand's 10 leading mantissa bits)."""
+        if len(node.args) != 3:
+            raise self.src.error(node, "mma(c_frag, a_frag, b_frag) takes 3 arguments")
+        c, a, b = (self.expr(x) for x in node.args)
+        if _fragment(a, 4, (f32,)) and _fragment(b, 2, (f32,)) and _fragment(c, 4, (f32,)):
+            self.out.has_yield = True
+            return None
+        if _fragment(a, 8, (bf16, f16)) and _fragment(b, 4, (a.elem,)) and _fragment(c, 4, (f32,)):
+            self.out.has_yield = True
+            return None
+        raise self.src.error(node, f"mma() takes fragments local(f32, 4) and either local(bf16 or f16, 8) and "
+                                   f"local(bf16 or f16, 4) (m16n8k16) or local(f32, 4) and local(f32, 2) (m16n8k8 "
+                                   f"on TF32); got {c}, {a}, {b}")
 
     # -- Hopper warpgroup MMA (wgmma, sm_90a) ---------------------------------------------------------------
     WGMMA_SWIZZLES = {0: 0, 128: 1, 64: 2, 32: 3}  # bytes -> the descriptor's 2-bit swizzle mode (PTX ISA)
@@ -1167,6 +1186,12 @@ def _as_load(node):
     if isinstance(node, ast.Name):
         return ast.copy_location(ast.Name(id=node.id, ctx=ast.Load()), node)
     return node
+
+
+def _fragment(t, n: int, elems: tuple) -> bool:
+    """Whether t is a register fragment (a native local array) of n elements of one of the types elems."""
+    return (isinstance(t, ArrayType) and t.space == "local" and t.kind == "native" and math.prod(t.shape) == n
+            and t.elem in elems)
 
 
 def _meaningful(obj) -> bool:

@@ -652,6 +652,8 @@ class PyGen:
         c, a, b = (self.ex(x) for x in node.args)
         return f"(yield ('mma', ({c}, {a}, {b})))"
 
+    p_mma = p_mma_16x8x16   # _mma reads the shape from the fragments' types
+
     def p_wgmma_desc(self, node, t):
         swz = self.fn.values[id(node.args[2])]
         if len(node.args) == 5:
@@ -1123,15 +1125,18 @@ def _warp_op(kind, lanes, reqs):
 
 
 def _ldmatrix(lanes, reqs):
-    """ldmatrix.sync.aligned.m8n8.x{2,4}[.trans].b16: lanes 8m..8m+7 give the row addresses of matrix m."""
+    """ldmatrix.sync.aligned.m8n8.x{2,4}[.trans].b16: lanes 8m..8m+7 give the row addresses of matrix m. On a 32-bit
+    shared array (no .trans) a row's 16 bytes are 4 elements and each lane gets element (g, t) of each matrix: the
+    same bits as on the GPU, where a 32-bit register holds the two 16-bit halves of one element."""
     regs, trans = reqs[0][3], reqs[0][4]
     if len(lanes) != 32:
         raise SimulationError("ldmatrix needs a full warp of 32 lanes")
+    width = 16 // reqs[0][1].data.dtype.itemsize
     rows = {}
     for lane, (frag, smem, idx, _, _) in zip(lanes, reqs):
         if lane < 8 * regs:
             try:
-                rows[lane] = np.array(smem.span(idx, 8))
+                rows[lane] = np.array(smem.span(idx, width))
             except _OutOfBounds as exc:
                 raise SimulationError(f"ldmatrix: lane {lane}: {exc}") from None
     mats = [np.stack([rows[8 * m + r] for r in range(8)]) for m in range(regs)]
@@ -1139,29 +1144,44 @@ def _ldmatrix(lanes, reqs):
         g, t = lane // 4, lane % 4
         flat = frag.data.reshape(-1)
         for m in range(regs):
+            if width == 4:
+                flat[m] = mats[m][g, t]
+                continue
             for j in range(2):
                 flat[2 * m + j] = mats[m][2 * t + j, g] if trans else mats[m][g, 2 * t + j]
     return [None] * len(lanes)
 
 
+def _tf32(v):
+    """float32 values as the tensor cores read TF32 operands: the low 13 of the 23 mantissa bits dropped."""
+    return (np.asarray(v, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+
 def _mma(lanes, reqs):
-    """mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: D = A @ B + C with the PTX fragment layouts."""
+    """mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} (16-bit fragments) or m16n8k8.row.col.f32.tf32 (f32
+    fragments): D = A @ B + C with the PTX fragment layouts."""
     if len(lanes) != 32:
-        raise SimulationError("mma_16x8x16 needs a full warp of 32 lanes")
-    A = np.zeros((16, 16))
-    Bm = np.zeros((16, 8))
+        raise SimulationError("mma needs a full warp of 32 lanes")
+    tf32 = reqs[0][1].data.dtype == np.float32
+    K = 8 if tf32 else 16
+    A = np.zeros((16, K))
+    Bm = np.zeros((K, 8))
     C = np.zeros((16, 8))
     for lane, (c, a, b) in zip(lanes, reqs):
         g, t = lane // 4, lane % 4
-        av = a.data.reshape(-1).astype(np.float64)
-        bv = b.data.reshape(-1).astype(np.float64)
+        av = _tf32(a.data.reshape(-1)) if tf32 else a.data.reshape(-1).astype(np.float64)
+        bv = _tf32(b.data.reshape(-1)) if tf32 else b.data.reshape(-1).astype(np.float64)
         cv = c.data.reshape(-1)
-        for i in range(8):
-            row = g + 8 * ((i // 2) % 2)
-            col = 2 * t + (i & 1) + 8 * (i // 4)
-            A[row, col] = av[i]
-        for i in range(4):
-            Bm[2 * t + (i & 1) + 8 * (i // 2), g] = bv[i]
+        if tf32:   # a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (t, g), b1 (t+4, g)
+            for i in range(4):
+                A[g + 8 * (i % 2), t + 4 * (i // 2)] = av[i]
+            for i in range(2):
+                Bm[t + 4 * i, g] = bv[i]
+        else:
+            for i in range(8):
+                A[g + 8 * ((i // 2) % 2), 2 * t + (i & 1) + 8 * (i // 4)] = av[i]
+            for i in range(4):
+                Bm[2 * t + (i & 1) + 8 * (i // 2), g] = bv[i]
         for i in range(4):
             C[g + 8 * (i // 2), 2 * t + (i & 1)] = cv[i]
     D = (A @ Bm + C).astype(np.float32)

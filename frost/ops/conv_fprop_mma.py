@@ -1,5 +1,6 @@
-"""Tensor-core forward convolutions of bf16 channels-last activations with stride 1 (implicit GEMM on mma.sync, float32
-sums, bf16 out), and `choose`, which times them against cuDNN's plan once per shape and remembers the faster."""
+"""Tensor-core forward convolutions of bf16 (or, on TF32, float32) channels-last activations with stride 1 (implicit
+GEMM on mma.sync, float32 sums), and `choose`, which times them against cuDNN's plan once per shape and remembers the
+faster."""
 
 import json
 import os
@@ -8,105 +9,119 @@ from dataclasses import dataclass
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, dynamic_shared, f32, kernel,
-                          lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma_16x8x16, static_range, syncthreads,
-                          tx, warp)
+                          lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma, static_range, syncthreads, tx,
+                          warp)
 from frost.layout import empty_like_format, is_channels_last
 from frost.ops.conv_wgrad import _flat, faster_than_cudnn
+from frost.ops.conv_wgrad_mma import MAX_SMEM, smem_budget
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
-# GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (16-deep steps: 16
+# GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (steps of 16 bf16 or 8 f32
 # channels of one tap). Block (t, nb) computes the tile of R output rows of one image (every column) for output
 # channels nb*BN ... (nb+1)*BN - 1. It stages the x rows the tile needs (the halo, zeros outside the image) as
 # [pixel][ci] and its BN weight rows (KRSC: taps x Cin contiguous per output channel) as [co][k] in shared memory with
 # cp.async; warp w owns m-tiles w, w + WARPS, ... and every n-tile of the block. ldmatrix reads A with each lane naming
 # its own pixel's halo row for the tap (the im2col gather costs nothing) and B straight from the weight rows.
 
-PAD = 8   # bf16 elements after each shared row: the 8 rows an ldmatrix reads fall in 8 bank groups
+PAD_BYTES = 16   # after each shared row: the 8 rows an ldmatrix reads fall in 8 bank groups
 
 
-@kernel
-def conv_fprop_mma(x: Array[bf16], w: Array[bf16], y: Array[bf16], CIN: Const[int], COUT: Const[int], H: Const[int],
-                   W: Const[int], HO: Const[int], WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int],
-                   PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0):
-    """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN ...;
-    x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride 1, CIN a multiple of 16, BN of 8.
+def _fprop_kernel(T):
+    """conv_fprop_mma for element type T of x, w and y: bf16 (mma m16n8k16) or f32 (m16n8k8 on TF32, the same
+    ldmatrix addresses: a 16-byte row piece is 4 f32 values instead of 8 bf16 ones, and a 32-bit register one f32)."""
+    ITEM = T.np.itemsize
+    VEC = 16 // ITEM             # elements per 16-byte copy and row pad
+    KSTEP = 2 * VEC              # k per mma step: 16 bf16 or 8 f32 channels of one tap
 
-    FLIP=1: the input gradient of a stride-1 convolution as a forward one: x is dy, y is dx, and w is the original
-    (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped."""
-    THREADS: Const[int] = WARPS * 32
-    XR: Const[int] = R + KH - 1                  # x rows the tile needs
-    XC: Const[int] = WO + KW - 1                 # x columns the tile needs
-    MT: Const[int] = cdiv(R * WO, 16)            # m-tiles (pixels past the tile are computed, not stored)
-    MTW: Const[int] = cdiv(MT, WARPS)
-    NTB: Const[int] = BN // 8
-    K: Const[int] = KH * KW * CIN
-    ROW_TILES: Const[int] = cdiv(HO, R)
-    launch_bounds(THREADS)
-    xs = dynamic_shared(bf16, (XR * XC, CIN + PAD))
-    ws = dynamic_shared(bf16, (BN, K + PAD), XR * XC * (CIN + PAD) * 2)
-    img = bx // ROW_TILES
-    ho0 = bx % ROW_TILES * R
-    co0 = by * BN
-    for e in range(tx, XR * XC * (CIN // 8), THREADS):
-        p = e // (CIN // 8)
-        c = e % (CIN // 8) * 8
-        hi = ho0 - PH + p // XC
-        wi = p % XC - PW
-        if hi >= 0 and hi < H and wi >= 0 and wi < W:
-            cp_async16(xs, (p, c), x, ((img * H + hi) * W + wi) * CIN + c)
-        else:
-            for u in static_range(8):
-                xs[p, c + u] = bf16(0.0)
-    if FLIP:   # ws[n, (tap, c)] = w[c, KH-1-kh, KW-1-kw, co0 + n]: an element at a time (a strided gather)
-        for e in range(tx, BN * K, THREADS):
-            n = e // K
-            k = e % K
-            turned = KH * KW - 1 - k // CIN   # the tap this one reads, turned by 180 degrees
-            ws[n, k] = w[((k % CIN * KH + turned // KW) * KW + turned % KW) * COUT + co0 + n] if co0 + n < COUT \
-                else bf16(0.0)
-    else:
-        for e in range(tx, BN * (K // 8), THREADS):
-            n = e // (K // 8)
-            k = e % (K // 8) * 8
-            if co0 + n < COUT:
-                cp_async16(ws, (n, k), w, (co0 + n) * K + k)
+    @kernel
+    def conv_fprop_mma(x: Array[T], w: Array[T], y: Array[T], CIN: Const[int], COUT: Const[int], H: Const[int],
+                       W: Const[int], HO: Const[int], WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int],
+                       PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0):
+        """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN
+        ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride 1, CIN a multiple of 16, BN of 8.
+
+        FLIP=1: the input gradient of a stride-1 convolution as a forward one: x is dy, y is dx, and w is the
+        original (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped."""
+        THREADS: Const[int] = WARPS * 32
+        XR: Const[int] = R + KH - 1                  # x rows the tile needs
+        XC: Const[int] = WO + KW - 1                 # x columns the tile needs
+        MT: Const[int] = cdiv(R * WO, 16)            # m-tiles (pixels past the tile are computed, not stored)
+        MTW: Const[int] = cdiv(MT, WARPS)
+        NTB: Const[int] = BN // 8
+        K: Const[int] = KH * KW * CIN
+        ROW_TILES: Const[int] = cdiv(HO, R)
+        launch_bounds(THREADS)
+        xs = dynamic_shared(T, (XR * XC, CIN + VEC))
+        ws = dynamic_shared(T, (BN, K + VEC), XR * XC * (CIN + VEC) * ITEM)
+        img = bx // ROW_TILES
+        ho0 = bx % ROW_TILES * R
+        co0 = by * BN
+        for e in range(tx, XR * XC * (CIN // VEC), THREADS):
+            p = e // (CIN // VEC)
+            c = e % (CIN // VEC) * VEC
+            hi = ho0 - PH + p // XC
+            wi = p % XC - PW
+            if hi >= 0 and hi < H and wi >= 0 and wi < W:
+                cp_async16(xs, (p, c), x, ((img * H + hi) * W + wi) * CIN + c)
             else:
-                for u in static_range(8):
-                    ws[n, k + u] = bf16(0.0)
-    cp_commit()
-    cp_wait(0)
-    syncthreads()
-    acc = local(f32, (MTW, NTB, 4))
-    af = local(bf16, 8)
-    bq = local(bf16, (NTB, 4))
-    for i in static_range(MTW):
-        for j in static_range(NTB):
-            for q in static_range(4):
-                acc[i, j, q] = 0.0
-    for tap in static_range(KH * KW):
-        for kc in static_range(CIN // 16):
+                for u in static_range(VEC):
+                    xs[p, c + u] = 0.0
+        if FLIP:   # ws[n, (tap, c)] = w[c, KH-1-kh, KW-1-kw, co0 + n]: an element at a time (a strided gather)
+            for e in range(tx, BN * K, THREADS):   # neighbouring threads: neighbouring channels n (coalesced)
+                n = e % BN
+                k = e // BN
+                turned = KH * KW - 1 - k // CIN   # the tap this one reads, turned by 180 degrees
+                ws[n, k] = f32(w[((k % CIN * KH + turned // KW) * KW + turned % KW) * COUT + co0 + n]) \
+                    if co0 + n < COUT else 0.0   # (via f32: exact, and a store rounds nothing back)
+        else:
+            for e in range(tx, BN * (K // VEC), THREADS):
+                n = e // (K // VEC)
+                k = e % (K // VEC) * VEC
+                if co0 + n < COUT:
+                    cp_async16(ws, (n, k), w, (co0 + n) * K + k)
+                else:
+                    for u in static_range(VEC):
+                        ws[n, k + u] = 0.0
+        cp_commit()
+        cp_wait(0)
+        syncthreads()
+        acc = local(f32, (MTW, NTB, 4))
+        af = local(T, KSTEP // 2)
+        bq = local(T, (NTB, KSTEP // 4))
+        for i in static_range(MTW):
             for j in static_range(NTB):
-                ldmatrix_x2(bq[j], ws, (j * 8 + lane % 8, tap * CIN + kc * 16 + lane // 8 % 2 * 8))
-            for i in static_range(MTW):
-                mt = warp + i * WARPS
-                if mt < MT:   # the same for the whole warp
-                    p = min(mt * 16 + lane % 16, R * WO - 1)   # rows past the tile repeat its last pixel
-                    ldmatrix_x4(af, xs, ((p // WO + tap // KW) * XC + p % WO + tap % KW, kc * 16 + lane // 16 * 8))
-                    for j in static_range(NTB):
-                        mma_16x8x16(acc[i, j], af, bq[j])
-    g = lane // 4
-    t = lane % 4
-    for i in static_range(MTW):
-        mt = warp + i * WARPS
-        for j in static_range(NTB):
-            for q in static_range(4):
-                p = mt * 16 + g + 8 * (q // 2)
-                co = co0 + j * 8 + 2 * t + q % 2
-                if mt < MT and p < R * WO and ho0 + p // WO < HO and co < COUT:
-                    y[((img * HO + ho0 + p // WO) * WO + p % WO) * COUT + co] = bf16(acc[i, j, q])
+                for q in static_range(4):
+                    acc[i, j, q] = 0.0
+        for tap in static_range(KH * KW):
+            for kc in static_range(CIN // KSTEP):
+                for j in static_range(NTB):
+                    ldmatrix_x2(bq[j], ws, (j * 8 + lane % 8, tap * CIN + kc * KSTEP + lane // 8 % 2 * VEC))
+                for i in static_range(MTW):
+                    mt = warp + i * WARPS
+                    if mt < MT:   # the same for the whole warp
+                        p = min(mt * 16 + lane % 16, R * WO - 1)   # rows past the tile repeat its last pixel
+                        ldmatrix_x4(af, xs, ((p // WO + tap // KW) * XC + p % WO + tap % KW,
+                                             kc * KSTEP + lane // 16 * VEC))
+                        for j in static_range(NTB):
+                            mma(acc[i, j], af, bq[j])
+        g = lane // 4
+        t = lane % 4
+        for i in static_range(MTW):
+            mt = warp + i * WARPS
+            for j in static_range(NTB):
+                for q in static_range(4):
+                    p = mt * 16 + g + 8 * (q // 2)
+                    co = co0 + j * 8 + 2 * t + q % 2
+                    if mt < MT and p < R * WO and ho0 + p // WO < HO and co < COUT:
+                        y[((img * HO + ho0 + p // WO) * WO + p % WO) * COUT + co] = acc[i, j, q]
+    return conv_fprop_mma
 
 
-MAX_SMEM = 48 * 1024   # bytes of shared memory a block may use without opting in
+KERNELS = {"bfloat16": _fprop_kernel(bf16), "float32": _fprop_kernel(f32)}
+conv_fprop_mma = KERNELS["bfloat16"]
+
+
+
 
 
 @dataclass(frozen=True)
@@ -134,79 +149,93 @@ def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False) -> dic
                 PW=pw)
 
 
-def _smem_bytes(geo: dict, R: int, BN: int) -> int:
+def _smem_bytes(geo: dict, R: int, BN: int, item: int = 2) -> int:
+    """Shared memory of a block for elements of `item` bytes (bf16 2, f32 4): the halo and the weight rows, each row
+    padded by 16 bytes."""
     halo = (R + geo["KH"] - 1) * (geo["WO"] + geo["KW"] - 1)
-    return 2 * (halo * (geo["CIN"] + PAD) + BN * (geo["KH"] * geo["KW"] * geo["CIN"] + PAD))
+    pad = PAD_BYTES // item
+    return item * (halo * (geo["CIN"] + pad) + BN * (geo["KH"] * geo["KW"] * geo["CIN"] + pad))
 
 
 def fprop_plan(geo: dict, n: int, R: int | None = None, BN: int | None = None, WARPS: int | None = None,
-               flip: bool = False) -> FpropPlan:
+               flip: bool = False, item: int = 2) -> FpropPlan:
     """A launch plan: R output rows per block (default: about 64 pixels), BN output channels per block (default: all
     that fit in shared memory, at most 64), WARPS warps (default: one per m-tile, at most 4); flip: an input
-    gradient (geo is then that of the forward convolution it runs as: geometry(..., flip=True))."""
+    gradient (geo is then that of the forward convolution it runs as: geometry(..., flip=True)); item: bytes per
+    element (2: bf16, 4: f32 on TF32)."""
     ho, wo = geo["HO"], geo["WO"]
     R = min(ho, R or max(1, 64 // wo))
     BN = BN or min(64, cdiv(geo["COUT"], 8) * 8)
-    while BN > 8 and _smem_bytes(geo, R, BN) > MAX_SMEM:
+    while BN > 8 and _smem_bytes(geo, R, BN, item) > smem_budget(item):
         BN //= 2
-    while R > 1 and _smem_bytes(geo, R, BN) > MAX_SMEM:
+    while R > 1 and _smem_bytes(geo, R, BN, item) > smem_budget(item):
         R //= 2
     mt = cdiv(R * wo, 16)
     WARPS = min(WARPS or 4, mt)
     consts = dict(geo, R=R, BN=BN, WARPS=WARPS, FLIP=int(flip))
-    return FpropPlan(consts, (n * cdiv(ho, R), cdiv(geo["COUT"], BN)), 32 * WARPS, _smem_bytes(geo, R, BN))
+    return FpropPlan(consts, (n * cdiv(ho, R), cdiv(geo["COUT"], BN)), 32 * WARPS, _smem_bytes(geo, R, BN, item))
 
 
-def candidate_tiles(geo: dict, n: int, flip: bool = False) -> list[dict]:
-    """The default plan and neighbours (shorter or longer tiles; for more than 16 output channels per block, half of
-    them), deduplicated: each is compiled and timed at a cold start."""
-    base = fprop_plan(geo, n, flip=flip)
+def candidate_tiles(geo: dict, n: int, flip: bool = False, item: int = 2) -> list[dict]:
+    """The default plan and neighbours (shorter or longer tiles; shorter ones with the same channels per block; for
+    16 or more output channels per block, half of them), deduplicated: each is compiled and timed at a cold start."""
+    base = fprop_plan(geo, n, flip=flip, item=item)
     r, bn = base.consts["R"], base.consts["BN"]
-    options = [base.tiles(), fprop_plan(geo, n, R=max(1, r // 2), flip=flip).tiles(),
-               fprop_plan(geo, n, R=2 * r, flip=flip).tiles()]
-    if bn > 16:   # wide outputs: also half the channels per block (twice the blocks)
-        options.append(fprop_plan(geo, n, BN=bn // 2, flip=flip).tiles())
+    options = [base.tiles(), fprop_plan(geo, n, R=max(1, r // 2), flip=flip, item=item).tiles(),
+               fprop_plan(geo, n, R=2 * r, flip=flip, item=item).tiles(),
+               fprop_plan(geo, n, R=max(1, r // 2), BN=bn, flip=flip, item=item).tiles()]
+    if bn >= 16:   # wide outputs: also half the channels per block (twice the blocks)
+        options.append(fprop_plan(geo, n, BN=bn // 2, flip=flip, item=item).tiles())
     unique = []
     for o in options:
-        if o not in unique and _smem_bytes(geo, o["R"], o["BN"]) <= MAX_SMEM:
+        if o not in unique and _smem_bytes(geo, o["R"], o["BN"], item) <= smem_budget(item):
             unique.append(o)
     return unique
 
 
 def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) -> bool:
-    """Whether conv_fprop_mma computes this call: bf16 x and w on the GPU, both channels-last, stride 1, dilation 1,
-    groups 1, Cin a multiple of 16, padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
+    """Whether conv_fprop_mma computes this call: bf16 x and w on the GPU (or float32 ones, on TF32 tensor cores,
+    when frost.backends.allow_tf32), both channels-last, stride 1, dilation 1, groups 1, Cin a multiple of 16,
+    padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
     flip: the input gradient (x = dy, whose channels must be a multiple of 16); FROST_CONV_DGRAD_MMA=0 switches that
     off alone (`choose` still runs it only where it times faster than cuDNN's input gradient)."""
     if os.environ.get("FROST_CONV_FPROP_MMA", "1") == "0":
         return False
     if flip and os.environ.get("FROST_CONV_DGRAD_MMA", "1") == "0":
         return False
-    if str(x.dtype) != "bfloat16" or str(w.dtype) != "bfloat16" or groups != 1 or x.ndim != 4:
+    if str(x.dtype) != str(w.dtype) or not _kernel_dtype(str(x.dtype)) or groups != 1 or x.ndim != 4:
         return False
     if tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or not (is_channels_last(x) and is_channels_last(w)):
         return False
     cin, kh, kw = int(w.shape[0] if flip else w.shape[1]), int(w.shape[2]), int(w.shape[3])
     geo = geometry(x.shape, w.shape, padding, flip)
     return (cin % 16 == 0 and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0 and geo["WO"] > 0
-            and _smem_bytes(geo, 1, 8) <= MAX_SMEM and x.size < 2**31)
+            and _smem_bytes(geo, 1, 8, x.dtype.itemsize) <= smem_budget(x.dtype.itemsize) and x.size < 2**31)
+
+
+def _kernel_dtype(dtype: str) -> bool:
+    """bf16 always; float32 as TF32 only where float32 convolutions may round like that (as cuDNN's do then)."""
+    from frost import backends
+    return dtype == "bfloat16" or (dtype == "float32" and backends.allow_tf32)
 
 
 def launch(plan: FpropPlan, x, w, y, simulate: bool = False) -> None:
-    """y (channels-last bf16, written) = the convolution of x by w on the current stream (or in the simulator)."""
-    kern = conv_fprop_mma.simulate if simulate else conv_fprop_mma
+    """y (channels-last, x's dtype, written) = the convolution of x by w on the current stream (or in the
+    simulator)."""
+    kern = KERNELS[str(x.dtype)].simulate if simulate else KERNELS[str(x.dtype)]
     kern[plan.grid, plan.threads, plan.smem](_flat(x, True), _flat(w, True), _flat(y, True), **plan.consts)
 
 
 def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False):
-    """The convolution (stride 1) of channels-last bf16 x by channels-last bf16 w into `out` (channels-last bf16, the
-    output's shape); tiles: a plan's choices (default: what `choose` remembered, else the default plan). flip: the
+    """The convolution (stride 1) of channels-last x by channels-last w (both bf16, or both float32: TF32) into `out`
+    (channels-last, their dtype, the output's shape); tiles: a plan's choices (default: what `choose` remembered, else the default plan). flip: the
     input gradient of the convolution by w with `padding` instead, from x = dy, into out (x's original shape)."""
     geo = geometry(x.shape, w.shape, padding, flip)
     if tiles is None and not simulate:
         hit = _choices.load().get(_key(x, w, padding, flip))
         tiles = hit.get("tiles") if hit else None
-    launch(fprop_plan(geo, int(x.shape[0]), flip=flip, **(tiles or {})), x, w, out, simulate=simulate)
+    plan = fprop_plan(geo, int(x.shape[0]), flip=flip, item=x.dtype.itemsize, **(tiles or {}))
+    launch(plan, x, w, out, simulate=simulate)
     return out
 
 
@@ -220,11 +249,12 @@ def _key(x, w, padding, flip: bool = False) -> str:
                                                                                                else []))
 
 
-def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool) -> None:
+def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype) -> None:
     """Compile the candidates on the background compile threads, all at once, before they are timed."""
     from frost.kernel.compile import device_arch
     arch = device_arch()
-    specs = [conv_fprop_mma.specialize(**fprop_plan(geo, n, flip=flip, **t).consts) for t in tile_choices]
+    item, kern = dtype.itemsize, KERNELS[str(dtype)]
+    specs = [kern.specialize(**fprop_plan(geo, n, flip=flip, item=item, **t).consts) for t in tile_choices]
     for spec in specs:
         spec.prefetch(arch)
     for spec in specs:
@@ -238,8 +268,8 @@ def choose(x, w, padding, cudnn_fn, flip: bool = False) -> bool:
     def time_ours():
         geo = geometry(x.shape, w.shape, padding, flip)
         out = empty_like_format((int(x.shape[0]), geo["COUT"], geo["HO"], geo["WO"]), x)
-        tile_choices = candidate_tiles(geo, int(x.shape[0]), flip)
-        _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip)
+        tile_choices = candidate_tiles(geo, int(x.shape[0]), flip, x.dtype.itemsize)
+        _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip, x.dtype)
         return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t, flip=flip)), t)
                     for t in tile_choices), key=lambda timed: timed[0])
 

@@ -474,7 +474,7 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
     tiles = {"blocks": 2 * sms} | (tiles or {})
     if tiles.pop("kernel", None) == "mma":
         from frost.ops.conv_wgrad_mma import mma_plan  # it builds on this module
-        return mma_plan(geo, int(x.shape[0]), **tiles)
+        return mma_plan(geo, int(x.shape[0]), item=x.dtype.itemsize, **tiles)
     return make_plan(geo, int(x.shape[0]), **tiles)
 
 
@@ -522,7 +522,7 @@ _choices = RememberedTable("conv_wgrad.json")  # next to cuDNN's tuned plans
 stats = {"choices": 0, "choose_seconds": 0.0}
 
 
-CANDIDATES_VERSION = 2  # 2: the tensor-core kernel joined the candidates (choices made without it are not reused)
+CANDIDATES_VERSION = 3  # 2: the tensor-core kernel joined the candidates, 3: its TF32 twin (older choices are not reused)
 
 
 def _key(g, x, w_shape, stride, padding) -> str:
@@ -590,15 +590,18 @@ def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, ou
 def candidates(g, x, w_shape, stride, padding) -> list[dict]:
     """Tile choices `choose` times at this shape on the current GPU: the tensor-core kernel's for bf16 channels-last
     operands it supports (on the H200 they beat the FFMA kernel's by about 2x at every seed shape, so those are not
-    compiled and timed too), else the FFMA kernel's."""
+    compiled and timed too), else the FFMA kernel's, and for float32 channels-last operands with TF32 allowed the
+    tensor-core kernel's on TF32 as well."""
+    from frost import backends
+    from frost.ops import conv_wgrad_mma
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
-    sms = _sm_count(_cupy().cuda.runtime.getDevice())
-    if str(x.dtype) == "bfloat16" and input_layout(g, x) == "nhwc":
-        from frost.ops import conv_wgrad_mma
-        tiles = conv_wgrad_mma.candidate_tiles(geo, int(x.shape[0]), sms)
+    sms, n, nhwc = _sm_count(_cupy().cuda.runtime.getDevice()), int(x.shape[0]), input_layout(g, x) == "nhwc"
+    if str(x.dtype) == "bfloat16" and nhwc:
+        tiles = conv_wgrad_mma.candidate_tiles(geo, n, sms)
         if tiles:
             return tiles
-    return candidate_tiles(geo, int(x.shape[0]), sms)
+    tf32 = str(x.dtype) == "float32" and nhwc and backends.allow_tf32
+    return (conv_wgrad_mma.candidate_tiles(geo, n, sms, item=4) if tf32 else []) + candidate_tiles(geo, n, sms)
 
 
 def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:

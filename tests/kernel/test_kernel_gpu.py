@@ -265,3 +265,19 @@ def test_single_warp_fragments_agree_with_the_simulator(cp):
     c = cp.zeros((128, 1), cp.float32)
     mma_once[1, 32](cp.asarray(a.view(np.uint16)), cp.asarray(b.view(np.uint16)), c)
     np.testing.assert_allclose(cp.asnumpy(c), sim, rtol=1e-5, atol=1e-5)
+
+
+def test_tf32_fragments_agree_with_the_simulator(cp):
+    """ldmatrix of a shared f32 tile and the m16n8k8 TF32 step on the hardware: the simulator's layouts and its
+    reading of the operands (the low 13 mantissa bits dropped) against the GPU's sums."""
+    from test_kernel_tensor_cores import _tf32, tf32_mma_once
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 8)).astype(np.float32)
+    k = tf32_mma_once()
+    sim = np.zeros((16, 8), np.float32)
+    k.simulate[1, 32](a, b, sim)
+    c = cp.zeros((16, 8), cp.float32)
+    k[1, 32](cp.asarray(a), cp.asarray(b), c)
+    np.testing.assert_allclose(cp.asnumpy(c), _tf32(a) @ _tf32(b) + 1, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(cp.asnumpy(c), sim, rtol=1e-6, atol=1e-6)

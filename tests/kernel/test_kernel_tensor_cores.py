@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from frost.kernel import (Array, Const, KernelError, SimulationError, bf16, bx, by, cp_async16, cp_commit, cp_wait,
-                          f16, f32, i32, kernel, lane, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, local, mma_16x8x16,
-                          shared, static_range, syncthreads, tx, ty)
+                          f16, f32, i32, kernel, lane, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, ldmatrix_x4_trans,
+                          local, mma, mma_16x8x16, shared, static_range, syncthreads, tx, ty)
 
 from examples_loader import load_example
 
@@ -98,6 +98,62 @@ def test_ldmatrix_non_transposed_b_layout():
     np.testing.assert_allclose(c, a.astype(np.float64) @ bt.astype(np.float64).T, rtol=1e-5, atol=1e-5)
 
 
+def tf32_mma_once():
+    """One m16n8k8 TF32 step: A (16 x 8) through ldmatrix_x4 of a shared f32 tile, B (8 x 8) read into its
+    fragment element by element as the PTX layout says (b0 = B[t, g], b1 = B[t + 4, g]), C starting at 1."""
+    @kernel
+    def tf32_once(a: Array[f32, 2], b: Array[f32, 2], c: Array[f32, 2]):
+        sa = shared(f32, (16, 8))
+        for k in static_range(4):
+            sa[tx // 2, (tx % 2) * 4 + k] = a[tx // 2, (tx % 2) * 4 + k]
+        syncthreads()
+        af = local(f32, 4)
+        bf = local(f32, 2)
+        acc = local(f32, 4)
+        for q in static_range(4):
+            acc[q] = 1.0
+        ldmatrix_x4(af, sa, (lane % 16, lane // 16 * 4))
+        g = lane // 4
+        t = lane % 4
+        bf[0] = b[t, g]
+        bf[1] = b[t + 4, g]
+        mma(acc, af, bf)
+        for q in static_range(4):
+            c[g + 8 * (q // 2), 2 * t + q % 2] = acc[q]
+    return tf32_once
+
+
+def _tf32(v):
+    return (v.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+
+def test_tf32_mma_matches_numpy():
+    k = tf32_mma_once()
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in k.source
+    k.compile("sm_90")
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 8)).astype(np.float32)
+    c = np.zeros((16, 8), np.float32)
+    k.simulate[1, 32](a, b, c)
+    np.testing.assert_allclose(c, _tf32(a) @ _tf32(b) + 1, rtol=1e-6, atol=1e-6)   # operands cut to TF32
+    exact = a.astype(np.float64) @ b.astype(np.float64) + 1
+    assert np.abs(c - exact).max() > 1e-6   # the cut is there ...
+    np.testing.assert_allclose(c, exact, rtol=0, atol=8 * 2.0 ** -10 * np.abs(a).max() * np.abs(b).max())  # ... small
+
+
+def test_mma_takes_bf16_fragments_as_mma_16x8x16():
+    @kernel
+    def both(a: Array[bf16, 2], c: Array[f32]):
+        sa = shared(bf16, (16, 16))
+        af = local(bf16, 8)
+        bf = local(bf16, 4)
+        acc = local(f32, 4)
+        ldmatrix_x4(af, sa, (lane % 16, lane // 16 * 8))
+        mma(acc, af, bf)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in both.source
+
+
 def test_cp_async_lands_only_after_wait():
     @kernel
     def copy(src: Array[f32], dst: Array[f32], early: Array[f32]):
@@ -130,6 +186,22 @@ def test_tensor_core_argument_errors():
         ldmatrix_x4(f, s, (0, 0))
     with pytest.raises(KernelError, match="ldmatrix_x4.. writes a local bf16 or f16 fragment of 8 elements"):
         kernel(bad).source
+
+    def bad_trans(a: Array[f32]):
+        s = shared(f32, (16, 8))
+        f = local(f32, 4)
+        ldmatrix_x4_trans(f, s, (0, 0))
+    with pytest.raises(KernelError, match=r"ldmatrix_x4_trans.. reads 16-bit elements of a shared array \(or, "
+                                          r"without .trans, f32 ones\)"):
+        kernel(bad_trans).source
+
+    def bad_mma(a: Array[f32]):
+        af = local(f32, 4)
+        bf = local(bf16, 4)
+        acc = local(f32, 4)
+        mma(acc, af, bf)
+    with pytest.raises(KernelError, match=r"mma.. takes fragments local\(f32, 4\) and either"):
+        kernel(bad_mma).source
 
     def bad2(a: Array[f32]):
         s = shared(f32, 16)

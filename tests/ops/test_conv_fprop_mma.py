@@ -5,6 +5,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import frost
 from frost.layout import as_channels_last
 from frost.ops import conv_fprop_mma as fm
 
@@ -72,7 +73,45 @@ def test_simulated_input_gradient_matches_torch_float64(shape, tiles):
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
 
 
-def test_plans_and_support():
+def _tf32(a):
+    """float32 values as the tensor cores read TF32 operands (the low 13 mantissa bits dropped), in float64."""
+    return (a.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("shape,tiles", CASES)
+def test_simulated_tf32_kernel_matches_float64_of_tf32_operands(shape, tiles):
+    """float32 x and w (channels-last) on TF32: the sums of the operands' TF32 values, float32 out."""
+    n, cin, cout, h, wd, k, padding = shape
+    rng = np.random.default_rng(len(str(shape)))
+    kh, kw = (k, k) if isinstance(k, int) else k
+    x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+    w = (rng.standard_normal((cout, cin, kh, kw)) / 4).astype(np.float32)
+    want = fprop64(_tf32(x), _tf32(w), padding)
+    out = as_channels_last(np.full(want.shape, np.nan, np.float32))
+    fm.conv2d_forward_gpu(as_channels_last(x), as_channels_last(w), padding, out, tiles=tiles, simulate=True)
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-6 * scale)
+    exact = fprop64(x, w, padding)
+    assert 1e-6 * scale < np.abs(out - exact).max() <= 2 ** -9 * scale   # TF32, not float32 sums
+
+
+@pytest.mark.parametrize("shape,tiles", FLIP_CASES[:2])
+def test_simulated_tf32_input_gradient_matches_float64_of_tf32_operands(shape, tiles):
+    import torch
+    n, cin, cout, h, wd, k, padding = shape
+    rng = np.random.default_rng(len(str(shape)))
+    w = (rng.standard_normal((cout, cin, k, k)) / 4).astype(np.float32)
+    ho, wo = h + 2 * padding[0] - k + 1, wd + 2 * padding[1] - k + 1
+    dy = rng.standard_normal((n, cout, ho, wo)).astype(np.float32)
+    want = torch.nn.grad.conv2d_input((n, cin, h, wd), torch.tensor(_tf32(w)), torch.tensor(_tf32(dy)),
+                                      padding=padding).numpy()
+    out = as_channels_last(np.full(want.shape, np.nan, np.float32))
+    fm.conv2d_forward_gpu(as_channels_last(dy), as_channels_last(w), padding, out, tiles=tiles, simulate=True,
+                          flip=True)
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-6 * np.abs(want).max())
+
+
+def test_plans_and_support(monkeypatch):
     geo = fm.geometry((32, 16, 32, 32), (16, 16, 3, 3), (1, 1))
     plan = fm.fprop_plan(geo, 32)
     assert plan.consts["R"] == 2 and plan.grid == (512, 1) and plan.threads == 128 and plan.smem <= fm.MAX_SMEM
@@ -82,7 +121,13 @@ def test_plans_and_support():
     w = as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16))
     assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1)
     assert not fm.supported(x, w, (2, 2), (1, 1), (1, 1), 1)                         # stride 2: cuDNN
-    assert not fm.supported(x.astype(np.float32), w, (1, 1), (1, 1), (1, 1), 1)      # float32: cuDNN
+    assert not fm.supported(x.astype(np.float32), w, (1, 1), (1, 1), (1, 1), 1)      # mixed dtypes: cuDNN
+    x32, w32 = as_channels_last(x.astype(np.float32)), as_channels_last(w.astype(np.float32))
+    assert fm.supported(x32, w32, (1, 1), (1, 1), (1, 1), 1)                         # float32: TF32 ...
+    monkeypatch.setattr(frost.backends, "allow_tf32", False)
+    assert not fm.supported(x32, w32, (1, 1), (1, 1), (1, 1), 1)                     # ... only where allowed
+    f32_plan = fm.fprop_plan(fm.geometry((32, 64, 8, 8), (64, 64, 3, 3), (1, 1)), 32, item=4)
+    assert f32_plan.smem <= fm.smem_budget(4) and f32_plan.tiles() == big.tiles()   # bf16's tiles
     assert not fm.supported(np.ascontiguousarray(x), w, (1, 1), (1, 1), (1, 1), 1)   # NCHW: cuDNN
     x3 = as_channels_last(np.zeros((2, 8, 8, 8), ml_dtypes.bfloat16))
     assert not fm.supported(x3, as_channels_last(np.zeros((16, 8, 3, 3), ml_dtypes.bfloat16)), (1, 1), (1, 1),
@@ -113,6 +158,9 @@ def test_seed_shapes_candidates_compile_for_sm90(cin, cout, h):
         for t in fm.candidate_tiles(geo, 32, flip):
             plan = fm.fprop_plan(geo, 32, flip=flip, **t)
             assert fm.conv_fprop_mma.compile("sm_90", **plan.consts)[:4] == b"\x7fELF"
+        for t in fm.candidate_tiles(geo, 32, flip, item=4):   # float32 on TF32
+            plan = fm.fprop_plan(geo, 32, flip=flip, item=4, **t)
+            assert fm.KERNELS["float32"].compile("sm_90", **plan.consts)[:4] == b"\x7fELF"
 
 
 @pytest.mark.cuda
@@ -162,3 +210,37 @@ def test_gpu_input_gradients_match_torch_float64(cin, cout, h, monkeypatch):
     dx = conv2d_backward_input(dyd, wd, x.shape, 1, 1)   # whichever `choose` picked
     assert np.abs(cp.asnumpy(dx).astype(np.float64) - want).max() <= 2 ** -7 * scale
     assert fm._choices.load().get(fm._key(dyd, wd, (1, 1), True)) is not None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cin,cout,h", [(16, 16, 32), (32, 32, 16), (64, 64, 8)])
+def test_gpu_tf32_forward_and_input_gradient_match_float64(cin, cout, h):
+    """float32 on TF32: every candidate, forward and input gradient, within TF32's rounding of the float64 sums,
+    and conv2d / conv2d_backward_input with whichever `choose` picked."""
+    import cupy as cp
+    import torch
+
+    from frost.ops.conv import conv2d_backward_input, conv2d_forward
+    rng = np.random.default_rng(h)
+    x = rng.standard_normal((32, cin, h, h)).astype(np.float32)
+    w = (rng.standard_normal((cout, cin, 3, 3)) / 4).astype(np.float32)
+    dy = rng.standard_normal((32, cout, h, h)).astype(np.float32)
+    want_y = fprop64(x, w, (1, 1))
+    want_dx = torch.nn.grad.conv2d_input(x.shape, torch.tensor(w.astype(np.float64)),
+                                         torch.tensor(dy.astype(np.float64)), padding=1).numpy()
+
+    def on_gpu(a):
+        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+
+    xd, wd, dyd = on_gpu(x), on_gpu(w), on_gpu(dy)
+    for src, want, flip in ((xd, want_y, False), (dyd, want_dx, True)):
+        scale = np.abs(want).max()
+        for t in fm.candidate_tiles(fm.geometry(src.shape, wd.shape, (1, 1), flip), 32, flip, item=4):
+            out = fm.conv2d_forward_gpu(src, wd, (1, 1), as_channels_last(cp.empty(want.shape, cp.float32)), tiles=t,
+                                        flip=flip)
+            assert np.abs(cp.asnumpy(out) - want).max() <= 2 ** -9 * scale, (t, flip)
+    y = conv2d_forward(xd, wd, 1, 1)
+    assert np.abs(cp.asnumpy(y) - want_y).max() <= 2 ** -9 * np.abs(want_y).max()
+    dx = conv2d_backward_input(dyd, wd, x.shape, 1, 1)
+    assert np.abs(cp.asnumpy(dx) - want_dx).max() <= 2 ** -9 * np.abs(want_dx).max()
+    assert fm._choices.load().get(fm._key(xd, wd, (1, 1))) is not None

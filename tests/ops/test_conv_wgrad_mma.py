@@ -4,6 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import frost
 from frost.layout import as_channels_last
 from frost.ops import conv_wgrad as cw
 from frost.ops import conv_wgrad_mma as mma
@@ -47,6 +48,27 @@ def test_simulated_kernel_matches_float64(shape, tiles, krsc):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
+def _tf32(a):
+    """float32 values as the tensor cores read TF32 operands (the low 13 mantissa bits dropped)."""
+    return (a.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@pytest.mark.parametrize("shape,tiles", CASES)
+def test_simulated_tf32_kernel_matches_float64_of_tf32_operands(shape, tiles):
+    """float32 dy and x on TF32 (element loads of the m16n8k8 fragments): the sums of their TF32 values."""
+    n, cin, cout, h, w, k, stride, padding = shape
+    g, x, w_shape = _inputs(n, cin, cout, h, w, k, stride, padding, seed=len(str(shape)))
+    g, x = g.astype(np.float32), x.astype(np.float32)
+    want = wgrad64(_tf32(g), _tf32(x), w_shape, stride, padding)
+    geo = cw.geometry(g.shape, x.shape, w_shape, stride, padding)
+    plan = mma.mma_plan(geo, x.shape[0], item=4, **tiles)
+    out = as_channels_last(np.full(w_shape, np.nan, np.float32))
+    cw.launch(plan, as_channels_last(g), as_channels_last(x), out, simulate=True)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    exact = wgrad64(g, x, w_shape, stride, padding)
+    assert np.abs(out - exact).max() > 1e-6 * np.abs(exact).max()   # TF32 operands, not float32 ones
+
+
 def test_plans_cover_the_chunks_and_tiles():
     geo = cw.geometry((32, 64, 8, 8), (32, 64, 8, 8), (64, 64, 3, 3), 1, 1)
     plan = mma.mma_plan(geo, 32)
@@ -71,6 +93,11 @@ def test_seed_shapes_candidates_compile_for_sm90(n, cin, cout, h, stride, k):
         plan = mma.mma_plan(geo, n, **{k: v for k, v in t.items() if k != "kernel"})
         assert plan.smem <= mma.MAX_SMEM
         assert mma.conv_wgrad_mma.compile("sm_90", **plan.specialization(True, True))[:4] == b"\x7fELF"
+    assert mma.candidate_tiles(geo, n, 132, item=4) == tiles   # float32 on TF32: bf16's tiles, twice the bytes
+    for t in tiles:
+        plan = mma.mma_plan(geo, n, item=4, **{k: v for k, v in t.items() if k != "kernel"})
+        assert plan.smem <= mma.smem_budget(4)
+        assert mma.KERNELS["float32"].compile("sm_90", **plan.specialization(True, True))[:4] == b"\x7fELF"
 
 
 @pytest.mark.cuda
@@ -90,6 +117,25 @@ def test_gpu_candidates_match_float64_at_the_seed_shapes(n, cin, cout, h, stride
         np.testing.assert_allclose(cp.asnumpy(out), want, rtol=0, atol=2e-5 * np.abs(want).max(), err_msg=str(t))
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("n,cin,cout,h,stride,k", SEED_SHAPES)
+def test_gpu_tf32_candidates_match_float64_at_the_seed_shapes(n, cin, cout, h, stride, k):
+    import cupy as cp
+    g, x, w_shape = _inputs(n, cin, cout, h, h, k, stride, k // 2, seed=h + cin)
+    g, x = g.astype(np.float32), x.astype(np.float32)
+    want = wgrad64(g, x, w_shape, stride, k // 2)
+
+    def on_gpu(a):
+        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+
+    gd, xd = on_gpu(g), on_gpu(x)
+    tiles = [t for t in cw.candidates(gd, xd, w_shape, stride, k // 2) if t.get("kernel") == "mma"]
+    assert tiles
+    for t in tiles:
+        out = cw.conv2d_backward_weight_gpu(gd, xd, w_shape, stride, k // 2, tiles=t)
+        assert np.abs(cp.asnumpy(out) - want).max() <= 2 ** -8 * np.abs(want).max(), t
+
+
 def test_bf16_channels_last_shapes_time_only_the_tensor_core_candidates(monkeypatch):
     monkeypatch.setattr(cw, "_sm_count", lambda device: 132)
     monkeypatch.setattr(cw, "_cupy", lambda: type("cp", (), {"cuda": type("c", (), {"runtime": type(
@@ -97,7 +143,10 @@ def test_bf16_channels_last_shapes_time_only_the_tensor_core_candidates(monkeypa
     g, x, w_shape, _ = _bf16_inputs(2, 16, 16, 8, 8, 3, 1, 1)
     assert {t.get("kernel") for t in cw.candidates(g, x, w_shape, 1, 1)} == {"mma"}
     g32, x32 = g.astype(np.float32), x.astype(np.float32)
-    assert all("kernel" not in t for t in cw.candidates(g32, x32, w_shape, 1, 1))   # float32: the FFMA kernel
+    kinds = [t.get("kernel") for t in cw.candidates(g32, x32, w_shape, 1, 1)]
+    assert "mma" in kinds and None in kinds   # float32: the tensor-core kernel on TF32 and the FFMA kernel
+    monkeypatch.setattr(frost.backends, "allow_tf32", False)
+    assert all("kernel" not in t for t in cw.candidates(g32, x32, w_shape, 1, 1))   # no TF32: the FFMA kernel
     gn, xn = np.ascontiguousarray(g), np.ascontiguousarray(x)
     assert all("kernel" not in t for t in cw.candidates(gn, xn, w_shape, 1, 1))     # NCHW bf16: the FFMA kernel
 
