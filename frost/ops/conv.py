@@ -224,8 +224,9 @@ def conv2d_forward(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=
         x, w, y_shape = _dense(x, xp), _dense(w, xp), (geo.n, geo.cout, geo.ho, geo.wo)
         # our tensor-core kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
         if conv_fprop_mma.supported(x, w, *cudnn_args, groups) and conv_fprop_mma.choose(
-                x, w, cudnn_args[1], lambda: cudnn.conv2d_forward(x, w, y_shape, *cudnn_args)):
-            out = conv_fprop_mma.conv2d_forward_gpu(x, w, cudnn_args[1], empty_like_format(y_shape, x))
+                x, w, cudnn_args[1], lambda: cudnn.conv2d_forward(x, w, y_shape, *cudnn_args), stride=cudnn_args[0]):
+            out = conv_fprop_mma.conv2d_forward_gpu(x, w, cudnn_args[1], empty_like_format(y_shape, x),
+                                                    stride=cudnn_args[0])
         else:
             out = cudnn.conv2d_forward(x, w, y_shape, *cudnn_args)
         if bias is not None:

@@ -1,4 +1,4 @@
-"""Tensor-core forward convolutions of bf16 (or, on TF32, float32) channels-last activations with stride 1 (implicit
+"""Tensor-core forward convolutions of bf16 (or, on TF32, float32) channels-last activations (implicit
 GEMM on mma.sync, float32 sums), and `choose`, which times them against cuDNN's plan once per shape and remembers the
 faster."""
 
@@ -36,15 +36,18 @@ def _fprop_kernel(T):
     @kernel
     def conv_fprop_mma(x: Array[T], w: Array[T], y: Array[T], CIN: Const[int], COUT: Const[int], H: Const[int],
                        W: Const[int], HO: Const[int], WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int],
-                       PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0):
+                       PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0,
+                       SH: Const[int] = 1, SW: Const[int] = 1):
         """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN
-        ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride 1, CIN a multiple of 16, BN of 8.
+        ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride (SH, SW), CIN a multiple of 16,
+        BN of 8.
 
         FLIP=1: the input gradient of a stride-1 convolution as a forward one: x is dy, y is dx, and w is the
-        original (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped."""
+        original (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped
+        (stride 1 only)."""
         THREADS: Const[int] = WARPS * 32
-        XR: Const[int] = R + KH - 1                  # x rows the tile needs
-        XC: Const[int] = WO + KW - 1                 # x columns the tile needs
+        XR: Const[int] = (R - 1) * SH + KH           # x rows the tile needs
+        XC: Const[int] = (WO - 1) * SW + KW          # x columns the tile needs
         MT: Const[int] = cdiv(R * WO, 16)            # m-tiles (pixels past the tile are computed, not stored)
         MTW: Const[int] = cdiv(MT, WARPS)
         NTB: Const[int] = BN // 8
@@ -59,7 +62,7 @@ def _fprop_kernel(T):
         for e in range(tx, XR * XC * (CIN // VEC), THREADS):
             p = e // (CIN // VEC)
             c = e % (CIN // VEC) * VEC
-            hi = ho0 - PH + p // XC
+            hi = ho0 * SH - PH + p // XC
             wi = p % XC - PW
             if hi >= 0 and hi < H and wi >= 0 and wi < W:
                 cp_async16(xs, (p, c), x, ((img * H + hi) * W + wi) * CIN + c)
@@ -100,7 +103,7 @@ def _fprop_kernel(T):
                     mt = warp + i * WARPS
                     if mt < MT:   # the same for the whole warp
                         p = min(mt * 16 + lane % 16, R * WO - 1)   # rows past the tile repeat its last pixel
-                        ldmatrix_x4(af, xs, ((p // WO + tap // KW) * XC + p % WO + tap % KW,
+                        ldmatrix_x4(af, xs, ((p // WO * SH + tap // KW) * XC + p % WO * SW + tap % KW,
                                              kc * KSTEP + lane // 16 * VEC))
                         for j in static_range(NTB):
                             mma(acc[i, j], af, bq[j])
@@ -136,23 +139,24 @@ class FpropPlan:
         return {"R": self.consts["R"], "BN": self.consts["BN"], "WARPS": self.consts["WARPS"]}
 
 
-def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False) -> dict:
-    """The Const values of a stride-1 convolution of x (N, C, H, W) by w (Cout, C, KH, KW) with `padding` (ph, pw).
-    flip: of the input gradient of that convolution, given x = dy (N, Cout, HO, WO): a forward convolution of dy by
-    the turned weight (C, Cout, KH, KW) with padding (KH - 1 - ph, KW - 1 - pw)."""
+def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False, stride=(1, 1)) -> dict:
+    """The Const values of a convolution of x (N, C, H, W) by w (Cout, C, KH, KW) with `padding` (ph, pw) and
+    `stride` (sh, sw). flip: of the input gradient of that (stride-1) convolution, given x = dy (N, Cout, HO, WO): a
+    forward convolution of dy by the turned weight (C, Cout, KH, KW) with padding (KH - 1 - ph, KW - 1 - pw)."""
     n, cin, h, wd = (int(a) for a in x_shape)
     cout, _, kh, kw = (int(a) for a in w_shape)
     ph, pw = (int(p) for p in padding)
+    sh, sw = (int(s) for s in stride)
     if flip:
         cout, ph, pw = int(w_shape[1]), kh - 1 - ph, kw - 1 - pw
-    return dict(CIN=cin, COUT=cout, H=h, W=wd, HO=h + 2 * ph - kh + 1, WO=wd + 2 * pw - kw + 1, KH=kh, KW=kw, PH=ph,
-                PW=pw)
+    return dict(CIN=cin, COUT=cout, H=h, W=wd, HO=(h + 2 * ph - kh) // sh + 1, WO=(wd + 2 * pw - kw) // sw + 1, KH=kh,
+                KW=kw, PH=ph, PW=pw, SH=sh, SW=sw)
 
 
 def _smem_bytes(geo: dict, R: int, BN: int, item: int = 2) -> int:
     """Shared memory of a block for elements of `item` bytes (bf16 2, f32 4): the halo and the weight rows, each row
     padded by 16 bytes."""
-    halo = (R + geo["KH"] - 1) * (geo["WO"] + geo["KW"] - 1)
+    halo = ((R - 1) * geo["SH"] + geo["KH"]) * ((geo["WO"] - 1) * geo["SW"] + geo["KW"])
     pad = PAD_BYTES // item
     return item * (halo * (geo["CIN"] + pad) + BN * (geo["KH"] * geo["KW"] * geo["CIN"] + pad))
 
@@ -195,8 +199,8 @@ def candidate_tiles(geo: dict, n: int, flip: bool = False, item: int = 2) -> lis
 
 def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) -> bool:
     """Whether conv_fprop_mma computes this call: bf16 x and w on the GPU (or float32 ones, on TF32 tensor cores,
-    when frost.backends.allow_tf32), both channels-last, stride 1, dilation 1, groups 1, Cin a multiple of 16,
-    padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
+    when frost.backends.allow_tf32), both channels-last, any stride (1 for flip), dilation 1, groups 1, Cin a
+    multiple of 16, padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
     flip: the input gradient (x = dy, whose channels must be a multiple of 16); FROST_CONV_DGRAD_MMA=0 switches that
     off alone (`choose` still runs it only where it times faster than cuDNN's input gradient)."""
     if os.environ.get("FROST_CONV_FPROP_MMA", "1") == "0":
@@ -205,10 +209,13 @@ def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) 
         return False
     if str(x.dtype) != str(w.dtype) or not _kernel_dtype(str(x.dtype)) or groups != 1 or x.ndim != 4:
         return False
-    if tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or not (is_channels_last(x) and is_channels_last(w)):
+    if (flip and tuple(stride) != (1, 1)) or min(stride) < 1 or tuple(dilation) != (1, 1):
+        return False
+    krsc = is_channels_last(w) or (w.shape[2] == w.shape[3] == 1 and w.flags.c_contiguous)   # 1x1: one memory order
+    if not (is_channels_last(x) and krsc):
         return False
     cin, kh, kw = int(w.shape[0] if flip else w.shape[1]), int(w.shape[2]), int(w.shape[3])
-    geo = geometry(x.shape, w.shape, padding, flip)
+    geo = geometry(x.shape, w.shape, padding, flip, stride)
     return (cin % 16 == 0 and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0 and geo["WO"] > 0
             and _smem_bytes(geo, 1, 8, x.dtype.itemsize) <= smem_budget(x.dtype.itemsize) and x.size < 2**31)
 
@@ -226,13 +233,14 @@ def launch(plan: FpropPlan, x, w, y, simulate: bool = False) -> None:
     kern[plan.grid, plan.threads, plan.smem](_flat(x, True), _flat(w, True), _flat(y, True), **plan.consts)
 
 
-def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False):
-    """The convolution (stride 1) of channels-last x by channels-last w (both bf16, or both float32: TF32) into `out`
+def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False,
+                       stride=(1, 1)):
+    """The convolution (with `stride`) of channels-last x by channels-last w (both bf16, or both float32: TF32) into `out`
     (channels-last, their dtype, the output's shape); tiles: a plan's choices (default: what `choose` remembered, else the default plan). flip: the
     input gradient of the convolution by w with `padding` instead, from x = dy, into out (x's original shape)."""
-    geo = geometry(x.shape, w.shape, padding, flip)
+    geo = geometry(x.shape, w.shape, padding, flip, stride)
     if tiles is None and not simulate:
-        hit = _choices.load().get(_key(x, w, padding, flip))
+        hit = _choices.load().get(_key(x, w, padding, flip, stride))
         tiles = hit.get("tiles") if hit else None
     plan = fprop_plan(geo, int(x.shape[0]), flip=flip, item=x.dtype.itemsize, **(tiles or {}))
     launch(plan, x, w, out, simulate=simulate)
@@ -244,9 +252,10 @@ _choices = RememberedTable("conv_fprop.json")   # next to cuDNN's tuned plans
 stats = {"choices": 0, "choose_seconds": 0.0}  # shapes decided, seconds spent (compiles and timings)
 
 
-def _key(x, w, padding, flip: bool = False) -> str:
-    return json.dumps([list(x.shape), list(w.shape), [int(p) for p in padding], str(x.dtype)] + (["dgrad"] if flip
-                                                                                               else []))
+def _key(x, w, padding, flip: bool = False, stride=(1, 1)) -> str:
+    strided = [[int(s) for s in stride]] if tuple(stride) != (1, 1) else []
+    return json.dumps([list(x.shape), list(w.shape), [int(p) for p in padding], str(x.dtype)] + strided
+                      + (["dgrad"] if flip else []))
 
 
 def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype) -> None:
@@ -261,16 +270,17 @@ def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dty
         spec.cubin(arch)
 
 
-def choose(x, w, padding, cudnn_fn, flip: bool = False) -> bool:
+def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1)) -> bool:
     """True when our kernel is faster than cuDNN's forward (or, flip, input gradient) at this shape (cudnn_fn() runs
     cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output) against cuDNN, once
     per shape, remembered (conv_wgrad.faster_than_cudnn)."""
     def time_ours():
-        geo = geometry(x.shape, w.shape, padding, flip)
+        geo = geometry(x.shape, w.shape, padding, flip, stride)
         out = empty_like_format((int(x.shape[0]), geo["COUT"], geo["HO"], geo["WO"]), x)
         tile_choices = candidate_tiles(geo, int(x.shape[0]), flip, x.dtype.itemsize)
         _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip, x.dtype)
-        return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t, flip=flip)), t)
+        return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t, flip=flip,
+                                                                    stride=stride)), t)
                     for t in tile_choices), key=lambda timed: timed[0])
 
-    return faster_than_cudnn(_choices, _key(x, w, padding, flip), time_ours, cudnn_fn, stats)
+    return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride), time_ours, cudnn_fn, stats)

@@ -10,22 +10,23 @@ from frost.layout import as_channels_last
 from frost.ops import conv_fprop_mma as fm
 
 
-def fprop64(x, w, padding):
-    """The float64 twin: y[n, co, ho, wo] = sum over ci, kh, kw of w * the zero-padded x (stride 1)."""
-    ph, pw = padding
+def fprop64(x, w, padding, stride=(1, 1)):
+    """The float64 twin: y[n, co, ho, wo] = sum over ci, kh, kw of w * the zero-padded x (at the stride)."""
+    (ph, pw), (sh, sw) = padding, stride
     _, _, kh, kw = w.shape
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    ho, wo = xp.shape[2] - kh + 1, xp.shape[3] - kw + 1
-    return sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + ho, j:j + wo], w[:, :, i, j].astype(np.float64))
-               for i in range(kh) for j in range(kw))
+    ho, wo = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
+    return sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw],
+                         w[:, :, i, j].astype(np.float64)) for i in range(kh) for j in range(kw))
 
 
-def _inputs(n, cin, cout, h, wd, k, padding, seed=0):
+def _inputs(n, cin, cout, h, wd, k, padding, seed=0, stride=(1, 1)):
     rng = np.random.default_rng(seed)
     kh, kw = (k, k) if isinstance(k, int) else k
     x = rng.standard_normal((n, cin, h, wd)).astype(ml_dtypes.bfloat16)
     w = (rng.standard_normal((cout, cin, kh, kw)) / 4).astype(ml_dtypes.bfloat16)
-    return as_channels_last(x), as_channels_last(w), fprop64(x.astype(np.float32), w.astype(np.float32), padding)
+    return (as_channels_last(x), as_channels_last(w),
+            fprop64(x.astype(np.float32), w.astype(np.float32), padding, stride))
 
 
 # (N, Cin, Cout, H, W, k, padding, plan keywords): tiles that overrun the image rows (HO % R), pixels past 16-row
@@ -47,6 +48,28 @@ def test_simulated_kernel_matches_float64(shape, tiles):
     out = as_channels_last(np.full(want.shape, np.nan, ml_dtypes.bfloat16))
     fm.conv2d_forward_gpu(x, w, padding, out, tiles=tiles, simulate=True)
     np.testing.assert_allclose(out.astype(np.float32), want, rtol=1e-2, atol=1e-2)   # bf16 out: one rounding
+    assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
+
+
+# stride 2: (N, Cin, Cout, H, W, k, padding, stride, plan keywords): a 3x3 one whose tiles overrun the image (7x7 in,
+# 4x4 out), a 1x1 shortcut (no padding), a tile of 2 output rows over a 5-row halo
+STRIDED_CASES = [
+    ((2, 16, 32, 7, 7, 3, (1, 1)), (2, 2), dict(R=3, BN=16, WARPS=1)),
+    ((2, 16, 32, 8, 8, 1, (0, 0)), (2, 2), {}),
+    ((1, 32, 16, 8, 6, 3, (1, 1)), (2, 2), dict(R=2, WARPS=1)),
+]
+
+
+@pytest.mark.parametrize("shape,stride,tiles", STRIDED_CASES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_simulated_strided_kernel_matches_float64(shape, stride, tiles, dtype):
+    x, w, want = _inputs(*shape, seed=len(str(shape)), stride=stride)
+    if dtype == "float32":   # TF32 sums of the bf16 values (exact in TF32 too)
+        x, w = as_channels_last(x.astype(np.float32)), as_channels_last(w.astype(np.float32))
+    assert fm.supported(x, w, stride, shape[6], (1, 1), 1) and not fm.supported(x, w, stride, shape[6], (1, 1), 1,
+                                                                                 flip=True)
+    out = as_channels_last(np.full(want.shape, np.nan, x.dtype))
+    fm.conv2d_forward_gpu(x, w, shape[6], out, tiles=tiles, simulate=True, stride=stride)
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
 
 
@@ -120,7 +143,8 @@ def test_plans_and_support(monkeypatch):
     x = as_channels_last(np.zeros((2, 16, 8, 8), ml_dtypes.bfloat16))
     w = as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16))
     assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1)
-    assert not fm.supported(x, w, (2, 2), (1, 1), (1, 1), 1)                         # stride 2: cuDNN
+    assert fm.supported(x, w, (2, 2), (1, 1), (1, 1), 1)                             # stride 2 too ...
+    assert not fm.supported(x, w, (2, 2), (1, 1), (1, 1), 1, flip=True)              # ... but not its dgrad
     assert not fm.supported(x.astype(np.float32), w, (1, 1), (1, 1), (1, 1), 1)      # mixed dtypes: cuDNN
     x32, w32 = as_channels_last(x.astype(np.float32)), as_channels_last(w.astype(np.float32))
     assert fm.supported(x32, w32, (1, 1), (1, 1), (1, 1), 1)                         # float32: TF32 ...
@@ -161,6 +185,43 @@ def test_seed_shapes_candidates_compile_for_sm90(cin, cout, h):
         for t in fm.candidate_tiles(geo, 32, flip, item=4):   # float32 on TF32
             plan = fm.fprop_plan(geo, 32, flip=flip, item=4, **t)
             assert fm.KERNELS["float32"].compile("sm_90", **plan.consts)[:4] == b"\x7fELF"
+
+
+STRIDED_SEED_SHAPES = [(16, 32, 32, 3), (16, 32, 32, 1), (32, 64, 16, 3), (32, 64, 16, 1)]   # Cin, Cout, H, k
+
+
+@pytest.mark.parametrize("cin,cout,h,k", STRIDED_SEED_SHAPES)
+def test_strided_seed_shapes_candidates_compile_for_sm90(cin, cout, h, k):
+    geo = fm.geometry((32, cin, h, h), (cout, cin, k, k), (k // 2, k // 2), stride=(2, 2))
+    assert geo["HO"] == geo["WO"] == h // 2
+    for item, dtype in ((2, "bfloat16"), (4, "float32")):
+        for t in fm.candidate_tiles(geo, 32, item=item):
+            plan = fm.fprop_plan(geo, 32, item=item, **t)
+            assert fm.KERNELS[dtype].compile("sm_90", **plan.consts)[:4] == b"\x7fELF"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cin,cout,h,k", STRIDED_SEED_SHAPES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_gpu_strided_candidates_and_conv2d_match_float64(cin, cout, h, k, dtype):
+    import cupy as cp
+
+    from frost.ops.conv import conv2d_forward
+    pad = (k // 2, k // 2)
+    x, w, want = _inputs(32, cin, cout, h, h, k, pad, seed=h + k, stride=(2, 2))
+
+    def on_gpu(a):
+        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1)).astype(dtype)).transpose(0, 3, 1, 2)
+
+    xd, wd = on_gpu(x), on_gpu(w)
+    scale = np.abs(want).max()
+    for t in fm.candidate_tiles(fm.geometry(xd.shape, wd.shape, pad, stride=(2, 2)), 32, item=xd.dtype.itemsize):
+        out = fm.conv2d_forward_gpu(xd, wd, pad, as_channels_last(cp.empty(want.shape, xd.dtype)), tiles=t,
+                                    stride=(2, 2))
+        assert np.abs(cp.asnumpy(out).astype(np.float64) - want).max() <= 2 ** -8 * scale, t
+    y = conv2d_forward(xd, wd, 2, k // 2)   # whichever `choose` picked
+    assert np.abs(cp.asnumpy(y).astype(np.float64) - want).max() <= 2 ** -7 * scale
+    assert fm._choices.load().get(fm._key(xd, wd, pad, stride=(2, 2))) is not None
 
 
 @pytest.mark.cuda
