@@ -246,8 +246,10 @@ def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1,
         g, w, x_shape = _dense(g, xp), _dense(w, xp), tuple(x_shape)
         # a forward convolution of ours, turned, where it times faster than cuDNN's (FROST_CONV_DGRAD_MMA=0: never)
         if conv_fprop_mma.supported(g, w, *cudnn_args, groups, flip=True) and conv_fprop_mma.choose(
-                g, w, cudnn_args[1], lambda: cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args), flip=True):
-            return conv_fprop_mma.conv2d_forward_gpu(g, w, cudnn_args[1], empty_like_format(x_shape, g), flip=True)
+                g, w, cudnn_args[1], lambda: cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args), flip=True,
+                stride=cudnn_args[0], out_hw=x_shape[2:]):
+            return conv_fprop_mma.conv2d_forward_gpu(g, w, cudnn_args[1], empty_like_format(x_shape, g), flip=True,
+                                                     stride=cudnn_args[0])
         return cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args)
     if _input_grad_is_a_conv(geo):
         return _backward_input_as_conv(g, w, geo)

@@ -13,7 +13,7 @@ from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commi
                           warp)
 from frost.layout import empty_like_format, is_channels_last
 from frost.ops.conv_wgrad import _flat, faster_than_cudnn
-from frost.ops.conv_wgrad_mma import MAX_SMEM, smem_budget
+from frost.ops.conv_wgrad_mma import smem_budget
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
 # GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (steps of 16 bf16 or 8 f32
@@ -37,14 +37,16 @@ def _fprop_kernel(T):
     def conv_fprop_mma(x: Array[T], w: Array[T], y: Array[T], CIN: Const[int], COUT: Const[int], H: Const[int],
                        W: Const[int], HO: Const[int], WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int],
                        PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0,
-                       SH: Const[int] = 1, SW: Const[int] = 1):
+                       SH: Const[int] = 1, SW: Const[int] = 1, UP: Const[int] = 1, YH: Const[int] = 0,
+                       YW: Const[int] = 0):
         """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN
         ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride (SH, SW), CIN a multiple of 16,
         BN of 8.
 
         FLIP=1: the input gradient of a stride-1 convolution as a forward one: x is dy, y is dx, and w is the
-        original (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped
-        (stride 1 only)."""
+        original (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped.
+        UP > 1 (with FLIP, a 1x1 kernel and no padding: the input gradient of a 1x1 convolution of stride UP): output
+        pixel (ho, wo) goes to (ho*UP, wo*UP) of the YH x YW dx, whose other pixels no tap reaches (zeros)."""
         THREADS: Const[int] = WARPS * 32
         XR: Const[int] = (R - 1) * SH + KH           # x rows the tile needs
         XC: Const[int] = (WO - 1) * SW + KW          # x columns the tile needs
@@ -116,7 +118,12 @@ def _fprop_kernel(T):
                     p = mt * 16 + g + 8 * (q // 2)
                     co = co0 + j * 8 + 2 * t + q % 2
                     if mt < MT and p < R * WO and ho0 + p // WO < HO and co < COUT:
-                        y[((img * HO + ho0 + p // WO) * WO + p % WO) * COUT + co] = acc[i, j, q]
+                        for a in static_range(UP):
+                            for b in static_range(UP):
+                                oh = (ho0 + p // WO) * UP + a
+                                ow = p % WO * UP + b
+                                if oh < YH and ow < YW:
+                                    y[((img * YH + oh) * YW + ow) * COUT + co] = acc[i, j, q] if a + b == 0 else 0.0
     return conv_fprop_mma
 
 
@@ -139,18 +146,22 @@ class FpropPlan:
         return {"R": self.consts["R"], "BN": self.consts["BN"], "WARPS": self.consts["WARPS"]}
 
 
-def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False, stride=(1, 1)) -> dict:
+def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False, stride=(1, 1), out_hw=None) -> dict:
     """The Const values of a convolution of x (N, C, H, W) by w (Cout, C, KH, KW) with `padding` (ph, pw) and
-    `stride` (sh, sw). flip: of the input gradient of that (stride-1) convolution, given x = dy (N, Cout, HO, WO): a
-    forward convolution of dy by the turned weight (C, Cout, KH, KW) with padding (KH - 1 - ph, KW - 1 - pw)."""
+    `stride` (sh, sw). flip: of the input gradient of that convolution, given x = dy (N, Cout, HO, WO): a forward
+    convolution of dy by the turned weight (C, Cout, KH, KW) with padding (KH - 1 - ph, KW - 1 - pw), stride 1, its
+    output spread `stride` apart over the out_hw = (H, W) of dx (a 1x1 kernel, no padding, where stride > 1)."""
     n, cin, h, wd = (int(a) for a in x_shape)
     cout, _, kh, kw = (int(a) for a in w_shape)
     ph, pw = (int(p) for p in padding)
     sh, sw = (int(s) for s in stride)
+    up = 1
     if flip:
-        cout, ph, pw = int(w_shape[1]), kh - 1 - ph, kw - 1 - pw
-    return dict(CIN=cin, COUT=cout, H=h, W=wd, HO=(h + 2 * ph - kh) // sh + 1, WO=(wd + 2 * pw - kw) // sw + 1, KH=kh,
-                KW=kw, PH=ph, PW=pw, SH=sh, SW=sw)
+        cout, ph, pw, up, sh, sw = int(w_shape[1]), kh - 1 - ph, kw - 1 - pw, sh, 1, 1
+    ho, wo = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+    yh, yw = (int(a) for a in out_hw) if out_hw is not None else (ho * up, wo * up)
+    return dict(CIN=cin, COUT=cout, H=h, W=wd, HO=ho, WO=wo, KH=kh, KW=kw, PH=ph, PW=pw, SH=sh, SW=sw, UP=up, YH=yh,
+                YW=yw)
 
 
 def _smem_bytes(geo: dict, R: int, BN: int, item: int = 2) -> int:
@@ -199,9 +210,10 @@ def candidate_tiles(geo: dict, n: int, flip: bool = False, item: int = 2) -> lis
 
 def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) -> bool:
     """Whether conv_fprop_mma computes this call: bf16 x and w on the GPU (or float32 ones, on TF32 tensor cores,
-    when frost.backends.allow_tf32), both channels-last, any stride (1 for flip), dilation 1, groups 1, Cin a
-    multiple of 16, padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
-    flip: the input gradient (x = dy, whose channels must be a multiple of 16); FROST_CONV_DGRAD_MMA=0 switches that
+    when frost.backends.allow_tf32), both channels-last, any stride, dilation 1, groups 1, Cin a multiple of 16,
+    padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
+    flip: the input gradient (x = dy, whose channels must be a multiple of 16; stride 1, or a 1x1 kernel without
+    padding and with equal strides); FROST_CONV_DGRAD_MMA=0 switches that
     off alone (`choose` still runs it only where it times faster than cuDNN's input gradient)."""
     if os.environ.get("FROST_CONV_FPROP_MMA", "1") == "0":
         return False
@@ -209,7 +221,9 @@ def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) 
         return False
     if str(x.dtype) != str(w.dtype) or not _kernel_dtype(str(x.dtype)) or groups != 1 or x.ndim != 4:
         return False
-    if (flip and tuple(stride) != (1, 1)) or min(stride) < 1 or tuple(dilation) != (1, 1):
+    spread = flip and tuple(stride) != (1, 1)   # dgrad of a strided 1x1 convolution without padding only
+    if min(stride) < 1 or tuple(dilation) != (1, 1) or (spread and (tuple(w.shape[2:]) != (1, 1) or tuple(padding)
+                                                                     != (0, 0) or stride[0] != stride[1])):
         return False
     krsc = is_channels_last(w) or (w.shape[2] == w.shape[3] == 1 and w.flags.c_contiguous)   # 1x1: one memory order
     if not (is_channels_last(x) and krsc):
@@ -235,12 +249,13 @@ def launch(plan: FpropPlan, x, w, y, simulate: bool = False) -> None:
 
 def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False,
                        stride=(1, 1)):
-    """The convolution (with `stride`) of channels-last x by channels-last w (both bf16, or both float32: TF32) into `out`
-    (channels-last, their dtype, the output's shape); tiles: a plan's choices (default: what `choose` remembered, else the default plan). flip: the
-    input gradient of the convolution by w with `padding` instead, from x = dy, into out (x's original shape)."""
-    geo = geometry(x.shape, w.shape, padding, flip, stride)
+    """The convolution (with `stride`) of channels-last x by channels-last w (both bf16, or both float32: TF32) into
+    `out` (channels-last, their dtype, the output's shape); tiles: a plan's choices (default: what `choose`
+    remembered, else the default plan). flip: the input gradient of the convolution by w with `padding` and `stride`
+    instead, from x = dy, into out (x's original shape)."""
+    geo = geometry(x.shape, w.shape, padding, flip, stride, out.shape[2:])
     if tiles is None and not simulate:
-        hit = _choices.load().get(_key(x, w, padding, flip, stride))
+        hit = _choices.load().get(_key(x, w, padding, flip, stride, out.shape[2:]))
         tiles = hit.get("tiles") if hit else None
     plan = fprop_plan(geo, int(x.shape[0]), flip=flip, item=x.dtype.itemsize, **(tiles or {}))
     launch(plan, x, w, out, simulate=simulate)
@@ -252,8 +267,9 @@ _choices = RememberedTable("conv_fprop.json")   # next to cuDNN's tuned plans
 stats = {"choices": 0, "choose_seconds": 0.0}  # shapes decided, seconds spent (compiles and timings)
 
 
-def _key(x, w, padding, flip: bool = False, stride=(1, 1)) -> str:
+def _key(x, w, padding, flip: bool = False, stride=(1, 1), out_hw=None) -> str:
     strided = [[int(s) for s in stride]] if tuple(stride) != (1, 1) else []
+    strided += [[int(a) for a in out_hw]] if flip and strided else []   # dx of a strided convolution: its size
     return json.dumps([list(x.shape), list(w.shape), [int(p) for p in padding], str(x.dtype)] + strided
                       + (["dgrad"] if flip else []))
 
@@ -270,17 +286,17 @@ def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dty
         spec.cubin(arch)
 
 
-def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1)) -> bool:
-    """True when our kernel is faster than cuDNN's forward (or, flip, input gradient) at this shape (cudnn_fn() runs
-    cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output) against cuDNN, once
-    per shape, remembered (conv_wgrad.faster_than_cudnn)."""
+def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=None) -> bool:
+    """True when our kernel is faster than cuDNN's forward (or, flip, input gradient into an out_hw dx) at this shape
+    (cudnn_fn() runs cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output)
+    against cuDNN, once per shape, remembered (conv_wgrad.faster_than_cudnn)."""
     def time_ours():
-        geo = geometry(x.shape, w.shape, padding, flip, stride)
-        out = empty_like_format((int(x.shape[0]), geo["COUT"], geo["HO"], geo["WO"]), x)
+        geo = geometry(x.shape, w.shape, padding, flip, stride, out_hw)
+        out = empty_like_format((int(x.shape[0]), geo["COUT"], geo["YH"], geo["YW"]), x)
         tile_choices = candidate_tiles(geo, int(x.shape[0]), flip, x.dtype.itemsize)
         _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip, x.dtype)
         return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t, flip=flip,
                                                                     stride=stride)), t)
                     for t in tile_choices), key=lambda timed: timed[0])
 
-    return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride), time_ours, cudnn_fn, stats)
+    return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride, out_hw), time_ours, cudnn_fn, stats)

@@ -66,11 +66,29 @@ def test_simulated_strided_kernel_matches_float64(shape, stride, tiles, dtype):
     x, w, want = _inputs(*shape, seed=len(str(shape)), stride=stride)
     if dtype == "float32":   # TF32 sums of the bf16 values (exact in TF32 too)
         x, w = as_channels_last(x.astype(np.float32)), as_channels_last(w.astype(np.float32))
-    assert fm.supported(x, w, stride, shape[6], (1, 1), 1) and not fm.supported(x, w, stride, shape[6], (1, 1), 1,
-                                                                                 flip=True)
+    assert fm.supported(x, w, stride, shape[6], (1, 1), 1)
     out = as_channels_last(np.full(want.shape, np.nan, x.dtype))
     fm.conv2d_forward_gpu(x, w, shape[6], out, tiles=tiles, simulate=True, stride=stride)
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("h,w", [(8, 8), (7, 9)])   # dx of even size (its last row and column zero) and odd
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_simulated_input_gradient_of_a_strided_1x1_convolution(h, w, dtype):
+    import torch
+    rng = np.random.default_rng(h * w)
+    weight = (rng.standard_normal((32, 16, 1, 1)) / 4).astype(ml_dtypes.bfloat16)
+    dy = rng.standard_normal((2, 32, (h - 1) // 2 + 1, (w - 1) // 2 + 1)).astype(ml_dtypes.bfloat16)
+    want = torch.nn.grad.conv2d_input((2, 16, h, w), torch.tensor(weight.astype(np.float64)),
+                                      torch.tensor(dy.astype(np.float64)), stride=2).numpy()
+    dy, weight = as_channels_last(dy.astype(dtype)), as_channels_last(weight.astype(dtype))
+    assert fm.supported(dy, weight, (2, 2), (0, 0), (1, 1), 1, flip=True)
+    out = as_channels_last(np.full(want.shape, np.nan, dy.dtype))
+    fm.conv2d_forward_gpu(dy, weight, (0, 0), out, tiles=dict(R=2, WARPS=1), simulate=True, flip=True, stride=(2, 2))
+    assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
+    assert (out[:, :, 1::2] == 0).all() and (out[:, :, :, 1::2] == 0).all()   # no tap reaches the odd pixels
+    w3 = as_channels_last(np.zeros((32, 16, 3, 3), dy.dtype))
+    assert not fm.supported(dy, w3, (2, 2), (1, 1), (1, 1), 1, flip=True)   # a strided 3x3 one: cuDNN's
 
 
 # input gradients of stride-1 convolutions as forward ones (flip): (N, Cin, Cout, H, W, k, padding, plan keywords)
@@ -137,9 +155,9 @@ def test_simulated_tf32_input_gradient_matches_float64_of_tf32_operands(shape, t
 def test_plans_and_support(monkeypatch):
     geo = fm.geometry((32, 16, 32, 32), (16, 16, 3, 3), (1, 1))
     plan = fm.fprop_plan(geo, 32)
-    assert plan.consts["R"] == 2 and plan.grid == (512, 1) and plan.threads == 128 and plan.smem <= fm.MAX_SMEM
+    assert plan.consts["R"] == 2 and plan.grid == (512, 1) and plan.threads == 128 and plan.smem <= fm.smem_budget(2)
     big = fm.fprop_plan(fm.geometry((32, 64, 8, 8), (64, 64, 3, 3), (1, 1)), 32)
-    assert big.smem <= fm.MAX_SMEM and big.grid[1] * big.consts["BN"] >= 64
+    assert big.smem <= fm.smem_budget(2) and big.grid[1] * big.consts["BN"] >= 64
     x = as_channels_last(np.zeros((2, 16, 8, 8), ml_dtypes.bfloat16))
     w = as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16))
     assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1)
@@ -305,3 +323,32 @@ def test_gpu_tf32_forward_and_input_gradient_match_float64(cin, cout, h):
     dx = conv2d_backward_input(dyd, wd, x.shape, 1, 1)
     assert np.abs(cp.asnumpy(dx) - want_dx).max() <= 2 ** -9 * np.abs(want_dx).max()
     assert fm._choices.load().get(fm._key(xd, wd, (1, 1))) is not None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cin,cout,h", [(16, 32, 32), (32, 64, 16)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_gpu_input_gradient_of_the_strided_shortcuts_matches_torch_float64(cin, cout, h, dtype):
+    import cupy as cp
+    import torch
+
+    from frost.ops.conv import conv2d_backward_input
+    rng = np.random.default_rng(h)
+    w = (rng.standard_normal((cout, cin, 1, 1)) / 4).astype(ml_dtypes.bfloat16)
+    dy = rng.standard_normal((32, cout, h // 2, h // 2)).astype(ml_dtypes.bfloat16)
+    want = torch.nn.grad.conv2d_input((32, cin, h, h), torch.tensor(w.astype(np.float64)),
+                                      torch.tensor(dy.astype(np.float64)), stride=2).numpy()
+
+    def on_gpu(a):
+        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1)).astype(dtype)).transpose(0, 3, 1, 2)
+
+    dyd, wd = on_gpu(dy), on_gpu(w)
+    scale = np.abs(want).max()
+    geo = fm.geometry(dyd.shape, wd.shape, (0, 0), True, (2, 2), (h, h))
+    for t in fm.candidate_tiles(geo, 32, True, dyd.dtype.itemsize):
+        out = fm.conv2d_forward_gpu(dyd, wd, (0, 0), as_channels_last(cp.full(want.shape, cp.nan, dyd.dtype)),
+                                    tiles=t, flip=True, stride=(2, 2))
+        assert np.abs(cp.asnumpy(out).astype(np.float64) - want).max() <= 2 ** -8 * scale, t
+    dx = conv2d_backward_input(dyd, wd, want.shape, 2, 0)   # whichever `choose` picked
+    assert np.abs(cp.asnumpy(dx).astype(np.float64) - want).max() <= 2 ** -7 * scale
+    assert fm._choices.load().get(fm._key(dyd, wd, (0, 0), True, (2, 2), (h, h))) is not None
