@@ -42,6 +42,11 @@ Semantics (the simulator implements exactly these):
   every block reach every grid_sync; a block left waiting for seconds traps (the launch fails with a CUDA error
   instead of hanging). The simulator runs such a kernel's blocks side by side, barrier to barrier.
 - `cp_async16` copies land at `cp_wait`; the simulator performs them there, so a missing wait reads stale data.
+- `mma(c, a, b)` is the tensor-core step its fragments' types name: bf16/f16 a (8) and b (4) is `mma_16x8x16`;
+  f32 a (4) and b (2) is m16n8k8 on TF32 (the operands' low 13 mantissa bits dropped, as the hardware reads them;
+  fragments a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4), b0 (t, g), b1 (t + 4, g), g = lane // 4,
+  t = lane % 4), so one kernel source serves both element types. `ldmatrix_x4` / `ldmatrix_x2` (not `.trans`) of
+  a shared f32 tile fill f32 fragments: a row's 16 bytes are 4 values, lane (g, t) gets value (g, t) of each matrix.
 - Unassigned shared and local float arrays start as NaN in the simulator (garbage on the GPU).
 - Hopper warpgroup MMA (a kernel using any of these is compiled for sm_90a; other GPUs are an error):
   `d = wgmma_desc(tile, (row, col), SWIZZLE[, LBO, SBO])` is the i64 shared-memory matrix descriptor (PTX ISA "Matrix
