@@ -131,9 +131,6 @@ KERNELS = {"bfloat16": _fprop_kernel(bf16), "float32": _fprop_kernel(f32)}
 conv_fprop_mma = KERNELS["bfloat16"]
 
 
-
-
-
 @dataclass(frozen=True)
 class FpropPlan:
     """One launch of conv_fprop_mma: its Const values, grid and block."""

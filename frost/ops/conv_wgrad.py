@@ -588,20 +588,20 @@ def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, ou
 
 
 def candidates(g, x, w_shape, stride, padding) -> list[dict]:
-    """Tile choices `choose` times at this shape on the current GPU: the tensor-core kernel's for bf16 channels-last
-    operands it supports (on the H200 they beat the FFMA kernel's by about 2x at every seed shape, so those are not
-    compiled and timed too), else the FFMA kernel's, and for float32 channels-last operands with TF32 allowed the
-    tensor-core kernel's on TF32 as well."""
+    """Tile choices `choose` times at this shape on the current GPU: the tensor-core kernel's for channels-last
+    operands it supports, bf16 or float32 with TF32 allowed (on the H200 they beat the FFMA kernel's at every seed
+    shape, bf16 by about 2x, TF32 by 1.6x per step, so those are not compiled and timed too), else the FFMA
+    kernel's."""
     from frost import backends
-    from frost.ops import conv_wgrad_mma
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
-    sms, n, nhwc = _sm_count(_cupy().cuda.runtime.getDevice()), int(x.shape[0]), input_layout(g, x) == "nhwc"
-    if str(x.dtype) == "bfloat16" and nhwc:
-        tiles = conv_wgrad_mma.candidate_tiles(geo, n, sms)
+    sms = _sm_count(_cupy().cuda.runtime.getDevice())
+    tensor_cores = str(x.dtype) == "bfloat16" or (str(x.dtype) == "float32" and backends.allow_tf32)
+    if tensor_cores and input_layout(g, x) == "nhwc":
+        from frost.ops import conv_wgrad_mma
+        tiles = conv_wgrad_mma.candidate_tiles(geo, int(x.shape[0]), sms, item=x.dtype.itemsize)
         if tiles:
             return tiles
-    tf32 = str(x.dtype) == "float32" and nhwc and backends.allow_tf32
-    return (conv_wgrad_mma.candidate_tiles(geo, n, sms, item=4) if tf32 else []) + candidate_tiles(geo, n, sms)
+    return candidate_tiles(geo, int(x.shape[0]), sms)
 
 
 def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:

@@ -114,6 +114,13 @@ def test_simulated_input_gradient_matches_torch_float64(shape, tiles):
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
 
 
+def _on_gpu(a, dtype=None):
+    """A channels-last copy on the GPU ((N, H, W, C) memory seen as NCHW), in `dtype` when given."""
+    import cupy as cp
+    nhwc = np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+    return cp.asarray(nhwc if dtype is None else nhwc.astype(dtype)).transpose(0, 3, 1, 2)
+
+
 def _tf32(a):
     """float32 values as the tensor cores read TF32 operands (the low 13 mantissa bits dropped), in float64."""
     return (a.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
@@ -228,10 +235,8 @@ def test_gpu_strided_candidates_and_conv2d_match_float64(cin, cout, h, k, dtype)
     pad = (k // 2, k // 2)
     x, w, want = _inputs(32, cin, cout, h, h, k, pad, seed=h + k, stride=(2, 2))
 
-    def on_gpu(a):
-        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1)).astype(dtype)).transpose(0, 3, 1, 2)
 
-    xd, wd = on_gpu(x), on_gpu(w)
+    xd, wd = _on_gpu(x, dtype), _on_gpu(w, dtype)
     scale = np.abs(want).max()
     for t in fm.candidate_tiles(fm.geometry(xd.shape, wd.shape, pad, stride=(2, 2)), 32, item=xd.dtype.itemsize):
         out = fm.conv2d_forward_gpu(xd, wd, pad, as_channels_last(cp.empty(want.shape, xd.dtype)), tiles=t,
@@ -251,10 +256,8 @@ def test_gpu_candidates_and_conv2d_match_float64(cin, cout, h):
     from frost.ops.conv import conv2d_forward
     x, w, want = _inputs(32, cin, cout, h, h, 3, (1, 1), seed=h)
 
-    def on_gpu(a):
-        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
 
-    xd, wd = on_gpu(x), on_gpu(w)
+    xd, wd = _on_gpu(x), _on_gpu(w)
     scale = np.abs(want).max()
     for t in fm.candidate_tiles(fm.geometry(xd.shape, wd.shape, (1, 1)), 32):
         out = fm.conv2d_forward_gpu(xd, wd, (1, 1), as_channels_last(cp.empty(want.shape, xd.dtype)), tiles=t)
@@ -277,10 +280,8 @@ def test_gpu_input_gradients_match_torch_float64(cin, cout, h, monkeypatch):
     want = torch.nn.grad.conv2d_input(x.shape, torch.tensor(w.astype(np.float64)), torch.tensor(dy.astype(np.float64)),
                                       padding=1).numpy()
 
-    def on_gpu(a):
-        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
 
-    dyd, wd = on_gpu(dy), on_gpu(w)
+    dyd, wd = _on_gpu(dy), _on_gpu(w)
     scale = np.abs(want).max()
     for t in fm.candidate_tiles(fm.geometry(dyd.shape, wd.shape, (1, 1), True), 32, True):
         out = fm.conv2d_forward_gpu(dyd, wd, (1, 1), as_channels_last(cp.empty(x.shape, dyd.dtype)), tiles=t,
@@ -308,10 +309,8 @@ def test_gpu_tf32_forward_and_input_gradient_match_float64(cin, cout, h):
     want_dx = torch.nn.grad.conv2d_input(x.shape, torch.tensor(w.astype(np.float64)),
                                          torch.tensor(dy.astype(np.float64)), padding=1).numpy()
 
-    def on_gpu(a):
-        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
 
-    xd, wd, dyd = on_gpu(x), on_gpu(w), on_gpu(dy)
+    xd, wd, dyd = _on_gpu(x), _on_gpu(w), _on_gpu(dy)
     for src, want, flip in ((xd, want_y, False), (dyd, want_dx, True)):
         scale = np.abs(want).max()
         for t in fm.candidate_tiles(fm.geometry(src.shape, wd.shape, (1, 1), flip), 32, flip, item=4):
@@ -339,10 +338,8 @@ def test_gpu_input_gradient_of_the_strided_shortcuts_matches_torch_float64(cin, 
     want = torch.nn.grad.conv2d_input((32, cin, h, h), torch.tensor(w.astype(np.float64)),
                                       torch.tensor(dy.astype(np.float64)), stride=2).numpy()
 
-    def on_gpu(a):
-        return cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1)).astype(dtype)).transpose(0, 3, 1, 2)
 
-    dyd, wd = on_gpu(dy), on_gpu(w)
+    dyd, wd = _on_gpu(dy, dtype), _on_gpu(w, dtype)
     scale = np.abs(want).max()
     geo = fm.geometry(dyd.shape, wd.shape, (0, 0), True, (2, 2), (h, h))
     for t in fm.candidate_tiles(geo, 32, True, dyd.dtype.itemsize):
