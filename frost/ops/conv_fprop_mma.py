@@ -38,7 +38,7 @@ def _fprop_kernel(T):
                        W: Const[int], HO: Const[int], WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int],
                        PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0,
                        SH: Const[int] = 1, SW: Const[int] = 1, UP: Const[int] = 1, YH: Const[int] = 0,
-                       YW: Const[int] = 0):
+                       YW: Const[int] = 0, KSPLIT: Const[int] = 1):
         """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN
         ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride (SH, SW), CIN a multiple of 16,
         BN of 8.
@@ -46,8 +46,10 @@ def _fprop_kernel(T):
         FLIP=1: the input gradient of a stride-1 convolution as a forward one: x is dy, y is dx, and w is the
         original (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped.
         UP > 1 (with FLIP, a 1x1 kernel and no padding: the input gradient of a 1x1 convolution of stride UP): output
-        pixel (ho, wo) goes to (ho*UP, wo*UP) of the YH x YW dx, whose other pixels no tap reaches (zeros)."""
-        THREADS: Const[int] = WARPS * 32
+        pixel (ho, wo) goes to (ho*UP, wo*UP) of the YH x YW dx, whose other pixels no tap reaches (zeros).
+        KSPLIT > 1: KSPLIT groups of WARPS warps share the taps (group q takes taps q, q + KSPLIT, ...: a shorter chain
+        of dependent mma steps per warp) and group 0 adds the others' sums, in group order, before it stores."""
+        THREADS: Const[int] = WARPS * 32 * KSPLIT
         XR: Const[int] = (R - 1) * SH + KH           # x rows the tile needs
         XC: Const[int] = (WO - 1) * SW + KW          # x columns the tile needs
         MT: Const[int] = cdiv(R * WO, 16)            # m-tiles (pixels past the tile are computed, not stored)
@@ -58,6 +60,8 @@ def _fprop_kernel(T):
         launch_bounds(THREADS)
         xs = dynamic_shared(T, (XR * XC, CIN + VEC))
         ws = dynamic_shared(T, (BN, K + VEC), XR * XC * (CIN + VEC) * ITEM)
+        wm = warp % WARPS   # this warp's m-tiles: wm, wm + WARPS, ...
+        part = warp // WARPS
         img = bx // ROW_TILES
         ho0 = bx % ROW_TILES * R
         co0 = by * BN
@@ -98,26 +102,40 @@ def _fprop_kernel(T):
                 for q in static_range(4):
                     acc[i, j, q] = 0.0
         for tap in static_range(KH * KW):
-            for kc in static_range(CIN // KSTEP):
+            if tap % KSPLIT == part:   # the same for the whole warp
+                for kc in static_range(CIN // KSTEP):
+                    for j in static_range(NTB):
+                        ldmatrix_x2(bq[j], ws, (j * 8 + lane % 8, tap * CIN + kc * KSTEP + lane // 8 % 2 * VEC))
+                    for i in static_range(MTW):
+                        mt = wm + i * WARPS
+                        if mt < MT:   # the same for the whole warp
+                            p = min(mt * 16 + lane % 16, R * WO - 1)   # rows past the tile repeat its last pixel
+                            ldmatrix_x4(af, xs, ((p // WO * SH + tap // KW) * XC + p % WO * SW + tap % KW,
+                                                 kc * KSTEP + lane // 16 * VEC))
+                            for j in static_range(NTB):
+                                mma(acc[i, j], af, bq[j])
+        if KSPLIT > 1:   # the other groups' sums into group 0's, in group order
+            sums = dynamic_shared(f32, (KSPLIT, WARPS * 32, MTW * NTB * 4),
+                                  (XR * XC * (CIN + VEC) + BN * (K + VEC)) * ITEM)
+            for i in static_range(MTW):
                 for j in static_range(NTB):
-                    ldmatrix_x2(bq[j], ws, (j * 8 + lane % 8, tap * CIN + kc * KSTEP + lane // 8 % 2 * VEC))
-                for i in static_range(MTW):
-                    mt = warp + i * WARPS
-                    if mt < MT:   # the same for the whole warp
-                        p = min(mt * 16 + lane % 16, R * WO - 1)   # rows past the tile repeat its last pixel
-                        ldmatrix_x4(af, xs, ((p // WO * SH + tap // KW) * XC + p % WO * SW + tap % KW,
-                                             kc * KSTEP + lane // 16 * VEC))
-                        for j in static_range(NTB):
-                            mma(acc[i, j], af, bq[j])
+                    for q in static_range(4):
+                        sums[part, wm * 32 + lane, (i * NTB + j) * 4 + q] = acc[i, j, q]
+            syncthreads()
+            for i in static_range(MTW):
+                for j in static_range(NTB):
+                    for q in static_range(4):
+                        for o in static_range(1, KSPLIT):
+                            acc[i, j, q] += sums[o, wm * 32 + lane, (i * NTB + j) * 4 + q]
         g = lane // 4
         t = lane % 4
         for i in static_range(MTW):
-            mt = warp + i * WARPS
+            mt = wm + i * WARPS
             for j in static_range(NTB):
                 for q in static_range(4):
                     p = mt * 16 + g + 8 * (q // 2)
                     co = co0 + j * 8 + 2 * t + q % 2
-                    if mt < MT and p < R * WO and ho0 + p // WO < HO and co < COUT:
+                    if part == 0 and mt < MT and p < R * WO and ho0 + p // WO < HO and co < COUT:
                         for a in static_range(UP):
                             for b in static_range(UP):
                                 oh = (ho0 + p // WO) * UP + a
@@ -140,7 +158,8 @@ class FpropPlan:
     smem: int
 
     def tiles(self) -> dict:
-        return {"R": self.consts["R"], "BN": self.consts["BN"], "WARPS": self.consts["WARPS"]}
+        c = self.consts
+        return {"R": c["R"], "BN": c["BN"], "WARPS": c["WARPS"]} | ({"KSPLIT": c["KSPLIT"]} if c["KSPLIT"] > 1 else {})
 
 
 def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False, stride=(1, 1), out_hw=None) -> dict:
@@ -170,11 +189,11 @@ def _smem_bytes(geo: dict, R: int, BN: int, item: int = 2) -> int:
 
 
 def fprop_plan(geo: dict, n: int, R: int | None = None, BN: int | None = None, WARPS: int | None = None,
-               flip: bool = False, item: int = 2) -> FpropPlan:
+               flip: bool = False, item: int = 2, KSPLIT: int = 1) -> FpropPlan:
     """A launch plan: R output rows per block (default: about 64 pixels), BN output channels per block (default: all
     that fit in shared memory, at most 64), WARPS warps (default: one per m-tile, at most 4); flip: an input
     gradient (geo is then that of the forward convolution it runs as: geometry(..., flip=True)); item: bytes per
-    element (2: bf16, 4: f32 on TF32)."""
+    element (2: bf16, 4: f32 on TF32); KSPLIT groups of warps share the taps."""
     ho, wo = geo["HO"], geo["WO"]
     R = min(ho, R or max(1, 64 // wo))
     BN = BN or min(64, cdiv(geo["COUT"], 8) * 8)
@@ -184,24 +203,29 @@ def fprop_plan(geo: dict, n: int, R: int | None = None, BN: int | None = None, W
         R //= 2
     mt = cdiv(R * wo, 16)
     WARPS = min(WARPS or 4, mt)
-    consts = dict(geo, R=R, BN=BN, WARPS=WARPS, FLIP=int(flip))
-    return FpropPlan(consts, (n * cdiv(ho, R), cdiv(geo["COUT"], BN)), 32 * WARPS, _smem_bytes(geo, R, BN, item))
+    consts = dict(geo, R=R, BN=BN, WARPS=WARPS, FLIP=int(flip), KSPLIT=KSPLIT)
+    sums = 4 * KSPLIT * WARPS * 32 * cdiv(mt, WARPS) * (BN // 8) * 4 if KSPLIT > 1 else 0   # the groups' sums
+    return FpropPlan(consts, (n * cdiv(ho, R), cdiv(geo["COUT"], BN)), 32 * WARPS * KSPLIT,
+                     _smem_bytes(geo, R, BN, item) + sums)
 
 
 def candidate_tiles(geo: dict, n: int, flip: bool = False, item: int = 2) -> list[dict]:
     """The default plan and neighbours (shorter or longer tiles; shorter ones with the same channels per block; for
-    16 or more output channels per block, half of them), deduplicated: each is compiled and timed at a cold start."""
+    16 or more output channels per block, half of them; where a warp would chain 18 or more mma steps, the taps
+    shared by 2 or 3 groups of warps), deduplicated: each is compiled and timed at a cold start."""
     base = fprop_plan(geo, n, flip=flip, item=item)
     r, bn = base.consts["R"], base.consts["BN"]
-    options = [base.tiles(), fprop_plan(geo, n, R=max(1, r // 2), flip=flip, item=item).tiles(),
-               fprop_plan(geo, n, R=2 * r, flip=flip, item=item).tiles(),
-               fprop_plan(geo, n, R=max(1, r // 2), BN=bn, flip=flip, item=item).tiles()]
+    plans = [base, fprop_plan(geo, n, R=max(1, r // 2), flip=flip, item=item),
+             fprop_plan(geo, n, R=2 * r, flip=flip, item=item),
+             fprop_plan(geo, n, R=max(1, r // 2), BN=bn, flip=flip, item=item)]
     if bn >= 16:   # wide outputs: also half the channels per block (twice the blocks)
-        options.append(fprop_plan(geo, n, BN=bn // 2, flip=flip, item=item).tiles())
+        plans.append(fprop_plan(geo, n, BN=bn // 2, flip=flip, item=item))
+    if geo["KH"] * geo["KW"] * geo["CIN"] * item // 32 >= 18:   # mma steps per warp (16 bf16 or 8 f32 deep)
+        plans += [fprop_plan(geo, n, flip=flip, item=item, KSPLIT=k) for k in (2, 3)]
     unique = []
-    for o in options:
-        if o not in unique and _smem_bytes(geo, o["R"], o["BN"], item) <= smem_budget(item):
-            unique.append(o)
+    for plan in plans:
+        if plan.tiles() not in unique and plan.smem <= smem_budget(item):
+            unique.append(plan.tiles())
     return unique
 
 

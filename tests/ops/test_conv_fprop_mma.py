@@ -38,6 +38,8 @@ CASES = [
     ((1, 16, 8, 4, 8, 1, (0, 0)), dict(R=4, WARPS=2)),             # 1x1
     ((1, 16, 16, 5, 7, (1, 3), (0, 1)), dict(R=3, WARPS=2)),       # 1x3, 21-pixel tiles
     ((2, 16, 16, 6, 6, 3, (0, 0)), {}),                            # no padding: 4x4 out, defaults
+    ((1, 32, 24, 6, 8, 3, (1, 1)), dict(R=3, BN=16, WARPS=1, KSPLIT=2)),   # taps shared by 2 groups of warps
+    ((2, 16, 16, 5, 7, (1, 3), (0, 1)), dict(R=3, WARPS=2, KSPLIT=3)),    # ... by 3: one tap each
 ]
 
 
@@ -56,7 +58,7 @@ def test_simulated_kernel_matches_float64(shape, tiles):
 STRIDED_CASES = [
     ((2, 16, 32, 7, 7, 3, (1, 1)), (2, 2), dict(R=3, BN=16, WARPS=1)),
     ((2, 16, 32, 8, 8, 1, (0, 0)), (2, 2), {}),
-    ((1, 32, 16, 8, 6, 3, (1, 1)), (2, 2), dict(R=2, WARPS=1)),
+    ((1, 32, 16, 8, 6, 3, (1, 1)), (2, 2), dict(R=2, WARPS=1, KSPLIT=2)),
 ]
 
 
@@ -97,6 +99,7 @@ FLIP_CASES = [
     ((1, 24, 32, 6, 8, 3, (1, 1)), dict(R=3, BN=16, WARPS=1)),     # dx channels 24 = 16 + 8; dy channels 32
     ((1, 8, 16, 5, 7, (1, 3), (0, 1)), dict(R=3, WARPS=2)),        # 1x3, dx channels 8
     ((2, 16, 16, 6, 6, 3, (0, 0)), {}),                            # no padding: dy 4x4, dx 6x6
+    ((1, 24, 32, 6, 8, 3, (1, 1)), dict(R=3, BN=16, WARPS=2, KSPLIT=3)),
 ]
 
 
