@@ -13,7 +13,7 @@ from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commi
                           warp)
 from frost.layout import empty_like_format, is_channels_last
 from frost.ops.conv_wgrad import _flat, faster_than_cudnn
-from frost.ops.conv_wgrad_mma import smem_budget
+from frost.ops.conv_wgrad_mma import has_mma, smem_budget
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
 # GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (steps of 16 bf16 or 8 f32
@@ -241,6 +241,8 @@ def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) 
     if flip and os.environ.get("FROST_CONV_DGRAD_MMA", "1") == "0":
         return False
     if str(x.dtype) != str(w.dtype) or not _kernel_dtype(str(x.dtype)) or groups != 1 or x.ndim != 4:
+        return False
+    if not has_mma(x):   # before Ampere: no bf16 or TF32 mma.sync
         return False
     spread = flip and tuple(stride) != (1, 1)   # dgrad of a strided 1x1 convolution without padding only
     if min(stride) < 1 or tuple(dilation) != (1, 1) or (spread and (tuple(w.shape[2:]) != (1, 1) or tuple(padding)

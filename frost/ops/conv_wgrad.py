@@ -590,14 +590,14 @@ def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, ou
 def candidates(g, x, w_shape, stride, padding) -> list[dict]:
     """Tile choices `choose` times at this shape on the current GPU: the tensor-core kernel's for channels-last
     operands it supports, bf16 or float32 with TF32 allowed (on the H200 they beat the FFMA kernel's at every seed
-    shape, bf16 by about 2x, TF32 by 1.6x per step, so those are not compiled and timed too), else the FFMA
-    kernel's."""
+    shape, bf16 by about 2x, TF32 by 1.6x per step, so those are not compiled and timed too) on a GPU that has
+    them (Ampere or newer), else the FFMA kernel's."""
     from frost import backends
+    from frost.ops import conv_wgrad_mma  # it builds on this module
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
     sms = _sm_count(_cupy().cuda.runtime.getDevice())
     tensor_cores = str(x.dtype) == "bfloat16" or (str(x.dtype) == "float32" and backends.allow_tf32)
-    if tensor_cores and input_layout(g, x) == "nhwc":
-        from frost.ops import conv_wgrad_mma
+    if tensor_cores and input_layout(g, x) == "nhwc" and conv_wgrad_mma.has_mma(x):
         tiles = conv_wgrad_mma.candidate_tiles(geo, int(x.shape[0]), sms, item=x.dtype.itemsize)
         if tiles:
             return tiles

@@ -3,6 +3,8 @@ float32 sums): a candidate that conv_wgrad.choose times against its FFMA kernel 
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
                           gdx, i32, kernel, lane, launch_bounds, ldmatrix_x2_trans, ldmatrix_x4_trans, local, mma,
                           static_range, syncthreads, tx, warp)
@@ -194,6 +196,15 @@ conv_wgrad_mma = KERNELS["bfloat16"]
 
 
 MAX_SMEM = 48 * 1024   # bytes of shared memory a bf16 block may use (without opting in)
+
+
+def has_mma(a) -> bool:
+    """Whether the GPU holding array `a` runs mma.sync on bf16 and TF32 operands (compute capability 8.0 or newer);
+    True for a NumPy array (the simulator runs these kernels anywhere)."""
+    if isinstance(a, np.ndarray):
+        return True
+    from frost.kernel.compile import device_arch
+    return int(device_arch(a.device.id)[len("sm_"):].rstrip("a")) >= 80
 
 
 def smem_budget(item: int) -> int:

@@ -139,6 +139,22 @@ def test_channels_last_shapes_time_only_the_tensor_core_candidates(monkeypatch):
     assert all("kernel" not in t for t in cw.candidates(gn, xn, w_shape, 1, 1))     # NCHW bf16: the FFMA kernel
 
 
+def test_tensor_core_kernels_need_an_ampere_or_newer_gpu(monkeypatch):
+    from frost.kernel import compile as kernel_compile
+    from frost.ops import conv_fprop_mma as fm
+    on_gpu = type("GpuArray", (), {"device": type("Device", (), {"id": 0})()})()
+    monkeypatch.setattr(kernel_compile, "device_arch", lambda device=None: "sm_75")   # Turing: no bf16/TF32 mma
+    assert not mma.has_mma(on_gpu)
+    for arch in ("sm_80", "sm_90", "sm_90a"):
+        monkeypatch.setattr(kernel_compile, "device_arch", lambda device=None, arch=arch: arch)
+        assert mma.has_mma(on_gpu)
+    assert mma.has_mma(np.zeros(2))   # the simulator
+    monkeypatch.setattr(fm, "has_mma", lambda a: False)
+    x = as_channels_last(np.zeros((2, 16, 8, 8), ml_dtypes.bfloat16))
+    assert not fm.supported(x, as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16)), (1, 1), (1, 1),
+                            (1, 1), 1)
+
+
 def _deferred_and_immediate(cases):
     """dW of each case by deferred launches (each carrying the one before) and by immediate ones, both simulated."""
     deferred, immediate = [], []
