@@ -9,6 +9,7 @@ from frost.layout import as_channels_last
 from frost.ops import conv_wgrad as cw
 from frost.ops import conv_wgrad_mma as mma
 
+from test_conv_fprop_mma import _tf32
 from test_conv_wgrad import SEED_SHAPES, _inputs, wgrad64
 
 
@@ -46,11 +47,6 @@ def test_simulated_kernel_matches_float64(shape, tiles, krsc):
         out = as_channels_last(out)
     cw.launch(plan, g, x, out, simulate=True)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
-
-
-def _tf32(a):
-    """float32 values as the tensor cores read TF32 operands (the low 13 mantissa bits dropped)."""
-    return (a.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 @pytest.mark.parametrize("shape,tiles", CASES)
