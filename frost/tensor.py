@@ -237,6 +237,7 @@ class Tensor:
 
     # ------------------------------------------------------------ in-place (no autograd; for optimizers/init)
     def _inplace_check(self, what: str) -> None:
+        self.__dict__.pop("_channel_stats", None)   # statistics a convolution made of the old values are stale
         if self.requires_grad and autograd.is_grad_enabled():
             if self._ctx is None:
                 raise RuntimeError(f"{what}: a leaf tensor that requires grad is used in an in-place operation; "
@@ -474,6 +475,7 @@ class Tensor:
                                "not recorded on the tape (its gradient would be lost); build the result with "
                                "frost.where or cat instead, or assign value.detach()")
         index = shape_ops.raw_index(index)
+        self.__dict__.pop("_channel_stats", None)
         self.data[index] = value.data if isinstance(value, Tensor) else value
 
 

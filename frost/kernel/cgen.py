@@ -576,7 +576,7 @@ class CGen:
             return self.array_view(node)
         name = f.id if isinstance(f, ast.Name) else f.attr
         t = self.type(node)
-        if isinstance(t, Scalar) and name in ("f32", "f16", "bf16", "f64", "i32", "i64", "u32", "u8", "bool"):
+        if isinstance(t, Scalar) and id(node) in self.fn.casts:
             return self.ex(node.args[0], t)
         m = getattr(self, "c_" + name, None)
         if m is not None:

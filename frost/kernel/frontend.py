@@ -62,6 +62,7 @@ class Checked:
         self.param_positions: list[int] = []  # which call arguments are runtime parameters (not Const)
         self.locals: dict[str, Local] = {}
         self.callees: dict[int, "Checked"] = {}  # id(call node) -> device function
+        self.casts: set[int] = set()  # id(call node) of casts, whatever name the type has there (T(x) in a factory)
         self.ret = None
         self.has_yield = False       # uses barriers or warp operations (the simulator's generators)
         self.uses_dyn_smem = False
@@ -694,6 +695,7 @@ class Checker:
         return [self.expr(a) for a in node.args]
 
     def call_cast(self, node, t):
+        self.out.casts.add(id(node))
         (a,) = self.args(node, 1, t.name)
         self.scalar(a, node.args[0])
         v = self.out.values.get(id(node.args[0]))

@@ -503,7 +503,7 @@ class PyGen:
             return f"{self.ex(f.value)}.tile({r}, {c}, {i}, {j})"
         name = _fname(node)
         t = self.type(node)
-        if isinstance(t, Scalar) and name in ("f32", "f16", "bf16", "f64", "i32", "i64", "u32", "u8", "bool"):
+        if isinstance(t, Scalar) and id(node) in self.fn.casts:
             return self.ex(node.args[0], t)
         m = getattr(self, "p_" + name, None)
         if m is not None:

@@ -215,6 +215,12 @@ def _dense(array, xp):
 
 def conv2d_forward(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=None):
     """The convolution of raw arrays x (N, C, H, W) and w (Cout, C/groups, kh, kw); returns (N, Cout, Ho, Wo)."""
+    return conv2d_forward_stats(x, w, stride, padding, dilation, groups, bias, stats=False)[0]
+
+
+def conv2d_forward_stats(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=None, stats: bool = True):
+    """conv2d_forward, returning (y, conv_fprop_mma.ChannelStats of y or None): stats asks our forward kernel, where it
+    runs (bias None), to make batch norm's partial statistics of y in its epilogue."""
     geo = geometry(x.shape, w.shape, stride, padding, dilation, groups)
     cudnn_args = _cudnn_args(x, geo)
     if cudnn_args is not None:
@@ -222,17 +228,20 @@ def conv2d_forward(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=
         from frost.ops import conv_fprop_mma
         xp = _xp(x)
         x, w, y_shape = _dense(x, xp), _dense(w, xp), (geo.n, geo.cout, geo.ho, geo.wo)
+        stats = stats and bias is None
+        made = None
         # our tensor-core kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
         if conv_fprop_mma.supported(x, w, *cudnn_args, groups) and conv_fprop_mma.choose(
-                x, w, cudnn_args[1], lambda: cudnn.conv2d_forward(x, w, y_shape, *cudnn_args), stride=cudnn_args[0]):
-            out = conv_fprop_mma.conv2d_forward_gpu(x, w, cudnn_args[1], empty_like_format(y_shape, x),
-                                                    stride=cudnn_args[0])
+                x, w, cudnn_args[1], lambda: cudnn.conv2d_forward(x, w, y_shape, *cudnn_args), stride=cudnn_args[0],
+                with_stats=stats):
+            out, made = conv_fprop_mma.conv2d_forward_gpu_stats(x, w, cudnn_args[1], empty_like_format(y_shape, x),
+                                                                stride=cudnn_args[0], stats=stats)
         else:
             out = cudnn.conv2d_forward(x, w, y_shape, *cudnn_args)
         if bias is not None:
             out += bias.reshape(1, -1, 1, 1)
-        return out
-    return _forward_from_cols(im2col(x, geo), w, geo, bias)
+        return out, made
+    return _forward_from_cols(im2col(x, geo), w, geo, bias), None
 
 
 def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1):
@@ -356,13 +365,14 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     xa, wa = x.data.astype(cdt, copy=False), weight.data.astype(cdt, copy=False)
     ba = None if bias is None else bias.data.astype(cdt, copy=False)
     conv_args = (stride, padding, dilation, groups)
-    cols = None
+    cols = stats = None
     if isinstance(xa, np.ndarray) and weight.requires_grad:
         # on the CPU the im2col columns are kept for the weight gradient instead of being rebuilt
         cols = im2col(xa, geo)
         out = _forward_from_cols(cols, wa, geo, ba)
     else:
-        out = conv2d_forward(xa, wa, *conv_args, bias=ba)
+        # in training (gradients wanted) batch norm usually follows: our kernel makes its statistics on the way
+        out, stats = conv2d_forward_stats(xa, wa, *conv_args, bias=ba, stats=weight.requires_grad and is_grad_enabled())
         if weight.requires_grad and is_grad_enabled():
             _prefetch_weight_gradient(out, xa, wa, geo)
     out_dtype = x.data.dtype
@@ -394,4 +404,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
             gb = g.sum(axis=(0, 2, 3), out=dest).astype(out_dtype, copy=False)
         return gx, gw, gb
 
-    return from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d")
+    result = from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d")
+    if stats is not None and result.data is stats.y:
+        result._channel_stats = stats   # batch_norm_act reads them (frost.ops.norm.conv_stats_of)
+    return result

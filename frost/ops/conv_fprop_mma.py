@@ -6,11 +6,13 @@ import json
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
-from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, dynamic_shared, f32, kernel,
-                          lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma, static_range, syncthreads, tx,
-                          warp)
+from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
+                          gdx, kernel, lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma, shared, shfl_xor,
+                          static_range, syncthreads, tx, warp)
 from frost.layout import empty_like_format, is_channels_last
 from frost.ops.conv_wgrad import _flat, faster_than_cudnn
 from frost.ops.conv_wgrad_mma import has_mma, smem_budget
@@ -24,6 +26,35 @@ from frost.ops.conv_wgrad_mma import has_mma, smem_budget
 # its own pixel's halo row for the tap (the im2col gather costs nothing) and B straight from the weight rows.
 
 PAD_BYTES = 16   # after each shared row: the 8 rows an ldmatrix reads fall in 8 bank groups
+STATS_SLOTS = 4 * 64   # the tile statistics' shared sums: one per (warp of group 0 (at most 4), channel (at most 64))
+
+
+@device
+def _tile_channel_sums(acc, center, sums, wm, write, MT, tile_pixels, SQUARES: Const[int], MTW: Const[int],
+                       NTB: Const[int], WARPS: Const[int]):
+    """sums[wm * BN + n] = the sum over this warp's pixels of the tile of y (SQUARES=0) or of (y - center[n])^2
+    (SQUARES=1) for each of the block's BN = NTB * 8 channels n, y = acc: the lanes of one channel (those of equal
+    lane % 4) meet by shuffles; lanes 0..3 write, when `write` (the warps of group 0, which hold the sums)."""
+    g = lane // 4
+    t = lane % 4
+    for j in static_range(NTB):
+        for b in static_range(2):
+            n = j * 8 + 2 * t + b
+            s = 0.0
+            for i in static_range(MTW):
+                mt = wm + i * WARPS
+                for h in static_range(2):
+                    p = mt * 16 + g + 8 * h
+                    if mt < MT and p < tile_pixels:
+                        v = acc[i, j, 2 * h + b]
+                        if SQUARES:
+                            v = (v - center[n]) * (v - center[n])
+                        s += v
+            s += shfl_xor(s, 4)
+            s += shfl_xor(s, 8)
+            s += shfl_xor(s, 16)
+            if write and g == 0:
+                sums[wm * NTB * 8 + n] = s
 
 
 def _fprop_kernel(T):
@@ -34,11 +65,12 @@ def _fprop_kernel(T):
     KSTEP = 2 * VEC              # k per mma step: 16 bf16 or 8 f32 channels of one tap
 
     @kernel
-    def conv_fprop_mma(x: Array[T], w: Array[T], y: Array[T], CIN: Const[int], COUT: Const[int], H: Const[int],
-                       W: Const[int], HO: Const[int], WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int],
-                       PW: Const[int], R: Const[int], BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0,
-                       SH: Const[int] = 1, SW: Const[int] = 1, UP: Const[int] = 1, YH: Const[int] = 0,
-                       YW: Const[int] = 0, KSPLIT: Const[int] = 1):
+    def conv_fprop_mma(x: Array[T], w: Array[T], y: Array[T], part_mean: Array[f32], part_m2: Array[f32],
+                       CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
+                       WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int], PW: Const[int], R: Const[int],
+                       BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0, SH: Const[int] = 1,
+                       SW: Const[int] = 1, UP: Const[int] = 1, YH: Const[int] = 0, YW: Const[int] = 0,
+                       KSPLIT: Const[int] = 1, STATS: Const[int] = 0):
         """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN
         ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride (SH, SW), CIN a multiple of 16,
         BN of 8.
@@ -48,7 +80,10 @@ def _fprop_kernel(T):
         UP > 1 (with FLIP, a 1x1 kernel and no padding: the input gradient of a 1x1 convolution of stride UP): output
         pixel (ho, wo) goes to (ho*UP, wo*UP) of the YH x YW dx, whose other pixels no tap reaches (zeros).
         KSPLIT > 1: KSPLIT groups of WARPS warps share the taps (group q takes taps q, q + KSPLIT, ...: a shorter chain
-        of dependent mma steps per warp) and group 0 adds the others' sums, in group order, before it stores."""
+        of dependent mma steps per warp) and group 0 adds the others' sums, in group order, before it stores.
+        STATS=1 (HO a multiple of R: every pixel of a tile is in the image): the block also stores the mean and the
+        sum of squared deviations (M2) of each of its channels over its R * WO pixels, of y as stored (rounded to T),
+        at part_mean / part_m2[channel * gdx + bx]: batch norm's partial statistics, an exact two-pass."""
         THREADS: Const[int] = WARPS * 32 * KSPLIT
         XR: Const[int] = (R - 1) * SH + KH           # x rows the tile needs
         XC: Const[int] = (WO - 1) * SW + KW          # x columns the tile needs
@@ -127,6 +162,29 @@ def _fprop_kernel(T):
                     for q in static_range(4):
                         for o in static_range(1, KSPLIT):
                             acc[i, j, q] += sums[o, wm * 32 + lane, (i * NTB + j) * 4 + q]
+        if STATS:
+            for i in static_range(MTW):
+                for j in static_range(NTB):
+                    for q in static_range(4):
+                        acc[i, j, q] = f32(T(acc[i, j, q]))   # y's values as stored
+            tile_sums = shared(f32, STATS_SLOTS)
+            center = shared(f32, STATS_SLOTS // 4)
+            _tile_channel_sums(acc, center, tile_sums, wm, part == 0, MT, R * WO, 0, MTW, NTB, WARPS)
+            syncthreads()
+            if tx < BN:
+                total = 0.0
+                for wk in static_range(WARPS):
+                    total += tile_sums[wk * BN + tx]
+                center[tx] = total / f32(R * WO)
+            syncthreads()
+            _tile_channel_sums(acc, center, tile_sums, wm, part == 0, MT, R * WO, 1, MTW, NTB, WARPS)
+            syncthreads()
+            if tx < BN and co0 + tx < COUT:
+                m2 = 0.0
+                for wk in static_range(WARPS):
+                    m2 += tile_sums[wk * BN + tx]
+                part_mean[(co0 + tx) * gdx + bx] = center[tx]
+                part_m2[(co0 + tx) * gdx + bx] = m2
         g = lane // 4
         t = lane % 4
         for i in static_range(MTW):
@@ -263,11 +321,55 @@ def _kernel_dtype(dtype: str) -> bool:
     return dtype == "bfloat16" or (dtype == "float32" and backends.allow_tf32)
 
 
-def launch(plan: FpropPlan, x, w, y, simulate: bool = False) -> None:
+@dataclass(frozen=True)
+class ChannelStats:
+    """Batch norm's partial statistics of a convolution's output y, made by the convolution's epilogue: the mean and
+    the sum of squared deviations (M2) of channel c over split s (`chunk` values of y: a block's tile) at
+    part_mean / part_m2[c * splits + s] (float32)."""
+    y: object
+    part_mean: object
+    part_m2: object
+    splits: int
+    chunk: int
+
+
+_unused: dict = {}
+
+
+def _no_stats(y):
+    """A float32 array for part_mean / part_m2 of a launch without STATS (never touched)."""
+    if isinstance(y, np.ndarray):
+        return np.empty(1, np.float32)
+    key = y.device.id
+    if key not in _unused:
+        import cupy
+        _unused[key] = cupy.empty(1, cupy.float32)
+    return _unused[key]
+
+
+def makes_stats(plan: FpropPlan) -> bool:
+    """Whether `plan` can make batch norm's partial statistics: a forward whose tiles are whole (HO a multiple of R)."""
+    return not plan.consts["FLIP"] and plan.consts["HO"] % plan.consts["R"] == 0
+
+
+def channel_stats_for(plan: FpropPlan, y) -> ChannelStats | None:
+    """Buffers for the statistics of y that `plan` makes (None where it cannot: makes_stats)."""
+    c = plan.consts
+    if not makes_stats(plan):
+        return None
+    xp = np if isinstance(y, np.ndarray) else __import__("cupy")
+    splits = plan.grid[0]
+    return ChannelStats(y, xp.empty(c["COUT"] * splits, xp.float32), xp.empty(c["COUT"] * splits, xp.float32),
+                        splits, c["R"] * c["WO"])
+
+
+def launch(plan: FpropPlan, x, w, y, simulate: bool = False, stats: ChannelStats | None = None) -> None:
     """y (channels-last, x's dtype, written) = the convolution of x by w on the current stream (or in the
-    simulator)."""
+    simulator); stats (from channel_stats_for): their partials written too."""
     kern = KERNELS[str(x.dtype)].simulate if simulate else KERNELS[str(x.dtype)]
-    kern[plan.grid, plan.threads, plan.smem](_flat(x, True), _flat(w, True), _flat(y, True), **plan.consts)
+    parts = (stats.part_mean, stats.part_m2) if stats is not None else (_no_stats(y),) * 2
+    kern[plan.grid, plan.threads, plan.smem](_flat(x, True), _flat(w, True), _flat(y, True), *parts, **plan.consts,
+                                             STATS=int(stats is not None))
 
 
 def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False,
@@ -276,13 +378,21 @@ def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: 
     `out` (channels-last, their dtype, the output's shape); tiles: a plan's choices (default: what `choose`
     remembered, else the default plan). flip: the input gradient of the convolution by w with `padding` and `stride`
     instead, from x = dy, into out (x's original shape)."""
+    return conv2d_forward_gpu_stats(x, w, padding, out, tiles, simulate, flip, stride, stats=False)[0]
+
+
+def conv2d_forward_gpu_stats(x, w, padding, out, tiles: dict | None = None, simulate: bool = False,
+                             flip: bool = False, stride=(1, 1), stats: bool = True) -> tuple:
+    """conv2d_forward_gpu, returning (out, ChannelStats of out or None): stats (a forward only) asks for batch norm's
+    partial statistics of out from the epilogue, made where the plan's tiles allow (channel_stats_for)."""
     geo = geometry(x.shape, w.shape, padding, flip, stride, out.shape[2:])
     if tiles is None and not simulate:
-        hit = _choices.load().get(_key(x, w, padding, flip, stride, out.shape[2:]))
+        hit = _choices.load().get(_key(x, w, padding, flip, stride, out.shape[2:], stats))
         tiles = hit.get("tiles") if hit else None
     plan = fprop_plan(geo, int(x.shape[0]), flip=flip, item=x.dtype.itemsize, **(tiles or {}))
-    launch(plan, x, w, out, simulate=simulate)
-    return out
+    made = channel_stats_for(plan, out) if stats and not flip else None
+    launch(plan, x, w, out, simulate=simulate, stats=made)
+    return out, made
 
 
 # ------------------------------------------------------------------ choosing between ours and cuDNN, remembered
@@ -290,36 +400,42 @@ _choices = RememberedTable("conv_fprop.json")   # next to cuDNN's tuned plans
 stats = {"choices": 0, "choose_seconds": 0.0}  # shapes decided, seconds spent (compiles and timings)
 
 
-def _key(x, w, padding, flip: bool = False, stride=(1, 1), out_hw=None) -> str:
+def _key(x, w, padding, flip: bool = False, stride=(1, 1), out_hw=None, stats: bool = False) -> str:
     strided = [[int(s) for s in stride]] if tuple(stride) != (1, 1) else []
     strided += [[int(a) for a in out_hw]] if flip and strided else []   # dx of a strided convolution: its size
     return json.dumps([list(x.shape), list(w.shape), [int(p) for p in padding], str(x.dtype)] + strided
-                      + (["dgrad"] if flip else []))
+                      + (["dgrad"] if flip else []) + (["stats"] if stats and not flip else []))
 
 
-def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype) -> None:
+def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False) -> None:
     """Compile the candidates on the background compile threads, all at once, before they are timed."""
     from frost.kernel.compile import device_arch
     arch = device_arch()
     item, kern = dtype.itemsize, KERNELS[str(dtype)]
-    specs = [kern.specialize(**fprop_plan(geo, n, flip=flip, item=item, **t).consts) for t in tile_choices]
+    plans = [fprop_plan(geo, n, flip=flip, item=item, **t) for t in tile_choices]
+    specs = [kern.specialize(**p.consts, STATS=int(with_stats and makes_stats(p)))
+             for p in plans]
     for spec in specs:
         spec.prefetch(arch)
     for spec in specs:
         spec.cubin(arch)
 
 
-def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=None) -> bool:
+def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=None, with_stats: bool = False) -> bool:
     """True when our kernel is faster than cuDNN's forward (or, flip, input gradient into an out_hw dx) at this shape
-    (cudnn_fn() runs cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output)
-    against cuDNN, once per shape, remembered (conv_wgrad.faster_than_cudnn)."""
+    (cudnn_fn() runs cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output;
+    with_stats: making batch norm's partial statistics too, as it will run) against cuDNN, once per shape,
+    remembered (conv_wgrad.faster_than_cudnn)."""
+    with_stats = with_stats and not flip
+
     def time_ours():
         geo = geometry(x.shape, w.shape, padding, flip, stride, out_hw)
         out = empty_like_format((int(x.shape[0]), geo["COUT"], geo["YH"], geo["YW"]), x)
         tile_choices = candidate_tiles(geo, int(x.shape[0]), flip, x.dtype.itemsize)
-        _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip, x.dtype)
-        return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu(x, w, padding, out, tiles=t, flip=flip,
-                                                                    stride=stride)), t)
+        _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip, x.dtype, with_stats)
+        return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu_stats(x, w, padding, out, tiles=t, flip=flip,
+                                                                          stride=stride, stats=with_stats)), t)
                     for t in tile_choices), key=lambda timed: timed[0])
 
-    return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride, out_hw), time_ours, cudnn_fn, stats)
+    key = _key(x, w, padding, flip, stride, out_hw, with_stats)
+    return faster_than_cudnn(_choices, key, time_ours, cudnn_fn, stats)

@@ -231,6 +231,7 @@ BN_NHWC_MERGE = 8         # splits one thread of a channels-last elementwise blo
 BN_NHWC_MAX_THREADS = 1024  # shared slots of the channels-last kernels (one per thread: the largest block)
 BN_ONE_LAUNCH = True      # channels-last batch norm in one launch per direction where bn_plan_nhwc allows it
 BN_ONE_LAUNCH_BLOCKS_PER_SM = 1  # its grid's blocks per SM (all must be resident: one always is)
+BN_CONV_STATS_MERGE = 16  # a convolution's partials per merging lane the normalize kernel merges itself (else finalize)
 
 
 @device
@@ -720,15 +721,18 @@ def _nhwc_apply_kernel(T):
                               mean: Array[f32], invstd: Array[f32], running_mean: Array[f32],
                               running_var: Array[f32], batches: Array[i64], weight: Array[f32], bias: Array[f32],
                               residual: Array[T], counter: Array[u32], n: i32, channels: i32, cb: i32, lanes: i32,
-                              splits: i32, momentum: f32, eps: f32, update_running: i32, count_batch: i32,
+                              splits: i32, chunk: i32, momentum: f32, eps: f32, update_running: i32, count_batch: i32,
                               relu: Const[int], add_residual: Const[int], fused: Const[int], U: Const[int],
                               stats: Const[int] = 0, M: Const[int] = BN_NHWC_MERGE):
         """y = relu((x - mean) * invstd * weight + bias + residual) on channels-last arrays: block (s, g) takes the
         values of batch_norm_stats_partial_nhwc's block (s, g), U per thread.
 
-        fused=1: the block first merges the partial statistics of its cb channels into shared memory, `lanes`
-        threads per channel (needs splits <= lanes * M: bn_split_nhwc); the blocks of split 0 also store their
-        channels' mean, 1/std and running statistics. fused=0: mean and invstd come from batch_norm_stats_finalize.
+        fused=1: the block first merges the partial statistics of its cb channels (`splits` of them, of `chunk`
+        rows each, the last one possibly shorter) into shared memory, `lanes` threads per channel (needs splits <=
+        lanes * M: bn_split_nhwc); the blocks of split 0 also store their channels' mean, 1/std and running
+        statistics. The partials are this kernel's own (stats=1, or batch_norm_stats_partial_nhwc's: chunk = rows *
+        U) or a convolution's (its epilogue's, conv_fprop_mma.ChannelStats). fused=0: mean and invstd come from
+        batch_norm_stats_finalize.
         stats=1 (with fused=1: the whole forward in one launch): the block first computes its partial statistics
         itself (batch_norm_stats_partial_nhwc's work, on the values it holds) and waits at grid_sync(counter) for
         every block's; every block must be resident (bn_split_nhwc's one_launch).
@@ -750,7 +754,7 @@ def _nhwc_apply_kernel(T):
             mc = tx // lanes
             cm = by * cb + mc
             has = mc < cb and cm < channels
-            mu, var = _merged_stats_lanes(part_mean, part_m2, cm, tx % lanes, lanes, has, n, splits, rows * U, M)
+            mu, var = _merged_stats_lanes(part_mean, part_m2, cm, tx % lanes, lanes, has, n, splits, chunk, M)
             inv = rsqrt(var + eps)
             if has and tx % lanes == 0:
                 s_mean[mc] = mu
@@ -930,6 +934,15 @@ def bn_plan_nhwc(n: int, channels: int, sm_count: int, threads: int = BN_NHWC_TH
 
 
 
+def conv_stats_of(x: Tensor):
+    """The partial statistics of x that the convolution which made x wrote in its epilogue
+    (conv_fprop_mma.ChannelStats), or None: x not made so, or changed since (in-place ops drop them)."""
+    made = x.__dict__.get("_channel_stats")
+    if made is None or made.y is not x.data or made.splits * made.chunk * x.shape[1] != x.numel():
+        return None
+    return made
+
+
 def _kernel_dtype(x: Tensor) -> bool:
     """Whether the GPU kernels take x's dtype without a cast: float32, and bf16 when x is channels-last."""
     return x.dtype.name == "float32" or (x.dtype.name in NHWC_KERNELS and is_channels_last(x.data))
@@ -1009,17 +1022,24 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
     mean, invstd, part_a, part_b, w, b, track, rm, rv, batches, count = _kernel_buffers(
         x, S, running_mean, running_var, weight, bias, num_batches_tracked)
     counter = grid_sync_counter(xp)
-    if not one:
-        kernels["stats_partial"][grid, threads](_rows(xa), part_a, part_b, n, C, cb, S, U=U)
-    if not fused:
-        batch_norm_stats_finalize[C, 32](part_a, part_b, mean, invstd, rm, rv, n, S, threads // cb * U, momentum,
-                                         eps, int(track))
+    conv = conv_stats_of(x)
+    if conv is not None:   # the convolution that made x wrote its partial statistics: merge those
+        parts, splits, chunk, own = (conv.part_mean, conv.part_m2), conv.splits, conv.chunk, False
+        merge = -(-splits // lanes)
+        merged = merge <= BN_CONV_STATS_MERGE   # else the finalize kernel merges them, once
+        merge = merge if merged else BN_NHWC_MERGE
+    else:
+        parts, splits, chunk, merge, own, merged = (part_a, part_b), S, threads // cb * U, BN_NHWC_MERGE, one, fused
+        if not one:
+            kernels["stats_partial"][grid, threads](_rows(xa), part_a, part_b, n, C, cb, S, U=U)
+    if not merged:
+        batch_norm_stats_finalize[C, 32](*parts, mean, invstd, rm, rv, n, splits, chunk, momentum, eps, int(track))
     y = empty_like_format(x.shape, xa)
     res = dense_like(residual.data, xa) if residual is not None else y
     flags = dict(relu=int(relu), add_residual=int(residual is not None), fused=int(fused), U=U)
-    kernels["apply"][grid, threads](_rows(xa), _rows(y), part_a, part_b, mean, invstd, rm, rv, batches, w, b,
-                                    _rows(res), counter, n, C, cb, lanes, S, momentum, eps, int(track), count,
-                                    stats=int(one), **flags)
+    kernels["apply"][grid, threads](_rows(xa), _rows(y), *parts, mean, invstd, rm, rv, batches, w, b, _rows(res),
+                                    counter, n, C, cb, lanes, splits, chunk, momentum, eps, int(track), count,
+                                    stats=int(own), **(flags | dict(fused=int(merged), M=merge)))
     parents = [t for t in (x, weight, bias, residual) if t is not None]
     if xp is not np and is_grad_enabled() and any(t.requires_grad for t in parents):  # compile the backward's
         for pair in range(1 + int(relu)):  # an activation used twice (a residual block's input) gets two gradients

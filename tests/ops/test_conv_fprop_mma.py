@@ -53,6 +53,50 @@ def test_simulated_kernel_matches_float64(shape, tiles):
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
 
 
+
+def tile_stats64(y, R):
+    """Batch norm's partials of y (N, C, HO, WO) over tiles of R rows of one image, float64: (mean, M2) as [C][split]
+    arrays, split = image * HO/R + tile."""
+    n, c, ho, wo = y.shape
+    tiles = y.astype(np.float64).reshape(n, c, ho // R, R * wo).transpose(1, 0, 2, 3).reshape(c, -1, R * wo)
+    mean = tiles.mean(axis=2)
+    return mean, ((tiles - mean[..., None]) ** 2).sum(axis=2)
+
+
+# (N, Cin, Cout, H, W, k, padding, stride, plan keywords): whole tiles (HO a multiple of R) with pixels past the
+# 16-row m-tiles (R * WO = 12), two channel blocks and a partial one, two m-tiles per warp, KSPLIT, stride 2
+STATS_CASES = [
+    ((2, 16, 16, 4, 6, 3, (1, 1)), (1, 1), dict(R=2, WARPS=1)),
+    ((1, 32, 24, 6, 8, 3, (1, 1)), (1, 1), dict(R=3, BN=16, WARPS=1, KSPLIT=2)),
+    ((2, 16, 8, 8, 8, 3, (1, 1)), (1, 1), dict(R=4, WARPS=1)),
+    ((2, 16, 32, 8, 8, 3, (1, 1)), (2, 2), dict(R=2, BN=16, WARPS=2)),
+]
+
+
+@pytest.mark.parametrize("shape,stride,tiles", STATS_CASES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_simulated_kernel_makes_batch_norm_partials_of_y_as_stored(shape, stride, tiles, dtype):
+    x, w, want = _inputs(*shape, seed=len(str(shape)), stride=stride)
+    x, w = as_channels_last(x.astype(dtype)), as_channels_last(w.astype(dtype))
+    out = as_channels_last(np.full(want.shape, np.nan, x.dtype))
+    out, stats = fm.conv2d_forward_gpu_stats(x, w, shape[6], out, tiles=tiles, simulate=True, stride=stride)
+    assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
+    R, (n, cout, ho, wo) = tiles["R"], want.shape
+    assert stats.y is out and (stats.splits, stats.chunk) == (n * ho // R, R * wo)
+    mean, m2 = tile_stats64(out, R)   # of the values stored (bf16: rounded), so batch norm sees what it normalizes
+    np.testing.assert_allclose(stats.part_mean.reshape(cout, -1), mean, rtol=1e-5, atol=1e-6 * np.abs(mean).max())
+    np.testing.assert_allclose(stats.part_m2.reshape(cout, -1), m2, rtol=1e-5)
+
+
+def test_partial_tiles_and_input_gradients_make_no_statistics():
+    x, w, want = _inputs(2, 16, 16, 5, 6, 3, (1, 1))
+    out = as_channels_last(np.full(want.shape, np.nan, x.dtype))
+    out, stats = fm.conv2d_forward_gpu_stats(x, w, (1, 1), out, tiles=dict(R=2, WARPS=1), simulate=True)
+    assert stats is None   # HO 5 = 2 + 2 + 1: the last tile of each image is short
+    assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
+    dx = as_channels_last(np.zeros(want.shape, x.dtype))
+    assert fm.conv2d_forward_gpu_stats(x, w, (1, 1), dx, tiles=dict(R=2, WARPS=1), simulate=True, flip=True)[1] is None
+
 # stride 2: (N, Cin, Cout, H, W, k, padding, stride, plan keywords): a 3x3 one whose tiles overrun the image (7x7 in,
 # 4x4 out), a 1x1 shortcut (no padding), a tile of 2 output rows over a 5-row halo
 STRIDED_CASES = [
@@ -352,3 +396,41 @@ def test_gpu_input_gradient_of_the_strided_shortcuts_matches_torch_float64(cin, 
     dx = conv2d_backward_input(dyd, wd, want.shape, 2, 0)   # whichever `choose` picked
     assert np.abs(cp.asnumpy(dx).astype(np.float64) - want).max() <= 2 ** -7 * scale
     assert fm._choices.load().get(fm._key(dyd, wd, (0, 0), True, (2, 2), (h, h))) is not None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("cin,cout,h", [(16, 16, 32), (32, 32, 16), (64, 64, 8)])
+def test_gpu_statistics_from_the_epilogue_feed_batch_norm(cin, cout, h, dtype, monkeypatch):
+    """Every forward candidate's partials equal float64 ones of the y it stored; conv2d -> batch_norm_act with them
+    equals batch norm computing its own statistics (output, running statistics, gradients)."""
+    import cupy as cp
+
+    from frost.ops import norm
+    from frost.ops.conv import conv2d
+    x, w, _ = _inputs(32, cin, cout, h, h, 3, (1, 1), seed=h)
+    xd, wd = _on_gpu(x, dtype), _on_gpu(w, dtype)
+    for t in fm.candidate_tiles(fm.geometry(xd.shape, wd.shape, (1, 1)), 32, item=xd.dtype.itemsize):
+        out = as_channels_last(cp.empty((32, cout, h, h), xd.dtype))
+        out, stats = fm.conv2d_forward_gpu_stats(xd, wd, (1, 1), out, tiles=t)
+        mean, m2 = tile_stats64(cp.asnumpy(out), t["R"])
+        np.testing.assert_allclose(cp.asnumpy(stats.part_mean).reshape(cout, -1), mean, rtol=1e-5,
+                                   atol=1e-6 * np.abs(mean).max(), err_msg=str(t))
+        np.testing.assert_allclose(cp.asnumpy(stats.part_m2).reshape(cout, -1), m2, rtol=1e-5, err_msg=str(t))
+    monkeypatch.setattr(fm, "choose", lambda *args, **kw: True)   # ours, whatever the timing says
+    results = []
+    for keep in (True, False):
+        X, W = frost.Tensor(xd, requires_grad=True), frost.Tensor(wd, requires_grad=True)
+        y = conv2d(X, W, padding=1)
+        assert (norm.conv_stats_of(y) is not None) and y.data.dtype == xd.dtype
+        if not keep:
+            y.__dict__.pop("_channel_stats")
+        rm, rv = frost.zeros(cout, device="cuda"), frost.ones(cout, device="cuda")
+        gamma = frost.ones(cout, device="cuda", requires_grad=True)
+        out = norm.batch_norm_act(y, rm, rv, gamma, frost.zeros(cout, device="cuda"), training=True, relu=True)
+        (out.float() * out.float()).sum().backward()
+        results.append([cp.asnumpy(a).astype(np.float64) for a in (out.data, rm.data, rv.data, X.grad.data,
+                                                                   gamma.grad.data)])
+    tol = 2 ** -7 if dtype == "bfloat16" else 1e-5   # bf16 y: one rounding may land on the other side
+    for name, got, want in zip(("y", "running_mean", "running_var", "dx", "dgamma"), *results):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=name)

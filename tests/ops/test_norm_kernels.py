@@ -401,11 +401,14 @@ def simulated_gpu(monkeypatch):
 
 
 def _run_nhwc(x, w, b, res, g, relu, residual, affine=True, track=True, res_layout=as_channels_last,
-              g_layout=as_channels_last, momentum=MOMENTUM):
+              g_layout=as_channels_last, momentum=MOMENTUM, chunk=None):
     """batch_norm_act on a channels-last x, forward and backward: the output, the gradient arrays its backward
-    returns (dx, [dweight, dbias], [dresidual]), the leaves' .grad, running stats and counter."""
+    returns (dx, [dweight, dbias], [dresidual]), the leaves' .grad, running stats and counter. chunk: x comes with
+    a convolution's partial statistics over splits of `chunk` rows (as its epilogue makes them)."""
     C = x.shape[1]
     tx = frost.Tensor(as_channels_last(x), requires_grad=True)
+    if chunk is not None:
+        tx._channel_stats = conv_partials(tx.data, chunk)
     tw, tb = (frost.tensor(a, requires_grad=True) if affine else None for a in (w, b))
     tr = frost.Tensor(res_layout(res), requires_grad=True) if residual else None
     rm, rv = (frost.full((C,), RM0), frost.full((C,), RV0)) if track else (None, None)
@@ -947,3 +950,62 @@ def test_backward_buffers_and_parent_grads_follow_the_parents():
                                          (None, None, None, [0])):
         got = norm._parent_grads(dx, weight, dw, bias, db, residual, dres)
         assert [int(a[0]) for a in got] == want
+
+
+# ------------------------------------------------------------------ statistics made by the convolution before
+
+
+def conv_partials(y, chunk):
+    """What conv_fprop_mma's epilogue gives batch norm for a channels-last y: float32 mean and M2 of each channel
+    over each split of `chunk` consecutive (N, H, W) rows, as [channel][split]."""
+    from frost.ops.conv_fprop_mma import ChannelStats
+    C = y.shape[1]
+    tiles = y.transpose(0, 2, 3, 1).reshape(-1, chunk, C).astype(np.float64)
+    mean = tiles.mean(axis=1)
+    m2 = ((tiles - mean[:, None]) ** 2).sum(axis=1)
+    return ChannelStats(y, mean.T.astype(np.float32).ravel(), m2.T.astype(np.float32).ravel(), tiles.shape[0], chunk)
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The names of the kernels launched (after simulated_gpu: run by the simulator)."""
+    from frost.kernel.api import Kernel
+    names, simulated = [], Kernel.__getitem__
+    monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: names.append(self.fn.__name__) or simulated(self, cfg))
+    return names
+
+
+# (shape, SM count, rows per split, one launch): the splits a lane merges (lanes 4, 2, 1 at 16, 32, 64 channels a
+# block of 64 threads): 4 and 9 (merged in the normalize kernel), 24 (more than BN_CONV_STATS_MERGE: finalize)
+CONV_STATS_CASES = [((4, 16, 8, 8), 2, 16, False), ((2, 32, 6, 6), 64, 4, True), ((3, 64, 4, 4), 2, 2, False)]
+
+
+@pytest.mark.parametrize("relu,residual", [(1, 1), (0, 0)])
+@pytest.mark.parametrize("shape,sms,chunk,one", CONV_STATS_CASES)
+def test_nhwc_batch_norm_merges_the_convolutions_partials(shape, sms, chunk, one, relu, residual, simulated_gpu,
+                                                           launched):
+    simulated_gpu(sms, one=one)
+    _check_nhwc_against_generic(*_inputs(shape, seed=shape[1] + chunk), relu, residual, chunk=chunk)
+    forward = launched[:launched.index("batch_norm_apply_nhwc") + 1]
+    assert "batch_norm_stats_partial_nhwc" not in forward   # the partials given were merged, none computed
+    n = shape[0] * shape[2] * shape[3]
+    lanes = norm.bn_split_nhwc(n, shape[1], sms, 64)[2]
+    finalized = -(-n // chunk // lanes) > norm.BN_CONV_STATS_MERGE
+    assert ("batch_norm_stats_finalize" in forward) == finalized
+
+
+def test_nhwc_batch_norm_ignores_stale_or_foreign_partials(simulated_gpu, launched):
+    simulated_gpu(2)
+    x = frost.Tensor(as_channels_last(_inputs((2, 16, 4, 4), seed=3)[0]))
+    x._channel_stats = conv_partials(x.data, 8)
+    assert norm.conv_stats_of(x) is x._channel_stats
+    x.add_(1.0)   # in place: the partials describe the old values
+    assert norm.conv_stats_of(x) is None
+    x._channel_stats = conv_partials(x.data.copy(order="K"), 8)   # of another array
+    assert norm.conv_stats_of(x) is None
+    x._channel_stats = conv_partials(x.data, 8)
+    x.data = x.data.copy(order="K")
+    assert norm.conv_stats_of(x) is None
+    y = norm.batch_norm_act(x, None, None, training=True)
+    assert "batch_norm_stats_partial_nhwc" in launched
+    np.testing.assert_allclose(y.data.mean(axis=(0, 2, 3)), 0, atol=1e-5)
