@@ -229,7 +229,8 @@ def _row_coefficients(xp, g, reduction: str, denom, M: int):
 # d = coef * (softmax - onehot), coef = g / count (mean) or g (sum), g and count read on the device: no host
 # read, so the step can be captured in a CUDA graph. The NumPy twin is _class_index_loss; the tests compare them.
 
-XENT_THREADS = 256           # threads per block of the forward (a warp per row) and of its finalize
+XENT_THREADS = 256           # threads per block of the finalize
+XENT_FORWARD_THREADS = 1024  # threads per block of the forward, a warp per row: a batch of 32 rows in one pass
 XENT_ROWS_PER_BLOCK = 1024   # rows one forward block takes before the forward splits into partial sums
 XENT_MAX_BLOCKS = 1024       # forward blocks at most (the finalize loops over their partials)
 XENT_BACKWARD_THREADS = 256  # threads per block of the backward (one per logit)
@@ -353,8 +354,8 @@ def _cross_entropy_fused(input: Tensor, target: Tensor, ignore_index: int, reduc
     loss, count = xp.empty(1, xp.float32), xp.empty(1, xp.float32)
     part_loss, part_count = (xp.empty(blocks, xp.float32), xp.empty(blocks, xp.float32)) if blocks > 1 \
         else (loss, count)  # not written by a single block
-    cross_entropy_forward[blocks, XENT_THREADS](x, t, lse, loss, count, part_loss, part_count, N, C, ignore_index,
-                                                mean)
+    cross_entropy_forward[blocks, XENT_FORWARD_THREADS](x, t, lse, loss, count, part_loss, part_count, N, C,
+                                                        ignore_index, mean)
     if blocks > 1:
         cross_entropy_finalize[1, XENT_THREADS](part_loss, part_count, loss, count, blocks, mean)
 

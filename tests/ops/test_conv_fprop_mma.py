@@ -133,8 +133,35 @@ def test_simulated_input_gradient_of_a_strided_1x1_convolution(h, w, dtype):
     fm.conv2d_forward_gpu(dy, weight, (0, 0), out, tiles=dict(R=2, WARPS=1), simulate=True, flip=True, stride=(2, 2))
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
     assert (out[:, :, 1::2] == 0).all() and (out[:, :, :, 1::2] == 0).all()   # no tap reaches the odd pixels
-    w3 = as_channels_last(np.zeros((32, 16, 3, 3), dy.dtype))
-    assert not fm.supported(dy, w3, (2, 2), (1, 1), (1, 1), 1, flip=True)   # a strided 3x3 one: cuDNN's
+    assert not fm.supported(dy, weight, (2, 1), (0, 0), (1, 1), 1, flip=True)   # unequal strides: cuDNN's
+
+
+# input gradients of strided convolutions with a kernel (DOWN: dy read spread apart): (N, Cin, Cout, H, W, k,
+# padding, stride, plan keywords); dx of even and odd sizes, a tile overrunning dx's rows
+STRIDED_FLIP_CASES = [
+    ((2, 16, 32, 8, 8, 3, (1, 1)), 2, dict(R=2, WARPS=1)),
+    ((1, 16, 16, 7, 9, 3, (1, 1)), 2, dict(R=3, BN=8, WARPS=2)),
+    ((1, 16, 16, 9, 8, 3, (0, 1)), 3, dict(R=4, WARPS=1, KSPLIT=2)),
+]
+
+
+@pytest.mark.parametrize("shape,s,tiles", STRIDED_FLIP_CASES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_simulated_input_gradient_of_a_strided_convolution(shape, s, tiles, dtype):
+    import torch
+    n, cin, cout, h, wd, k, padding = shape
+    rng = np.random.default_rng(h * wd + s)
+    weight = (rng.standard_normal((cout, cin, k, k)) / 4).astype(ml_dtypes.bfloat16)
+    ho, wo = (h + 2 * padding[0] - k) // s + 1, (wd + 2 * padding[1] - k) // s + 1
+    dy = rng.standard_normal((n, cout, ho, wo)).astype(ml_dtypes.bfloat16)
+    want = torch.nn.grad.conv2d_input((n, cin, h, wd), torch.tensor(weight.astype(np.float64)),
+                                      torch.tensor(dy.astype(np.float64)), stride=s, padding=padding).numpy()
+    dy, weight = as_channels_last(dy.astype(dtype)), as_channels_last(weight.astype(dtype))
+    assert fm.supported(dy, weight, (s, s), padding, (1, 1), 1, flip=True)
+    assert fm.geometry(dy.shape, weight.shape, padding, True, (s, s), (h, wd))["DOWN"] == s
+    out = as_channels_last(np.full(want.shape, np.nan, dy.dtype))
+    fm.conv2d_forward_gpu(dy, weight, padding, out, tiles=tiles, simulate=True, flip=True, stride=(s, s))
+    assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
 
 
 # input gradients of stride-1 convolutions as forward ones (flip): (N, Cin, Cout, H, W, k, padding, plan keywords)
@@ -216,7 +243,8 @@ def test_plans_and_support(monkeypatch):
     w = as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16))
     assert fm.supported(x, w, (1, 1), (1, 1), (1, 1), 1)
     assert fm.supported(x, w, (2, 2), (1, 1), (1, 1), 1)                             # stride 2 too ...
-    assert not fm.supported(x, w, (2, 2), (1, 1), (1, 1), 1, flip=True)              # ... but not its dgrad
+    assert fm.supported(x, w, (2, 2), (1, 1), (1, 1), 1, flip=True)                  # ... and its dgrad (DOWN) ...
+    assert not fm.supported(x, w, (2, 1), (1, 1), (1, 1), 1, flip=True)              # ... but not unequal strides
     assert not fm.supported(x.astype(np.float32), w, (1, 1), (1, 1), (1, 1), 1)      # mixed dtypes: cuDNN
     x32, w32 = as_channels_last(x.astype(np.float32)), as_channels_last(w.astype(np.float32))
     assert fm.supported(x32, w32, (1, 1), (1, 1), (1, 1), 1)                         # float32: TF32 ...
@@ -373,29 +401,28 @@ def test_gpu_tf32_forward_and_input_gradient_match_float64(cin, cout, h):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("cin,cout,h", [(16, 32, 32), (32, 64, 16)])
+@pytest.mark.parametrize("k,pad", [(1, 0), (3, 1)])   # the shortcuts (UP) and the stride-2 3x3 ones (DOWN)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_input_gradient_of_the_strided_shortcuts_matches_torch_float64(cin, cout, h, dtype):
+def test_gpu_input_gradient_of_the_strided_convolutions_matches_torch_float64(cin, cout, h, k, pad, dtype):
     import cupy as cp
     import torch
 
     from frost.ops.conv import conv2d_backward_input
-    rng = np.random.default_rng(h)
-    w = (rng.standard_normal((cout, cin, 1, 1)) / 4).astype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(h + k)
+    w = (rng.standard_normal((cout, cin, k, k)) / 4).astype(ml_dtypes.bfloat16)
     dy = rng.standard_normal((32, cout, h // 2, h // 2)).astype(ml_dtypes.bfloat16)
     want = torch.nn.grad.conv2d_input((32, cin, h, h), torch.tensor(w.astype(np.float64)),
-                                      torch.tensor(dy.astype(np.float64)), stride=2).numpy()
-
-
+                                      torch.tensor(dy.astype(np.float64)), stride=2, padding=pad).numpy()
     dyd, wd = _on_gpu(dy, dtype), _on_gpu(w, dtype)
-    scale = np.abs(want).max()
-    geo = fm.geometry(dyd.shape, wd.shape, (0, 0), True, (2, 2), (h, h))
+    scale, padding = np.abs(want).max(), (pad, pad)
+    geo = fm.geometry(dyd.shape, wd.shape, padding, True, (2, 2), (h, h))
     for t in fm.candidate_tiles(geo, 32, True, dyd.dtype.itemsize):
-        out = fm.conv2d_forward_gpu(dyd, wd, (0, 0), as_channels_last(cp.full(want.shape, cp.nan, dyd.dtype)),
+        out = fm.conv2d_forward_gpu(dyd, wd, padding, as_channels_last(cp.full(want.shape, cp.nan, dyd.dtype)),
                                     tiles=t, flip=True, stride=(2, 2))
         assert np.abs(cp.asnumpy(out).astype(np.float64) - want).max() <= 2 ** -8 * scale, t
-    dx = conv2d_backward_input(dyd, wd, want.shape, 2, 0)   # whichever `choose` picked
+    dx = conv2d_backward_input(dyd, wd, want.shape, 2, pad)   # whichever `choose` picked
     assert np.abs(cp.asnumpy(dx).astype(np.float64) - want).max() <= 2 ** -7 * scale
-    assert fm._choices.load().get(fm._key(dyd, wd, (0, 0), True, (2, 2), (h, h))) is not None
+    assert fm._choices.load().get(fm._key(dyd, wd, padding, True, (2, 2), (h, h))) is not None
 
 
 @pytest.mark.cuda

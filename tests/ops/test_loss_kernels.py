@@ -75,7 +75,7 @@ SHAPES = [(N, C) for N in (1, 3, 32, 70) for C in (2, 10, 33)] + [(1, 1000), (3,
 @pytest.mark.parametrize("N,C", SHAPES)
 def test_kernels_match_float64(N, C, ignored):
     x, t, g = _inputs(N, C, ignored, seed=N * 7 + C)
-    for reduction in ("mean", "sum"):  # blocks of 2 warps (the op's 8 in the op-level tests): a quicker simulation
+    for reduction in ("mean", "sum"):  # blocks of 2 warps (the op launches 32): a quicker simulation
         _check_against_reference(_simulate(x, t, g, reduction, threads=64), _reference64(x, t, g, reduction))
 
 
