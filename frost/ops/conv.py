@@ -318,6 +318,14 @@ def _prefetch_weight_gradient(y, x, w, geo) -> None:
         conv_wgrad.prefetch(y, x, w.shape, *cudnn_args, out=w)
 
 
+def _prefetch_input_gradient(y, x, w, geo) -> None:
+    """On the GPU, start compiling our input-gradient kernel's candidates for this shape (dy shaped like y)."""
+    cudnn_args = _cudnn_args(x, geo)
+    if cudnn_args is not None:
+        from frost.ops import conv_fprop_mma
+        conv_fprop_mma.prefetch_input_gradient(y, _dense(w, _xp(w)), *cudnn_args, x.shape)
+
+
 def _describe(t: Tensor) -> str:
     return f"{t.shape} {t.dtype.name} on {t.device}"
 
@@ -375,6 +383,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         out, stats = conv2d_forward_stats(xa, wa, *conv_args, bias=ba, stats=weight.requires_grad and is_grad_enabled())
         if weight.requires_grad and is_grad_enabled():
             _prefetch_weight_gradient(out, xa, wa, geo)
+        if x.requires_grad and is_grad_enabled():
+            _prefetch_input_gradient(out, xa, wa, geo)
     out_dtype = x.data.dtype
     parents = (x, weight) if bias is None else (x, weight, bias)
 

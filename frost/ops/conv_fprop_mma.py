@@ -14,7 +14,7 @@ from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commi
                           gdx, kernel, lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma, shared, shfl_xor,
                           static_range, syncthreads, tx, warp)
 from frost.layout import empty_like_format, is_channels_last
-from frost.ops.conv_wgrad import _flat, faster_than_cudnn
+from frost.ops.conv_wgrad import _capturing, _flat, faster_than_cudnn
 from frost.ops.conv_wgrad_mma import has_mma, smem_budget
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
@@ -394,7 +394,7 @@ def conv2d_forward_gpu_stats(x, w, padding, out, tiles: dict | None = None, simu
     partial statistics of out from the epilogue, made where the plan's tiles allow (channel_stats_for)."""
     geo = geometry(x.shape, w.shape, padding, flip, stride, out.shape[2:])
     if tiles is None and not simulate:
-        hit = _choices.load().get(_key(x, w, padding, flip, stride, out.shape[2:], stats))
+        hit = _choices.load().get(_key(x, w, padding, flip, stride, out.shape[2:]))
         tiles = hit.get("tiles") if hit else None
     plan = fprop_plan(geo, int(x.shape[0]), flip=flip, item=x.dtype.itemsize, **(tiles or {}))
     made = channel_stats_for(plan, out) if stats and not flip else None
@@ -407,11 +407,11 @@ _choices = RememberedTable("conv_fprop.json")   # next to cuDNN's tuned plans
 stats = {"choices": 0, "choose_seconds": 0.0}  # shapes decided, seconds spent (compiles and timings)
 
 
-def _key(x, w, padding, flip: bool = False, stride=(1, 1), out_hw=None, stats: bool = False) -> str:
+def _key(x, w, padding, flip: bool = False, stride=(1, 1), out_hw=None) -> str:
     strided = [[int(s) for s in stride]] if tuple(stride) != (1, 1) else []
     strided += [[int(a) for a in out_hw]] if flip and strided else []   # dx of a strided convolution: its size
     return json.dumps([list(x.shape), list(w.shape), [int(p) for p in padding], str(x.dtype)] + strided
-                      + (["dgrad"] if flip else []) + (["stats"] if stats and not flip else []))
+                      + (["dgrad"] if flip else []))
 
 
 def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False) -> None:
@@ -448,5 +448,28 @@ def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=No
                                                                           stride=stride, stats=with_stats))
                      - credit(t), t) for t in tile_choices), key=lambda timed: timed[0])
 
-    return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride, out_hw, with_stats), time_ours, cudnn_fn,
-                             stats)
+    return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride, out_hw), time_ours, cudnn_fn, stats)
+
+
+def prefetch_input_gradient(y, w, stride, padding, dilation, x_shape) -> None:
+    """Start compiling the input-gradient candidates of this shape on the background compile threads, where `choose`
+    has not decided it: conv2d's forward calls it (y standing in for dy: its shape, dtype and layout), so that the
+    backward finds them compiled, the shapes' compiles overlapping the forward pass. Seen calls return at once."""
+    seen = (y.shape, y.strides, str(y.dtype), w.shape, w.strides, tuple(padding), tuple(stride), tuple(dilation),
+            tuple(x_shape))
+    if seen in _looked_at or _capturing():
+        return
+    _looked_at.add(seen)
+    if not supported(y, w, stride, padding, dilation, 1, flip=True):
+        return
+    if _key(y, w, padding, True, stride, x_shape[2:]) in _choices.load():
+        return
+    from frost.kernel.compile import device_arch
+    arch, n = device_arch(), int(y.shape[0])
+    geo = geometry(y.shape, w.shape, padding, True, stride, x_shape[2:])
+    for t in candidate_tiles(geo, n, True, y.dtype.itemsize):
+        KERNELS[str(y.dtype)].specialize(**fprop_plan(geo, n, flip=True, item=y.dtype.itemsize, **t).consts,
+                                         STATS=0).prefetch(arch)
+
+
+_looked_at: set = set()  # the calls prefetch_input_gradient has looked at: queued or not needed
