@@ -375,7 +375,9 @@ def _device_function(owner, get_cubin, name: str):
 
 def _gpu_launch(fn, grid, block, smem, stream, args):
     import cupy
-    if smem > _smem_opt_in.get(id(fn), (None, 48 * 1024))[1]:  # above 48 KiB needs the function's opt-in
+    # above 48 KiB in all needs the function's opt-in; from 32 KiB of dynamic memory on it is asked for, so that
+    # static shared arrays of a few KiB fit beside it
+    if smem > _smem_opt_in.get(id(fn), (None, 32 * 1024))[1]:
         # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8): CuPy's Function has no property for it
         cupy.cuda.driver.funcSetAttribute(fn.ptr, 8, smem)
         _smem_opt_in[id(fn)] = (fn, smem)  # holding fn keeps its id from being reused
