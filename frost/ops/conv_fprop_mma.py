@@ -349,14 +349,16 @@ def _no_stats(y):
         return np.empty(1, np.float32)
     key = y.device.id
     if key not in _unused:
-        import cupy
-        _unused[key] = cupy.empty(1, cupy.float32)
+        _unused[key] = cuda.cupy().empty(1, np.float32)
     return _unused[key]
 
 
 def makes_stats(plan: FpropPlan) -> bool:
-    """Whether `plan` can make batch norm's partial statistics: a forward whose tiles are whole (HO a multiple of R)."""
-    return not plan.consts["FLIP"] and plan.consts["HO"] % plan.consts["R"] == 0
+    """Whether `plan` can make batch norm's partial statistics: a forward whose tiles are whole (HO a multiple of R)
+    and whose warps and channels fit the shared sums (STATS_SLOTS)."""
+    c = plan.consts
+    return (not c["FLIP"] and c["HO"] % c["R"] == 0 and c["WARPS"] * c["BN"] <= STATS_SLOTS
+            and c["BN"] <= STATS_SLOTS // 4)
 
 
 def channel_stats_for(plan: FpropPlan, y) -> ChannelStats | None:
@@ -364,7 +366,7 @@ def channel_stats_for(plan: FpropPlan, y) -> ChannelStats | None:
     c = plan.consts
     if not makes_stats(plan):
         return None
-    xp = np if isinstance(y, np.ndarray) else __import__("cupy")
+    xp = np if isinstance(y, np.ndarray) else cuda.cupy()
     splits = plan.grid[0]
     return ChannelStats(y, xp.empty(c["COUT"] * splits, xp.float32), xp.empty(c["COUT"] * splits, xp.float32),
                         splits, c["R"] * c["WO"])

@@ -96,6 +96,9 @@ def test_partial_tiles_and_input_gradients_make_no_statistics():
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
     dx = as_channels_last(np.zeros(want.shape, x.dtype))
     assert fm.conv2d_forward_gpu_stats(x, w, (1, 1), dx, tiles=dict(R=2, WARPS=1), simulate=True, flip=True)[1] is None
+    geo = fm.geometry((2, 16, 16, 16), (64, 16, 3, 3), (1, 1))
+    assert fm.makes_stats(fm.fprop_plan(geo, 2, R=8, WARPS=4))
+    assert not fm.makes_stats(fm.fprop_plan(geo, 2, R=8, WARPS=8))   # 8 warps x 64 channels: more than the slots
 
 # stride 2: (N, Cin, Cout, H, W, k, padding, stride, plan keywords): a 3x3 one whose tiles overrun the image (7x7 in,
 # 4x4 out), a 1x1 shortcut (no padding), a tile of 2 output rows over a 5-row halo
