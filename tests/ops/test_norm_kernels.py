@@ -1009,3 +1009,90 @@ def test_nhwc_batch_norm_ignores_stale_or_foreign_partials(simulated_gpu, launch
     y = norm.batch_norm_act(x, None, None, training=True)
     assert "batch_norm_stats_partial_nhwc" in launched
     np.testing.assert_allclose(y.data.mean(axis=(0, 2, 3)), 0, atol=1e-5)
+
+
+def input_gradient_partials(g, x, y, mean, relu, chunk):
+    """What conv_fprop_mma's input-gradient epilogue gives the batch norm whose output y it read, for a
+    channels-last g: float32 sums of g (masked by y > 0 when relu) and of g * (x - mean) over splits of `chunk`
+    (N, H, W) rows, as [channel][split]."""
+    from frost.ops.conv_fprop_mma import GradientSums
+    C = g.shape[1]
+    rows = [a.transpose(0, 2, 3, 1).reshape(-1, chunk, C).astype(np.float64) for a in (g, x, y)]
+    gm = rows[0] * (rows[2] > 0) if relu else rows[0]
+    sums = [a.sum(axis=1).T.astype(np.float32).ravel() for a in (gm, gm * (rows[1] - mean.astype(np.float64)))]
+    return GradientSums(g, sums[0], sums[1], rows[0].shape[0])
+
+
+@pytest.mark.parametrize("relu,residual", [(1, 0), (0, 1)])
+@pytest.mark.parametrize("shape,sms,chunk", [((4, 16, 8, 8), 2, 16), ((3, 64, 4, 4), 2, 2)])
+def test_nhwc_batch_norm_backward_merges_the_input_gradients_partials(shape, sms, chunk, relu, residual,
+                                                                      simulated_gpu, launched):
+    """The batch norm whose output a convolution reads gets its backward's partial sums from that convolution's
+    input-gradient epilogue (here: their NumPy twin), merged instead of reduced again (24 splits a lane: the
+    finalize kernel merges)."""
+    simulated_gpu(sms)
+    x, w, b, res, g = _inputs(shape, seed=shape[1] + chunk + relu)
+    C = shape[1]
+    tx = frost.Tensor(as_channels_last(x), requires_grad=True)
+    tw, tb = frost.tensor(w, requires_grad=True), frost.tensor(b, requires_grad=True)
+    tr = frost.Tensor(as_channels_last(res), requires_grad=True) if residual else None
+    rm, rv = frost.full((C,), RM0), frost.full((C,), RV0)
+    out = norm.batch_norm_act(tx, rm, rv, tw, tb, training=True, momentum=MOMENTUM, eps=EPS, residual=tr, relu=relu)
+    made, holder = out._norm_output
+    assert made.y is out.data and made.x is tx.data and made.relu == bool(relu)
+    gd = as_channels_last(g)
+    holder["sums"] = input_gradient_partials(gd, made.x, made.y, made.mean, relu, chunk)
+    launched.clear()
+    out.backward(frost.Tensor(gd))
+    assert "batch_norm_backward_partial_nhwc" not in launched and "sums" not in holder
+    assert ("batch_norm_backward_finalize" in launched) == (C == 64)
+    want_y, want_leaves, _ = _run_generic(x, w, b, res, g, relu, residual)
+    np.testing.assert_allclose(out.data, want_y, rtol=1e-4, atol=1e-5)
+    for name, t, want in zip(("dx", "dweight", "dbias", "dresidual"), (tx, tw, tb, tr), want_leaves):
+        np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_nhwc_batch_norm_backward_ignores_partials_of_another_gradient(simulated_gpu, launched):
+    simulated_gpu(2)
+    x, w, b, res, g = _inputs((2, 16, 4, 4), seed=5)
+    tx = frost.Tensor(as_channels_last(x), requires_grad=True)
+    out = norm.batch_norm_act(tx, None, None, training=True, relu=True)
+    made, holder = out._norm_output
+    gd = as_channels_last(g)
+    holder["sums"] = input_gradient_partials(gd.copy(order="K"), made.x, made.y, made.mean, True, 8)  # not gd
+    launched.clear()
+    out.backward(frost.Tensor(gd))
+    assert "batch_norm_backward_partial_nhwc" in launched
+    want = _run_generic(x, np.ones(16, np.float32), np.zeros(16, np.float32), res, g, 1, 0, affine=False,
+                        track=False)[1][0]
+    np.testing.assert_allclose(tx.grad.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("relu", [1, 0])
+def test_batch_norm_then_convolution_the_backward_takes_the_epilogues_partials(relu, simulated_gpu, launched,
+                                                                               monkeypatch):
+    """batch_norm_act -> conv2d -> backward through the GPU code paths (kernels in the simulator, our convolution
+    chosen): conv2d's input gradient makes the batch norm's backward partials and the batch norm merges them; the
+    gradient equals the one with batch norm reducing its own."""
+    from frost.ops import conv, conv_fprop_mma
+    simulated_gpu(2)
+    monkeypatch.setattr(conv, "_cudnn_args", lambda a, geo: ((geo.sh, geo.sw), (geo.ph[0], geo.pw[0]), (1, 1)))
+    monkeypatch.setattr(conv_fprop_mma, "choose", lambda *args, **kw: True)
+    monkeypatch.setattr(conv_fprop_mma, "prefetch_input_gradient", lambda *args, **kw: None)
+    x, w, b, _, _ = _inputs((2, 16, 4, 4), seed=9 + relu)
+    rng = np.random.default_rng(relu)
+    weight = as_channels_last((rng.standard_normal((16, 16, 3, 3)) / 8).astype(ml_dtypes.bfloat16).astype(np.float32))
+    grad = as_channels_last(rng.standard_normal((2, 16, 4, 4)).astype(ml_dtypes.bfloat16).astype(np.float32))
+    results = []
+    for keep in (True, False):
+        tx = frost.Tensor(as_channels_last(x), requires_grad=True)
+        tw, tb = frost.tensor(w, requires_grad=True), frost.tensor(b, requires_grad=True)
+        y = norm.batch_norm_act(tx, None, None, tw, tb, training=True, relu=relu)
+        if not keep:
+            y.__dict__.pop("_norm_output")
+        launched.clear()
+        conv.conv2d(y, frost.Tensor(weight), padding=1).backward(frost.Tensor(grad))
+        assert ("batch_norm_backward_partial_nhwc" in launched) != keep   # merged the epilogue's, or reduced its own
+        results.append([t.grad.numpy() for t in (tx, tw, tb)])
+    for name, got, want in zip(("dx", "dweight", "dbias"), *results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=name)
