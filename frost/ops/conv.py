@@ -246,13 +246,6 @@ def conv2d_forward_stats(x, w, stride=1, padding=0, dilation=1, groups: int = 1,
 
 def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1):
     """d(loss)/d(x) from the output gradient g (N, Cout, Ho, Wo) and the weight."""
-    return conv2d_backward_input_sums(g, w, x_shape, stride, padding, dilation, groups)[0]
-
-
-def conv2d_backward_input_sums(g, w, x_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1,
-                               norm=None) -> tuple:
-    """conv2d_backward_input, returning (dx, conv_fprop_mma.GradientSums or None): norm (a conv_fprop_mma.NormInput:
-    the batch norm whose output x is) asks our kernel, where it runs, for that batch norm's backward partials."""
     geo = geometry(tuple(x_shape), w.shape, stride, padding, dilation, groups)
     cudnn_args = _cudnn_args(g, geo)
     if cudnn_args is not None:
@@ -263,13 +256,13 @@ def conv2d_backward_input_sums(g, w, x_shape: tuple, stride=1, padding=0, dilati
         # a forward convolution of ours, turned, where it times faster than cuDNN's (FROST_CONV_DGRAD_MMA=0: never)
         if conv_fprop_mma.supported(g, w, *cudnn_args, groups, flip=True) and conv_fprop_mma.choose(
                 g, w, cudnn_args[1], lambda: cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args), flip=True,
-                stride=cudnn_args[0], out_hw=x_shape[2:], norm=norm):
-            return conv_fprop_mma.conv2d_forward_gpu_stats(g, w, cudnn_args[1], empty_like_format(x_shape, g),
-                                                           flip=True, stride=cudnn_args[0], norm=norm)
-        return cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args), None
+                stride=cudnn_args[0], out_hw=x_shape[2:]):
+            return conv_fprop_mma.conv2d_forward_gpu(g, w, cudnn_args[1], empty_like_format(x_shape, g), flip=True,
+                                                     stride=cudnn_args[0])
+        return cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args)
     if _input_grad_is_a_conv(geo):
-        return _backward_input_as_conv(g, w, geo), None
-    return _backward_input_from_grad(_grad_channel_major(g, geo), w, geo), None
+        return _backward_input_as_conv(g, w, geo)
+    return _backward_input_from_grad(_grad_channel_major(g, geo), w, geo)
 
 
 def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1, out=None,
@@ -325,21 +318,12 @@ def _prefetch_weight_gradient(y, x, w, geo) -> None:
         conv_wgrad.prefetch(y, x, w.shape, *cudnn_args, out=w)
 
 
-def _prefetch_input_gradient(y, x, w, geo, norm) -> None:
+def _prefetch_input_gradient(y, x, w, geo) -> None:
     """On the GPU, start compiling our input-gradient kernel's candidates for this shape (dy shaped like y)."""
     cudnn_args = _cudnn_args(x, geo)
     if cudnn_args is not None:
         from frost.ops import conv_fprop_mma
-        conv_fprop_mma.prefetch_input_gradient(y, _dense(w, _xp(w)), *cudnn_args, x.shape, norm)
-
-
-def _norm_input_of(x: Tensor, xa) -> tuple:
-    """(conv_fprop_mma.NormInput, its batch norm's holder) when x is the output of a channels-last batch norm (one
-    of our kernels' dtypes) that takes its backward partials from our input-gradient epilogue, else (None, None)."""
-    made = x.__dict__.get("_norm_output")
-    if made is None or made[0].y is not xa or made[0].x.dtype != xa.dtype:
-        return None, None
-    return made
+        conv_fprop_mma.prefetch_input_gradient(y, _dense(w, _xp(w)), *cudnn_args, x.shape)
 
 
 def _describe(t: Tensor) -> str:
@@ -399,9 +383,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         out, stats = conv2d_forward_stats(xa, wa, *conv_args, bias=ba, stats=weight.requires_grad and is_grad_enabled())
         if weight.requires_grad and is_grad_enabled():
             _prefetch_weight_gradient(out, xa, wa, geo)
-    norm, made_by_norm = _norm_input_of(x, xa)
-    if not isinstance(xa, np.ndarray) and x.requires_grad and is_grad_enabled():
-        _prefetch_input_gradient(out, xa, wa, geo, norm)
+        if x.requires_grad and is_grad_enabled():
+            _prefetch_input_gradient(out, xa, wa, geo)
     out_dtype = x.data.dtype
     parents = (x, weight) if bias is None else (x, weight, bias)
 
@@ -409,10 +392,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         g = g.astype(cdt, copy=False)
         gx = gw = gb = None
         if x.requires_grad:
-            gx, sums = conv2d_backward_input_sums(g, wa, xa.shape, *conv_args, norm=norm)
-            gx = gx.astype(out_dtype, copy=False)
-            if sums is not None and sums.dx is gx:
-                made_by_norm["sums"] = sums   # the batch norm that made x merges them in its backward
+            gx = conv2d_backward_input(g, wa, xa.shape, *conv_args).astype(out_dtype, copy=False)
         if weight.requires_grad:
             # straight into the weight's zeroed .grad buffer when there is one (no fresh array, no add)
             dest = grad_destination(weight) if cdt == out_dtype else None

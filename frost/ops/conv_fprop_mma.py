@@ -69,12 +69,11 @@ def _fprop_kernel(T):
 
     @kernel
     def conv_fprop_mma(x: Array[T], w: Array[T], y: Array[T], part_mean: Array[f32], part_m2: Array[f32],
-                       norm_x: Array[T], norm_y: Array[T], norm_mean: Array[f32], CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
+                       CIN: Const[int], COUT: Const[int], H: Const[int], W: Const[int], HO: Const[int],
                        WO: Const[int], KH: Const[int], KW: Const[int], PH: Const[int], PW: Const[int], R: Const[int],
                        BN: Const[int], WARPS: Const[int], FLIP: Const[int] = 0, SH: Const[int] = 1,
                        SW: Const[int] = 1, UP: Const[int] = 1, YH: Const[int] = 0, YW: Const[int] = 0,
-                       KSPLIT: Const[int] = 1, STATS: Const[int] = 0, DOWN: Const[int] = 1,
-                       GSTATS: Const[int] = 0, GRELU: Const[int] = 0):
+                       KSPLIT: Const[int] = 1, STATS: Const[int] = 0, DOWN: Const[int] = 1):
         """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN
         ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride (SH, SW), CIN a multiple of 16,
         BN of 8.
@@ -90,11 +89,7 @@ def _fprop_kernel(T):
         of dependent mma steps per warp) and group 0 adds the others' sums, in group order, before it stores.
         STATS=1 (HO a multiple of R: every pixel of a tile is in the image): the block also stores the mean and the
         sum of squared deviations (M2) of each of its channels over its R * WO pixels, of y as stored (rounded to T),
-        at part_mean / part_m2[channel * gdx + bx]: batch norm's partial statistics, an exact two-pass.
-        GSTATS=1 (with FLIP, stride 1, HO a multiple of R; y is the gradient of a batch norm's output, which norm_y
-        holds, of its input norm_x (both channels-last like y) and batch mean norm_mean): the block also stores the
-        sums of g and of g * (norm_x - norm_mean) of each of its channels over its pixels, at part_mean / part_m2[
-        channel * gdx + bx], g = y as stored, zero where norm_y <= 0 when GRELU: batch norm's backward partials."""
+        at part_mean / part_m2[channel * gdx + bx]: batch norm's partial statistics, an exact two-pass."""
         THREADS: Const[int] = WARPS * 32 * KSPLIT
         XR: Const[int] = (R - 1) * SH + KH           # x rows the tile needs
         XC: Const[int] = (WO - 1) * SW + KW          # x columns the tile needs
@@ -138,26 +133,6 @@ def _fprop_kernel(T):
                     for u in static_range(VEC):
                         ws[n, k + u] = 0.0
         cp_commit()
-        g = lane // 4
-        t = lane % 4
-        norm_ys = local(T, (MTW, NTB, 4))   # GSTATS: the batch norm's y and x at this lane's outputs, and its mean:
-        norm_xs = local(T, (MTW, NTB, 4))   # loaded before the mma steps, which hide their latency
-        norm_means = local(f32, (NTB, 2))
-        if GSTATS:
-            for j in static_range(NTB):
-                for b in static_range(2):
-                    norm_means[j, b] = norm_mean[min(co0 + j * 8 + 2 * t + b, COUT - 1)]
-            for i in static_range(MTW):
-                for j in static_range(NTB):
-                    for q in static_range(4):
-                        p = (wm + i * WARPS) * 16 + g + 8 * (q // 2)
-                        co = co0 + j * 8 + 2 * t + q % 2
-                        norm_ys[i, j, q] = 0.0
-                        norm_xs[i, j, q] = 0.0
-                        if part == 0 and wm + i * WARPS < MT and p < R * WO and co < COUT:
-                            at = ((img * YH + ho0 + p // WO) * YW + p % WO) * COUT + co
-                            norm_ys[i, j, q] = norm_y[at]
-                            norm_xs[i, j, q] = norm_x[at]
         cp_wait(0)
         syncthreads()
         acc = local(f32, (MTW, NTB, 4))
@@ -193,40 +168,13 @@ def _fprop_kernel(T):
                     for q in static_range(4):
                         for o in static_range(1, KSPLIT):
                             acc[i, j, q] += sums[o, wm * 32 + lane, (i * NTB + j) * 4 + q]
-        tile_sums = shared(f32, STATS_SLOTS)
-        center = shared(f32, STATS_SLOTS // 4)
-        if GSTATS:   # batch norm's backward sums: of g (y as stored, masked by the ReLU) and g * (its x - mean)
-            gs = local(f32, (MTW, NTB, 4))
-            gxs = local(f32, (MTW, NTB, 4))
-            for i in static_range(MTW):
-                for j in static_range(NTB):
-                    for q in static_range(4):
-                        gs[i, j, q] = 0.0
-                        gxs[i, j, q] = 0.0
-                        if GRELU == 0 or norm_ys[i, j, q] > 0:   # (pixels past the tile: not summed)
-                            gs[i, j, q] = f32(T(acc[i, j, q]))
-                            gxs[i, j, q] = gs[i, j, q] * (f32(norm_xs[i, j, q]) - norm_means[j, q % 2])
-            _tile_channel_sums(gs, center, tile_sums, wm, part == 0, MT, R * WO, 0, MTW, NTB, WARPS)
-            syncthreads()
-            if tx < BN:
-                total_g = 0.0
-                for wk in static_range(WARPS):
-                    total_g += tile_sums[wk * BN + tx]
-                center[tx] = total_g
-            syncthreads()
-            _tile_channel_sums(gxs, center, tile_sums, wm, part == 0, MT, R * WO, 0, MTW, NTB, WARPS)
-            syncthreads()
-            if tx < BN and co0 + tx < COUT:
-                total_gx = 0.0
-                for wk in static_range(WARPS):
-                    total_gx += tile_sums[wk * BN + tx]
-                part_mean[(co0 + tx) * gdx + bx] = center[tx]
-                part_m2[(co0 + tx) * gdx + bx] = total_gx
         if STATS:
             for i in static_range(MTW):
                 for j in static_range(NTB):
                     for q in static_range(4):
                         acc[i, j, q] = f32(T(acc[i, j, q]))   # y's values as stored
+            tile_sums = shared(f32, STATS_SLOTS)
+            center = shared(f32, STATS_SLOTS // 4)
             _tile_channel_sums(acc, center, tile_sums, wm, part == 0, MT, R * WO, 0, MTW, NTB, WARPS)
             syncthreads()
             if tx < BN:
@@ -243,6 +191,8 @@ def _fprop_kernel(T):
                     m2 += tile_sums[wk * BN + tx]
                 part_mean[(co0 + tx) * gdx + bx] = center[tx]
                 part_m2[(co0 + tx) * gdx + bx] = m2
+        g = lane // 4
+        t = lane % 4
         for i in static_range(MTW):
             mt = wm + i * WARPS
             for j in static_range(NTB):
@@ -403,34 +353,6 @@ def _no_stats(y):
     return _unused[key]
 
 
-@dataclass(frozen=True)
-class NormInput:
-    """A batch norm whose output y is a convolution's input, for its backward's partial sums from the convolution's
-    input-gradient epilogue: its input x and y (channels-last, the convolution's dtype), its batch mean (float32),
-    whether a ReLU follows it (its mask: y > 0)."""
-    x: object
-    y: object
-    mean: object
-    relu: bool
-
-
-@dataclass(frozen=True)
-class GradientSums:
-    """Batch norm's backward partials from an input-gradient epilogue: over split s (a block's tile) of channel c,
-    the sum of g and of g * (x - mean) at part_g / part_gx[c * splits + s], g = dx masked by the ReLU."""
-    dx: object
-    part_g: object
-    part_gx: object
-    splits: int
-
-
-def makes_gradient_sums(plan: FpropPlan) -> bool:
-    """Whether `plan` can make batch norm's backward partials: a stride-1 input gradient whose tiles are whole."""
-    c = plan.consts
-    return bool(c["FLIP"]) and c["UP"] == c["DOWN"] == 1 and c["HO"] % c["R"] == 0 and (c["HO"], c["WO"]) == (
-        c["YH"], c["YW"])
-
-
 def makes_stats(plan: FpropPlan) -> bool:
     """Whether `plan` can make batch norm's partial statistics: a forward whose tiles are whole (HO a multiple of R)
     and whose warps and channels fit the shared sums (STATS_SLOTS)."""
@@ -450,35 +372,13 @@ def channel_stats_for(plan: FpropPlan, y) -> ChannelStats | None:
                         splits, c["R"] * c["WO"])
 
 
-def launch(plan: FpropPlan, x, w, y, simulate: bool = False, stats: ChannelStats | None = None,
-           sums: GradientSums | None = None, norm: NormInput | None = None) -> None:
+def launch(plan: FpropPlan, x, w, y, simulate: bool = False, stats: ChannelStats | None = None) -> None:
     """y (channels-last, x's dtype, written) = the convolution of x by w on the current stream (or in the
-    simulator); stats (from channel_stats_for) or sums (for `norm`, from gradient_sums_for): partials written too."""
+    simulator); stats (from channel_stats_for): their partials written too."""
     kern = KERNELS[str(x.dtype)].simulate if simulate else KERNELS[str(x.dtype)]
-    parts = ((stats.part_mean, stats.part_m2) if stats is not None else (sums.part_g, sums.part_gx)
-             if sums is not None else (_no_stats(y),) * 2)
-    normed = (_flat(norm.x, True), _flat(norm.y, True), norm.mean) if sums is not None else (
-        _flat(y, True), _flat(y, True), _no_stats(y))
-    kern[plan.grid, plan.threads, plan.smem](_flat(x, True), _flat(w, True), _flat(y, True), *parts, *normed,
-                                             **plan.consts, **_epilogue_consts(plan, stats is not None,
-                                                                               norm if sums is not None else None))
-
-
-def _epilogue_consts(plan: FpropPlan, stats: bool, norm: NormInput | None) -> dict:
-    """The epilogue's Const values for a launch of `plan` asked for statistics (a forward) or for `norm`'s backward
-    partials (an input gradient): what the launch passes, so that compiles ahead of it make the same kernel."""
-    sums = dict(GSTATS=1, GRELU=int(norm.relu)) if norm is not None and makes_gradient_sums(plan) else {}
-    return dict(STATS=int(stats and makes_stats(plan))) | sums
-
-
-def gradient_sums_for(plan: FpropPlan, dx) -> GradientSums | None:
-    """Buffers for the backward partials that `plan` makes (None where it cannot: makes_gradient_sums)."""
-    if not makes_gradient_sums(plan):
-        return None
-    xp = np if isinstance(dx, np.ndarray) else cuda.cupy()
-    c, splits = plan.consts, plan.grid[0]
-    return GradientSums(dx, xp.empty(c["COUT"] * splits, xp.float32), xp.empty(c["COUT"] * splits, xp.float32),
-                        splits)
+    parts = (stats.part_mean, stats.part_m2) if stats is not None else (_no_stats(y),) * 2
+    kern[plan.grid, plan.threads, plan.smem](_flat(x, True), _flat(w, True), _flat(y, True), *parts, **plan.consts,
+                                             STATS=int(stats is not None))
 
 
 def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False,
@@ -491,20 +391,17 @@ def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: 
 
 
 def conv2d_forward_gpu_stats(x, w, padding, out, tiles: dict | None = None, simulate: bool = False,
-                             flip: bool = False, stride=(1, 1), stats: bool = True,
-                             norm: NormInput | None = None) -> tuple:
-    """conv2d_forward_gpu, returning (out, partials or None): stats (a forward) asks for batch norm's partial
-    statistics of out (ChannelStats); norm (an input gradient) for the backward partials of that batch norm
-    (GradientSums); made in the epilogue where the plan's tiles allow."""
+                             flip: bool = False, stride=(1, 1), stats: bool = True) -> tuple:
+    """conv2d_forward_gpu, returning (out, ChannelStats of out or None): stats (a forward only) asks for batch norm's
+    partial statistics of out from the epilogue, made where the plan's tiles allow (channel_stats_for)."""
     geo = geometry(x.shape, w.shape, padding, flip, stride, out.shape[2:])
     if tiles is None and not simulate:
         hit = _choices.load().get(_key(x, w, padding, flip, stride, out.shape[2:]))
         tiles = hit.get("tiles") if hit else None
     plan = fprop_plan(geo, int(x.shape[0]), flip=flip, item=x.dtype.itemsize, **(tiles or {}))
     made = channel_stats_for(plan, out) if stats and not flip else None
-    sums = gradient_sums_for(plan, out) if norm is not None and flip else None
-    launch(plan, x, w, out, simulate=simulate, stats=made, sums=sums, norm=norm)
-    return out, made if sums is None else sums
+    launch(plan, x, w, out, simulate=simulate, stats=made)
+    return out, made
 
 
 # ------------------------------------------------------------------ choosing between ours and cuDNN, remembered
@@ -519,53 +416,49 @@ def _key(x, w, padding, flip: bool = False, stride=(1, 1), out_hw=None) -> str:
                       + (["dgrad"] if flip else []))
 
 
-def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False,
-                          norm: NormInput | None = None) -> None:
+def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False) -> None:
     """Compile the candidates on the background compile threads, all at once, before they are timed."""
     from frost.kernel.compile import device_arch
     arch = device_arch()
     item, kern = dtype.itemsize, KERNELS[str(dtype)]
     plans = [fprop_plan(geo, n, flip=flip, item=item, **t) for t in tile_choices]
-    specs = [kern.specialize(**p.consts, **_epilogue_consts(p, with_stats, norm)) for p in plans]
+    specs = [kern.specialize(**p.consts, STATS=int(with_stats and makes_stats(p)))
+             for p in plans]
     for spec in specs:
         spec.prefetch(arch)
     for spec in specs:
         spec.cubin(arch)
 
 
-def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=None, with_stats: bool = False,
-           norm: NormInput | None = None) -> bool:
+def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=None, with_stats: bool = False) -> bool:
     """True when our kernel is faster than cuDNN's forward (or, flip, input gradient into an out_hw dx) at this shape
     (cudnn_fn() runs cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output;
-    with_stats: making batch norm's partial statistics too, as it will run; norm: an input gradient making that
-    batch norm's backward partials, as it will run; either credited with what it saves batch norm, STATS_SAVING_US)
-    against cuDNN, once per shape, remembered (conv_wgrad.faster_than_cudnn)."""
-    with_stats, norm = with_stats and not flip, norm if flip else None
+    with_stats: making batch norm's partial statistics too, as it will run, and credited with what that saves batch
+    norm, STATS_SAVING_US) against cuDNN, once per shape, remembered (conv_wgrad.faster_than_cudnn)."""
+    with_stats = with_stats and not flip
 
     def time_ours():
         geo = geometry(x.shape, w.shape, padding, flip, stride, out_hw)
         out = empty_like_format((int(x.shape[0]), geo["COUT"], geo["YH"], geo["YW"]), x)
         tile_choices = candidate_tiles(geo, int(x.shape[0]), flip, x.dtype.itemsize)
-        _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip, x.dtype, with_stats, norm)
+        _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip, x.dtype, with_stats)
 
-        def credit(t):   # what the partials save batch norm, where this plan makes them
-            plan = fprop_plan(geo, int(x.shape[0]), flip=flip, item=x.dtype.itemsize, **t)
-            makes = makes_stats(plan) if with_stats else norm is not None and makes_gradient_sums(plan)
-            return STATS_SAVING_US if makes else 0.0
+        def credit(t):
+            plan = fprop_plan(geo, int(x.shape[0]), item=x.dtype.itemsize, **t)
+            return STATS_SAVING_US if with_stats and makes_stats(plan) else 0.0
         return min(((cuda.graph_time_us(lambda: conv2d_forward_gpu_stats(x, w, padding, out, tiles=t, flip=flip,
-                                                                          stride=stride, stats=with_stats,
-                                                                          norm=norm))
+                                                                          stride=stride, stats=with_stats))
                      - credit(t), t) for t in tile_choices), key=lambda timed: timed[0])
 
     return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride, out_hw), time_ours, cudnn_fn, stats)
 
 
-def prefetch_input_gradient(y, w, stride, padding, dilation, x_shape, norm: NormInput | None = None) -> None:
+def prefetch_input_gradient(y, w, stride, padding, dilation, x_shape) -> None:
     """Start compiling the input-gradient candidates of this shape on the background compile threads, where `choose`
     has not decided it: conv2d's forward calls it (y standing in for dy: its shape, dtype and layout), so that the
     backward finds them compiled, the shapes' compiles overlapping the forward pass. Seen calls return at once."""
     seen = (y.shape, y.strides, str(y.dtype), w.shape, w.strides, tuple(padding), tuple(stride), tuple(dilation),
-            tuple(x_shape), None if norm is None else norm.relu)
+            tuple(x_shape))
     if seen in _looked_at or _capturing():
         return
     _looked_at.add(seen)
@@ -577,8 +470,8 @@ def prefetch_input_gradient(y, w, stride, padding, dilation, x_shape, norm: Norm
     arch, n = device_arch(), int(y.shape[0])
     geo = geometry(y.shape, w.shape, padding, True, stride, x_shape[2:])
     for t in candidate_tiles(geo, n, True, y.dtype.itemsize):
-        plan = fprop_plan(geo, n, flip=True, item=y.dtype.itemsize, **t)
-        KERNELS[str(y.dtype)].specialize(**plan.consts, **_epilogue_consts(plan, False, norm)).prefetch(arch)
+        KERNELS[str(y.dtype)].specialize(**fprop_plan(geo, n, flip=True, item=y.dtype.itemsize, **t).consts,
+                                         STATS=0).prefetch(arch)
 
 
 _looked_at: set = set()  # the calls prefetch_input_gradient has looked at: queued or not needed

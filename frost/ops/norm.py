@@ -1025,7 +1025,7 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
     conv = conv_stats_of(x)
     if conv is not None:   # the convolution that made x wrote its partial statistics: merge those
         parts, splits, chunk, own = (conv.part_mean, conv.part_m2), conv.splits, conv.chunk, False
-        merge = max(BN_NHWC_MERGE, -(-splits // lanes))   # (the usual M where it is enough: one kernel less)
+        merge = -(-splits // lanes)
         merged = merge <= BN_CONV_STATS_MERGE   # else the finalize kernel merges them, once
         merge = merge if merged else BN_NHWC_MERGE
     else:
@@ -1046,42 +1046,27 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
             if not one:
                 kernels["backward_partial"].prefetch(relu=int(relu), U=U, pair=pair)
             kernels["backward_input"].prefetch(sums=int(one), pair=pair, **flags)
-        kernels["backward_input"].prefetch(sums=0, pair=0, **(flags | dict(fused=1, M=BN_NHWC_MERGE)))
-    from_conv: dict = {}   # a convolution's input-gradient epilogue leaves our backward partials here
 
     def backward(g):
-        made = from_conv.pop("sums", None)
-        made = made if made is not None and made.dx is g else None   # (a pair, or g changed since: not these)
         g, g2 = g if isinstance(g, GradientPair) else (g, None)  # g2: a second contribution, added in the kernels
         g = dense_like(g.astype(xa.dtype, copy=False), xa)  # astype keeps the layout
         g2 = g if g2 is None else dense_like(g2.astype(xa.dtype, copy=False), xa)
         pair = int(g2 is not g)
         dweight, dbias, part_g, part_gx = _backward_buffers(xp, C, S, weight, bias)
-        if made is not None:   # the convolution's partials: merged here, or by the finalize kernel where many
-            merge = max(BN_NHWC_MERGE, -(-made.splits // lanes))
-            parts, splits, own, merged = (made.part_g, made.part_gx), made.splits, False, merge <= BN_CONV_STATS_MERGE
-            merge = merge if merged else BN_NHWC_MERGE
-        else:
-            merge, parts, splits, own, merged = BN_NHWC_MERGE, (part_g, part_gx), S, one, fused
-            if not one:
-                kernels["backward_partial"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, part_g,
-                                                           part_gx, n, C, cb, S, relu=int(relu), U=U, pair=pair)
-        if not merged:
-            batch_norm_backward_finalize[C, 32](*parts, invstd, dweight, dbias, splits)
+        if not one:
+            kernels["backward_partial"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, part_g,
+                                                       part_gx, n, C, cb, S, relu=int(relu), U=U, pair=pair)
+        if not fused:
+            batch_norm_backward_finalize[C, 32](part_g, part_gx, invstd, dweight, dbias, S)
         dx = empty_like_format(x.shape, xa)
         dres = empty_like_format(x.shape, xa) if residual is not None else dx
-        kernels["backward_input"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, invstd, w, *parts,
-                                                 dweight, dbias, _rows(dx), _rows(dres), grid_sync_counter(xp),
-                                                 n, C, cb, lanes, splits, sums=int(own), pair=pair,
-                                                 **(flags | dict(fused=int(merged), M=merge)))
+        kernels["backward_input"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, invstd, w, part_g,
+                                                 part_gx, dweight, dbias, _rows(dx), _rows(dres), grid_sync_counter(xp),
+                                                 n, C, cb, lanes, S, sums=int(one), pair=pair, **flags)
         return _parent_grads(dx, weight, dweight, bias, dbias, residual, dres)
 
     backward.takes_gradient_pairs = True
-    out = from_op(y, parents, backward, "batch_norm_act" if relu or residual is not None else "batch_norm")
-    if out.requires_grad:   # for the convolution that reads out: our backward's partials from its epilogue
-        from frost.ops.conv_fprop_mma import NormInput
-        out._norm_output = (NormInput(xa, y, mean, bool(relu)), from_conv)
-    return out
+    return from_op(y, parents, backward, "batch_norm_act" if relu or residual is not None else "batch_norm")
 
 
 def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,

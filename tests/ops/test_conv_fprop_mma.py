@@ -191,47 +191,6 @@ def test_simulated_input_gradient_matches_torch_float64(shape, tiles):
     assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
 
 
-def gradient_sums64(dx, norm_x, norm_y, mean, relu, R):
-    """Batch norm's backward partials over tiles of R rows of one image, float64: sums of g = dx (masked by
-    norm_y > 0 when relu) and of g * (norm_x - mean), as [C][split] arrays."""
-    n, c, h, w = dx.shape
-    g = dx.astype(np.float64) * ((norm_y.astype(np.float64) > 0) if relu else 1)
-    gx = g * (norm_x.astype(np.float64) - mean.reshape(1, c, 1, 1))
-    return tuple(a.reshape(n, c, h // R, R * w).transpose(1, 0, 2, 3).reshape(c, -1, R * w).sum(axis=2)
-                 for a in (g, gx))
-
-
-# input gradients whose tiles are whole (HO a multiple of R): two m-tiles a warp, two dx channel blocks (a partial
-# one), taps shared by 3 groups of warps
-GRADIENT_SUMS_CASES = [
-    ((2, 16, 16, 4, 6, 3, (1, 1)), dict(R=2, WARPS=1)),
-    ((1, 24, 32, 6, 8, 3, (1, 1)), dict(R=3, BN=16, WARPS=1)),
-    ((1, 24, 32, 6, 8, 3, (1, 1)), dict(R=3, BN=16, WARPS=2, KSPLIT=3)),
-]
-
-
-@pytest.mark.parametrize("shape,tiles", GRADIENT_SUMS_CASES)
-@pytest.mark.parametrize("dtype,relu", [("bfloat16", True), ("float32", True), ("float32", False)])
-def test_simulated_input_gradient_makes_batch_norm_backward_partials(shape, tiles, dtype, relu):
-    n, cin, cout, h, wd, k, padding = shape
-    x, w, y = _inputs(*shape, seed=len(str(shape)))
-    rng = np.random.default_rng(8)
-    dy = as_channels_last(rng.standard_normal(y.shape).astype(dtype))
-    w = as_channels_last(w.astype(dtype))
-    norm_x = as_channels_last(rng.standard_normal(x.shape).astype(dtype))   # the batch norm's input and output
-    norm_y = as_channels_last(rng.standard_normal(x.shape).astype(dtype))
-    mean = rng.standard_normal(cin).astype(np.float32)
-    out = as_channels_last(np.full(x.shape, np.nan, dtype))
-    norm = fm.NormInput(norm_x, norm_y, mean, relu)
-    out, sums = fm.conv2d_forward_gpu_stats(dy, w, padding, out, tiles=tiles, simulate=True, flip=True, norm=norm)
-    assert sums.dx is out and sums.splits == n * h // tiles["R"]
-    want_g, want_gx = gradient_sums64(out, norm_x, norm_y, mean, relu, tiles["R"])   # of dx as stored
-    for got, want in ((sums.part_g, want_g), (sums.part_gx, want_gx)):
-        np.testing.assert_allclose(got.reshape(cin, -1), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    plain = as_channels_last(np.full(x.shape, np.nan, dtype))
-    fm.conv2d_forward_gpu(dy, w, padding, plain, tiles=tiles, simulate=True, flip=True)
-    np.testing.assert_array_equal(out, plain)   # dx itself unchanged (unmasked)
-
 def _on_gpu(a, dtype=None):
     """A channels-last copy on the GPU ((N, H, W, C) memory seen as NCHW), in `dtype` when given."""
     import cupy as cp
@@ -507,59 +466,4 @@ def test_gpu_statistics_from_the_epilogue_feed_batch_norm(cin, cout, h, dtype, m
     for name, got, want in zip(("y", "running_mean", "running_var", "dy", "dgamma", "dx"), *results):
         # dx: the convolution's TF32 input gradient turns dy's last-bit differences into TF32-sized ones
         tol = max(tol, 2 ** -9) if name == "dx" else tol
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=name)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("c,h", [(16, 32), (32, 16), (64, 8)])
-def test_gpu_batch_norm_backward_partials_from_the_input_gradient(c, h, dtype, monkeypatch):
-    """batch_norm_act -> conv2d -> batch_norm_act (so that the convolution's dy is channels-last, as in a ResNet):
-    the convolution's input-gradient epilogue makes the first batch norm's backward partials (checked against
-    float64 sums of the dx it stored), its backward merges them (no reduction of its own), and the gradients equal
-    those of batch norm reducing its own."""
-    import cupy as cp
-
-    from frost.kernel.api import Kernel
-    from frost.ops import norm
-    from frost.ops.conv import conv2d
-    monkeypatch.setattr(fm, "choose", lambda *args, **kw: True)   # ours, whatever the timing says
-    made, real = [], fm.gradient_sums_for
-    monkeypatch.setattr(fm, "gradient_sums_for", lambda *args: made.append(real(*args)) or made[-1])
-    launches, getitem = [], Kernel.__getitem__
-
-    def recording(self, cfg):
-        launcher = getitem(self, cfg)
-        return lambda *args, **kw: launches.append((self.fn.__name__, kw)) or launcher(*args, **kw)
-    monkeypatch.setattr(Kernel, "__getitem__", recording)
-    rng = np.random.default_rng(c)
-    xs = _on_gpu(rng.standard_normal((32, c, h, h)).astype(np.float32), dtype)
-    ws = _on_gpu((rng.standard_normal((c, c, 3, 3)) / 8).astype(np.float32), dtype)
-    results = []
-    for keep in (True, False):
-        X, W = frost.Tensor(xs, requires_grad=True), frost.Tensor(ws, requires_grad=True)
-        gamma = frost.ones(c, device="cuda", requires_grad=True)
-        beta = frost.zeros(c, device="cuda", requires_grad=True)
-        y = norm.batch_norm_act(X, None, None, gamma, beta, training=True, relu=True)
-        normed = y._norm_output[0]
-        if not keep:
-            y.__dict__.pop("_norm_output")
-        z = norm.batch_norm_act(conv2d(y, W, padding=1), None, None, training=True)
-        launches.clear()
-        (z.float() * z.float()).sum().backward()
-        merged = [kw for name, kw in launches if name == "batch_norm_backward_input_nhwc" and kw.get("sums") == 0
-                  and kw.get("fused") == 1]
-        if keep:
-            sums = made[-1]
-            assert len(made) == 1 and sums is not None and merged   # made, and merged by the batch norm
-            R = 32 * h // sums.splits
-            want_g, want_gx = gradient_sums64(*(cp.asnumpy(a) for a in (sums.dx, normed.x, normed.y, normed.mean)),
-                                              True, R)
-            for got, want in ((sums.part_g, want_g), (sums.part_gx, want_gx)):
-                np.testing.assert_allclose(cp.asnumpy(got).reshape(c, -1), want, rtol=1e-4,
-                                           atol=1e-5 * np.abs(want).max())
-        results.append([cp.asnumpy(t.grad.data).astype(np.float64) for t in (X, gamma, beta, W)])
-    assert len(made) == 1   # without the batch norm's request no partials are made
-    tol = 2 ** -7 if dtype == "bfloat16" else 1e-4
-    for name, got, want in zip(("dx", "dgamma", "dbeta", "dW"), *results):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=name)
