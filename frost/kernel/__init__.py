@@ -30,7 +30,8 @@ Semantics (the simulator implements exactly these):
   `-7 % 2 == -1`); on floats `//` is trunc(a / b) and `%` is fmod.
 - A local's type is its first assignment's (or `x: f64 = 0`); assigning another type is an error, so is an
   augmented assignment that would change it (`acc = 0; acc += 0.5`). Storing into an array element converts
-  (f32 into bf16 rounds to nearest even) except float into integer, which needs a cast: `i32(x)`.
+  (f32 into bf16 rounds to nearest even) except float into integer, which needs a cast: `i32(x)`. A cast may name
+  its type through any name bound to it: `T(x)` in a kernel made by a factory over the element type T.
 - `Const[int]` parameters (and `N: Const[int] = ...` inside) are compile-time constants: one cubin per value.
 - Loops: `range(a, b, step)` (bounds evaluated once), `static_range(n)` (unrolled), `for i, j in grid(m, n)`
   (`break` leaves the whole grid). Loop variables cannot be assigned or used after their loop.

@@ -217,6 +217,22 @@ def test_bf16_storage_and_casts():
     np.testing.assert_array_equal(z, (y + np.float32(0.001)).astype(ml_dtypes.bfloat16))
 
 
+
+def test_a_cast_may_name_its_type_through_a_factorys_variable():
+    def make(T):
+        @kernel
+        def rounded(x: Array[f32], y: Array[f32]):
+            y[tx] = f32(T(x[tx])) - x[tx]   # what rounding to T loses
+        return rounded
+    x = (np.linspace(-3, 3, 8) + 1e-3).astype(np.float32)
+    for T, want in ((bf16, x.astype(ml_dtypes.bfloat16).astype(np.float32) - x), (f32, np.zeros(8, np.float32))):
+        kern = make(T)
+        compiles(kern)
+        y = np.full(8, np.nan, np.float32)
+        kern.simulate[1, 8](x, y)
+        np.testing.assert_array_equal(y, want)
+    assert "frost_to_bf16(x[tx])" in make(bf16).source   # the generated C++ rounds, as the simulator did
+
 def test_inf_nan_and_bool():
     @kernel
     def special(out: Array[f32], flags: Array[i32]):
