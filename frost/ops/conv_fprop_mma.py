@@ -28,7 +28,8 @@ from frost.ops.conv_wgrad_mma import has_mma, smem_budget
 PAD_BYTES = 16   # after each shared row: the 8 rows an ldmatrix reads fall in 8 bank groups
 STATS_SLOTS = 4 * 64   # the tile statistics' shared sums: one per (warp of group 0 (at most 4), channel (at most 64))
 # what batch norm saves per layer when its statistics come from our epilogue (so `choose` credits ours with it): its
-# normalize kernels took 98.6 instead of 135.6 us for the seed ResNet's 21 layers (H200, step_time, session 9)
+# normalize kernels took 98.6 us (44679b0) instead of 135.6 (d5bdced) for the seed ResNet's 21 layers (H200,
+# step_time.py --breakdown)
 STATS_SAVING_US = 1.8
 
 
