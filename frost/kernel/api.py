@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from frost.kernel import cgen, compile as kcompile, simulate
+from frost.kernel import cgen, compile as kcompile, pdl, simulate
 from frost.kernel.frontend import Checker, KernelError, Source
 from frost.kernel.types import ArrayType, ConstType, Scalar, bf16, f16
 
@@ -242,7 +242,8 @@ class Kernel:
             spec = self.specialize(**consts)
             _check_bounds(self.__name__, spec, block)
             fn = _device_function(spec, spec.cubin, spec.checked.cname)
-            _gpu_launch(fn, grid, block, smem, stream, _gpu_args(self.__name__, runtime, spec.checked.vector_params))
+            _gpu_launch(fn, grid, block, smem, stream, _gpu_args(self.__name__, runtime, spec.checked.vector_params),
+                        self.__name__)
         return launch
 
     @property
@@ -373,7 +374,9 @@ def _device_function(owner, get_cubin, name: str):
     return hit[1]
 
 
-def _gpu_launch(fn, grid, block, smem, stream, args):
+def _gpu_launch(fn, grid, block, smem, stream, args, pdl_name: str | None = None):
+    """Launch a loaded function; a Frost kernel (pdl_name given) as a programmatic dependent launch where the GPU
+    has it (frost.kernel.pdl)."""
     import cupy
     # above 48 KiB in all needs the function's opt-in; from 32 KiB of dynamic memory on it is asked for, so that
     # static shared arrays of a few KiB fit beside it
@@ -382,7 +385,10 @@ def _gpu_launch(fn, grid, block, smem, stream, args):
         cupy.cuda.driver.funcSetAttribute(fn.ptr, 8, smem)
         _smem_opt_in[id(fn)] = (fn, smem)  # holding fn keeps its id from being reused
     stream = stream if stream is not None else cupy.cuda.get_current_stream()
-    fn(grid, block, tuple(args), shared_mem=smem, stream=stream)
+    if pdl_name is not None and pdl.usable(cupy.cuda.runtime.getDevice()):
+        pdl.launch(pdl_name, fn.ptr, grid, block, smem, getattr(stream, "ptr", stream), args)
+    else:
+        fn(grid, block, tuple(args), shared_mem=smem, stream=stream)
 
 
 # -- existing CUDA C++ -------------------------------------------------------------------------------------

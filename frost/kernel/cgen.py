@@ -58,6 +58,14 @@ __device__ __forceinline__ void frost_grid_sync(unsigned* bar) {
         __threadfence();
     }
     __syncthreads(); }
+__device__ __forceinline__ void frost_dependent_launch() {
+    // programmatic dependent launch (frost.kernel.pdl): wait until the kernel before this one in the stream has
+    // completed and its writes are visible; a no-op for a plain launch. No early griddepcontrol.launch_dependents:
+    // the next kernel's blocks, placed while this one still runs, crowd onto the SMs that were free (measured slower)
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ unsigned frost_smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p); }
 template <typename T> struct __align__(16) frost_vec4 { T v0, v1, v2, v3; };
@@ -229,6 +237,8 @@ class CGen:
             sig = f"static __device__ __forceinline__ {rc} {fn.cname}({', '.join(self.params_c())})"
         self.lines.append(f'#line {self.src.line(tree)} "{self.src.filename}"')
         self.lines.append(sig + " {")
+        if fn.is_kernel:
+            self.w("frost_dependent_launch();")
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | set(fn.attr_names.values())
         for name in B.INDEX_NAMES:
             if name in used and name not in fn.locals:

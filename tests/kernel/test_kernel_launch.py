@@ -1,64 +1,11 @@
 """The GPU launch path (argument conversion, module loading, shared-memory opt-in), checked on the CPU against a
-stand-in for CuPy that records what would be launched."""
-import sys
-import types
-
+stand-in for CuPy that records what would be launched (conftest.py's fake_cupy)."""
 import numpy as np
 import pytest
 
 import frost
+from fake_cupy import FakeArray
 from frost.kernel import Array, Const, bf16, dynamic_shared, f32, i32, kernel, tx
-
-
-class FakeArray:
-    def __init__(self, a: np.ndarray) -> None:
-        self.a = a
-        self.dtype, self.shape, self.strides, self.size, self.ndim, self.flags = (
-            a.dtype, a.shape, a.strides, a.size, a.ndim, a.flags)
-        self.data = types.SimpleNamespace(ptr=a.ctypes.data)
-
-
-FUNCTIONS = {}  # fake CUfunction handle -> FakeFunction
-
-
-class FakeFunction:
-    def __init__(self, name, launches):
-        self.name, self.launches = name, launches
-        self.max_dynamic_shared_size_bytes = 0
-        self.ptr = id(self)
-        FUNCTIONS[self.ptr] = self
-
-    def __call__(self, grid, block, args, shared_mem=0, stream=None):
-        self.launches.append(dict(name=self.name, grid=grid, block=block, args=args, smem=shared_mem, stream=stream,
-                                  opt_in=self.max_dynamic_shared_size_bytes))
-
-
-@pytest.fixture
-def fake_cupy(monkeypatch):
-    launches, loads = [], []
-
-    class Module:
-        def load(self, cubin):
-            assert cubin[:4] == b"\x7fELF"
-            loads.append(cubin)
-
-        def get_function(self, name):
-            return FakeFunction(name, launches)
-
-    cp = types.ModuleType("cupy")
-    cp.ndarray = FakeArray
-    def func_set_attribute(ptr, attribute, value):
-        assert attribute == 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        FUNCTIONS[ptr].max_dynamic_shared_size_bytes = value
-
-    cp.cuda = types.SimpleNamespace(
-        function=types.SimpleNamespace(Module=Module),
-        driver=types.SimpleNamespace(funcSetAttribute=func_set_attribute),
-        runtime=types.SimpleNamespace(getDevice=lambda: 0),
-        Device=lambda i=0: types.SimpleNamespace(compute_capability="90"),
-        get_current_stream=lambda: "current-stream")
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    return types.SimpleNamespace(launches=launches, loads=loads)
 
 
 def test_arguments_become_pointers_sizes_and_typed_scalars(fake_cupy):

@@ -1,0 +1,139 @@
+"""Programmatic dependent launch: the generated wait, the argument buffer, the launch routing (CPU) and
+producer -> consumer chains on the GPU, plain and captured in a CUDA graph, with a grid barrier among them."""
+import numpy as np
+import pytest
+
+import frost
+from fake_cupy import FakeArray
+from frost.kernel import Array, bdx, bx, f32, gdx, grid_sync, i32, kernel, pdl, tx, u32
+
+
+@kernel
+def slow_fill(x: Array[f32], value: f32, spin: i32):
+    """x[i] = value, written late: each thread first spins (a kernel the next one could overtake)."""
+    i = bx * bdx + tx
+    acc = 0.0
+    for k in range(spin):
+        acc = acc * 0.5 + f32(k % 3)
+    if i < len(x):
+        x[i] = value + acc * 0.0
+
+
+@kernel
+def add_next(x: Array[f32], y: Array[f32]):
+    """y[i] = x[i] + x[(i + 1) % n]: reads what the kernel before wrote, some of it in other blocks."""
+    i = bx * bdx + tx
+    if i < len(x):
+        y[i] = x[i] + x[(i + 1) % len(x)]
+
+
+@kernel
+def barrier_shift(x: Array[f32], y: Array[f32], counter: Array[u32]):
+    """y[i] = 2 * x[next block's first element], after a grid barrier: all blocks must be resident."""
+    i = bx * bdx + tx
+    x[i] += 1.0
+    grid_sync(counter)
+    y[i] = 2.0 * x[((bx + 1) % gdx) * bdx]
+
+
+def test_every_kernel_first_waits_for_the_one_before():
+    source = add_next.source
+    body = source[source.index("extern \"C\" __global__ void add_next"):]
+    assert body.splitlines()[1].strip() == "frost_dependent_launch();"  # before any memory access
+    helper = source[source.index("void frost_dependent_launch()"):source.index("void frost_dependent_launch()") + 900]
+    helper = helper[:helper.index("\n}")]
+    code = "\n".join(line for line in helper.splitlines() if not line.strip().startswith("//"))
+    assert 'asm volatile("griddepcontrol.wait;" ::: "memory");' in code and "__CUDA_ARCH__ >= 900" in code
+    assert "launch_dependents" not in code  # no early trigger: measured slower (frost/kernel/pdl.py)
+
+
+def test_device_functions_do_not_wait():
+    @frost.kernel.device
+    def twice(v: f32) -> f32:
+        return v * 2.0
+
+    @kernel
+    def k(x: Array[f32]):
+        x[tx] = twice(x[tx])
+    assert k.source.count("frost_dependent_launch();") == 1
+
+
+def test_arguments_are_packed_at_their_alignment():
+    args = [np.uint64(0x1122334455667788), np.int32(-3), np.uint16(0x3FC0), np.int64(7), np.float32(1.5)]
+    blob, offsets = pdl.pack_params(args)
+    assert offsets == [0, 8, 12, 16, 24] and len(blob) == 28
+    for a, o in zip(args, offsets):
+        assert blob[o:o + a.nbytes] == a.tobytes()
+    assert pdl.pack_params([]) == (bytearray(), [])
+
+
+def test_switched_off_it_is_not_used():
+    saved = pdl.enabled
+    try:
+        pdl.enabled = False
+        assert not pdl.usable(0)
+    finally:
+        pdl.enabled = saved
+
+
+def test_frost_kernels_go_through_it_and_cuda_source_does_not(fake_cupy, monkeypatch):
+    pdl_launches = []
+    monkeypatch.setattr(pdl, "usable", lambda device_id: True)
+    monkeypatch.setattr(pdl, "launch", lambda name, fn, grid, block, smem, stream, args:
+                        pdl_launches.append((name, grid, block, smem, stream, list(args))))
+    x = FakeArray(np.zeros(8, np.float32))
+    add_next[2, 4](x, x)
+    assert [launch[:5] for launch in pdl_launches] == [("add_next", (2, 1, 1), (4, 1, 1), 0, "current-stream")]
+    assert pdl_launches[0][5][:2] == [np.uint64(x.data.ptr), 8]
+    assert fake_cupy.launches == []
+    frost.cuda_source('extern "C" __global__ void nop(float* x) {}', "nop")[1, 1](x)
+    assert len(fake_cupy.launches) == 1 and len(pdl_launches) == 1
+
+
+# ---------------------------------------------------------------- GPU
+
+@pytest.mark.cuda
+def test_gpu_uses_it_on_hopper():
+    import cupy as cp
+    major = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["major"]
+    assert pdl.usable(cp.cuda.runtime.getDevice()) == (major >= 9)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("captured", [False, True])
+def test_gpu_chain_values_round_by_round(captured):
+    import cupy as cp
+    n, rounds = 1 << 18, 30
+    x = cp.zeros(n, cp.float32)
+    seen = cp.zeros((rounds, n), cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        if captured:
+            stream.begin_capture()
+        for r in range(rounds):
+            slow_fill[(n + 255) // 256, 256](x, float(r), 3000)
+            add_next[(n + 127) // 128, 128](x, seen[r])  # reads x[i + 1]: a neighbour's, maybe another block's
+            x *= 0.0  # a CuPy kernel between rounds: a plain launch on both sides
+        if captured:
+            stream.end_capture().launch(stream)
+    stream.synchronize()
+    want = 2.0 * np.arange(rounds, dtype=np.float32)[:, None]
+    np.testing.assert_array_equal(cp.asnumpy(seen), np.broadcast_to(want, (rounds, n)))
+
+
+@pytest.mark.cuda
+def test_gpu_grid_barrier_kernel_between_programmatic_launches():
+    import cupy as cp
+    from frost.kernel import grid_sync_counter
+    sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["multiProcessorCount"]
+    blocks, threads = sms, 256
+    n = blocks * threads
+    x, y, z = cp.zeros(n, cp.float32), cp.zeros(n, cp.float32), cp.zeros(n, cp.float32)
+    counter = grid_sync_counter(cp)
+    for r in range(10):
+        slow_fill[blocks, threads](x, float(r), 2000)
+        barrier_shift[blocks, threads](x, y, counter)  # x + 1, then 2 * (next block's first x + 1)
+        add_next[blocks, threads](y, z)
+    cp.cuda.Device().synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(y), np.full(n, 2.0 * 10, np.float32))
+    np.testing.assert_array_equal(cp.asnumpy(z), np.full(n, 4.0 * 10, np.float32))
