@@ -58,7 +58,7 @@ __device__ __forceinline__ void frost_grid_sync(unsigned* bar) {
         __threadfence();
     }
     __syncthreads(); }
-__device__ __forceinline__ void frost_dependent_launch() {
+__device__ __forceinline__ void frost_wait_for_previous_grid() {
     // programmatic dependent launch (frost.kernel.pdl): wait until the kernel before this one in the stream has
     // completed and its writes are visible; a no-op for a plain launch. No early griddepcontrol.launch_dependents:
     // the next kernel's blocks, placed while this one still runs, crowd onto the SMs that were free (measured slower)
@@ -238,7 +238,7 @@ class CGen:
         self.lines.append(f'#line {self.src.line(tree)} "{self.src.filename}"')
         self.lines.append(sig + " {")
         if fn.is_kernel:
-            self.w("frost_dependent_launch();")
+            self.w("frost_wait_for_previous_grid();")
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | set(fn.attr_names.values())
         for name in B.INDEX_NAMES:
             if name in used and name not in fn.locals:

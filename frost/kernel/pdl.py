@@ -1,6 +1,6 @@
 """Programmatic dependent launch: Frost kernels launched through cuLaunchKernelEx so the next one is launched early.
 
-Every `@kernel` begins with `griddepcontrol.wait` (cgen's `frost_dependent_launch`): it waits until the kernel
+Every `@kernel` begins with `griddepcontrol.wait` (cgen's `frost_wait_for_previous_grid`): it waits until the kernel
 before it in the stream has completed and its writes are visible, and nothing is read or written before it, so
 the order of memory effects is the plain stream's. Launched with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 on a GPU of compute capability 9.0 or newer, a kernel is launched when the blocks of the one before have finished
@@ -15,6 +15,7 @@ before; the wait is a no-op there.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 
 import numpy as np
@@ -36,32 +37,40 @@ class _LaunchConfig(ctypes.Structure):
                 ("num_attrs", ctypes.c_uint)]
 
 
-def pack_params(args) -> tuple[bytearray, list[int]]:
-    """The kernel's arguments (NumPy scalars, in signature order) in one buffer, each at its natural alignment, and
-    their offsets: cuLaunchKernelEx takes a pointer to each value."""
-    blob, offsets = bytearray(), []
-    for a in args:
-        raw = np.asarray(a).tobytes()
-        blob += bytes(-len(blob) % len(raw))
-        offsets.append(len(blob))
-        blob += raw
-    return blob, offsets
+@functools.lru_cache(maxsize=None)
+def _layout(dtypes: tuple) -> tuple:
+    """A C struct of these dtypes, each at its natural alignment, and each member's offset (once per signature)."""
+    record = np.dtype([(f"a{i}", d) for i, d in enumerate(dtypes)], align=True)
+    return record, [record.fields[f"a{i}"][1] for i in range(len(dtypes))]
 
 
-_driver: list = []
+def kernel_params(args) -> tuple:
+    """(values, params) for cuLaunchKernelEx: `values` holds the kernel's arguments (NumPy scalars, in signature
+    order) in one record at their natural alignments and `params` points at each; keep `values` alive until the
+    launch call has returned (the driver copies them then)."""
+    record, offsets = _layout(tuple(a.dtype for a in args))
+    values = np.array(tuple(args), dtype=record)
+    base = values.ctypes.data
+    return values, (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
 
 
+@functools.lru_cache(maxsize=None)
+def _libcuda():
+    """The CUDA driver library, or None where there is none."""
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
 def _launch_kernel_ex():
     """libcuda's cuLaunchKernelEx, or None where the driver has none."""
-    if not _driver:
-        try:
-            fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
-            fn.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _driver.append(fn)
-    return _driver[0]
+    fn = getattr(_libcuda(), "cuLaunchKernelEx", None)
+    if fn is not None:
+        fn.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+    return fn
 
 
 _capable: dict = {}
@@ -80,10 +89,7 @@ def usable(device_id: int) -> bool:
 
 def launch(name: str, fn_ptr: int, grid, block, smem: int, stream_ptr: int, args) -> None:
     """Launch a loaded kernel with the programmatic-serialization attribute; a driver error names the kernel."""
-    blob, offsets = pack_params(args)
-    holder = (ctypes.c_char * max(len(blob), 1)).from_buffer(blob if blob else bytearray(1))
-    base = ctypes.addressof(holder)
-    params = (ctypes.c_void_p * max(len(offsets), 1))(*[base + o for o in offsets])
+    values, params = kernel_params(args)
     attr = _LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
     attr.value[0] = 1
     config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, stream_ptr,
@@ -96,8 +102,7 @@ def launch(name: str, fn_ptr: int, grid, block, smem: int, stream_ptr: int, args
 
 def _error_name(err: int) -> str:
     name = ctypes.c_char_p()
-    try:
-        ctypes.CDLL("libcuda.so.1").cuGetErrorName(err, ctypes.byref(name))
-    except (OSError, AttributeError):
-        return "unknown"
+    get_error_name = getattr(_libcuda(), "cuGetErrorName", None)
+    if get_error_name is not None:
+        get_error_name(err, ctypes.byref(name))
     return (name.value or b"unknown").decode()

@@ -39,8 +39,8 @@ def barrier_shift(x: Array[f32], y: Array[f32], counter: Array[u32]):
 def test_every_kernel_first_waits_for_the_one_before():
     source = add_next.source
     body = source[source.index("extern \"C\" __global__ void add_next"):]
-    assert body.splitlines()[1].strip() == "frost_dependent_launch();"  # before any memory access
-    helper = source[source.index("void frost_dependent_launch()"):source.index("void frost_dependent_launch()") + 900]
+    assert body.splitlines()[1].strip() == "frost_wait_for_previous_grid();"  # before any memory access
+    helper = source[source.index("void frost_wait_for_previous_grid()"):source.index("void frost_wait_for_previous_grid()") + 900]
     helper = helper[:helper.index("\n}")]
     code = "\n".join(line for line in helper.splitlines() if not line.strip().startswith("//"))
     assert 'asm volatile("griddepcontrol.wait;" ::: "memory");' in code and "__CUDA_ARCH__ >= 900" in code
@@ -55,16 +55,19 @@ def test_device_functions_do_not_wait():
     @kernel
     def k(x: Array[f32]):
         x[tx] = twice(x[tx])
-    assert k.source.count("frost_dependent_launch();") == 1
+    assert k.source.count("frost_wait_for_previous_grid();") == 1
 
 
-def test_arguments_are_packed_at_their_alignment():
+def test_each_parameter_pointer_reads_its_argument_at_its_alignment():
+    import ctypes
     args = [np.uint64(0x1122334455667788), np.int32(-3), np.uint16(0x3FC0), np.int64(7), np.float32(1.5)]
-    blob, offsets = pdl.pack_params(args)
-    assert offsets == [0, 8, 12, 16, 24] and len(blob) == 28
-    for a, o in zip(args, offsets):
-        assert blob[o:o + a.nbytes] == a.tobytes()
-    assert pdl.pack_params([]) == (bytearray(), [])
+    values, params = pdl.kernel_params(args)
+    offsets = [p - params[0] for p in params]
+    assert offsets == [0, 8, 12, 16, 24]
+    for a, p in zip(args, params):
+        assert p % a.itemsize == 0 and ctypes.string_at(p, a.nbytes) == a.tobytes()  # what the driver copies
+    values, params = pdl.kernel_params([])
+    assert len(params) == 0
 
 
 def test_switched_off_it_is_not_used():
