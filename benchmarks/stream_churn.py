@@ -28,19 +28,22 @@ sys.path.insert(0, str(Path(__file__).parent))
 import step_time  # noqa: E402
 
 
-def churn(before: str) -> None:
-    """Do `before` (see the module docstring) on the current GPU."""
+def churn(before: str) -> list:
+    """Do `before` (see the module docstring) on the current GPU; returns what must stay alive (the kept streams)."""
     import cupy as cp
     from frost.backend import cuda
     x = cp.zeros(1 << 20, cp.float32)
-    if before.startswith("streams_") and before != "streams_kept":
-        for _ in range(int(before.split("_")[1])):
+    if before == "streams_kept":
+        return [cp.cuda.Stream(non_blocking=True) for _ in range(300)]
+    if before.startswith("streams_"):
+        count = before.split("_", 1)[1]
+        if not count.isdigit():
+            raise SystemExit(f"stream_churn: --before {before!r}: streams_N needs a whole number N")
+        for _ in range(int(count)):
             stream = cp.cuda.Stream(non_blocking=True)
             with stream:
                 x *= 1.0
             stream.synchronize()
-    elif before == "streams_kept":
-        churn.kept = [cp.cuda.Stream(non_blocking=True) for _ in range(300)]
     elif before == "graphs_one_stream":
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
@@ -64,6 +67,7 @@ def churn(before: str) -> None:
                 cp.empty(1 << 16, cp.float32)
     elif before != "none":
         raise SystemExit(f"stream_churn: unknown --before {before!r}")
+    return []
 
 
 def main(argv=None) -> dict:
@@ -73,10 +77,10 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
-    churn(args.before)
+    kept = churn(args.before)  # alive while the step is timed
     row = step_time.frost_rows(args.steps, args.repeats, "fp32", True, channels_last=True)
     result = {"before": args.before, "ms_per_step": row["ms_per_step"], "runs_ms": row["runs_ms"],
-              "startup_s": row["startup_s"]}
+              "startup_s": row["startup_s"], "streams_kept": len(kept)}
     print(f"| {args.before} | {row['ms_per_step']:.4f} | {[round(t, 4) for t in row['runs_ms']]} |")
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
