@@ -93,7 +93,7 @@ class Jitted:
         current = cuda.current_stream()
         for static, t in zip(entry.static_inputs, tensors):
             static.data[...] = t.data  # an asynchronous device-to-device copy on the current stream
-        # the graph runs on its own capture stream, ordered after the copies and before later work
+        # the graph runs on the kept graph stream, ordered after the copies and before later work
         entry.stream.wait_event(current.record())
         entry.graph.launch(entry.stream)
         current.wait_event(entry.stream.record())
@@ -103,7 +103,7 @@ class Jitted:
         from frost.backend import cuda
         cp = cuda.cupy()
         entry.pool = cp.cuda.MemoryPool()
-        entry.stream = cp.cuda.Stream(non_blocking=True)  # capture cannot happen on the legacy default stream
+        entry.stream = cuda.kept_stream("graph")  # capture cannot happen on the legacy default stream
         cp.cuda.get_current_stream().synchronize()
         with cp.cuda.using_allocator(entry.pool.malloc), entry.stream:
             statics = []

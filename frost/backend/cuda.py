@@ -1,6 +1,8 @@
 """The CUDA backend: CuPy arrays, streams, pinned memory and device utilities. Imported lazily; Frost works without CuPy."""
 from __future__ import annotations
 
+import threading
+
 _cupy = None
 _seed = 0
 _generators: dict = {}  # device index -> frost.ops.philox.PhiloxGenerator
@@ -33,6 +35,25 @@ def synchronize() -> None:
 
 def current_stream():
     return cupy().cuda.get_current_stream()
+
+
+_kept_streams: dict = {}  # (device, purpose, index) -> a non-blocking stream that lives as long as the process
+_kept_streams_lock = threading.Lock()
+
+
+def kept_stream(purpose: str, index: int = 0):
+    """The current device's non-blocking stream for `purpose` ("timing", "graph", "copy", ...) and `index`, made
+    once and kept for the life of the process. Frost makes no stream it later drops: a process that made and
+    destroyed eight or more CUDA streams replays its captured training step ~5 % slower for the rest of its life
+    (0.672 against 0.642 ms per step on an H200; benchmarks/stream_churn.py), and choosing kernels times hundreds
+    of candidates."""
+    cp = cupy()
+    key = (cp.cuda.runtime.getDevice(), purpose, index)
+    with _kept_streams_lock:
+        stream = _kept_streams.get(key)
+        if stream is None:
+            stream = _kept_streams[key] = cp.cuda.Stream(non_blocking=True)
+    return stream
 
 
 def device_name(index: int = 0) -> str:
@@ -94,7 +115,7 @@ def graph_time_us(fn, calls: int = 10, repeats: int = 10, warmup: int = 2) -> fl
     kernels take, so timing plain calls would measure the host."""
     import numpy as np
     cp = cupy()
-    stream = cp.cuda.Stream(non_blocking=True)
+    stream = kept_stream("timing")
     pool = cp.cuda.MemoryPool()   # scratch made during the capture stays the graph's while it is replayed
     with stream:
         fn()   # compiles, loads, tunes (and sizes cuDNN's workspace) outside the capture

@@ -164,7 +164,7 @@ class _ConvGraph:
         """GPU time of one plan, replayed inside a CUDA graph: launching from Python costs more than these
         small convolutions take, so timing plain calls would measure the host, not the plan."""
         cp = cuda.cupy()
-        stream = cp.cuda.Stream(non_blocking=True)
+        stream = cuda.kept_stream("timing")
         try:
             self.graph.build_plan_at_index(index)
             ws = _workspace_for(self.graph.get_workspace_size_plan_at_index(index))

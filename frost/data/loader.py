@@ -584,8 +584,8 @@ class _GpuCopier:
         self.defers = finish is not None and _takes_defer(finish)
         self.cp = cuda.cupy()
         self.gpu = self.cp.cuda.Device(device.index or 0)
-        with self.gpu:
-            self.streams = [self.cp.cuda.Stream(non_blocking=True) for _ in range(max(1, streams))]
+        with self.gpu:  # kept streams: a loader per epoch would otherwise make and drop streams (see kept_stream)
+            self.streams = [cuda.kept_stream("copy", i) for i in range(max(1, streams))]
         self.issued = 0
         self.in_use: list[tuple[Any, list]] = []  # (event on the compute stream, device arrays)
         self.last: list | None = None

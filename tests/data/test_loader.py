@@ -2,6 +2,7 @@
 import gc
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -319,6 +320,7 @@ class FakeCupy:
             pass
 
         cuda.Device, cuda.Stream, cuda.Event = Device, Stream, Event
+        cuda.runtime = types.SimpleNamespace(getDevice=lambda: 0)
         cuda.get_current_stream = staticmethod(lambda: Stream())
         self.cuda = cuda
         self.DeviceArray = DeviceArray
@@ -329,13 +331,13 @@ class FakeCupy:
 
 def test_gpu_path_logic_with_a_fake_cupy(monkeypatch):
     import sys
-    import types
     from frost.backend import cuda
     fake = FakeCupy()
     pinned = []
     cupyx = types.SimpleNamespace(empty_pinned=lambda shape, dtype: pinned.append(shape) or np.empty(shape, dtype))
     monkeypatch.setattr(cuda, "cupy", lambda: fake)
     monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "_kept_streams", {})  # the fake's streams must not outlive the test
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
     ds = Squares(45)
     reference = collect(DataLoader(ds, batch_size=4, shuffle=True, seed=5, num_workers=0))
