@@ -117,9 +117,9 @@ def graph_time_us(fn, calls: int = 10, repeats: int = 10, warmup: int = 2) -> fl
     cp = cupy()
     stream = kept_stream("timing")
     pool = cp.cuda.MemoryPool()   # scratch made during the capture stays the graph's while it is replayed
+    fn()   # compiles, loads, tunes (and sizes cuDNN's workspace) outside the capture, on the caller's stream: see
+    current_stream().synchronize()   # eager_work_off_the_timing_stream
     with stream:
-        fn()   # compiles, loads, tunes (and sizes cuDNN's workspace) outside the capture
-        stream.synchronize()
         with cp.cuda.using_allocator(pool.malloc):
             stream.begin_capture()
             try:

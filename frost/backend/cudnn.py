@@ -168,9 +168,9 @@ class _ConvGraph:
         try:
             self.graph.build_plan_at_index(index)
             ws = _workspace_for(self.graph.get_workspace_size_plan_at_index(index))
+            self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())  # on the caller's stream
+            cp.cuda.get_current_stream().synchronize()
             with stream:
-                self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())
-                stream.synchronize()
                 stream.begin_capture()
                 try:
                     for _ in range(5):
