@@ -3,19 +3,23 @@
 Runs benchmarks/step_time.py's frost jit fp32 channels-last row (warm caches assumed: run once without --before to
 fill them) after one of these, in this process:
   none               nothing
-  streams_N          N CuPy streams made, each used for one kernel and dropped (a kernel-timing start-up made a new
-                     stream per timing)
+  streams_N          N CuPy streams made, each used for one kernel and dropped
   streams_kept       300 streams made and kept
+  side_eager_N       N kernels launched (not captured) on one non-default stream
+  side_captured_N    N graphs of two kernels captured and replayed on one non-default stream, nothing launched outside
+                     a capture there
   graphs_one_stream  300 CUDA graphs captured, launched and dropped, all on one stream
   timings            300 calls of frost.backend.cuda.graph_time_us (as kernel choices are timed)
   events, pools      600 CUDA events recorded; 300 CuPy memory pools used once
 
-    python benchmarks/stream_churn.py --before streams_8 --out row.json
+    python benchmarks/stream_churn.py --before side_eager_300 --out row.json
 
-Run each --before in a new process (the effect lasts for the process). Session 10 (H200): none 0.638-0.639 ms per
-step; streams_1 0.631, streams_4 0.633, streams_8 0.670, streams_16 0.666, streams_300 0.666, streams_kept 0.639,
-events 0.638, pools 0.634, graphs_one_stream 0.628, timings 0.675 (0.669 with one timing stream for all timings:
-tried and left out); a start-up with empty caches, 0.667-0.694 (results/stream_churn_session10_h200.json).
+Run each --before in a new process (the effect lasts for the process). What it found (H200, sessions 10 and 11): more
+than about five kernels launched outside a capture on non-default streams, before the step is captured, make the
+captured step ~6 % slower for the rest of the process (0.670-0.678 against 0.632-0.647 ms); the same work captured
+into graphs on that stream, or launched on the legacy default stream, does not; neither do streams kept, events or
+memory pools. A start-up with empty caches used to time each candidate's first, uncaptured call on the timing stream
+(0.670 ms, against 0.635 since it runs on the caller's stream). Rows: results/stream_churn_session1{0,1}_h200.json.
 """
 from __future__ import annotations
 
@@ -44,6 +48,21 @@ def churn(before: str) -> list:
             with stream:
                 x *= 1.0
             stream.synchronize()
+    elif before.startswith(("side_eager_", "side_captured_")):
+        count = before.rsplit("_", 1)[1]
+        if not count.isdigit():
+            raise SystemExit(f"stream_churn: --before {before!r}: {before.rsplit('_', 1)[0]}_N needs a whole number N")
+        stream = cuda.kept_stream("churn")
+        with stream:
+            for _ in range(int(count)):
+                if before.startswith("side_eager_"):
+                    x *= 1.0
+                else:
+                    stream.begin_capture()
+                    x *= 1.0
+                    x *= 1.0
+                    stream.end_capture().launch(stream)
+                stream.synchronize()
     elif before == "graphs_one_stream":
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:

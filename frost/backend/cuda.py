@@ -43,10 +43,8 @@ _kept_streams_lock = threading.Lock()
 
 def kept_stream(purpose: str, index: int = 0):
     """The current device's non-blocking stream for `purpose` ("timing", "graph", "copy", ...) and `index`, made
-    once and kept for the life of the process. Frost makes no stream it later drops: a process that made and
-    destroyed eight or more CUDA streams replays its captured training step ~5 % slower for the rest of its life
-    (0.672 against 0.642 ms per step on an H200; benchmarks/stream_churn.py), and choosing kernels times hundreds
-    of candidates."""
+    once and kept for the life of the process: choosing kernels times hundreds of candidates, and a GPU loader
+    starts an epoch at a time; neither needs a stream of its own each time."""
     cp = cupy()
     key = (cp.cuda.runtime.getDevice(), purpose, index)
     with _kept_streams_lock:
@@ -112,13 +110,18 @@ def memory_allocated() -> int:
 def graph_time_us(fn, calls: int = 10, repeats: int = 10, warmup: int = 2) -> float:
     """Median microseconds per call of fn (a sequence of launches on the current stream), captured `calls` times
     into one CUDA graph and replayed `repeats` times (CUDA events): launching from Python costs more than small
-    kernels take, so timing plain calls would measure the host."""
+    kernels take, so timing plain calls would measure the host.
+
+    fn's first, uncaptured call runs on the caller's stream, not on the timing stream: a process that launched more
+    than a few kernels outside a capture on a non-default stream replays the CUDA graphs it captures later ~6 %
+    slower for the rest of its life (the seed's step 0.670 against 0.635 ms on an H200 after a start-up that chose
+    its kernels; benchmarks/stream_churn.py --before side_eager_300)."""
     import numpy as np
     cp = cupy()
     stream = kept_stream("timing")
     pool = cp.cuda.MemoryPool()   # scratch made during the capture stays the graph's while it is replayed
-    fn()   # compiles, loads, tunes (and sizes cuDNN's workspace) outside the capture, on the caller's stream: see
-    current_stream().synchronize()   # eager_work_off_the_timing_stream
+    fn()   # compiles, loads, tunes (and sizes cuDNN's workspace) outside the capture
+    current_stream().synchronize()
     with stream:
         with cp.cuda.using_allocator(pool.malloc):
             stream.begin_capture()

@@ -168,7 +168,8 @@ class _ConvGraph:
         try:
             self.graph.build_plan_at_index(index)
             ws = _workspace_for(self.graph.get_workspace_size_plan_at_index(index))
-            self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())  # on the caller's stream
+            # the uncaptured run goes on the caller's stream, as in cuda.graph_time_us (which says why)
+            self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())
             cp.cuda.get_current_stream().synchronize()
             with stream:
                 stream.begin_capture()

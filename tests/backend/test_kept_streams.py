@@ -1,9 +1,10 @@
-"""Frost makes no CUDA stream it later drops: kernel timings, cuDNN plan timings, captured steps and GPU loaders reuse kept streams."""
+"""Frost makes no CUDA stream it later drops, and launches no uncaptured work on its timing stream."""
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.cuda
@@ -65,3 +66,25 @@ def test_kept_stream_is_one_per_purpose_and_index():
     assert cuda.kept_stream("copy", 1) is not cuda.kept_stream("copy", 0)
     assert cuda.kept_stream("graph") is not cuda.kept_stream("timing")
     assert cuda.kept_stream("graph").ptr != 0   # not the legacy default stream: a graph can be captured on it
+
+
+def test_graph_time_us_runs_the_uncaptured_call_on_the_callers_stream():
+    # kernels launched outside a capture on a side stream leave the process's later graphs slower to replay
+    # (frost.backend.cuda.graph_time_us): only captured work may go to the timing stream
+    from frost.backend import cuda
+    cp = cuda.cupy()
+    x = cp.zeros(1024, cp.float32)
+    seen = []
+
+    def fn():
+        seen.append((cp.cuda.get_current_stream().ptr, cp.cuda.get_current_stream().is_capturing()))
+        x.__iadd__(1.0)
+    caller = cp.cuda.Stream(non_blocking=True)
+    with caller:
+        us = cuda.graph_time_us(fn, calls=3, repeats=2, warmup=1)
+    assert us > 0
+    assert seen[0] == (caller.ptr, False)
+    timing = cuda.kept_stream("timing").ptr
+    assert seen[1:] == [(timing, True)] * 3
+    # one eager call, then three captured calls replayed 1 + 2 times
+    np.testing.assert_array_equal(cp.asnumpy(x), np.full(1024, 1 + 3 * 3, np.float32))
