@@ -104,18 +104,20 @@ class Jitted:
         cp = cuda.cupy()
         entry.pool = cp.cuda.MemoryPool()
         entry.stream = cuda.kept_stream("graph")  # capture cannot happen on the legacy default stream
-        cp.cuda.get_current_stream().synchronize()
-        with cp.cuda.using_allocator(entry.pool.malloc), entry.stream:
-            statics = []
+        statics = []
 
-            def make_static(t: Tensor) -> Tensor:
-                s = Tensor(t.data.copy(order="K"))  # keeps the memory format (channels-last inputs)
-                s.requires_grad = t.requires_grad
-                statics.append(s)
-                return s
+        def make_static(t: Tensor) -> Tensor:
+            s = Tensor(t.data.copy(order="K"))  # keeps the memory format (channels-last inputs)
+            s.requires_grad = t.requires_grad
+            statics.append(s)
+            return s
+        # the copies run on the caller's stream: uncaptured kernels on a side stream slow the graphs captured
+        # after them (frost.backend.cuda.graph_time_us), so the graph stream only ever captures and replays
+        with cp.cuda.using_allocator(entry.pool.malloc):
             s_args = _replace_tensors(args, make_static)
             s_kwargs = _replace_tensors(kwargs, make_static)
-            entry.stream.synchronize()
+        cp.cuda.get_current_stream().synchronize()
+        with cp.cuda.using_allocator(entry.pool.malloc), entry.stream:
             # a zero_grad() made before the capture is not replayed with it: only one inside the step may let
             # the graph write gradients straight into .grad (frost.autograd.grad_destination)
             forget_zero_grads()
