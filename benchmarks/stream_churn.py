@@ -19,7 +19,9 @@ than about five kernels launched outside a capture on non-default streams, befor
 captured step ~6 % slower for the rest of the process (0.670-0.678 against 0.632-0.647 ms); the same work captured
 into graphs on that stream, or launched on the legacy default stream, does not; neither do streams kept, events or
 memory pools. A start-up with empty caches used to time each candidate's first, uncaptured call on the timing stream
-(0.670 ms, against 0.635 since it runs on the caller's stream). Rows: results/stream_churn_session1{0,1}_h200.json.
+(0.670 ms, against 0.635 since it runs on the caller's stream), and frost.jit copied each capture's static inputs on
+the graph stream (a process's third model slow again; on the caller's stream since 075dab7). Rows:
+results/stream_churn_session1{0,1}_h200.json.
 """
 from __future__ import annotations
 
