@@ -123,3 +123,28 @@ def test_new_shape_captures_a_new_graph():
         out = f(frost.ones(n, device="cuda"))
         np.testing.assert_allclose(out.cpu().numpy(), np.full(n, 4.0))
     assert len(f.captures) == 2
+
+
+@pytest.mark.cuda
+def test_capture_copies_static_inputs_on_the_callers_stream(monkeypatch):
+    # an uncaptured kernel on the graph stream slows every graph captured after it (docs/gpu.md): the graph stream
+    # only captures and replays; the static copies of the inputs run on the caller's stream
+    import sys
+
+    from frost.backend import cuda
+    from frost.tensor import Tensor
+    cp = cuda.cupy()
+    copied_on = []
+    init = Tensor.__init__
+
+    def recording_init(self, *args, **kwargs):
+        if sys._getframe(1).f_code.co_name == "make_static":
+            copied_on.append(cp.cuda.get_current_stream().ptr)
+        init(self, *args, **kwargs)
+    monkeypatch.setattr(Tensor, "__init__", recording_init)
+    step = frost.jit(lambda x, y: (x * y).sum())
+    x, y = frost.arange(8, device="cuda").float(), frost.ones(8, device="cuda")
+    results = [step(x, y).item() for _ in range(4)]   # two eager calls, the capture, a replay
+    assert results == [28.0] * 4
+    assert copied_on == [cp.cuda.get_current_stream().ptr] * 2
+    assert cuda.kept_stream("graph").ptr not in copied_on
