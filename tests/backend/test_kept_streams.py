@@ -18,7 +18,8 @@ import numpy as np, cupy as cp
 made = []
 make_stream = cp.cuda.Stream
 cp.cuda.Stream = lambda *a, **k: made.append(k) or make_stream(*a, **k)
-import frost, frost.nn as nn, frost.nn.functional as F
+import frost, frost.nn as nn
+from frost.bench.resnet_cifar10 import training_step
 from frost.backend import cuda, cudnn
 from frost.data import DataLoader, TensorDataset
 x = frost.randn(8, 16, 16, 16, device="cuda").contiguous(frost.channels_last)
@@ -26,14 +27,7 @@ y = frost.tensor(np.arange(8) % 10, device="cuda")
 for width in (16, 24):  # two models, two jitted steps: two captures
     model = nn.Sequential(nn.Conv2d(16, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10)).to("cuda", memory_format=frost.channels_last)
-    opt = frost.optim.AdamW(model.parameters())
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    step = frost.jit(step)
+    step = frost.jit(training_step(model, frost.optim.AdamW(model.parameters()), "fp32"))
     for _ in range(5):
         step(x, y)
     frost.cuda.synchronize()
