@@ -37,16 +37,17 @@ def current_stream():
     return cupy().cuda.get_current_stream()
 
 
-_kept_streams: dict = {}  # (device, purpose, index) -> a non-blocking stream that lives as long as the process
+_kept_streams: dict = {}  # (device, purpose, index, thread) -> a non-blocking stream kept for the process
 _kept_streams_lock = threading.Lock()
 
 
 def kept_stream(purpose: str, index: int = 0):
-    """The current device's non-blocking stream for `purpose` ("timing", "graph", "copy", ...) and `index`, made
-    once and kept for the life of the process: choosing kernels times hundreds of candidates, and a GPU loader
-    starts an epoch at a time; neither needs a stream of its own each time."""
+    """The current device's and thread's non-blocking stream for `purpose` ("timing", "graph", "copy", ...) and
+    `index`, made once and kept for the life of the process: choosing kernels times hundreds of candidates, and a GPU
+    loader starts an epoch at a time; neither needs a stream of its own each time. Per thread, so that two threads
+    capturing or timing at once never share a stream."""
     cp = cupy()
-    key = (cp.cuda.runtime.getDevice(), purpose, index)
+    key = (cp.cuda.runtime.getDevice(), purpose, index, threading.get_ident())
     with _kept_streams_lock:
         stream = _kept_streams.get(key)
         if stream is None:

@@ -39,7 +39,7 @@ for epoch in range(3):
     for xb, yb in DataLoader(data, batch_size=8, shuffle=True, seed=epoch, num_workers=2, device="cuda"):
         pass
 frost.cuda.synchronize()
-print(cudnn.stats["tune_seconds"] > 0, len(made), len(cuda._kept_streams), sorted(k[1:] for k in cuda._kept_streams))
+print(cudnn.stats["tune_seconds"] > 0, len(made), len(cuda._kept_streams), sorted(k[1:3] for k in cuda._kept_streams))
 """
 
 
@@ -54,12 +54,19 @@ def test_no_stream_is_made_and_dropped(tmp_path):
     assert int(kept) <= 4, keys   # timing, graph, two copy streams
 
 
-def test_kept_stream_is_one_per_purpose_and_index():
+def test_kept_stream_is_one_per_purpose_index_and_thread():
+    import threading
+
     from frost.backend import cuda
     assert cuda.kept_stream("timing") is cuda.kept_stream("timing")
     assert cuda.kept_stream("copy", 1) is not cuda.kept_stream("copy", 0)
     assert cuda.kept_stream("graph") is not cuda.kept_stream("timing")
     assert cuda.kept_stream("graph").ptr != 0   # not the legacy default stream: a graph can be captured on it
+    other = []
+    worker = threading.Thread(target=lambda: other.append(cuda.kept_stream("timing")))
+    worker.start()
+    worker.join()
+    assert other[0] is not cuda.kept_stream("timing")   # two threads timing at once must not share a stream
 
 
 def test_graph_time_us_runs_the_uncaptured_call_on_the_callers_stream():
