@@ -35,6 +35,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 import step_time  # noqa: E402
 
 
+def _count(before: str) -> int:
+    """N of a --before NAME_N."""
+    name, count = before.rsplit("_", 1)
+    if not count.isdigit():
+        raise SystemExit(f"stream_churn: --before {before!r}: {name}_N needs a whole number N")
+    return int(count)
+
+
 def churn(before: str) -> list:
     """Do `before` (see the module docstring) on the current GPU; returns what must stay alive (the kept streams)."""
     import cupy as cp
@@ -43,21 +51,15 @@ def churn(before: str) -> list:
     if before == "streams_kept":
         return [cp.cuda.Stream(non_blocking=True) for _ in range(300)]
     if before.startswith("streams_"):
-        count = before.split("_", 1)[1]
-        if not count.isdigit():
-            raise SystemExit(f"stream_churn: --before {before!r}: streams_N needs a whole number N")
-        for _ in range(int(count)):
+        for _ in range(_count(before)):
             stream = cp.cuda.Stream(non_blocking=True)
             with stream:
                 x *= 1.0
             stream.synchronize()
     elif before.startswith(("side_eager_", "side_captured_")):
-        count = before.rsplit("_", 1)[1]
-        if not count.isdigit():
-            raise SystemExit(f"stream_churn: --before {before!r}: {before.rsplit('_', 1)[0]}_N needs a whole number N")
         stream = cuda.kept_stream("churn")
         with stream:
-            for _ in range(int(count)):
+            for _ in range(_count(before)):
                 if before.startswith("side_eager_"):
                     x *= 1.0
                 else:
