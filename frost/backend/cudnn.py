@@ -161,30 +161,13 @@ class _ConvGraph:
             return False
 
     def _time_plan(self, index: int, pack: dict) -> float:
-        """GPU time of one plan, replayed inside a CUDA graph: launching from Python costs more than these
-        small convolutions take, so timing plain calls would measure the host, not the plan."""
-        cp = cuda.cupy()
-        stream = cuda.kept_stream("timing")
+        """GPU microseconds per run of one plan (cuda.graph_time_us: replayed inside a CUDA graph, as launching from
+        Python costs more than these small convolutions take); inf for a plan that cannot run here."""
         try:
             self.graph.build_plan_at_index(index)
             ws = _workspace_for(self.graph.get_workspace_size_plan_at_index(index))
-            # the uncaptured run goes on the caller's stream, as in cuda.graph_time_us (which says why)
-            self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())
-            cp.cuda.get_current_stream().synchronize()
-            with stream:
-                stream.begin_capture()
-                try:
-                    for _ in range(5):
-                        self.graph.execute_plan_at_index(pack, ws, index, handle=_handle())
-                finally:
-                    graph = stream.end_capture()
-                graph.launch(stream)
-                start = stream.record()
-                for _ in range(3):
-                    graph.launch(stream)
-                stop = stream.record()
-            stop.synchronize()
-            return cp.cuda.get_elapsed_time(start, stop)
+            return cuda.graph_time_us(lambda: self.graph.execute_plan_at_index(pack, ws, index, handle=_handle()),
+                                      calls=5, repeats=3, warmup=1)
         except Exception:  # a plan that cannot run here is simply not chosen
             return float("inf")
 
@@ -205,8 +188,9 @@ class _ConvGraph:
 
 def _run(kind: str, a, b, out, stride, padding, dilation):
     from frost import backends
-    key = json.dumps([kind, backends.allow_tf32, backends.deterministic, a.shape, _elem_strides(a), b.shape, _elem_strides(b), out.shape, _elem_strides(out),
-                      str(a.dtype), list(stride), list(padding), list(dilation)])
+    key = json.dumps([kind, backends.allow_tf32, backends.deterministic, a.shape, _elem_strides(a), b.shape,
+                      _elem_strides(b), out.shape, _elem_strides(out), str(a.dtype), list(stride), list(padding),
+                      list(dilation)])
     g = _graphs.get(key)
     if g is None:
         with _lock:
@@ -288,7 +272,8 @@ def matmul(a, b, out=None):
                              f"got {out.dtype} {tuple(out.shape)}")
         out = out.reshape(shape3)
     from frost import backends
-    key = json.dumps(["matmul", backends.allow_tf32, backends.deterministic, a3.shape, _elem_strides(a3), b3.shape, _elem_strides(b3), str(a.dtype)])
+    key = json.dumps(["matmul", backends.allow_tf32, backends.deterministic, a3.shape, _elem_strides(a3), b3.shape,
+                      _elem_strides(b3), str(a.dtype)])
     g = _graphs.get(key)
     if g is None:
         with _lock:

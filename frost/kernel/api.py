@@ -241,9 +241,9 @@ class Kernel:
             consts, runtime = self._split_args(args, kwargs)
             spec = self.specialize(**consts)
             _check_bounds(self.__name__, spec, block)
-            fn = _device_function(spec, spec.cubin, spec.checked.cname)
-            _gpu_launch(fn, grid, block, smem, stream, _gpu_args(self.__name__, runtime, spec.checked.vector_params),
-                        self.__name__)
+            fn, device = _device_function(spec, spec.cubin, spec.checked.cname)
+            args = _gpu_args(self.__name__, runtime, spec.checked.vector_params)
+            _gpu_launch(fn, device, grid, block, smem, stream, args, self.__name__)
         return launch
 
     @property
@@ -362,8 +362,9 @@ def _gpu_args(kname, runtime, aligned=None):
 _smem_opt_in: dict = {}
 
 
-def _device_function(owner, get_cubin, name: str):
-    """The loaded CuPy function for a kernel on the current device; owner keeps one module per device."""
+def _device_function(owner, get_cubin, name: str) -> tuple:
+    """(the loaded CuPy function for a kernel on the current device, that device's id); owner keeps one module per
+    device."""
     import cupy
     dev = cupy.cuda.runtime.getDevice()
     hit = owner._functions.get(dev)
@@ -371,12 +372,12 @@ def _device_function(owner, get_cubin, name: str):
         mod = cupy.cuda.function.Module()
         mod.load(get_cubin(kcompile.device_arch(dev)))
         hit = owner._functions[dev] = (mod, mod.get_function(name))
-    return hit[1]
+    return hit[1], dev
 
 
-def _gpu_launch(fn, grid, block, smem, stream, args, pdl_name: str | None = None):
-    """Launch a loaded function; a Frost kernel (pdl_name given) as a programmatic dependent launch where the GPU
-    has it (frost.kernel.pdl)."""
+def _gpu_launch(fn, device: int, grid, block, smem, stream, args, pdl_name: str | None = None):
+    """Launch a function loaded on `device`; a Frost kernel (pdl_name given) as a programmatic dependent launch
+    where the GPU has it (frost.kernel.pdl)."""
     import cupy
     # above 48 KiB in all needs the function's opt-in; from 32 KiB of dynamic memory on it is asked for, so that
     # static shared arrays of a few KiB fit beside it
@@ -385,7 +386,7 @@ def _gpu_launch(fn, grid, block, smem, stream, args, pdl_name: str | None = None
         cupy.cuda.driver.funcSetAttribute(fn.ptr, 8, smem)
         _smem_opt_in[id(fn)] = (fn, smem)  # holding fn keeps its id from being reused
     stream = stream if stream is not None else cupy.cuda.get_current_stream()
-    if pdl_name is not None and pdl.usable(cupy.cuda.runtime.getDevice()):
+    if pdl_name is not None and pdl.usable(device):
         pdl.launch(pdl_name, fn.ptr, grid, block, smem, getattr(stream, "ptr", stream), args)
     else:
         fn(grid, block, tuple(args), shared_mem=smem, stream=stream)
@@ -415,8 +416,8 @@ class CudaSource:
 
         def launch(*args):
             conv = _c_args(self.__name__, self.params, args)
-            fn = _device_function(self, self.compile, self.__name__)
-            _gpu_launch(fn, grid, block, smem, stream, conv)
+            fn, device = _device_function(self, self.compile, self.__name__)
+            _gpu_launch(fn, device, grid, block, smem, stream, conv)
         return launch
 
 
