@@ -127,20 +127,28 @@ def plot(results: list[dict], out_dir: Path) -> list[str]:
         print("report: matplotlib is not installed; skipping the plots", file=sys.stderr)
         return []
     written = []
-    seeds = sorted({x["seed"] for r in results for x in r["runs"]})
-    fig, axes = plt.subplots(1, len(seeds), figsize=(5 * len(seeds), 3.8), squeeze=False, sharey=True)
-    for ax, seed in zip(axes[0], seeds):
+    # a panel per seed that both frameworks ran (Frost against PyTorch on the same seed), three to a row
+    by_framework = [{x["seed"] for r in results if r["framework"] == f for x in r["runs"]} for f in ("frost", "pytorch")]
+    seeds = sorted(set.intersection(*by_framework)) or sorted(set.union(*by_framework))
+    rows, cols = -(-len(seeds) // 3), min(3, len(seeds))
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False, sharey=True)
+    for ax in axes.flat[len(seeds):]:
+        ax.set_visible(False)
+    for ax, seed in zip(axes.flat, seeds):
+        drawn = set()  # the first (newest) file's run of each kind only
         for j, r in enumerate(results):  # one colour per result file in every panel
             for run in r["runs"]:
-                if run["seed"] == seed and run.get("loss_curve"):
+                if run["seed"] == seed and run.get("loss_curve") and (label(r), r["precision"]) not in drawn:
+                    drawn.add((label(r), r["precision"]))
                     steps, losses = zip(*run["loss_curve"])
                     ax.plot(steps, _smooth(losses), label=f"{label(r)} {r['precision']}", linewidth=1,
                             color=f"C{j % 10}")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
         ax.set_title(f"seed {seed}")
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("training loss (moving average of 5 samples)")
+    for row in axes:
+        row[0].set_ylabel("training loss (moving average of 5 samples)")
     fig.tight_layout()
     fig.savefig(out_dir / "loss_curves.png", dpi=120)
     plt.close(fig)

@@ -151,6 +151,26 @@ def test_result_files_name_the_commit_from_frost_commit_when_set(monkeypatch):
     assert commit is None or len(commit.split("-")[0]) == 40
 
 
+def test_bench_saves_its_own_streams_and_a_run_from_them_is_the_run_itself(cifar_dir, tmp_path):
+    # --save-streams writes the weights and orders a seed's run draws; trained from them (--streams), the run is
+    # the same run, loss for loss, into its third epoch: so a mix of one framework's weights and the other's orders
+    # changes exactly one of the two
+    from frost.bench import resnet_cifar10 as bench
+    streams, args = tmp_path / "own", ["--device", "cpu", "--steps", "23", "--seeds", "1", "--data", str(cifar_dir),
+                                       "--tf32", "off", "--quiet"]
+    main(["bench", "resnet-cifar10", *args, "--save-streams", str(streams)])
+    weights, orders = bench.load_streams(streams, 1)
+    assert orders.shape == (3, 320) and all(sorted(row) == list(range(320)) for row in orders)  # 10 steps/epoch
+    assert not (orders[0] == orders[1]).all()
+    main(["bench", "resnet-cifar10", *args, "--out", str(tmp_path / "own.json")])
+    main(["bench", "resnet-cifar10", *args, "--streams", str(streams), "--out", str(tmp_path / "again.json")])
+    own, again = (json.loads((tmp_path / f).read_text())["runs"][0] for f in ("own.json", "again.json"))
+    assert len(own["loss_curve"]) == 23 and own["loss_curve"] == again["loss_curve"]
+    assert own["acc_10k"] == again["acc_10k"]
+    with pytest.raises(SystemExit, match="--save-streams need --pipeline resident"):
+        main(["bench", "resnet-cifar10", *args, "--pipeline", "loader", "--save-streams", str(streams)])
+
+
 def test_bench_trains_from_pytorchs_random_streams(cifar_dir, tmp_path):
     # --save-streams writes what PyTorch's run of a seed draws (initial weights, per-epoch orders); --streams makes
     # Frost start from and walk through the same, so that only the two frameworks' arithmetic differs

@@ -47,9 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tf32", choices=["on", "off"], default="on",
                    help="float32 convolutions and matmuls on TF32 tensor cores (frost.backends.allow_tf32; cuda)")
     p.add_argument("--streams", type=Path, default=None,
-                   help="train from PyTorch's random streams: the initial weights and per-epoch orders that "
-                        "benchmarks/torch_resnet_cifar10.py --save-streams DIR wrote for the same seeds "
-                        "(resident pipeline), so that only the two frameworks' arithmetic differs")
+                   help="train from given random streams: the initial weights and per-epoch orders that "
+                        "benchmarks/torch_resnet_cifar10.py --save-streams DIR wrote for the same seeds (PyTorch's: "
+                        "then only the two frameworks' arithmetic differs), or this command's --save-streams "
+                        "(resident pipeline)")
+    p.add_argument("--save-streams", type=Path, default=None, metavar="DIR",
+                   help="write each seed's initial weights and per-epoch orders, as a run of it draws them, in "
+                        "the files --streams reads, and train nothing (a weights file from one framework and the "
+                        "orders file from the other tell which of the two moves an accuracy)")
     p.add_argument("--log-every", type=int, default=None,
                    help="loss-curve sample interval in steps (default: steps // 200, at least 1)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
@@ -235,8 +240,8 @@ def _as_labels(y, device: str):
 
 
 def load_streams(folder: Path, seed: int) -> tuple[dict, np.ndarray]:
-    """The initial weights and per-epoch orders PyTorch's run of `seed` used (benchmarks/torch_resnet_cifar10.py
-    --save-streams wrote them): NumPy files, read without pickle."""
+    """The initial weights and per-epoch orders a run of `seed` used (the --save-streams of
+    benchmarks/torch_resnet_cifar10.py or of frost bench wrote them): NumPy files, read without pickle."""
     weights_file, orders_file = streams_files(folder, seed)
     for f in (weights_file, orders_file):
         if not f.is_file():
@@ -252,6 +257,21 @@ def load_streams(folder: Path, seed: int) -> tuple[dict, np.ndarray]:
         raise SystemExit(f"frost bench: --streams: {orders_file} must hold an (epochs, images) integer array, got "
                          f"{orders.dtype} {orders.shape}")
     return weights, orders
+
+
+def save_streams(folder: Path, seeds: list[int], n_train: int, steps: int, device: str) -> None:
+    """Each seed's initial weights and the epoch orders its resident run draws (build_model, then one
+    frost.randperm per epoch, as train_one_seed and resident_batches call them), as NumPy files."""
+    import frost
+    folder.mkdir(parents=True, exist_ok=True)
+    epochs = -(-steps // (n_train // common.PROTOCOL["batch_size"]))
+    for seed in seeds:
+        weights = {k: np.asarray(v.numpy()) for k, v in build_model(seed, device).state_dict().items()}
+        orders = np.stack([np.asarray(frost.randperm(n_train, device=device).numpy()) for _ in range(epochs)])
+        weights_file, orders_file = streams_files(folder, seed)
+        np.savez(weights_file, **weights)
+        np.save(orders_file, orders.astype(np.int32))
+        print(f"seed {seed}: {weights_file.name} ({len(weights)} arrays), {orders_file.name} {orders.shape}")
 
 
 def streams_files(folder: Path, seed: int) -> tuple[Path, Path]:
@@ -471,8 +491,9 @@ def run(args: argparse.Namespace) -> dict:
         _autocast("bf16")  # fail early with a clear message when autocast is missing
     if args.memory_format is None:
         args.memory_format = "channels_last" if device == "cuda" else "nchw"
-    if args.streams and args.pipeline != "resident":
-        raise SystemExit("frost bench: --streams needs --pipeline resident (the loader draws its own order)")
+    if (args.streams or args.save_streams) and args.pipeline != "resident":
+        raise SystemExit("frost bench: --streams and --save-streams need --pipeline resident (the loader draws its "
+                         "own order)")
     jit_on = jit_wrapper(args.jit == "on", device) is not None
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
@@ -482,6 +503,9 @@ def run(args: argparse.Namespace) -> dict:
                    "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format,
                    "tf32": args.tf32 == "on", "streams": str(args.streams) if args.streams else None})
     data, data_load_s = load_into(result, args.data, device, args.pipeline, args.memory_format == "channels_last")
+    if args.save_streams:
+        save_streams(args.save_streams, args.seeds, data["n_train"], args.steps, device)
+        return result
 
     import frost.backends
     tf32_before, frost.backends.allow_tf32 = frost.backends.allow_tf32, args.tf32 == "on"
