@@ -329,19 +329,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def save_streams(folder: Path, seeds: list[int], n_train: int, steps: int, device: str) -> None:
     """Each seed's initial weights and the permutations its resident or graphed run draws, as NumPy files."""
-    from frost.bench.resnet_cifar10 import streams_files
-    folder.mkdir(parents=True, exist_ok=True)
-    epochs = -(-steps // (n_train // common.PROTOCOL["batch_size"]))
+    from frost.bench.resnet_cifar10 import epochs_of, write_streams
     for seed in seeds:
         torch.manual_seed(seed)  # as train_one_seed: the model first, then the order's own generator
         weights = {k: v.detach().cpu().numpy() for k, v in make_model(10).state_dict().items()}
         gen = torch.Generator(device=device).manual_seed(seed)
-        orders = np.stack([torch.randperm(n_train, device=device, generator=gen).cpu().numpy().astype(np.int32)
-                           for _ in range(epochs)])
-        weights_file, orders_file = streams_files(folder, seed)
-        np.savez(weights_file, **weights)
-        np.save(orders_file, orders)
-        print(f"seed {seed}: {weights_file.name} ({len(weights)} arrays), {orders_file.name} {orders.shape}")
+        orders = [torch.randperm(n_train, device=device, generator=gen).cpu().numpy()
+                  for _ in range(epochs_of(steps, n_train))]
+        write_streams(folder, seed, weights, np.stack(orders))
 
 
 def main(argv=None) -> dict:

@@ -263,15 +263,24 @@ def save_streams(folder: Path, seeds: list[int], n_train: int, steps: int, devic
     """Each seed's initial weights and the epoch orders its resident run draws (build_model, then one
     frost.randperm per epoch, as train_one_seed and resident_batches call them), as NumPy files."""
     import frost
-    folder.mkdir(parents=True, exist_ok=True)
-    epochs = -(-steps // (n_train // common.PROTOCOL["batch_size"]))
     for seed in seeds:
         weights = {k: np.asarray(v.numpy()) for k, v in build_model(seed, device).state_dict().items()}
-        orders = np.stack([np.asarray(frost.randperm(n_train, device=device).numpy()) for _ in range(epochs)])
-        weights_file, orders_file = streams_files(folder, seed)
-        np.savez(weights_file, **weights)
-        np.save(orders_file, orders.astype(np.int32))
-        print(f"seed {seed}: {weights_file.name} ({len(weights)} arrays), {orders_file.name} {orders.shape}")
+        orders = [np.asarray(frost.randperm(n_train, device=device).numpy()) for _ in range(epochs_of(steps, n_train))]
+        write_streams(folder, seed, weights, np.stack(orders))
+
+
+def epochs_of(steps: int, n_train: int) -> int:
+    """Epochs (batch 32, drop_last) that `steps` steps start."""
+    return -(-steps // (n_train // common.PROTOCOL["batch_size"]))
+
+
+def write_streams(folder: Path, seed: int, weights: dict, orders: np.ndarray) -> None:
+    """A seed's initial weights (name -> array) and its (epochs, n) orders, in the files load_streams reads."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    weights_file, orders_file = streams_files(folder, seed)
+    np.savez(weights_file, **weights)
+    np.save(orders_file, orders.astype(np.int32))
+    print(f"seed {seed}: {weights_file.name} ({len(weights)} arrays), {orders_file.name} {orders.shape}")
 
 
 def streams_files(folder: Path, seed: int) -> tuple[Path, Path]:
