@@ -38,13 +38,17 @@ SEED_TEST_IMAGES = 9984
 
 
 def startup_counters() -> dict:
-    """Where a Frost start-up goes: NVRTC compiles (seconds summed over threads), cuDNN graphs (building them,
+    """Where a Frost start-up goes: NVRTC compiles (seconds summed over threads; launch_wait_seconds: wall time
+    launches waited for a cubin, compiled then or on the background threads; specialize_seconds: checking and
+    generating kernels' C++, in the threads that asked for them), cuDNN graphs (building them,
     choosing their plans) and our convolution kernels' choices against cuDNN (weight gradients, forward: compiles
     and timings), all seconds of wall time except nvrtc_seconds."""
     from frost.backend import cudnn
     from frost.kernel import compile as kcompile
     from frost.ops import conv_fprop_mma, conv_wgrad
     return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
+            "launch_waits": kcompile.stats["launch_waits"], "launch_wait_seconds": kcompile.stats["launch_wait_seconds"],
+            "specialize_seconds": kcompile.stats["specialize_seconds"],
             "cudnn_graphs": cudnn.stats["graphs"], "cudnn_graph_seconds": cudnn.stats["graph_seconds"],
             "cudnn_tune_seconds": cudnn.stats["tune_seconds"],
             "cudnn_runtime_compiled_skipped": cudnn.stats["runtime_compiled_skipped"],

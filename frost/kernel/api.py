@@ -5,6 +5,7 @@ import inspect
 import os
 import re
 import sys
+import time
 
 import numpy as np
 
@@ -105,8 +106,12 @@ class Spec:
         """The cubin for `arch`: a finished or running prefetch's, else compiled now (a compile error raises here)."""
         arch = self.arch(arch)
         if arch not in self._cubins:
-            pending = self._pending.pop(arch, None)
+            pending, start = self._pending.pop(arch, None), time.perf_counter()
             self._cubins[arch] = pending.result() if pending is not None else self._compile(arch)
+            waited = time.perf_counter() - start
+            kcompile.stats["launch_waits"] += 1
+            kcompile.stats["launch_wait_seconds"] += waited
+            kcompile.waits.append((self.checked.cname, round(waited, 4), pending is not None))
         return self._cubins[arch]
 
     def prefetch(self, arch: str) -> None:
@@ -176,7 +181,9 @@ class Kernel:
         key = tuple(sorted(full.items()))
         spec = self._specs.get(key)
         if spec is None:
-            spec = self._specs[key] = Spec(self, full)
+            start = time.perf_counter()
+            spec = self._specs[key] = Spec(self, full)  # checked and generated here, in the caller's thread
+            kcompile.stats["specialize_seconds"] += time.perf_counter() - start
             if os.environ.get("FROST_KERNEL_DEBUG") == "1":
                 print(spec.source, file=sys.stderr)
         return spec

@@ -15,7 +15,10 @@ from frost.kernel.frontend import KernelError
 
 # Counters the tests (and curious users) read: how often NVRTC ran and how often the disk cache answered, and the
 # seconds NVRTC took summed over every thread (compiles on the background threads overlap: more than wall time).
-stats = {"nvrtc_compiles": 0, "disk_hits": 0, "nvrtc_seconds": 0.0}
+stats = {"nvrtc_compiles": 0, "disk_hits": 0, "nvrtc_seconds": 0.0, "launch_waits": 0, "launch_wait_seconds": 0.0,
+         "specialize_seconds": 0.0}
+# (kernel, seconds, compiled in the background) each time a launch waited for its cubin: a start-up's critical path
+waits: list = []
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()

@@ -57,12 +57,22 @@ def test_prefetch_compiles_in_the_background_and_launch_waits_for_it(tmp_path, m
     def scale_prefetched(x: Array[f32], a: f32):
         x[tx] *= a
 
-    before = kcompile.stats["nvrtc_compiles"]
+    before, waits = kcompile.stats["nvrtc_compiles"], len(kcompile.waits)
     scale_prefetched.prefetch("sm_90")
     assert scale_prefetched.specialize()._pending  # queued, not yet taken
     assert scale_prefetched.compile("sm_90")[:4] == b"\x7fELF"
     assert kcompile.stats["nvrtc_compiles"] - before == 1
     assert not scale_prefetched.specialize()._pending
+    # the wait for the cubin is recorded (a start-up's critical path): a prefetched one, then one compiled on asking
+    assert kcompile.waits[waits:] == [(scale_prefetched.specialize().checked.cname, kcompile.waits[-1][1], True)]
+
+    @kernel
+    def scale_asked(x: Array[f32], a: f32):
+        x[tx] *= a
+
+    scale_asked.compile("sm_90")
+    assert kcompile.waits[-1][0] == scale_asked.specialize().checked.cname and kcompile.waits[-1][2] is False
+    assert kcompile.waits[-1][1] > 0 and kcompile.stats["launch_waits"] >= 2
 
     @kernel
     def shift_prefetched(x: Array[f32], a: f32):
