@@ -59,6 +59,7 @@ class _Captured:
 
     def __init__(self) -> None:
         self.eager_calls = 0
+        self.asked: frozenset = frozenset()  # kernel choices its eager calls asked and left undecided
         self.graph = None
         self.static_inputs: list[Tensor] = []
         self.output: Any = None
@@ -82,9 +83,12 @@ class Jitted:
             return self.fn(*args, **kwargs)
         entry = self.captures.setdefault(_signature(args, kwargs), _Captured())
         if entry.graph is None:
-            if entry.eager_calls < self.warmup:
+            if entry.eager_calls < self.warmup or (entry.eager_calls == self.warmup and entry.asked & _pending()):
                 entry.eager_calls += 1
-                return self.fn(*args, **kwargs)
+                before = _pending()
+                out = self.fn(*args, **kwargs)
+                entry.asked |= _pending() - before   # kernel choices this step asked and left for a later call
+                return out
             self._capture(entry, args, kwargs)
         from frost.backend import cuda
         from frost.optim import flat
@@ -151,11 +155,19 @@ def _refuse_host_sync(what: str) -> None:
                                  f"from the step and read it after the call instead.")
 
 
+def _pending() -> frozenset:
+    """The convolution shapes whose first call queued our candidates' compiles and that wait for the call that picks
+    one: a capture would keep cuDNN's kernel there for good (nothing is chosen inside a capture)."""
+    from frost.ops.conv_wgrad import pending_choices
+    return pending_choices()
+
+
 def jit(fn: Callable | None = None, *, warmup: int = 2):
     """Capture a training step into a CUDA graph: `step = frost.jit(step)` or `@frost.jit`.
 
     The first `warmup` calls per input signature run eagerly (allocating gradients, optimizer state and
-    cuDNN plans); the next call captures, and every later call copies its tensor inputs into static
+    cuDNN plans, choosing kernels; one call more while a convolution's choice is still pending); the next call
+    captures, and every later call copies its tensor inputs into static
     buffers and replays. Returned tensors stay valid until the next call. A new input shape captures a
     new graph. On the CPU the function is simply called.
     """

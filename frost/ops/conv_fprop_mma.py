@@ -417,17 +417,23 @@ def _key(x, w, padding, flip: bool = False, stride=(1, 1), out_hw=None) -> str:
                       + (["dgrad"] if flip else []))
 
 
-def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False) -> None:
-    """Compile the candidates on the background compile threads, all at once, before they are timed."""
+def _candidate_specs(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False) -> list:
+    """The kernel specializations of the candidates, queued on the background compile threads."""
     from frost.kernel.compile import device_arch
     arch = device_arch()
     item, kern = dtype.itemsize, KERNELS[str(dtype)]
     plans = [fprop_plan(geo, n, flip=flip, item=item, **t) for t in tile_choices]
-    specs = [kern.specialize(**p.consts, STATS=int(with_stats and makes_stats(p)))
-             for p in plans]
+    specs = [kern.specialize(**p.consts, STATS=int(with_stats and makes_stats(p))) for p in plans]
     for spec in specs:
         spec.prefetch(arch)
-    for spec in specs:
+    return specs
+
+
+def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False) -> None:
+    """Compile the candidates on the background compile threads, all at once, before they are timed."""
+    from frost.kernel.compile import device_arch
+    arch = device_arch()
+    for spec in _candidate_specs(geo, n, tile_choices, flip, dtype, with_stats):
         spec.cubin(arch)
 
 
@@ -435,13 +441,18 @@ def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=No
     """True when our kernel is faster than cuDNN's forward (or, flip, input gradient into an out_hw dx) at this shape
     (cudnn_fn() runs cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output;
     with_stats: making batch norm's partial statistics too, as it will run, and credited with what that saves batch
-    norm, STATS_SAVING_US) against cuDNN, once per shape, remembered (conv_wgrad.faster_than_cudnn)."""
+    norm, STATS_SAVING_US) against cuDNN, once per shape, remembered (conv_wgrad.faster_than_cudnn). A shape's first
+    ask only queues the candidates' compiles (cuDNN runs that call) and the next one decides: a step's shapes then
+    compile side by side, while the rest of its first call runs."""
     with_stats = with_stats and not flip
 
-    def time_ours():
+    def candidates() -> tuple:
         geo = geometry(x.shape, w.shape, padding, flip, stride, out_hw)
+        return geo, candidate_tiles(geo, int(x.shape[0]), flip, x.dtype.itemsize)
+
+    def time_ours():
+        geo, tile_choices = candidates()
         out = empty_like_format((int(x.shape[0]), geo["COUT"], geo["YH"], geo["YW"]), x)
-        tile_choices = candidate_tiles(geo, int(x.shape[0]), flip, x.dtype.itemsize)
         _compile_side_by_side(geo, int(x.shape[0]), tile_choices, flip, x.dtype, with_stats)
 
         def credit(t):
@@ -451,7 +462,11 @@ def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=No
                                                                           stride=stride, stats=with_stats))
                      - credit(t), t) for t in tile_choices), key=lambda timed: timed[0])
 
-    return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride, out_hw), time_ours, cudnn_fn, stats)
+    def prefetch():
+        geo, tile_choices = candidates()
+        _candidate_specs(geo, int(x.shape[0]), tile_choices, flip, x.dtype, with_stats)
+    return faster_than_cudnn(_choices, _key(x, w, padding, flip, stride, out_hw), time_ours, cudnn_fn, stats,
+                             prefetch)
 
 
 def prefetch_input_gradient(y, w, stride, padding, dilation, x_shape) -> None:

@@ -621,15 +621,26 @@ def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
 
 
 def faster_than_cudnn(table: RememberedTable, key: str, time_ours: Callable[[], tuple], cudnn_fn,
-                      counters: dict) -> bool:
+                      counters: dict, prefetch: Callable[[], None] | None = None) -> bool:
     """Whether our kernel beats cuDNN's plan at the shape named by `key`: decided once (time_ours() times our
     candidates and returns (the best one's us, its tiles); cudnn_fn() runs cuDNN's plan), remembered in memory and
     on disk in `table`; during a CUDA-graph capture only a remembered answer is used (unknown: cuDNN). counters:
-    "choices" and "choose_seconds" grow with each decision."""
+    "choices" and "choose_seconds" grow with each decision.
+
+    prefetch (queues our candidates' compiles on the background threads): given, the first ask of an unknown shape
+    queues them and answers cuDNN, and a later ask decides, so that a step's shapes compile side by side rather
+    than one after another (a cold start-up waited 3.2 s for the forward convolutions' candidates, shape after
+    shape). `pending_choices()` names the shapes still undecided (frost.jit runs one more eager call before it
+    captures a step that asked one of them)."""
     choices = table.load()
     if key in choices:
         return bool(choices[key]["ours"])
     if _capturing():
+        return False
+    if prefetch is not None and (table.name, key) not in _asked_once:
+        _asked_once.add((table.name, key))
+        _pending.add((table.name, key))
+        prefetch()
         return False
     with _lock:
         if key not in choices:
@@ -641,7 +652,17 @@ def faster_than_cudnn(table: RememberedTable, key: str, time_ours: Callable[[], 
             table.save()
             counters["choices"] += 1
             counters["choose_seconds"] += time.perf_counter() - start
+    _pending.discard((table.name, key))
     return bool(choices[key]["ours"])
+
+
+_asked_once: set = set()  # (table, key) of shapes asked once with a prefetch: the next ask decides
+_pending: set = set()     # those not decided yet
+
+
+def pending_choices() -> frozenset:
+    """The shapes asked once (their candidates compiling) that wait for the ask that decides them."""
+    return frozenset(_pending)
 
 
 def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:

@@ -446,6 +446,32 @@ def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
     assert len(queued) == 2
 
 
+def test_faster_than_cudnn_with_a_prefetch_queues_on_the_first_ask_and_decides_on_the_next(tmp_path, monkeypatch):
+    # a forward pass's shapes compile side by side: the first ask of a shape only queues its candidates (cuDNN runs
+    # that call), the next one times and decides; a capture neither queues nor decides; remembered shapes neither
+    from frost.backend.remembered import RememberedTable
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cw, "_asked_once", set())
+    monkeypatch.setattr(cw, "_pending", set())
+    table, counters, timed, queued = RememberedTable("defer_test.json"), {"choices": 0, "choose_seconds": 0.0}, [], []
+    monkeypatch.setattr(cw.cuda, "graph_time_us", lambda fn: timed.append("cudnn") or 9.0)
+
+    def ask(key):
+        return cw.faster_than_cudnn(table, key, lambda: timed.append("ours") or (5.0, {"R": 2}), None, counters,
+                                    lambda: queued.append(key))
+    monkeypatch.setattr(cw, "_capturing", lambda: True)
+    assert ask("a") is False and queued == [] and timed == [] and not cw.pending_choices()   # capturing: cuDNN
+    monkeypatch.setattr(cw, "_capturing", lambda: False)
+    assert ask("a") is False and ask("b") is False                       # first asks: queued, cuDNN runs
+    assert queued == ["a", "b"] and timed == [] and cw.pending_choices() and counters["choices"] == 0
+    assert ask("a") is True and timed == ["ours", "cudnn"] and cw.pending_choices()       # b still undecided
+    assert ask("b") is True and not cw.pending_choices() and counters["choices"] == 2
+    assert ask("a") is True and queued == ["a", "b"] and len(timed) == 4                  # remembered
+    table.forget()
+    monkeypatch.setattr(cw, "_asked_once", set())
+    assert ask("a") is True and queued == ["a", "b"] and len(timed) == 4                  # from disk: not queued
+
+
 def test_faster_than_cudnn_decides_once_remembers_on_disk_and_defers_during_capture(tmp_path, monkeypatch):
     from frost.backend.remembered import RememberedTable
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
