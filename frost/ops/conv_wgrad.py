@@ -639,7 +639,7 @@ def faster_than_cudnn(table: RememberedTable, key: str, time_ours: Callable[[], 
         return False
     if prefetch is not None and (table.name, key) not in _asked_once:
         _asked_once.add((table.name, key))
-        _pending.add((table.name, key))
+        _undecided.add((table.name, key))
         prefetch()
         return False
     with _lock:
@@ -652,17 +652,17 @@ def faster_than_cudnn(table: RememberedTable, key: str, time_ours: Callable[[], 
             table.save()
             counters["choices"] += 1
             counters["choose_seconds"] += time.perf_counter() - start
-    _pending.discard((table.name, key))
+    _undecided.discard((table.name, key))
     return bool(choices[key]["ours"])
 
 
 _asked_once: set = set()  # (table, key) of shapes asked once with a prefetch: the next ask decides
-_pending: set = set()     # those not decided yet
+_undecided: set = set()   # those not decided yet
 
 
 def pending_choices() -> frozenset:
     """The shapes asked once (their candidates compiling) that wait for the ask that decides them."""
-    return frozenset(_pending)
+    return frozenset(_undecided)
 
 
 def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:

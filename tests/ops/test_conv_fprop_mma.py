@@ -486,7 +486,7 @@ def test_a_forward_shape_first_queues_its_candidates_then_picks_and_jit_waits_fo
     from frost.ops.conv import conv2d_forward
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cw, "_asked_once", set())
-    monkeypatch.setattr(cw, "_pending", set())
+    monkeypatch.setattr(cw, "_undecided", set())
     fm._choices.forget()
     x, w, want = _inputs(32, 16, 16, 16, 16, 3, (1, 1), seed=5)
     xd, wd = _on_gpu(x), _on_gpu(w)

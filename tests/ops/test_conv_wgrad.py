@@ -452,7 +452,7 @@ def test_faster_than_cudnn_with_a_prefetch_queues_on_the_first_ask_and_decides_o
     from frost.backend.remembered import RememberedTable
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cw, "_asked_once", set())
-    monkeypatch.setattr(cw, "_pending", set())
+    monkeypatch.setattr(cw, "_undecided", set())
     table, counters, timed, queued = RememberedTable("defer_test.json"), {"choices": 0, "choose_seconds": 0.0}, [], []
     monkeypatch.setattr(cw.cuda, "graph_time_us", lambda fn: timed.append("cudnn") or 9.0)
 
