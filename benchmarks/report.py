@@ -117,6 +117,24 @@ def markdown(results: list[dict], title: str, plots: list[str]) -> str:
     return "\n".join(parts)
 
 
+def loss_curve_panels(results: list[dict]) -> list[tuple[int, list[tuple[str, int, dict]]]]:
+    """The loss-curve plot's panels, three to a row: one per seed that both frameworks ran (Frost against PyTorch on
+    the same seed; every seed when they share none), each with the first (newest) file's run of every kind (label
+    and precision) as (its legend, the file's index, which picks its colour, the run)."""
+    by_framework = [{x["seed"] for r in results if r["framework"] == f for x in r["runs"]} for f in ("frost", "pytorch")]
+    panels = []
+    for seed in sorted(set.intersection(*by_framework)) or sorted(set.union(*by_framework)):
+        curves, drawn = [], set()
+        for j, r in enumerate(results):
+            kind = f"{label(r)} {r['precision']}"
+            for run in r["runs"]:
+                if run["seed"] == seed and run.get("loss_curve") and kind not in drawn:
+                    drawn.add(kind)
+                    curves.append((kind, j, run))
+        panels.append((seed, curves))
+    return panels
+
+
 def plot(results: list[dict], out_dir: Path) -> list[str]:
     """loss_curves.png and step_time.png when matplotlib is importable; the file names written."""
     try:
@@ -127,22 +145,15 @@ def plot(results: list[dict], out_dir: Path) -> list[str]:
         print("report: matplotlib is not installed; skipping the plots", file=sys.stderr)
         return []
     written = []
-    # a panel per seed that both frameworks ran (Frost against PyTorch on the same seed), three to a row
-    by_framework = [{x["seed"] for r in results if r["framework"] == f for x in r["runs"]} for f in ("frost", "pytorch")]
-    seeds = sorted(set.intersection(*by_framework)) or sorted(set.union(*by_framework))
-    rows, cols = -(-len(seeds) // 3), min(3, len(seeds))
+    panels = loss_curve_panels(results)
+    rows, cols = -(-len(panels) // 3), min(3, len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False, sharey=True)
-    for ax in axes.flat[len(seeds):]:
+    for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    for ax, seed in zip(axes.flat, seeds):
-        drawn = set()  # the first (newest) file's run of each kind only
-        for j, r in enumerate(results):  # one colour per result file in every panel
-            for run in r["runs"]:
-                if run["seed"] == seed and run.get("loss_curve") and (label(r), r["precision"]) not in drawn:
-                    drawn.add((label(r), r["precision"]))
-                    steps, losses = zip(*run["loss_curve"])
-                    ax.plot(steps, _smooth(losses), label=f"{label(r)} {r['precision']}", linewidth=1,
-                            color=f"C{j % 10}")
+    for ax, (seed, curves) in zip(axes.flat, panels):
+        for kind, j, run in curves:  # one colour per result file in every panel
+            steps, losses = zip(*run["loss_curve"])
+            ax.plot(steps, _smooth(losses), label=kind, linewidth=1, color=f"C{j % 10}")
         ax.legend(fontsize=6)
         ax.set_title(f"seed {seed}")
         ax.set_xlabel("step")

@@ -110,3 +110,18 @@ def test_rows_say_when_a_run_left_the_protocols_random_streams_or_tf32():
     assert report.label(streams) == "frost resident-jit (PyTorch's streams)"
     assert report.label(dict(plain, tf32=False)) == "frost resident-jit (TF32 off)"
     assert report.label(dict(streams, tf32=False)) == "frost resident-jit (PyTorch's streams, TF32 off)"
+
+
+def test_loss_curves_panel_the_seeds_both_frameworks_ran_with_the_newest_run_of_each_kind():
+    report = _report_module()
+    newer = _result("frost", "resident-jit", [0.75, 0.74, 0.76], [20.0, 21.0, 22.0])
+    older = _result("frost", "resident-jit", [0.70, 0.71, 0.72], [30.0, 31.0, 32.0])
+    torch = _result("pytorch", "graphed", [0.73, 0.74], [40.0, 41.0])
+    for run in torch["runs"]:
+        run["seed"] += 1                                   # PyTorch ran seeds 1 and 2 only
+    panels = report.loss_curve_panels([newer, older, torch])
+    assert [seed for seed, _ in panels] == [1, 2]
+    for seed, curves in panels:
+        assert [(kind, j) for kind, j, _ in curves] == [("frost resident-jit fp32", 0), ("pytorch graphed fp32", 2)]
+        assert curves[0][2] is newer["runs"][seed] and curves[1][2] is torch["runs"][seed - 1]
+    assert [seed for seed, _ in report.loss_curve_panels([newer])] == [0, 1, 2]   # no PyTorch run: every seed
