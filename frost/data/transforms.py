@@ -237,6 +237,7 @@ def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: 
 # images[index] of a uint8 dataset as float32(x) / 255 (to_float's math), stored as float32 or rounded to bf16:
 # the gather, the conversion and the division (and, for a bf16 first layer, autocast's cast) in one kernel.
 
+@kernel.warm
 @kernel
 def gather_scaled(images: Array[u8], index: Array[i64], out: Array[f32], total: i32, row: i32):
     i = bx * bdx + tx

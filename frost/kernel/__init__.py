@@ -33,6 +33,8 @@ Semantics (the simulator implements exactly these):
   (f32 into bf16 rounds to nearest even) except float into integer, which needs a cast: `i32(x)`. A cast may name
   its type through any name bound to it: `T(x)` in a kernel made by a factory over the element type T.
 - `Const[int]` parameters (and `N: Const[int] = ...` inside) are compile-time constants: one cubin per value.
+  `k.prefetch(**consts)` starts a specialization's compile on the background threads; `@kernel.warm` over `@kernel`
+  (no Consts) queues the kernel's compile at the process's first GPU launch of any Frost kernel.
 - Loops: `range(a, b, step)` (bounds evaluated once), `static_range(n)` (unrolled), `for i, j in grid(m, n)`
   (`break` leaves the whole grid). Loop variables cannot be assigned or used after their loop.
 - `syncthreads()` waits for every thread of the block that has not exited; warp operations (shuffles, ballot,
@@ -66,7 +68,8 @@ import sys
 import types as _types
 
 from frost.kernel import builtins as _builtins
-from frost.kernel.api import CudaSource, DeviceFunction, Kernel, cuda_source, device, grid_sync_counter, kernel
+from frost.kernel.api import (CudaSource, DeviceFunction, Kernel, cuda_source, device, grid_sync_counter, kernel,
+                              warm)
 from frost.kernel.builtins import *  # noqa: F401,F403 (tx, bx, sqrt, shared, ...: the language's names)
 from frost.kernel.compile import stats as compile_stats
 from frost.kernel.frontend import KernelError
@@ -76,8 +79,9 @@ from frost.kernel.types import Array, Const, bf16, f16, f32, f64, i32, i64, u32,
 from frost.kernel.types import boolean as bool_
 
 kernel.device = device
+kernel.warm = warm
 
-__all__ = ["kernel", "device", "cuda_source", "grid_sync_counter", "Kernel", "DeviceFunction", "CudaSource",
+__all__ = ["kernel", "device", "warm", "cuda_source", "grid_sync_counter", "Kernel", "DeviceFunction", "CudaSource",
            "KernelError", "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32",
            "i64", "u32", "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile",
            "swizzle"] + list(_builtins.__all__)

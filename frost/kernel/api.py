@@ -376,6 +376,7 @@ def _device_function(owner, get_cubin, name: str) -> tuple:
     dev = cupy.cuda.runtime.getDevice()
     hit = owner._functions.get(dev)
     if hit is None:
+        _prefetch_warm(dev)
         mod = cupy.cuda.function.Module()
         mod.load(get_cubin(kcompile.device_arch(dev)))
         hit = owner._functions[dev] = (mod, mod.get_function(name))
@@ -486,6 +487,35 @@ def kernel(fn) -> Kernel:
     if inspect.isclass(fn) or not callable(fn):
         raise TypeError("@kernel decorates a function")
     return Kernel(fn)
+
+
+_warm: list = []            # the kernels kernel.warm marked, in the order marked
+_warmed_devices: set = set()  # the devices their compiles were queued for
+
+
+def warm(k: Kernel) -> Kernel:
+    """Decorator over @kernel: a kernel without compile-time constants that a GPU training step almost always
+    launches (a loss, an optimizer's update, the random generator's). From the process's first launch of any Frost
+    kernel on a device, its compile runs on the background threads, so that its own first launch finds it ready
+    instead of compiling on the caller (a cold start-up's critical path). A kernel marked later (its module imported
+    after that launch) is queued at once."""
+    if not isinstance(k, Kernel):
+        raise TypeError(f"kernel.warm marks a @kernel, got {k!r}")
+    if k.const_names():
+        raise TypeError(f"kernel.warm: {k.__name__} has compile-time constants {k.const_names()}; prefetch its "
+                        f"specializations where their values are known instead")
+    _warm.append(k)
+    for device in _warmed_devices:
+        k.prefetch(kcompile.device_arch(device))
+    return k
+
+
+def _prefetch_warm(device: int) -> None:
+    if device not in _warmed_devices:
+        _warmed_devices.add(device)
+        arch = kcompile.device_arch(device)
+        for k in _warm:
+            k.prefetch(arch)
 
 
 def device(fn) -> DeviceFunction:

@@ -171,6 +171,7 @@ PARTIAL = {"float32": _partial_kernel(f32), "bfloat16": _partial_kernel(bf16)}
 conv_wgrad_partial = PARTIAL["float32"]
 
 
+@kernel.warm
 @kernel
 def conv_wgrad_finalize(part: Array[f32], out: Array[f32], n_out: i32, splits: i32):
     """out[o] = sum over s of part[s * n_out + o], for outputs 32b .. 32b + 31 of block b (see sum_splits)."""

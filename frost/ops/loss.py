@@ -265,6 +265,7 @@ def _store_total(total, rows, loss, count, mean):
     count[0] = rows
 
 
+@kernel.warm
 @kernel
 def cross_entropy_forward(x: Array[f32], target: Array[i64], lse: Array[f32], loss: Array[f32], count: Array[f32],
                           part_loss: Array[f32], part_count: Array[f32], n: i32, C: i32, ignore_index: i64,
@@ -311,6 +312,7 @@ def cross_entropy_finalize(part_loss: Array[f32], part_count: Array[f32], loss: 
         _store_total(total, rows, loss, count, mean)
 
 
+@kernel.warm
 @kernel
 def cross_entropy_backward(x: Array[f32], target: Array[i64], lse: Array[f32], count: Array[f32], g: Array[f32],
                            dx: Array[f32], n: i32, C: i32, ignore_index: i64, mean: i32):

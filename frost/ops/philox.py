@@ -164,6 +164,7 @@ def store_block(out, j: i32, n: i32, v0, v1, v2, v3):
         out[i + 3] = v3
 
 
+@kernel.warm
 @kernel
 def philox_bits_kernel(state: Array[u32], out: Array[u32], n: i32, blocks: i32):
     j = bx * bdx + tx
@@ -204,6 +205,7 @@ def philox_normal_kernel(state: Array[u32], out: Array[f32], n: i32, blocks: i32
         store_block(out, j, n, z0, z1, z2, z3)
 
 
+@kernel.warm
 @kernel
 def philox_advance(state: Array[u32], blocks: u32):
     """Move the offset past the counters a draw used (launched once, after the draw, on the same stream)."""
@@ -214,6 +216,7 @@ def philox_advance(state: Array[u32], blocks: u32):
         state[2] = lo
 
 
+@kernel.warm
 @kernel
 def philox_set_state(state: Array[u32], k0: u32, k1: u32, lo: u32, hi: u32):
     """Write key and offset: a kernel rather than a host copy, so that it is legal anywhere a launch is."""

@@ -36,6 +36,7 @@ def adamw_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: floa
 # hyper = [step, lr, beta1, beta2, eps, weight_decay, maximize, decoupled]: on the device, so a captured step
 # keeps counting and follows the lr schedule. decoupled=0 gives Adam's L2 decay (g += wd * p) instead.
 
+@kernel.warm
 @kernel
 def adam_flat_kernel(p: Array[f32], g: Array[f32], m: Array[f32], v: Array[f32], n: i32, hyper: Array[f32]):
     i = bx * bdx + tx

@@ -44,6 +44,7 @@ def cast_in_one(array, dtype, casts: dict):
                       strides=tuple(st // base.itemsize * size for st in array.strides))
 
 
+@kernel.warm
 @kernel
 def advance_step(hyper: Array[f32]):
     """hyper[STEP] += 1 on the device, before each step's update launch (a captured step keeps counting)."""

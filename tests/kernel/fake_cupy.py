@@ -4,7 +4,7 @@ import types
 
 import numpy as np
 
-from frost.kernel import pdl
+from frost.kernel import api, pdl
 
 
 class FakeArray:
@@ -55,4 +55,6 @@ def install(monkeypatch):
         get_current_stream=lambda: "current-stream")
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(pdl, "enabled", False)  # CuPy's launch path (test_kernel_pdl.py checks the other)
+    monkeypatch.setattr(api, "_warm", [])  # no real kernel.warm compiles queued by a fake first launch
+    monkeypatch.setattr(api, "_warmed_devices", set())
     return types.SimpleNamespace(launches=launches, loads=loads)

@@ -39,6 +39,54 @@ def test_large_dynamic_shared_memory_is_opted_in_and_streams_pass_through(fake_c
     assert launch["smem"] == 100_000 and launch["opt_in"] == 100_000 and launch["stream"] == "my-stream"
 
 
+def test_warm_kernels_compile_in_the_background_from_the_first_launch(fake_cupy, monkeypatch):
+    """@kernel.warm: the process's first launch on a device queues the marked kernels' compiles (once); their own
+    first launch then takes the prefetched cubin instead of compiling on the caller."""
+    from frost.kernel import api, compile as kcompile
+
+    @kernel
+    def first(x: Array[f32]):
+        x[tx] = 1.0
+
+    @kernel.warm
+    @kernel
+    def later(x: Array[f32]):
+        x[tx] = 2.0
+
+    assert api._warm == [later] and not later.specialize()._pending
+    x = FakeArray(np.zeros(4, np.float32))
+    first[1, 4](x)
+    assert api._warmed_devices == {0} and "sm_90" in later.specialize()._pending  # queued, not compiled here
+    first[1, 4](x)
+    later[1, 4](x)
+    assert kcompile.waits[-1] == (later.specialize().checked.cname, kcompile.waits[-1][1], True)
+    assert [launch["name"] for launch in fake_cupy.launches] == ["first", "first", "later"]
+
+    @kernel.warm
+    @kernel
+    def imported_after(x: Array[f32]):
+        x[tx] = 3.0
+    assert "sm_90" in imported_after.specialize()._pending  # marked after the first launch: queued at once
+
+
+def test_warm_refuses_kernels_it_cannot_compile_ahead():
+    @kernel
+    def with_const(x: Array[f32], B: Const[int]):
+        x[tx] = f32(B)
+    with pytest.raises(TypeError, match=r"kernel.warm: with_const has compile-time constants \['B'\]"):
+        kernel.warm(with_const)
+    with pytest.raises(TypeError, match="kernel.warm marks a @kernel"):
+        kernel.warm(lambda x: x)
+
+
+def test_a_training_steps_fixed_kernels_are_warm():
+    import frost.data.transforms, frost.ops.conv_wgrad, frost.ops.philox, frost.optim.flat  # noqa: F401,E401
+    from frost.kernel import api
+    names = {k.__name__ for k in api._warm}
+    assert {"cross_entropy_forward", "cross_entropy_backward", "adam_flat_kernel", "advance_step", "philox_set_state",
+            "philox_bits_kernel", "philox_advance", "conv_wgrad_finalize", "gather_scaled"} <= names
+
+
 def test_wrong_arguments_are_named(fake_cupy):
     @kernel
     def k(x: Array[f32], n: i32):

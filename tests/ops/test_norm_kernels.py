@@ -508,6 +508,21 @@ def test_nhwc_relu_without_residual_and_residual_without_relu(relu, residual, si
     _check_nhwc_against_generic(*_inputs((2, 32, 5, 7), seed=10), relu, residual)
 
 
+def test_nhwc_relu_and_residual_share_one_specialization(simulated_gpu, monkeypatch):
+    """A plan's layers with and without ReLU or residual run one compiled kernel each (a cold start compiles one, not
+    four): relu and add_residual are run-time arguments, the results still each variant's."""
+    from frost.kernel.api import Kernel
+    simulated_gpu(64, one=True)
+    asked, specialize = [], Kernel.specialize
+    monkeypatch.setattr(Kernel, "specialize", lambda self, **c: asked.append((self, tuple(sorted(c.items()))))
+                        or specialize(self, **c))
+    for relu, residual in [(1, 0), (1, 1), (0, 0), (0, 1)]:
+        _check_nhwc_against_generic(*_inputs((2, 32, 5, 7), seed=11), relu, residual)
+    for name in ("apply", "backward_input"):
+        kern = norm.NHWC_KERNELS["float32"][name]
+        assert len({c for k, c in asked if k is kern}) == 1, name
+
+
 @pytest.mark.parametrize("shape,sms", [((4, 16, 8, 8), 64), ((2, 32, 5, 7), 2), ((2, 96, 3, 3), 2)])
 def test_nhwc_six_launch_path_matches_the_generic_path(shape, sms, simulated_gpu):
     simulated_gpu(sms, fused=False)  # the finalize kernels merge the partials
@@ -598,15 +613,15 @@ def test_split_nhwc_at_the_seed_shapes():
         norm.bn_split_nhwc(100, 16, 132, threads=48)
 
 
+# relu and add_residual are run-time arguments of the channels-last kernels (one specialization per plan)
 NHWC_KERNEL_SPECS = [
     (norm.batch_norm_stats_partial_nhwc, [dict(U=u) for u in (1, 2, 4, 8, 16)]),
-    (norm.batch_norm_apply_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1) for a in (0, 1)
-                                  for f in (0, 1) for u in (1, 16)]
-     + [dict(relu=1, add_residual=a, fused=1, U=u, stats=1) for a in (0, 1) for u in (1, 8, 16)]),
-    (norm.batch_norm_backward_partial_nhwc, [dict(relu=r, U=u) for r in (0, 1) for u in (1, 4, 16)]),
-    (norm.batch_norm_backward_input_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1)
-                                           for a in (0, 1) for f in (0, 1) for u in (1, 16)]
-     + [dict(relu=1, add_residual=a, fused=1, U=u, sums=1) for a in (0, 1) for u in (1, 8, 16)])]
+    (norm.batch_norm_apply_nhwc, [dict(fused=f, U=u) for f in (0, 1) for u in (1, 16)]
+     + [dict(fused=1, U=u, stats=1) for u in (1, 8, 16)]),
+    (norm.batch_norm_backward_partial_nhwc, [dict(U=u, pair=p) for p in (0, 1) for u in (1, 4, 16)]),
+    (norm.batch_norm_backward_input_nhwc, [dict(fused=f, U=u, pair=p) for p in (0, 1) for f in (0, 1)
+                                           for u in (1, 16)]
+     + [dict(fused=1, U=u, sums=1) for u in (1, 8, 16)])]
 
 
 @pytest.mark.parametrize("kern,consts", NHWC_KERNEL_SPECS, ids=[k.__name__ for k, _ in NHWC_KERNEL_SPECS])
@@ -765,11 +780,9 @@ def test_nhwc_bf16_statistics_stay_accurate_far_from_zero(simulated_gpu):
 
 
 BF16_KERNEL_CONSTS = {"stats_partial": [dict(U=u) for u in (1, 16)],
-                      "apply": [dict(relu=r, add_residual=a, fused=f, U=u) for r, a in ((0, 0), (1, 1)) for f in (0, 1)
-                                for u in (1, 16)],
-                      "backward_partial": [dict(relu=r, U=u) for r in (0, 1) for u in (1, 16)],
-                      "backward_input": [dict(relu=r, add_residual=a, fused=f, U=u) for r, a in ((0, 0), (1, 1))
-                                         for f in (0, 1) for u in (1, 16)]}
+                      "apply": [dict(fused=f, U=u) for f in (0, 1) for u in (1, 16)],
+                      "backward_partial": [dict(U=u, pair=p) for p in (0, 1) for u in (1, 16)],
+                      "backward_input": [dict(fused=f, U=u, pair=p) for p in (0, 1) for f in (0, 1) for u in (1, 16)]}
 
 
 @pytest.mark.parametrize("name", BF16_KERNEL_CONSTS)
