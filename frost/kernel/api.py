@@ -376,10 +376,10 @@ def _device_function(owner, get_cubin, name: str) -> tuple:
     dev = cupy.cuda.runtime.getDevice()
     hit = owner._functions.get(dev)
     if hit is None:
-        _prefetch_warm(dev)
         mod = cupy.cuda.function.Module()
         mod.load(get_cubin(kcompile.device_arch(dev)))
         hit = owner._functions[dev] = (mod, mod.get_function(name))
+        _prefetch_warm(dev)
     return hit[1], dev
 
 
@@ -489,8 +489,8 @@ def kernel(fn) -> Kernel:
     return Kernel(fn)
 
 
-_warm: list = []            # the kernels kernel.warm marked, in the order marked
-_warmed_devices: set = set()  # the devices their compiles were queued for
+_warm: list = []          # the kernels kernel.warm marked, in the order marked
+_warmed_devices: dict = {}  # device -> how many of _warm have been queued for it
 
 
 def warm(k: Kernel) -> Kernel:
@@ -498,23 +498,24 @@ def warm(k: Kernel) -> Kernel:
     launches (a loss, an optimizer's update, the random generator's). From the process's first launch of any Frost
     kernel on a device, its compile runs on the background threads, so that its own first launch finds it ready
     instead of compiling on the caller (a cold start-up's critical path). A kernel marked later (its module imported
-    after that launch) is queued at once."""
+    after that launch) is queued at the next first launch of a kernel."""
     if not isinstance(k, Kernel):
         raise TypeError(f"kernel.warm marks a @kernel, got {k!r}")
     if k.const_names():
         raise TypeError(f"kernel.warm: {k.__name__} has compile-time constants {k.const_names()}; prefetch its "
                         f"specializations where their values are known instead")
     _warm.append(k)
-    for device in _warmed_devices:
-        k.prefetch(kcompile.device_arch(device))
     return k
 
 
 def _prefetch_warm(device: int) -> None:
-    if device not in _warmed_devices:
-        _warmed_devices.add(device)
+    """Queue the warm kernels not yet queued for `device` (called as a kernel is first loaded there, after it: its
+    own compile is not held up behind theirs)."""
+    queued = _warmed_devices.get(device, 0)
+    if queued < len(_warm):
+        _warmed_devices[device] = len(_warm)
         arch = kcompile.device_arch(device)
-        for k in _warm:
+        for k in _warm[queued:]:
             k.prefetch(arch)
 
 

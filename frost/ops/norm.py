@@ -722,7 +722,7 @@ def _nhwc_apply_kernel(T):
                               running_var: Array[f32], batches: Array[i64], weight: Array[f32], bias: Array[f32],
                               residual: Array[T], counter: Array[u32], n: i32, channels: i32, cb: i32, lanes: i32,
                               splits: i32, chunk: i32, momentum: f32, eps: f32, update_running: i32, count_batch: i32,
-                              relu: i32, add_residual: i32, fused: Const[int], U: Const[int],
+                              relu: Const[int], add_residual: Const[int], fused: Const[int], U: Const[int],
                               stats: Const[int] = 0, M: Const[int] = BN_NHWC_MERGE):
         """y = relu((x - mean) * invstd * weight + bias + residual) on channels-last arrays: block (s, g) takes the
         values of batch_norm_stats_partial_nhwc's block (s, g), U per thread.
@@ -784,7 +784,7 @@ def _nhwc_backward_partial_kernel(T):
     @kernel
     def batch_norm_backward_partial_nhwc(dy: Array[T], dy2: Array[T], x: Array[T], y: Array[T], mean: Array[f32],
                                          part_g: Array[f32], part_gx: Array[f32], n: i32, channels: i32, cb: i32,
-                                         splits: i32, relu: i32, U: Const[int], pair: Const[int] = 0):
+                                         splits: i32, relu: Const[int], U: Const[int], pair: Const[int] = 0):
         """Block (s, g) of grid (splits, G) on channels-last arrays: sum(dy) and sum(dy * (x - mean)) of each of
         its channels over its rows (those of batch_norm_stats_partial_nhwc's block (s, g)), dy masked by the ReLU
         (y > 0). pair=1: dy is dy + dy2 (two gradient contributions, added as they are loaded)."""
@@ -803,7 +803,7 @@ def _nhwc_backward_input_kernel(T):
                                        invstd: Array[f32], weight: Array[f32], part_g: Array[f32],
                                        part_gx: Array[f32], dweight: Array[f32], dbias: Array[f32], dx: Array[T],
                                        dresidual: Array[T], counter: Array[u32], n: i32, channels: i32, cb: i32,
-                                       lanes: i32, splits: i32, relu: i32, add_residual: i32,
+                                       lanes: i32, splits: i32, relu: Const[int], add_residual: Const[int],
                                        fused: Const[int], U: Const[int], sums: Const[int] = 0,
                                        pair: Const[int] = 0, M: Const[int] = BN_NHWC_MERGE):
         """dx = weight * invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy masked by the ReLU (also the
@@ -1008,6 +1008,15 @@ def _rows(a):
     return a.transpose(0, 2, 3, 1)
 
 
+def _prefetch_layer_kinds(apply, plan: dict) -> None:
+    """Queue the compiles of the normalize kernel for every kind of layer (with or without ReLU, with or without a
+    residual) on one plan: a network's first layer of a shape asks for them all, so that a cold start-up compiles
+    them side by side instead of one by one as each kind first comes (the launch after this waits for its own)."""
+    for relu in (0, 1):
+        for add_residual in (0, 1):
+            apply.prefetch(relu=relu, add_residual=add_residual, **plan)
+
+
 def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
                                   weight: Tensor | None, bias: Tensor | None, momentum: float, eps: float,
                                   residual: Tensor | None, relu: bool, num_batches_tracked: Tensor | None) -> Tensor:
@@ -1036,17 +1045,19 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
         batch_norm_stats_finalize[C, 32](*parts, mean, invstd, rm, rv, n, splits, chunk, momentum, eps, int(track))
     y = empty_like_format(x.shape, xa)
     res = dense_like(residual.data, xa) if residual is not None else y
-    # relu and the residual are run-time switches (uniform branches): one specialization serves a plan's every layer
-    flags = dict(relu=int(relu), add_residual=int(residual is not None))
+    flags = dict(relu=int(relu), add_residual=int(residual is not None), fused=int(fused), U=U)
+    apply_plan = dict(stats=int(own), fused=int(merged), U=U, M=merge)
+    if xp is not np:
+        _prefetch_layer_kinds(kernels["apply"], apply_plan)
     kernels["apply"][grid, threads](_rows(xa), _rows(y), *parts, mean, invstd, rm, rv, batches, w, b, _rows(res),
                                     counter, n, C, cb, lanes, splits, chunk, momentum, eps, int(track), count,
-                                    stats=int(own), fused=int(merged), U=U, M=merge, **flags)
+                                    **(flags | apply_plan))
     parents = [t for t in (x, weight, bias, residual) if t is not None]
     if xp is not np and is_grad_enabled() and any(t.requires_grad for t in parents):  # compile the backward's
         for pair in range(1 + int(relu)):  # an activation used twice (a residual block's input) gets two gradients
             if not one:
-                kernels["backward_partial"].prefetch(U=U, pair=pair)
-            kernels["backward_input"].prefetch(sums=int(one), pair=pair, fused=int(fused), U=U)
+                kernels["backward_partial"].prefetch(relu=int(relu), U=U, pair=pair)
+            kernels["backward_input"].prefetch(sums=int(one), pair=pair, **flags)
 
     def backward(g):
         g, g2 = g if isinstance(g, GradientPair) else (g, None)  # g2: a second contribution, added in the kernels
@@ -1063,8 +1074,7 @@ def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, runnin
         dres = empty_like_format(x.shape, xa) if residual is not None else dx
         kernels["backward_input"][grid, threads](_rows(g), _rows(g2), _rows(xa), _rows(y), mean, invstd, w, part_g,
                                                  part_gx, dweight, dbias, _rows(dx), _rows(dres), grid_sync_counter(xp),
-                                                 n, C, cb, lanes, S, sums=int(one), pair=pair, fused=int(fused), U=U,
-                                                 **flags)
+                                                 n, C, cb, lanes, S, sums=int(one), pair=pair, **flags)
         return _parent_grads(dx, weight, dweight, bias, dbias, residual, dres)
 
     backward.takes_gradient_pairs = True

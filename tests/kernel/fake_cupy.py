@@ -56,5 +56,5 @@ def install(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(pdl, "enabled", False)  # CuPy's launch path (test_kernel_pdl.py checks the other)
     monkeypatch.setattr(api, "_warm", [])  # no real kernel.warm compiles queued by a fake first launch
-    monkeypatch.setattr(api, "_warmed_devices", set())
+    monkeypatch.setattr(api, "_warmed_devices", {})
     return types.SimpleNamespace(launches=launches, loads=loads)

@@ -56,7 +56,7 @@ def test_warm_kernels_compile_in_the_background_from_the_first_launch(fake_cupy,
     assert api._warm == [later] and not later.specialize()._pending
     x = FakeArray(np.zeros(4, np.float32))
     first[1, 4](x)
-    assert api._warmed_devices == {0} and "sm_90" in later.specialize()._pending  # queued, not compiled here
+    assert api._warmed_devices == {0: 1} and "sm_90" in later.specialize()._pending  # queued, not compiled here
     first[1, 4](x)
     later[1, 4](x)
     assert kcompile.waits[-1] == (later.specialize().checked.cname, kcompile.waits[-1][1], True)
@@ -66,7 +66,13 @@ def test_warm_kernels_compile_in_the_background_from_the_first_launch(fake_cupy,
     @kernel
     def imported_after(x: Array[f32]):
         x[tx] = 3.0
-    assert "sm_90" in imported_after.specialize()._pending  # marked after the first launch: queued at once
+
+    @kernel
+    def third(x: Array[f32]):
+        x[tx] = 4.0
+    assert not imported_after._specs  # marking compiles nothing (its module may still be loading)
+    third[1, 4](x)  # marked after the first launch: queued at the next first launch
+    assert api._warmed_devices == {0: 2} and "sm_90" in imported_after.specialize()._pending
 
 
 def test_warm_refuses_kernels_it_cannot_compile_ahead():

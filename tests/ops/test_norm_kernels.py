@@ -1,6 +1,8 @@
 """The fused GPU batch-norm kernels (split reductions, statistics merged in the elementwise kernels, + residual
 add, + ReLU), for NCHW and channels-last arrays (float32, and bf16 activations channels-last), vs float64 NumPy and
 the CPU path."""
+from types import SimpleNamespace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -508,21 +510,6 @@ def test_nhwc_relu_without_residual_and_residual_without_relu(relu, residual, si
     _check_nhwc_against_generic(*_inputs((2, 32, 5, 7), seed=10), relu, residual)
 
 
-def test_nhwc_relu_and_residual_share_one_specialization(simulated_gpu, monkeypatch):
-    """A plan's layers with and without ReLU or residual run one compiled kernel each (a cold start compiles one, not
-    four): relu and add_residual are run-time arguments, the results still each variant's."""
-    from frost.kernel.api import Kernel
-    simulated_gpu(64, one=True)
-    asked, specialize = [], Kernel.specialize
-    monkeypatch.setattr(Kernel, "specialize", lambda self, **c: asked.append((self, tuple(sorted(c.items()))))
-                        or specialize(self, **c))
-    for relu, residual in [(1, 0), (1, 1), (0, 0), (0, 1)]:
-        _check_nhwc_against_generic(*_inputs((2, 32, 5, 7), seed=11), relu, residual)
-    for name in ("apply", "backward_input"):
-        kern = norm.NHWC_KERNELS["float32"][name]
-        assert len({c for k, c in asked if k is kern}) == 1, name
-
-
 @pytest.mark.parametrize("shape,sms", [((4, 16, 8, 8), 64), ((2, 32, 5, 7), 2), ((2, 96, 3, 3), 2)])
 def test_nhwc_six_launch_path_matches_the_generic_path(shape, sms, simulated_gpu):
     simulated_gpu(sms, fused=False)  # the finalize kernels merge the partials
@@ -613,15 +600,15 @@ def test_split_nhwc_at_the_seed_shapes():
         norm.bn_split_nhwc(100, 16, 132, threads=48)
 
 
-# relu and add_residual are run-time arguments of the channels-last kernels (one specialization per plan)
 NHWC_KERNEL_SPECS = [
     (norm.batch_norm_stats_partial_nhwc, [dict(U=u) for u in (1, 2, 4, 8, 16)]),
-    (norm.batch_norm_apply_nhwc, [dict(fused=f, U=u) for f in (0, 1) for u in (1, 16)]
-     + [dict(fused=1, U=u, stats=1) for u in (1, 8, 16)]),
-    (norm.batch_norm_backward_partial_nhwc, [dict(U=u, pair=p) for p in (0, 1) for u in (1, 4, 16)]),
-    (norm.batch_norm_backward_input_nhwc, [dict(fused=f, U=u, pair=p) for p in (0, 1) for f in (0, 1)
-                                           for u in (1, 16)]
-     + [dict(fused=1, U=u, sums=1) for u in (1, 8, 16)])]
+    (norm.batch_norm_apply_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1) for a in (0, 1)
+                                  for f in (0, 1) for u in (1, 16)]
+     + [dict(relu=1, add_residual=a, fused=1, U=u, stats=1) for a in (0, 1) for u in (1, 8, 16)]),
+    (norm.batch_norm_backward_partial_nhwc, [dict(relu=r, U=u) for r in (0, 1) for u in (1, 4, 16)]),
+    (norm.batch_norm_backward_input_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1)
+                                           for a in (0, 1) for f in (0, 1) for u in (1, 16)]
+     + [dict(relu=1, add_residual=a, fused=1, U=u, sums=1) for a in (0, 1) for u in (1, 8, 16)])]
 
 
 @pytest.mark.parametrize("kern,consts", NHWC_KERNEL_SPECS, ids=[k.__name__ for k, _ in NHWC_KERNEL_SPECS])
@@ -667,6 +654,31 @@ def test_gpu_nhwc_batch_norm_matches_cpu(shape, relu, residual):
     assert got[-1] == BATCHES0 + 1
     for a, key in zip(got, keys):
         np.testing.assert_allclose(a, want[key], rtol=1e-4, atol=1e-4, err_msg=key)
+
+
+def test_a_plans_first_layer_queues_every_layer_kind():
+    """The normalize kernel's variants for layers with or without ReLU and residual are queued together (a cold
+    start-up compiles them side by side), each with the plan's constants."""
+    asked = []
+    recorder = SimpleNamespace(prefetch=lambda **consts: asked.append(consts))
+    norm._prefetch_layer_kinds(recorder, dict(stats=1, fused=1, U=8, M=4))
+    assert sorted((c.pop("relu"), c.pop("add_residual")) for c in asked) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert asked == [dict(stats=1, fused=1, U=8, M=4)] * 4
+
+
+@pytest.mark.cuda
+def test_gpu_nhwc_first_layer_queues_the_other_layer_kinds():
+    from frost.kernel import compile as kcompile
+    x, w, b, res, g = _inputs((8, 48, 6, 6), seed=21)  # a shape no other test uses: its plan's specs are new
+    _run_cuda_nhwc(x, w, b, res, g, True, False)
+    arch = kcompile.device_arch()
+    started = {}
+    for spec in norm.NHWC_KERNELS["float32"]["apply"]._specs.values():
+        if arch in spec._cubins or arch in spec._pending:
+            consts = dict(spec.consts)
+            kind = (consts.pop("relu"), consts.pop("add_residual"))
+            started.setdefault(tuple(sorted(consts.items())), set()).add(kind)
+    assert {(0, 0), (0, 1), (1, 0), (1, 1)} in started.values()
 
 
 @pytest.mark.cuda
@@ -780,9 +792,11 @@ def test_nhwc_bf16_statistics_stay_accurate_far_from_zero(simulated_gpu):
 
 
 BF16_KERNEL_CONSTS = {"stats_partial": [dict(U=u) for u in (1, 16)],
-                      "apply": [dict(fused=f, U=u) for f in (0, 1) for u in (1, 16)],
-                      "backward_partial": [dict(U=u, pair=p) for p in (0, 1) for u in (1, 16)],
-                      "backward_input": [dict(fused=f, U=u, pair=p) for p in (0, 1) for f in (0, 1) for u in (1, 16)]}
+                      "apply": [dict(relu=r, add_residual=a, fused=f, U=u) for r, a in ((0, 0), (1, 1)) for f in (0, 1)
+                                for u in (1, 16)],
+                      "backward_partial": [dict(relu=r, U=u) for r in (0, 1) for u in (1, 16)],
+                      "backward_input": [dict(relu=r, add_residual=a, fused=f, U=u) for r, a in ((0, 0), (1, 1))
+                                         for f in (0, 1) for u in (1, 16)]}
 
 
 @pytest.mark.parametrize("name", BF16_KERNEL_CONSTS)
