@@ -789,7 +789,7 @@ def randperm(n: int, dtype=None, device=None) -> Tensor:
     dev, dt = _resolve(device, dtype, to_dtype("int64"))
     g = _generator(dev)
     if hasattr(g, "permutation"):
-        return Tensor(g.permutation(n).astype(dt.np))
+        return Tensor(g.permutation(n).astype(dt.np, copy=False))
     return Tensor(g.random(n).argsort().astype(dt.np))  # a generator without permutation(): sort uniform draws
 
 

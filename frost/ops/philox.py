@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from frost.kernel import Array, bdx, bx, cdiv, cos, f32, f64, i32, kernel, log, mulhi, sin, sqrt, static_range, tx, u32
+from frost.kernel import (Array, bdx, bx, cdiv, cos, f32, f64, i32, i64, kernel, log, mulhi, sin, sqrt, static_range,
+                          tx, u32)
 
 M0, M1 = 0xD2511F53, 0xCD9E8D57   # the round multipliers
 W0, W1 = 0x9E3779B9, 0xBB67AE85   # the Weyl key increments (golden ratio, sqrt(3) - 1)
@@ -227,6 +228,16 @@ def philox_set_state(state: Array[u32], k0: u32, k1: u32, lo: u32, hi: u32):
         state[3] = hi
 
 
+@kernel.warm
+@kernel
+def philox_sort_keys(words: Array[u32], keys: Array[i64], n: i32):
+    """keys[i]: the 64-bit draw words[2i] * 2^32 + words[2i + 1] minus 2^63, an int64 that sorts as the unsigned
+    draw does (permutation's sort keys, made in one launch)."""
+    i = bx * bdx + tx
+    if i < n:
+        keys[i] = (i64(words[2 * i]) - 2147483648) * 4294967296 + i64(words[2 * i + 1])
+
+
 # ---------------------------------------------------------------- the generator
 class PhiloxGenerator:
     """Frost's CUDA generator on one device: the draws of a CuPy Generator that frost uses, from Philox4x32-10."""
@@ -296,9 +307,13 @@ class PhiloxGenerator:
 
     def permutation(self, n: int) -> Any:
         """A random permutation of range(n) (int64): the order that sorts n 64-bit draws."""
-        cp = self._cp()
-        w = self.bits((2 * int(n),)).astype(cp.uint64)
-        return cp.argsort((w[0::2] << cp.uint64(32)) | w[1::2]).astype(cp.int64)
+        cp, n = self._cp(), int(n)
+        words = self.bits((2 * n,))
+        with self._on_device():
+            keys = cp.empty(n, cp.int64)
+            if n > 0:
+                philox_sort_keys[cdiv(n, 256), 256](words, keys, n)
+            return cp.argsort(keys).astype(cp.int64, copy=False)
 
     def bernoulli_mask(self, shape: int | tuple, p: float) -> Any:
         """A boolean mask, True with probability p (uniform float32 draws below p)."""
