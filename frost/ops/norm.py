@@ -1008,13 +1008,19 @@ def _rows(a):
     return a.transpose(0, 2, 3, 1)
 
 
+_plans_queued: set = set()  # (kernel, plan) pairs _prefetch_layer_kinds has queued: once each, not every call
+
+
 def _prefetch_layer_kinds(apply, plan: dict) -> None:
     """Queue the compiles of the normalize kernel for every kind of layer (with or without ReLU, with or without a
     residual) on one plan: a network's first layer of a shape asks for them all, so that a cold start-up compiles
     them side by side instead of one by one as each kind first comes (the launch after this waits for its own)."""
-    for relu in (0, 1):
-        for add_residual in (0, 1):
-            apply.prefetch(relu=relu, add_residual=add_residual, **plan)
+    key = (id(apply), tuple(sorted(plan.items())))
+    if key not in _plans_queued:
+        _plans_queued.add(key)
+        for relu in (0, 1):
+            for add_residual in (0, 1):
+                apply.prefetch(relu=relu, add_residual=add_residual, **plan)
 
 
 def _batch_norm_act_channels_last(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None,

@@ -661,7 +661,8 @@ def test_a_plans_first_layer_queues_every_layer_kind():
     start-up compiles them side by side), each with the plan's constants."""
     asked = []
     recorder = SimpleNamespace(prefetch=lambda **consts: asked.append(consts))
-    norm._prefetch_layer_kinds(recorder, dict(stats=1, fused=1, U=8, M=4))
+    for _ in range(2):  # queued once: later layers of the plan ask nothing
+        norm._prefetch_layer_kinds(recorder, dict(stats=1, fused=1, U=8, M=4))
     assert sorted((c.pop("relu"), c.pop("add_residual")) for c in asked) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert asked == [dict(stats=1, fused=1, U=8, M=4)] * 4
 
