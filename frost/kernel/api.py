@@ -525,27 +525,16 @@ def device(fn) -> DeviceFunction:
 
 
 _grid_sync_counters: dict = {}
-_counter_blocks: dict = {}  # device -> [zeroed block of counters, how many of them are handed out]
-COUNTERS_PER_BLOCK = 64
 
 
 def grid_sync_counter(xp):
     """The grid_sync counter of the current device and stream, for kernels that call grid_sync(counter): a barrier
     leaves it ready for the next, so it is never reset; one per stream, so that kernels on two streams never share
-    one. xp: cupy, or numpy for the simulator (a fresh zero counter).
-
-    Counters are slices of a block zeroed when the device's first one is asked for (an eager call, as a rule): a
-    stream first seen while it is being captured (frost.jit's graph stream) gets one without a memset in the
-    graph, whose replays would wait several microseconds after that memset for the next kernel."""
+    one. xp: cupy, or numpy for the simulator (a fresh zero counter)."""
     if xp is np:
         return np.zeros(1, np.uint32)
-    device = xp.cuda.runtime.getDevice()
-    key = (device, xp.cuda.get_current_stream().ptr)
+    key = (xp.cuda.runtime.getDevice(), xp.cuda.get_current_stream().ptr)
     counter = _grid_sync_counters.get(key)
     if counter is None:
-        block = _counter_blocks.get(device)
-        if block is None or block[1] == COUNTERS_PER_BLOCK:
-            block = _counter_blocks[device] = [xp.zeros(COUNTERS_PER_BLOCK, xp.uint32), 0]
-        counter = _grid_sync_counters[key] = block[0][block[1]:block[1] + 1]
-        block[1] += 1
+        counter = _grid_sync_counters[key] = xp.zeros(1, xp.uint32)
     return counter

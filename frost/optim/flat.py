@@ -13,7 +13,7 @@ import numpy as np
 
 from frost.autograd import mark_grad_zero
 from frost.backend import cuda
-from frost.kernel import Array, bdx, bx, cdiv, f32, i32, kernel, store4, tx
+from frost.kernel import Array, f32, kernel, tx
 from frost.layout import is_channels_last
 from frost.tensor import Tensor
 
@@ -42,17 +42,6 @@ def cast_in_one(array, dtype, casts: dict):
     offset = (array.data.ptr - base.data.ptr) // base.itemsize
     return cp.ndarray(array.shape, dtype, memptr=whole.data + offset * size,
                       strides=tuple(st // base.itemsize * size for st in array.strides))
-
-
-@kernel.warm
-@kernel
-def zero_fill(x: Array[f32], n4: i32):
-    """x[4i .. 4i + 3] = 0 for i < n4, one 16-byte store a thread: zero_grad's fill of the gradient buffer as a
-    kernel, not a memset, because in a replayed graph the next kernel starts about 5 us after a memset node and
-    0.1 us after a kernel."""
-    i = bx * bdx + tx
-    if i < n4:
-        store4(x, 4 * i, 0.0, 0.0, 0.0, 0.0)
 
 
 @kernel.warm
@@ -146,10 +135,7 @@ class FlatGroup:
         return offsets, end
 
     def zero_grad(self) -> None:
-        if isinstance(self.grads, np.ndarray):
-            self.grads.fill(0)
-        else:  # ALIGN-padded regions: the length is a multiple of 4
-            zero_fill[cdiv(self.grads.size // 4, 256), 256](self.grads, self.grads.size // 4)
+        self.grads.fill(0)
         for p in self.members:
             mark_grad_zero(p)  # the next backward() may write these gradients straight into the buffer
 

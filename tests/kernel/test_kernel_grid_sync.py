@@ -97,33 +97,3 @@ def test_gpu_barrier_matches_numpy_and_needs_no_reset():
         normalize_by_grid_sum[blocks, threads](dx, dp, dy, dc, len(x))
     np.testing.assert_allclose(cp.asnumpy(dy), expect, rtol=1e-5)
     assert int(cp.asnumpy(dc)[0]) & 0x7FFFFFFF == 0  # the low bits unchanged, bit 31 flipped 50 times
-
-
-def test_counters_are_slices_of_one_zeroed_block_one_per_stream(monkeypatch):
-    """grid_sync_counter: one counter per (device, stream), each a slice of a block zeroed once (a stream first seen
-    during a capture records no memset); a full block gives way to a new one."""
-    from types import SimpleNamespace
-    from frost.kernel import api
-    monkeypatch.setattr(api, "_grid_sync_counters", {})
-    monkeypatch.setattr(api, "_counter_blocks", {})
-    zeroed, stream = [], SimpleNamespace(ptr=1)
-
-    def zeros(n, dtype):
-        zeroed.append(n)
-        return np.zeros(n, dtype)
-    xp = SimpleNamespace(uint32=np.uint32, zeros=zeros, cuda=SimpleNamespace(
-        runtime=SimpleNamespace(getDevice=lambda: 0), get_current_stream=lambda: stream))
-    first = api.grid_sync_counter(xp)
-    assert api.grid_sync_counter(xp) is first and first.shape == (1,) and first[0] == 0
-    stream.ptr = 2
-    second = api.grid_sync_counter(xp)
-    assert second is not first and np.shares_memory(second, api._counter_blocks[0][0]) and zeroed == [64]
-    second[0] = 7
-    assert first[0] == 0  # neighbours, not the same counter
-    for ptr in range(3, 3 + 62):
-        stream.ptr = ptr
-        api.grid_sync_counter(xp)
-    assert zeroed == [64]
-    stream.ptr = 1000
-    api.grid_sync_counter(xp)
-    assert zeroed == [64, 64]  # the 65th stream: a new block

@@ -6,35 +6,13 @@ import frost
 from frost.optim.adam import adam_update
 from frost.optim.adamw import adam_flat_kernel, adamw_update
 from frost.optim import flat
-from frost.optim.flat import advance_step, zero_fill
+from frost.optim.flat import advance_step
 from optim_oracle import run_on_fixed_gradients
 
 
 def test_kernels_compile_for_sm90():
     assert len(adam_flat_kernel.compile(arch="sm_90")) > 1000
     assert len(advance_step.compile(arch="sm_90")) > 1000
-    assert len(zero_fill.compile(arch="sm_90")) > 1000
-
-
-def test_zero_fill_zeroes_its_first_4_n4_values_only():
-    x = np.arange(1, 1 + 4 * 300 + 3, dtype=np.float32)
-    zero_fill.simulate[2, 256](x, 300)  # 512 threads for 300 groups of four: the rest store nothing
-    assert not x[:1200].any() and x[1200:].tolist() == [1201.0, 1202.0, 1203.0]
-
-
-@pytest.mark.cuda
-def test_gpu_zero_grad_zeroes_the_flat_gradient_buffer():
-    params = [frost.randn(64, 3, 3, 3, device="cuda", requires_grad=True), frost.randn(5, device="cuda",
-                                                                                       requires_grad=True)]
-    for p in params:
-        p.grad = frost.ones_like(p)
-    opt = frost.optim.AdamW(params)
-    opt.step()
-    (group,) = opt._flat.values()
-    group.grads.fill(3.0)
-    opt.zero_grad()
-    assert group.grads.size % 4 == 0 and not group.grads.any()
-    assert all(not p.grad.numpy().any() for p in params)
 
 
 @pytest.mark.parametrize("decoupled,rule,maximize", [(1.0, adamw_update, False), (0.0, adam_update, False),
