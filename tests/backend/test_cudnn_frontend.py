@@ -11,9 +11,10 @@ pytestmark = pytest.mark.cuda
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_convolutions_and_matmuls_through_cudnn_do_not_import_torch():
+def test_convolutions_and_matmuls_through_cudnn_do_not_import_torch(tmp_path):
     # Handed an array, the frontend asks whether it is a torch tensor, importing torch where it is installed: seconds
-    # of a cold start-up. Frost hands it bare device addresses. A fresh process, as at a start-up.
+    # of a cold start-up. Frost hands it bare device addresses. A fresh process, as at a start-up, with empty caches:
+    # no kernel choice remembered by earlier tests, so the convolution's first calls run cuDNN's graphs.
     code = ("import sys, frost, frost.nn.functional as F\n"
             "x = frost.randn(2, 3, 8, 8, device='cuda', requires_grad=True)\n"
             "w = frost.randn(4, 3, 3, 3, device='cuda', requires_grad=True)\n"
@@ -23,7 +24,8 @@ def test_convolutions_and_matmuls_through_cudnn_do_not_import_torch():
             "from frost.backend import cudnn\n"
             "assert cudnn.stats['graphs'] >= 3, cudnn.stats\n"
             "print('torch' in sys.modules)\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               FROST_CACHE_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "False", "the cuDNN path imported torch"
