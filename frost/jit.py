@@ -97,10 +97,9 @@ class Jitted:
         current = cuda.current_stream()
         for static, t in zip(entry.static_inputs, tensors):
             static.data[...] = t.data  # an asynchronous device-to-device copy on the current stream
-        # the graph runs on the kept graph stream, ordered after the copies and before later work
-        entry.stream.wait_event(current.record())
-        entry.graph.launch(entry.stream)
-        current.wait_event(entry.stream.record())
+        # replayed on the caller's stream, in order after the copies and before later work: no event between
+        # streams on a step's path (the graph stream only captures)
+        entry.graph.launch(current)
         return entry.output
 
     def _capture(self, entry: _Captured, args, kwargs) -> None:

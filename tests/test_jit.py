@@ -126,6 +126,24 @@ def test_new_shape_captures_a_new_graph():
 
 
 @pytest.mark.cuda
+def test_replays_in_order_on_the_callers_stream():
+    # the replay runs on the caller's stream, after the work the caller queued before the call and before the work
+    # it queues after (a non-blocking stream, so that nothing else orders them), its output read there at once
+    from frost.backend import cuda
+    cp = cuda.cupy()
+    step = frost.jit(lambda x: x * 2 + 1)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        x = frost.zeros(1 << 22, device="cuda")
+        got = []
+        for i in range(6):
+            x.data.fill(i)
+            got.append(step(x).data.copy())
+        assert [float(g[-1]) for g in got] == [2.0 * i + 1 for i in range(6)]
+        assert all(bool((g == g[0]).all()) for g in got)
+
+
+@pytest.mark.cuda
 def test_capture_copies_static_inputs_on_the_callers_stream(monkeypatch):
     # an uncaptured kernel on the graph stream slows every graph captured after it (docs/gpu.md): the graph stream
     # only captures and replays; the static copies of the inputs run on the caller's stream
