@@ -65,6 +65,7 @@ class _Captured:
         self.output: Any = None
         self.pool = None
         self.stream = None
+        self.device = None  # the device current at the capture, whose graph stream captured it
 
 
 class Jitted:
@@ -97,9 +98,14 @@ class Jitted:
         current = cuda.current_stream()
         for static, t in zip(entry.static_inputs, tensors):
             static.data[...] = t.data  # an asynchronous device-to-device copy on the current stream
-        # replayed on the caller's stream, in order after the copies and before later work: no event between
-        # streams on a step's path (the graph stream only captures)
-        entry.graph.launch(current)
+        if cuda.cupy().cuda.runtime.getDevice() == entry.device:
+            # replayed on the caller's stream, in order after the copies and before later work: no event between
+            # streams on a step's path (the graph stream only captures)
+            entry.graph.launch(current)
+        else:  # called with another device current: the capture's device replays it, ordered by events
+            entry.stream.wait_event(current.record())
+            entry.graph.launch(entry.stream)
+            current.wait_event(entry.stream.record())
         return entry.output
 
     def _capture(self, entry: _Captured, args, kwargs) -> None:
@@ -107,6 +113,7 @@ class Jitted:
         cp = cuda.cupy()
         entry.pool = cp.cuda.MemoryPool()
         entry.stream = cuda.kept_stream("graph")  # capture cannot happen on the legacy default stream
+        entry.device = cp.cuda.runtime.getDevice()
         statics = []
 
         def make_static(t: Tensor) -> Tensor:
