@@ -463,3 +463,21 @@ def test_kernel_factories_type_parameters_from_their_arguments(T, np_dtype):
     y = np.zeros(40, np_dtype)
     k.simulate[2, 32](x, y, 40)
     np.testing.assert_array_equal(y.astype(np.float32), 2 * np.arange(40, dtype=np.float32))
+
+
+def test_names_of_a_tree_are_walked_once_and_are_the_trees():
+    """cgen keeps the set of names a function uses on its tree: every specialization asks for the same set (a large
+    kernel's specializations walked its tree each time)."""
+    import ast
+    from frost.kernel import cgen
+
+    @kernel
+    def uses(x: Array[f32], n: i32):
+        if tx < n:
+            x[tx] = f32(bx)
+    tree = uses.src.tree
+    names = cgen._names_in(tree)
+    assert names == {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} >= {"tx", "bx", "n", "x"}
+    assert cgen._names_in(tree) is names
+    source = uses.source  # the index names it uses are declared, the others not
+    assert "const int tx = " in source and "const int bx = " in source and "const int by = " not in source
