@@ -78,6 +78,12 @@ def bits_numpy(seed: int, offset: int, n: int) -> np.ndarray:
     return block.T.reshape(-1)[:n]
 
 
+def sort_keys_numpy(words: np.ndarray) -> np.ndarray:
+    """The twin of philox_sort_keys: each pair of uint32 words (high, low) as its 64-bit draw minus 2^63, an int64."""
+    draws = (words[0::2].astype(np.uint64) << np.uint64(32)) | words[1::2]
+    return (draws ^ np.uint64(1 << 63)).view(np.int64)
+
+
 def uniform_numpy(seed: int, offset: int, n: int) -> np.ndarray:
     """Uniform float32 in [0, 1): the top 24 bits of each word times 2^-24."""
     return (bits_numpy(seed, offset, n) >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)

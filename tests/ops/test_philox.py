@@ -268,8 +268,9 @@ def test_gpu_augmentation_draws_come_from_the_generator():
 
 
 def test_sort_keys_order_as_the_unsigned_64_bit_draws(tmp_path, monkeypatch):
-    """philox_sort_keys (simulated) against NumPy: each key is the draw minus 2^63 exactly, so sorting the int64 keys
-    gives the order of the unsigned draws, ties included (the words' top bits at both ends are in the sample)."""
+    """philox_sort_keys (simulated) against its NumPy twin: each key is the draw minus 2^63 exactly, so sorting the
+    int64 keys gives the order of the unsigned draws, ties included (the words' top bits at both ends are in the
+    sample)."""
     rng = np.random.default_rng(3)
     words = rng.integers(0, 1 << 32, 2 * 300, dtype=np.uint64).astype(np.uint32)
     words[:12] = [0, 0, 0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000, 0, 0xFFFFFFFF, 0xFFFFFFFF, 0x80000000, 0]
@@ -277,8 +278,9 @@ def test_sort_keys_order_as_the_unsigned_64_bit_draws(tmp_path, monkeypatch):
     n = words.size // 2
     keys = np.zeros(n, np.int64)
     P.philox_sort_keys.simulate[-(-n // 256), 256](words, keys, n)
+    np.testing.assert_array_equal(keys, P.sort_keys_numpy(words))
+    assert keys[:6].tolist() == [-(1 << 63), 1 - (1 << 63), -1, 0, (1 << 63) - 1, 0]  # the draw minus 2^63
     draws = (words[0::2].astype(np.uint64) << np.uint64(32)) | words[1::2]
-    np.testing.assert_array_equal(keys, (draws ^ np.uint64(1 << 63)).view(np.int64))
     np.testing.assert_array_equal(np.argsort(keys, kind="stable"), np.argsort(draws, kind="stable"))
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     assert P.philox_sort_keys.compile("sm_90")[:4] == b"\x7fELF"
