@@ -320,6 +320,53 @@ def _deferred() -> list:
     return pending
 
 
+# ---------------------------------------------------------------- gradients on a branch of a captured step
+# While a step is being captured into a CUDA graph, an op's backward may compute a leaf's gradient (into its claimed
+# .grad buffer, which nothing reads before the completions) on a side stream forked from the capturing one: the
+# graph then runs it beside the chain of input gradients that the rest of backward() waits for (a convolution's
+# weight gradient beside the layers below). The branch joins the capturing stream again as the first deferred
+# completion (so before a completion that sums what the branch wrote); the arrays it reads stay referenced until
+# then, so that memory freed on the capturing stream is not handed out again under it. Eager calls stay on one
+# stream: kernels launched uncaptured on a side stream slow the graphs captured later (docs/gpu.md).
+# FROST_GRADIENT_BRANCH=0 (read at each call) keeps captured gradients on one stream too.
+
+@contextlib.contextmanager
+def gradient_branch(*reads, when: bool = True):
+    """Run the block on the side stream of a captured backward() when `when` and the current CUDA stream is
+    capturing (else as it is); `reads`: the arrays the block reads, kept alive until the branch joins."""
+    origin = _capturing_stream(reads) if when and os.environ.get("FROST_GRADIENT_BRANCH", "1") != "0" else None
+    if origin is None:
+        yield
+        return
+    from frost.backend import cuda
+    branch = getattr(_state, "branch", None)
+    if branch is not None and branch["origin"] is not origin:
+        _join_gradient_branch()  # a branch from another stream: joined first (never seen in a step)
+        branch = None
+    if branch is None:
+        branch = _state.branch = {"origin": origin, "side": cuda.kept_stream("gradient branch"), "reads": []}
+        _deferred().insert(0, _join_gradient_branch)
+    branch["side"].wait_event(origin.record())
+    branch["reads"].append(reads)
+    with branch["side"]:
+        yield
+
+
+def _capturing_stream(arrays):
+    """The current CUDA stream when it is capturing and the arrays are CuPy's, else None."""
+    if not any(type(a).__module__.startswith("cupy") for a in arrays):
+        return None
+    from frost.backend import cuda
+    stream = cuda.current_stream()
+    return stream if stream.ptr and stream.is_capturing() else None
+
+
+def _join_gradient_branch() -> None:
+    branch, _state.branch = getattr(_state, "branch", None), None
+    if branch is not None:
+        branch["origin"].wait_event(branch["side"].record())
+
+
 # ---------------------------------------------------------------- gradients written straight into .grad
 # An optimizer's zero_grad() marks each parameter whose .grad it filled with zeros. During the next backward(),
 # an op may ask grad_destination(p) for that buffer and compute p's gradient straight into it (a cuDNN weight

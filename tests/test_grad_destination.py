@@ -449,3 +449,119 @@ def test_a_failing_backward_completes_and_then_zeroes_what_it_claimed():
         _deferring_probe(upstream, w, log).sum().backward()
     assert log == ["deferred", "completed"] and not autograd._deferred()
     np.testing.assert_array_equal(w.grad.numpy(), 0)
+
+
+# ------------------------------------------------------------ gradients on a branch of a captured step
+
+
+class _FakeStream:
+    """Logs what frost.autograd.gradient_branch asks of a CUDA stream (fork, work on it, join)."""
+
+    def __init__(self, name, log):
+        self.name, self.log, self.ptr = name, log, 1
+
+    def record(self):
+        self.log.append(f"{self.name} records")
+        return self.name
+
+    def wait_event(self, event):
+        self.log.append(f"{self.name} waits for {event}")
+
+    def __enter__(self):
+        self.log.append(f"on {self.name}")
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append(f"off {self.name}")
+
+
+def _branching_probe(x, w, log):
+    """x * sum(w) whose backward writes w's claimed .grad inside gradient_branch and defers its last step."""
+    out = x.data * w.data.sum()
+
+    def backward(g):
+        dest = grad_destination(w)
+        with autograd.gradient_branch(g, x.data, when=dest is not None):
+            value = (g * x.data).sum()
+            if dest is None:
+                return g * w.data.sum(), np.full(w.shape, value)
+
+            def complete():
+                log.append("completed")
+                dest[...] = value
+            log.append("deferred")
+            autograd.defer_gradient_completion(complete)
+        log.append("input gradient")
+        return g * w.data.sum(), dest
+
+    return from_op(out, (x, w), backward, "branching probe")
+
+
+@pytest.fixture
+def fake_capture(monkeypatch):
+    """A capturing origin stream and the side stream, both fakes that log into the returned list."""
+    from frost.backend import cuda
+    log = []
+    origin, side = _FakeStream("origin", log), _FakeStream("side", log)
+    monkeypatch.setattr(autograd, "_capturing_stream", lambda arrays: origin)
+    monkeypatch.setattr(cuda, "kept_stream", lambda purpose: side)
+    return log
+
+
+def _fork(log):
+    return ["origin records", "side waits for origin", "on side", "deferred", "off side", "input gradient"]
+
+
+def _two_branches(log):
+    x, w1, w2 = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2)), _zeroed(_leaf((2, 2), seed=3))
+    _branching_probe(_branching_probe(x, w1, log), w2, log).sum().backward()
+    return w1.grad.numpy(), w2.grad.numpy()
+
+
+def test_a_branch_forks_per_op_joins_once_before_the_completions_and_keeps_its_reads(fake_capture, monkeypatch):
+    import weakref
+    log, reads, alive_at_join = fake_capture, [], []
+    real_branch, real_join = autograd.gradient_branch, autograd._join_gradient_branch
+
+    def branch(*arrays, when=True):
+        reads.append([weakref.ref(a) for a in arrays])
+        return real_branch(*arrays, when=when)
+
+    def join():
+        alive_at_join.append([ref() is not None for refs in reads for ref in refs])
+        real_join()
+    monkeypatch.setattr(autograd, "gradient_branch", branch)
+    monkeypatch.setattr(autograd, "_join_gradient_branch", join)
+    grads = _two_branches(log)
+    assert log == _fork(log) * 2 + ["side records", "origin waits for side", "completed", "completed"]
+    assert alive_at_join == [[True] * 4]   # g and x of both ops, though backward dropped them as it went
+    assert getattr(autograd._state, "branch", None) is None and not autograd._deferred()
+    monkeypatch.setenv("FROST_GRADIENT_BRANCH", "0")
+    for branched, plain in zip(grads, _two_branches([])):
+        np.testing.assert_array_equal(branched, plain)
+
+
+def test_a_leafs_second_contribution_joins_the_branch_before_completing_and_adding(fake_capture):
+    log = fake_capture
+    x, w = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2))
+    (_branching_probe(x, w, log).sum() + (w * 3.0).sum()).backward()
+    assert log == _fork(log) + ["side records", "origin waits for side", "completed"]
+    np.testing.assert_allclose(w.grad.numpy(), np.full((2, 2), x.data.sum() + 3.0))
+
+
+@pytest.mark.parametrize("how", ["not capturing", "not claimed", "switched off"])
+def test_no_branch_outside_a_capture_for_unclaimed_gradients_or_when_switched_off(fake_capture, monkeypatch, how):
+    log = fake_capture
+    x, w = _leaf((3,), seed=1), _leaf((2, 2), seed=2)
+    if how == "not capturing":
+        monkeypatch.setattr(autograd, "_capturing_stream", lambda arrays: None)
+    if how == "switched off":
+        monkeypatch.setenv("FROST_GRADIENT_BRANCH", "0")
+    if how != "not claimed":
+        w = _zeroed(w)
+    _branching_probe(x, w, log).sum().backward()
+    assert [line for line in log if "side" in line or "origin" in line] == []
+
+
+def test_no_capture_is_seen_for_numpy_arrays():
+    assert autograd._capturing_stream((np.zeros(3), np.ones(2))) is None

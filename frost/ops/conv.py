@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from frost.autocast import cast_inputs
-from frost.autograd import grad_destination, is_grad_enabled
+from frost.autograd import grad_destination, gradient_branch, is_grad_enabled
 from frost.layout import dense_like, empty_like_format, is_channels_last
 from frost.tensor import Tensor, from_op
 
@@ -391,28 +391,34 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     def backward(g):
         g = g.astype(cdt, copy=False)
         gx = gw = gb = None
+        if weight.requires_grad:  # first: in a captured step it may branch off before the input gradient
+            gw = weight_gradient(g)
         if x.requires_grad:
             gx = conv2d_backward_input(g, wa, xa.shape, *conv_args).astype(out_dtype, copy=False)
-        if weight.requires_grad:
-            # straight into the weight's zeroed .grad buffer when there is one (no fresh array, no add)
-            dest = grad_destination(weight) if cdt == out_dtype else None
-            master = _cast_source(weight, xa)
-            if cols is not None:
-                gw = _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo, out=dest)
-            elif master is not None:
-                # autocast: dW in float32 straight into the master weight's .grad (the cast's backward passes it on)
-                claimed = grad_destination(master)
-                dest = empty_like_format(wa.shape, master.data) if claimed is None else claimed
-                gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=claimed is not None)
-            else:
-                gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=dest is not None)
-            gw = gw if master is not None else gw.astype(out_dtype, copy=False)
         if bias is None:
             return gx, gw
         if bias.requires_grad:
             dest = grad_destination(bias) if cdt == out_dtype else None
             gb = g.sum(axis=(0, 2, 3), out=dest).astype(out_dtype, copy=False)
         return gx, gw, gb
+
+    def weight_gradient(g):
+        # straight into the weight's zeroed .grad buffer when there is one (no fresh array, no add); such a
+        # gradient is read only after backward()'s completions, so a captured step computes it on a side branch
+        dest = grad_destination(weight) if cdt == out_dtype else None
+        master = _cast_source(weight, xa)
+        if cols is not None:
+            return _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo, out=dest).astype(out_dtype,
+                                                                                                      copy=False)
+        if master is not None:
+            # autocast: dW in float32 straight into the master weight's .grad (the cast's backward passes it on)
+            claimed = grad_destination(master)
+            dest = empty_like_format(wa.shape, master.data) if claimed is None else claimed
+            with gradient_branch(g, xa, when=claimed is not None):
+                return conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=claimed is not None)
+        with gradient_branch(g, xa, when=dest is not None):
+            gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=dest is not None)
+        return gw.astype(out_dtype, copy=False)
 
     result = from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d")
     if stats is not None and result.data is stats.y:

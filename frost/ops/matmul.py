@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from frost.autocast import cast_inputs
-from frost.autograd import grad_destination, unbroadcast
+from frost.autograd import grad_destination, gradient_branch, unbroadcast
 from frost.kernel import Array, bx, by, bz, f32, i32, kernel, shared, static_range, syncthreads, tx
 from frost.tensor import Tensor, from_op
 
@@ -168,9 +168,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
     def backward(g):
         g2 = g.reshape(-1, g.shape[-1])
+        # the weight's (and bias's) gradient straight into its zeroed .grad buffer when there is one (read only
+        # after backward()'s completions: a captured step computes it on a side branch, beside the input gradient)
+        dest = grad_destination(weight)
+        with gradient_branch(g2, x2, when=dest is not None):
+            gw = _same_dtype(matmul_arrays(xp, g2.T, x2, out=dest), w.dtype)
         gx = _same_dtype(matmul_arrays(xp, g2, w), xa.dtype).reshape(xa.shape)
-        # the weight's (and bias's) gradient straight into its zeroed .grad buffer when there is one
-        gw = _same_dtype(matmul_arrays(xp, g2.T, x2, out=grad_destination(weight)), w.dtype)
         grads = [gx, gw]
         if bias is not None:
             sum_dtype = _sum_dtype(g2.dtype)
