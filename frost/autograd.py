@@ -327,7 +327,9 @@ def _deferred() -> list:
 # weight gradient beside the layers below). The branch joins the capturing stream again as the first deferred
 # completion (so before a completion that sums what the branch wrote); the arrays it reads stay referenced until
 # then, so that memory freed on the capturing stream is not handed out again under it. Eager calls stay on one
-# stream: kernels launched uncaptured on a side stream slow the graphs captured later (docs/gpu.md).
+# stream: kernels launched uncaptured on a side stream slow the graphs captured later (docs/gpu.md). The side stream
+# has CUDA's lowest priority and frost.jit captures on one of the highest, so the branch's blocks fill the SMs that
+# the critical path leaves (frost.jit keeps the priorities in the graph).
 # FROST_GRADIENT_BRANCH=0 (read at each call) keeps captured gradients on one stream too.
 
 @contextlib.contextmanager

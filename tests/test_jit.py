@@ -165,7 +165,7 @@ def test_capture_copies_static_inputs_on_the_callers_stream(monkeypatch):
     results = [step(x, y).item() for _ in range(4)]   # two eager calls, the capture, a replay
     assert results == [28.0] * 4
     assert copied_on == [cp.cuda.get_current_stream().ptr] * 2
-    assert cuda.kept_stream("graph").ptr not in copied_on
+    assert cuda.kept_stream("graph", priority="greatest").ptr not in copied_on
 
 
 @pytest.mark.cuda
@@ -209,3 +209,26 @@ def test_captured_weight_gradients_on_a_side_branch_equal_one_stream(monkeypatch
     assert runs["1"][0] == runs["0"][0]
     for k, v in runs["0"][1].items():
         np.testing.assert_array_equal(runs["1"][1][k], v, err_msg=k)
+
+
+def _stream_priority(stream) -> int:
+    import ctypes
+    from frost.kernel.pdl import _libcuda
+    value = ctypes.c_int()
+    assert _libcuda().cuStreamGetPriority(ctypes.c_void_p(stream.ptr), ctypes.byref(value)) == 0
+    return value.value
+
+
+@pytest.mark.cuda
+def test_captured_kernels_outrank_the_gradient_branch_and_keep_their_priority(monkeypatch):
+    from frost.backend import cuda
+    from frost.jit import _NodePriorityGraph
+    assert _stream_priority(cuda.kept_stream("graph", priority="greatest")) < 0
+    assert _stream_priority(cuda.kept_stream("gradient branch")) == 0   # the lowest: CUDA's default
+    for switch, kind in (("1", _NodePriorityGraph), ("0", cuda.cupy().cuda.graph.Graph)):
+        monkeypatch.setenv("FROST_NODE_PRIORITY", switch)
+        triple = frost.jit(lambda x: x * 3)
+        outs = [triple(frost.full((8,), float(i), device="cuda")).cpu().numpy() for i in range(5)]
+        (entry,) = triple.captures.values()
+        assert type(entry.graph) is kind
+        np.testing.assert_array_equal(outs, [np.full(8, 3.0 * i) for i in range(5)])

@@ -41,18 +41,31 @@ _kept_streams: dict = {}  # (device, purpose, index, thread) -> a non-blocking s
 _kept_streams_lock = threading.Lock()
 
 
-def kept_stream(purpose: str, index: int = 0):
+def kept_stream(purpose: str, index: int = 0, priority: str = "least"):
     """The current device's and thread's non-blocking stream for `purpose` ("timing", "graph", "copy", ...) and
     `index`, made once and kept for the life of the process: choosing kernels times hundreds of candidates, and a GPU
     loader starts an epoch at a time; neither needs a stream of its own each time. Per thread, so that two threads
-    capturing or timing at once never share a stream."""
+    capturing or timing at once never share a stream. priority: "least" (CUDA's default) or "greatest" (frost.jit
+    captures on such a stream: its kernels outrank a gradient branch's); a stream per priority."""
     cp = cupy()
-    key = (cp.cuda.runtime.getDevice(), purpose, index, threading.get_ident())
+    key = (cp.cuda.runtime.getDevice(), purpose, index, priority, threading.get_ident())
     with _kept_streams_lock:
         stream = _kept_streams.get(key)
         if stream is None:
-            stream = _kept_streams[key] = cp.cuda.Stream(non_blocking=True)
+            level = _greatest_stream_priority() if priority == "greatest" else 0
+            stream = _kept_streams[key] = cp.cuda.Stream(non_blocking=True, priority=level)
     return stream
+
+
+def _greatest_stream_priority() -> int:
+    """The highest stream priority of the current device (the lowest number; 0, the default, is the lowest)."""
+    import ctypes
+    from frost.kernel.pdl import _libcuda
+    least, greatest = ctypes.c_int(), ctypes.c_int()
+    driver = _libcuda()
+    if driver is None or driver.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)):
+        return 0
+    return greatest.value
 
 
 def device_name(index: int = 0) -> str:

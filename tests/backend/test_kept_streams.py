@@ -51,7 +51,7 @@ def test_no_stream_is_made_and_dropped(tmp_path):
     tuned, made, kept, keys = done.stdout.strip().splitlines()[-1].split(" ", 3)
     assert tuned == "True", "cuDNN timed no plan: the check did not exercise plan timing"
     assert made == kept, f"{made} streams made, {kept} kept ({keys}): some stream was made and dropped"
-    assert int(kept) <= 4, keys   # timing, graph, two copy streams
+    assert int(kept) <= 5, keys   # timing, graph, gradient branch, two copy streams
 
 
 def test_kept_stream_is_one_per_purpose_index_and_thread():
