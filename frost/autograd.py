@@ -127,13 +127,12 @@ def check_forward(name: str, out, inputs: Sequence) -> None:
 class Node:
     """How a tensor was made: its parent tensors and the function from output gradient to input gradients."""
 
-    __slots__ = ("parents", "backward", "name", "branch")
+    __slots__ = ("parents", "backward", "name")
 
     def __init__(self, parents: tuple, backward: Callable, name: str) -> None:
         self.parents = parents
         self.backward = backward
         self.name = name
-        self.branch = getattr(_state, "forward_branch", None)  # a captured step's side stream (see `branch`)
 
     def __repr__(self) -> str:
         return f"<Node {self.name}>"
@@ -158,9 +157,7 @@ def _topological_order(root) -> list:
         expanded.add(id(t))
         stack.append((t, True))
         if t._ctx is not None:
-            # parents made in a branch are pushed first, so expanded last: backward() reaches them right after the
-            # tensor that uses them, and their side stream starts while the capturing stream does the rest
-            for p in sorted(t._ctx.parents, key=lambda p: p._ctx is None or p._ctx.branch is None):
+            for p in t._ctx.parents:
                 if p.requires_grad and id(p) not in expanded:
                     stack.append((p, False))
     return order
@@ -201,15 +198,6 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
 
 
 def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
-    made_on: dict = {}   # id(tensor) -> the branch whose side stream made (part of) its gradient so far
-    try:
-        _backward_pass(root, g0, retain_graph, claims, made_on)
-    finally:
-        for b in set(made_on.values()):
-            b.join()
-
-
-def _backward_pass(root, g0, retain_graph: bool, claims: dict, made_on: dict) -> None:
     Tensor = type(root)
     anomaly = is_anomaly_enabled()
     grads = {id(root): g0}
@@ -220,13 +208,6 @@ def _backward_pass(root, g0, retain_graph: bool, claims: dict, made_on: dict) ->
             if g is None:
                 continue
             node = t._ctx
-            b = node.branch if node is not None and node.branch is not None and node.branch.side else None
-            source = made_on.pop(id(t), None)
-            if source is not None and source is not b:
-                source.join()  # what a side stream made is used elsewhere: joined first
-            if b is not None:
-                b.fork(_current_stream())  # (part of) the gradient reaching the branch may come from elsewhere
-                b.keep.extend(_parts(g))
             if isinstance(g, GradientPair) and (node is None or t._retains_grad
                                                 or not getattr(node.backward, "takes_gradient_pairs", False)):
                 g = _sum_of_gradients(*g)
@@ -237,12 +218,7 @@ def _backward_pass(root, g0, retain_graph: bool, claims: dict, made_on: dict) ->
             if node.backward is None:
                 raise RuntimeError(f"backward: trying to go through the graph of '{node.name}' a second time; "
                                    f"pass retain_graph=True to the first backward()")
-            if b is None:
-                in_grads = node.backward(g)
-            else:
-                with b.side:
-                    in_grads = node.backward(g)
-                b.keep.append(node.backward)  # its saved arrays, read by kernels still queued on the side stream
+            in_grads = node.backward(g)
             parents = node.parents
             if not retain_graph:
                 # free the graph as we go, as PyTorch does: the closure's saved arrays, and the links to the
@@ -260,16 +236,6 @@ def _backward_pass(root, g0, retain_graph: bool, claims: dict, made_on: dict) ->
                     raise RuntimeError(f"backward of '{node.name}': gradient shape {tuple(pg.shape)} "
                                        f"does not match input shape {tuple(p.shape)} (a bug in that op)")
                 k = id(p)
-                maker = made_on.pop(k, None)
-                if k in grads and not _pairs(grads[k], pg, p):
-                    for side in {maker, b} - {None}:
-                        side.join()  # the sum runs on the capturing stream
-                    maker = None
-                elif maker is not None and b is not None and maker is not b:
-                    maker.join()  # two branches' contributions: one is waited for now, the other when used
-                maker = b or maker
-                if maker is not None:
-                    made_on[k] = maker
                 # out of place: grads[k] may be a claimed .grad buffer, which must keep its own contribution
                 grads[k] = pg if k not in grads else _combine(grads[k], pg, p)
 
@@ -284,18 +250,13 @@ def _parts(g) -> tuple:
     return tuple(g) if isinstance(g, GradientPair) else (g,)
 
 
-def _pairs(a, b, p) -> bool:
-    """Whether _combine keeps a and b as a GradientPair (no kernel) rather than adding them."""
-    ctx = p._ctx
-    return (not isinstance(a, GradientPair) and ctx is not None and not p._retains_grad
-            and getattr(ctx.backward, "takes_gradient_pairs", False) and a.dtype == b.dtype and a.shape == b.shape)
-
-
 def _combine(a, b, p):
     """The gradient so far plus contribution b: a GradientPair where p's op takes pairs and a and b are alike."""
-    if p._ctx is None:
+    ctx = p._ctx
+    if ctx is None:
         complete_deferred_gradients()  # a leaf's second contribution: the sum reads the first
-    if _pairs(a, b, p):
+    if (not isinstance(a, GradientPair) and ctx is not None and not p._retains_grad
+            and getattr(ctx.backward, "takes_gradient_pairs", False) and a.dtype == b.dtype and a.shape == b.shape):
         return GradientPair((a, b))
     return _sum_of_gradients(*_parts(a), b) if isinstance(a, GradientPair) else _sum_of_gradients(a, b)
 
@@ -359,82 +320,6 @@ def _deferred() -> list:
     return pending
 
 
-# ---------------------------------------------------------------- branches of a captured step
-# `frost.cuda.branch()` runs a block of ops, while a step is being captured into a CUDA graph, on a side stream forked
-# from the capturing one: the graph runs it beside what the capturing stream does until the block's `join()` (a
-# downsampling block's shortcut beside its two 3x3 convolutions). The nodes made in the block remember the branch,
-# and backward() runs them on its side stream too: the topological order puts them right after the tensor that
-# uses them, they fork from the capturing stream when they run, and what they make is joined back when another
-# stream uses it (a sum, a node of the capturing stream, a leaf) and at the end. Until a join the branch keeps the
-# capturing stream's arrays it reads (the gradients it was given, its nodes' saved arrays), so that memory freed
-# there is not handed out again under a side kernel still reading it. Outside a capture it does nothing.
-
-
-class branch:
-    """`with frost.cuda.branch() as b: ...` then `b.join()` before the block's results are used: in a captured step
-    (frost.jit) the block and its backward run on a side stream of the graph, beside the capturing stream's work;
-    elsewhere (eager, CPU, `when=False`, FROST_BRANCH=0) the block simply runs."""
-
-    def __init__(self, when: bool = True) -> None:
-        self.when = when
-        self.side = self.origin = self._outer = None
-        self.keep: list = []
-
-    def __enter__(self) -> "branch":
-        origin = _capturing_now() if self.when and os.environ.get("FROST_BRANCH", "1") != "0" else None
-        if origin is not None:
-            from frost.backend import cuda
-            self.side = cuda.kept_stream("branch")
-            self.fork(origin)
-            self._outer, _state.forward_branch = getattr(_state, "forward_branch", None), self
-            self.side.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        if self.side is not None:
-            self.side.__exit__(*exc)
-            _state.forward_branch = self._outer
-        return False
-
-    def fork(self, origin) -> None:
-        """The side stream waits for what `origin` has queued so far; joins go back to `origin`."""
-        self.origin = origin
-        self.side.wait_event(origin.record())
-
-    def join(self) -> None:
-        """The origin stream waits for what the side stream has queued so far (nothing happens without a branch)."""
-        if self.side is not None:
-            self.origin.wait_event(self.side.record())
-            self.keep.clear()
-
-
-@contextlib.contextmanager
-def on_branch_origin():
-    """Run the block on the active forward branch's origin stream (then fork again): for values the capturing stream
-    uses before the join, such as autocast's cast of a whole flat parameter buffer."""
-    b = getattr(_state, "forward_branch", None)
-    if b is None:
-        yield
-        return
-    with b.origin:
-        yield
-    b.fork(b.origin)
-
-
-def _current_stream():
-    from frost.backend import cuda
-    return cuda.current_stream()
-
-
-def _capturing_now():
-    """The current CUDA stream when it is capturing (never imports CuPy: without it nothing can be captured)."""
-    from frost.backend import cuda
-    if cuda._cupy is None:
-        return None
-    stream = cuda.current_stream()
-    return stream if stream.ptr and stream.is_capturing() else None
-
-
 # ---------------------------------------------------------------- gradients on a branch of a captured step
 # While a step is being captured into a CUDA graph, an op's backward may compute a leaf's gradient (into its claimed
 # .grad buffer, which nothing reads before the completions) on a side stream forked from the capturing one: the
@@ -457,10 +342,13 @@ def gradient_branch(*reads, when: bool = True):
         return
     from frost.backend import cuda
     branch = getattr(_state, "branch", None)
+    if branch is not None and branch["origin"] is not origin:
+        _join_gradient_branch()  # a branch from another stream: joined first (never seen in a step)
+        branch = None
     if branch is None:
-        branch = _state.branch = {"side": cuda.kept_stream("gradient branch"), "reads": []}
+        branch = _state.branch = {"origin": origin, "side": cuda.kept_stream("gradient branch"), "reads": []}
         _deferred().insert(0, _join_gradient_branch)
-    branch["side"].wait_event(origin.record())  # (origin: the capturing stream, or a forward branch's side stream)
+    branch["side"].wait_event(origin.record())
     branch["reads"].append(reads)
     with branch["side"]:
         yield
@@ -477,8 +365,8 @@ def _capturing_stream(arrays):
 
 def _join_gradient_branch() -> None:
     branch, _state.branch = getattr(_state, "branch", None), None
-    if branch is not None:  # into the stream about to read the gradients: backward()'s own
-        _current_stream().wait_event(branch["side"].record())
+    if branch is not None:
+        branch["origin"].wait_event(branch["side"].record())
 
 
 # ---------------------------------------------------------------- gradients written straight into .grad

@@ -455,11 +455,10 @@ def test_a_failing_backward_completes_and_then_zeroes_what_it_claimed():
 
 
 class _FakeStream:
-    """Logs what frost.autograd's branches ask of a CUDA stream (fork, work on it, join); `current` is the stack of
-    streams entered, whose top is what frost.autograd._current_stream answers."""
+    """Logs what frost.autograd.gradient_branch asks of a CUDA stream (fork, work on it, join)."""
 
-    def __init__(self, name, log, current):
-        self.name, self.log, self.current, self.ptr = name, log, current, 1
+    def __init__(self, name, log):
+        self.name, self.log, self.ptr = name, log, 1
 
     def record(self):
         self.log.append(f"{self.name} records")
@@ -468,17 +467,12 @@ class _FakeStream:
     def wait_event(self, event):
         self.log.append(f"{self.name} waits for {event}")
 
-    def is_capturing(self):
-        return True
-
     def __enter__(self):
         self.log.append(f"on {self.name}")
-        self.current.append(self)
         return self
 
     def __exit__(self, *exc):
         self.log.append(f"off {self.name}")
-        self.current.pop()
 
 
 def _branching_probe(x, w, log):
@@ -507,14 +501,10 @@ def _branching_probe(x, w, log):
 def fake_capture(monkeypatch):
     """A capturing origin stream and the side stream, both fakes that log into the returned list."""
     from frost.backend import cuda
-    log, current = [], []
-    origin = _FakeStream("origin", log, current)
-    sides = {"gradient branch": _FakeStream("side", log, current), "branch": _FakeStream("branch", log, current)}
-    current.append(origin)
-    monkeypatch.setattr(autograd, "_capturing_stream", lambda arrays: current[-1])
-    monkeypatch.setattr(autograd, "_capturing_now", lambda: current[-1])
-    monkeypatch.setattr(autograd, "_current_stream", lambda: current[-1])
-    monkeypatch.setattr(cuda, "kept_stream", lambda purpose: sides[purpose])
+    log = []
+    origin, side = _FakeStream("origin", log), _FakeStream("side", log)
+    monkeypatch.setattr(autograd, "_capturing_stream", lambda arrays: origin)
+    monkeypatch.setattr(cuda, "kept_stream", lambda purpose: side)
     return log
 
 
@@ -575,62 +565,3 @@ def test_no_branch_outside_a_capture_for_unclaimed_gradients_or_when_switched_of
 
 def test_no_capture_is_seen_for_numpy_arrays():
     assert autograd._capturing_stream((np.zeros(3), np.ones(2))) is None
-
-
-def _stream_probe(xs, name, log, current_name):
-    """sum of 2 * x over the inputs xs, whose backward logs the stream it runs on."""
-    out = sum(2.0 * x.data for x in xs)
-
-    def backward(g):
-        log.append(f"{name} backward on {current_name()}")
-        return tuple(2.0 * g for _ in xs)
-
-    return from_op(out, tuple(xs), backward, name)
-
-
-def _shortcut_block(x, log, current_name):
-    """main2(main1(x)) + shortcut(x), the shortcut made in a frost.cuda.branch."""
-    with autograd.branch() as b:
-        shortcut = _stream_probe([x], "shortcut", log, current_name)
-    log.append("main forward")
-    main = _stream_probe([_stream_probe([x], "main1", log, current_name)], "main2", log, current_name)
-    b.join()
-    return _stream_probe([main, shortcut], "add", log, current_name), b
-
-
-def test_a_forward_branch_runs_beside_the_capturing_stream_and_its_backward_too(fake_capture, monkeypatch):
-    log = fake_capture
-    current_name = lambda: autograd._current_stream().name  # noqa: E731
-    kept_at_join = []
-    real_join = autograd.branch.join
-
-    def join(self):
-        kept_at_join.append(len(self.keep))
-        real_join(self)
-    monkeypatch.setattr(autograd.branch, "join", join)
-    x = _leaf((3,), seed=1)
-    y, b = _shortcut_block(x, log, current_name)
-    assert log == ["origin records", "branch waits for origin", "on branch", "off branch", "main forward",
-                   "branch records", "origin waits for branch"]
-    assert x._ctx is None and y._ctx.parents[1]._ctx.branch is b and y._ctx.parents[0]._ctx.branch is None
-    del log[:]
-    y.sum().backward()
-    # the shortcut's backward right after its consumer's, on the branch, forked then; x's two contributions are
-    # summed on the capturing stream after the join (its gradient and saved arrays kept until then)
-    assert log == ["add backward on origin", "origin records", "branch waits for origin", "on branch",
-                   "shortcut backward on branch", "off branch", "main2 backward on origin",
-                   "main1 backward on origin", "branch records", "origin waits for branch"]
-    assert kept_at_join[-1] == 2 and b.keep == []
-    np.testing.assert_allclose(x.grad.numpy(), np.full(3, 2.0 * 2.0 * 2.0 + 2.0 * 2.0))
-
-
-def test_a_branch_is_the_plain_computation_outside_a_capture(monkeypatch):
-    log = []
-    monkeypatch.setattr(autograd, "_capturing_now", lambda: None)
-    x = _leaf((3,), seed=1)
-    y, b = _shortcut_block(x, log, lambda: "the one stream")
-    assert b.side is None and y._ctx.parents[1]._ctx.branch is None
-    y.sum().backward()
-    assert log == ["main forward", "add backward on the one stream", "main2 backward on the one stream",
-                   "main1 backward on the one stream", "shortcut backward on the one stream"]
-    np.testing.assert_allclose(x.grad.numpy(), np.full(3, 12.0))

@@ -1,7 +1,6 @@
 """The seed CIFAR ResNet (ResNet-20 shape: three stages of 16, 32, 64 channels, three basic blocks each)."""
 from __future__ import annotations
 
-import frost.cuda
 from frost import nn
 from frost.nn import init
 from frost.tensor import Tensor
@@ -26,13 +25,10 @@ class BasicBlock(nn.Module):
             self.downsample = None
 
     def forward(self, x: Tensor) -> Tensor:
-        # relu(bn(conv(x))) and relu(bn(conv(out)) + shortcut), each normalization fused with what follows it;
-        # in a captured step a 1x1 shortcut (and its backward) runs on a branch of the graph beside the 3x3 path
-        with frost.cuda.branch(when=self.downsample is not None) as shortcut_branch:
-            shortcut = x if self.downsample is None else self.downsample(x)
-        out = self.conv2(self.bn1.forward_fused(self.conv1(x), relu=True))
-        shortcut_branch.join()
-        return self.bn2.forward_fused(out, residual=shortcut, relu=True)
+        # relu(bn(conv(x))) and relu(bn(conv(out)) + shortcut), each normalization fused with what follows it
+        out = self.bn1.forward_fused(self.conv1(x), relu=True)
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return self.bn2.forward_fused(self.conv2(out), residual=shortcut, relu=True)
 
 
 class CifarResNet(nn.Module):

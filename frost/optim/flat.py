@@ -11,7 +11,7 @@ import weakref
 
 import numpy as np
 
-from frost.autograd import mark_grad_zero, on_branch_origin
+from frost.autograd import mark_grad_zero
 from frost.backend import cuda
 from frost.kernel import Array, f32, kernel, tx
 from frost.layout import is_channels_last
@@ -36,8 +36,7 @@ def cast_in_one(array, dtype, casts: dict):
     key = (id(base), np.dtype(dtype).str)
     whole = casts.get(key)
     if whole is None:
-        with on_branch_origin():  # the capturing stream reads it too, before a branch's join
-            whole = casts[key] = base.astype(dtype)
+        whole = casts[key] = base.astype(dtype)
     cp = cuda.cupy()
     size = np.dtype(dtype).itemsize
     offset = (array.data.ptr - base.data.ptr) // base.itemsize
