@@ -52,8 +52,8 @@ def kept_stream(purpose: str, index: int = 0, priority: str = "least"):
     with _kept_streams_lock:
         stream = _kept_streams.get(key)
         if stream is None:
-            level = _greatest_stream_priority() if priority == "greatest" else 0
-            stream = _kept_streams[key] = cp.cuda.Stream(non_blocking=True, priority=level)
+            levels = {"priority": _greatest_stream_priority()} if priority == "greatest" else {}
+            stream = _kept_streams[key] = cp.cuda.Stream(non_blocking=True, **levels)
     return stream
 
 
