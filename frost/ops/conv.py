@@ -410,15 +410,14 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         if cols is not None:
             return _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo, out=dest).astype(out_dtype,
                                                                                                       copy=False)
+        claimed = dest
         if master is not None:
             # autocast: dW in float32 straight into the master weight's .grad (the cast's backward passes it on)
             claimed = grad_destination(master)
             dest = empty_like_format(wa.shape, master.data) if claimed is None else claimed
-            with gradient_branch(g, xa, when=claimed is not None):
-                return conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=claimed is not None)
-        with gradient_branch(g, xa, when=dest is not None):
-            gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=dest is not None)
-        return gw.astype(out_dtype, copy=False)
+        with gradient_branch(g, xa, when=claimed is not None):
+            gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=claimed is not None)
+        return gw if master is not None else gw.astype(out_dtype, copy=False)
 
     result = from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d")
     if stats is not None and result.data is stats.y:
