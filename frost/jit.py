@@ -171,8 +171,8 @@ class _NodePriorityGraph:
     USE_NODE_PRIORITY = 8
 
     def __init__(self, graph) -> None:
-        from frost.kernel.pdl import _libcuda
-        self.driver = _libcuda()
+        from frost.backend.cuda import driver
+        self.driver = driver()
         self.graph = graph  # CuPy's graph: owns the captured graph (and what CuPy keeps alive with it)
         self.handle = ctypes.c_void_p()
         _check(self.driver.cuGraphInstantiateWithFlags(ctypes.byref(self.handle), ctypes.c_void_p(graph.graph),
@@ -189,8 +189,8 @@ class _NodePriorityGraph:
 
 def _check(err: int, call: str) -> None:
     if err:
-        from frost.kernel.pdl import _error_name
-        raise RuntimeError(f"frost.jit: {call} failed with CUresult {err} ({_error_name(err)})")
+        from frost.backend.cuda import driver_error_name
+        raise RuntimeError(f"frost.jit: {call} failed with CUresult {err} ({driver_error_name(err)})")
 
 
 def _refuse_host_sync(what: str) -> None:

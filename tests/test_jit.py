@@ -213,9 +213,9 @@ def test_captured_weight_gradients_on_a_side_branch_equal_one_stream(monkeypatch
 
 def _stream_priority(stream) -> int:
     import ctypes
-    from frost.kernel.pdl import _libcuda
+    from frost.backend.cuda import driver
     value = ctypes.c_int()
-    assert _libcuda().cuStreamGetPriority(ctypes.c_void_p(stream.ptr), ctypes.byref(value)) == 0
+    assert driver().cuStreamGetPriority(ctypes.c_void_p(stream.ptr), ctypes.byref(value)) == 0
     return value.value
 
 

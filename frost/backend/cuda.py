@@ -1,6 +1,8 @@
 """The CUDA backend: CuPy arrays, streams, pinned memory and device utilities. Imported lazily; Frost works without CuPy."""
 from __future__ import annotations
 
+import ctypes
+import functools
 import threading
 
 _cupy = None
@@ -59,13 +61,30 @@ def kept_stream(purpose: str, index: int = 0, priority: str = "least"):
 
 def _greatest_stream_priority() -> int:
     """The highest stream priority of the current device (the lowest number; 0, the default, is the lowest)."""
-    import ctypes
-    from frost.kernel.pdl import _libcuda
     least, greatest = ctypes.c_int(), ctypes.c_int()
-    driver = _libcuda()
-    if driver is None or driver.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)):
+    lib = driver()
+    if lib is None or lib.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)):
         return 0
     return greatest.value
+
+
+@functools.lru_cache(maxsize=None)
+def driver():
+    """The CUDA driver library (ctypes), or None where there is none: for what CuPy does not wrap (launch
+    attributes, graph instantiation flags, stream priority ranges)."""
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+def driver_error_name(err: int) -> str:
+    """The name of a CUresult (CUDA_ERROR_...), or "unknown"."""
+    name = ctypes.c_char_p()
+    get_error_name = getattr(driver(), "cuGetErrorName", None)
+    if get_error_name is not None:
+        get_error_name(err, ctypes.byref(name))
+    return (name.value or b"unknown").decode()
 
 
 def device_name(index: int = 0) -> str:

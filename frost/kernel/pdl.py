@@ -20,6 +20,8 @@ import os
 
 import numpy as np
 
+from frost.backend.cuda import driver, driver_error_name
+
 # CUlaunchAttributeID: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h)
 PROGRAMMATIC_STREAM_SERIALIZATION = 6
 
@@ -55,18 +57,9 @@ def kernel_params(args) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def _libcuda():
-    """The CUDA driver library, or None where there is none."""
-    try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-
-
-@functools.lru_cache(maxsize=None)
 def _launch_kernel_ex():
     """libcuda's cuLaunchKernelEx, or None where the driver has none."""
-    fn = getattr(_libcuda(), "cuLaunchKernelEx", None)
+    fn = getattr(driver(), "cuLaunchKernelEx", None)
     if fn is not None:
         fn.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         fn.restype = ctypes.c_int
@@ -96,13 +89,5 @@ def launch(name: str, fn_ptr: int, grid, block, smem: int, stream_ptr: int, args
                            ctypes.pointer(attr), 1)
     err = _launch_kernel_ex()(ctypes.byref(config), fn_ptr, params, None)
     if err:
-        raise RuntimeError(f"{name}: cuLaunchKernelEx failed with CUresult {err} ({_error_name(err)}); grid {grid}, "
-                           f"block {block}, {smem} bytes of dynamic shared memory")
-
-
-def _error_name(err: int) -> str:
-    name = ctypes.c_char_p()
-    get_error_name = getattr(_libcuda(), "cuGetErrorName", None)
-    if get_error_name is not None:
-        get_error_name(err, ctypes.byref(name))
-    return (name.value or b"unknown").decode()
+        raise RuntimeError(f"{name}: cuLaunchKernelEx failed with CUresult {err} ({driver_error_name(err)}); "
+                           f"grid {grid}, block {block}, {smem} bytes of dynamic shared memory")
