@@ -76,8 +76,9 @@ def _fprop_kernel(T):
                        SW: Const[int] = 1, UP: Const[int] = 1, YH: Const[int] = 0, YW: Const[int] = 0,
                        KSPLIT: Const[int] = 1, STATS: Const[int] = 0, DOWN: Const[int] = 1):
         """Block (t, nb): y for output rows (t % ceil(HO/R))*R ... of image t // ceil(HO/R), output channels nb*BN
-        ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride (SH, SW), CIN a multiple of 16,
-        BN of 8.
+        ...; x, y channels-last (NHWC memory), w channels-last (KRSC memory), stride (SH, SW), BN a multiple of 8;
+        CIN any (a multiple of 16 bf16 or 8 f32 channels reads whole rows by cp.async; others, such as a stem's 3,
+        are read an element at a time and padded with zeros to CP channels per tap in shared memory).
 
         FLIP=1: the input gradient of a stride-1 convolution as a forward one: x is dy, y is dx, and w is the
         original (COUT = its Cin, CIN = its Cout) weight, read turned by 180 degrees with its channel axes swapped.
@@ -98,25 +99,28 @@ def _fprop_kernel(T):
         MTW: Const[int] = cdiv(MT, WARPS)
         NTB: Const[int] = BN // 8
         K: Const[int] = KH * KW * CIN
+        CP: Const[int] = cdiv(CIN, KSTEP) * KSTEP   # channels per tap in shared memory: CIN, or CIN padded with zeros
         ROW_TILES: Const[int] = cdiv(HO, R)
         launch_bounds(THREADS)
-        xs = dynamic_shared(T, (XR * XC, CIN + VEC))
-        ws = dynamic_shared(T, (BN, K + VEC), XR * XC * (CIN + VEC) * ITEM)
+        xs = dynamic_shared(T, (XR * XC, CP + VEC))
+        ws = dynamic_shared(T, (BN, KH * KW * CP + VEC), XR * XC * (CP + VEC) * ITEM)
         wm = warp % WARPS   # this warp's m-tiles: wm, wm + WARPS, ...
         part = warp // WARPS
         img = bx // ROW_TILES
         ho0 = bx % ROW_TILES * R
         co0 = by * BN
-        for e in range(tx, XR * XC * (CIN // VEC), THREADS):
-            p = e // (CIN // VEC)
-            c = e % (CIN // VEC) * VEC
+        for e in range(tx, XR * XC * (CP // VEC), THREADS):
+            p = e // (CP // VEC)
+            c = e % (CP // VEC) * VEC
             hi = ho0 * SH - PH + p // XC
             wi = p % XC - PW
-            if hi >= 0 and hi < H and wi >= 0 and wi < W and hi % DOWN == 0 and wi % DOWN == 0:
-                cp_async16(xs, (p, c), x, ((img * (H // DOWN) + hi // DOWN) * (W // DOWN) + wi // DOWN) * CIN + c)
-            else:
+            at = ((img * (H // DOWN) + hi // DOWN) * (W // DOWN) + wi // DOWN) * CIN + c
+            inside = hi >= 0 and hi < H and wi >= 0 and wi < W and hi % DOWN == 0 and wi % DOWN == 0
+            if CP == CIN and inside:
+                cp_async16(xs, (p, c), x, at)
+            else:   # outside the image, or channels past CIN (a row of CIN < CP channels: not 16-byte aligned)
                 for u in static_range(VEC):
-                    xs[p, c + u] = 0.0
+                    xs[p, c + u] = x[at + u] if inside and c + u < CIN else 0.0
         if FLIP:   # ws[n, (tap, c)] = w[c, KH-1-kh, KW-1-kw, co0 + n]: an element at a time (a strided gather)
             for e in range(tx, BN * K, THREADS):   # neighbouring threads: neighbouring channels n (coalesced)
                 n = e % BN
@@ -124,7 +128,7 @@ def _fprop_kernel(T):
                 turned = KH * KW - 1 - k // CIN   # the tap this one reads, turned by 180 degrees
                 ws[n, k] = f32(w[((k % CIN * KH + turned // KW) * KW + turned % KW) * COUT + co0 + n]) \
                     if co0 + n < COUT else 0.0   # (via f32: exact, and a store rounds nothing back)
-        else:
+        elif CP == CIN:
             for e in range(tx, BN * (K // VEC), THREADS):
                 n = e // (K // VEC)
                 k = e % (K // VEC) * VEC
@@ -133,6 +137,11 @@ def _fprop_kernel(T):
                 else:
                     for u in static_range(VEC):
                         ws[n, k + u] = 0.0
+        else:   # ws[n, tap * CP + c] = w[co0 + n, tap, c] for c < CIN, zeros up to CP
+            for e in range(tx, BN * KH * KW * CP, THREADS):
+                n = e // (KH * KW * CP)
+                k = e % (KH * KW * CP)
+                ws[n, k] = w[(co0 + n) * K + k // CP * CIN + k % CP] if co0 + n < COUT and k % CP < CIN else 0.0
         cp_commit()
         cp_wait(0)
         syncthreads()
@@ -145,9 +154,9 @@ def _fprop_kernel(T):
                     acc[i, j, q] = 0.0
         for tap in static_range(KH * KW):
             if tap % KSPLIT == part:   # the same for the whole warp
-                for kc in static_range(CIN // KSTEP):
+                for kc in static_range(CP // KSTEP):
                     for j in static_range(NTB):
-                        ldmatrix_x2(bq[j], ws, (j * 8 + lane % 8, tap * CIN + kc * KSTEP + lane // 8 % 2 * VEC))
+                        ldmatrix_x2(bq[j], ws, (j * 8 + lane % 8, tap * CP + kc * KSTEP + lane // 8 % 2 * VEC))
                     for i in static_range(MTW):
                         mt = wm + i * WARPS
                         if mt < MT:   # the same for the whole warp
@@ -158,7 +167,7 @@ def _fprop_kernel(T):
                                 mma(acc[i, j], af, bq[j])
         if KSPLIT > 1:   # the other groups' sums into group 0's, in group order
             sums = dynamic_shared(f32, (KSPLIT, WARPS * 32, MTW * NTB * 4),
-                                  (XR * XC * (CIN + VEC) + BN * (K + VEC)) * ITEM)
+                                  (XR * XC * (CP + VEC) + BN * (KH * KW * CP + VEC)) * ITEM)
             for i in static_range(MTW):
                 for j in static_range(NTB):
                     for q in static_range(4):
@@ -249,12 +258,18 @@ def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False, stride
                 YW=yw, DOWN=down)
 
 
+def padded_channels(cin: int, item: int) -> int:
+    """The channels per tap the kernel keeps in shared memory (CP): cin rounded up to one mma step (16 bf16, 8 f32)."""
+    step = 32 // item
+    return -(-cin // step) * step
+
+
 def _smem_bytes(geo: dict, R: int, BN: int, item: int = 2) -> int:
     """Shared memory of a block for elements of `item` bytes (bf16 2, f32 4): the halo and the weight rows, each row
     padded by 16 bytes."""
     halo = ((R - 1) * geo["SH"] + geo["KH"]) * ((geo["WO"] - 1) * geo["SW"] + geo["KW"])
-    pad = PAD_BYTES // item
-    return item * (halo * (geo["CIN"] + pad) + BN * (geo["KH"] * geo["KW"] * geo["CIN"] + pad))
+    pad, cp = PAD_BYTES // item, padded_channels(geo["CIN"], item)
+    return item * (halo * (cp + pad) + BN * (geo["KH"] * geo["KW"] * cp + pad))
 
 
 def fprop_plan(geo: dict, n: int, R: int | None = None, BN: int | None = None, WARPS: int | None = None,
@@ -289,7 +304,7 @@ def candidate_tiles(geo: dict, n: int, flip: bool = False, item: int = 2) -> lis
              fprop_plan(geo, n, R=max(1, r // 2), BN=bn, flip=flip, item=item)]
     if bn >= 16:   # wide outputs: also half the channels per block (twice the blocks)
         plans.append(fprop_plan(geo, n, BN=bn // 2, flip=flip, item=item))
-    if geo["KH"] * geo["KW"] * geo["CIN"] * item // 32 >= 18:   # mma steps per warp (16 bf16 or 8 f32 deep)
+    if geo["KH"] * geo["KW"] * padded_channels(geo["CIN"], item) * item // 32 >= 18:   # mma steps per warp (16 bf16 or 8 f32 deep)
         plans += [fprop_plan(geo, n, flip=flip, item=item, KSPLIT=k) for k in (2, 3)]
     unique = []
     for plan in plans:
@@ -300,8 +315,9 @@ def candidate_tiles(geo: dict, n: int, flip: bool = False, item: int = 2) -> lis
 
 def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) -> bool:
     """Whether conv_fprop_mma computes this call: bf16 x and w on the GPU (or float32 ones, on TF32 tensor cores,
-    when frost.backends.allow_tf32), both channels-last, any stride, dilation 1, groups 1, Cin a multiple of 16,
-    padding smaller than the kernel; FROST_CONV_FPROP_MMA=0 switches it off.
+    when frost.backends.allow_tf32), both channels-last, any stride, dilation 1, groups 1, any Cin
+    (a multiple of 16 reads whole rows; fewer, as a stem's 3, are padded in shared memory), padding smaller than the
+    kernel; FROST_CONV_FPROP_MMA=0 switches it off.
     flip: the input gradient (x = dy, whose channels must be a multiple of 16; equal strides); FROST_CONV_DGRAD_MMA=0
     switches that off alone (`choose` still runs it only where it times faster than cuDNN's input gradient)."""
     if os.environ.get("FROST_CONV_FPROP_MMA", "1") == "0":
@@ -319,7 +335,7 @@ def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) 
         return False
     cin, kh, kw = int(w.shape[0] if flip else w.shape[1]), int(w.shape[2]), int(w.shape[3])
     geo = geometry(x.shape, w.shape, padding, flip, stride)
-    return (cin % 16 == 0 and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0 and geo["WO"] > 0
+    return ((cin % 16 == 0 or not flip) and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0 and geo["WO"] > 0
             and _smem_bytes(geo, 1, 8, x.dtype.itemsize) <= smem_budget(x.dtype.itemsize) and x.size < 2**31)
 
 

@@ -88,6 +88,33 @@ def test_simulated_kernel_makes_batch_norm_partials_of_y_as_stored(shape, stride
     np.testing.assert_allclose(stats.part_m2.reshape(cout, -1), m2, rtol=1e-5)
 
 
+# channel counts the kernel pads in shared memory: (N, Cin, Cout, H, W, k, padding, plan keywords): the stem's 3 (odd
+# rows, read an element at a time), 8 (whole 16-byte pieces, less than one bf16 mma step), 4 (one f32 piece, half a
+# TF32 step) and 24 (one and a half bf16 steps), with statistics (whole tiles), a partial channel block and KSPLIT
+PADDED_CASES = [
+    ((2, 3, 16, 4, 6, 3, (1, 1)), dict(R=2, WARPS=1)),
+    ((1, 8, 8, 4, 8, 3, (1, 1)), dict(R=2, WARPS=2)),
+    ((1, 4, 24, 4, 4, 3, (1, 1)), dict(R=2, BN=16, WARPS=1)),
+    ((1, 24, 8, 4, 4, 3, (1, 1)), dict(R=2, WARPS=1, KSPLIT=2)),
+]
+
+
+@pytest.mark.parametrize("shape,tiles", PADDED_CASES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_simulated_kernel_pads_channels_that_are_not_whole_mma_steps(shape, tiles, dtype):
+    x, w, want = _inputs(*shape, seed=len(str(shape)))
+    x, w = as_channels_last(x.astype(dtype)), as_channels_last(w.astype(dtype))
+    assert fm.supported(x, w, (1, 1), shape[6], (1, 1), 1)
+    assert fm.padded_channels(shape[1], x.dtype.itemsize) == -(-shape[1] // (32 // x.dtype.itemsize)) * (
+        32 // x.dtype.itemsize)
+    out = as_channels_last(np.full(want.shape, np.nan, x.dtype))
+    out, stats = fm.conv2d_forward_gpu_stats(x, w, shape[6], out, tiles=tiles, simulate=True)
+    assert np.abs(out.astype(np.float64) - want).max() <= 2 ** -8 * np.abs(want).max()
+    mean, m2 = tile_stats64(out, tiles["R"])
+    np.testing.assert_allclose(stats.part_mean.reshape(shape[2], -1), mean, rtol=1e-5, atol=1e-6 * np.abs(mean).max())
+    np.testing.assert_allclose(stats.part_m2.reshape(shape[2], -1), m2, rtol=1e-5)
+
+
 def test_partial_tiles_and_input_gradients_make_no_statistics():
     x, w, want = _inputs(2, 16, 16, 5, 6, 3, (1, 1))
     out = as_channels_last(np.full(want.shape, np.nan, x.dtype))
@@ -256,9 +283,12 @@ def test_plans_and_support(monkeypatch):
     f32_plan = fm.fprop_plan(fm.geometry((32, 64, 8, 8), (64, 64, 3, 3), (1, 1)), 32, item=4)
     assert f32_plan.smem <= fm.smem_budget(4) and f32_plan.tiles() == big.tiles()   # bf16's tiles
     assert not fm.supported(np.ascontiguousarray(x), w, (1, 1), (1, 1), (1, 1), 1)   # NCHW: cuDNN
-    x3 = as_channels_last(np.zeros((2, 8, 8, 8), ml_dtypes.bfloat16))
-    assert not fm.supported(x3, as_channels_last(np.zeros((16, 8, 3, 3), ml_dtypes.bfloat16)), (1, 1), (1, 1),
-                            (1, 1), 1)                                                # Cin 8
+    x8 = as_channels_last(np.zeros((2, 8, 8, 8), ml_dtypes.bfloat16))
+    w8 = as_channels_last(np.zeros((16, 8, 3, 3), ml_dtypes.bfloat16))
+    assert fm.supported(x8, w8, (1, 1), (1, 1), (1, 1), 1)                           # Cin 8: padded to 16
+    x3 = as_channels_last(np.zeros((2, 3, 8, 8), ml_dtypes.bfloat16))
+    assert fm.supported(x3, as_channels_last(np.zeros((16, 3, 3, 3), ml_dtypes.bfloat16)), (1, 1), (1, 1),
+                        (1, 1), 1)                                                    # a stem's Cin 3 too
     assert len(fm.candidate_tiles(geo, 32)) >= 3
 
 
@@ -288,6 +318,14 @@ def test_seed_shapes_candidates_compile_for_sm90(cin, cout, h):
         for t in fm.candidate_tiles(geo, 32, flip, item=4):   # float32 on TF32
             plan = fm.fprop_plan(geo, 32, flip=flip, item=4, **t)
             assert fm.KERNELS["float32"].compile("sm_90", **plan.consts)[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("item,dtype", [(2, "bfloat16"), (4, "float32")])
+def test_stem_candidates_compile_for_sm90(item, dtype):
+    geo = fm.geometry((32, 3, 32, 32), (16, 3, 3, 3), (1, 1))
+    for t in fm.candidate_tiles(geo, 32, item=item):
+        plan = fm.fprop_plan(geo, 32, item=item, **t)
+        assert fm.KERNELS[dtype].compile("sm_90", **plan.consts, STATS=int(fm.makes_stats(plan)))[:4] == b"\x7fELF"
 
 
 STRIDED_SEED_SHAPES = [(16, 32, 32, 3), (16, 32, 32, 1), (32, 64, 16, 3), (32, 64, 16, 1)]   # Cin, Cout, H, k
@@ -327,7 +365,7 @@ def test_gpu_strided_candidates_and_conv2d_match_float64(cin, cout, h, k, dtype)
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("cin,cout,h", [(16, 16, 32), (32, 32, 16), (64, 64, 8)])
+@pytest.mark.parametrize("cin,cout,h", [(3, 16, 32), (16, 16, 32), (32, 32, 16), (64, 64, 8)])
 def test_gpu_candidates_and_conv2d_match_float64(cin, cout, h):
     import cupy as cp
 
@@ -436,7 +474,7 @@ def test_gpu_input_gradient_of_the_strided_convolutions_matches_torch_float64(ci
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("cin,cout,h", [(16, 16, 32), (32, 32, 16), (64, 64, 8)])
+@pytest.mark.parametrize("cin,cout,h", [(3, 16, 32), (16, 16, 32), (32, 32, 16), (64, 64, 8)])
 def test_gpu_statistics_from_the_epilogue_feed_batch_norm(cin, cout, h, dtype, monkeypatch):
     """Every forward candidate's partials equal float64 ones of the y it stored; conv2d -> batch_norm_act with them
     equals batch norm computing its own statistics (output, running statistics, gradients)."""
