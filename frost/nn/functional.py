@@ -5,6 +5,7 @@ from frost.ops.attention import scaled_dot_product_attention
 from frost.ops.conv import conv2d
 from frost.ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, softplus, tanh
 from frost.ops.embedding import embedding
+from frost.ops.head import avg_pool_linear
 from frost.ops.loss import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss)
 from frost.ops.matmul import linear
 from frost.ops.norm import batch_norm, layer_norm, rms_norm
@@ -15,7 +16,7 @@ from frost.ops.shape import pad
 from frost.tensor import Tensor
 
 __all__ = [
-    "adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "conv2d",
+    "adaptive_avg_pool2d", "avg_pool2d", "avg_pool_linear", "batch_norm", "binary_cross_entropy_with_logits", "conv2d",
     "cross_entropy", "dropout", "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear",
     "log_softmax", "max_pool2d", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "rms_norm",
     "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "tanh",
