@@ -304,7 +304,8 @@ def candidate_tiles(geo: dict, n: int, flip: bool = False, item: int = 2) -> lis
              fprop_plan(geo, n, R=max(1, r // 2), BN=bn, flip=flip, item=item)]
     if bn >= 16:   # wide outputs: also half the channels per block (twice the blocks)
         plans.append(fprop_plan(geo, n, BN=bn // 2, flip=flip, item=item))
-    if geo["KH"] * geo["KW"] * padded_channels(geo["CIN"], item) * item // 32 >= 18:   # mma steps per warp (16 bf16 or 8 f32 deep)
+    steps = geo["KH"] * geo["KW"] * padded_channels(geo["CIN"], item) * item // 32   # mma steps per warp (16 or 8 deep)
+    if steps >= 18:
         plans += [fprop_plan(geo, n, flip=flip, item=item, KSPLIT=k) for k in (2, 3)]
     unique = []
     for plan in plans:
@@ -335,8 +336,8 @@ def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) 
         return False
     cin, kh, kw = int(w.shape[0] if flip else w.shape[1]), int(w.shape[2]), int(w.shape[3])
     geo = geometry(x.shape, w.shape, padding, flip, stride)
-    return ((cin % 16 == 0 or not flip) and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0 and geo["WO"] > 0
-            and _smem_bytes(geo, 1, 8, x.dtype.itemsize) <= smem_budget(x.dtype.itemsize) and x.size < 2**31)
+    return ((cin % 16 == 0 or not flip) and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0
+            and geo["WO"] > 0 and _smem_bytes(geo, 1, 8, x.dtype.itemsize) <= smem_budget(x.dtype.itemsize) and x.size < 2**31)
 
 
 def _kernel_dtype(dtype: str) -> bool:
