@@ -86,9 +86,9 @@ def _check(x: Tensor, weight: Tensor, bias: Tensor | None) -> None:
 
 
 def _gpu_kernels(x, w) -> bool:
-    """Whether the kernels above compute this call: CuPy arrays, x float32 or bf16 (dense NCHW or channels-last),
-    a float32 weight, at most HEAD_MAX_FEATURES channels."""
-    return (not isinstance(x, np.ndarray) and str(x.dtype) in KERNELS and str(w.dtype) == "float32"
+    """Whether the kernels above compute this call: CuPy arrays, x float32 or bf16 (dense NCHW or channels-last, not
+    empty: a launch needs blocks), a float32 weight, at most HEAD_MAX_FEATURES channels."""
+    return (not isinstance(x, np.ndarray) and x.size > 0 and str(x.dtype) in KERNELS and str(w.dtype) == "float32"
             and x.shape[1] <= HEAD_MAX_FEATURES and x.size < 2**31 and (x.flags.c_contiguous or is_channels_last(x)))
 
 

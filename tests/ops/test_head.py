@@ -57,6 +57,14 @@ def test_half_precision_input_gives_float32_logits():
                                np.broadcast_to((w.sum(axis=0) / 16)[None, :, None, None], x.shape), rtol=2 ** -8)
 
 
+def test_an_empty_batch_gives_empty_logits_and_zero_weight_gradients():
+    x, w = frost.zeros((0, 6, 3, 3), requires_grad=True), frost.ones((7, 6), requires_grad=True)
+    y = F.avg_pool_linear(x, w)
+    assert y.shape == (0, 7)
+    y.sum().backward()
+    assert x.grad.shape == (0, 6, 3, 3) and np.all(w.grad.numpy() == 0)
+
+
 def test_errors_name_the_op_and_the_shapes():
     x, w = frost.zeros((2, 6, 3, 3)), frost.zeros((7, 6))
     with pytest.raises(RuntimeError, match=r"avg_pool_linear: input must be a 4-D tensor .*\(2, 6\)"):
