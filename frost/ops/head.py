@@ -6,6 +6,7 @@ import numpy as np
 from frost.autograd import grad_destination, gradient_branch
 from frost.kernel import Array, bdx, bf16, bx, by, f32, gdy, i32, kernel, lane, shared, shfl_xor, syncthreads, tx, warp
 from frost.layout import empty_like_format, is_channels_last
+from frost.ops.conv_wgrad import _flat
 from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op
 
@@ -29,8 +30,9 @@ def _head_kernels(T):
             s = 0.0
             for i in range(HW):
                 s += f32(x[(n * HW + i) * C + c] if channels_last != 0 else x[(n * C + c) * HW + i])
-            feats[c] = s / f32(HW)
-            pooled[n * C + c] = s / f32(HW)
+            mean = s / f32(HW)
+            feats[c] = mean
+            pooled[n * C + c] = mean
         syncthreads()
         for o in range(warp, O, bdx // 32):
             s = 0.0
@@ -94,9 +96,8 @@ def _gpu_kernels(x, w) -> bool:
 
 def _memory(a):
     """A dense array's memory as a 1-D view, and 1 when it is in channels-last order (else NCHW, C-contiguous)."""
-    if a.flags.c_contiguous:
-        return a.reshape(-1), 0
-    return a.transpose(0, 2, 3, 1).reshape(-1), 1
+    channels_last = int(not a.flags.c_contiguous)
+    return _flat(a, channels_last), channels_last
 
 
 def avg_pool_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -110,7 +111,8 @@ def avg_pool_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
     xp, xa, w = x.xp, x.data, weight.data
     n, c, h, wd = xa.shape
     dtype = np.result_type(np.float32, xa.dtype, w.dtype)
-    if _gpu_kernels(xa, w):
+    on_gpu = _gpu_kernels(xa, w)
+    if on_gpu:
         pooled, out = xp.empty((n, c), xp.float32), xp.empty((n, w.shape[0]), xp.float32)
         w = xp.ascontiguousarray(w)
         forward, backward_input = KERNELS[str(xa.dtype)]
@@ -129,7 +131,7 @@ def avg_pool_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
         with gradient_branch(g, pooled, when=dest is not None):
             gw = matmul_arrays(xp, g.T, pooled, out=dest)
         dx = empty_like_format(xa.shape, xa)
-        if _gpu_kernels(xa, w):
+        if on_gpu:
             parts = -(-c * h * wd // HEAD_BACKWARD_CHUNK)
             dx_memory, channels_last = _memory(dx)
             backward_input[(n, parts), HEAD_THREADS](g, w, dx_memory, c, h * wd, w.shape[0], channels_last)
