@@ -18,7 +18,7 @@ _lock = threading.Lock()
 _graphs: dict = {}
 _handles: dict = {}
 _tuned = RememberedTable("cudnn_plans.json")  # plan index chosen per graph key
-_workspace = {}
+_workspace: dict = {}  # (device, stream) -> that stream's scratch (see _workspace_for)
 _outgrown_workspaces: list = []
 # what a start-up spends here (read by benchmarks/step_time.py): graphs built, seconds building them (validate,
 # operation graph, plan list), seconds choosing their plans (building and timing candidates), and how many
@@ -61,14 +61,17 @@ def _elem_strides(a) -> list:
 
 
 def _workspace_for(size: int) -> int:
-    """The address of this device's cuDNN workspace, grown to at least `size` bytes."""
+    """The address of the cuDNN workspace of the current device and stream, grown to at least `size` bytes.
+
+    One per stream: a captured step runs weight gradients on a side stream beside the input-gradient chain, and
+    two cuDNN calls sharing one scratch at once would overwrite each other's partial results."""
     cp = cuda.cupy()
-    dev = cp.cuda.Device().id
-    ws = _workspace.get(dev)
+    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr)
+    ws = _workspace.get(key)
     if ws is None or ws.size < size:
         if ws is not None:  # CUDA graphs captured earlier keep its address: it must stay allocated
             _outgrown_workspaces.append(ws)
-        ws = _workspace[dev] = cp.empty(max(size, 1), dtype=cp.uint8)
+        ws = _workspace[key] = cp.empty(max(size, 1), dtype=cp.uint8)
     return ws.data.ptr
 
 
