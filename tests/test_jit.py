@@ -29,10 +29,9 @@ def _seed_model_and_data(device, memory_format=None):
     return model, xs, ys
 
 
-def _train(device, use_jit, steps, memory_format=None):
+def _optimizer_step(model, opt):
+    """step(x, y): zero_grad, the model's cross-entropy, backward, opt.step(); returns the loss."""
     import frost.nn.functional as F
-    model, xs, ys = _seed_model_and_data(device, memory_format)
-    opt = frost.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
 
     def step(x, y):
         opt.zero_grad()
@@ -40,7 +39,13 @@ def _train(device, use_jit, steps, memory_format=None):
         loss.backward()
         opt.step()
         return loss
+    return step
 
+
+def _train(device, use_jit, steps, memory_format=None):
+    model, xs, ys = _seed_model_and_data(device, memory_format)
+    opt = frost.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+    step = _optimizer_step(model, opt)
     if use_jit:
         step = frost.jit(step)
     losses = []
@@ -73,19 +78,10 @@ def test_channels_last_resnet_trains_like_nchw_on_the_cpu():
 @pytest.mark.cuda
 def test_jit_memory_stays_flat_over_2000_replays():
     import frost.nn as nn
-    import frost.nn.functional as F
     from frost.backend import cuda
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to("cuda")
     opt = frost.optim.AdamW(model.parameters(), lr=1e-3)
-
-    @frost.jit
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = frost.jit(_optimizer_step(model, opt))
     x = frost.randn(32, 64, device="cuda")
     y = frost.randint(0, 10, (32,), device="cuda")
     for _ in range(10):
@@ -223,14 +219,7 @@ def test_captured_gradients_with_cudnn_on_both_streams_equal_eager_ones(memory_f
     opt = frost.optim.AdamW(model.parameters(), lr=0.0, weight_decay=0.0)  # the weights stay as they are
     x = frost.tensor(xs[0], device="cuda").contiguous(memory_format or frost.contiguous_format)
     y = frost.tensor(ys[0], device="cuda")
-
-    @frost.jit
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
+    step = frost.jit(_optimizer_step(model, opt))
     for _ in range(6):  # eager calls (kernel choices settle, the flat group packs), the capture, replays
         step(x, y)
     captured = {name: p.grad.cpu().numpy() for name, p in model.named_parameters()}
