@@ -261,7 +261,7 @@ def geometry(x_shape: tuple, w_shape: tuple, padding, flip: bool = False, stride
 def padded_channels(cin: int, item: int) -> int:
     """The channels per tap the kernel keeps in shared memory (CP): cin rounded up to one mma step (16 bf16, 8 f32)."""
     step = 32 // item
-    return -(-cin // step) * step
+    return cdiv(cin, step) * step   # the kernel's CP
 
 
 def _smem_bytes(geo: dict, R: int, BN: int, item: int = 2) -> int:

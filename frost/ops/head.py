@@ -4,7 +4,8 @@
 import numpy as np
 
 from frost.autograd import grad_destination, gradient_branch
-from frost.kernel import Array, bdx, bf16, bx, by, f32, gdy, i32, kernel, lane, shared, shfl_xor, syncthreads, tx, warp
+from frost.kernel import (Array, bdx, bf16, bx, by, cdiv, f32, gdy, i32, kernel, lane, shared, shfl_xor, syncthreads,
+                          tx, warp)
 from frost.layout import empty_like_format, is_channels_last
 from frost.ops.conv_wgrad import _flat
 from frost.ops.matmul import matmul_arrays
@@ -132,7 +133,7 @@ def avg_pool_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
             gw = matmul_arrays(xp, g.T, pooled, out=dest)
         dx = empty_like_format(xa.shape, xa)
         if on_gpu:
-            parts = -(-c * h * wd // HEAD_BACKWARD_CHUNK)
+            parts = cdiv(c * h * wd, HEAD_BACKWARD_CHUNK)
             dx_memory, channels_last = _memory(dx)
             backward_input[(n, parts), HEAD_THREADS](g, w, dx_memory, c, h * wd, w.shape[0], channels_last)
         else:
