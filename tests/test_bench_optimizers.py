@@ -35,6 +35,7 @@ def test_divergence_is_reported_and_the_other_optimizer_finishes(cifar_dir, tmp_
                     "--lr", "sgd=1e3", "--plot", str(plot))
     assert result["schema"] == "frost-bench-optimizers/1" and result["device"] == "cpu"
     assert result["protocol"]["steps"] == 16 and result["protocol"]["eval_every"] == 8
+    assert result["protocol"]["memory_format"] == "nchw"  # the default on the CPU
     assert result["n_train"] == 5 * 64 and result["n_test"] == 96
     assert list(result["optimizers"]) == ["sgd", "adamw"]
 
@@ -86,6 +87,18 @@ def test_merge_joins_runs_of_the_same_protocol_and_refuses_others(cifar_dir, tmp
     _bench(cifar_dir, tmp_path / "c.json", "--steps", "2", "--eval-every", "2", "--optimizers", "sgd")
     with pytest.raises(SystemExit, match="c.json is not a frost-bench-optimizers/1 result with the protocol"):
         _bench(cifar_dir, tmp_path / "x.json", "--merge", str(tmp_path / "a.json"), str(tmp_path / "c.json"))
+
+
+def test_channels_last_model_trains_as_the_nchw_one(cifar_dir, tmp_path):
+    runs = {fmt: _bench(cifar_dir, tmp_path / f"{fmt}.json", "--steps", "4", "--eval-every", "4", "--optimizers",
+                        "adafactor", "--memory-format", fmt) for fmt in ("nchw", "channels_last")}
+    assert runs["channels_last"]["protocol"]["memory_format"] == "channels_last"
+    (nchw,), (cl,) = (r["optimizers"]["adafactor"]["runs"] for r in runs.values())
+    assert nchw["failure"] is None and cl["failure"] is None
+    np.testing.assert_allclose([v for _, v in cl["loss_curve"]], [v for _, v in nchw["loss_curve"]], rtol=1e-4)
+    with pytest.raises(SystemExit, match="is not a frost-bench-optimizers/1 result with the protocol"):
+        _bench(cifar_dir, tmp_path / "x.json", "--merge", str(tmp_path / "nchw.json"),
+               str(tmp_path / "channels_last.json"))
 
 
 def _importable(name: str) -> bool:

@@ -28,9 +28,10 @@ from typing import Callable
 import numpy as np
 
 from frost.bench import common
-from frost.bench.resnet_cifar10 import (add_data_arguments, build_model, evaluate, float_logits, jit_wrapper,
-                                        load_into, make_step, new_frost_result, on_resident_data,
-                                        resident_batches, resolve_device, synchronizer, training_step)
+from frost.bench.resnet_cifar10 import (add_data_arguments, add_memory_format_argument, build_model, evaluate,
+                                        float_logits, jit_wrapper, load_into, make_step, new_frost_result,
+                                        on_resident_data, resident_batches, resolve_device, resolve_memory_format,
+                                        synchronizer, training_step)
 
 SCHEMA = "frost-bench-optimizers/1"
 OPTIM_DIR = Path(__file__).resolve().parents[1] / "optim"
@@ -126,6 +127,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=float, default=0.6, help="test accuracy for 'steps to reach' (default 0.6)")
     p.add_argument("--jit", choices=["on", "off"], default="on",
                    help="capture the steps into CUDA graphs with frost.jit (cuda only; default on)")
+    add_memory_format_argument(p)
     p.add_argument("--eval-batch", type=int, default=500, help="batch size for the test-set evaluation")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write the test accuracy against steps as a PNG here")
@@ -255,7 +257,7 @@ def train_one_seed(args, recipe: Recipe, cls, lr: float, seed: int, data: dict, 
     from tqdm import tqdm
     sw = common.Stopwatch(synchronizer(device))
     jit = jit_wrapper(args.jit == "on", device)
-    model = build_model(seed, device)
+    model = build_model(seed, device, args.memory_format == "channels_last")
     opt = cls(recipe.param_groups(model) if recipe.param_groups else model.parameters(), lr=lr, **recipe.kwargs)
     steps = step_functions(recipe, model, opt, data, jit)
     batches = resident_batches(len(data["x_train"]), common.PROTOCOL["batch_size"], device)
@@ -421,6 +423,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.steps < 1 or args.eval_every < 1:
         raise SystemExit("frost bench: --steps and --eval-every must be at least 1")
     device = resolve_device(args.device)
+    channels_last = resolve_memory_format(args, device)
     jit_on = jit_wrapper(args.jit == "on", device) is not None
     result = new_frost_result("resident-" + ("jit" if jit_on else "eager"), "fp32", device, args.steps, args.seeds)
     del result["runs"], result["summary"]
@@ -428,8 +431,9 @@ def run(args: argparse.Namespace) -> dict:
                   protocol={"batch_size": common.PROTOCOL["batch_size"], "steps": args.steps,
                             "eval_every": args.eval_every, "target": args.target,
                             "divergence_factor": DIVERGENCE_FACTOR, "scale": common.PROTOCOL["scale"],
-                            "shuffle": common.PROTOCOL["shuffle"], "lr_schedule": "constant"})
-    data, _ = load_into(result, args.data, device, "resident")
+                            "shuffle": common.PROTOCOL["shuffle"], "lr_schedule": "constant",
+                            "memory_format": args.memory_format})
+    data, _ = load_into(result, args.data, device, "resident", channels_last)
     overrides = dict(args.lr)
     for name in args.optimizers:
         result["optimizers"][name] = entry = describe(BY_NAME[name], overrides)

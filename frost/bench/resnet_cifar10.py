@@ -23,6 +23,19 @@ from frost.data.transforms import gather_scaled_gpu
 LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that waited for data
 
 
+def add_memory_format_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--memory-format", choices=["nchw", "channels_last"], default=None,
+                   help="activations and convolution weights in NCHW or channels-last (NHWC) memory "
+                        "(default: channels_last on cuda, where cuDNN's tensor-core kernels want it; nchw on cpu)")
+
+
+def resolve_memory_format(args: argparse.Namespace, device: str) -> bool:
+    """Fill in --memory-format's default for the device; whether the model is channels-last."""
+    if args.memory_format is None:
+        args.memory_format = "channels_last" if device == "cuda" else "nchw"
+    return args.memory_format == "channels_last"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_arguments(p)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
@@ -36,9 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="loader pipeline: where PNGs are decoded (device: the threads read the files and the GPU "
                         "inflates and unfilters them, frost.data.DevicePNGList; cpu: the threads decode; on the "
                         "CPU both decode on the CPU)")
-    p.add_argument("--memory-format", choices=["nchw", "channels_last"], default=None,
-                   help="activations and convolution weights in NCHW or channels-last (NHWC) memory "
-                        "(default: channels_last on cuda, where cuDNN's tensor-core kernels want it; nchw on cpu)")
+    add_memory_format_argument(p)
     p.add_argument("--jit", choices=["on", "off"], default="on",
                    help="capture the step into a CUDA graph with frost.jit (cuda only; default on)")
     p.add_argument("--warmup-steps", type=int, default=None,
@@ -498,8 +509,7 @@ def run(args: argparse.Namespace) -> dict:
     device = resolve_device(args.device)
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
-    if args.memory_format is None:
-        args.memory_format = "channels_last" if device == "cuda" else "nchw"
+    channels_last = resolve_memory_format(args, device)
     if (args.streams or args.save_streams) and args.pipeline != "resident":
         raise SystemExit("frost bench: --streams and --save-streams need --pipeline resident (the loader draws its "
                          "own order)")
@@ -511,7 +521,7 @@ def run(args: argparse.Namespace) -> dict:
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format,
                    "tf32": args.tf32 == "on", "streams": str(args.streams) if args.streams else None})
-    data, data_load_s = load_into(result, args.data, device, args.pipeline, args.memory_format == "channels_last")
+    data, data_load_s = load_into(result, args.data, device, args.pipeline, channels_last)
     if args.save_streams:
         save_streams(args.save_streams, args.seeds, data["n_train"], args.steps, device)
         return result

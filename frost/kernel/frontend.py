@@ -111,6 +111,9 @@ class Checker:
         self.device_cache = device_cache  # shared by a kernel and all device functions it calls
         self.loop_depth = 0
         self.loopvars: set[str] = set()
+        # shared()/local() declare an array, which C cannot do inside an expression: only `name = shared(...)`
+        self.named_allocations = {id(n.value) for n in ast.walk(src.tree)
+                                  if isinstance(n, (ast.Assign, ast.AnnAssign)) and _is_allocation(n.value)}
         self.globals = src.fn.__globals__
         self.closure = {}
         for var, cell in zip(src.fn.__code__.co_freevars, src.fn.__closure__ or ()):
@@ -779,9 +782,15 @@ class Checker:
 
     call_grid = call_static_range = call_range
 
+    def check_named_allocation(self, node, name):
+        if id(node) not in self.named_allocations:
+            raise self.src.error(node, f"{name}() declares an array: assign it to a name first (scratch = {name}(...)) "
+                                       f"and use the name")
+
     def call_shared(self, node):
         if len(node.args) != 2:
             raise self.src.error(node, "shared(type, shape) takes a type and a shape")
+        self.check_named_allocation(node, "shared")
         t = self.scalar_type_arg(node.args[0])
         shape = self.const_shape(node.args[1])
         self.out.shared_ids[id(node)] = len(self.out.shared_ids)
@@ -790,6 +799,7 @@ class Checker:
     def call_local(self, node):
         if len(node.args) != 2:
             raise self.src.error(node, "local(type, shape) takes a type and a shape")
+        self.check_named_allocation(node, "local")
         t = self.scalar_type_arg(node.args[0])
         shape = self.const_shape(node.args[1])
         return ArrayType(t, len(shape), "local", "native", shape)
@@ -801,6 +811,7 @@ class Checker:
         self.out.uses_dyn_smem = True
         if len(node.args) == 1:
             return ArrayType(t, 1, "shared", "view")
+        self.check_named_allocation(node, "dynamic_shared")
         shape = self.const_shape(node.args[1])
         offset = self.const_int(node.args[2]) if len(node.args) == 3 else 0
         if offset % 16:

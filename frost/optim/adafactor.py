@@ -25,30 +25,24 @@ ndim >= 2, 'variance' otherwise. Where it runs: on the GPU a float32 group is on
 the factored state gets regions of its own size in the flat buffers); elsewhere `adafactor_update` runs on the
 arrays (its twin; on CuPy the RMS values stay on the device, no host synchronisation).
 """
-from __future__ import annotations
-
-from typing import Iterable
-
 from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, rsqrt, shared, sqrt, static_range, tx
-from frost.optim.optimizer import Optimizer, array_module, check_options, whole_norm
-from frost.tensor import Tensor
+from frost.optim.optimizer import Optimizer, Params, array_module, check_options, whole_norm
 
 
-def adafactor_update(p, g, row_var, col_var, variance, *, lr: float, step: float, beta2_decay: float, eps1: float,
-                     eps2: float, d: float, weight_decay: float, relative_step: bool, scale_parameter: bool) -> None:
-    """One Adafactor step on arrays (NumPy or CuPy), in place on p and on (row_var, col_var) or variance."""
-    xp = array_module(p)
-    one_minus_beta2 = step ** beta2_decay
+def adafactor_update(p, g, row_var, col_var, *, step: float, lr: float, beta2_decay: float, eps: tuple[float, float],
+                     d: float, weight_decay: float, relative_step: bool, scale_parameter: bool) -> None:
+    """One Adafactor step on arrays (NumPy or CuPy), in place on p and on R and C, or on V (in row_var: col_var is
+    None for ndim < 2)."""
+    xp, (eps1, eps2), one_minus_beta2 = array_module(p), eps, step ** beta2_decay
     rho = min(lr, step ** -0.5) if relative_step else lr
     alpha = xp.maximum(eps2, whole_norm(p, rms=True)) * rho if scale_parameter else rho
     g2 = g * g + eps1
-    if variance is None:
+    if col_var is None:
+        row_var += one_minus_beta2 * (g2 - row_var)
+    else:
         row_var += one_minus_beta2 * (g2.mean(axis=-1, keepdims=True) - row_var)
         col_var += one_minus_beta2 * (g2.mean(axis=-2, keepdims=True) - col_var)
-        v = row_var / row_var.mean(axis=-2, keepdims=True) * col_var
-    else:
-        variance += one_minus_beta2 * (g2 - variance)
-        v = variance
+    v = row_var if col_var is None else row_var / row_var.mean(axis=-2, keepdims=True) * col_var
     # for a dead unit (zero gradient in its row and column) v ~ eps1^2 = 1e-60 underflows float32 to 0 and the
     # update would be 0 / 0: the floor (the smallest normal float64; 1e-38 for float32 and bfloat16) keeps it
     # 0 / tiny = 0 and changes nothing where v is representable
@@ -58,19 +52,12 @@ def adafactor_update(p, g, row_var, col_var, variance, *, lr: float, step: float
     p -= (alpha * u).astype(p.dtype, copy=False)
 
 
-def _state_shapes(p) -> tuple:
-    """(name, shape) of p's state in the flat buffers 'row_var' and 'col_var': R and C, or V and None (ndim < 2)."""
-    if p.ndim < 2:
-        return ("variance", p.shape), None
-    return ("row_var", (*p.shape[:-1], 1)), ("col_var", (*p.shape[:-2], 1, p.shape[-1]))
-
-
 # ---------------------------------------------------------------- GPU kernel (twin: adafactor_update)
 # hyper = [step, lr, beta2_decay, eps1, eps2, d, weight_decay, relative_step, scale_parameter]. Block b updates
 # parameter b, seen as a stack of n x m matrices (a vector or a scalar as a stack of 1 x 1 matrices whose R is its V
-# and which have no C, so that it needs no extra state). Pass 1 updates R (threads over rows, also summing X^2) and
-# C (threads over columns); then two sweeps over the columns (static_range: one loop, unrolled twice), where each
-# thread sums the R of its matrix once per column for mean(R): the sum of U^2, then the step.
+# and which have no C, so that it needs no extra state). Pass 1 updates R (threads over rows, also summing X^2); then
+# two sweeps over the columns (static_range: one loop, unrolled twice), where each thread sums the R of its matrix
+# once per column for mean(R): the first updates C and sums U^2, the second takes the step.
 
 @device
 def _at(l, r, j, n, m, s):
@@ -94,21 +81,19 @@ def adafactor_flat_kernel(p: Array[f32], g: Array[f32], row: Array[f32], col: Ar
             acc += g[k] * g[k] + hyper[3]
             x2 += p[k] * p[k]
         row[ro + r] += one_minus_beta2 * (acc / m - row[ro + r])
-    for c in range(tx, cols, bdx):  # column c % m of matrix c // m: its elements lie m * s apart
-        e, acc = start + _at(c // m, 0, c % m, n, m, s), 0.0
-        for k in range(e, e + n * m * s, m * s):
-            acc += g[k] * g[k] + hyper[3]
-        col[co + c] += one_minus_beta2 * (acc / n - col[co + c])
     scratch = shared(f32, 32)
-    x2 = block_sum(x2, scratch)  # its syncthreads also publishes the new R and C
+    x2 = block_sum(x2, scratch)  # its syncthreads also publishes the new R
     rho = min(hyper[1], rsqrt(hyper[0])) if hyper[7] > 0 else hyper[1]
-    step = max(hyper[4], sqrt(x2 / size)) * rho if hyper[8] > 0 else rho  # alpha; / max(1, RMS(U) / d) after sweep 0
-    u2 = 0.0
-    for sweep in static_range(2):  # over this thread's columns: the sum of U^2, then X = X (1 - lr wd) - step U
-        for c in range(tx, size // n, bdx):  # column c % m of matrix c // m, whose R start at r0
-            r0, total = ro + c // m * n, 0.0
-            for i in range(r0, r0 + n):
-                total += row[i]
+    step, u2 = max(hyper[4], sqrt(x2 / size)) * rho if hyper[8] > 0 else rho, 0.0  # alpha, / max(1, RMS(U) / d) later
+    for sweep in static_range(2):
+        for c in range(tx, size // n, bdx):  # column c % m of matrix c // m (its elements lie m * s apart; R at r0)
+            r0, total, acc = ro + c // m * n, 0.0, 0.0
+            for i in range(n):
+                e = start + _at(c // m, i, c % m, n, m, s)
+                total += row[r0 + i]
+                acc += g[e] * g[e] + hyper[3]
+            if sweep == 0 and cols > 0:
+                col[co + c] += one_minus_beta2 * (acc / n - col[co + c])
             scale = col[co + c] * n / total if cols > 0 else 1.0  # V = R_i C_j / mean(R), or V itself (in R)
             for i in range(n):
                 e = start + _at(c // m, i, c % m, n, m, s)
@@ -123,14 +108,14 @@ def adafactor_flat_kernel(p: Array[f32], g: Array[f32], row: Array[f32], col: Ar
 class Adafactor(Optimizer):
     """Adafactor (factored second moments, update clipping, relative step sizes; no first moment)."""
 
-    state_names = ("row_var", "col_var")  # the flat buffers: R (or V, for ndim < 2) and C, as _state_shapes says
-    state_layout = staticmethod(_state_shapes)
+    state_names = ("row_var", "col_var")  # the flat buffers: R (or V, for ndim < 2) and C, as state_layout says
+    update_rule = staticmethod(adafactor_update)
     flat_kernel = adafactor_flat_kernel
     flat_hyper = ("lr", "beta2_decay", "eps", "d", "weight_decay", "relative_step", "scale_parameter")
     flat_per_parameter = True
     flat_threads = 512
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, beta2_decay: float = -0.8,
+    def __init__(self, params: Params, lr: float = 1e-2, beta2_decay: float = -0.8,
                  eps: tuple[float, float] = (1e-30, 1e-3), d: float = 1.0, weight_decay: float = 0.0,
                  relative_step: bool = True, scale_parameter: bool = True) -> None:
         check_options("Adafactor", dict(lr=lr, weight_decay=weight_decay, eps=tuple(eps)), rules={
@@ -139,12 +124,12 @@ class Adafactor(Optimizer):
         super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d, weight_decay=weight_decay,
                                       relative_step=relative_step, scale_parameter=scale_parameter))
 
+    @staticmethod
+    def state_layout(p) -> tuple:
+        """(name, shape) of p's state in the flat buffers 'row_var' and 'col_var': R and C, or V and None (ndim < 2)."""
+        if p.ndim < 2:
+            return ("variance", p.shape), None
+        return ("row_var", (*p.shape[:-1], 1)), ("col_var", (*p.shape[:-2], 1, p.shape[-1]))
+
     def _flat_update(self, flat, *extra) -> None:
         super()._flat_update(flat, flat.last_strides, *flat.state_segments.values())  # row_var's, then col_var's
-
-    def _update(self, p, state, group):
-        factors = [state[k].data if k in state else None for k in ("row_var", "col_var", "variance")]
-        adafactor_update(p.data, p.grad.data, *factors, lr=group["lr"], step=self._increment(state["step"]),
-                         beta2_decay=group["beta2_decay"], eps1=group["eps"][0], eps2=group["eps"][1], d=group["d"],
-                         weight_decay=group["weight_decay"], relative_step=group["relative_step"],
-                         scale_parameter=group["scale_parameter"])

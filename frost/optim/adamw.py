@@ -4,19 +4,15 @@ Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (ICLR 2019), on top
 Method for Stochastic Optimization" (ICLR 2015); amsgrad=True keeps AMSGrad's running maximum of v (Reddi et
 al., ICLR 2018). The math is PyTorch's single-tensor AdamW, in the same order.
 """
-from __future__ import annotations
-
-from typing import Iterable
-
 from frost.kernel import Array, bdx, bx, f32, i32, kernel, sqrt, tx
-from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros_like
+from frost.optim.optimizer import Optimizer, Params, array_module, check_options
+from frost.tensor import zeros_like
 
 
-def adamw_update(p, g, m, v, v_max=None, *, lr: float, beta1: float, beta2: float, eps: float,
-                 weight_decay: float, step: float, maximize: bool = False) -> None:
+def adamw_update(p, g, m, v, v_max=None, *, step: float, lr: float, betas: tuple[float, float], eps: float,
+                 weight_decay: float, maximize: bool = False) -> None:
     """One AdamW step on arrays (NumPy or CuPy), in place on p, m, v (and v_max with AMSGrad)."""
-    xp = array_module(p)
+    xp, (beta1, beta2) = array_module(p), betas
     if maximize:
         g = -g
     p *= 1 - lr * weight_decay
@@ -68,9 +64,8 @@ class AdamW(Optimizer):
     flat_kernel = adam_flat_kernel
     flat_hyper = ("lr", "betas", "eps", "weight_decay", "maximize")
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 amsgrad: bool = False, maximize: bool = False) -> None:
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, maximize: bool = False) -> None:
         check_options(type(self).__name__, dict(lr=lr, eps=eps, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize))
@@ -85,7 +80,5 @@ class AdamW(Optimizer):
         if group["amsgrad"] and "max_exp_avg_sq" not in state:
             state["max_exp_avg_sq"] = zeros_like(p)
         v_max = state["max_exp_avg_sq"].data if group["amsgrad"] else None
-        self.update_rule(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, v_max, lr=group["lr"],
-                         beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
-                         weight_decay=group["weight_decay"], step=self._increment(state["step"]),
-                         maximize=group["maximize"])
+        self.update_rule(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, v_max,
+                         step=self._increment(state["step"]), **self._options(group))

@@ -17,19 +17,14 @@ State: 'step', 'exp_avg', 'exp_avg_sq' (Adam's names). Where it runs: on the GPU
 of `lamb_flat_kernel` over the flat buffers, one block per parameter (its two norms are block sums); elsewhere
 `lamb_update` runs on the arrays (its twin; on CuPy the trust ratio stays on the device, no host synchronisation).
 """
-from __future__ import annotations
-
-from typing import Iterable
-
 from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, shared, sqrt, tx
-from frost.optim.optimizer import Optimizer, array_module, check_options, whole_norm
-from frost.tensor import Tensor
+from frost.optim.optimizer import Optimizer, Params, array_module, check_options, whole_norm
 
 
-def lamb_update(p, g, m, v, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                step: float) -> None:
+def lamb_update(p, g, m, v, *, step: float, lr: float, betas: tuple[float, float], eps: float,
+                weight_decay: float) -> None:
     """One LAMB step on arrays (NumPy or CuPy), in place on p, m, v."""
-    xp = array_module(p)
+    xp, (beta1, beta2) = array_module(p), betas
     m += (1 - beta1) * (g - m)
     v *= beta2
     v += (1 - beta2) * (g * g)
@@ -71,17 +66,14 @@ class LAMB(Optimizer):
     """Layer-wise Adaptive Moments for Batch training: Adam whose step per tensor is scaled to that tensor's norm."""
 
     state_names = ("exp_avg", "exp_avg_sq")
+    update_rule = staticmethod(lamb_update)
     flat_kernel = lamb_flat_kernel
     flat_hyper = ("lr", "betas", "eps", "weight_decay")
     flat_per_parameter = True
     flat_threads = 512
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01) -> None:
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.01) -> None:
         check_options("LAMB", dict(lr=lr, eps=eps, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
-    def _update(self, p, state, group):
-        lamb_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, lr=group["lr"],
-                    beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
-                    weight_decay=group["weight_decay"], step=self._increment(state["step"]))

@@ -12,18 +12,13 @@ smaller than AdamW's and a weight decay 3-10x larger (the product lr * wd sets t
 State: 'exp_avg' (m) and 'step', as the authors' and common PyTorch ports name them. The update is elementwise:
 on the GPU a float32 group is one launch of `lion_flat_kernel` over the flat buffers; elsewhere `lion_update`.
 """
-from __future__ import annotations
-
-from typing import Iterable
-
 from frost.kernel import Array, bdx, bx, f32, i32, kernel, tx
-from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor
+from frost.optim.optimizer import Optimizer, Params, array_module, check_options
 
 
-def lion_update(p, g, m, *, lr: float, beta1: float, beta2: float, weight_decay: float) -> None:
-    """One Lion step on arrays (NumPy or CuPy), in place on p and m."""
-    xp = array_module(p)
+def lion_update(p, g, m, *, step: float, lr: float, betas: tuple[float, float], weight_decay: float) -> None:
+    """One Lion step on arrays (NumPy or CuPy), in place on p and m (step is counted, Lion does not use it)."""
+    xp, (beta1, beta2) = array_module(p), betas
     c = beta1 * m + (1 - beta1) * g
     p *= 1 - lr * weight_decay
     p -= lr * xp.sign(c)
@@ -49,15 +44,12 @@ class Lion(Optimizer):
     """Lion (EvoLved Sign Momentum): every coordinate moves by exactly lr, in the sign of the momentum."""
 
     state_names = ("exp_avg",)
+    update_rule = staticmethod(lion_update)
     flat_kernel = lion_flat_kernel
     flat_hyper = ("lr", "betas", "weight_decay")
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-4,
-                 betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
+    def __init__(self, params: Params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
+                 weight_decay: float = 0.0) -> None:
         check_options("Lion", dict(lr=lr, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
 
-    def _update(self, p, state, group):
-        self._increment(state["step"])
-        lion_update(p.data, p.grad.data, state["exp_avg"].data, lr=group["lr"], beta1=group["betas"][0],
-                    beta2=group["betas"][1], weight_decay=group["weight_decay"])

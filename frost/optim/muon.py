@@ -21,14 +21,10 @@ used (CuPy has no bfloat16 matmul). The AdamW groups on the GPU go flat: AdamW's
 fills zeros, for its all-gather), and the rows/cols scale of a conv weight uses its 2-D view (the reference divides
 the kernel's height by its width).
 """
-from __future__ import annotations
-
-from typing import Iterable
-
 from frost.ops.matmul import matmul_arrays
 from frost.optim.adamw import adam_flat_kernel, adamw_update
-from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor, zeros_like
+from frost.optim.optimizer import Optimizer, Params, array_module, check_options
+from frost.tensor import zeros_like
 
 
 def zeropower_via_newtonschulz5(G, steps: int = 5):
@@ -60,11 +56,12 @@ class Muon(Optimizer):
     """Muon for the matrices, AdamW for the rest (MuonWithAuxAdam); `use_muon=False` in a group sends it to AdamW."""
 
     state_names = ("exp_avg", "exp_avg_sq")  # of the AdamW groups, which go flat on the GPU: AdamW's kernel
+    update_rule = staticmethod(adamw_update)  # of the AdamW groups elsewhere
     flat_kernel = adam_flat_kernel
     flat_hyper = ("lr", "betas", "eps", "weight_decay")
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 0.02, momentum: float = 0.95,
-                 nesterov: bool = True, ns_steps: int = 5, weight_decay: float = 0.0, adam_lr: float = 3e-4,
+    def __init__(self, params: Params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
+                 ns_steps: int = 5, weight_decay: float = 0.0, adam_lr: float = 3e-4,
                  adam_betas: tuple[float, float] = (0.9, 0.95), adam_eps: float = 1e-10,
                  adam_weight_decay: float = 0.0) -> None:
         check_options("Muon", dict(lr=lr, adam_lr=adam_lr, adam_eps=adam_eps, weight_decay=weight_decay,
@@ -97,10 +94,7 @@ class Muon(Optimizer):
         return {"momentum_buffer": zeros_like(p)} if group["use_muon"] else super()._initial_state(p, group)
 
     def _update(self, p, state, group):
-        if group["use_muon"]:
-            muon_update(p.data, p.grad.data, state["momentum_buffer"].data, lr=group["lr"], momentum=group["momentum"],
-                        nesterov=group["nesterov"], ns_steps=group["ns_steps"], weight_decay=group["weight_decay"])
-        else:
-            adamw_update(p.data, p.grad.data, state["exp_avg"].data, state["exp_avg_sq"].data, lr=group["lr"],
-                         beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"],
-                         weight_decay=group["weight_decay"], step=self._increment(state["step"]))
+        if not group["use_muon"]:
+            return super()._update(p, state, group)  # AdamW's rule
+        muon_update(p.data, p.grad.data, state["momentum_buffer"].data, lr=group["lr"], momentum=group["momentum"],
+                    nesterov=group["nesterov"], ns_steps=group["ns_steps"], weight_decay=group["weight_decay"])

@@ -10,6 +10,9 @@ from frost.autograd import AnomalyError, _has_nonfinite, enable_grad, is_anomaly
 from frost.kernel import cdiv
 from frost.tensor import Tensor, zeros
 
+# what an optimizer takes: tensors, (name, tensor) pairs as model.named_parameters() yields them, or param groups
+Params = Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Iterable[dict]
+
 
 def array_module(array):
     """NumPy or CuPy: the module that serves `array` (for the optimizers' pure update functions)."""
@@ -49,7 +52,7 @@ class Optimizer:
     the names then appear in errors, e.g. anomaly mode's report of a NaN gradient.
     """
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]) -> None:
+    def __init__(self, params: Params, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
         self.state: dict[Tensor, dict[str, Any]] = {}
         self.param_groups: list[dict[str, Any]] = []
@@ -144,10 +147,13 @@ class Optimizer:
 
     # ------------------------------------------------------------ the step, driven here for every optimizer
     # A subclass names its state (`state_names`: arrays shaped like the parameter, or as `state_layout(p)` gives
-    # them) and writes `_update(p, state, group)`, its rule for one parameter; step() runs it for every parameter
-    # that has a gradient, outside the flat groups.
+    # them) and its rule for one parameter: `update_rule(p, g, *state, step=, **options)` on arrays, in place, where
+    # state follows state_names' order (None where state_layout leaves a slot empty) and the options are the group's
+    # `flat_hyper` ones (the values the GPU kernel reads from hyper, by name). step() runs it for every parameter that
+    # has a gradient, outside the flat groups; a rule that needs more overrides `_update(p, state, group)` instead.
     state_names: tuple[str, ...] = ()
     state_layout = None  # p -> a (state name, shape) or None per slot of state_names, for state unlike p
+    update_rule = None
 
     def step(self, closure: Callable[[], Any] | None = None):
         """One update of every parameter with a gradient; `closure` recomputes the loss (returned) and gradients."""
@@ -156,7 +162,20 @@ class Optimizer:
         return loss
 
     def _update(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not implement _update() (its rule for one parameter)")
+        """`update_rule` on p's arrays, its state, the advanced step counter and the group's `flat_hyper` options."""
+        if self.update_rule is None:
+            raise NotImplementedError(f"{type(self).__name__} has neither an update_rule nor an _update() (its rule "
+                                      f"for one parameter)")
+        arrays = [state[slot[0]].data if slot else None for slot in self._layout(p)]
+        self.update_rule(p.data, p.grad.data, *arrays, step=self._increment(state["step"]), **self._options(group))
+
+    def _layout(self, p: Tensor) -> list:
+        """p's (state name, shape) per slot of state_names (None for an empty slot): state_layout's, or p's shape."""
+        return list(self.state_layout(p)) if self.state_layout else [(name, p.shape) for name in self.state_names]
+
+    def _options(self, group: dict[str, Any]) -> dict[str, Any]:
+        """The group's options that the rule and the kernel read, by name (`flat_hyper`)."""
+        return {name: group[name] for name in self.flat_hyper}
 
     def _update_groups(self, update: Callable, flat_update: Callable, where: str = "step") -> None:
         """Check the gradients (anomaly mode); give each flat group to `flat_update` and every other parameter that
@@ -176,9 +195,8 @@ class Optimizer:
 
     def _initial_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Any]:
         """p's state before its first update: a step counter and zeros for each of `state_names`."""
-        layout = self.state_layout(p) if self.state_layout else [(name, p.shape) for name in self.state_names]
         return {"step": self._new_step(), **{name: zeros(shape, dtype=p.dtype, device=p.device)
-                                             for name, shape in filter(None, layout)}}
+                                             for name, shape in filter(None, self._layout(p))}}
 
     # ------------------------------------------------------------ flat GPU groups
     # A subclass with a one-launch GPU kernel sets `flat_kernel` and `flat_hyper`, the group options that the kernel

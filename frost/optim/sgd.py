@@ -3,11 +3,7 @@
 Nesterov momentum as formulated by Sutskever et al., "On the importance of initialization and momentum in deep
 learning" (ICML 2013).
 """
-from __future__ import annotations
-
-from typing import Iterable
-
-from frost.optim.optimizer import Optimizer, check_options
+from frost.optim.optimizer import Optimizer, Params, check_options
 from frost.tensor import Tensor
 
 
@@ -40,9 +36,8 @@ def sgd_update(p, g, buf, *, lr: float, momentum: float = 0.0, dampening: float 
 class SGD(Optimizer):
     """Stochastic gradient descent: p -= lr * (momentum-averaged) grad."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3, momentum: float = 0.0,
-                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
-                 maximize: bool = False) -> None:
+    def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False) -> None:
         check_options("SGD", dict(lr=lr, momentum=momentum, weight_decay=weight_decay), rules={
             f"Nesterov momentum needs momentum > 0 and dampening = 0, got momentum={momentum}, dampening="
             f"{dampening}": not nesterov or (momentum > 0 and dampening == 0)})

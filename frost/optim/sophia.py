@@ -25,20 +25,16 @@ h and multiplies it in at the step (and adds eps instead of max): the same numbe
 Both updates are elementwise: on the GPU a flat group takes one launch of sophiag_flat_kernel for each (refresh=0
 for a step, 1 for the Hessian); elsewhere sophiag_update and sophiag_hessian_update run on the arrays (the twins).
 """
-from __future__ import annotations
-
-from typing import Iterable
-
 from frost.kernel import Array, bdx, bx, f32, i32, kernel, tx
 from frost.ops.random import sample_categorical as sample_labels  # noqa: F401 - part of SophiaG's API
-from frost.optim.optimizer import Optimizer, array_module, check_options
-from frost.tensor import Tensor
+from frost.optim.optimizer import Optimizer, Params, array_module, check_options
 
 
-def sophiag_update(p, g, m, h, *, lr: float, beta1: float, rho: float, bs: float, weight_decay: float,
-                   eps: float = 1e-15) -> None:
-    """One SophiaG step on arrays (NumPy or CuPy), in place on p and m (the Hessian estimate h is only read)."""
-    xp = array_module(p)
+def sophiag_update(p, g, m, h, *, step: float, lr: float, betas: tuple[float, float], rho: float, bs: float,
+                   eps: float, weight_decay: float) -> None:
+    """One SophiaG step on arrays (NumPy or CuPy), in place on p and m (h, the Hessian estimate, and step are only
+    read; beta2 is the Hessian update's)."""
+    xp, beta1 = array_module(p), betas[0]
     p *= 1 - lr * weight_decay
     m += (1 - beta1) * (g - m)
     p -= lr * xp.sign(m) * xp.minimum(xp.abs(m) / (rho * bs * h + eps), 1)
@@ -70,12 +66,12 @@ class SophiaG(Optimizer):
     """Sophia with the Gauss-Newton-Bartlett estimator; call update_hessian() every k steps (module docstring)."""
 
     state_names = ("exp_avg", "hessian")
+    update_rule = staticmethod(sophiag_update)
     flat_kernel = sophiag_flat_kernel
     flat_hyper = ("lr", "betas", "rho", "bs", "eps", "weight_decay")
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-4,
-                 betas: tuple[float, float] = (0.965, 0.99), rho: float = 0.04, weight_decay: float = 1e-1,
-                 eps: float = 1e-15, k: int = 10, bs: int = 5120) -> None:
+    def __init__(self, params: Params, lr: float = 1e-4, betas: tuple[float, float] = (0.965, 0.99), rho: float = 0.04,
+                 weight_decay: float = 1e-1, eps: float = 1e-15, k: int = 10, bs: int = 5120) -> None:
         check_options("SophiaG", dict(lr=lr, rho=rho, weight_decay=weight_decay, eps=eps), dict(betas=betas),
                       {f"k ({k}) must be >= 1": k >= 1, f"bs ({bs}) must be > 0": bs > 0})
         super().__init__(params, dict(lr=lr, betas=tuple(betas), rho=rho, weight_decay=weight_decay, eps=eps,
@@ -88,8 +84,3 @@ class SophiaG(Optimizer):
     def _update_hessian(self, p, state, group):
         sophiag_hessian_update(state["hessian"].data, p.grad.data, beta2=group["betas"][1])
 
-    def _update(self, p, state, group):
-        self._increment(state["step"])
-        sophiag_update(p.data, p.grad.data, state["exp_avg"].data, state["hessian"].data, lr=group["lr"],
-                       beta1=group["betas"][0], rho=group["rho"], bs=group["bs"], eps=group["eps"],
-                       weight_decay=group["weight_decay"])

@@ -128,7 +128,7 @@ def test_vector_out_of_bounds_checks_all_four_elements():
     ("store4(x, 0, 1.0, 2.0, 3.0)", r"store4\(array, index, a, b, c, d\) takes 6 arguments, got 5"),
     ("store4(xi, 0, 1.0, 2, 3, 4)", r"storing a float literal into a i32 element truncates"),
     ("store4(n, 0, 1.0, 2.0, 3.0, 4.0)", r"store4\(\) needs a 1-D global or shared array of f32, i32 or u32, got i32"),
-    ("a, b, c, d = ldg4(shared(f32, 8), 0)", r"ldg4\(\) needs a 1-D global array"),
+    ("s = shared(f32, 8); a, b, c, d = ldg4(s, 0)", r"ldg4\(\) needs a 1-D global array"),
     ("y = ldg(xb, 0)", r"ldg\(\) needs a 1-D global array of f32, f64, i32, u32 or i64"),
 ])
 def test_wrong_arguments_are_compile_errors(tmp_path, body, message):

@@ -109,7 +109,7 @@ def test_adafactor_matches_torch_where_the_variants_agree(wd):
 def test_first_step_is_clipped_to_rms_one():
     # step 1: beta2_1 = 0 so V = G^2 (vector) and U = sign(G) has RMS 1; alpha = max(1e-3, RMS(x)) * 1e-2
     p, g = np.array([3.0, -4.0, 0.0]), np.array([2.0, 0.5, -1.0])
-    adafactor_update(p, g, None, None, np.zeros(3), lr=1e-2, step=1, beta2_decay=-0.8, eps1=0.0, eps2=1e-3, d=1.0,
+    adafactor_update(p, g, np.zeros(3), None, lr=1e-2, step=1, beta2_decay=-0.8, eps=(0.0, 1e-3), d=1.0,
                      weight_decay=0.0, relative_step=True, scale_parameter=True)
     np.testing.assert_allclose(p, [3.0, -4.0, 0.0] - np.sqrt(25 / 3) * 1e-2 * np.array([1, 1, -1]), rtol=1e-14)
 
@@ -185,13 +185,13 @@ def reference_run(arrays, grads, options):
     """adafactor_update tensor by tensor on float32 arrays: (params, states) after the steps."""
     params, states = [a.copy() for a in arrays], []
     for p in params:
-        states.append({name: np.zeros(shape, np.float32) for name, shape in filter(None, adafactor._state_shapes(p))})
+        states.append({name: np.zeros(shape, np.float32) for name, shape in filter(None, Adafactor.state_layout(p))})
     for step, step_grads in enumerate(grads, 1):
         for i, (p, g, state) in enumerate(zip(params, step_grads, states)):
             o = {**dict(lr=1e-2, eps=(1e-30, 1e-3), d=1.0, weight_decay=0.0, relative_step=True,
                         scale_parameter=True), **options, **(SECOND_GROUP if i >= DEAD else {})}
-            adafactor_update(p, g, state.get("row_var"), state.get("col_var"), state.get("variance"), lr=o["lr"],
-                             step=float(step), beta2_decay=-0.8, eps1=o["eps"][0], eps2=o["eps"][1], d=o["d"],
+            adafactor_update(p, g, state.get("row_var", state.get("variance")), state.get("col_var"), lr=o["lr"],
+                             step=float(step), beta2_decay=-0.8, eps=o["eps"], d=o["d"],
                              weight_decay=o["weight_decay"], relative_step=o["relative_step"],
                              scale_parameter=o["scale_parameter"])
     return params, states
@@ -261,7 +261,7 @@ def test_flat_state_dict_round_trip_to_flat_and_per_tensor(monkeypatch):
     saved = opt.state_dict()
     for i, p in enumerate(first):
         shapes = {k: tuple(v.shape) for k, v in saved["state"][i].items()}
-        assert shapes == {"step": (), **dict(filter(None, adafactor._state_shapes(p)))}, i
+        assert shapes == {"step": (), **dict(filter(None, Adafactor.state_layout(p)))}, i
     for flat_again in (True, False):
         resumed = [frost.Tensor(p.data.copy(order="K"), requires_grad=True) for p in first]
         opt2 = make_flat_optimizer(resumed, {})

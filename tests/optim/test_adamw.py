@@ -41,7 +41,7 @@ def test_adamw_update_by_hand():
     m, v = np.zeros(3), np.zeros(3)
     lr, b1, b2, eps, wd = 0.1, 0.9, 0.99, 1e-8, 0.05
     expected_p = p * (1 - lr * wd) - lr * g / (np.abs(g) + eps)  # m_hat = g and sqrt(v_hat) = |g| on step 1
-    adamw_update(p, g, m, v, lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd, step=1)
+    adamw_update(p, g, m, v, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd, step=1)
     np.testing.assert_allclose(m, 0.1 * g, rtol=1e-15)
     np.testing.assert_allclose(v, 0.01 * g * g, rtol=1e-15)
     np.testing.assert_allclose(p, expected_p, rtol=1e-12)

@@ -28,7 +28,7 @@ def test_simulated_kernel_equals_the_cpu_rule_over_steps(decoupled, rule, maximi
         g = rng.standard_normal(n).astype(np.float32)
         advance_step.simulate[1, 32](hyper)
         adam_flat_kernel.simulate[2, 256](p, g, m, v, n, hyper)
-        rule(p_ref, g, m_ref, v_ref, lr=1e-2, beta1=0.9, beta2=0.98, eps=1e-8, weight_decay=0.05,
+        rule(p_ref, g, m_ref, v_ref, lr=1e-2, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.05,
              step=float(step), maximize=maximize)
     assert hyper[0] == 5
     np.testing.assert_allclose(p, p_ref, rtol=1e-5, atol=1e-6)

@@ -54,18 +54,18 @@ def test_defaults_and_the_trust_ratio_by_hand():
     # step 1: m_hat = g, sqrt(v_hat) = |g|, so r = g / (|g| + eps); with wd = 0 the step has length lr * ||w||
     p, g = np.array([3.0, 4.0]), np.array([0.5, -2.0])
     m, v = np.zeros(2), np.zeros(2)
-    lamb_update(p, g, m, v, lr=0.1, beta1=0.9, beta2=0.999, eps=0.0, weight_decay=0.0, step=1)
+    lamb_update(p, g, m, v, lr=0.1, betas=(0.9, 0.999), eps=0.0, weight_decay=0.0, step=1)
     np.testing.assert_allclose(p, np.array([3.0, 4.0]) - 0.1 * 5.0 * np.array([1.0, -1.0]) / np.sqrt(2), rtol=1e-14)
 
 
 def test_trust_ratio_is_one_when_a_norm_is_zero():
     p, m, v = np.zeros(3), np.zeros(3), np.zeros(3)  # ||w|| = 0: a plain (Adam-like) step of length lr * ||r||
-    lamb_update(p, np.array([1.0, -1.0, 0.0]), m, v, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-12, weight_decay=0.5,
+    lamb_update(p, np.array([1.0, -1.0, 0.0]), m, v, lr=0.1, betas=(0.9, 0.999), eps=1e-12, weight_decay=0.5,
                 step=1)
     np.testing.assert_allclose(p, [-0.1, 0.1, 0.0], rtol=1e-11)
     q = np.array([1.0, 2.0])  # ||update|| = 0 (zero gradient, no decay): no step and no NaN
     with np.errstate(all="raise"):
-        lamb_update(q, np.zeros(2), np.zeros(2), np.ones(2), lr=0.1, beta1=0.9, beta2=0.999, eps=1e-6,
+        lamb_update(q, np.zeros(2), np.zeros(2), np.ones(2), lr=0.1, betas=(0.9, 0.999), eps=1e-6,
                     weight_decay=0.0, step=3)
     np.testing.assert_array_equal(q, [1.0, 2.0])
 
@@ -120,7 +120,7 @@ def train_flat_and_per_tensor(monkeypatch, steps=20):
         grads[ZERO_GRAD_PARAM][...] = 0
         for p, g, (x, m, v) in zip(params, grads, ref):
             p.grad.data[...] = g
-            lamb_update(x, g, m, v, lr=0.05, beta1=0.8, beta2=0.99, eps=1e-6, step=float(step),
+            lamb_update(x, g, m, v, lr=0.05, betas=(0.8, 0.99), eps=1e-6, step=float(step),
                         weight_decay=0.0 if p is params[ZERO_GRAD_PARAM] else 0.1)
         opt.step()
     return opt, params, ref

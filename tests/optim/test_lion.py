@@ -82,12 +82,12 @@ def test_simulated_kernel_equals_the_cpu_rule_over_steps():
     p, m = rng.standard_normal(n).astype(np.float32), np.zeros(n, np.float32)
     p_ref, m_ref = p.copy(), m.copy()
     hyper = np.array([0, 1e-2, 0.9, 0.99, 0.1], np.float32)
-    for _ in range(5):
+    for step in range(1, 6):
         g = rng.standard_normal(n).astype(np.float32)
         g[:4] = 0  # sign(0) = 0 in both
         advance_step.simulate[1, 32](hyper)
         lion_flat_kernel.simulate[2, 256](p, g, m, n, hyper)
-        lion_update(p_ref, g, m_ref, lr=1e-2, beta1=0.9, beta2=0.99, weight_decay=0.1)
+        lion_update(p_ref, g, m_ref, step=step, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
     assert hyper[0] == 5
     np.testing.assert_allclose(p, p_ref, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(m, m_ref, rtol=1e-5, atol=1e-7)

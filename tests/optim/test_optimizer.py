@@ -229,3 +229,37 @@ def test_cuda_parameters_follow_the_cpu_run(fcls, tcls, options):
     for c, g in zip(cpu, gpu):
         assert g.device.type == "cuda"
         np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_update_rule_gets_the_state_in_order_the_step_and_the_kernel_options_by_name():
+    calls = []
+
+    def rule(p, g, first, second, *, step, lr, betas):
+        calls.append((first.shape, None if second is None else second.shape, step, lr, betas))
+        p -= lr * g
+
+    class Recorded(frost.optim.Optimizer):
+        state_names = ("first", "second")
+        update_rule = staticmethod(rule)
+        flat_hyper = ("lr", "betas")
+        state_layout = staticmethod(lambda p: [("first", p.shape), ("second", (1,)) if p.ndim else None])
+
+    w, b = frost.Tensor(np.ones((2, 3)), requires_grad=True), frost.Tensor(np.array(2.0), requires_grad=True)
+    opt = Recorded([w, b], dict(lr=0.5, betas=(0.9, 0.99), unused=1))
+    for _ in range(2):
+        w.grad, b.grad = frost.Tensor(np.ones((2, 3))), frost.Tensor(np.array(1.0))
+        opt.step()
+    assert calls == [((2, 3), (1,), 1.0, 0.5, (0.9, 0.99)), ((), None, 1.0, 0.5, (0.9, 0.99)),
+                     ((2, 3), (1,), 2.0, 0.5, (0.9, 0.99)), ((), None, 2.0, 0.5, (0.9, 0.99))]
+    np.testing.assert_array_equal(w.numpy(), np.zeros((2, 3)))
+    assert sorted(opt.state[b]) == ["first", "step"] and float(opt.state[b]["step"].item()) == 2
+
+
+def test_an_optimizer_without_a_rule_says_so():
+    class Ruleless(frost.optim.Optimizer):
+        pass
+
+    w = frost.Tensor(np.ones(2), requires_grad=True)
+    w.grad = frost.Tensor(np.ones(2))
+    with pytest.raises(NotImplementedError, match="Ruleless has neither an update_rule nor an _update"):
+        Ruleless([w], dict(lr=0.1)).step()

@@ -87,11 +87,12 @@ def test_sophia_matches_the_paper_over_20_steps_with_a_hessian_every_3(scale):
 def test_update_by_hand():
     """m = 0.1 g; with h = 0 every coordinate is clipped (a signed lr step); with a big h the step is m / (rho bs h)."""
     p, g, m = np.array([1.0, -1.0, 2.0]), np.array([0.5, -2.0, 0.0]), np.zeros(3)
-    sophiag_update(p, g, m, np.zeros(3), lr=0.1, beta1=0.9, rho=0.5, bs=2, weight_decay=0.0)
+    sophiag_update(p, g, m, np.zeros(3), step=1, lr=0.1, betas=(0.9, 0.99), rho=0.5, bs=2, eps=1e-15, weight_decay=0.0)
     np.testing.assert_allclose(m, 0.1 * g)
     np.testing.assert_allclose(p, [0.9, -0.9, 2.0])
     p, m, h = np.array([1.0]), np.zeros(1), np.array([10.0])
-    sophiag_update(p, np.array([4.0]), m, h, lr=0.1, beta1=0.5, rho=0.5, bs=2, weight_decay=0.5)
+    sophiag_update(p, np.array([4.0]), m, h, step=2, lr=0.1, betas=(0.5, 0.99), rho=0.5, bs=2, eps=1e-15,
+                   weight_decay=0.5)
     np.testing.assert_allclose(p, 1.0 * (1 - 0.05) - 0.1 * 2.0 / 10.0, rtol=1e-14)
     sophiag_hessian_update(h, np.array([3.0]), beta2=0.9)
     np.testing.assert_allclose(h, 0.9 * 10 + 0.1 * 9, rtol=1e-14)
@@ -198,7 +199,8 @@ def test_simulated_kernel_equals_the_cpu_rule_over_steps():
         g = rng.standard_normal(n).astype(np.float32)
         advance_step.simulate[1, 32](hyper)
         sophiag_flat_kernel.simulate[2, 256](p, g, m, h, n, hyper, 0)
-        sophiag_update(p_ref, g, m_ref, h_ref, lr=lr, beta1=beta1, rho=rho, bs=bs, eps=eps, weight_decay=wd)
+        sophiag_update(p_ref, g, m_ref, h_ref, step=step, lr=lr, betas=(beta1, beta2), rho=rho, bs=bs, eps=eps,
+                       weight_decay=wd)
         if step % 2 == 0:
             g_hat = (0.3 * rng.standard_normal(n)).astype(np.float32)
             sophiag_flat_kernel.simulate[2, 256](p, g_hat, m, h, n, hyper, 1)
