@@ -95,7 +95,9 @@ class FlatGroup:
         # [offset, numel] of each parameter, for kernels that work per parameter (one block each, e.g. LAMB's norms)
         self.segments = xp.asarray([[o, p.numel()] for p, o in zip(params, offsets)], dtype=xp.int32).reshape(-1)
         self._host_hyper: list[float] | None = None
-        steps = [float(state[p]["step"].item()) for p in params if p in state and "step" in state[p]]
+        # state without a step counter (SGD's momentum buffer: PyTorch keeps none) has taken a step already: the kernel
+        # must not take its next step for a first one
+        steps = [float(state[p]["step"].item()) if "step" in state[p] else 1.0 for p in params if state.get(p)]
         self.hyper[STEP] = steps[0] if steps else 0.0
         step_view = Tensor(self.hyper[STEP:STEP + 1].reshape(()))
         for p, offset in zip(params, offsets):

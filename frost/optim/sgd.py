@@ -1,8 +1,12 @@
 """SGD with momentum, dampening, Nesterov momentum and L2 weight decay (PyTorch's update rule).
 
 Nesterov momentum as formulated by Sutskever et al., "On the importance of initialization and momentum in deep
-learning" (ICML 2013).
+learning" (ICML 2013). State: 'momentum_buffer' (a copy of the first gradient, then the running average), none
+without momentum, as in PyTorch. Where it runs: on the GPU a float32 group with momentum is one launch of
+`sgd_flat_kernel` over the flat buffers (its state then also holds the group's 'step' counter); elsewhere
+`sgd_update` runs on the arrays (its twin).
 """
+from frost.kernel import Array, bdx, bx, f32, i32, kernel, tx
 from frost.optim.optimizer import Optimizer, Params, check_options
 from frost.tensor import Tensor
 
@@ -29,12 +33,25 @@ def sgd_update(p, g, buf, *, lr: float, momentum: float = 0.0, dampening: float 
     return buf
 
 
-# GPU kernel: a fused one-launch version of sgd_update over flat parameter/gradient/state buffers goes here,
-# with sgd_update as its NumPy twin in the tests.
+# ---------------------------------------------------------------- GPU kernel (twin: sgd_update)
+# hyper = [step, lr, momentum, dampening, weight_decay, nesterov, maximize]; at step 1 the buffer takes the gradient.
+
+@kernel
+def sgd_flat_kernel(p: Array[f32], g: Array[f32], buf: Array[f32], n: i32, hyper: Array[f32]):
+    i = bx * bdx + tx
+    if i < n:
+        d = (1 - 2 * hyper[6]) * g[i] + hyper[4] * p[i]
+        b = d if hyper[0] == 1 else hyper[2] * buf[i] + (1 - hyper[3]) * d
+        buf[i] = b
+        p[i] -= hyper[1] * (d + hyper[2] * b if hyper[5] > 0 else b)
 
 
 class SGD(Optimizer):
     """Stochastic gradient descent: p -= lr * (momentum-averaged) grad."""
+
+    state_names = ("momentum_buffer",)  # of the flat groups; the per-tensor path makes it on the first step
+    flat_kernel = sgd_flat_kernel
+    flat_hyper = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize")
 
     def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False) -> None:
@@ -43,6 +60,9 @@ class SGD(Optimizer):
             f"{dampening}": not nesterov or (momentum > 0 and dampening == 0)})
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
+
+    def _flat_supported(self, group: dict) -> bool:
+        return group["momentum"] > 0  # without momentum there is no state, as in PyTorch: the per-tensor path
 
     def _initial_state(self, p, group):
         return {}  # no step counter; the momentum buffer is a copy of the first gradient (PyTorch's state)

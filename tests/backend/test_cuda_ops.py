@@ -1,4 +1,6 @@
 """Every op on the GPU against the same op on the CPU: forward values and input gradients."""
+import zlib
+
 import numpy as np
 import pytest
 
@@ -74,7 +76,7 @@ OPS = {
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_op_gpu_matches_cpu(name):
     fn, shapes = OPS[name]
-    arrays = _inputs(shapes, seed=hash(name) % 1000)
+    arrays = _inputs(shapes, seed=zlib.crc32(name.encode()) % 1000)  # hash() of a str changes per process
     out_cpu, grads_cpu = _run(fn, arrays, "cpu")
     out_gpu, grads_gpu = _run(fn, arrays, "cuda")
     tol = dict(rtol=2e-3, atol=2e-3)  # TF32 tensor cores in convolutions and matmuls

@@ -1,4 +1,4 @@
-"""SGD against torch.optim.SGD: every option combination, 20 steps, float64."""
+"""SGD against torch.optim.SGD: every option combination, 20 steps, float64; its flat kernel against the rule."""
 import itertools
 
 import numpy as np
@@ -6,8 +6,11 @@ import pytest
 import torch
 
 import frost
-from frost.optim import SGD, sgd_update
-from optim_oracle import assert_params_close, assert_state_close, frost_params, initial_arrays, torch_params, train
+from frost.optim import SGD, flat, sgd, sgd_update
+from frost.optim.flat import advance_step
+from frost.optim.sgd import sgd_flat_kernel
+from optim_oracle import (assert_params_close, assert_state_close, frost_params, initial_arrays, run_on_fixed_gradients,
+                          torch_params, train)
 
 COMBOS = [dict(momentum=m, dampening=d, weight_decay=wd, nesterov=n, maximize=mx)
           for m, d, wd, n, mx in itertools.product([0.0, 0.9], [0.0, 0.3], [0.0, 0.1], [False, True], [False, True])
@@ -64,3 +67,77 @@ def test_sgd_float32_params_stay_float32():
         p.grad = frost.Tensor(np.full(3, 0.5, dtype=np.float32))
         opt.step()
     assert p.dtype == frost.float32 and opt.state[p]["momentum_buffer"].dtype == frost.float32
+
+
+MOMENTUM_COMBOS = [o for o in COMBOS if o["momentum"] > 0]
+
+
+def _hyper(lr, o) -> np.ndarray:
+    return np.array([0, lr, o["momentum"], o["dampening"], o["weight_decay"], o["nesterov"], o["maximize"]],
+                    np.float32)
+
+
+@pytest.mark.parametrize("options", MOMENTUM_COMBOS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_simulated_kernel_equals_the_cpu_rule(options):
+    rng = np.random.default_rng(0)
+    n = 300  # two blocks of 256, the second partly idle
+    p = rng.standard_normal(n).astype(np.float32)
+    buf, p_ref, buf_ref = np.zeros(n, np.float32), p.copy(), None
+    hyper = _hyper(0.05, options)
+    for _ in range(4):
+        g = rng.standard_normal(n).astype(np.float32)
+        advance_step.simulate[1, 32](hyper)
+        sgd_flat_kernel.simulate[2, 256](p, g, buf, n, hyper)
+        buf_ref = sgd_update(p_ref, g, buf_ref, lr=0.05, **options)
+    np.testing.assert_allclose(buf, buf_ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(p, p_ref, rtol=1e-6, atol=1e-6)
+
+
+def test_flat_group_continues_from_per_tensor_state(monkeypatch):
+    """Three per-tensor steps (buffers, no step counter, as PyTorch keeps SGD's state), then the group goes flat:
+    the kernel must not take its first flat step for a first step (dampening shows it)."""
+    options = dict(momentum=0.9, dampening=0.3, weight_decay=0.1)
+    arrays = [a.astype(np.float32) for a in initial_arrays()]
+    params = [frost.Tensor(a.copy(), requires_grad=True) for a in arrays]
+    ref, bufs = [a.copy() for a in arrays], [None] * len(arrays)
+    opt = SGD(params, lr=0.05, **options)
+    rng = np.random.default_rng(2)
+    for step in range(6):
+        if step == 3:  # from now on every group goes flat, its launches in the simulator over NumPy buffers
+            monkeypatch.setattr(flat, "eligible", lambda params: True)
+            monkeypatch.setattr(SGD, "flat_kernel", sgd.sgd_flat_kernel.simulate)
+            monkeypatch.setattr(flat, "advance_step", flat.advance_step.simulate)
+        for i, p in enumerate(params):
+            g = rng.standard_normal(p.shape).astype(np.float32)
+            if p.grad is None:
+                p.grad = frost.Tensor(g.copy())
+            else:
+                p.grad.data[...] = g
+            bufs[i] = sgd_update(ref[i], g, bufs[i], lr=0.05, **options)
+        opt.step()
+        assert bool(opt._flat) == (step >= 3)
+    for i, p in enumerate(params):
+        np.testing.assert_allclose(p.numpy(), ref[i], rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
+        np.testing.assert_allclose(opt.state[p]["momentum_buffer"].numpy(), bufs[i], rtol=1e-5, atol=1e-6)
+    assert float(opt.state[params[0]]["step"].item()) == 4  # the flat counter: 1 for the per-tensor steps, + 3
+
+
+def test_a_group_without_momentum_does_not_go_flat(monkeypatch):
+    monkeypatch.setattr(flat, "eligible", lambda params: True)
+    p = frost.Tensor(np.ones(3, np.float32), requires_grad=True)
+    p.grad = frost.Tensor(np.ones(3, np.float32))
+    opt = SGD([p], lr=0.1)
+    opt.step()
+    assert not opt._flat and opt.state_dict()["state"] == {}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("options", [dict(momentum=0.9, nesterov=True, weight_decay=1e-2),
+                                     dict(momentum=0.8, dampening=0.3, maximize=True)], ids=["nesterov", "dampening"])
+def test_gpu_flat_update_equals_cpu_rule(options):
+    make = lambda ps: SGD(ps, lr=1e-2, **options)  # noqa: E731
+    _, cpu = run_on_fixed_gradients("cpu", make, step_lr=True)
+    opt, gpu = run_on_fixed_gradients("cuda", make, step_lr=True)
+    assert opt._flat, "the CUDA parameters should have been packed into a flat group"
+    for a, b in zip(gpu, cpu):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
