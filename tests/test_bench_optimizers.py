@@ -93,6 +93,7 @@ def test_channels_last_model_trains_as_the_nchw_one(cifar_dir, tmp_path):
     runs = {fmt: _bench(cifar_dir, tmp_path / f"{fmt}.json", "--steps", "4", "--eval-every", "4", "--optimizers",
                         "adafactor", "--memory-format", fmt) for fmt in ("nchw", "channels_last")}
     assert runs["channels_last"]["protocol"]["memory_format"] == "channels_last"
+    assert optimizers.results_table(runs["channels_last"]).splitlines()[0].endswith(", channels-last)")
     (nchw,), (cl,) = (r["optimizers"]["adafactor"]["runs"] for r in runs.values())
     assert nchw["failure"] is None and cl["failure"] is None
     np.testing.assert_allclose([v for _, v in cl["loss_curve"]], [v for _, v in nchw["loss_curve"]], rtol=1e-4)

@@ -28,4 +28,3 @@ def test_every_readme_python_block_runs(tmp_path):
         outputs.append(out.stdout)
     assert "out[i] = " in outputs[0]  # the kernel's generated CUDA C++ line
     assert outputs[1].strip() == "22044"
-

@@ -360,4 +360,3 @@ def progress_logger(bar, curve: list, warmup: int, batch_size: int):
         rate = done * batch_size / elapsed if elapsed > 0 and done > 0 else 0.0
         bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}")
     return log
-

@@ -333,6 +333,11 @@ def _row(name: str, entry: dict) -> list[str]:
             f"{s['ms_per_step']['mean']:.2f}" if "ms_per_step" in s else "-", loc]
 
 
+def _memory_format_note(result: dict) -> str:
+    fmt = result["protocol"].get("memory_format")  # absent from files written before --memory-format
+    return f", {fmt.replace('_', '-')}" if fmt else ""
+
+
 def results_table(result: dict) -> str:
     """One row per optimizer, then the reasons for each learning rate."""
     target = result["protocol"]["target"]
@@ -341,7 +346,7 @@ def results_table(result: dict) -> str:
     rows = [_row(name, entry) for name, entry in result["optimizers"].items()]
     title = (f"frost optimizers on {result['device_name']} ({result['protocol']['steps']} steps, batch "
              f"{result['protocol']['batch_size']}, seeds {','.join(map(str, result['seeds']))}, "
-             f"{'jit' if result['jit'] else 'eager'})")
+             f"{'jit' if result['jit'] else 'eager'}{_memory_format_note(result)})")
     notes = []
     for name, entry in result["optimizers"].items():
         if entry["available"]:

@@ -76,4 +76,3 @@ class LAMB(Optimizer):
                  weight_decay: float = 0.01) -> None:
         check_options("LAMB", dict(lr=lr, eps=eps, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
-

@@ -52,4 +52,3 @@ class Lion(Optimizer):
                  weight_decay: float = 0.0) -> None:
         check_options("Lion", dict(lr=lr, weight_decay=weight_decay), dict(betas=betas))
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
-

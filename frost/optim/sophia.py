@@ -83,4 +83,3 @@ class SophiaG(Optimizer):
 
     def _update_hessian(self, p, state, group):
         sophiag_hessian_update(state["hessian"].data, p.grad.data, beta2=group["betas"][1])
-
