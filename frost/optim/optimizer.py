@@ -203,7 +203,9 @@ class Optimizer:
     # reads from hyper[1:] (in that order; tuples are flattened, booleans become 0 or 1). The kernel takes
     # (params, grads, *state buffers in state_names' order, n, hyper): one thread per element; or, with
     # `flat_per_parameter`, (params, grads, *state buffers, segments, hyper): one block per parameter, for rules that
-    # reduce over a whole tensor. `_flat_update(flat, *extra)` launches it, with extra arguments appended.
+    # reduce over a whole tensor; with a `state_layout` also (last_strides, *state_segments), where each parameter's
+    # last dim steps and where its state lies in each buffer (see FlatGroup). `_flat_update(flat, *extra)` launches
+    # it, with extra arguments appended.
     flat_kernel = None
     flat_hyper: tuple[str, ...] = ()
     flat_per_parameter = False
@@ -238,6 +240,8 @@ class Optimizer:
         """One launch of `flat_kernel` over the group's buffers (the shapes of launch in the comment above)."""
         state = flat.state.values()
         if self.flat_per_parameter:
+            if self.state_layout:  # state unlike its parameter: the kernel finds it by the regions' segments
+                extra = (flat.last_strides, *flat.state_segments.values(), *extra)
             self.flat_kernel[len(flat.members), self.flat_threads](flat.params, flat.grads, *state, flat.segments,
                                                                    flat.hyper, *extra)
         else:

@@ -41,8 +41,9 @@ def sgd_flat_kernel(p: Array[f32], g: Array[f32], buf: Array[f32], n: i32, hyper
     i = bx * bdx + tx
     if i < n:
         d = (1 - 2 * hyper[6]) * g[i] + hyper[4] * p[i]
-        b = d if hyper[0] == 1 else hyper[2] * buf[i] + (1 - hyper[3]) * d
-        buf[i] = b
+        b = d if hyper[0] == 1 or hyper[2] == 0 else hyper[2] * buf[i] + (1 - hyper[3]) * d
+        if hyper[2] > 0:  # momentum set to 0 after the group went flat: PyTorch leaves the buffer as it was
+            buf[i] = b
         p[i] -= hyper[1] * (d + hyper[2] * b if hyper[5] > 0 else b)
 
 

@@ -21,9 +21,8 @@ def paper_factored(R, C, G, beta2, eps1):
     return G / np.sqrt(V), R, C
 
 
-def paper_adafactor(arrays, steps, lr=1e-2, relative_step=True, scale_parameter=True, weight_decay=0.0,
-                    eps1=1e-30, eps2=1e-3, d=1.0, decay=-0.8):
-    """Shazeer & Stern 2018, Algorithms 4 and 5: beta2_t = 1 - t^decay, rho_t = min(1e-2, 1/sqrt(t)) (or lr, fixed),
+def paper_adafactor(arrays, steps, lr=1e-2, weight_decay=0.0, eps1=1e-30, eps2=1e-3, d=1.0, beta2_decay=-0.8):
+    """Shazeer & Stern 2018, Algorithms 4 and 5: beta2_t = 1 - t^beta2_decay, rho_t = min(lr, 1/sqrt(t)) (lr = 1e-2),
     alpha_t = max(eps2, RMS(X_{t-1})) rho_t; tensors of ndim > 2 are a stack of matrices over the last two dims."""
     x = [a.copy() for a in arrays]
     rows = [np.zeros(a.shape[:-1]) if a.ndim >= 2 else None for a in arrays]
@@ -36,9 +35,8 @@ def paper_adafactor(arrays, steps, lr=1e-2, relative_step=True, scale_parameter=
             if G is None:
                 continue
             t[i] += 1
-            beta2 = 1 - t[i] ** decay
-            rho = min(lr, 1 / np.sqrt(t[i])) if relative_step else lr
-            alpha = max(eps2, np.sqrt(np.mean(x[i] ** 2))) * rho if scale_parameter else rho
+            beta2 = 1 - t[i] ** beta2_decay
+            alpha = max(eps2, np.sqrt(np.mean(x[i] ** 2))) * min(lr, 1 / np.sqrt(t[i]))
             X = x[i] * (1 - lr * weight_decay)
             if x[i].ndim >= 2:
                 G = G.reshape(-1, *G.shape[-2:])  # a stack of matrices (one for a 2-D parameter)
@@ -55,9 +53,9 @@ def paper_adafactor(arrays, steps, lr=1e-2, relative_step=True, scale_parameter=
     return x
 
 
-@pytest.mark.parametrize("options", [{}, dict(weight_decay=0.1), dict(relative_step=False, lr=1e-3),
-                                     dict(relative_step=False, scale_parameter=False, lr=3e-3),
-                                     dict(lr=0.5, scale_parameter=False), dict(d=1.5, eps=(1e-20, 1e-2))],
+# lr=1e-3 caps the relative step from the first step on, lr=0.5 from none of them (1 / sqrt(t) < 0.5 from t = 5)
+@pytest.mark.parametrize("options", [{}, dict(weight_decay=0.1), dict(lr=1e-3), dict(lr=0.5, beta2_decay=-0.5),
+                                     dict(d=1.5, eps=(1e-20, 1e-2))],
                          ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "defaults")
 def test_adafactor_matches_the_paper_over_20_steps(options):
     arrays = initial_arrays()
@@ -110,7 +108,7 @@ def test_first_step_is_clipped_to_rms_one():
     # step 1: beta2_1 = 0 so V = G^2 (vector) and U = sign(G) has RMS 1; alpha = max(1e-3, RMS(x)) * 1e-2
     p, g = np.array([3.0, -4.0, 0.0]), np.array([2.0, 0.5, -1.0])
     adafactor_update(p, g, np.zeros(3), None, lr=1e-2, step=1, beta2_decay=-0.8, eps=(0.0, 1e-3), d=1.0,
-                     weight_decay=0.0, relative_step=True, scale_parameter=True)
+                     weight_decay=0.0)
     np.testing.assert_allclose(p, [3.0, -4.0, 0.0] - np.sqrt(25 / 3) * 1e-2 * np.array([1, 1, -1]), rtol=1e-14)
 
 
@@ -139,9 +137,9 @@ def test_flat_kernel_compiles_for_sm90():
 # group) a weight whose row DEAD_ROW and column DEAD_COL never get a gradient
 FLAT_SHAPES = [(8, 4, 3, 3), (10, 64), (70,), (), (3, 5, 7), (6, 4, 3, 2), (6, 5)]
 CHANNELS_LAST, DEAD, DEAD_ROW, DEAD_COL = 5, 6, 2, 3
-FLAT_OPTIONS = [{}, dict(weight_decay=0.1), dict(relative_step=False, lr=3e-3),
-                dict(relative_step=False, scale_parameter=False, lr=2e-2, weight_decay=0.05, d=1.5, eps=(1e-20, 1e-2))]
-SECOND_GROUP = dict(lr=0.8, scale_parameter=False)  # rho = 1 / sqrt(t) from step 2 with relative_step
+FLAT_OPTIONS = [{}, dict(weight_decay=0.1), dict(lr=3e-3, beta2_decay=-0.5),
+                dict(lr=2e-2, weight_decay=0.05, d=1.5, eps=(1e-20, 1e-2))]
+SECOND_GROUP = dict(lr=0.8)  # rho = min(0.8, 1 / sqrt(t)) = 1 / sqrt(t) from step 2
 
 
 def simulate_flat(monkeypatch) -> None:
@@ -188,12 +186,10 @@ def reference_run(arrays, grads, options):
         states.append({name: np.zeros(shape, np.float32) for name, shape in filter(None, Adafactor.state_layout(p))})
     for step, step_grads in enumerate(grads, 1):
         for i, (p, g, state) in enumerate(zip(params, step_grads, states)):
-            o = {**dict(lr=1e-2, eps=(1e-30, 1e-3), d=1.0, weight_decay=0.0, relative_step=True,
-                        scale_parameter=True), **options, **(SECOND_GROUP if i >= DEAD else {})}
-            adafactor_update(p, g, state.get("row_var", state.get("variance")), state.get("col_var"), lr=o["lr"],
-                             step=float(step), beta2_decay=-0.8, eps=o["eps"], d=o["d"],
-                             weight_decay=o["weight_decay"], relative_step=o["relative_step"],
-                             scale_parameter=o["scale_parameter"])
+            o = {**dict(lr=1e-2, beta2_decay=-0.8, eps=(1e-30, 1e-3), d=1.0, weight_decay=0.0), **options,
+                 **(SECOND_GROUP if i >= DEAD else {})}
+            adafactor_update(p, g, state.get("row_var", state.get("variance")), state.get("col_var"),
+                             step=float(step), **o)
     return params, states
 
 
@@ -208,7 +204,7 @@ def assert_matches_reference(opt, params, ref_params, ref_states, steps):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-30, err_msg=f"{name} of param {i}")
 
 
-@pytest.mark.parametrize("options", FLAT_OPTIONS, ids=["defaults", "weight_decay", "fixed_lr", "fixed_unscaled_d_eps"])
+@pytest.mark.parametrize("options", FLAT_OPTIONS, ids=["defaults", "weight_decay", "lr_cap_decay", "lr_wd_d_eps"])
 def test_simulated_flat_kernel_equals_the_cpu_rule(monkeypatch, options):
     simulate_flat(monkeypatch)
     rng = np.random.default_rng(3)
@@ -292,7 +288,7 @@ def test_flat_group_without_a_layout_keeps_parameter_sized_state_at_the_paramete
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("options", [dict(weight_decay=0.1), dict(relative_step=False, lr=3e-3)])
+@pytest.mark.parametrize("options", [dict(weight_decay=0.1), dict(lr=3e-3, beta2_decay=-0.5)])
 def test_gpu_update_equals_cpu_rule(options):
     make = lambda ps: Adafactor(ps, **options)  # noqa: E731
     shapes = [(16, 8), (16,), (3, 16), (2, 3, 4), (64, 64, 3, 3), (10, 64), ()]

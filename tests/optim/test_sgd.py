@@ -93,6 +93,27 @@ def test_simulated_kernel_equals_the_cpu_rule(options):
     np.testing.assert_allclose(p, p_ref, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("options", [dict(dampening=0.3), dict(nesterov=True, weight_decay=0.1)],
+                         ids=["dampening", "nesterov"])
+def test_simulated_kernel_follows_momentum_set_to_zero_and_back(options):
+    """A flat group packs with momentum > 0; a schedule may then set it to 0 (plain SGD: dampening plays no part and
+    the buffer is left as it was, as in PyTorch) and back (the old buffer resumes)."""
+    rng = np.random.default_rng(1)
+    n = 300
+    p = rng.standard_normal(n).astype(np.float32)
+    buf, p_ref, buf_ref = np.zeros(n, np.float32), p.copy(), None
+    hyper = _hyper(0.05, dict(momentum=0.9, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False))
+    for momentum in [0.9, 0.9, 0.0, 0.0, 0.9]:
+        o = dict(momentum=momentum, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False) | options
+        hyper[1:] = _hyper(0.05, o)[1:]
+        g = rng.standard_normal(n).astype(np.float32)
+        advance_step.simulate[1, 32](hyper)
+        sgd_flat_kernel.simulate[2, 256](p, g, buf, n, hyper)
+        buf_ref = sgd_update(p_ref, g, buf_ref, lr=0.05, **o)
+        np.testing.assert_allclose(buf, buf_ref, rtol=1e-6, atol=1e-6, err_msg=f"momentum {momentum}")
+        np.testing.assert_allclose(p, p_ref, rtol=1e-6, atol=1e-6, err_msg=f"momentum {momentum}")
+
+
 def test_flat_group_continues_from_per_tensor_state(monkeypatch):
     """Three per-tensor steps (buffers, no step counter, as PyTorch keeps SGD's state), then the group goes flat:
     the kernel must not take its first flat step for a first step (dampening shows it)."""
