@@ -78,10 +78,13 @@ def test_divergence_is_reported_and_the_other_optimizer_finishes(cifar_dir, tmp_
 def test_merge_joins_runs_of_the_same_protocol_and_refuses_others(cifar_dir, tmp_path, capsys):
     first = _bench(cifar_dir, tmp_path / "a.json", "--steps", "4", "--eval-every", "4", "--optimizers", "lion")
     second = _bench(cifar_dir, tmp_path / "b.json", "--steps", "4", "--eval-every", "4", "--optimizers", "lamb")
+    for name, commit in (("a.json", "aaaaaaa"), ("b.json", "bbbbbbb")):  # runs at two commits
+        (tmp_path / name).write_text(json.dumps({**json.loads((tmp_path / name).read_text()), "commit": commit}))
     merged = _bench(cifar_dir, tmp_path / "ab.json", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
     assert list(merged["optimizers"]) == ["lion", "lamb"] and merged["merged_from"] == ["a.json", "b.json"]
-    assert merged["optimizers"]["lion"] == first["optimizers"]["lion"]
-    assert merged["optimizers"]["lamb"] == second["optimizers"]["lamb"]
+    assert merged["optimizers"]["lion"] == {**first["optimizers"]["lion"], "commit": "aaaaaaa"}
+    assert merged["optimizers"]["lamb"] == {**second["optimizers"]["lamb"], "commit": "bbbbbbb"}
+    assert merged["commit"] == "aaaaaaa, bbbbbbb"
     printed = capsys.readouterr().out
     assert "Lion" in printed or "lion" in printed
     _bench(cifar_dir, tmp_path / "c.json", "--steps", "2", "--eval-every", "2", "--optimizers", "sgd")

@@ -396,7 +396,8 @@ def write_plot(path: Path, result: dict) -> bool:
 
 
 def merge_results(paths: list[Path]) -> dict:
-    """One result from several files of the same protocol and seeds: their optimizers side by side."""
+    """One result from several files of the same protocol and seeds: their optimizers side by side, each with the
+    commit it ran at (the merged 'commit' lists them) and 'command' the merge's own."""
     results = [json.loads(Path(path).read_text()) for path in paths]
     merged = dict(results[0], optimizers={})
     for path, result in zip(paths, results):
@@ -404,8 +405,12 @@ def merge_results(paths: list[Path]) -> dict:
                                                                                       merged["seeds"]):
             raise SystemExit(f"frost bench optimizers --merge: {path} is not a {SCHEMA} result with the protocol "
                              f"and seeds of {paths[0]}")
-        merged["optimizers"].update(result["optimizers"])
-    merged["merged_from"] = [Path(path).name for path in paths]
+        # a later file's optimizer replaces an earlier one's; each keeps the commit it ran at
+        merged["optimizers"].update({name: {**entry, "commit": entry.get("commit", result["commit"])}
+                                     for name, entry in result["optimizers"].items()})
+    commits = dict.fromkeys(entry["commit"] for entry in merged["optimizers"].values())
+    merged.update(commit=", ".join(map(str, commits)), command=common.command_line(),
+                  merged_from=[Path(path).name for path in paths])
     return merged
 
 
