@@ -11,7 +11,7 @@ import weakref
 
 import numpy as np
 
-from frost.autograd import mark_grad_zero
+from frost.autograd import mark_grad_zero, unwritten_since_zero_grad
 from frost.backend import cuda
 from frost.kernel import Array, f32, kernel, tx
 from frost.layout import is_channels_last
@@ -60,6 +60,13 @@ def eligible(params: list[Tensor]) -> bool:
     return len(devices) == 1 and params[0].device.type == "cuda" and all(p.dtype == "float32" for p in params)
 
 
+def common_step(params: list[Tensor], state: dict) -> float | None:
+    """The number of steps all of params' state has taken (0 without state; 1 for state without a counter, as SGD's
+    momentum buffers, which PyTorch keeps without one); None when they differ: one device counter cannot serve them."""
+    steps = {0.0 if not state.get(p) else float(state[p]["step"].item()) if "step" in state[p] else 1.0 for p in params}
+    return steps.pop() if len(steps) == 1 else None
+
+
 def _view_like(region, like):
     """A 1-D region of like.size elements seen with like's shape and memory format (channels-last stays so)."""
     if is_channels_last(like):
@@ -79,12 +86,13 @@ class FlatGroup:
     ALIGN = 64  # float32 elements: 256 bytes
 
     def __init__(self, params: list[Tensor], state: dict, state_names: tuple, n_hyper: int,
-                 state_layout=None) -> None:
+                 state_layout=None, step: float = 0.0) -> None:
         """`state_names` name the state buffers. By default buffer `name` holds state `name` of each parameter, in
         the parameters' layout (elementwise kernels index every buffer alike). `state_layout(p)` may instead give,
         per buffer, the (state name, shape) that p keeps there, or None: state smaller than the parameter (e.g.
         Adafactor's row and column averages) then gets a region of its own size; `state_segments[name]` is
-        [offset, numel] of each parameter's region (numel 0 where None)."""
+        [offset, numel] of each parameter's region (numel 0 where None). `step` is the steps every parameter's state
+        has taken (common_step)."""
         xp = params[0].xp  # CuPy; NumPy only in tests of the layout and of zero_grad
         offsets, self.numel = self._pack([p.numel() for p in params])
         self.members = list(params)
@@ -95,16 +103,17 @@ class FlatGroup:
         # [offset, numel] of each parameter, for kernels that work per parameter (one block each, e.g. LAMB's norms)
         self.segments = xp.asarray([[o, p.numel()] for p, o in zip(params, offsets)], dtype=xp.int32).reshape(-1)
         self._host_hyper: list[float] | None = None
-        # state without a step counter (SGD's momentum buffer: PyTorch keeps none) has taken a step already: the kernel
-        # must not take its next step for a first one
-        steps = [float(state[p]["step"].item()) if "step" in state[p] else 1.0 for p in params if state.get(p)]
-        self.hyper[STEP] = steps[0] if steps else 0.0
+        self.hyper[STEP] = step
         step_view = Tensor(self.hyper[STEP:STEP + 1].reshape(()))
+        self.param_views, self.grad_tensors = [], []  # what each member's .data and .grad must stay (see check)
+        self.grads_dropped = False  # zero_grad(set_to_none=True): a gradient still unwritten after it counts as none
         for p, offset in zip(params, offsets):
             view = slice(offset, offset + p.numel())
             param_view, grad_view = _view_like(self.params[view], p.data), _view_like(self.grads[view], p.data)
             param_view[...], grad_view[...] = p.data, p.grad.data
             p.data, p.grad = param_view, Tensor(grad_view)
+            self.param_views.append(param_view)
+            self.grad_tensors.append(p.grad)
         # the element stride of each parameter's last dim: 1, or C for a channels-last (N, C, H, W) parameter
         self.last_strides = xp.asarray([p.data.strides[-1] // 4 if p.ndim else 1 for p in params], dtype=xp.int32)
         layouts = [state_layout(p) if state_layout else [(name, p.shape) for name in state_names] for p in params]
@@ -136,10 +145,28 @@ class FlatGroup:
             end += -(-size // cls.ALIGN) * cls.ALIGN
         return offsets, end
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """One memset; every .grad is its view of the buffer again (also one set to None or replaced since)."""
         self.grads.fill(0)
-        for p in self.members:
+        self.grads_dropped = set_to_none
+        for p, grad in zip(self.members, self.grad_tensors):
+            p.grad = grad
             mark_grad_zero(p)  # the next backward() may write these gradients straight into the buffer
+
+    def check(self) -> tuple[list[Tensor], list[Tensor]]:
+        """Before a step: (members whose .data no longer is the buffer's view (model.to(), .half(), an assignment),
+        members without a gradient: .grad None, or left unwritten since zero_grad(set_to_none=True)). A gradient
+        found outside the buffer (model.zero_grad() then backward(), or .grad assigned) is copied into it, and .grad
+        is the buffer's view again: the kernel reads only the buffer."""
+        moved = [p for p, view in zip(self.members, self.param_views) if p.data is not view]
+        missing = []
+        for p, grad in zip(self.members, self.grad_tensors):
+            if p.grad is None or (self.grads_dropped and p.grad is grad and unwritten_since_zero_grad(p)):
+                missing.append(p)
+            elif p.grad is not grad:
+                grad.data[...] = p.grad.data
+                p.grad = grad
+        return moved, missing
 
     def set_hyper(self, values: list[float]) -> None:
         """Write the hyper-parameters to the device, only when they changed (a capture never sees a write)."""

@@ -1,6 +1,8 @@
 """The Optimizer base class: parameter groups, per-parameter state, the step loop (per tensor and flat), state dicts."""
 from __future__ import annotations
 
+import warnings
+from numbers import Real
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -29,15 +31,23 @@ def whole_norm(a, rms: bool = False):
 
 def check_options(optimizer: str, nonnegative: dict[str, Any], betas: dict[str, Any] | None = None,
                   rules: dict[str, bool] | None = None) -> None:
-    """One ValueError naming the optimizer and each bad option: `nonnegative` values must be >= 0 (NaN fails),
+    """One ValueError naming the optimizer and each bad option: `nonnegative` values must be numbers >= 0 (NaN fails),
     `betas` pairs of numbers in [0, 1), and each text of `rules` must hold."""
-    bad = [f"{k} ({v}) must be >= 0" for k, v in nonnegative.items()
-           if not all(x >= 0 for x in (v if isinstance(v, tuple) else (v,)))]
-    bad += [f"{k} must be two numbers in [0, 1), got {tuple(v)}" for k, v in (betas or {}).items()
-            if len(v) != 2 or not all(0.0 <= b < 1.0 for b in v)]
+    bad = [problem for k, v in nonnegative.items() if (problem := _negative_option(k, v))]
+    bad += [f"{k} must be two numbers in [0, 1), got {v}" for k, v in (betas or {}).items()
+            if not isinstance(v, (tuple, list)) or len(v) != 2 or not all(isinstance(b, Real) and 0 <= b < 1
+                                                                          for b in v)]
     bad += [text for text, holds in (rules or {}).items() if not holds]
     if bad:
         raise ValueError(f"{optimizer}: " + "; ".join(bad))
+
+
+def _negative_option(name: str, value: Any) -> str | None:
+    """What is wrong with an option that must be a number >= 0 (or a tuple of them), or None."""
+    values = value if isinstance(value, tuple) else (value,)
+    if not all(isinstance(x, Real) for x in values):
+        return f"{name} must be {'numbers' if isinstance(value, tuple) else 'a number'}, got {value!r}"
+    return None if all(x >= 0 for x in values) else f"{name} ({value}) must be >= 0"
 
 
 class Optimizer:
@@ -68,6 +78,7 @@ class Optimizer:
         for group in groups:
             self.add_param_group(group)
         self._flat: dict[int, object] = {}  # group index -> flat.FlatGroup, for groups packed on the GPU
+        self._never_flat: set[int] = set()  # groups that left their flat buffers or could not share a step counter
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
@@ -133,7 +144,7 @@ class Optimizer:
         """
         for gi, group in enumerate(self.param_groups):
             if gi in self._flat:
-                self._flat[gi].zero_grad()
+                self._flat[gi].zero_grad(set_to_none)
                 continue
             for p in group["params"]:
                 if p.grad is None:
@@ -184,9 +195,14 @@ class Optimizer:
         for index, group in enumerate(self.param_groups):
             flat = self._flat_group(index, group)
             if flat is not None:
-                flat.set_hyper(self._flat_hyper(group))
-                flat_update(flat)
-                continue
+                moved, missing = flat.check()
+                if len(missing) == len(flat.members):
+                    continue  # no gradient at all: nothing changes, as in PyTorch
+                if not moved and not missing:
+                    flat.set_hyper(self._flat_hyper(group))
+                    flat_update(flat)
+                    continue
+                self._leave_flat(index, moved, missing)
             for p in self._params_with_grad(group):
                 state = self.state.get(p) or self._initial_state(p, group)
                 update(p, state, group)
@@ -214,13 +230,41 @@ class Optimizer:
     def _flat_group(self, index: int, group: dict):
         """The group's FlatGroup, packing it on first use when it is eligible; None for the per-tensor path."""
         flat = self._flat.get(index)
-        if flat is None and self.flat_kernel is not None and self._flat_supported(group):
+        if flat is not None and not self._flat_supported(group):  # e.g. an option the kernel lacks, set since
+            self._leave_flat(index)
+            return None
+        if flat is None and index not in self._never_flat and self.flat_kernel is not None and \
+                self._flat_supported(group):
             from frost.optim import flat as flat_module
-            if flat_module.eligible(group["params"]):
-                flat = self._flat[index] = flat_module.FlatGroup(group["params"], self.state, self.state_names,
-                                                                 len(self._flat_hyper(group)), self.state_layout)
+            params = group["params"]
+            if flat_module.eligible(params):
+                step = flat_module.common_step(params, self.state)
+                if step is None:  # the parameters have taken different numbers of steps: each keeps its own counter
+                    self._never_flat.add(index)
+                    return None
+                flat = self._flat[index] = flat_module.FlatGroup(params, self.state, self.state_names,
+                                                                 len(self._flat_hyper(group)), self.state_layout, step)
                 flat_module.live_optimizers.add(self)
         return flat
+
+    def _leave_flat(self, index: int, moved: list = (), missing: list = ()) -> None:
+        """Group `index` goes back to updates parameter by parameter, for good: its state stays (views of the flat
+        buffers), each parameter gets a step counter of its own; `missing` parameters skip this step (.grad None)."""
+        flat = self._flat.pop(index)
+        self._never_flat.add(index)
+        for p in flat.members:
+            self.state[p]["step"] = Tensor(np.array(float(self.state[p]["step"].item()), dtype=np.float32))
+        for p in missing:
+            p.grad = None
+        if moved or missing:
+            position = {id(p): i for i, p in enumerate(flat.members)}
+            names = [self._param_names.get(id(p), f"param {index}.{position[id(p)]}") for p in [*moved, *missing]]
+            who = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            why = ("no longer lie{s} in the group's flat buffer (.data replaced: model.to(), .half() or an assignment)"
+                   if moved else "{has} no gradient at this step (torch.optim skips such parameters)")
+            why = why.format(s="s" if len(names) == 1 else "", has="has" if len(names) == 1 else "have")
+            warnings.warn(f"{type(self).__name__}: {who} {why}: parameter group {index} leaves its one-launch GPU "
+                          f"update; its parameters are updated one by one from now on", stacklevel=4)
 
     def _flat_supported(self, group: dict) -> bool:
         return True
@@ -330,7 +374,7 @@ class Optimizer:
             new_groups.append(new_group)
         self.param_groups = new_groups
         self.state = state
-        self._flat = {}  # flat groups are packed again, from the loaded state, at the next step
+        self._flat, self._never_flat = {}, set()  # flat groups are packed again from the loaded state at the next step
 
 
 def _cast_state(name: str, index: int, key: str, value, p: Tensor):

@@ -28,9 +28,11 @@ def _minimum(x, y):
 
 
 def cosine(step, total: int, base: float, min: float = 0.0):
-    """Cosine decay from `base` at step 0 to `min` at step `total` (and `min` after it)."""
+    """Cosine decay from `base` at step 0 to `min` at step `total` (and `min` after it; always, for total 0)."""
+    if total < 0:
+        raise ValueError(f"cosine: total ({total}) must be >= 0")
     t = _minimum(step, total)
-    return min + (base - min) * (1 + _cos(math.pi * t / total)) / 2
+    return min + (base - min) * (1 + _cos(math.pi * t / total if total > 0 else math.pi + 0 * t)) / 2
 
 
 def linear_warmup(step, warmup: int, base: float):
@@ -40,6 +42,10 @@ def linear_warmup(step, warmup: int, base: float):
 
 def warmup_cosine(step, warmup: int, total: int, base: float, min: float = 0.0):
     """Linear warm-up for `warmup` steps, then cosine decay to `min` at step `total`."""
+    if not 0 <= warmup <= total:
+        raise ValueError(f"warmup_cosine: needs 0 <= warmup <= total, got warmup={warmup}, total={total}")
+    if warmup == 0:
+        return cosine(step, total, base, min)
     if isinstance(step, (int, float)):
         return linear_warmup(step, warmup, base) if step < warmup else cosine(step - warmup, total - warmup,
                                                                               base, min)

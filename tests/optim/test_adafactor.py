@@ -277,7 +277,7 @@ def test_flat_group_without_a_layout_keeps_parameter_sized_state_at_the_paramete
     for p in params:
         p.grad = frost.Tensor(np.zeros(p.shape, np.float32))
     old = {params[1]: {"step": frost.Tensor(np.array(4.0, np.float32)), "exp_avg": frost.full((70,), 2.0)}}
-    group = flat.FlatGroup(params, old, ("exp_avg", "exp_avg_sq"), 2)
+    group = flat.FlatGroup(params, old, ("exp_avg", "exp_avg_sq"), 2, step=4.0)
     for name in ("exp_avg", "exp_avg_sq"):
         assert group.state[name].size == group.numel == 64 + 128 + 64
         np.testing.assert_array_equal(group.state_segments[name], group.segments)

@@ -160,6 +160,17 @@ def test_constructor_errors():
         SGD([{"params": [p]}, {"params": [p]}], lr=0.1)
 
 
+@pytest.mark.parametrize("make,match", [
+    (lambda p: SGD(p, lr=None), r"^SGD: lr must be a number, got None$"),
+    (lambda p: AdamW(p, betas=0.9), r"^AdamW: betas must be two numbers in \[0, 1\), got 0.9$"),
+    (lambda p: AdamW(p, betas=(0.9, "0.99")), r"^AdamW: betas must be two numbers in \[0, 1\), got \(0.9, '0.99'\)$"),
+    (lambda p: frost.optim.Adafactor(p, eps=(None, 1e-3)), r"^Adafactor: eps must be numbers, got \(None, 0.001\)$"),
+    (lambda p: AdamW(p, lr="1e-3", eps=-1.0), r"^AdamW: lr must be a number, got '1e-3'; eps \(-1.0\) must be >= 0$")])
+def test_options_of_the_wrong_type_are_named(make, match):
+    with pytest.raises(ValueError, match=match):
+        make([frost.zeros(3, requires_grad=True)])
+
+
 def test_zero_grad():
     a, b = frost.ones(2, requires_grad=True), frost.ones(3, requires_grad=True)
     opt = SGD([a, b], lr=0.1)

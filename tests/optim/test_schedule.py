@@ -207,3 +207,19 @@ def test_warmup_cosine_on_numbers_and_arrays_agree():
     np.testing.assert_allclose(schedule.warmup_cosine(steps, 10, 50, 0.3, 0.01), scalars, rtol=1e-14)
     np.testing.assert_allclose(schedule.cosine(steps.astype(np.float64), 50, 0.3), [schedule.cosine(int(s), 50, 0.3)
                                                                                     for s in steps], rtol=1e-14)
+
+
+def test_warmup_cosine_without_one_of_its_phases_and_with_bad_lengths():
+    assert schedule.warmup_cosine(4, 5, 5, 1.0, 0.1) == 1.0  # the end of the warm-up
+    assert schedule.warmup_cosine(5, 5, 5, 1.0, 0.1) == schedule.warmup_cosine(9, 5, 5, 1.0, 0.1) == 0.1
+    np.testing.assert_allclose(schedule.warmup_cosine(np.arange(8.0), 5, 5, 1.0, 0.1), [0.2, 0.4, 0.6, 0.8, 1.0, 0.1,
+                                                                                         0.1, 0.1])
+    steps = np.arange(12.0)
+    np.testing.assert_allclose(schedule.warmup_cosine(steps, 0, 10, 1.0, 0.1), schedule.cosine(steps, 10, 1.0, 0.1))
+    assert schedule.warmup_cosine(0, 0, 10, 1.0) == 1.0 and schedule.cosine(3, 0, 1.0, 0.25) == 0.25
+    for warmup, total in ((5, 4), (-1, 10)):
+        with pytest.raises(ValueError, match=f"warmup_cosine: needs 0 <= warmup <= total, got warmup={warmup}, "
+                                             f"total={total}"):
+            schedule.warmup_cosine(1, warmup, total, 1.0)
+    with pytest.raises(ValueError, match=r"cosine: total \(-1\) must be >= 0"):
+        schedule.cosine(0, -1, 1.0)
