@@ -394,12 +394,6 @@ def mark_grad_zero(t) -> None:
         t._zero_grad_mark = (t.grad, _zero_marks["epoch"])
 
 
-def unwritten_since_zero_grad(t) -> bool:
-    """Whether leaf `t`'s .grad is still the zeros mark_grad_zero noted: no backward() has added to it since."""
-    mark = getattr(t, "_zero_grad_mark", None)
-    return mark is not None and t.grad is not None and mark[0] is t.grad
-
-
 def forget_zero_grads() -> None:
     """Void every zero-grad mark: frost.jit does so before a capture, so that only a zero_grad() inside the
     captured step (replayed with it) lets the graph overwrite .grad instead of adding to it."""

@@ -11,7 +11,7 @@ import weakref
 
 import numpy as np
 
-from frost.autograd import mark_grad_zero, unwritten_since_zero_grad
+from frost.autograd import mark_grad_zero
 from frost.backend import cuda
 from frost.kernel import Array, f32, kernel, tx
 from frost.layout import is_channels_last
@@ -106,7 +106,6 @@ class FlatGroup:
         self.hyper[STEP] = step
         step_view = Tensor(self.hyper[STEP:STEP + 1].reshape(()))
         self.param_views, self.grad_tensors = [], []  # what each member's .data and .grad must stay (see check)
-        self.grads_dropped = False  # zero_grad(set_to_none=True): a gradient still unwritten after it counts as none
         for p, offset in zip(params, offsets):
             view = slice(offset, offset + p.numel())
             param_view, grad_view = _view_like(self.params[view], p.data), _view_like(self.grads[view], p.data)
@@ -145,23 +144,24 @@ class FlatGroup:
             end += -(-size // cls.ALIGN) * cls.ALIGN
         return offsets, end
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """One memset; every .grad is its view of the buffer again (also one set to None or replaced since)."""
+    def zero_grad(self) -> None:
+        """One memset; every .grad is its view of the buffer again (also one set to None or replaced since). The
+        gradients are zeros, not None, whatever set_to_none says: a parameter that the next backward() does not reach
+        is then updated with a zero gradient, as torch.optim does after zero_grad(set_to_none=False). (That a
+        backward() wrote a gradient cannot be told from Python once a captured step replays it.)"""
         self.grads.fill(0)
-        self.grads_dropped = set_to_none
         for p, grad in zip(self.members, self.grad_tensors):
             p.grad = grad
             mark_grad_zero(p)  # the next backward() may write these gradients straight into the buffer
 
     def check(self) -> tuple[list[Tensor], list[Tensor]]:
         """Before a step: (members whose .data no longer is the buffer's view (model.to(), .half(), an assignment),
-        members without a gradient: .grad None, or left unwritten since zero_grad(set_to_none=True)). A gradient
-        found outside the buffer (model.zero_grad() then backward(), or .grad assigned) is copied into it, and .grad
-        is the buffer's view again: the kernel reads only the buffer."""
+        members whose .grad is None). A gradient found outside the buffer (model.zero_grad() then backward(), or
+        .grad assigned) is copied into it, and .grad is the buffer's view again: the kernel reads only the buffer."""
         moved = [p for p, view in zip(self.members, self.param_views) if p.data is not view]
         missing = []
         for p, grad in zip(self.members, self.grad_tensors):
-            if p.grad is None or (self.grads_dropped and p.grad is grad and unwritten_since_zero_grad(p)):
+            if p.grad is None:
                 missing.append(p)
             elif p.grad is not grad:
                 grad.data[...] = p.grad.data

@@ -138,13 +138,15 @@ class Optimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every parameter's gradient (or fill it with zeros when set_to_none=False).
 
-        A flat group on the GPU always zero-fills its one gradient buffer (one memset; the gradients stay views).
+        A flat group on the GPU always zero-fills its one gradient buffer (one memset; the gradients stay views),
+        so a parameter that the next backward() does not reach is updated with a zero gradient, as torch.optim does
+        after zero_grad(set_to_none=False) (model.zero_grad() sets None: such a parameter is then skipped).
         Zero-filled gradients are marked as such, so that the next backward() may write them in place
         (frost.autograd.grad_destination) instead of adding fresh arrays to the zeros.
         """
         for gi, group in enumerate(self.param_groups):
             if gi in self._flat:
-                self._flat[gi].zero_grad(set_to_none)
+                self._flat[gi].zero_grad()
                 continue
             for p in group["params"]:
                 if p.grad is None:

@@ -39,14 +39,14 @@ OPTIMIZERS = [(AdamW, torch.optim.AdamW, dict(lr=0.05, weight_decay=0.1)),
 IDS = ["AdamW", "SGD"]
 
 
-def run_both(make, torch_make, options, inputs, arrays, used_at, zero_grad, set_to_none=True):
+def run_both(make, torch_make, options, inputs, arrays, used_at, zero_grad, set_to_none=True, torch_set_to_none=None):
     """The same loop in frost (flat groups simulated) and torch: (frost params, torch params, frost optimizer)."""
     fp = [frost.Tensor(a.copy(), requires_grad=True) for a in arrays]
     tp = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
     fopt, topt = make(fp, **options), torch_make(tp, **options)
     for step, xs in enumerate(inputs):
         for params, opt, lib in ((fp, fopt, frost), (tp, topt, torch)):
-            zero_grad(params, opt, set_to_none)
+            zero_grad(params, opt, set_to_none if lib is frost or torch_set_to_none is None else torch_set_to_none)
             loss(params, xs, lib, used_at(step)).backward()
             opt.step()
     return fp, tp, fopt
@@ -78,11 +78,12 @@ def test_gradients_made_outside_the_flat_buffer_are_the_ones_used(simulated_flat
 
 @pytest.mark.parametrize("make,torch_make,options", OPTIMIZERS, ids=IDS)
 def test_a_parameter_without_a_gradient_is_skipped(simulated_flat, make, torch_make, options):
-    """Parameter 1 takes part in steps 0 and 3 only: torch leaves it (and its state) alone in the others."""
+    """Parameter 1 takes part in steps 0 and 3 only, its .grad None in the others (model.zero_grad()): torch leaves it
+    (and its state) alone then."""
     arrays, inputs = start(1)
     with pytest.warns(UserWarning, match=r"param 0.1 has no gradient at this step .* group 0 leaves its one-launch"):
         fp, tp, fopt = run_both(make, torch_make, options, inputs, arrays,
-                                lambda step: [0, 1] if step in (0, 3) else [0], optimizer_zero_grad)
+                                lambda step: [0, 1] if step in (0, 3) else [0], model_zero_grad)
     assert not fopt._flat
     assert_matches_torch(fp, tp)
     if make is AdamW:
@@ -90,13 +91,15 @@ def test_a_parameter_without_a_gradient_is_skipped(simulated_flat, make, torch_m
 
 
 @pytest.mark.parametrize("make,torch_make,options", OPTIMIZERS, ids=IDS)
-def test_zero_filled_gradients_are_gradients(simulated_flat, make, torch_make, options):
-    """zero_grad(set_to_none=False): a parameter left out of the loss has a zero gradient and is updated (decay)."""
+def test_optimizer_zero_grad_fills_a_flat_group_with_zeros(simulated_flat, make, torch_make, options):
+    """opt.zero_grad() keeps a flat group's gradients (zeros): as torch after zero_grad(set_to_none=False), a
+    parameter that backward() does not reach is updated with a zero gradient (decay, momentum)."""
     arrays, inputs = start(2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fp, tp, fopt = run_both(make, torch_make, options, inputs, arrays,
-                                lambda step: [0, 1] if step in (0, 3) else [0], optimizer_zero_grad, set_to_none=False)
+                                lambda step: [0, 1] if step in (0, 3) else [0], optimizer_zero_grad,
+                                torch_set_to_none=False)
     assert fopt._flat
     assert_matches_torch(fp, tp)
 
@@ -108,8 +111,9 @@ def test_a_step_without_any_gradient_changes_nothing(simulated_flat):
     loss(params, inputs[0], frost, [0, 1]).backward()
     opt.step()
     before = [p.numpy().copy() for p in params]
-    opt.zero_grad()
-    opt.step()  # no backward since zero_grad(): torch has no gradients here and changes nothing
+    for p in params:
+        p.grad = None
+    opt.step()  # torch has no gradients here and changes nothing
     assert opt._flat and float(opt.state[params[0]]["step"].item()) == 1
     for a, b in zip(params, before):
         np.testing.assert_array_equal(a.numpy(), b)
@@ -195,8 +199,7 @@ def test_an_option_the_kernel_lacks_set_later_leaves_the_flat_path(simulated_fla
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("zero_grad", [model_zero_grad, optimizer_zero_grad], ids=["model_zero_grad", "opt_zero_grad"])
-def test_gpu_flat_groups_follow_the_cpu_run(zero_grad):
+def test_gpu_flat_groups_follow_the_cpu_run():
     """On the GPU (real flat groups): new gradient arrays and a parameter left out of some steps, as on the CPU."""
     arrays, inputs = start(8)
     results = {}
@@ -207,7 +210,7 @@ def test_gpu_flat_groups_follow_the_cpu_run(zero_grad):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for step, xs in enumerate(inputs):
-                zero_grad(params, opt, True)
+                model_zero_grad(params, opt, True)
                 xs = [frost.tensor(x, device=device) for x in xs]
                 sum(((params[i] * xs[i]) ** 2).sum() for i in ([0, 1] if step in (0, 1, 3) else [0])).backward()
                 opt.step()
