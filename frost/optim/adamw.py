@@ -70,7 +70,7 @@ class AdamW(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize))
 
-    def _flat_supported(self, group: dict) -> bool:
+    def _flat_supported(self, group: dict, packed: bool = False) -> bool:
         return not group["amsgrad"]
 
     def _flat_hyper(self, group: dict) -> list[float]:

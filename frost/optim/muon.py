@@ -84,7 +84,7 @@ class Muon(Optimizer):
             self.param_groups.append({**group, **self._adam_options, **own, "use_muon": False,
                                       "params": [p for p, m in zip(group["params"], muon) if not m]})
 
-    def _flat_supported(self, group: dict) -> bool:
+    def _flat_supported(self, group: dict, packed: bool = False) -> bool:
         return not group["use_muon"]
 
     def _flat_hyper(self, group: dict) -> list[float]:

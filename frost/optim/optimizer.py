@@ -232,7 +232,7 @@ class Optimizer:
     def _flat_group(self, index: int, group: dict):
         """The group's FlatGroup, packing it on first use when it is eligible; None for the per-tensor path."""
         flat = self._flat.get(index)
-        if flat is not None and not self._flat_supported(group):  # e.g. an option the kernel lacks, set since
+        if flat is not None and not self._flat_supported(group, packed=True):  # e.g. an option set since
             self._leave_flat(index)
             return None
         if flat is None and index not in self._never_flat and self.flat_kernel is not None and \
@@ -268,7 +268,8 @@ class Optimizer:
             warnings.warn(f"{type(self).__name__}: {who} {why}: parameter group {index} leaves its one-launch GPU "
                           f"update; its parameters are updated one by one from now on", stacklevel=4)
 
-    def _flat_supported(self, group: dict) -> bool:
+    def _flat_supported(self, group: dict, packed: bool = False) -> bool:
+        """Whether the kernel serves the group's options (asked before packing, and at each step once packed)."""
         return True
 
     def _flat_hyper(self, group: dict) -> list[float]:

@@ -62,8 +62,8 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 
-    def _flat_supported(self, group: dict) -> bool:
-        return group["momentum"] > 0  # without momentum there is no state, as in PyTorch: the per-tensor path
+    def _flat_supported(self, group: dict, packed: bool = False) -> bool:
+        return packed or group["momentum"] > 0  # without momentum no state (PyTorch's); the kernel serves momentum 0
 
     def _initial_state(self, p, group):
         return {}  # no step counter; the momentum buffer is a copy of the first gradient (PyTorch's state)

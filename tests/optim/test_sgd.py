@@ -114,6 +114,29 @@ def test_simulated_kernel_follows_momentum_set_to_zero_and_back(options):
         np.testing.assert_allclose(p, p_ref, rtol=1e-6, atol=1e-6, err_msg=f"momentum {momentum}")
 
 
+def test_flat_group_stays_flat_while_momentum_is_zero_and_matches_torch(monkeypatch):
+    """A schedule that sets momentum to 0 and back: the packed group keeps its one launch (the kernel serves momentum
+    0 as PyTorch does: plain SGD, the buffer left as it was) and follows torch.optim.SGD."""
+    monkeypatch.setattr(flat, "eligible", lambda params: all(p.grad is not None for p in params))
+    monkeypatch.setattr(SGD, "flat_kernel", sgd.sgd_flat_kernel.simulate)
+    monkeypatch.setattr(flat, "advance_step", flat.advance_step.simulate)
+    arrays = [a.astype(np.float32) for a in initial_arrays()]
+    fp, tp = [frost.Tensor(a.copy(), requires_grad=True) for a in arrays], torch_params(initial_arrays())
+    options = dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.1)
+    fopt, topt = SGD(fp, **options), torch.optim.SGD(tp, foreach=False, **options)
+    rng = np.random.default_rng(4)
+    for momentum in [0.9, 0.9, 0.0, 0.0, 0.8]:
+        for opt in (fopt, topt):
+            opt.param_groups[0]["momentum"] = momentum
+        for f, t in zip(fp, tp):
+            g = rng.standard_normal(f.shape)
+            f.grad, t.grad = frost.Tensor(g.astype(np.float32)), torch.from_numpy(g)
+        fopt.step(), topt.step()
+        assert fopt._flat, f"momentum {momentum}: the group should have stayed flat"
+    for i, (f, t) in enumerate(zip(fp, tp)):
+        np.testing.assert_allclose(f.numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
+
+
 def test_flat_group_continues_from_per_tensor_state(monkeypatch):
     """Three per-tensor steps (buffers, no step counter, as PyTorch keeps SGD's state), then the group goes flat:
     the kernel must not take its first flat step for a first step (dampening shows it)."""
