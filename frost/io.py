@@ -197,7 +197,7 @@ def _structure(header: dict, path: str):
                               f"safetensors.numpy.load_file")
     try:
         return json.loads(meta[STRUCTURE_KEY])
-    except (TypeError, json.JSONDecodeError) as e:
+    except (TypeError, json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(f"frost.load: {path} is damaged: its frost metadata is not valid JSON ({e})") from None
 
 
@@ -254,6 +254,6 @@ def _decode(node, tensors: dict[str, Tensor], path: str):
         raise ValueError(f"unknown tag {tag!r}" if tag else "not a tagged object")
     except CheckpointError:
         raise
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"frost.load: {path} is damaged: bad frost metadata near {str(node)[:80]} "
                               f"({type(e).__name__}: {e})") from None

@@ -22,11 +22,13 @@ Semantics chosen so that this reads naturally:
   done, so consumers after the block (`ch.sum()`, `for x in ch`) see the end of the stream.
   Consume *inside* the block only with a known count of `recv()`s. The channel must hold what
   the tasks send (capacity >= number of sends) when nobody receives until the block ends; if
-  every running task has waited on a full channel for STUCK_WARNING_S seconds, finish warns.
+  every running task has waited on a channel of the block (to send on a full one, or to receive from an
+  empty one that the body never closed) for STUCK_WARNING_S seconds, finish warns.
 - On the first failure in a task (or in the block's own body), the finish block cancels the rest:
   it closes those channels at once, so that tasks blocked on them wake up (their `send`/`recv`
   raise `ChannelClosed`), waits for every task to end, and re-raises that first exception in the
-  caller. Tasks that compute without touching a channel cannot be interrupted; they may poll
+  caller (also when the body itself then fails on a channel the cancellation closed). Tasks that
+  compute without touching a channel cannot be interrupted; they may poll
   `cancelled()`. After a failure, no task waits forever on a channel it was given.
 - `spawn` outside a finish block starts a detached task and returns a handle; `handle.join()`
   waits and re-raises the task's exception.
@@ -58,7 +60,8 @@ class Channel:
         self._not_full = threading.Condition(self._lock)
         self._not_empty = threading.Condition(self._lock)
         self._closed = False
-        self.blocked_senders = 0  # read by finish() to spot a block whose tasks all wait on full channels
+        # read by finish() to spot a block whose tasks all wait on its channels (full ones, or empty open ones)
+        self.blocked_senders = self.blocked_receivers = 0
 
     # ------------------------------------------------------------ sending
     def send(self, item: Any, timeout: float | None = None) -> None:
@@ -86,7 +89,12 @@ class Channel:
 
         Raises ChannelClosed once the channel is closed and drained, TimeoutError after `timeout` s."""
         with self._not_empty:
-            if not self._wait(self._not_empty, lambda: self._closed or self._items, timeout):
+            self.blocked_receivers += 1
+            try:
+                ready = self._wait(self._not_empty, lambda: self._closed or self._items, timeout)
+            finally:
+                self.blocked_receivers -= 1
+            if not ready:
                 raise TimeoutError(f"Channel.recv: still empty after {timeout} s")
             if not self._items:
                 raise ChannelClosed("Channel.recv: the channel is closed and empty")
@@ -245,15 +253,24 @@ class _Scope:
             pending[0].join(0.1)  # short waits keep Ctrl-C responsive in the main thread
             if warned:
                 continue
-            if sum(ch.blocked_senders for ch in channels) < len(pending):
+            senders, receivers = (sum(getattr(ch, k) for ch in channels) for k in ("blocked_senders",
+                                                                                   "blocked_receivers"))
+            if senders + receivers < len(pending):
                 stuck_since = None
             elif stuck_since is None:
                 stuck_since = time.monotonic()
             elif time.monotonic() - stuck_since > STUCK_WARNING_S:
                 warned = True
-                warnings.warn(f"finish: all {len(pending)} running task(s) have waited {STUCK_WARNING_S:.0f} s to send "
-                              f"on full channels while the block waits for them to end; give the channel room for "
-                              f"everything sent (Channel(capacity)) or receive inside the block",
+                advice = []
+                if senders:
+                    advice.append("give a channel room for everything sent (Channel(capacity)) or receive inside "
+                                  "the block")
+                if receivers:
+                    advice.append("close a channel the tasks read to its end (ch.close()) once the block has sent "
+                                  "its last item")
+                warnings.warn(f"finish: all {len(pending)} running task(s) have waited {STUCK_WARNING_S:.0f} s on "
+                              f"channels ({senders} to send on a full one, {receivers} to receive from an empty open "
+                              f"one) while the block waits for them to end; " + "; ".join(advice),
                               RuntimeWarning, stacklevel=4)
 
 
@@ -291,6 +308,8 @@ class finish:
             _local.scopes.pop()
             scope.close_channels()
         if exc is not None:
+            if isinstance(exc, ChannelClosed) and scope.error is not None and scope.error is not exc:
+                raise scope.error from exc  # the body used a channel that a task's failure closed: that failure
             return False  # the body's own exception propagates
         if scope.error is not None:
             raise scope.error

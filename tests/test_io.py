@@ -281,7 +281,9 @@ def test_damaged_frost_metadata(tmp_path):
                             ({"tensor": "w", "dtype": "int64"}, "is float32 in the data but int64 in the metadata"),
                             ({"set": [1, 2]}, "unknown tag 'set'"),
                             ({"dict": [[["unhashable"], 1]]}, "TypeError"),
-                            ("{not json", "not valid JSON")]:
+                            ("{not json", "not valid JSON"),
+                            ("[" * 100_000 + "]" * 100_000, "not valid JSON .*recursion"),  # a crafted header
+                            ('{"list": [' * 3000 + "]}" * 3000, "recursion")]:
         _forge(path, w, structure)
         with pytest.raises(CheckpointError, match=f"bad.safetensors is damaged: .*{what}"):
             frost.load(path)

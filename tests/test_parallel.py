@@ -271,9 +271,52 @@ def test_finish_warns_when_every_task_waits_on_a_full_channel(monkeypatch):
 
     helper = threading.Thread(target=drain_later)
     helper.start()
-    with pytest.warns(RuntimeWarning, match=r"all \d running task\(s\) have waited 0 s to send on full channels"):
+    with pytest.warns(RuntimeWarning, match=r"all \d running task\(s\) have waited 0 s on channels \(\d to send on a "
+                                             r"full one, 0 to receive .*give a channel room"):
         with finish():
             for i in range(3):
                 spawn(ch.send, i)
     helper.join()
     assert sorted(drained) == [0, 1, 2]
+
+
+def test_finish_warns_when_every_task_waits_on_a_channel_the_body_never_closed(monkeypatch):
+    """The fan-out whose body forgets jobs.close(): the workers wait to receive for ever; finish says so."""
+    import frost.parallel as parallel
+    monkeypatch.setattr(parallel, "STUCK_WARNING_S", 0.2)
+    jobs, done = Channel(4), []
+
+    def worker(jobs):
+        done.extend(j * j for j in jobs)
+
+    def close_later():  # frees the block after the warning, as the body should have
+        time.sleep(1.0)
+        jobs.close()
+
+    helper = threading.Thread(target=close_later)
+    with pytest.warns(RuntimeWarning, match=r"all 2 running task\(s\) have waited 0 s on channels \(0 to send on a "
+                                             r"full one, 2 to receive from an empty open one\).*\(ch.close\(\)\)"):
+        with finish():
+            spawn(worker, jobs)
+            spawn(worker, jobs)
+            for j in range(3):
+                jobs.send(j)
+            helper.start()
+    helper.join()
+    assert sorted(done) == [0, 1, 4]
+
+
+def test_a_task_failure_is_raised_when_the_body_then_fails_on_a_closed_channel():
+    """The body receives from a channel whose producer failed: cancellation closes it, the body's recv raises
+    ChannelClosed, and the caller gets the producer's error (with the ChannelClosed as its cause)."""
+    def producer(ch):
+        ch.send(1)
+        raise ValueError("producer failed")
+
+    ch = Channel(4)
+    with pytest.raises(ValueError, match="producer failed") as caught:
+        with finish():
+            spawn(producer, ch)
+            assert ch.recv() == 1
+            ch.recv()  # the producer fails instead of sending a second item
+    assert isinstance(caught.value.__cause__, ChannelClosed)

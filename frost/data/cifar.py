@@ -1,6 +1,7 @@
 """CIFAR-10 from any of its common layouts: official binary or python release, PNG folders, npz parts."""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -9,6 +10,7 @@ import re
 import tarfile
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -117,16 +119,20 @@ def _read_binary_dir(path: Path, train: bool):
 
 def _tar_members(path: Path, folder: str, names: list[str]) -> list[tuple[str, bytes]]:
     out = []
-    with tarfile.open(path, "r:gz") as tar:
-        for n in names:
-            member = f"{folder}/{n}"
-            try:
-                f = tar.extractfile(member)  # read in memory: nothing is extracted to disk
-            except KeyError:
-                f = None
-            if f is None:
-                raise FileNotFoundError(f"CIFAR10: {path} has no member {member}")
-            out.append((f"{path}:{member}", f.read()))
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for n in names:
+                member = f"{folder}/{n}"
+                try:
+                    f = tar.extractfile(member)  # read in memory: nothing is extracted to disk
+                except KeyError:
+                    f = None
+                if f is None:
+                    raise FileNotFoundError(f"CIFAR10: {path} has no member {member}")
+                out.append((f"{path}:{member}", f.read()))
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:  # a truncated or damaged archive
+        raise ValueError(f"CIFAR10: {path} is not a readable .tar.gz ({type(e).__name__}: {e}); delete it (or "
+                         f"fetch it again) and retry") from e
     return out
 
 
@@ -177,15 +183,25 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 def _parse_python(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
-    batch = _RestrictedUnpickler(io.BytesIO(raw), name).load()
+    try:
+        batch = _RestrictedUnpickler(io.BytesIO(raw), name).load()
+    except pickle.UnpicklingError as e:
+        if str(e).startswith("CIFAR10:"):  # the restricted unpickler's refusal, which names the file already
+            raise
+        raise ValueError(f"CIFAR10: {name} is not a CIFAR-10 python batch file (UnpicklingError: {e})") from e
+    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
+        raise ValueError(f"CIFAR10: {name} is not a CIFAR-10 python batch file ({type(e).__name__}: {e})") from e
     if not isinstance(batch, dict):
         raise ValueError(f"CIFAR10: {name} holds a {type(batch).__name__}, not a CIFAR-10 batch dict")
     get = lambda k: batch.get(k.encode(), batch.get(k))  # noqa: E731 - Python 2 pickles have bytes keys
     data, labels = get("data"), get("labels")
     if data is None or labels is None:
         raise ValueError(f"CIFAR10: {name} has no 'data' and 'labels' entries")
-    images = np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-    return images, np.asarray(labels, dtype=np.int64)
+    data, labels = np.asarray(data, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or labels.shape != (len(data),):
+        raise ValueError(f"CIFAR10: {name} has 'data' of shape {data.shape} and 'labels' of shape {labels.shape}; "
+                         f"expected (N, 3072) and (N,)")
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
 def _read_python_dir(path: Path, train: bool):
@@ -202,6 +218,8 @@ def _read_npz(path: Path, train: bool):
     if train:
         from frost.parallel import finish, spawn
         parts = sorted(path.glob("train_x_*.npz"))
+        if not parts:
+            raise FileNotFoundError(f"CIFAR10: {path} has no train_x_*.npz parts (the npz layout's training images)")
         arrays: dict[Path, np.ndarray] = {}
 
         def load(part: Path) -> None:

@@ -99,33 +99,47 @@ def _empty(shape: tuple, dtype, pinned_device: Device | None) -> np.ndarray:
 
 
 class _BatchBuffers:
-    """One worker's two batch buffers, allocated from the first sample it sees."""
+    """One worker's two batch buffers, allocated from the first sample it sees (a later sample of a wider dtype
+    widens them, as np.stack would: the batches are the same for every number of workers)."""
 
     def __init__(self, kind: str, first: list, batch_size: int, pinned_device: Device | None) -> None:
-        self.kind = kind
+        self.kind, self.pinned_device = kind, pinned_device
         arrays = [np.asarray(f) for f in first]
         self.shapes = [a.shape for a in arrays]
         self.slots = [[_empty((batch_size, *a.shape), a.dtype, pinned_device) for a in arrays] for _ in range(2)]
+
+    def _fitting(self, slot: int, k: int, rows: int, value) -> np.ndarray:
+        """Field k's buffer in `slot`, widened first (both slots; this slot's first `rows` rows kept) when `value`
+        needs a wider dtype."""
+        buf = self.slots[slot][k]
+        dtype = np.result_type(buf.dtype, np.asarray(value).dtype)
+        if dtype != buf.dtype:
+            for s in range(2):
+                old = self.slots[s][k]
+                self.slots[s][k] = _empty(old.shape, dtype, self.pinned_device)
+                if s == slot:
+                    self.slots[s][k][:rows] = old[:rows]
+        return self.slots[slot][k]
 
     def put(self, slot: int, row: int, kind: str, fields: list, index: int) -> None:
         if kind != self.kind or len(fields) != len(self.shapes):
             raise TypeError(f"DataLoader: sample {index} has {len(fields)} field(s) ({kind}) but the first sample "
                             f"had {len(self.shapes)} ({self.kind}); use collate_fn for irregular samples")
-        for k, (buf, f) in enumerate(zip(self.slots[slot], fields)):
+        for k, f in enumerate(fields):
             if (f.shape if isinstance(f, (np.ndarray, np.generic)) else np.shape(f)) != self.shapes[k]:
                 raise ValueError(f"DataLoader: sample {index} field {k} has shape {np.shape(f)} but the batch buffer "
                                  f"expects {self.shapes[k]} (from the first sample); use collate_fn for variable sizes")
-            buf[row] = f
+            self._fitting(slot, k, row, f)[row] = f
 
     def put_batch(self, slot: int, kind: str, fields: list, n: int) -> None:
         """Copy a whole batch from get_batch (fields with a leading dimension n) into a buffer."""
         if kind != self.kind or len(fields) != len(self.shapes):
             raise TypeError(f"DataLoader: get_batch gave {len(fields)} field(s) ({kind}) but expected "
                             f"{len(self.shapes)} ({self.kind})")
-        for k, (buf, f) in enumerate(zip(self.slots[slot], fields)):
+        for k, f in enumerate(fields):
             if np.shape(f) != (n, *self.shapes[k]):
                 raise ValueError(f"DataLoader: get_batch field {k} has shape {np.shape(f)}, expected {(n, *self.shapes[k])}")
-            buf[:n] = f
+            self._fitting(slot, k, 0, f)[:n] = f
 
 
 def _stack(samples: list[Any]) -> Any:

@@ -625,8 +625,9 @@ class DevicePNGList(ImageList):
                                                                                                    self.targets)
 
     def _set_shape(self, shape: tuple[int, int, int], name: str) -> None:
-        if self.shape is None:
-            self.shape, self.stride, self.first = shape, deflate_bound(raw_size(*shape)), name
+        if self.shape is None:  # shape last: a worker thread that sees it set finds the stride set too
+            self.stride, self.first = deflate_bound(raw_size(*shape)), name
+            self.shape = shape
         elif shape != self.shape:
             raise ValueError(f"DevicePNGList: {name} is {shape[0]}x{shape[1]} with {shape[2]} channel(s) but "
                              f"{self.first} is {self.shape[0]}x{self.shape[1]} with {self.shape[2]}; the GPU decoder "

@@ -120,6 +120,9 @@ class RandomCrop:
     def draw(self, n: int, rng: np.random.Generator | None = None, image_hw: tuple[int, int] | None = None):
         """Offsets (y, x) for n images of image_hw (default: the crop size, as in CIFAR's 32 -> pad 4 -> 32)."""
         h, w = image_hw or self.size
+        if h + 2 * self.padding < self.size[0] or w + 2 * self.padding < self.size[1]:
+            raise ValueError(f"RandomCrop: the crop {self.size} is larger than the image ({h}, {w}) padded by "
+                             f"{self.padding}")
         rng = _generator(rng or self.rng)
         oy = rng.integers(0, h + 2 * self.padding - self.size[0] + 1, size=n)
         ox = rng.integers(0, w + 2 * self.padding - self.size[1] + 1, size=n)

@@ -109,6 +109,47 @@ def test_python_archive(tmp_path):
     check(tmp_path, "python_tar")
 
 
+def write_python_folder(root, replace=None):
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir()
+    for name, x, y in batches():
+        (folder / name).write_bytes(python_bytes(x, y))
+    for name, raw in (replace or {}).items():
+        (folder / name).write_bytes(raw)
+
+
+@pytest.mark.parametrize("raw,match", [
+    (python_bytes(TRAIN[0][:3], TRAIN[1][:2]), r"data_batch_2 has 'data' of shape \(3, 3072\) and 'labels' of shape "
+                                                r"\(2,\); expected \(N, 3072\) and \(N,\)"),
+    (pickle.dumps({b"data": np.zeros((2, 3000), np.uint8), b"labels": [1, 2]}, protocol=2),
+     r"data_batch_2 has 'data' of shape \(2, 3000\)"),
+    (b"\x00garbage", r"data_batch_2 is not a CIFAR-10 python batch file \(UnpicklingError"),
+    (python_bytes(TRAIN[0][:3], TRAIN[1][:3])[:100], r"data_batch_2 is not a CIFAR-10 python batch file \(\w+Error")],
+    ids=["labels_short", "rows_short", "garbage", "truncated"])
+def test_a_damaged_python_batch_is_named(tmp_path, raw, match):
+    """Images and labels out of step would shift every later label: refused, naming the file."""
+    write_python_folder(tmp_path, {"data_batch_2": raw})
+    with pytest.raises(ValueError, match=match):
+        CIFAR10(tmp_path)
+
+
+def test_a_truncated_archive_is_named(tmp_path):
+    write_tar(tmp_path / "cifar-10-binary.tar.gz", "cifar-10-batches-bin",
+              [(f"{n}.bin", binary_bytes(x, y)) for n, x, y in batches()])
+    archive = tmp_path / "cifar-10-binary.tar.gz"
+    archive.write_bytes(archive.read_bytes()[:-2000])
+    with pytest.raises(ValueError, match=r"cifar-10-binary\.tar\.gz is not a readable \.tar\.gz \(\w+"):
+        CIFAR10(tmp_path)
+
+
+def test_npz_layout_without_train_parts_says_so(tmp_path):
+    np.savez(tmp_path / "test_x.npz", x=TEST[0])
+    np.save(tmp_path / "test_y.npy", TEST[1].astype(np.uint8))
+    assert len(CIFAR10(tmp_path, train=False)) == PER_BATCH
+    with pytest.raises(FileNotFoundError, match=r"has no train_x_\*\.npz parts"):
+        CIFAR10(tmp_path)
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned",))

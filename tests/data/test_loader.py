@@ -81,6 +81,27 @@ def test_batches_are_frost_tensors_and_structure_is_kept():
         assert batches[0].tolist() == [[i, -i] for i in range(5)]
 
 
+class MixedDtypes(Dataset):
+    """Sample 0's fields are the narrowest: an int target among floats, a uint8 image before int64 ones."""
+
+    targets = [0, 1.5, 2.25, 3.75, 5, 6.5]
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return (np.array([7], np.uint8) if i == 0 else np.array([300 + i], np.int64)), self.targets[i]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_a_later_sample_of_a_wider_dtype_widens_the_batch_as_np_stack_does(workers):
+    batches = list(DataLoader(MixedDtypes(), batch_size=3, num_workers=workers))
+    (x0, y0), (x1, y1) = batches
+    assert x0.numpy().ravel().tolist() == [7, 301, 302] and x0.dtype == "int64"
+    assert y0.numpy().tolist() == [0.0, 1.5, 2.25] and y0.dtype == "float64"
+    assert x1.numpy().ravel().tolist() == [303, 304, 305] and y1.numpy().tolist() == [3.75, 5.0, 6.5]
+
+
 def test_each_epoch_reshuffles_and_seed_fixes_the_sequence():
     ds = Squares(50)
     order = lambda batches: np.concatenate([x[:, 0, 0] for x, _ in batches]).tolist()  # noqa: E731

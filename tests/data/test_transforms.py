@@ -158,3 +158,10 @@ def test_gpu_gather_scaled_equals_to_float_of_the_gathered_images(dtype):
     out = gather_scaled_gpu(cp.asarray(images), cp.asarray(index), dtype)
     want = T.to_float(images[index]).astype(to_dtype(dtype).np)
     np.testing.assert_array_equal(cp.asnumpy(out).astype(np.float32), want.astype(np.float32))
+
+
+def test_random_crop_larger_than_the_padded_image_is_refused():
+    with pytest.raises(ValueError, match=r"RandomCrop: the crop \(32, 32\) is larger than the image \(24, 24\) padded "
+                                         r"by 2"):
+        T.RandomCrop(32, padding=2)(np.zeros((24, 24, 3), np.uint8))
+    assert T.RandomCrop(28, padding=2)(np.zeros((24, 24, 3), np.uint8)).shape == (28, 28, 3)
