@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import inspect
 import os
 import threading
 from typing import Any, Callable, Sequence
@@ -51,16 +53,57 @@ class set_grad_enabled(contextlib.ContextDecorator):
         _set_grad_enabled(self.prev)
         return False
 
+    def __call__(self, func: Callable) -> Callable:
+        if inspect.isgeneratorfunction(func):
+            return _in_mode_at_each_step(self._recreate_cm, func)
+        return super().__call__(func)
+
+
+def _in_mode_at_each_step(mode: Callable, func: Callable) -> Callable:
+    """A generator function whose body runs in the grad mode `mode()` at every step (and only then: the caller's
+    code between the steps keeps its own mode), as PyTorch's decorated generators do."""
+    @functools.wraps(func)
+    def generator(*args, **kwargs):
+        gen = func(*args, **kwargs)
+        try:
+            with mode():
+                response = gen.send(None)
+            while True:
+                try:
+                    request = yield response
+                except GeneratorExit:
+                    with mode():
+                        gen.close()
+                    raise
+                except BaseException as e:
+                    with mode():
+                        response = gen.throw(e)
+                else:
+                    with mode():
+                        response = gen.send(request)
+        except StopIteration as stop:
+            return stop.value
+    return generator
+
 
 class no_grad(set_grad_enabled):
-    """Operations inside do not record a tape; `with frost.no_grad():` or `@frost.no_grad()`."""
+    """Operations inside do not record a tape; `with frost.no_grad():`, `@frost.no_grad()` or `@frost.no_grad`
+    (on generator functions too)."""
 
-    def __init__(self) -> None:
+    def __new__(cls, func: Callable | None = None):
+        return super().__new__(cls) if func is None else cls()(func)
+
+    def __init__(self, func: Callable | None = None) -> None:
         super().__init__(False)
 
 
 class enable_grad(set_grad_enabled):
-    def __init__(self) -> None:
+    """Operations inside record a tape again (inside no_grad); as a context manager or a decorator."""
+
+    def __new__(cls, func: Callable | None = None):
+        return super().__new__(cls) if func is None else cls()(func)
+
+    def __init__(self, func: Callable | None = None) -> None:
         super().__init__(True)
 
 
@@ -389,9 +432,11 @@ def _claim_stack() -> list:
 
 
 def mark_grad_zero(t) -> None:
-    """Note that leaf `t`'s .grad is all zeros now, so the next backward() may write t's gradient into it."""
+    """Note that leaf `t`'s .grad is all zeros now, so the next backward() may write t's gradient into it (unless
+    something writes into that .grad first: Tensor's in-place methods and item assignment drop `_known_zero`)."""
     if t.grad is not None:
         t._zero_grad_mark = (t.grad, _zero_marks["epoch"])
+        t.grad._known_zero = True
 
 
 def forget_zero_grads() -> None:
@@ -413,7 +458,8 @@ def grad_destination(t: Any) -> Any:
     if not stack or t._ctx is not None or not t.requires_grad:
         return None
     mark, grad = getattr(t, "_zero_grad_mark", None), t.grad
-    if mark is None or grad is None or mark[0] is not grad or mark[1] != _zero_marks["epoch"]:
+    if (mark is None or grad is None or mark[0] is not grad or mark[1] != _zero_marks["epoch"]
+            or not grad.__dict__.get("_known_zero")):
         return None
     buffer, data = grad.data, t.data
     if (type(buffer) is not type(data) or buffer.shape != data.shape or buffer.dtype != data.dtype

@@ -236,8 +236,14 @@ class Tensor:
         return self.dtype.is_floating_point
 
     # ------------------------------------------------------------ in-place (no autograd; for optimizers/init)
+    def _values_change(self) -> None:
+        """Forget what was known about the old values: a convolution's channel statistics of them, and that they
+        were the zeros of a zero_grad() (frost.autograd.mark_grad_zero: backward() must add to new values)."""
+        self.__dict__.pop("_channel_stats", None)
+        self.__dict__.pop("_known_zero", None)
+
     def _inplace_check(self, what: str) -> None:
-        self.__dict__.pop("_channel_stats", None)   # statistics a convolution made of the old values are stale
+        self._values_change()
         if self.requires_grad and autograd.is_grad_enabled():
             if self._ctx is None:
                 raise RuntimeError(f"{what}: a leaf tensor that requires grad is used in an in-place operation; "
@@ -475,7 +481,7 @@ class Tensor:
                                "not recorded on the tape (its gradient would be lost); build the result with "
                                "frost.where or cat instead, or assign value.detach()")
         index = shape_ops.raw_index(index)
-        self.__dict__.pop("_channel_stats", None)
+        self._values_change()
         self.data[index] = value.data if isinstance(value, Tensor) else value
 
 

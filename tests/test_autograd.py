@@ -115,6 +115,38 @@ def test_no_grad_context_and_decorator():
     assert frost.is_grad_enabled()
 
 
+def test_no_grad_decorates_generators_and_works_without_parentheses():
+    x = frost.ones(2, requires_grad=True)
+
+    @frost.no_grad()
+    def doubled(xs):
+        for t in xs:
+            assert not frost.is_grad_enabled()
+            received = yield t * 2
+            assert received is None or received == "ping"
+        return "done"
+
+    gen = doubled([x, x])
+    first = next(gen)
+    assert frost.is_grad_enabled()  # the caller's mode between the steps
+    assert not first.requires_grad and not gen.send("ping").requires_grad
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == "done"
+
+    @frost.no_grad
+    def bare(t):
+        return t * 2
+
+    @frost.enable_grad
+    def inside(t):
+        return t * 2
+    assert not bare(x).requires_grad
+    with frost.no_grad():
+        assert inside(x).requires_grad
+    assert frost.is_grad_enabled()
+
+
 def test_set_grad_enabled_as_a_plain_call():
     try:
         frost.set_grad_enabled(False)

@@ -62,7 +62,8 @@ def test_destination_is_the_zeroed_grad_claimed_once_inside_backward_only():
 
 
 @pytest.mark.parametrize("case", ["non-leaf", "no grad", "unmarked", "wrong dtype", "non-contiguous",
-                                  "wrong shape", "grad replaced", "requires_grad off", "voided"])
+                                  "wrong shape", "grad replaced", "requires_grad off", "voided", "written +=",
+                                  "written copy_", "written item"])
 def test_no_destination_when_the_buffer_cannot_be_trusted(case):
     x, w = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2))
     target = w
@@ -90,6 +91,12 @@ def test_no_destination_when_the_buffer_cannot_be_trusted(case):
         w.requires_grad = False
     elif case == "voided":
         forget_zero_grads()
+    elif case == "written +=":  # the zeros are gone: backward() must add to what was written
+        w.grad += 1.0
+    elif case == "written copy_":
+        w.grad.copy_(np.ones((2, 2)))
+    elif case == "written item":
+        w.grad[0, 0] = 1.0
     seen = []
     _probe(x, target, seen).sum().backward()
     assert seen[0] is None and seen[1] is None

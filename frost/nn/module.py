@@ -323,9 +323,14 @@ class Module:
                 child.state_dict(destination, prefix + name + ".", keep_vars)
         return destination
 
+    # state a checkpoint may lack, which then keeps its value (BatchNorm's counter: PyTorch's checkpoints from
+    # before it, as old converted weights, have none; PyTorch keeps the module's own)
+    _optional_state: tuple[str, ...] = ()
+
     def _expected_state(self, prefix: str = ""):
+        """(key, tensor, whether a checkpoint may lack it) of every parameter and buffer."""
         for name, value in self._state_items():
-            yield prefix + name, value
+            yield prefix + name, value, name in self._optional_state
         for name, child in self._modules.items():
             if child is not None:
                 yield from child._expected_state(prefix + name + ".")
@@ -339,14 +344,16 @@ class Module:
         """
         if not hasattr(state_dict, "keys") or not hasattr(state_dict, "__getitem__"):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict).__name__}.")
-        expected = OrderedDict(self._expected_state())
-        missing = [k for k in expected if k not in state_dict]
+        expected = OrderedDict((key, (target, optional)) for key, target, optional in self._expected_state())
+        missing = [k for k, (_, optional) in expected.items() if k not in state_dict and not optional]
         unexpected = [k for k in state_dict.keys() if k not in expected]
         errors, copies = [], []
-        for key, target in expected.items():
+        for key, (target, _) in expected.items():
             if key not in state_dict:
                 continue
             source = _as_array(state_dict[key], key)
+            if target.ndim == 0 and tuple(source.shape) == (1,):  # a 0-d buffer saved as (1,), as PyTorch accepts
+                source = source.reshape(())
             if tuple(source.shape) != tuple(target.shape):
                 errors.append(f"size mismatch for {key}: copying a param with shape {tuple(source.shape)} from "
                               f"checkpoint, the shape in current model is {tuple(target.shape)}.")
@@ -369,8 +376,9 @@ class Module:
     def train(self, mode: bool = True) -> "Module":
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
-        for m in self.modules():
-            object.__setattr__(m, "training", mode)
+        object.__setattr__(self, "training", mode)
+        for child in self.children():
+            child.train(mode)  # a child's own train() (e.g. one that keeps a BatchNorm frozen) runs, as in PyTorch
         return self
 
     def eval(self) -> "Module":

@@ -16,6 +16,7 @@ class _BatchNorm(Module):
     """
 
     _expected_dims: tuple = ()
+    _optional_state = ("num_batches_tracked",)
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True) -> None:

@@ -21,6 +21,10 @@ def _norm_of(xp, g, norm_type: float):
     a = g if g.dtype.itemsize >= 4 and g.dtype.kind == "f" else g.astype("float32")
     if norm_type == math.inf:
         return xp.abs(a).max()
+    if norm_type == -math.inf:
+        return xp.abs(a).min()
+    if norm_type == 0:  # the count of non-zeros, as torch.linalg.vector_norm's ord=0
+        return xp.asarray(xp.count_nonzero(a), dtype=a.dtype)
     if norm_type == 2.0:
         return xp.sqrt(xp.vdot(a.ravel(), a.ravel()))
     return (xp.abs(a) ** norm_type).sum() ** (1.0 / norm_type)

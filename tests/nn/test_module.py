@@ -270,6 +270,20 @@ def test_load_state_dict_size_mismatch_raises_even_when_not_strict_and_copies_no
     np.testing.assert_array_equal(net.conv.weight.numpy(), before)
 
 
+def test_batch_norm_loads_checkpoints_without_its_counter_or_with_a_1_element_one():
+    """PyTorch checkpoints from before BatchNorm's num_batches_tracked (and converted weights) load as torch does."""
+    for lib in (nn, torch.nn):
+        bn = lib.BatchNorm2d(3)
+        state = {k: v for k, v in bn.state_dict().items() if k != "num_batches_tracked"}
+        bn.num_batches_tracked.fill_(5)
+        assert not bn.load_state_dict(state, strict=True).missing_keys
+        assert bn.num_batches_tracked.item() == 5, lib  # kept
+        bn.load_state_dict({**state, "num_batches_tracked": np.array([7]) if lib is nn else torch.tensor([7])})
+        assert bn.num_batches_tracked.item() == 7 and tuple(bn.num_batches_tracked.shape) == (), lib
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: \"running_var\""):
+        nn.BatchNorm2d(3).load_state_dict({k: v for k, v in state.items() if k != "running_var"})
+
+
 def test_load_state_dict_rejects_non_mappings():
     with pytest.raises(TypeError, match="dict-like"):
         nn.Linear(1, 1).load_state_dict([1, 2])
@@ -286,6 +300,21 @@ def test_train_and_eval_propagate_to_every_submodule():
     assert all(m.training for m in net.modules())
     with pytest.raises(ValueError, match="boolean"):
         net.train("yes")
+
+
+def test_train_calls_each_childs_own_train():
+    """The frozen-BatchNorm pattern of fine-tuning: a child's train() that keeps it in eval mode is honoured."""
+    for lib in (nn, torch.nn):
+        class FrozenBN(lib.BatchNorm2d):
+            def train(self, mode=True):
+                return super().train(False)
+
+        net = lib.Sequential(lib.Conv2d(3, 4, 3), FrozenBN(4), lib.ReLU())
+        net.train()
+        assert net.training and net[0].training and not net[1].training, lib
+        before = net[1].running_mean.detach().numpy().copy()
+        net(frost.ones(2, 3, 6, 6) if lib is nn else torch.ones(2, 3, 6, 6))
+        np.testing.assert_array_equal(net[1].running_mean.detach().numpy(), before)
 
 
 def test_zero_grad_and_requires_grad():

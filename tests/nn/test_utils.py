@@ -23,7 +23,7 @@ def _params_with_grads(scale: float):
     return fp, tp
 
 
-@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf, -math.inf, 0.0])
 @pytest.mark.parametrize("scale", [0.01, 10.0])
 def test_clip_grad_norm_matches_torch(norm_type, scale):
     fp, tp = _params_with_grads(scale)
