@@ -170,12 +170,15 @@ def check_forward(name: str, out, inputs: Sequence) -> None:
 class Node:
     """How a tensor was made: its parent tensors and the function from output gradient to input gradients."""
 
-    __slots__ = ("parents", "backward", "name")
+    __slots__ = ("parents", "backward", "name", "versions")
 
     def __init__(self, parents: tuple, backward: Callable, name: str) -> None:
         self.parents = parents
         self.backward = backward
         self.name = name
+        # the parents' versions when the op read them: an in-place change after that (Tensor._values_change)
+        # would feed backward values the op never saw
+        self.versions = tuple(p._version for p in parents)
 
     def __repr__(self) -> str:
         return f"<Node {self.name}>"
@@ -240,6 +243,16 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
             _zero_marks["epoch"] += 1  # a zero-grad mark lasts until the end of the next backward()
 
 
+def _check_versions(node: Node) -> None:
+    """Refuse, as PyTorch does, to run a backward whose inputs were changed in place after its op read them."""
+    for i, (p, version) in enumerate(zip(node.parents, node.versions)):
+        if p._version != version:
+            raise RuntimeError(f"backward of '{node.name}': its input {i} (shape {tuple(p.shape)}, {p.dtype}) was "
+                               f"changed in place after '{node.name}' used it (version {p._version}, used at "
+                               f"version {version}), so its gradient would use values the op never saw; change a "
+                               f"copy (x.clone()), or change it after backward()")
+
+
 def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
     Tensor = type(root)
     anomaly = is_anomaly_enabled()
@@ -261,6 +274,7 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
             if node.backward is None:
                 raise RuntimeError(f"backward: trying to go through the graph of '{node.name}' a second time; "
                                    f"pass retain_graph=True to the first backward()")
+            _check_versions(node)
             in_grads = node.backward(g)
             parents = node.parents
             if not retain_graph:

@@ -17,6 +17,7 @@ class Tensor:
 
     __slots__ = ("data", "grad", "requires_grad", "_ctx", "_retains_grad", "_is_param", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy scalars/arrays defer to Tensor's operators
+    _version = 0  # in-place changes so far (an instance attribute from the first one on)
 
     def __init__(self, data, requires_grad: bool = False) -> None:
         if isinstance(data, Tensor):
@@ -237,8 +238,10 @@ class Tensor:
 
     # ------------------------------------------------------------ in-place (no autograd; for optimizers/init)
     def _values_change(self) -> None:
-        """Forget what was known about the old values: a convolution's channel statistics of them, and that they
-        were the zeros of a zero_grad() (frost.autograd.mark_grad_zero: backward() must add to new values)."""
+        """Before an in-place change: count it (`_version`: a backward of an op that read the old values refuses to
+        run) and forget what was known about the old values: a convolution's channel statistics of them, and that
+        they were the zeros of a zero_grad() (frost.autograd.mark_grad_zero: backward() must add to new values)."""
+        self._version += 1
         self.__dict__.pop("_channel_stats", None)
         self.__dict__.pop("_known_zero", None)
 

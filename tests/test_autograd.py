@@ -147,6 +147,32 @@ def test_no_grad_decorates_generators_and_works_without_parentheses():
     assert frost.is_grad_enabled()
 
 
+def test_backward_refuses_inputs_changed_in_place_after_their_op_read_them():
+    """PyTorch's version counter: the op's backward would read the new values (a silently wrong gradient)."""
+    x, w = frost.tensor([[1.0, 1.0]], requires_grad=True), frost.tensor([[2.0, 3.0]], requires_grad=True)
+    y = (x * w).sum()
+    with frost.no_grad():
+        w.mul_(10.0)  # e.g. a weight clipped between forward and backward
+    with pytest.raises(RuntimeError, match=r"backward of 'mul': its input 1 \(shape \(1, 2\), frost.float32\) was "
+                                           r"changed in place after 'mul' used it \(version 1, used at version 0\)"):
+        y.backward()
+    a = frost.tensor([3.0, 4.0], requires_grad=True)
+    b = frost.tensor([1.0, 1.0])
+    z = (a * b).sum()
+    b[0] = 100.0  # item assignment into an input that needs no gradient itself
+    with pytest.raises(RuntimeError, match="changed in place"):
+        z.backward()
+    z2 = (a * b).sum()  # made after the change: the op read the new values
+    z2.backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [100.0, 1.0])
+    with frost.no_grad():
+        b.add_(1.0)  # after backward(): nothing to refuse
+    c = frost.tensor([1.0, 2.0])
+    (a * 2).sum().backward()
+    c.zero_()  # a tensor no recorded op read
+    np.testing.assert_array_equal(a.grad.numpy(), [102.0, 3.0])
+
+
 def test_set_grad_enabled_as_a_plain_call():
     try:
         frost.set_grad_enabled(False)
