@@ -324,7 +324,9 @@ class Tensor:
     def __matmul__(self, o): return matmul.matmul(self, o)
     def __rmatmul__(self, o): return matmul.matmul(o, self)
     def __floordiv__(self, o): return elementwise.floor_divide(self, o)
+    def __rfloordiv__(self, o): return elementwise.floor_divide(o, self)
     def __mod__(self, o): return elementwise.remainder(self, o)
+    def __rmod__(self, o): return elementwise.remainder(o, self)
     def __eq__(self, o): return elementwise.eq(self, o)  # type: ignore[override]
     def __ne__(self, o): return elementwise.ne(self, o)  # type: ignore[override]
     def __lt__(self, o): return elementwise.lt(self, o)

@@ -282,3 +282,11 @@ def test_view_dtype_reinterprets_the_bytes_like_pytorch():
     np.testing.assert_array_equal(bits.numpy(), torch.tensor([1.0, -2.0, 0.5]).view(torch.int32).numpy())
     with pytest.raises(RuntimeError, match=r"view: cannot view frost.float32 \(itemsize 4\) as frost.int64"):
         x.view(frost.int64)
+
+
+def test_a_number_on_the_left_of_floor_division_and_remainder():
+    values = [3.0, -7.5, 2.0, 0.75]
+    x, t = frost.tensor(values, dtype=frost.float64), torch.tensor(values, dtype=torch.float64)
+    for number in (10, -4.5):
+        np.testing.assert_array_equal((number // x).numpy(), (number // t).numpy())
+        np.testing.assert_array_equal((number % x).numpy(), (number % t).numpy())
