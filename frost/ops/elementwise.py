@@ -324,9 +324,10 @@ def erf_array(a):
 
     float64 gets the exact math.erf; lower precisions a fast vectorized fit (error below 1.2e-7).
     """
-    if isinstance(a, np.ndarray):
+    if isinstance(a, (np.ndarray, np.generic)):  # a 0-d result of NumPy math may be a NumPy scalar
+        a = np.asarray(a)
         if a.dtype == np.float64:
-            return np.frompyfunc(math.erf, 1, 1)(a).astype(a.dtype)
+            return np.asarray(np.frompyfunc(math.erf, 1, 1)(a), dtype=a.dtype)
         return _erf_float32(a)
     from cupyx.scipy.special import erf
     return erf(a)
@@ -406,12 +407,20 @@ def where(condition, a, b) -> Tensor:
 def masked_fill(x: Tensor, mask, value) -> Tensor:
     m = mask.data if isinstance(mask, Tensor) else mask
     xp = x.xp
+    tensor_value = value if isinstance(value, Tensor) else None
     value = value.data if isinstance(value, Tensor) else value
     out = xp.where(m, xp.asarray(value, dtype=x.data.dtype), x.data)
     if out.shape != x.shape:
         raise RuntimeError(f"masked_fill: mask of shape {tuple(m.shape)} does not broadcast to the tensor's "
                            f"shape {x.shape}")
-    return from_op(out, (x,), lambda g: (unbroadcast(xp.where(m, 0, g).astype(g.dtype), x.shape),), "masked_fill")
+
+    def backward(g):
+        gx = unbroadcast(xp.where(m, 0, g).astype(g.dtype), x.shape)
+        if tensor_value is None:
+            return (gx,)
+        # a 0-d tensor value fills every masked place: its gradient is theirs, summed (as PyTorch)
+        return gx, _cast(xp.where(m, g, 0).sum(), tensor_value.dtype).reshape(tensor_value.shape)
+    return from_op(out, (x,) if tensor_value is None else (x, tensor_value), backward, "masked_fill")
 
 
 # ------------------------------------------------------------------ dtype and device moves

@@ -116,6 +116,11 @@ def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_
     windows = _windows(xpad, kernel, strd, dil, out_hw)
     flat = windows.reshape(a.shape[:2] + out_hw + (kernel[0] * kernel[1],))
     arg = xp.argmax(flat, axis=-1)  # the first maximum (and NaN wins), as PyTorch picks
+    if xpad is not a:  # a window whose real values are all -inf ties with its padding: the first real one wins
+        real = _windows(_padded(xp.ones(a.shape[-2:], dtype=bool), pads, out_hw, kernel, strd, dil, False), kernel,
+                        strd, dil, out_hw).reshape(out_hw + (kernel[0] * kernel[1],))
+        picked_real = xp.take_along_axis(xp.broadcast_to(real, flat.shape), arg[..., None], axis=-1)[..., 0]
+        arg = xp.where(picked_real, arg, xp.argmax(real, axis=-1))
     out = xp.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
     padded_shape = xpad.shape
 

@@ -6,7 +6,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from frost.dtype import to_dtype
+from frost.dtype import default_float, to_dtype
 from frost.tensor import Tensor, from_op
 
 values_indices = namedtuple("values_indices", ["values", "indices"])
@@ -14,9 +14,9 @@ values_indices = namedtuple("values_indices", ["values", "indices"])
 
 def normalize_dims(dim, ndim: int, name: str) -> tuple:
     """Turn None, an int or a sequence of ints (negative allowed) into a sorted tuple of axes."""
-    if dim is None:
+    dims = None if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+    if not dims:  # None, or an empty sequence: every dimension, as PyTorch's dim=()
         return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
     out = []
     for d in dims:
         if not -builtins.max(ndim, 1) <= d < builtins.max(ndim, 1):
@@ -95,8 +95,10 @@ def _extreme(x: Tensor, dim, keepdim: bool, name: str, largest: bool):
         out = xp.asarray(out)
 
         def backward(g):
-            # ties share the gradient evenly, as PyTorch's full reduction does
+            # ties share the gradient evenly, as PyTorch's full reduction does; a NaN result is the NaNs'
             mask = x.data == out
+            if x.data.dtype.kind == "f":
+                mask |= xp.isnan(x.data) & xp.isnan(out)
             return ((g * mask / g.dtype.type(mask.sum())).astype(x.data.dtype, copy=False),)
         return from_op(out, (x,), backward, name)
     if x.ndim == 0:
@@ -166,6 +168,8 @@ def argmin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
 
 
 def var(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, correction=None) -> Tensor:
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"var/std: needs a floating-point tensor, got {x.dtype!r}; cast it with .float()")
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "var")
     n = int(np.prod([x.shape[a] for a in axes]))
@@ -188,16 +192,24 @@ def var(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, corre
 
 
 def std(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, correction=None) -> Tensor:
-    from frost.ops.elementwise import sqrt
-    return sqrt(var(x, dim, keepdim, unbiased, correction))
+    v = var(x, dim, keepdim, unbiased, correction)
+    xp = x.xp
+    out = xp.sqrt(v.data)
+
+    def backward(g):  # 0 where the std is 0 (a constant slice), as PyTorch, not 0 / 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (xp.where(out == 0, 0, g / (2 * out)).astype(out.dtype, copy=False),)
+    return from_op(out, (v,), backward, "std")
 
 
 def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "logsumexp")
-    m = x.data.max(axis=axes, keepdims=True)
+    # integers in the default float dtype, as PyTorch (in their own dtype, uint8 would wrap in x - max)
+    a = x.data if x.dtype.is_floating_point else x.data.astype(default_float.np)
+    m = a.max(axis=axes, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
-    e = xp.exp(x.data - m)
+    e = xp.exp(a - m)
     s = e.sum(axis=axes, keepdims=True)
     with np.errstate(divide="ignore"):  # log(0) = -inf for rows of -inf, as in PyTorch
         out = xp.log(s) + m
@@ -245,6 +257,9 @@ def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
         raise TypeError(f"norm: needs a floating-point tensor, got {x.dtype!r}")
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "norm")
+    if p == 0:  # the count of non-zeros, as torch.linalg.vector_norm's ord=0; its gradient is 0
+        count = (x.data != 0).sum(axis=axes, keepdims=keepdim).astype(x.data.dtype)
+        return from_op(count, (x,), lambda g: (xp.zeros(x.shape, dtype=x.data.dtype),), "norm")
     a = x.data
     absa = xp.abs(a)
     powered = a * a if p == 2 else absa ** p
@@ -291,10 +306,11 @@ def sort(x: Tensor, dim: int = -1, descending: bool = False):
     axis = normalize_dim(dim, x.ndim, "sort")
     if x.ndim == 0:
         return values_indices(from_op(x.data.copy(), (x,), lambda g: (g,), "sort"), Tensor(xp.zeros((), np.int64)))
-    key = -x.data if descending and x.data.dtype.kind in "fi" else x.data
-    idx = xp.argsort(key, axis=axis, kind="stable")
-    if descending and x.data.dtype.kind not in "fi":
-        idx = xp.flip(idx, axis)
+    if descending:  # a stable ascending sort of the reversed values, reversed: ties keep their order, NaN first
+        n = x.shape[axis]
+        idx = (n - 1) - xp.flip(xp.argsort(xp.flip(x.data, axis), axis=axis, kind="stable"), axis)
+    else:
+        idx = xp.argsort(x.data, axis=axis, kind="stable")
     return values_indices(_take(x, idx, axis, "sort"), Tensor(idx.astype(np.int64)))
 
 

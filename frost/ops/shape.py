@@ -168,6 +168,7 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     if idx.ndim != x.ndim or any(i > n for d, (i, n) in enumerate(zip(idx.shape, x.shape)) if d != axis):
         raise RuntimeError(f"gather: index of shape {index.shape} does not fit input of shape {x.shape} "
                            f"(same number of dims, and no larger outside dim {dim})")
+    _refuse_negative(idx, "gather", x.shape[axis], dim)
     # PyTorch lets the index be smaller than the input outside `dim`: gather from the leading corner
     corner = tuple(slice(None) if d == axis else slice(0, i) for d, i in enumerate(idx.shape))
     try:
@@ -343,7 +344,16 @@ def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     idx = index.data if isinstance(index, Tensor) else np.asarray(index)
     if idx.ndim > 1 or idx.dtype.kind not in "iu":
         raise RuntimeError(f"index_select: index must be a 1-D integer tensor, got {_describe_index(index)}")
+    _refuse_negative(idx, "index_select", x.shape[axis], dim)
     return getitem(x, (slice(None),) * axis + (idx.reshape(-1),))
+
+
+def _refuse_negative(idx, name: str, size: int, dim) -> None:
+    """PyTorch's gather and index_select take no negative indices (NumPy's would count from the end). Checked
+    where the indices are readable without a device sync (the CPU)."""
+    if isinstance(idx, np.ndarray) and idx.size and idx.min() < 0:
+        raise IndexError(f"{name}: index {int(idx.min())} is out of bounds for dim {dim} of size {size} (negative "
+                         f"indices are not allowed)")
 
 
 def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:

@@ -473,3 +473,24 @@ def test_remainder_gradients():
     a = RNG.uniform(-5, 5, (3, 4))
     b = RNG.uniform(0.5, 2, (4,)) * np.sign(RNG.standard_normal(4))
     _check(lambda x, y: x % y, lambda x, y: x % y, a, b)
+
+
+def test_masked_fill_with_a_tensor_value_passes_it_its_gradient():
+    a, mask = RNG.standard_normal((2, 3)), np.array([[True, False, True], [False, False, True]])
+    fx, tx = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    fv, tv = frost.tensor(1.5, dtype=frost.float64, requires_grad=True), torch.tensor(1.5, dtype=torch.float64,
+                                                                                     requires_grad=True)
+    up = RNG.standard_normal((2, 3))
+    (fx.masked_fill(frost.tensor(mask), fv) * frost.tensor(up)).sum().backward()
+    (tx.masked_fill(torch.tensor(mask), tv) * torch.tensor(up)).sum().backward()
+    np.testing.assert_allclose(fv.grad.numpy(), tv.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
+
+
+def test_erf_and_gelu_of_0_d_tensors():
+    for value in (0.5, -1.25):
+        for dtype, tdtype in ((frost.float64, torch.float64), (frost.float32, torch.float32)):
+            f, t = frost.tensor(value, dtype=dtype), torch.tensor(value, dtype=tdtype)
+            np.testing.assert_allclose(frost.erf(f).numpy(), torch.erf(t).numpy(), rtol=1e-6)
+            np.testing.assert_allclose(frost.nn.functional.gelu(f).numpy(),
+                                       torch.nn.functional.gelu(t).numpy(), rtol=1e-6)

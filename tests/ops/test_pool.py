@@ -190,3 +190,16 @@ def test_bf16_adaptive_windows_that_do_not_divide_stay_within_one_rounding():
     out = F.adaptive_avg_pool2d(frost.tensor(x), (3, 3)).numpy().astype(np.float64)
     want = torch.nn.functional.adaptive_avg_pool2d(torch.tensor(x.astype(np.float64)), (3, 3)).numpy()
     np.testing.assert_allclose(out, want, rtol=2 ** -8, atol=0)
+
+
+def test_max_pool_window_of_minus_infinity_picks_a_real_element_not_the_padding():
+    a = np.full((1, 1, 4, 4), -np.inf)
+    a[0, 0, 1, 2], a[0, 0, 3, 1] = 1.0, 2.0
+    f, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    fo, fi = F.max_pool2d(f, 2, padding=1, return_indices=True)
+    to, ti = TF.max_pool2d(t, 2, padding=1, return_indices=True)
+    np.testing.assert_array_equal(fi.numpy(), ti.numpy())
+    np.testing.assert_array_equal(fo.numpy(), to.detach().numpy())
+    fo.sum().backward()
+    to.sum().backward()
+    np.testing.assert_array_equal(f.grad.numpy(), t.grad.numpy())

@@ -262,3 +262,61 @@ def test_topk(k, dim, largest):
     np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy())
     with pytest.raises(RuntimeError, match=r"topk: k=9 is out of range for dim -1 of size 5"):
         f.topk(9)
+
+
+def test_std_of_a_constant_slice_has_a_zero_gradient():
+    a = np.array([[1.0, 2.0, 3.0], [4.0, 4.0, 4.0]])
+    _check(lambda t: t.std(dim=1), lambda t: t.std(dim=1), a)
+    _check(lambda t: t.std(), lambda t: t.std(), np.full((2, 3), 7.0))
+
+
+def test_var_and_std_refuse_integers_as_torch():
+    for fn in (frost.Tensor.var, frost.Tensor.std):
+        with pytest.raises(TypeError, match=r"var/std: needs a floating-point tensor, got frost.int64"):
+            fn(frost.tensor([1, 2, 9]))
+
+
+def test_an_empty_dim_tuple_reduces_everything_as_torch():
+    a = RNG.standard_normal((2, 3))
+    for name in ("sum", "mean", "amax"):
+        _check(lambda t: getattr(t, name)(dim=()), lambda t: getattr(t, name)(dim=()), a)
+
+
+def test_max_and_min_of_a_tensor_holding_nan_send_the_gradient_to_the_nan():
+    a = np.array([1.0, np.nan, 3.0])
+    for name in ("max", "min"):
+        f, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        getattr(f, name)().backward()
+        getattr(t, name)().backward()
+        np.testing.assert_array_equal(f.grad.numpy(), t.grad.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int64"])
+def test_logsumexp_of_integers_is_float32_as_torch(dtype):
+    a = np.array([[1, 2, 3], [100, 100, 100]], dtype=dtype)
+    fo, to = frost.tensor(a).logsumexp(1), torch.tensor(a).logsumexp(1)
+    assert fo.dtype == frost.float32
+    np.testing.assert_allclose(fo.numpy(), to.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int64", "float64", "bool"])
+def test_descending_sort_topk_and_argsort_at_the_dtype_limits(dtype):
+    """Negating the minimum of an integer type overflows; NaN sorts first in descending order, as torch."""
+    values = {"int8": [-128, 5, 0, 5, 127, -128], "int64": [np.iinfo(np.int64).min, 3, 0, 3],
+              "float64": [1.0, np.nan, 3.0, -np.inf, 3.0], "bool": [True, False, True, False]}[dtype]
+    a = np.array(values, dtype=dtype)
+    f, t = frost.tensor(a), torch.tensor(a)
+    fs, ts = f.sort(descending=True), t.sort(descending=True, stable=True)
+    np.testing.assert_array_equal(fs.values.numpy(), ts.values.numpy())
+    np.testing.assert_array_equal(fs.indices.numpy(), ts.indices.numpy())  # stable: ties keep their order
+    if dtype != "bool":
+        np.testing.assert_array_equal(f.topk(2).values.numpy(), t.topk(2).values.numpy())
+
+
+def test_norm_of_order_0_counts_the_non_zeros():
+    a = np.array([[0.0, 2.0, -1.0], [0.0, 0.0, 3.0]])
+    f, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    fo, to = f.norm(p=0, dim=1), torch.linalg.vector_norm(t, ord=0, dim=1)
+    np.testing.assert_array_equal(fo.numpy(), to.detach().numpy())
+    fo.sum().backward()  # a count: no gradient flows (torch's graph has none)
+    np.testing.assert_array_equal(f.grad.numpy(), np.zeros_like(a))

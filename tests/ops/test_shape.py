@@ -309,3 +309,11 @@ def test_new_tensor_factories_follow_dtype():
     assert x.new_ones(2, dtype=frost.int32).dtype == frost.int32
     assert x.new_full((2,), 7).tolist() == [7.0, 7.0] and x.new_full((2,), 7).dtype == frost.float64
     assert x.new_tensor([1, 2]).dtype == frost.float64
+
+
+def test_gather_and_index_select_refuse_negative_indices_as_torch():
+    x = frost.tensor(RNG.standard_normal((2, 3)))
+    with pytest.raises(IndexError, match=r"gather: index -1 is out of bounds for dim 1 of size 3"):
+        x.gather(1, frost.tensor([[0], [-1]]))
+    with pytest.raises(IndexError, match=r"index_select: index -2 is out of bounds for dim 0 of size 2"):
+        x.index_select(0, frost.tensor([1, -2]))
