@@ -3,7 +3,8 @@
 How it works (num_workers = W > 0):
 
 - Each epoch the sample order is a permutation drawn from `numpy.random.default_rng((seed, epoch))`
-  (or 0..N-1 without shuffle); batch i is `order[i*B:(i+1)*B]`. Batch i is always built by worker
+  (or 0..N-1 without shuffle, or what a `sampler` yields); batch i is `order[i*B:(i+1)*B]` (or the i-th
+  list a `batch_sampler` yields). Batch i is always built by worker
   i % W and the consumer takes batches in order 0, 1, 2, ..., so the stream of batches is the same
   for every W (and for W = 0, which loads in the calling thread).
 - Every worker owns two preallocated batch buffers (ping-pong; NumPy arrays, pinned host memory
@@ -55,7 +56,7 @@ import inspect
 import math
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -158,12 +159,15 @@ class DataLoader:
     workers build each batch with it and its result is passed through as it is (no buffers, no
     device copy). prefetch_to_device (>= 1; device="cuda" with worker threads only): how many batches,
     counting the one you are handed, have their copy to the GPU (and finish_on_device) queued at once;
-    each costs one batch of device memory."""
+    each costs one batch of device memory. As in PyTorch, `sampler` (an iterable of sample indices, read
+    once per epoch: the order is then its own, not shuffle's) replaces shuffle, and `batch_sampler` (an
+    iterable of index lists, one per batch) replaces batch_size, shuffle, sampler and drop_last."""
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  num_workers: int = 0, seed: int | None = None, pin_memory: bool = False,
                  device: str | Device | None = None, collate_fn: Callable[[list], Any] | None = None,
-                 prefetch_to_device: int = 2) -> None:
+                 prefetch_to_device: int = 2, sampler: Iterable[int] | None = None,
+                 batch_sampler: Iterable[Sequence[int]] | None = None) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -174,8 +178,16 @@ class DataLoader:
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, batch_size, shuffle, drop_last
         self.num_workers, self.collate_fn, self.prefetch_to_device = num_workers, collate_fn, prefetch_to_device
         self.is_stream = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__")
-        if self.is_stream and shuffle:
-            raise ValueError("DataLoader: shuffle=True needs a map-style dataset; an IterableDataset has its own order")
+        if self.is_stream and (shuffle or sampler is not None or batch_sampler is not None):
+            raise ValueError("DataLoader: shuffle, sampler and batch_sampler need a map-style dataset; an "
+                             "IterableDataset has its own order")
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle (the sampler's order is "
+                             "the order)")
+        if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
+            raise ValueError("DataLoader: batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                             "sampler, and drop_last")
+        self.sampler, self.batch_sampler = sampler, batch_sampler
         if seed is None:
             from frost.backend import cpu
             seed = int(cpu.generator().integers(2**62))  # follows frost.manual_seed
@@ -199,7 +211,10 @@ class DataLoader:
 
     # ------------------------------------------------------------ order
     def __len__(self) -> int:
-        n = len(self.dataset)  # TypeError for a stream without __len__, as it should be
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        # TypeError for a stream (or a sampler) without __len__, as it should be
+        n = len(self.sampler if self.sampler is not None else self.dataset)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
@@ -208,8 +223,14 @@ class DataLoader:
 
     def batch_indices(self, epoch: int) -> list[np.ndarray]:
         """The sample indices of every batch of an epoch, in order."""
-        n = len(self.dataset)
-        order = np.random.default_rng((self.seed, epoch)).permutation(n) if self.shuffle else np.arange(n)
+        if self.batch_sampler is not None:
+            return [np.asarray(list(batch), dtype=np.int64).reshape(-1) for batch in self.batch_sampler]
+        if self.sampler is not None:
+            order = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
+            n = len(order)
+        else:
+            n = len(self.dataset)
+            order = np.random.default_rng((self.seed, epoch)).permutation(n) if self.shuffle else np.arange(n)
         stop = n - n % self.batch_size if self.drop_last else n
         return [order[i:i + self.batch_size] for i in range(0, stop, self.batch_size)]
 
@@ -288,6 +309,8 @@ class _Run:
         for ch in self.free:
             ch << 0 << 1
         self.plan = None if loader.is_stream else loader.batch_indices(epoch)
+        # rows of each batch buffer: a batch_sampler's batches may be larger than batch_size
+        self.rows = max([loader.batch_size, *(len(b) for b in self.plan or ())])
         self.groups = loader._sample_groups(epoch) if loader.is_stream else None  # read by its one worker
         self.lookahead: _Lookahead | None = None  # the device path's bookkeeping, once it has started
         self.threads = [threading.Thread(target=self._work, args=(w,), daemon=True, name=f"frost-loader-{w}")
@@ -335,7 +358,7 @@ class _Run:
                     index = f"{idx[0]}..{idx[-1]}"
                     kind, fields = _fields(get_batch(np.asarray(idx)))
                     if buffers is None:
-                        buffers = _BatchBuffers(kind, [f[0] for f in fields], loader.batch_size, loader._pinned_device)
+                        buffers = _BatchBuffers(kind, [f[0] for f in fields], self.rows, loader._pinned_device)
                     buffers.put_batch(slot, kind, fields, len(idx))
                     self.ready[w].send((batch, slot, len(idx), buffers))
                     continue
@@ -345,7 +368,7 @@ class _Run:
                         return
                     kind, fields = _fields(sample)
                     if buffers is None:
-                        buffers = _BatchBuffers(kind, fields, loader.batch_size, loader._pinned_device)
+                        buffers = _BatchBuffers(kind, fields, self.rows, loader._pinned_device)
                     buffers.put(slot, row, kind, fields, index if index is not None else row)
                     n = row + 1
                 self.ready[w].send((batch, slot, n, buffers))

@@ -6,6 +6,7 @@ import types
 
 import numpy as np
 import pytest
+import torch
 
 import frost
 from frost.data import (DataLoader, DataLoaderWorkerError, Dataset, IterableDataset, TensorDataset)
@@ -162,8 +163,9 @@ def test_iterable_dataset_inline_and_threaded():
         assert [len(b) for b in batches] == [4, 4, 3]
         assert np.concatenate(batches)[:, 0].tolist() == list(range(11))
     assert len(list(DataLoader(Stream(), batch_size=4, drop_last=True, num_workers=1))) == 2
-    with pytest.raises(ValueError, match="shuffle=True needs a map-style dataset"):
-        DataLoader(Stream(), shuffle=True)
+    for option in (dict(shuffle=True), dict(sampler=[0, 1]), dict(batch_sampler=[[0]])):
+        with pytest.raises(ValueError, match="shuffle, sampler and batch_sampler need a map-style dataset"):
+            DataLoader(Stream(), **option)
 
 
 def test_irregular_samples_raise_clearly():
@@ -636,3 +638,34 @@ def test_a_finish_hook_without_defer_is_still_called(monkeypatch):
 
     got = collect(DataLoader(Doubled(10), batch_size=4, num_workers=2, device="cuda"))
     assert np.concatenate([x[:, 0, 0] for x, _ in got]).tolist() == [2 * i for i in range(10)]
+
+
+class TorchSquares(torch.utils.data.Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return np.full((2, 3), i, np.uint16).astype(np.int32), i * i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sampler_and_batch_sampler_give_torchs_batches(workers):
+    sampler = [5, 0, 11, 3, 3, 7, 1]  # any iterable of indices: repeats and a subset allowed
+    batches = [[4, 2, 9], [0], [1, 2, 3, 10, 11]]  # sizes differ; one is larger than batch_size's default
+    cases = [(dict(sampler=sampler, batch_size=3), dict(sampler=sampler, batch_size=3)),
+             (dict(sampler=sampler, batch_size=3, drop_last=True), dict(sampler=sampler, batch_size=3, drop_last=True)),
+             (dict(batch_sampler=batches), dict(batch_sampler=batches))]
+    for ours, theirs in cases:
+        loader = DataLoader(Squares(12), num_workers=workers, **ours)
+        got = [(x.numpy().astype(np.int32).tolist(), y.numpy().tolist()) for x, y in loader]
+        want = [(x.numpy().tolist(), y.numpy().tolist()) for x, y in torch.utils.data.DataLoader(TorchSquares(),
+                                                                                                 **theirs)]
+        assert got == want and len(loader) == len(want), ours
+
+
+def test_sampler_and_batch_sampler_exclude_the_options_they_replace():
+    with pytest.raises(ValueError, match="sampler option is mutually exclusive with shuffle"):
+        DataLoader(Squares(4), sampler=[0, 1], shuffle=True)
+    for bad in (dict(batch_size=2), dict(shuffle=True), dict(sampler=[0]), dict(drop_last=True)):
+        with pytest.raises(ValueError, match="batch_sampler option is mutually exclusive with batch_size, shuffle"):
+            DataLoader(Squares(4), batch_sampler=[[0, 1]], **bad)
