@@ -88,8 +88,8 @@ def _extreme(x: Tensor, dim, keepdim: bool, name: str, largest: bool):
     if isinstance(dim, Tensor):  # max(a, b): the elementwise maximum, as torch.max(input, other)
         from frost.ops.elementwise import maximum, minimum
         return (maximum if largest else minimum)(x, dim)
-    if x.numel() == 0:
-        raise RuntimeError(f"{name}: cannot reduce an empty tensor of shape {x.shape}")
+    if x.numel() == 0 and (dim is None or x.ndim == 0 or x.shape[normalize_dim(dim, x.ndim, name)] == 0):
+        raise RuntimeError(f"{name}: cannot reduce an empty tensor of shape {x.shape} over a dimension of size 0")
     if dim is None:
         out = x.data.max() if largest else x.data.min()
         out = xp.asarray(out)
@@ -223,6 +223,8 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
 def softmax(x: Tensor, dim: int) -> Tensor:
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "softmax")
+    if x.numel() == 0:  # nothing to normalize (an empty dim has no max): an empty result, as PyTorch
+        return from_op(x.data.copy(), (x,), lambda g: (g,), "softmax")
     e = xp.exp(x.data - x.data.max(axis=axis, keepdims=True))
     out = e / e.sum(axis=axis, keepdims=True)
 
@@ -234,6 +236,8 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "log_softmax")
+    if x.numel() == 0:
+        return from_op(x.data.copy(), (x,), lambda g: (g,), "log_softmax")
     shifted = x.data - x.data.max(axis=axis, keepdims=True)
     out = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
 

@@ -242,6 +242,7 @@ def split(x: Tensor, split_size, dim: int = 0) -> tuple:
         if split_size <= 0:
             raise RuntimeError(f"split: split_size must be positive, got {split_size}")
         sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
+        sizes = sizes or [0]  # a dim of size 0 splits into one empty piece, as PyTorch
     else:
         sizes = list(split_size)
         if sum(sizes) != n:
@@ -258,6 +259,8 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple:
     if chunks <= 0:
         raise RuntimeError(f"chunk: chunks must be positive, got {chunks}")
     n = x.shape[normalize_dim(dim, x.ndim, "chunk")]
+    if n == 0:  # `chunks` empty pieces, as PyTorch
+        return split(x, [0] * chunks, dim)
     return split(x, -(-n // chunks), dim)
 
 

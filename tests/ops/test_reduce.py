@@ -320,3 +320,11 @@ def test_norm_of_order_0_counts_the_non_zeros():
     np.testing.assert_array_equal(fo.numpy(), to.detach().numpy())
     fo.sum().backward()  # a count: no gradient flows (torch's graph has none)
     np.testing.assert_array_equal(f.grad.numpy(), np.zeros_like(a))
+
+
+def test_reductions_over_a_non_empty_dim_of_an_empty_tensor_as_torch():
+    f, t = frost.zeros(0, 3), torch.zeros(0, 3)
+    assert f.max(dim=1).values.shape == tuple(t.max(dim=1).values.shape) == (0,)
+    assert f.amin(dim=1).shape == (0,) and f.softmax(1).shape == f.log_softmax(1).shape == (0, 3)
+    with pytest.raises(RuntimeError, match=r"max: cannot reduce an empty tensor of shape \(0, 3\) over a dimension"):
+        f.max(dim=0)

@@ -317,3 +317,9 @@ def test_gather_and_index_select_refuse_negative_indices_as_torch():
         x.gather(1, frost.tensor([[0], [-1]]))
     with pytest.raises(IndexError, match=r"index_select: index -2 is out of bounds for dim 0 of size 2"):
         x.index_select(0, frost.tensor([1, -2]))
+
+
+def test_split_and_chunk_of_an_empty_dim_as_torch():
+    f, t = frost.zeros(0, 3), torch.zeros(0, 3)
+    for fn in (lambda a: a.split(2), lambda a: a.split([0, 0]), lambda a: a.chunk(3)):
+        assert [tuple(p.shape) for p in fn(f)] == [tuple(p.shape) for p in fn(t)]
