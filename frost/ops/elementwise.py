@@ -153,23 +153,24 @@ def remainder(a, b) -> Tensor:
     return _binary("remainder", a, b, lambda x, y: x % y, lambda g, x, y, o: (g, -g * ((x - o) / y)))
 
 
-def _split_ties(g, wins, ties):
-    """Gradient of max/min for the first operand: all of g where it wins, half where it ties (as PyTorch)."""
+def _split_ties(g, x, y, wins):
+    """Gradients of max/min(x, y): all of g to the winner, half each where they tie, and all of g to both where a
+    NaN makes them unordered (as PyTorch)."""
     xp = _xp(g)
-    gx = xp.where(wins, g, 0).astype(g.dtype, copy=False)
     half = (g * 0.5).astype(g.dtype, copy=False)
-    gx = xp.where(ties, half, gx)
-    return gx, g - gx
+    gx = xp.where(x == y, half, xp.where(wins, g, 0)).astype(g.dtype, copy=False)
+    unordered = (x != x) | (y != y)
+    return xp.where(unordered, g, gx), xp.where(unordered, g, g - gx)
 
 
 def maximum(a, b) -> Tensor:
     return _binary("maximum", a, b, lambda x, y: _xp(x, y).maximum(x, y),
-                   lambda g, x, y, out: _split_ties(g, x > y, x == y))
+                   lambda g, x, y, out: _split_ties(g, x, y, x > y))
 
 
 def minimum(a, b) -> Tensor:
     return _binary("minimum", a, b, lambda x, y: _xp(x, y).minimum(x, y),
-                   lambda g, x, y, out: _split_ties(g, x < y, x == y))
+                   lambda g, x, y, out: _split_ties(g, x, y, x < y))
 
 
 def _xp(*arrays):

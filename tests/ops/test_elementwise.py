@@ -494,3 +494,15 @@ def test_erf_and_gelu_of_0_d_tensors():
             np.testing.assert_allclose(frost.erf(f).numpy(), torch.erf(t).numpy(), rtol=1e-6)
             np.testing.assert_allclose(frost.nn.functional.gelu(f).numpy(),
                                        torch.nn.functional.gelu(t).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_and_minimum_with_nan_pass_the_gradient_to_both_as_torch(name):
+    a = np.array([1.0, np.nan, 3.0, np.nan, 2.0])
+    b = np.array([2.0, 1.0, np.nan, np.nan, 2.0])
+    fx, fy = frost.tensor(a, requires_grad=True), frost.tensor(b, requires_grad=True)
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    getattr(frost, name)(fx, fy).sum().backward()
+    getattr(torch, name)(tx, ty).sum().backward()
+    np.testing.assert_array_equal(fx.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_array_equal(fy.grad.numpy(), ty.grad.numpy())
