@@ -1,6 +1,8 @@
 """Shape ops: reshape, permute, expand, indexing, cat/stack/split, pad; forward and backward together."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from frost import layout
@@ -120,10 +122,14 @@ def flip(x: Tensor, dims) -> Tensor:
 # ------------------------------------------------------------------ indexing
 
 def raw_index(index):
-    """Replace tensors inside an index with their arrays."""
+    """Replace tensors inside an index with their arrays (a uint8 tensor with a bool mask, as PyTorch reads it)."""
     if isinstance(index, tuple):
         return tuple(raw_index(i) for i in index)
     if isinstance(index, Tensor):
+        if index.data.dtype == np.uint8:
+            warnings.warn("indexing with a uint8 tensor reads it as a mask, as PyTorch does (which deprecates it); "
+                          "index with a bool tensor instead", DeprecationWarning, stacklevel=4)
+            return index.data != 0
         return index.data
     if isinstance(index, list):
         return np.asarray(index)

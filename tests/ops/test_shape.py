@@ -1,4 +1,6 @@
 """Shape ops and indexing against PyTorch: forward values, gradients (random upstream gradient), errors."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -323,3 +325,19 @@ def test_split_and_chunk_of_an_empty_dim_as_torch():
     f, t = frost.zeros(0, 3), torch.zeros(0, 3)
     for fn in (lambda a: a.split(2), lambda a: a.split([0, 0]), lambda a: a.chunk(3)):
         assert [tuple(p.shape) for p in fn(f)] == [tuple(p.shape) for p in fn(t)]
+
+
+def test_a_uint8_index_is_a_mask_as_torch_reads_it():
+    a = RNG.standard_normal((3, 2))
+    mask = np.array([1, 0, 1], np.uint8)
+    f, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    with pytest.warns(DeprecationWarning, match="uint8 tensor reads it as a mask"):
+        fo = f[frost.tensor(mask)]
+    with pytest.warns(UserWarning):
+        to = t[torch.tensor(mask)]
+    np.testing.assert_array_equal(fo.numpy(), to.detach().numpy())
+    fo.sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch repeats its deprecation in the backward
+        to.sum().backward()
+    np.testing.assert_array_equal(f.grad.numpy(), t.grad.numpy())
