@@ -246,7 +246,6 @@ class Tensor:
         self.__dict__.pop("_known_zero", None)
 
     def _inplace_check(self, what: str) -> None:
-        self._values_change()
         if self.requires_grad and autograd.is_grad_enabled():
             if self._ctx is None:
                 raise RuntimeError(f"{what}: a leaf tensor that requires grad is used in an in-place operation; "
@@ -254,6 +253,7 @@ class Tensor:
             raise RuntimeError(f"{what}: in-place operations on a tensor that is part of the autograd graph "
                                f"(made by '{self._ctx.name}') are not differentiable in frost; use the "
                                f"out-of-place op instead")
+        self._values_change()  # only once the change will happen: a refused one leaves the values (and version)
 
     def copy_(self, src) -> "Tensor":
         self._inplace_check("copy_")

@@ -173,6 +173,16 @@ def test_backward_refuses_inputs_changed_in_place_after_their_op_read_them():
     np.testing.assert_array_equal(a.grad.numpy(), [102.0, 3.0])
 
 
+def test_a_refused_in_place_op_changes_no_version():
+    """An in-place op refused on a tensor that requires grad changed nothing: the backward must still run."""
+    w = frost.tensor([2.0, 3.0], requires_grad=True)
+    y = (w * w).sum()
+    with pytest.raises(RuntimeError, match="a leaf tensor that requires grad is used in an in-place operation"):
+        w.mul_(10.0)
+    y.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [4.0, 6.0])
+
+
 def test_set_grad_enabled_as_a_plain_call():
     try:
         frost.set_grad_enabled(False)

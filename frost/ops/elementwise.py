@@ -419,8 +419,8 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
         gx = unbroadcast(xp.where(m, 0, g).astype(g.dtype), x.shape)
         if tensor_value is None:
             return (gx,)
-        # a 0-d tensor value fills every masked place: its gradient is theirs, summed (as PyTorch)
-        return gx, _cast(xp.where(m, g, 0).sum(), tensor_value.dtype).reshape(tensor_value.shape)
+        # the value fills every masked place (broadcast): its gradient is theirs, summed (as PyTorch)
+        return gx, _cast(unbroadcast(xp.where(m, g, 0), tensor_value.shape), tensor_value.dtype)
     return from_op(out, (x,) if tensor_value is None else (x, tensor_value), backward, "masked_fill")
 
 

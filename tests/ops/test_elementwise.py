@@ -506,3 +506,15 @@ def test_maximum_and_minimum_with_nan_pass_the_gradient_to_both_as_torch(name):
     getattr(torch, name)(tx, ty).sum().backward()
     np.testing.assert_array_equal(fx.grad.numpy(), tx.grad.numpy())
     np.testing.assert_array_equal(fy.grad.numpy(), ty.grad.numpy())
+
+
+def test_masked_fill_with_a_broadcast_tensor_value_sums_its_gradient_per_element():
+    """A value of shape (3,) broadcast over (2, 3): its gradient sums the masked places per column (a 0-d value
+    gets all of them, as torch's)."""
+    a, mask = RNG.standard_normal((2, 3)), np.array([[True, False, True], [True, True, False]])
+    up = RNG.standard_normal((2, 3))
+    x = frost.tensor(a, requires_grad=True)
+    value = frost.tensor([1.0, 2.0, 3.0], dtype=frost.float64, requires_grad=True)
+    (x.masked_fill(frost.tensor(mask), value) * frost.tensor(up)).sum().backward()
+    np.testing.assert_allclose(value.grad.numpy(), (up * mask).sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), up * ~mask, rtol=1e-12)
