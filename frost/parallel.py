@@ -253,8 +253,8 @@ class _Scope:
             pending[0].join(0.1)  # short waits keep Ctrl-C responsive in the main thread
             if warned:
                 continue
-            senders, receivers = (sum(getattr(ch, k) for ch in channels) for k in ("blocked_senders",
-                                                                                   "blocked_receivers"))
+            senders = sum(ch.blocked_senders for ch in channels)
+            receivers = sum(ch.blocked_receivers for ch in channels)
             if senders + receivers < len(pending):
                 stuck_since = None
             elif stuck_since is None:

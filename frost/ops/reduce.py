@@ -88,7 +88,7 @@ def _extreme(x: Tensor, dim, keepdim: bool, name: str, largest: bool):
     if isinstance(dim, Tensor):  # max(a, b): the elementwise maximum, as torch.max(input, other)
         from frost.ops.elementwise import maximum, minimum
         return (maximum if largest else minimum)(x, dim)
-    if x.numel() == 0 and (dim is None or x.ndim == 0 or x.shape[normalize_dim(dim, x.ndim, name)] == 0):
+    if x.numel() == 0 and (dim is None or x.shape[normalize_dim(dim, x.ndim, name)] == 0):
         raise RuntimeError(f"{name}: cannot reduce an empty tensor of shape {x.shape} over a dimension of size 0")
     if dim is None:
         out = x.data.max() if largest else x.data.min()

@@ -121,6 +121,10 @@ class Optimizer:
             return p[1]
         return p
 
+    def _param_name(self, p: Tensor, group_index: int, i: int) -> str:
+        """p's name as model.named_parameters() gave it, or 'param <group>.<index>'."""
+        return self._param_names.get(id(p), f"param {group_index}.{i}")
+
     def _check_finite_grads(self, where: str = "step") -> None:
         """In anomaly mode, raise AnomalyError naming the first parameter whose gradient holds NaN or inf.
 
@@ -131,7 +135,7 @@ class Optimizer:
         for gi, group in enumerate(self.param_groups):
             for i, p in enumerate(group["params"]):
                 if p.grad is not None and _has_nonfinite(p.grad.data):
-                    name = self._param_names.get(id(p), f"param {gi}.{i}")
+                    name = self._param_name(p, gi, i)
                     raise AnomalyError(f"anomaly: gradient of parameter '{name}' (shape {p.shape}, "
                                        f"{p.grad.dtype.name}) contains NaN or inf at {type(self).__name__}.{where}()")
 
@@ -260,11 +264,12 @@ class Optimizer:
             p.grad = None
         if moved or missing:
             position = {id(p): i for i, p in enumerate(flat.members)}
-            names = [self._param_names.get(id(p), f"param {index}.{position[id(p)]}") for p in [*moved, *missing]]
+            names = [self._param_name(p, index, position[id(p)]) for p in [*moved, *missing]]
             who = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            why = ("no longer lie{s} in the group's flat buffer (.data replaced: model.to(), .half() or an assignment)"
-                   if moved else "{has} no gradient at this step (torch.optim skips such parameters)")
-            why = why.format(s="s" if len(names) == 1 else "", has="has" if len(names) == 1 else "have")
+            one = len(names) == 1
+            why = (f"no longer lie{'s' if one else ''} in the group's flat buffer (.data replaced: model.to(), .half() "
+                   f"or an assignment)" if moved else
+                   f"{'has' if one else 'have'} no gradient at this step (torch.optim skips such parameters)")
             warnings.warn(f"{type(self).__name__}: {who} {why}: parameter group {index} leaves its one-launch GPU "
                           f"update; its parameters are updated one by one from now on", stacklevel=4)
 
