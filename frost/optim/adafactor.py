@@ -24,7 +24,7 @@ same update whenever G^2 >> eps1. State uses PyTorch's names and shapes: 'step',
 the factored state gets regions of its own size in the flat buffers); elsewhere `adafactor_update` runs on the
 arrays (its twin; on CuPy the RMS values stay on the device, no host synchronisation).
 """
-from frost.kernel import Array, bdx, block_sum, bx, device, f32, i32, kernel, rsqrt, shared, sqrt, static_range, tx
+from frost.kernel import Array, bdx, block_sum, bx, f32, i32, kernel, rsqrt, shared, sqrt, static_range, tx
 from frost.optim.optimizer import Optimizer, Params, array_module, check_options, whole_norm
 
 
@@ -52,27 +52,21 @@ def adafactor_update(p, g, row_var, col_var, *, step: float, lr: float, beta2_de
 # matrices (a vector or a scalar as a stack of 1 x 1 matrices whose R is its V and which have no C, so that it needs
 # no extra state). Pass 1 updates R (threads over rows, also summing X^2); then two sweeps over the columns
 # (static_range: one loop, unrolled twice), where each thread sums the R of its matrix once per column for mean(R): the
-# first updates C and sums U^2, the second takes the step. The optimizer base passes last_strides and the state
-# buffers' segments because Adafactor has a state_layout.
-
-@device
-def _at(l, r, j, n, m, s):
-    """Where element (r, j) of matrix l is in its parameter's region. s is the last dim's stride: C for a channels-last
-    (O, C, n, m) weight, whose matrix l = o * C + c lies C-strided in the (n, m) dims of its (O, n, m, C) memory."""
-    return l // s * n * m * s + l % s + (r * m + j) * s
-
+# first updates C and sums U^2, the second takes the step. The optimizer base passes the last dims' strides and the
+# state buffers' segments because Adafactor has a state_layout. Element (i, j) of matrix l lies at
+# l // s * n * m * s + l % s + (i * m + j) * s in its parameter's region, where s is the last dim's stride: 1, or C
+# for a channels-last (O, C, n, m) weight, whose matrix l = o * C + c lies C-strided in its (O, n, m, C) memory.
 
 @kernel
 def adafactor_flat_kernel(p: Array[f32], g: Array[f32], row: Array[f32], col: Array[f32], segments: Array[i32],
-                          hyper: Array[f32], last_strides: Array[i32], row_segments: Array[i32],
-                          col_segments: Array[i32]):
-    start, size, s = segments[2 * bx], segments[2 * bx + 1], last_strides[bx]
+                          hyper: Array[f32], strides: Array[i32], row_segments: Array[i32], col_segments: Array[i32]):
+    start, size, s = segments[2 * bx], segments[2 * bx + 1], strides[bx]
     ro, rows, co, cols = row_segments[2 * bx], row_segments[2 * bx + 1], col_segments[2 * bx], col_segments[2 * bx + 1]
     if size == 0:
         return
     m, n, x2, one_minus_beta2 = size // rows, size // cols if cols > 0 else 1, 0.0, pow(hyper[0], hyper[2])
-    for r in range(tx, rows, bdx):  # row r % n of matrix r // n: its elements lie s apart
-        e, acc = start + _at(r // n, r % n, 0, n, m, s), 0.0
+    for r in range(tx, rows, bdx):  # row r % n of matrix r // n: m elements s apart
+        e, acc = start + r // n // s * n * m * s + r // n % s + r % n * m * s, 0.0
         for k in range(e, e + m * s, s):
             acc += g[k] * g[k] + hyper[3]
             x2 += p[k] * p[k]
@@ -81,17 +75,16 @@ def adafactor_flat_kernel(p: Array[f32], g: Array[f32], row: Array[f32], col: Ar
     x2 = block_sum(x2, scratch)  # its syncthreads also publishes the new R
     step, u2 = max(hyper[4], sqrt(x2 / size)) * min(hyper[1], rsqrt(hyper[0])), 0.0  # alpha; / max(1, RMS(U) / d) later
     for sweep in static_range(2):
-        for c in range(tx, size // n, bdx):  # column c % m of matrix c // m (its elements lie m * s apart; R at r0)
-            r0, total, acc = ro + c // m * n, 0.0, 0.0
+        for c in range(tx, size // n, bdx):  # column c % m of matrix c // m: n elements m * s apart, from b; R from r0
+            b, r0, total, acc = start + c // m // s * n * m * s + c // m % s + c % m * s, ro + c // m * n, 0.0, 0.0
             for i in range(n):
-                e = start + _at(c // m, i, c % m, n, m, s)
                 total += row[r0 + i]
-                acc += g[e] * g[e] + hyper[3]
+                acc += g[b + i * m * s] * g[b + i * m * s] + hyper[3]
             if sweep == 0 and cols > 0:
                 col[co + c] += one_minus_beta2 * (acc / n - col[co + c])
             scale = col[co + c] * n / total if cols > 0 else 1.0  # V = R_i C_j / mean(R), or V itself (in R)
             for i in range(n):
-                e = start + _at(c // m, i, c % m, n, m, s)
+                e = b + i * m * s
                 u = g[e] / sqrt(max(row[r0 + i] * scale, 1e-38))
                 u2 += u * u
                 if sweep == 1:
@@ -107,8 +100,6 @@ class Adafactor(Optimizer):
     update_rule = staticmethod(adafactor_update)
     flat_kernel = adafactor_flat_kernel
     flat_hyper = ("lr", "beta2_decay", "eps", "d", "weight_decay")
-    flat_per_parameter = True
-    flat_threads = 512
 
     def __init__(self, params: Params, lr: float = 1e-2, beta2_decay: float = -0.8,
                  eps: tuple[float, float] = (1e-30, 1e-3), d: float = 1.0, weight_decay: float = 0.0) -> None:

@@ -70,7 +70,6 @@ class LAMB(Optimizer):
     flat_kernel = lamb_flat_kernel
     flat_hyper = ("lr", "betas", "eps", "weight_decay")
     flat_per_parameter = True
-    flat_threads = 512
 
     def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
                  weight_decay: float = 0.01) -> None:

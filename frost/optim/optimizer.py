@@ -224,14 +224,16 @@ class Optimizer:
     # A subclass with a one-launch GPU kernel sets `flat_kernel` and `flat_hyper`, the group options that the kernel
     # reads from hyper[1:] (in that order; tuples are flattened, booleans become 0 or 1). The kernel takes
     # (params, grads, *state buffers in state_names' order, n, hyper): one thread per element; or, with
-    # `flat_per_parameter`, (params, grads, *state buffers, segments, hyper): one block per parameter, for rules that
-    # reduce over a whole tensor; with a `state_layout` also (last_strides, *state_segments), where each parameter's
-    # last dim steps and where its state lies in each buffer (see FlatGroup). `_flat_update(flat, *extra)` launches
-    # it, with extra arguments appended.
+    # `flat_per_parameter` (implied by a `state_layout`: state unlike its parameter cannot be indexed elementwise),
+    # (params, grads, *state buffers, segments, hyper): one block per parameter, for rules that reduce over a whole
+    # tensor; with a `state_layout` also (last_strides, *state_segments), where each parameter's last dim steps and
+    # where its state lies in each buffer (see FlatGroup). `flat_threads` is the block size: by default 256, and 512
+    # for a block per parameter (a whole tensor's sums). `_flat_update(flat, *extra)` launches it, with extra
+    # arguments appended.
     flat_kernel = None
     flat_hyper: tuple[str, ...] = ()
     flat_per_parameter = False
-    flat_threads = 256
+    flat_threads: int | None = None
 
     def _flat_group(self, index: int, group: dict):
         """The group's FlatGroup, packing it on first use when it is eligible; None for the per-tensor path."""
@@ -291,14 +293,16 @@ class Optimizer:
     def _flat_update(self, flat, *extra) -> None:
         """One launch of `flat_kernel` over the group's buffers (the shapes of launch in the comment above)."""
         state = flat.state.values()
-        if self.flat_per_parameter:
+        if self.flat_per_parameter or self.state_layout:
             if self.state_layout:  # state unlike its parameter: the kernel finds it by the regions' segments
                 extra = (flat.last_strides, *flat.state_segments.values(), *extra)
-            self.flat_kernel[len(flat.members), self.flat_threads](flat.params, flat.grads, *state, flat.segments,
-                                                                   flat.hyper, *extra)
+            threads = self.flat_threads or 512
+            self.flat_kernel[len(flat.members), threads](flat.params, flat.grads, *state, flat.segments, flat.hyper,
+                                                         *extra)
         else:
-            self.flat_kernel[cdiv(flat.numel, self.flat_threads), self.flat_threads](flat.params, flat.grads, *state,
-                                                                                     flat.numel, flat.hyper, *extra)
+            threads = self.flat_threads or 256
+            self.flat_kernel[cdiv(flat.numel, threads), threads](flat.params, flat.grads, *state, flat.numel,
+                                                                 flat.hyper, *extra)
 
     def sync_device_hyperparameters(self) -> None:
         """Copy changed group options (e.g. a scheduler's lr) to the flat groups' device arrays."""
