@@ -161,6 +161,14 @@ def test_line_counts(tmp_path):
     assert optimizers.line_counts(source) == {"loc_total": 10, "loc_code": 6, "loc_logic": 3}
 
 
+@pytest.mark.parametrize("name", ["sgd", "adamw", "lion", "muon", "sophia", "adafactor", "lamb"])
+def test_optimizer_files_stay_short(name):
+    """The zoo's promise (CPU rule, GPU kernel and class in about 60 lines of logic): a file that grows past 65 says
+    so here, before the benchmark table does."""
+    logic = optimizers.line_counts(REPO / "frost" / "optim" / f"{name}.py")["loc_logic"]
+    assert logic <= 65, f"frost/optim/{name}.py has {logic} logic lines"
+
+
 def test_plot_is_skipped_without_matplotlib(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert optimizers.write_plot(tmp_path / "a.png", {"optimizers": {}, "n_test": 96}) is False
