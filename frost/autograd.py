@@ -178,7 +178,7 @@ class Node:
         self.name = name
         # the parents' versions when the op read them: an in-place change after that (Tensor._values_change)
         # would feed backward values the op never saw
-        self.versions = tuple(p._version for p in parents)
+        self.versions = tuple(0 if (counter := p._version_counter) is None else counter[0] for p in parents)
 
     def __repr__(self) -> str:
         return f"<Node {self.name}>"

@@ -17,14 +17,18 @@ class Tensor:
 
     __slots__ = ("data", "grad", "requires_grad", "_ctx", "_retains_grad", "_is_param", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy scalars/arrays defer to Tensor's operators
-    _version = 0  # in-place changes so far (an instance attribute from the first one on)
+    # in-place changes so far, counted in a one-element list shared by a tensor and its views (those made by an op
+    # whose output array is a view of, or is, its input's memory, and detach()): a change through either is seen by a
+    # backward that saved the other, as PyTorch's version counter; None until the first change or view
+    _version_counter: list | None = None
 
     def __init__(self, data, requires_grad: bool = False) -> None:
         if isinstance(data, Tensor):
             data = data.data
         elif isinstance(data, np.generic):
             data = np.asarray(data)  # NumPy scalars (e.g. from a full reduction) become 0-d arrays
-        elif not hasattr(data, "__array_interface__") and not hasattr(data, "__cuda_array_interface__"):
+        elif not (hasattr(type(data), "__array_interface__") or hasattr(type(data), "__cuda_array_interface__")
+                  or hasattr(data, "__cuda_array_interface__")):  # on the type: the instance's builds a dict (1 us)
             data = np.asarray(data)
         self.data = data
         self.grad: Tensor | None = None
@@ -55,6 +59,11 @@ class Tensor:
     @property
     def ndim(self) -> int:
         return self.data.ndim
+
+    @property
+    def _version(self) -> int:
+        counter = self._version_counter
+        return 0 if counter is None else counter[0]
 
     @property
     def is_leaf(self) -> bool:
@@ -142,8 +151,8 @@ class Tensor:
         autograd.backward(self, gradient, retain_graph)
 
     def detach(self) -> "Tensor":
-        """The same data (shared, not copied), cut off from the tape."""
-        return Tensor(self.data)
+        """The same data (shared, not copied, with its version counter), cut off from the tape."""
+        return share_version(Tensor(self.data), (self,))
 
     def detach_(self) -> "Tensor":
         self._ctx, self.requires_grad = None, False
@@ -241,7 +250,9 @@ class Tensor:
         """Before an in-place change: count it (`_version`: a backward of an op that read the old values refuses to
         run) and forget what was known about the old values: a convolution's channel statistics of them, and that
         they were the zeros of a zero_grad() (frost.autograd.mark_grad_zero: backward() must add to new values)."""
-        self._version += 1
+        if self._version_counter is None:
+            self._version_counter = [0]
+        self._version_counter[0] += 1
         self.__dict__.pop("_channel_stats", None)
         self.__dict__.pop("_known_zero", None)
 
@@ -404,9 +415,9 @@ class Tensor:
             if dt.itemsize != self.dtype.itemsize:
                 raise RuntimeError(f"view: cannot view {self.dtype!r} (itemsize {self.dtype.itemsize}) as {dt!r} "
                                    f"(itemsize {dt.itemsize}); only same-size dtypes, tensor of shape {self.shape}")
-            return Tensor(self.data.view(dt.np))
-        return shape_ops.reshape(self, _shape_args(shape_))
-    def view_as(self, other): return shape_ops.reshape(self, other.shape)
+            return share_version(Tensor(self.data.view(dt.np)), (self,))
+        return shape_ops.view(self, _shape_args(shape_))
+    def view_as(self, other): return shape_ops.view(self, other.shape)
     def reshape_as(self, other): return shape_ops.reshape(self, other.shape)
     def permute(self, *dims): return shape_ops.permute(self, _shape_args(dims))
     def transpose(self, d0, d1): return shape_ops.transpose(self, d0, d1)
@@ -602,13 +613,29 @@ def from_op(out, parents: Sequence[Tensor], backward: Callable, name: str) -> Te
 
     Every differentiable op ends with this call: forward math, then its backward closure, side by side.
     """
-    t = Tensor(out)
+    t = share_version(Tensor(out), parents)
     if autograd.is_anomaly_enabled():
         autograd.check_forward(name, out, parents)
     if autograd.is_grad_enabled() and any(p.requires_grad for p in parents):
         t.requires_grad = True
         t._ctx = autograd.Node(tuple(parents), backward, name)
     return t
+
+
+def share_version(view: Tensor, sources: Sequence[Tensor]) -> Tensor:
+    """`view` with the version counter of the first source whose memory its array is, or views: NumPy's and CuPy's
+    views point to the array that owns their memory (`base`)."""
+    data = view.data
+    owner = getattr(data, "base", None)
+    if owner is None:
+        owner = data
+    for source in sources:
+        if source.data is owner or getattr(source.data, "base", None) is owner:
+            if source._version_counter is None:
+                source._version_counter = [0]
+            view._version_counter = source._version_counter
+            break
+    return view
 
 
 # ---------------------------------------------------------------- creation

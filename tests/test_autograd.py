@@ -173,6 +173,42 @@ def test_backward_refuses_inputs_changed_in_place_after_their_op_read_them():
     np.testing.assert_array_equal(a.grad.numpy(), [102.0, 3.0])
 
 
+@pytest.mark.parametrize("change", ["base after a view was used", "view after its base was used", "detached alias",
+                                    "view of a view", "reshaped view", "view as another dtype"])
+def test_views_share_their_base_version_as_in_pytorch(change):
+    """A change through a view is a change of its base and the other way round (one counter, as torch's)."""
+    w = frost.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x = frost.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    used, changed = {"base after a view was used": (x[0], x), "view after its base was used": (x, x[1]),
+                     "detached alias": (x, x.detach()), "view of a view": (x, x[1:][0, 1:]),
+                     "reshaped view": (x[1], x.reshape(6)), "view as another dtype": (x, x.view(frost.int32))}[change]
+    y = (w * used).sum()
+    changed.zero_() if changed.dtype == frost.float32 else changed.fill_(7)
+    with pytest.raises(RuntimeError, match="changed in place after 'mul' used it"):
+        y.backward()
+    torch_w, torch_x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True), torch.tensor([[1.0, 2.0, 3.0], [4., 5, 6]])
+    torch_used, torch_changed = {"base after a view was used": (torch_x[0], torch_x),
+                                 "view after its base was used": (torch_x, torch_x[1]),
+                                 "detached alias": (torch_x, torch_x.detach()),
+                                 "view of a view": (torch_x, torch_x[1:][0, 1:]),
+                                 "reshaped view": (torch_x[1], torch_x.reshape(6)),
+                                 "view as another dtype": (torch_x, torch_x.view(torch.int32))}[change]
+    torch_y = (torch_w * torch_used).sum()
+    torch_changed.zero_() if torch_changed.dtype == torch.float32 else torch_changed.fill_(7)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch_y.backward()
+
+
+def test_copies_and_unrelated_tensors_keep_their_own_version():
+    w = frost.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x = frost.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    y = (w * x[0]).sum()
+    for copy in (x[[0, 1]], x.clone(), x + 0, x.t().reshape(6), frost.tensor([1.0, 2.0, 3.0])):
+        copy.zero_()
+    y.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0, 3.0])
+
+
 def test_a_refused_in_place_op_changes_no_version():
     """An in-place op refused on a tensor that requires grad changed nothing: the backward must still run."""
     w = frost.tensor([2.0, 3.0], requires_grad=True)

@@ -1,6 +1,7 @@
 """Shape ops: reshape, permute, expand, indexing, cat/stack/split, pad; forward and backward together."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -23,6 +24,41 @@ def reshape(x: Tensor, shape: tuple) -> Tensor:
                            f"({x.numel()} elements)") from None
     src = x.shape
     return from_op(out, (x,), lambda g: (g.reshape(src),), "reshape")
+
+
+def view(x: Tensor, shape: tuple) -> Tensor:
+    """reshape that never copies: PyTorch's view, which refuses a shape that x's strides cannot give (NumPy's and
+    CuPy's reshape then copy: writes through the result would not reach x)."""
+    shape = tuple(shape)
+    known = math.prod(d for d in shape if d != -1)
+    if shape.count(-1) == 1 and known and x.numel() % known == 0:
+        shape = tuple(x.numel() // known if d == -1 else d for d in shape)
+    strides = tuple(s // x.data.itemsize for s in x.data.strides)
+    if math.prod(shape) == x.numel() and not _viewable(x.shape, strides, shape):
+        raise RuntimeError(f"view: a tensor of shape {x.shape} with strides {strides} cannot be viewed as shape "
+                           f"{shape} (a dimension of the view would span two separate blocks of its memory); use "
+                           f".reshape(...), which copies here, or .contiguous() first")
+    return reshape(x, shape)
+
+
+def _viewable(shape: tuple, strides: tuple, new_shape: tuple) -> bool:
+    """Whether memory laid out as (shape, strides) reads as new_shape (same size) without a copy: each chunk of dims
+    that lie contiguously one inside the next must split into whole dims of new_shape (PyTorch's computeStride)."""
+    if not shape or math.prod(shape) == 0:
+        return True
+    view_dim, view_numel, chunk_numel, chunk_stride = len(new_shape) - 1, 1, 1, strides[-1]
+    for dim in range(len(shape) - 1, -1, -1):
+        chunk_numel *= shape[dim]
+        if dim > 0 and (shape[dim - 1] == 1 or strides[dim - 1] == chunk_numel * chunk_stride):
+            continue  # dim - 1 extends the chunk
+        while view_dim >= 0 and (view_numel < chunk_numel or new_shape[view_dim] == 1):
+            view_numel *= new_shape[view_dim]
+            view_dim -= 1
+        if view_numel != chunk_numel:
+            return False
+        if dim > 0:
+            view_numel, chunk_numel, chunk_stride = 1, 1, strides[dim - 1]
+    return view_dim == -1
 
 
 def permute(x: Tensor, dims: tuple) -> Tensor:

@@ -341,3 +341,30 @@ def test_a_uint8_index_is_a_mask_as_torch_reads_it():
         warnings.simplefilter("ignore", UserWarning)  # torch repeats its deprecation in the backward
         to.sum().backward()
     np.testing.assert_array_equal(f.grad.numpy(), t.grad.numpy())
+
+
+def test_view_refuses_what_only_a_copy_can_give_as_pytorch():
+    """view never copies: where the strides cannot give the shape it raises (torch's rule), elsewhere it shares."""
+    rng = np.random.default_rng(0)
+    cases = [((2, 3), (1, 0), (6,)), ((2, 3), (1, 0), (3, 2)), ((4, 6), None, (2, 2, 6)), ((4, 6), None, (24,)),
+             ((2, 3, 4), (0, 2, 1), (2, 12)), ((2, 3, 4), (0, 2, 1), (8, 3)), ((2, 3, 4), (1, 0, 2), (3, 8)),
+             ((2, 3, 4), (1, 0, 2), (6, 4)), ((1, 3, 1, 4), (2, 1, 0, 3), (3, 4)), ((2, 1, 3), (2, 1, 0), (-1,))]
+    for shape, perm, new_shape in cases:
+        base = rng.standard_normal(shape).astype(np.float32)
+        ours, theirs = frost.tensor(base), torch.tensor(base)
+        if perm is not None:
+            ours, theirs = ours.permute(*perm), theirs.permute(*perm)
+        try:
+            expected = theirs.view(new_shape)
+        except RuntimeError:
+            with pytest.raises(RuntimeError, match=r"view: a tensor of shape .* cannot be viewed as shape"):
+                ours.view(*new_shape)
+            continue
+        got = ours.view(*new_shape)
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+        got.data[...] = 0  # a view: the write reaches the base
+        assert not ours.numpy().any(), (shape, perm, new_shape)
+    x = frost.tensor(np.zeros((3, 4), np.float32)).t()
+    assert x.view_as(frost.zeros(4, 3)).shape == (4, 3)
+    with pytest.raises(RuntimeError, match="use .reshape"):
+        x.view_as(frost.zeros(12))
