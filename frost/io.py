@@ -48,14 +48,16 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     _atomic_write(path, lambda f: (f.write(header), _write_tensors(f, tensors)))
 
 
-def _encode(value, where: list, tensors: dict[str, np.ndarray], seen: dict[int, str]):
+def _encode(value, where: list, tensors: dict[str, np.ndarray], seen: dict[tuple, str]):
     """JSON for `value`: literals stay literal; containers, tensors and non-finite floats become tagged objects."""
     if isinstance(value, Tensor):
-        if id(value) not in seen:  # a tensor reached twice (tied weights) is stored once and loaded once
-            seen[id(value)] = name = _tensor_name(where, tensors)
+        key = _memory_key(value)
+        if key not in seen:  # the same memory reached twice (tied weights) is stored once and loaded once
+            seen[key] = name = _tensor_name(where, tensors)
             host = backend.to_device(value.data, backend.CPU)
             tensors[name] = host if host.flags.c_contiguous else host.copy(order="C")
-        return {"tensor": seen[id(value)], "dtype": value.dtype.name}
+        node = {"tensor": seen[key], "dtype": value.dtype.name}
+        return {**node, "requires_grad": True} if value.requires_grad else node
     if isinstance(value, dict):
         return {"dict": [[_encode_key(k, where), _encode(v, where + [k], tensors, seen)] for k, v in value.items()]}
     if isinstance(value, (list, tuple)):
@@ -69,6 +71,14 @@ def _encode(value, where: list, tensors: dict[str, np.ndarray], seen: dict[int, 
         return value
     raise TypeError(f"frost.save: cannot save a {type(value).__name__} at {_where(where)}; a checkpoint holds "
                     f"tensors, dicts, lists, tuples, str, int, float, bool and None")
+
+
+def _memory_key(t: Tensor) -> tuple:
+    """What makes two tensors the same data: their first element's address, shape, strides and dtype (a
+    state_dict's detached entries of one tied weight are different Tensor objects over the same memory)."""
+    array = t.data
+    address = array.data.ptr if hasattr(array, "__cuda_array_interface__") else array.__array_interface__["data"][0]
+    return str(t.device), address, array.shape, array.strides, array.dtype.str
 
 
 def _encode_key(key, where: list):
@@ -242,7 +252,7 @@ def _decode(node, tensors: dict[str, Tensor], path: str):
             t = tensors[body]
             if t.dtype.name != node["dtype"]:
                 raise ValueError(f"tensor {body!r} is {t.dtype.name} in the data but {node['dtype']} in the metadata")
-            return t
+            return t.requires_grad_(True) if node.get("requires_grad") is True else t
         if tag == "float":
             return float(body)
         if tag == "list":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import Callable, Sequence
 
 import numpy as np
@@ -256,7 +257,11 @@ class Tensor:
         self.__dict__.pop("_channel_stats", None)
         self.__dict__.pop("_known_zero", None)
 
-    def _inplace_check(self, what: str) -> None:
+    def _inplace_check(self, what: str, *operands) -> None:
+        if autograd.is_grad_enabled() and any(isinstance(o, Tensor) and o.requires_grad for o in operands):
+            raise RuntimeError(f"{what}: an operand requires grad, and frost records no in-place op on the tape (its "
+                               f"gradient would be lost); write the out-of-place op (x = x + y) or change x under "
+                               f"`with frost.no_grad():`")
         if self.requires_grad and autograd.is_grad_enabled():
             if self._ctx is None:
                 raise RuntimeError(f"{what}: a leaf tensor that requires grad is used in an in-place operation; "
@@ -266,8 +271,23 @@ class Tensor:
                                f"out-of-place op instead")
         self._values_change()  # only once the change will happen: a refused one leaves the values (and version)
 
+    def _assign_result(self, what: str, op: Callable, *operands) -> "Tensor":
+        """self = op(self, *operands) in place: the op's result (PyTorch's type promotion) must cast back to self's
+        dtype within its kind (an int tensor takes no float result, as in PyTorch)."""
+        with autograd.no_grad():
+            result = op(self.detach(), *operands)
+        if result.dtype != self.dtype and not np.can_cast(result.dtype.np, self.dtype.np, "same_kind"):
+            raise RuntimeError(f"{what}: the result type {result.dtype} can't be cast to the tensor's type "
+                               f"{self.dtype} (shape {self.shape}) in place; use the out-of-place op")
+        if result.shape != self.shape and np.broadcast_shapes(result.shape, self.shape) != self.shape:
+            raise RuntimeError(f"{what}: the result's shape {result.shape} does not fit the tensor's {self.shape} "
+                               f"(in place, only the other operand broadcasts)")
+        self._inplace_check(what, *operands)
+        self.data[...] = result.data
+        return self
+
     def copy_(self, src) -> "Tensor":
-        self._inplace_check("copy_")
+        self._inplace_check("copy_", src)
         src = src.data if isinstance(src, Tensor) else src
         if backend.device_of(src) != self.device if hasattr(src, "shape") else False:
             src = backend.to_device(src, self.device)
@@ -280,33 +300,27 @@ class Tensor:
         return self
 
     def fill_(self, value) -> "Tensor":
-        self._inplace_check("fill_")
-        self.data[...] = value
+        if isinstance(value, Tensor) and value.ndim:
+            raise RuntimeError(f"fill_: the value must be a number or a 0-d tensor, got a tensor of shape "
+                               f"{value.shape} (copy_ takes a tensor)")
+        self._inplace_check("fill_", value)
+        self.data[...] = value.data if isinstance(value, Tensor) else value
         return self
+
+    def add_(self, other, alpha=1) -> "Tensor":
+        return self._assign_result("add_", lambda x, o: elementwise.add(x, o if alpha == 1 else o * alpha), other)
+
+    def sub_(self, other, alpha=1) -> "Tensor":
+        return self._assign_result("sub_", lambda x, o: elementwise.sub(x, o if alpha == 1 else o * alpha), other)
 
     def mul_(self, other) -> "Tensor":
-        self._inplace_check("mul_")
-        self.data *= other.data if isinstance(other, Tensor) else other
-        return self
-
-    def add_(self, other, alpha: float = 1.0) -> "Tensor":
-        self._inplace_check("add_")
-        o = other.data if isinstance(other, Tensor) else other
-        self.data += o if alpha == 1.0 else alpha * o
-        return self
-
-    def sub_(self, other) -> "Tensor":
-        return self.add_(other, alpha=-1.0)
+        return self._assign_result("mul_", elementwise.mul, other)
 
     def div_(self, other) -> "Tensor":
-        self._inplace_check("div_")
-        self.data /= other.data if isinstance(other, Tensor) else other
-        return self
+        return self._assign_result("div_", elementwise.div, other)
 
     def clamp_(self, min=None, max=None) -> "Tensor":
-        self._inplace_check("clamp_")
-        self.xp.clip(self.data, min, max, out=self.data)
-        return self
+        return self._assign_result("clamp_", lambda x, lo, hi: elementwise.clamp(x, lo, hi), min, max)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0) -> "Tensor":
         self._inplace_check("uniform_")
@@ -344,27 +358,34 @@ class Tensor:
     def __le__(self, o): return elementwise.le(self, o)
     def __gt__(self, o): return elementwise.gt(self, o)
     def __ge__(self, o): return elementwise.ge(self, o)
-    def __invert__(self): return elementwise.logical_not(self)
-    def __and__(self, o): return elementwise.logical_and(self, o)
-    def __or__(self, o): return elementwise.logical_or(self, o)
+    def __invert__(self): return elementwise.bitwise_not(self)
+    def __and__(self, o): return elementwise.bitwise_and(self, o)
+    def __rand__(self, o): return elementwise.bitwise_and(o, self)
+    def __or__(self, o): return elementwise.bitwise_or(self, o)
+    def __ror__(self, o): return elementwise.bitwise_or(o, self)
+    def __xor__(self, o): return elementwise.bitwise_xor(self, o)
+    def __rxor__(self, o): return elementwise.bitwise_xor(o, self)
 
     def _inplace_records(self, o) -> bool:
-        """True when `self op= o` must be recorded on the tape, so it is done out of place (rebinding the name)."""
+        """True when `self op= o` must be recorded on the tape: Frost records no in-place op, so it is done out of
+        place, rebinding the name (other references to the old tensor keep the old values; PyTorch's change them)."""
         if not autograd.is_grad_enabled():
             return False
         return (self.requires_grad and self._ctx is not None) or (isinstance(o, Tensor) and o.requires_grad)
 
-    def __iadd__(self, o):
-        return elementwise.add(self, o) if self._inplace_records(o) else self.add_(o)
+    def _augmented(self, what: str, op: Callable, o) -> "Tensor":
+        return op(self, o) if self._inplace_records(o) else self._assign_result(what, op, o)
 
-    def __isub__(self, o):
-        return elementwise.sub(self, o) if self._inplace_records(o) else self.sub_(o)
-
-    def __imul__(self, o):
-        return elementwise.mul(self, o) if self._inplace_records(o) else self.mul_(o)
-
-    def __itruediv__(self, o):
-        return elementwise.div(self, o) if self._inplace_records(o) else self.div_(o)
+    def __iadd__(self, o): return self._augmented("+=", elementwise.add, o)
+    def __isub__(self, o): return self._augmented("-=", elementwise.sub, o)
+    def __imul__(self, o): return self._augmented("*=", elementwise.mul, o)
+    def __itruediv__(self, o): return self._augmented("/=", elementwise.div, o)
+    def __ifloordiv__(self, o): return self._augmented("//=", elementwise.floor_divide, o)
+    def __imod__(self, o): return self._augmented("%=", elementwise.remainder, o)
+    def __ipow__(self, o): return self._augmented("**=", elementwise.pow, o)
+    def __iand__(self, o): return self._augmented("&=", elementwise.bitwise_and, o)
+    def __ior__(self, o): return self._augmented("|=", elementwise.bitwise_or, o)
+    def __ixor__(self, o): return self._augmented("^=", elementwise.bitwise_xor, o)
 
     # ------------------------------------------------------------ methods that forward to ops
     def exp(self): return elementwise.exp(self)
@@ -421,7 +442,12 @@ class Tensor:
     def reshape_as(self, other): return shape_ops.reshape(self, other.shape)
     def permute(self, *dims): return shape_ops.permute(self, _shape_args(dims))
     def transpose(self, d0, d1): return shape_ops.transpose(self, d0, d1)
-    def t(self): return shape_ops.transpose(self, 0, 1) if self.ndim == 2 else self
+    def t(self):
+        if self.ndim > 2:
+            raise RuntimeError(f"t: expects a tensor with at most 2 dimensions, got shape {self.shape}; use "
+                               f".transpose(d0, d1) or .mT")
+        return shape_ops.transpose(self, 0, 1) if self.ndim == 2 else self
+
     def flatten(self, start_dim=0, end_dim=-1): return shape_ops.flatten(self, start_dim, end_dim)
     def squeeze(self, dim=None): return shape_ops.squeeze(self, dim)
     def unsqueeze(self, dim): return shape_ops.unsqueeze(self, dim)
@@ -603,9 +629,11 @@ builtins_max = max  # `max` stays the builtin here; named so a reader sees it is
 
 
 def _shape_args(args) -> tuple:
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        return tuple(args[0])
-    return tuple(int(a) for a in args)
+    sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+    try:
+        return tuple(operator.index(a) for a in sizes)
+    except TypeError:
+        raise TypeError(f"sizes must be integers, got {tuple(sizes)}") from None
 
 
 def from_op(out, parents: Sequence[Tensor], backward: Callable, name: str) -> Tensor:
@@ -656,7 +684,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
         arr = data.copy()
         src_dev = backend.device_of(arr)
     else:
-        arr = _list_to_array(data)
+        arr = _list_to_array(data, default_types=dtype is None)
         src_dev = backend.CPU
     dev = Device(device) if device is not None else src_dev
     if dtype is not None:
@@ -665,12 +693,21 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     return Tensor(arr, requires_grad=requires_grad)
 
 
-def _list_to_array(data) -> np.ndarray:
+def _list_to_array(data, default_types: bool = True) -> np.ndarray:
+    """data as a NumPy array. Python floats give float32 and ints int64 (PyTorch's defaults) when default_types,
+    unless a leaf is a NumPy scalar or array or a tensor, whose dtype is kept, as in PyTorch; without default_types
+    the values are read at full precision (the caller casts to its dtype)."""
     def contains_tensor(x):
         if isinstance(x, Tensor):
             return True
         return isinstance(x, (list, tuple)) and any(contains_tensor(y) for y in x)
 
+    def typed_leaf(x):
+        if isinstance(x, (list, tuple)):
+            return any(typed_leaf(y) for y in x)
+        return isinstance(x, (Tensor, np.ndarray, np.generic))
+
+    default_types = default_types and not typed_leaf(data)
     if contains_tensor(data):
         def unwrap(x):
             if isinstance(x, Tensor):
@@ -683,7 +720,7 @@ def _list_to_array(data) -> np.ndarray:
         arr = np.array(data)
     except ValueError as e:
         raise ValueError(f"tensor(): nested sequences must be rectangular (same length at each level): {e}") from None
-    if isinstance(data, (np.ndarray, np.generic)):
+    if not default_types:
         pass  # NumPy data keeps its dtype, as in PyTorch
     elif arr.dtype == np.float64:
         arr = arr.astype(default_float.np)  # Python floats become float32, as in PyTorch
@@ -757,6 +794,13 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
         start, end = 0, start
     is_float = any(isinstance(v, float) for v in (start, end, step))
     dev, dt = _resolve(device, dtype, default_float if is_float else to_dtype("int64"))
+    if not dt.is_floating_point:  # an integer range steps in integers, as PyTorch's (1.5 steps by 1)
+        start, end, step = int(start), int(end), int(step)
+    if step == 0:
+        raise RuntimeError(f"arange: step must be nonzero (start {start}, end {end})")
+    if (end - start) * step < 0:
+        raise RuntimeError(f"arange: the step {step} cannot go from start {start} to end {end}: its sign must be "
+                           f"that of end - start")
     xp = backend.xp_for(dev)
     return Tensor(backend.to_device(np.arange(start, end, step).astype(dt.np), dev)) if xp is np else \
         Tensor(xp.arange(start, end, step, dtype=dt.np))
@@ -800,14 +844,23 @@ def _random_uniform(shape, low, high, device: Device, dtype=np.float32):
     return _generator(device).random(shape, dtype=dtype) * (high - low) + low
 
 
+def _floating(name: str, dt: DType) -> DType:
+    if not dt.is_floating_point:
+        raise TypeError(f"{name}: draws floating-point numbers, so the dtype must be a floating one, got {dt}; use "
+                        f"randint for integers")
+    return dt
+
+
 def randn(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     dev, dt = _resolve(device, dtype, default_float)
+    dt = _floating("randn", dt)
     out = _random_normal(_shape_args(shape), dev, _draw_dtype(dt))
     return Tensor(out.astype(dt.np, copy=False), requires_grad=requires_grad)
 
 
 def rand(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     dev, dt = _resolve(device, dtype, default_float)
+    dt = _floating("rand", dt)
     out = _random_uniform(_shape_args(shape), 0.0, 1.0, dev, _draw_dtype(dt))
     return Tensor(out.astype(dt.np, copy=False), requires_grad=requires_grad)
 

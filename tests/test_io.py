@@ -379,3 +379,17 @@ def test_training_resumes_bit_identically_from_a_checkpoint(tmp_path):
     for (name, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
         assert a.numpy().tobytes() == b.numpy().tobytes(), name
     assert sched2.get_last_lr() == sched.get_last_lr()
+
+
+def test_load_keeps_requires_grad_and_tied_weights_share_one_tensor(tmp_path):
+    """torch.load's behaviour: a saved parameter still requires grad, and one tied weight, reached through two
+    state_dict entries (different detached Tensor objects over the same memory), is stored once and loads as one."""
+    w = frost.ones(2, requires_grad=True)
+    frost.save({"params": [w]}, tmp_path / "raw.frost")
+    assert frost.load(tmp_path / "raw.frost")["params"][0].requires_grad
+    emb, lin = frost.nn.Embedding(5, 3), frost.nn.Linear(3, 5, bias=False)
+    lin.weight = emb.weight
+    frost.save({"emb": emb.state_dict()["weight"], "lin": lin.state_dict()["weight"]}, tmp_path / "tied.frost")
+    loaded = frost.load(tmp_path / "tied.frost")
+    assert loaded["emb"] is loaded["lin"] and not loaded["emb"].requires_grad
+    assert len(safetensors.numpy.load_file(tmp_path / "tied.frost")) == 1

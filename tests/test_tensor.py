@@ -290,3 +290,77 @@ def test_a_number_on_the_left_of_floor_division_and_remainder():
     for number in (10, -4.5):
         np.testing.assert_array_equal((number // x).numpy(), (number // t).numpy())
         np.testing.assert_array_equal((number % x).numpy(), (number % t).numpy())
+
+
+def test_in_place_arithmetic_keeps_the_tensor_and_pytorchs_types():
+    """x op= y changes x itself (aliases and view bases see it), casting back only within x's kind, as torch."""
+    for code in ["x -= 1", "x.sub_(m.tensor([1, 1]))", "x //= 2", "x %= 4", "x **= 2", "x &= 3", "x |= 8", "x ^= 1",
+                 "x.add_(m.tensor([1, 2]), alpha=3)", "x.mul_(2)", "x += m.tensor([[1, 2]])[0]", "x.clamp_(6, 7)"]:
+        results = []
+        for m in (frost, torch):
+            base = m.tensor([[5, 6]])
+            x = base[0]
+            exec(code, {"m": m, "x": x})
+            results.append((base.tolist(), str(x.dtype).split(".")[-1]))
+        assert results[0] == results[1], code
+    u = frost.tensor([250], dtype="uint8")
+    u -= 255
+    assert u.tolist() == torch.tensor([250], dtype=torch.uint8).sub_(255).tolist()
+    for code in ["x /= 2", "x += 0.5", "x.mul_(1.5)"]:
+        with pytest.raises(RuntimeError, match="can't be cast to the tensor's type frost.int64"):
+            exec(code, {"x": frost.tensor([5, 6])})
+    with pytest.raises(RuntimeError, match=r"the result's shape \(2, 2\) does not fit the tensor's \(2,\)"):
+        frost.ones(2).add_(frost.ones(2, 2))
+
+
+def test_in_place_ops_refuse_an_operand_that_requires_grad():
+    """The change would not be recorded, so the operand's gradient would be lost silently."""
+    w = frost.tensor([1.0, 2.0], requires_grad=True)
+    for op in (lambda a: a.add_(w), lambda a: a.mul_(w), lambda a: a.copy_(w * 2), lambda a: a.clamp_(min=w),
+               lambda a: a.fill_(w.sum())):
+        a = frost.zeros(2)
+        with pytest.raises(RuntimeError, match="an operand requires grad"):
+            op(a)
+        assert a.tolist() == [0.0, 0.0]
+    a = frost.zeros(2)
+    a += w  # the operator form is done out of place and recorded
+    a.sum().backward()
+    assert w.grad.tolist() == [1.0, 1.0]
+    with frost.no_grad():
+        frost.zeros(2).add_(w)
+
+
+def test_t_refuses_more_than_two_dims_and_fill_a_non_scalar():
+    with pytest.raises(RuntimeError, match=r"t: expects a tensor with at most 2 dimensions, got shape \(2, 3, 4\)"):
+        frost.zeros(2, 3, 4).t()
+    assert frost.zeros(3).t().shape == (3,)
+    with pytest.raises(RuntimeError, match="fill_: the value must be a number or a 0-d tensor"):
+        frost.ones(2).fill_(frost.tensor([3.0, 4.0]))
+    assert frost.ones(2).fill_(frost.tensor(3.0)).tolist() == [3.0, 3.0]
+
+
+def test_tensor_keeps_precision_and_the_dtypes_of_numpy_scalars_and_tensors_as_pytorch():
+    for make in [lambda m: m.tensor([0.1, 1 / 3], dtype=m.float64), lambda m: m.tensor(0.1, dtype=m.float64),
+                 lambda m: m.ones(2, dtype=m.float64).new_tensor([0.1]), lambda m: m.tensor([np.float64(0.1)]),
+                 lambda m: m.tensor([np.int32(1)]), lambda m: m.tensor([1, 2.5]), lambda m: m.tensor([[1, 2]]),
+                 lambda m: m.tensor([m.tensor(0.1, dtype=m.float64), m.tensor(1 / 3, dtype=m.float64)])]:
+        ours, theirs = make(frost), make(torch)
+        assert ours.tolist() == theirs.tolist() and ours.dtype.name == str(theirs.dtype).split(".")[-1]
+
+
+def test_arange_checks_its_step_and_steps_in_integers_for_integer_types():
+    assert frost.arange(0, 5, 1.5, dtype="int64").tolist() == torch.arange(0, 5, 1.5, dtype=torch.int64).tolist()
+    assert frost.arange(5, 0, -2).tolist() == torch.arange(5, 0, -2).tolist()
+    with pytest.raises(RuntimeError, match="arange: the step -1 cannot go from start 0 to end 5"):
+        frost.arange(0, 5, -1)
+    with pytest.raises(RuntimeError, match="arange: step must be nonzero"):
+        frost.arange(0, 5, 0)
+
+
+def test_sizes_must_be_integers_and_random_floats_floating():
+    with pytest.raises(TypeError, match=r"sizes must be integers, got \(2.0,\)"):
+        frost.zeros(2.0)
+    assert frost.zeros(np.int64(2), 3).shape == (2, 3)
+    for draw in (frost.randn, frost.rand):
+        with pytest.raises(TypeError, match="the dtype must be a floating one"):
+            draw(4, dtype="int64")

@@ -48,9 +48,19 @@ def _operands(a, b, name: str):
         dt = scalar_result(ta.dtype, b)
     else:
         dt = scalar_result(tb.dtype, a)
-    xa = _cast(ta.data, dt) if ta is not None else a
-    xb = _cast(tb.data, dt) if tb is not None else b
+    xa = _cast(ta.data, dt) if ta is not None else _wrapped(a, dt)
+    xb = _cast(tb.data, dt) if tb is not None else _wrapped(b, dt)
     return ta, tb, xa, xb, dt
+
+
+def _wrapped(scalar, dt: DType):
+    """A Python int outside an integer tensor's range wraps into it, as in PyTorch (uint8 + -2 adds 254); NumPy
+    would raise OverflowError instead."""
+    if type(scalar) is int and dt.np.kind in "iu":
+        info = np.iinfo(dt.np)
+        if not info.min <= scalar <= info.max:
+            return np.array(scalar % 2 ** 64, dtype=np.uint64).astype(dt.np)[()]
+    return scalar
 
 
 def _cast(array, dt: DType):
@@ -145,12 +155,25 @@ def neg(x: Tensor) -> Tensor:
 
 
 def floor_divide(a, b) -> Tensor:
-    return _binary("floor_divide", a, b, lambda x, y: x // y, lambda g, x, y, o: (None, None))
+    return _binary("floor_divide", a, b, _integer_safe("floor_divide", lambda x, y: x // y),
+                   lambda g, x, y, o: (None, None))
 
 
 def remainder(a, b) -> Tensor:
     # a % b = a - floor(a / b) * b
-    return _binary("remainder", a, b, lambda x, y: x % y, lambda g, x, y, o: (g, -g * ((x - o) / y)))
+    return _binary("remainder", a, b, _integer_safe("remainder", lambda x, y: x % y),
+                   lambda g, x, y, o: (g, -g * ((x - o) / y)))
+
+
+def _integer_safe(name: str, forward):
+    """forward, refusing an integer division by zero on the CPU as PyTorch does (NumPy answers 0 with a warning; on
+    the GPU the check would cost a synchronisation, so it is not made there)."""
+    def checked(x, y):
+        arrays = [v for v in (x, y) if isinstance(v, np.ndarray)]
+        if arrays and arrays[0].dtype.kind in "iub" and not np.all(y):
+            raise ZeroDivisionError(f"{name}: integer division by zero")
+        return forward(x, y)
+    return checked
 
 
 def _split_ties(g, x, y, wins):
@@ -198,6 +221,26 @@ def ge(a, b) -> Tensor: return _compare("ge", a, b, lambda x, y: x >= y)
 
 def logical_not(x: Tensor) -> Tensor:
     return Tensor(x.xp.logical_not(x.data))
+
+
+def _bitwise(name: str, a, b, fn) -> Tensor:
+    """A bitwise op of bool or integer operands (on bools it is the logical one), in the promoted dtype."""
+    ta, tb, xa, xb, dt = _operands(a, b, name)
+    if dt.is_floating_point:
+        raise TypeError(f"{name}: defined for bool and integer tensors only, got {_describe(a)} and {_describe(b)}")
+    out = fn(xa, xb)
+    return Tensor(out if out.dtype == dt.np else out.astype(dt.np))
+
+
+def bitwise_and(a, b) -> Tensor: return _bitwise("bitwise_and", a, b, lambda x, y: _xp(x, y).bitwise_and(x, y))
+def bitwise_or(a, b) -> Tensor: return _bitwise("bitwise_or", a, b, lambda x, y: _xp(x, y).bitwise_or(x, y))
+def bitwise_xor(a, b) -> Tensor: return _bitwise("bitwise_xor", a, b, lambda x, y: _xp(x, y).bitwise_xor(x, y))
+
+
+def bitwise_not(x: Tensor) -> Tensor:
+    if x.dtype.is_floating_point:
+        raise TypeError(f"bitwise_not: defined for bool and integer tensors only, got {_describe(x)}")
+    return Tensor(x.xp.invert(x.data))
 
 
 def logical_and(a, b) -> Tensor: return _compare("logical_and", a, b, lambda x, y: _xp(x, y).logical_and(x, y))
@@ -268,7 +311,7 @@ def sign(x: Tensor) -> Tensor:
 def relu(x: Tensor) -> Tensor:
     xa = x.data
     # maximum, not xa * (xa > 0), which would turn negatives into -0.0
-    return from_op(x.xp.maximum(xa, 0).astype(xa.dtype, copy=False), (x,), lambda g: (g * (xa > 0),), "relu")
+    return from_op(x.xp.maximum(xa, 0).astype(xa.dtype, copy=False), (x,), lambda g: (g * ~(xa <= 0),), "relu")
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
@@ -360,11 +403,11 @@ def clamp(x: Tensor, min=None, max=None) -> Tensor:
         raise ValueError("clamp: at least one of min and max must be given")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
         # PyTorch's rule: x gets the gradient where min <= x <= max (ties included), a bound where it is used
-        out = x
+        out = x  # a NaN in x stays NaN (no comparison with it holds), as in PyTorch
         if min is not None:
-            out = where(out >= min, out, min)
+            out = where(out < min, min, out)
         if max is not None:
-            out = where(out <= max, out, max)
+            out = where(out > max, max, out)
         return out
     if not x.dtype.is_floating_point and any(isinstance(v, float) for v in (min, max)):
         x = cast(x, default_float)  # int tensor, float bound: the result is float, as in PyTorch
@@ -380,11 +423,15 @@ def clamp(x: Tensor, min=None, max=None) -> Tensor:
 
 def where(condition, a, b) -> Tensor:
     """Elementwise choice: a where condition is true, else b (all three broadcast)."""
-    cond = condition.data if isinstance(condition, Tensor) else condition
+    if not isinstance(condition, Tensor) or condition.dtype != "bool":
+        raise TypeError(f"where: the condition must be a bool tensor, got {_describe(condition)} (compare, e.g. "
+                        f"x > 0, or cast with .bool())")
+    cond = condition.data
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):  # two numbers: a 0-d tensor of the first's kind
+        kind = default_float if isinstance(a, float) else scalar_result(to_dtype("bool"), a)
+        a = Tensor(condition.xp.asarray(a, dtype=kind.np))
     ta, tb, xa, xb, dt = _operands(a, b, "where")
     some = ta if ta is not None else tb
-    if some is None:
-        raise TypeError("where: at least one of the two value operands must be a tensor")
     dev = some.device
     if isinstance(condition, Tensor) and dev is not None and condition.device != dev:
         raise RuntimeError(f"where: condition is on {condition.device} but values are on {dev}")
@@ -478,7 +525,7 @@ def erf(x: Tensor) -> Tensor:
 def _rounding(name: str, x: Tensor, fn) -> Tensor:
     # piecewise constant: the gradient is zero almost everywhere, as in PyTorch
     if not x.dtype.is_floating_point:
-        return x
+        return Tensor(x.data.copy())  # a new tensor, as PyTorch's: changing it leaves x
     return from_op(fn(x.data), (x,), lambda g: (g * 0,), name)
 
 

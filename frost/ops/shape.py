@@ -152,7 +152,8 @@ def repeat(x: Tensor, sizes: tuple) -> Tensor:
 
 def flip(x: Tensor, dims) -> Tensor:
     axes = normalize_dims(dims, x.ndim, "flip")
-    return from_op(x.xp.flip(x.data, axes), (x,), lambda g: (x.xp.flip(g, axes),), "flip")
+    # a copy, as PyTorch's flip (NumPy's is a view: writes through it would reach x)
+    return from_op(x.xp.flip(x.data, axes).copy(), (x,), lambda g: (x.xp.flip(g, axes),), "flip")
 
 
 # ------------------------------------------------------------------ indexing
@@ -168,7 +169,8 @@ def raw_index(index):
             return index.data != 0
         return index.data
     if isinstance(index, list):
-        return np.asarray(index)
+        array = np.asarray(index)
+        return array.astype(np.int64) if array.size == 0 else array  # [] selects nothing (NumPy reads it as float)
     return index
 
 
@@ -306,11 +308,13 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple:
     return split(x, -(-n // chunks), dim)
 
 
-def pad(x: Tensor, padding, value: float = 0.0, mode: str = "constant") -> Tensor:
+def pad(x: Tensor, padding, mode: str = "constant", value: float | None = None) -> Tensor:
     """Padding in PyTorch's order: (left, right) of the last dim, then of the one before, ...
 
-    mode is 'constant' (with `value`), 'reflect', 'replicate' or 'circular'.
+    mode is 'constant' (with `value`, None meaning 0), 'reflect', 'replicate' or 'circular'; the arguments come in
+    torch.nn.functional.pad's order.
     """
+    value = 0.0 if value is None else value
     padding = tuple(int(p) for p in padding)
     if len(padding) % 2 or len(padding) // 2 > x.ndim:
         raise ValueError(f"pad: padding {padding} must have an even length at most 2*{x.ndim} "

@@ -518,3 +518,67 @@ def test_masked_fill_with_a_broadcast_tensor_value_sums_its_gradient_per_element
     (x.masked_fill(frost.tensor(mask), value) * frost.tensor(up)).sum().backward()
     np.testing.assert_allclose(value.grad.numpy(), (up * mask).sum(axis=0), rtol=1e-12)
     np.testing.assert_allclose(x.grad.numpy(), up * ~mask, rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["and", "or", "xor", "invert"])
+@pytest.mark.parametrize("dtype", ["bool", "int64", "uint8", "int8"])
+def test_bitwise_operators_as_pytorch(op, dtype):
+    """& | ^ ~ are bitwise on integers (logical on bools), with scalars on either side, as torch's."""
+    a = np.array([6, 5, 0, 3], dtype=dtype) if dtype != "bool" else np.array([True, False, True, False])
+    b = np.array([3, 3, 1, 7], dtype=dtype) if dtype != "bool" else np.array([True, True, False, False])
+    cases = {"and": [lambda x, y: x & y, lambda x, y: x & 1, lambda x, y: 1 & x],
+             "or": [lambda x, y: x | y, lambda x, y: x | 2, lambda x, y: 2 | x],
+             "xor": [lambda x, y: x ^ y, lambda x, y: x ^ 1, lambda x, y: 1 ^ x],
+             "invert": [lambda x, y: ~x]}[op]
+    for f in cases:
+        ours, theirs = f(frost.tensor(a), frost.tensor(b)), f(torch.tensor(a), torch.tensor(b))
+        assert ours.tolist() == theirs.tolist() and ours.dtype.name == str(theirs.dtype).split(".")[-1]
+    with pytest.raises(TypeError, match="bitwise_and: defined for bool and integer tensors only"):
+        frost.ones(2) & frost.ones(2)
+
+
+def test_out_of_range_int_scalars_wrap_into_small_integer_types_as_pytorch():
+    for dtype, values, f in [("uint8", [1, 200], lambda x: x + (-2)), ("uint8", [1, 200], lambda x: x + 300),
+                             ("int8", [1, -1], lambda x: x * 1000), ("uint8", [1, 200], lambda x: x * -1)]:
+        ours, theirs = f(frost.tensor(values, dtype=dtype)), f(torch.tensor(values, dtype=getattr(torch, dtype)))
+        assert ours.tolist() == theirs.tolist() and ours.dtype == dtype
+
+
+def test_integer_division_by_zero_raises_on_the_cpu_as_pytorch():
+    for f in (lambda x: x // 0, lambda x: x % 0, lambda x: x // frost.tensor([0, 1]), lambda x: 7 % x):
+        with pytest.raises(ZeroDivisionError, match="integer division by zero"):
+            f(frost.tensor([0, -3]))
+    assert (frost.tensor([5.0]) // 0).tolist() == (torch.tensor([5.0]) // 0).tolist()  # floats: inf, as torch
+
+
+def test_clamp_with_tensor_bounds_keeps_nan_as_pytorch():
+    x = [float("nan"), -2.0, 0.5, 3.0]
+    for kwargs in (dict(min=[0.0] * 4), dict(max=[1.0] * 4), dict(min=[0.0] * 4, max=[1.0] * 4)):
+        ours = frost.clamp(frost.tensor(x), **{k: frost.tensor(v) for k, v in kwargs.items()})
+        theirs = torch.clamp(torch.tensor(x), **{k: torch.tensor(v) for k, v in kwargs.items()})
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_where_wants_a_bool_condition_and_takes_two_numbers():
+    cond = [True, False, True]
+    for a, b in [(1.0, 0.0), (1, 0), (2, 0.5), (True, False)]:
+        ours, theirs = frost.where(frost.tensor(cond), a, b), torch.where(torch.tensor(cond), a, b)
+        assert ours.tolist() == theirs.tolist() and ours.dtype.name == str(theirs.dtype).split(".")[-1]
+    for bad in (frost.tensor([1.0, 0.0]), frost.tensor([1, 0])):
+        with pytest.raises(TypeError, match="where: the condition must be a bool tensor"):
+            frost.where(bad, frost.ones(2), frost.zeros(2))
+
+
+def test_rounding_an_integer_tensor_gives_a_new_tensor():
+    i = frost.tensor([1, 2])
+    for r in (i.floor(), i.ceil(), i.round()):
+        r.add_(10)
+    assert i.tolist() == [1, 2]
+
+
+def test_relu_passes_the_gradient_at_nan_as_pytorch():
+    x = frost.tensor([float("nan"), -1.0, 2.0], requires_grad=True)
+    t = torch.tensor([float("nan"), -1.0, 2.0], requires_grad=True)
+    frost.relu(x).sum().backward()
+    torch.relu(t).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())

@@ -368,3 +368,26 @@ def test_view_refuses_what_only_a_copy_can_give_as_pytorch():
     assert x.view_as(frost.zeros(4, 3)).shape == (4, 3)
     with pytest.raises(RuntimeError, match="use .reshape"):
         x.view_as(frost.zeros(12))
+
+
+def test_pad_takes_torchs_argument_order():
+    a = RNG.standard_normal((1, 2, 4))
+    for args, kwargs in [(((1, 2), "reflect"), {}), (((1, 1), "constant", 3.0), {}),
+                         (((2, 0),), dict(mode="constant", value=None))]:
+        _check(lambda x: frost.pad(x, *args, **kwargs), lambda x: torch.nn.functional.pad(x, *args, **kwargs), a)
+
+
+def test_flip_is_a_copy_as_in_pytorch():
+    x = frost.tensor([0.0, 1.0, 2.0])
+    y = x.flip(0)
+    y[0] = 9.0
+    x.fill_(5.0)
+    assert x.tolist() == [5.0, 5.0, 5.0] and y.tolist() == [9.0, 1.0, 0.0]
+
+
+def test_an_empty_list_index_selects_nothing():
+    a = np.arange(12).reshape(3, 4)
+    x, t = frost.tensor(a), torch.tensor(a)
+    assert x[[]].shape == tuple(t[[]].shape) == (0, 4) and x[[]].dtype == frost.int64
+    x[[]] = 0
+    assert x.tolist() == a.tolist()
