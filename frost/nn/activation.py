@@ -2,22 +2,38 @@
 from __future__ import annotations
 
 import warnings
+from typing import Callable
 
+from frost.autograd import is_grad_enabled
 from frost.nn.module import Module
 from frost.ops import elementwise
 from frost.ops.reduce import log_softmax, softmax
 from frost.tensor import Tensor
 
 
+def apply_inplace(op: Callable[[Tensor], Tensor], x: Tensor, inplace: bool) -> Tensor:
+    """op(x); with inplace=True written into x and x returned, as PyTorch's inplace layers, when x needs no gradient
+    (inference, frost.no_grad()). The write goes through copy_, which bumps x's version (a backward that saved x's
+    old values then refuses to run, as PyTorch's) and drops what was cached about x's values.
+
+    When x needs a gradient (grad mode on and x.requires_grad) the result is a new tensor and x keeps its values:
+    frost records no in-place op on the tape, and the out-of-place result has the right gradient. (PyTorch would
+    overwrite a non-leaf x and rebase its history, and refuses a leaf.)"""
+    result = op(x)
+    if not inplace or result is x or (is_grad_enabled() and x.requires_grad):
+        return result
+    return x.copy_(result)
+
+
 class ReLU(Module):
-    """max(x, 0). `inplace` is accepted for PyTorch compatibility; frost always returns a new tensor."""
+    """max(x, 0). inplace=True overwrites and returns x unless x needs a gradient (see apply_inplace)."""
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return elementwise.relu(x)
+        return apply_inplace(elementwise.relu, x, self.inplace)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
@@ -40,14 +56,14 @@ class GELU(Module):
 
 
 class SiLU(Module):
-    """x * sigmoid(x). `inplace` is accepted and ignored."""
+    """x * sigmoid(x). inplace=True overwrites and returns x unless x needs a gradient (see apply_inplace)."""
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return elementwise.silu(x)
+        return apply_inplace(elementwise.silu, x, self.inplace)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
@@ -64,7 +80,10 @@ class Tanh(Module):
 
 
 class LeakyReLU(Module):
-    """x for x > 0, negative_slope * x otherwise. `inplace` is accepted and ignored."""
+    """x for x > 0, negative_slope * x otherwise.
+
+    inplace=True overwrites and returns x unless x needs a gradient (see apply_inplace).
+    """
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
         super().__init__()
@@ -72,7 +91,7 @@ class LeakyReLU(Module):
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return elementwise.leaky_relu(x, self.negative_slope)
+        return apply_inplace(lambda t: elementwise.leaky_relu(t, self.negative_slope), x, self.inplace)
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")

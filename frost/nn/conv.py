@@ -10,12 +10,15 @@ from frost.tensor import Tensor, empty
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 
-def _pair(value, what: str) -> tuple:
+def _pair(value, what: str, one_allowed: bool = False) -> tuple:
+    """An int as a pair; a tuple kept as given, as PyTorch keeps it (a one-element stride, padding or dilation
+    stands for both dims: conv2d broadcasts it, so the attributes and repr stay PyTorch's)."""
     if isinstance(value, int):
         return value, value
     value = tuple(value)
-    if len(value) != 2:
-        raise ValueError(f"Conv2d: {what} must be an int or a pair of ints, got {value!r}")
+    if len(value) != 2 and not (one_allowed and len(value) == 1):
+        allowed = "an int, a one-element tuple or a pair of ints" if one_allowed else "an int or a pair of ints"
+        raise ValueError(f"Conv2d: {what} must be {allowed}, got {value!r}")
     return value
 
 
@@ -43,8 +46,8 @@ class Conv2d(Module):
             raise NotImplementedError(f"Conv2d: padding_mode='{padding_mode}' is not supported in frost; only "
                                       f"'zeros' is (pad the input with frost.nn.functional.pad instead)")
         self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.stride = _pair(stride, "stride")
-        self.dilation = _pair(dilation, "dilation")
+        self.stride = _pair(stride, "stride", one_allowed=True)
+        self.dilation = _pair(dilation, "dilation", one_allowed=True)
         if isinstance(padding, str):
             if padding not in ("valid", "same"):
                 raise ValueError(f"Invalid padding string '{padding}', should be one of ['valid', 'same']")
@@ -52,7 +55,7 @@ class Conv2d(Module):
                 raise ValueError("padding='same' is not supported for strided convolutions")
             self.padding = padding
         else:
-            self.padding = _pair(padding, "padding")
+            self.padding = _pair(padding, "padding", one_allowed=True)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.groups = groups
@@ -75,9 +78,9 @@ class Conv2d(Module):
 
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
-        if self.padding != (0, 0):
+        if self.padding != (0,) * len(self.padding):  # as PyTorch's: (0,) and (0, 0) are not printed
             s += f", padding={self.padding}"
-        if self.dilation != (1, 1):
+        if self.dilation != (1,) * len(self.dilation):
             s += f", dilation={self.dilation}"
         if self.groups != 1:
             s += f", groups={self.groups}"

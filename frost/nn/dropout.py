@@ -1,6 +1,7 @@
 """Dropout: zero activations at random in training mode, identity in eval mode."""
 from __future__ import annotations
 
+from frost.nn.activation import apply_inplace
 from frost.nn.module import Module
 from frost.ops.random import dropout
 from frost.tensor import Tensor
@@ -9,7 +10,7 @@ from frost.tensor import Tensor
 class Dropout(Module):
     """Zero each element with probability p while training, scaling survivors by 1/(1-p).
 
-    `inplace` is accepted for PyTorch compatibility; the result is always a new tensor.
+    inplace=True overwrites and returns x unless x needs a gradient (see frost.nn.activation.apply_inplace).
     """
 
     def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
@@ -20,7 +21,7 @@ class Dropout(Module):
         self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return dropout(x, self.p, self.training)
+        return apply_inplace(lambda t: dropout(t, self.p, self.training), x, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"

@@ -33,7 +33,11 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     xp = tensor.xp
     idx = tensor.data
     if num_classes == -1:
-        num_classes = int(idx.max()) + 1 if idx.size else 0
+        if idx.size == 0:
+            # max() of nothing: PyTorch refuses rather than guess 0 classes
+            raise RuntimeError(f"one_hot: Can not infer total number of classes from empty tensor of shape "
+                               f"{tensor.shape}; pass num_classes explicitly")
+        num_classes = int(idx.max()) + 1
     if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= num_classes):
         raise RuntimeError(f"one_hot: class values must be in [0, {num_classes}), got values from "
                            f"{int(idx.min())} to {int(idx.max())}")

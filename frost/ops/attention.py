@@ -28,6 +28,11 @@ def _check(query: Tensor, key: Tensor, value: Tensor, attn_mask, is_causal: bool
                            f"sequence length (dim -2)")
     if is_causal and attn_mask is not None:
         raise RuntimeError(f"{op}: an explicit attn_mask must not be given when is_causal=True")
+    if attn_mask is not None and attn_mask.dtype.name != "bool" and not attn_mask.dtype.is_floating_point:
+        # an integer 0/1 mask would be added to the scores, not applied as keep/drop: refuse it, as PyTorch
+        raise RuntimeError(f"{op}: attn_mask must be bool (True = attend) or floating point (added to the "
+                           f"scores), got attn_mask of dtype {attn_mask.dtype!r} and shape {attn_mask.shape}; "
+                           f"convert a 0/1 mask with mask.bool()")
     if enable_gqa and (query.ndim < 3 or key.shape[-3] == 0 or query.shape[-3] % key.shape[-3]
                        or key.shape[-3] != value.shape[-3]):
         raise RuntimeError(f"{op}: with enable_gqa the query heads (dim -3 of {query.shape}) must be a multiple "
@@ -78,6 +83,9 @@ def safe_softmax(x: Tensor, dim: int) -> Tensor:
     """Softmax that gives 0 (not NaN) on slices where every input is -inf (fully masked attention rows)."""
     xp = x.xp
     (axis,) = normalize_dims(dim, x.ndim, "safe_softmax")
+    if x.shape[axis] == 0:
+        # nothing to normalize (attention over zero keys): max() has no identity, the result is empty anyway
+        return from_op(xp.empty_like(x.data), (x,), lambda g: (xp.zeros_like(x.data),), "safe_softmax")
     m = x.data.max(axis=axis, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
     e = xp.exp(x.data - m)

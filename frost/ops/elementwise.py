@@ -311,7 +311,7 @@ def sign(x: Tensor) -> Tensor:
 def relu(x: Tensor) -> Tensor:
     xa = x.data
     # maximum, not xa * (xa > 0), which would turn negatives into -0.0
-    return from_op(x.xp.maximum(xa, 0).astype(xa.dtype, copy=False), (x,), lambda g: (g * ~(xa <= 0),), "relu")
+    return from_op(x.xp.maximum(xa, 0).astype(xa.dtype, copy=False), (x,), lambda g: (x.xp.where(xa <= 0, 0, g).astype(g.dtype, copy=False),), "relu")
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:

@@ -1,6 +1,8 @@
 """Matrix multiplication (batched, broadcasting) and the linear layer's op, forward and backward together."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from frost.autocast import cast_inputs
@@ -158,7 +160,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     _check(x, weight, "linear", b_shape=weight.shape[::-1])
     xp = x.xp
     xa, w = x.data, weight.data
-    x2 = xa.reshape(-1, xa.shape[-1])  # one 2-D product, whatever the leading dims
+    # one 2-D product, whatever the leading dims; their product spelled out, since -1 cannot be inferred when
+    # in_features is 0 (PyTorch then answers the bias, broadcast)
+    rows = math.prod(xa.shape[:-1])
+    x2 = xa.reshape(rows, xa.shape[-1])
     out = _same_dtype(matmul_arrays(xp, x2, w.T), xa.dtype).reshape(xa.shape[:-1] + (w.shape[0],))
     if bias is not None:
         if bias.shape != (w.shape[0],):
@@ -167,7 +172,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     parents = (x, weight) if bias is None else (x, weight, bias)
 
     def backward(g):
-        g2 = g.reshape(-1, g.shape[-1])
+        g2 = g.reshape(rows, g.shape[-1])  # not -1: out_features may be 0
         # the weight's (and bias's) gradient straight into its zeroed .grad buffer when there is one (read only
         # after backward()'s completions: a captured step computes it on a side branch, beside the input gradient)
         dest = grad_destination(weight)

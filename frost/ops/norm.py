@@ -1,5 +1,7 @@
 """Normalization ops: batch norm, layer norm and RMS norm, each with a fused closed-form backward."""
 
+import math
+
 import numpy as np
 
 from frost.autograd import GradientPair, grad_destination, is_grad_enabled
@@ -51,17 +53,18 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     C = x.shape[1]
     _check_params("batch_norm", x, (C,), running_mean=running_mean, running_var=running_var,
                   weight=weight, bias=bias)
+    if training:
+        _check_values_per_channel(x)
+    if x.numel() == 0:
+        return _empty_batch_norm(x, weight, bias)
     xp = x.xp
     axes = (0,) + tuple(range(2, x.ndim))
     channel_shape = (1, C) + (1,) * (x.ndim - 2)
-    n = x.numel() // C if C else 0
+    n = x.numel() // C
     cdt = _compute_dtype(x.data)
     xf = x.data.astype(cdt, copy=False)
 
     if training:
-        if n <= 1:
-            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
-                             f"got input of shape {x.shape}")
         mean = xf.mean(axis=axes)
         centered = xf - mean.reshape(channel_shape)
         var = (centered * centered).mean(axis=axes)
@@ -104,6 +107,27 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
         return grads
 
     return from_op(out.astype(x.data.dtype, copy=False), parents, backward, "batch_norm")
+
+
+def _check_values_per_channel(x: Tensor) -> None:
+    """Training needs a batch variance: PyTorch refuses exactly one value per channel (none is an empty batch)."""
+    values = x.shape[0] * math.prod(x.shape[2:])
+    if values == 1:
+        raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input of shape "
+                         f"{x.shape} (one value per channel has no variance); use a batch of at least 2 or "
+                         f"evaluation mode")
+
+
+def _empty_batch_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    """PyTorch's answer to an input without elements: an empty output and no statistics (the running ones stay
+    as they are); weight and bias stay in the graph and get zero gradients. NumPy or CuPy alike (x's xp)."""
+    xp = x.xp
+    parents = [t for t in (x, weight, bias) if t is not None]
+
+    def backward(g):
+        return [xp.zeros(x.shape, dtype=x.data.dtype)] + [xp.zeros_like(p.data) for p in parents[1:]]
+
+    return from_op(xp.empty(x.shape, dtype=x.data.dtype), parents, backward, "batch_norm")
 
 
 def _update_running(stat: Tensor | None, batch_value, momentum: float) -> None:
@@ -1107,7 +1131,8 @@ def batch_norm_act(x: Tensor, running_mean: Tensor | None, running_var: Tensor |
     fast = _gpu_fast_path(x, training, running_mean, running_var, weight, bias)
     if fast and residual is not None and residual.shape == x.shape and residual.dtype != x.dtype:
         residual = cast(residual, x.dtype)  # the kernels read the residual in x's dtype
-    if not fast or (residual is not None and residual.shape != x.shape):
+    # an empty x has nothing for the kernels to do: batch_norm returns it empty, NumPy or CuPy alike
+    if not fast or x.numel() == 0 or (residual is not None and residual.shape != x.shape):
         out = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
         _count_batch(num_batches_tracked, training)
         if residual is not None:

@@ -164,6 +164,9 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool =
                count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
     """Mean over each window, as torch.nn.functional.avg_pool2d."""
     _check_input(x, "avg_pool2d")
+    if divisor_override == 0:  # 0 used to be taken for "no override" (a falsy test); PyTorch refuses it
+        raise RuntimeError(f"avg_pool2d: divisor must be not zero, got divisor_override=0 for input {x.shape}; pass "
+                           f"None to divide by the window size")
     if x.ndim == 3:
         return _unbatched(avg_pool2d, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                           divisor_override)
@@ -171,7 +174,7 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool =
     xp, a = x.xp, x.data
     wide = widened(a)  # half-precision windows add up in float32, as PyTorch's do
     h, w = a.shape[2:]
-    if divisor_override:
+    if divisor_override is not None:
         divisor = float(divisor_override)
     else:
         dh = _avg_divisor(h, out_hw[0], kernel[0], strd[0], pads[0], count_include_pad, xp)
@@ -210,6 +213,15 @@ def _output_size(x: Tensor, output_size, name: str) -> tuple:
     return oh, ow
 
 
+def _check_non_empty(x: Tensor, name: str, dims: tuple) -> None:
+    """PyTorch refuses adaptive pooling over an empty plane: there is no window to average or take the max of."""
+    for dim in dims:
+        if x.shape[dim] == 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input "
+                               f"has sizes {list(x.shape)} with dimension {dim % x.ndim} being empty; give dimension "
+                               f"{dim % x.ndim} at least one element")
+
+
 def _averaging_matrix(size: int, out: int, dtype, xp):
     """(out, size) matrix whose row i averages input window i; pooling is A_h @ x @ A_w.T."""
     start, end = _adaptive_bounds(size, out)
@@ -221,6 +233,7 @@ def _averaging_matrix(size: int, out: int, dtype, xp):
 def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
     """Average over PyTorch's adaptive windows; any output size, a reshape-mean when it divides the input."""
     _check_input(x, "adaptive_avg_pool2d")
+    _check_non_empty(x, "adaptive_avg_pool2d", (-2, -1))  # as PyTorch, an empty channel dim is allowed here
     if x.ndim == 3:
         return _unbatched(adaptive_avg_pool2d, x, output_size)
     xp, a = x.xp, x.data
@@ -248,8 +261,14 @@ def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
 def adaptive_max_pool2d(x: Tensor, output_size, return_indices: bool = False):
     """Max over PyTorch's adaptive windows (windows of unequal size are padded by repeating their last element)."""
     _check_input(x, "adaptive_max_pool2d")
+    # as PyTorch: every dim but the first, so a 3-D (0, H, W) input passes but a 4-D (N, 0, H, W) one does not
+    _check_non_empty(x, "adaptive_max_pool2d", tuple(range(1, x.ndim)))
     if x.ndim == 3:
-        return _unbatched(adaptive_max_pool2d, x, output_size, return_indices)
+        return _unbatched(_adaptive_max_pool2d_4d, x, output_size, return_indices)
+    return _adaptive_max_pool2d_4d(x, output_size, return_indices)
+
+
+def _adaptive_max_pool2d_4d(x: Tensor, output_size, return_indices: bool):
     xp, a = x.xp, x.data
     n, c, h, w = a.shape
     oh, ow = _output_size(x, output_size, "adaptive_max_pool2d")

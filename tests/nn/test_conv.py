@@ -19,6 +19,9 @@ rng = np.random.default_rng(0)
     dict(kernel_size=(3, 1), padding=(1, 0), dilation=(2, 1)),
     dict(kernel_size=3, padding="same", groups=2),
     dict(kernel_size=1, padding="valid"),
+    dict(kernel_size=3, padding=(1,)),  # one-element tuples used to be refused by the module (not by F.conv2d)
+    dict(kernel_size=3, stride=(2,), padding=[1], dilation=(2,)),
+    dict(kernel_size=3, padding="same", dilation=(2,)),
 ])
 def test_conv2d_matches_torch(kwargs):
     compare_layer(nn.Conv2d(4, 6, **kwargs), torch.nn.Conv2d(4, 6, **kwargs), rng.standard_normal((2, 4, 7, 8)))
@@ -28,6 +31,8 @@ def test_conv2d_matches_torch(kwargs):
     dict(kernel_size=3),
     dict(kernel_size=(3, 5), stride=(2, 1), padding=(1, 2), dilation=2, groups=2, bias=False),
     dict(kernel_size=3, padding="same"),
+    dict(kernel_size=3, stride=(2,), padding=(1,), dilation=(2,)),
+    dict(kernel_size=3, padding=(0,)),
 ])
 def test_conv2d_repr_and_attributes_match_torch(kwargs):
     f, t = nn.Conv2d(4, 6, **kwargs), torch.nn.Conv2d(4, 6, **kwargs)
@@ -59,6 +64,13 @@ def test_conv2d_rejects_unsupported_padding_modes_and_bad_groups():
         nn.Conv2d(3, 3, 3, stride=2, padding="same")
     with pytest.raises(ValueError, match="Invalid padding string"):
         nn.Conv2d(3, 3, 3, padding="full")
+    with pytest.raises(ValueError, match="strided"):
+        nn.Conv2d(3, 3, 3, stride=(2,), padding="same")
+    with pytest.raises(ValueError, match=r"Conv2d: padding must be an int, a one-element tuple or a pair of ints, "
+                                         r"got \(1, 2, 3\)"):
+        nn.Conv2d(3, 3, 3, padding=(1, 2, 3))
+    with pytest.raises(ValueError, match=r"Conv2d: kernel_size must be an int or a pair of ints, got \(3,\)"):
+        nn.Conv2d(3, 3, (3,))  # PyTorch builds a 3-D weight here and fails in forward
 
 
 def test_conv2d_reports_channel_mismatch():

@@ -41,3 +41,15 @@ def test_one_hot_matches_torch():
         F.one_hot(frost.tensor([0.0, 1.0]))
     with pytest.raises(RuntimeError, match=r"\[0, 3\)"):
         F.one_hot(frost.tensor([0, 3]), num_classes=3)
+
+
+def test_one_hot_of_empty_tensor_follows_torch():
+    # num_classes=-1 on an empty tensor used to give (0, 0); PyTorch refuses to guess
+    empty = np.zeros((0,), dtype=np.int64)
+    with pytest.raises(RuntimeError, match="Can not infer total number of classes from empty tensor"):
+        torch.nn.functional.one_hot(torch.tensor(empty))
+    with pytest.raises(RuntimeError, match=r"one_hot: Can not infer total number of classes from empty tensor of "
+                                           r"shape \(0,\); pass num_classes"):
+        F.one_hot(frost.tensor(empty))
+    out = F.one_hot(frost.tensor(empty.reshape(2, 0)), num_classes=3)
+    assert out.shape == tuple(torch.nn.functional.one_hot(torch.tensor(empty.reshape(2, 0)), 3).shape) == (2, 0, 3)

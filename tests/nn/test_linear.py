@@ -18,6 +18,11 @@ def test_linear_matches_torch(bias):
     compare_layer(nn.Linear(5, 3, bias=bias), torch.nn.Linear(5, 3, bias=bias), rng.standard_normal((4, 2, 5)))
 
 
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+def test_linear_without_input_features_gives_the_bias_like_torch():
+    compare_layer(nn.Linear(0, 4), torch.nn.Linear(0, 4), rng.standard_normal((2, 3, 0)))
+
+
 def test_linear_attributes_and_repr():
     lin = nn.Linear(5, 3, bias=False)
     assert (lin.in_features, lin.out_features, lin.weight.shape, lin.bias) == (5, 3, (3, 5), None)

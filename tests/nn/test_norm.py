@@ -46,6 +46,18 @@ def test_batchnorm2d_several_steps_then_eval_match_torch():
         assert f.num_batches_tracked.item() == 3  # eval does not count batches
 
 
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("shape", [(0, 4, 3, 3), (2, 4, 0, 3)])
+def test_batchnorm2d_on_empty_batch_in_training_matches_torch(shape, momentum):
+    # an empty batch used to raise; PyTorch returns it empty, keeps the running statistics and counts the batch
+    f, t = nn.BatchNorm2d(4, momentum=momentum), _randomize_affine(torch.nn.BatchNorm2d(4, momentum=momentum))
+    compare_layer(f, t, rng.standard_normal(shape))
+    assert f.num_batches_tracked.item() == t.num_batches_tracked.item() == 1
+    compare_layer(f, t, rng.standard_normal((3, 4, 2, 2)), copy=False)  # the next real batch's update agrees too
+    for name, tb in t.named_buffers():
+        assert_close(dict(f.named_buffers())[name], tb, what=name)
+
+
 def test_batchnorm_eval_uses_running_stats_and_leaves_them_alone():
     bn = nn.BatchNorm2d(2)
     bn.running_mean.data[...] = [1.0, -1.0]

@@ -149,6 +149,28 @@ def test_sdpa_errors():
         sdpa(frost.randn(1, 5, 3, 4), frost.randn(1, 2, 3, 4), frost.randn(1, 2, 3, 4), enable_gqa=True)
 
 
+
+@pytest.mark.parametrize("mask_dtype", ["int64", "int32", "uint8"])
+def test_sdpa_refuses_integer_mask_like_torch(mask_dtype):
+    # an integer 0/1 mask used to be ADDED to the scores; PyTorch refuses it
+    q, k, v = frost.randn(1, 2, 4), frost.randn(1, 3, 4), frost.randn(1, 3, 4)
+    keep = np.array([[1, 0, 1], [1, 1, 0]], dtype=mask_dtype)
+    with pytest.raises(RuntimeError, match="attn_mask"):
+        F.scaled_dot_product_attention(*(torch.tensor(t.numpy()) for t in (q, k, v)), attn_mask=torch.tensor(keep))
+    with pytest.raises(RuntimeError, match=rf"scaled_dot_product_attention: attn_mask must be bool .* or floating "
+                                           rf"point .*got attn_mask of dtype frost\.{mask_dtype} and shape \(2, 3\)"):
+        sdpa(q, k, v, attn_mask=frost.tensor(keep))
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(is_causal=True), dict(mask=np.zeros((3, 0)))])
+@pytest.mark.parametrize("k_shape,v_shape", [((2, 0, 4), (2, 0, 5)), ((2, 0, 4), (2, 0, 4))])
+def test_sdpa_zero_keys_gives_zeros_like_torch(k_shape, v_shape, kwargs):
+    # softmax over zero keys used to fail in max(); PyTorch answers zeros, and zero / empty gradients
+    kwargs = dict(kwargs)
+    _check_against_torch(np.random.default_rng(3), (2, 3, 4), k_shape, v_shape, mask=kwargs.pop("mask", None),
+                         **kwargs)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("kwargs", [dict(), dict(is_causal=True), dict(mask="bool"), dict(mask="float")])
 def test_sdpa_cuda_matches_cpu(kwargs):

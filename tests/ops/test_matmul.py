@@ -84,6 +84,16 @@ def test_linear(xshape, bias):
     _check(lambda *a: linear(*a), lambda *a: torch.nn.functional.linear(*a), *arrays)
 
 
+@pytest.mark.parametrize("xshape,wshape", [((2, 0), (4, 0)), ((2, 3, 0), (4, 0)), ((2, 4), (0, 4)),
+                                           ((0, 4), (3, 4)), ((2, 0, 4), (3, 4))])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_with_zero_size_dims_matches_torch(xshape, wshape, bias):
+    # reshape(-1, 0) cannot infer the rows: in_features=0 used to fail; PyTorch answers the bias, broadcast
+    x, w = RNG.standard_normal(xshape), RNG.standard_normal(wshape)
+    arrays = [x, w] + ([RNG.standard_normal(wshape[0])] if bias else [])
+    _check(lambda *a: linear(*a), lambda *a: torch.nn.functional.linear(*a), *arrays)
+
+
 def test_linear_errors():
     with pytest.raises(RuntimeError, match=r"linear: .*\(2, 5\).*\(3, 4\)"):
         linear(frost.ones(2, 5), frost.ones(3, 4))

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import frost
-from frost.ops.norm import batch_norm, layer_norm, rms_norm
+from frost.ops.norm import batch_norm, batch_norm_act, layer_norm, rms_norm
 
 
 def _pair(rng, shape, scale=1.0, shift=0.0):
@@ -127,6 +127,48 @@ def test_batch_norm_errors():
         batch_norm(frost.randn(5), None, None, training=True)
     with pytest.raises(RuntimeError, match=r"batch_norm: running_var of shape \(2,\)"):
         batch_norm(x, frost.zeros(3), frost.ones(2), training=True)
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 4, 4), (2, 3, 0, 4), (0, 3)])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_on_empty_input_matches_torch(shape, training):
+    # training used to refuse an empty batch ("more than 1 value per channel"); PyTorch returns it empty, leaves
+    # the running statistics alone and gives weight and bias zero gradients
+    rng = np.random.default_rng(5)
+    xf, xt = _pair(rng, shape)
+    (wf, wt), (bf, bt) = _pair(rng, (3,)), _pair(rng, (3,))
+    rm0, rv0 = rng.standard_normal(3), rng.uniform(0.5, 2.0, 3)
+    rmf, rvf, rmt, rvt = frost.Tensor(rm0.copy()), frost.Tensor(rv0.copy()), torch.tensor(rm0), torch.tensor(rv0)
+    out_f = batch_norm(xf, rmf, rvf, wf, bf, training=training, momentum=0.2)
+    out_t = F.batch_norm(xt, rmt, rvt, wt, bt, training=training, momentum=0.2)
+    assert out_f.shape == tuple(out_t.shape) == shape
+    for f, t in ((rmf, rmt), (rvf, rvt)):
+        np.testing.assert_array_equal(f.numpy(), t.numpy())
+    _backward_both(out_f, out_t, rng)
+    for f, t in ((xf, xt), (wf, wt), (bf, bt)):
+        assert f.grad.shape == tuple(t.grad.shape)
+        _close(f.grad, t.grad)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_batch_norm_act_on_empty_batch_counts_it_and_returns_empty(relu):
+    x, residual = frost.randn(0, 3, 4, 4), frost.randn(0, 3, 4, 4)
+    running_mean, running_var, batches = frost.zeros(3), frost.ones(3), frost.tensor(4, dtype="int64")
+    out = batch_norm_act(x, running_mean, running_var, frost.ones(3), frost.zeros(3), training=True,
+                         residual=residual, relu=relu, num_batches_tracked=batches)
+    assert out.shape == (0, 3, 4, 4)
+    assert batches.item() == 5
+    np.testing.assert_array_equal(running_mean.numpy(), 0)
+    np.testing.assert_array_equal(running_var.numpy(), 1)
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (1, 3, 1, 1), (1, 0)])
+def test_batch_norm_one_value_per_channel_still_raises_like_torch(shape):
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        F.batch_norm(torch.zeros(shape), None, None, training=True)
+    with pytest.raises(ValueError, match=r"batch_norm: expected more than 1 value per channel when training, got "
+                                         r"input of shape .*; use a batch of at least 2 or evaluation mode"):
+        batch_norm(frost.zeros(*shape), None, None, training=True)
 
 
 # ------------------------------------------------------------------ layer norm

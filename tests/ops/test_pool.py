@@ -152,6 +152,45 @@ def test_pool_errors():
         pool.adaptive_avg_pool2d(_t((1, 1, 4, 4)), (0, 2))
 
 
+
+@pytest.mark.parametrize("shape", [(1, 3, 0, 4), (1, 3, 4, 0), (3, 0, 4), (1, 0, 4, 4), (0, 4, 4), (0, 3, 4, 4)])
+@pytest.mark.parametrize("name", ["adaptive_avg_pool2d", "adaptive_max_pool2d"])
+def test_adaptive_pool_on_empty_dims_follows_torch(name, shape):
+    # an empty plane used to give NaNs (avg) or a NumPy argmax error (max); PyTorch refuses it but allows an
+    # empty batch (and, for the average, an empty channel dim)
+    x = RNG.standard_normal(shape)
+    try:
+        t_out = getattr(TF, name)(torch.tensor(x), 2)
+    except RuntimeError as e:
+        assert str(e).startswith(f"{name}(): Expected input to have non-zero size for non-batch dimensions")
+        with pytest.raises(RuntimeError, match=rf"{name}\(\): Expected input to have non-zero size for non-batch "
+                                               rf"dimensions, but input has sizes .* being empty; give dimension"):
+            getattr(pool, name)(frost.Tensor(x), 2)
+        return
+    # allowed: an empty result (torch's backward refuses an empty channel dim, so only the shapes are compared)
+    fx = frost.Tensor(x, requires_grad=True)
+    f_out = getattr(pool, name)(fx, 2)
+    assert f_out.shape == tuple(t_out.shape)
+    f_out.sum().backward()
+    assert fx.grad.shape == shape
+
+
+@pytest.mark.parametrize("divisor", [1, 3, -2])
+def test_avg_pool2d_divisor_override_values_match_torch(divisor):
+    _compare(pool.avg_pool2d, TF.avg_pool2d, RNG.standard_normal((1, 2, 6, 6)), 2, divisor_override=divisor)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4, 4), (1, 4, 4)])
+def test_avg_pool2d_divisor_override_zero_raises_like_torch(shape):
+    # 0 used to be taken for "no override" and silently divide by the window size
+    x = np.arange(16.0).reshape(shape)
+    with pytest.raises(RuntimeError, match="divisor must be not zero"):
+        TF.avg_pool2d(torch.tensor(x), 2, divisor_override=0)
+    with pytest.raises(RuntimeError, match=r"avg_pool2d: divisor must be not zero, got divisor_override=0 for input "
+                                           r"\(1, (1, )?4, 4\); pass None"):
+        pool.avg_pool2d(frost.Tensor(x), 2, divisor_override=0)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("fn,args", [
     (pool.max_pool2d, (3, 2, 1)), (pool.avg_pool2d, (3, 2, 1, True)),
