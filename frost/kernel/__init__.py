@@ -13,7 +13,7 @@
     scale.source                                   # the generated CUDA C++ (with #line directives)
     scale.compile("sm_90")                         # the cubin, from NVRTC or the disk cache
 
-Semantics (the simulator implements exactly these):
+Semantics (the simulator implements these; float results can differ from the GPU's in the last bits, see "Floats"):
 - Types: f32 f16 bf16 f64 i32 i64 u32 u8 bool; Array[T] (pointer + length), Array[T, 2] (strided 2-D view).
 - Literals adapt to the other operand (`x * 2` keeps x's type); alone, int literals are i32 and float literals
   f32. Arithmetic follows C: bool/u8 compute as i32, f16/bf16 compute as f32, int with float gives the float,
@@ -27,16 +27,29 @@ Semantics (the simulator implements exactly these):
   `swizzle(row, col, COLS)` is the XOR-swizzled column of a 16-bit shared tile (conflict-free ldmatrix, no padding).
 - `k.inspect(arch, **consts)` returns the PTX and ptxas's registers/spills/stack; `k.ptx(arch, **consts)` the PTX.
 - `/` is float division (f32 for integers); `//` and `%` truncate toward zero like C (`-7 // 2 == -3`,
-  `-7 % 2 == -1`); on floats `//` is trunc(a / b) and `%` is fmod.
+  `-7 % 2 == -1`); on floats `//` is trunc(a / b) and `%` is fmod. `cdiv(a, b)` is (a + b - 1) // b, folded alike.
+- A literal must fit the type it takes (`x < 3000000000` with x: i32 is an error: write i64(3000000000)); a float
+  literal beyond f32's range is inf. Float -> integer casts truncate toward zero and saturate at the type's range,
+  NaN -> 0 (the GPU's cvt.rzi; u8 keeps the low byte of the u32 conversion). f64 -> bf16/f16 rounds through f32.
+- Floats: NVRTC contracts `a * b + c` into one fused multiply-add (rounded once; NVRTC's default --fmad=true, kept
+  for speed), while the simulator rounds the product and the sum separately. Float results of the GPU and the
+  simulator can therefore differ in the last bits: compare them with a tolerance (integer results are exact).
+- `and`/`or`/`not` as conditions take any numbers (Python's truth, a bf16/f16 compared with 0); `a and b` / `a or b`
+  as a value needs bool operands (a kernel gives a bool, not one of the operands as Python does).
+- `atomic_max`/`atomic_min` on f32 ignore a NaN value (as fmaxf/fminf) and replace a stored NaN.
 - A local's type is its first assignment's (or `x: f64 = 0`); assigning another type is an error, so is an
   augmented assignment that would change it (`acc = 0; acc += 0.5`). Storing into an array element converts
-  (f32 into bf16 rounds to nearest even) except float into integer, which needs a cast: `i32(x)`. A cast may name
+  (f32 into bf16 rounds to nearest even) except float into integer, which needs a cast: `i32(x)`; the same holds
+  for `k: i32 = x`, a device function's parameters and its declared return type. A device function without a return
+  annotation returns the type all its returns agree on (a literal adopts the others': `return 0` beside `return x`
+  returns x's type) and must return on every path. Names of parameters and locals may not be the index names
+  (tx, lane, ...) nor start with frost_ or _fk_ (generated names). A cast may name
   its type through any name bound to it: `T(x)` in a kernel made by a factory over the element type T.
 - `Const[int]` parameters (and `N: Const[int] = ...` inside) are compile-time constants: one cubin per value.
   `k.prefetch(**consts)` starts a specialization's compile on the background threads; `@kernel.warm` over `@kernel`
   (no Consts) queues the kernel's compile at the process's first GPU launch of any Frost kernel.
-- Loops: `range(a, b, step)` (bounds evaluated once), `static_range(n)` (unrolled), `for i, j in grid(m, n)`
-  (`break` leaves the whole grid). Loop variables cannot be assigned or used after their loop.
+- Loops: `range(a, b, step)` (bounds evaluated once; a constant step below -1 needs a signed loop variable),
+  `static_range(n)` (unrolled), `for i, j in grid(m, n)` (extents evaluated once; `break` leaves the whole grid). Loop variables cannot be assigned or used after their loop.
 - `syncthreads()` waits for every thread of the block that has not exited; warp operations (shuffles, ballot,
   ldmatrix, mma) need all 32 lanes of the warp at the same operation, as `__shfl_sync(0xffffffff, ...)` does.
 - `grid_sync(counter)` waits for every block of the grid (global writes before it are visible after it), in the

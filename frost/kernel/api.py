@@ -52,6 +52,9 @@ class DeviceFunction:
             elif isinstance(want, Scalar):
                 if isinstance(t, ArrayType):
                     raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is {want}, got {t}")
+                if t.is_float and not want.is_float:  # the rule of array stores: float into integer needs a cast
+                    raise node_err(f"{self.__name__}(): passing a {t} to parameter {arg.arg!r} ({want}) truncates; "
+                                   f"cast with {want}(...)")
                 given.append(want)
             else:
                 given.append(t)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from frost.kernel import builtins as B
-from frost.kernel.frontend import INDEX_C, Checked, KernelError, matmul_call
+from frost.kernel.frontend import INDEX_C, Checked, KernelError, check_literal, matmul_call
 from frost.kernel.types import (ArrayType, Scalar, TupleType, Weak, bf16, boolean, f16, f32, f64, i32, i64,
                                 promote, strong, u32, u8)
 
@@ -28,14 +28,17 @@ template <typename T> __device__ __forceinline__ frost_view2<T> frost_tile(
     frost_view2<T> t = {v.p + i * r * v.s0 + j * c * v.s1, r, c, v.s0, v.s1}; return t; }
 __device__ __forceinline__ unsigned frost_dynamic_smem_size() {
     unsigned r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
+// atomic_max/atomic_min on floats ignore a NaN value (as fmaxf/fminf do) and replace a stored NaN; the NaN test
+// reads the bits, so that no fast-math option can fold it away
+__device__ __forceinline__ bool frost_isnan_bits(float v) { return (__float_as_int(v) & 0x7fffffff) > 0x7f800000; }
 __device__ __forceinline__ float frost_atomic_max(float* a, float v) {
     int* p = (int*)a; int old = *p, assumed;
-    do { assumed = old; if (__int_as_float(assumed) >= v) break;
+    do { assumed = old; if (__int_as_float(assumed) >= v || frost_isnan_bits(v)) break;
          old = atomicCAS(p, assumed, __float_as_int(v)); } while (old != assumed);
     return __int_as_float(old); }
 __device__ __forceinline__ float frost_atomic_min(float* a, float v) {
     int* p = (int*)a; int old = *p, assumed;
-    do { assumed = old; if (__int_as_float(assumed) <= v) break;
+    do { assumed = old; if (__int_as_float(assumed) <= v || frost_isnan_bits(v)) break;
          old = atomicCAS(p, assumed, __float_as_int(v)); } while (old != assumed);
     return __int_as_float(old); }
 __device__ __forceinline__ float frost_atomic_cas(float* a, float cmp, float v) {
@@ -104,11 +107,23 @@ C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "
               "throw", "try", "using", "explicit", "mutable", "export", "half", "dim3", "min", "max", "abs", "sqrt",
               "exp", "log", "pow", "fma", "floor", "ceil", "trunc", "fmod", "fmin", "fmax", "sin", "cos", "tanh",
               "erf", "rsqrt", "exp2", "log2", "sqrtf", "expf", "logf", "powf", "fabs", "fabsf", "threadIdx",
-              "blockIdx", "blockDim", "gridDim", "warpSize", "main", "std", "NULL", "nullptr"}
+              "blockIdx", "blockDim", "gridDim", "warpSize", "main", "std", "NULL", "nullptr",
+              # C++'s alternative tokens and later keywords (valid Python names)
+              "and", "or", "not", "xor", "compl", "bitand", "bitor", "not_eq", "and_eq", "or_eq", "xor_eq",
+              "constexpr", "consteval", "constinit", "decltype", "alignas", "alignof", "noexcept", "static_assert",
+              "thread_local", "char", "char8_t", "char16_t", "char32_t", "wchar_t", "static_cast", "dynamic_cast",
+              "reinterpret_cast", "const_cast", "typeid", "concept", "requires", "co_await", "co_return",
+              "co_yield", "restrict",
+              # CUDA functions the generated code calls (a local of that name would hide them)
+              "atomicAdd", "atomicMax", "atomicMin", "atomicCAS", "clock64", "llabs", "fmaf", "fminf", "fmaxf",
+              "fmodf", "truncf", "rsqrtf", "exp2f", "log2f", "tanhf", "sinf", "cosf", "floorf", "ceilf", "erff",
+              "INFINITY", "NAN"}
 MATH_C = {"sqrt": "sqrt", "rsqrt": "rsqrt", "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2",
           "tanh": "tanh", "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil", "erf": "erf"}
 BINOPS = {"Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "LShift": "<<", "RShift": ">>", "BitAnd": "&",
           "BitOr": "|", "BitXor": "^", "FloorDiv": "/", "Mod": "%"}
+F32_OVERFLOW = 2 ** 128 - 2 ** 103  # the halfway point above f32's largest finite value: from here it rounds to inf
+VIEW_FIELDS = ("p", "n0", "n1", "s0", "s1")  # a 2-D view parameter arrives as these (frost_x_p, frost_x_n0, ...)
 CMPOPS = {"Lt": "<", "LtE": "<=", "Gt": ">", "GtE": ">=", "Eq": "==", "NotEq": "!="}
 
 
@@ -122,7 +137,14 @@ def _names_in(tree: ast.AST) -> frozenset:
 
 
 def cname(name: str) -> str:
-    return name + "_" if name in C_KEYWORDS else name
+    """A kernel name as a C++ identifier: one C++ reserves gets the prefix frost_kw_ (frost_ is reserved for
+    generated names, so no user name can collide with it)."""
+    return "frost_kw_" + name if name in C_KEYWORDS else name
+
+
+def len_name(ref: str) -> str:
+    """The length parameter that goes with a 1-D array parameter (a generated name: frost_ prefix)."""
+    return f"frost_{ref}_len"
 
 
 def literal(value, t) -> str:
@@ -133,6 +155,8 @@ def literal(value, t) -> str:
     if t.is_float:
         v = float(value)
         base = f32 if t in (f32, bf16, f16) else f64
+        if base is f32 and math.isfinite(v) and abs(v) >= F32_OVERFLOW:
+            v = math.copysign(math.inf, v)  # beyond f32's range (1e39): inf, as np.float32 rounds it (not `inff`)
         if math.isnan(v):
             code = "__int_as_float(0x7fffffff)" if base is f32 else "__longlong_as_double(0x7ff8000000000000LL)"
         elif math.isinf(v):
@@ -149,10 +173,10 @@ def literal(value, t) -> str:
             return f"frost_to_f16({code})"
         return code
     v = int(value)
-    if t is i32:
-        return str(v) if v >= 0 else f"({v})"
+    if t is i32:  # -2147483648 would be `-` applied to a long long literal in C++
+        return str(v) if v >= 0 else ("(-2147483647 - 1)" if v == -2 ** 31 else f"({v})")
     if t is i64:
-        return f"{v}LL" if v >= 0 else f"({v}LL)"
+        return f"{v}LL" if v >= 0 else ("(-9223372036854775807LL - 1)" if v == -2 ** 63 else f"({v}LL)")
     if t is u32:
         return f"{v & 0xffffffff}u"
     if t is u8:
@@ -214,13 +238,13 @@ class CGen:
             n, t = cname(p.name), p.type
             if isinstance(t, ArrayType):
                 if t.kind == "param":
-                    out += [f"{t.elem.c}* {n}", f"long long {n}_len"]
+                    out += [f"{t.elem.c}* {n}", f"long long {len_name(n)}"]
                 elif t.kind == "native":
                     dims = "".join(f"[{d}]" for d in t.shape)
                     out.append(f"{t.elem.c} (&{n}){dims}")
                 elif self.fn.is_kernel:  # a 2-D view parameter arrives as pointer, shape and strides
-                    out += [f"{t.elem.c}* {n}_p", f"long long {n}_n0", f"long long {n}_n1", f"long long {n}_s0",
-                            f"long long {n}_s1"]
+                    out += [f"{t.elem.c}* frost_{n}_{f}" if f == "p" else f"long long frost_{n}_{f}"
+                            for f in VIEW_FIELDS]
                 else:
                     out.append(f"{array_c_type(t)} {n}")
             else:
@@ -256,7 +280,8 @@ class CGen:
             t = p.type
             if fn.is_kernel and isinstance(t, ArrayType) and t.kind == "view":
                 n = cname(p.name)
-                self.w(f"const {array_c_type(t)} {n} = {{{n}_p, {n}_n0, {n}_n1, {n}_s0, {n}_s1}};")
+                fields = ", ".join(f"frost_{n}_{f}" for f in VIEW_FIELDS)
+                self.w(f"const {array_c_type(t)} {n} = {{{fields}}};")
         for loc in fn.locals.values():
             if loc.kind != "local":
                 continue
@@ -346,6 +371,11 @@ class CGen:
                 rt == tt and op == "Div" and tt.is_float):
             self.w(f"{target} {BINOPS[op]}= {self.ex(s.value, rt)};", s)
             return
+        if isinstance(s.target, ast.Subscript):  # evaluate the index once (it may have side effects: atomic_add)
+            ref = self.new_tmp()
+            value = self.binop_code(s.op, ref, tt, s.value, rt)
+            self.w(f"{{ auto& {ref} = {target}; {ref} = {convert(value, rt, tt)}; }}", s)
+            return
         value = self.binop_code(s.op, target, tt, s.value, rt)
         self.w(f"{target} = {convert(value, rt, tt)};", s)
 
@@ -379,10 +409,13 @@ class CGen:
         if kind == "grid":
             names = [cname(n.id) for n in s.target.elts]
             label = f"frost_grid_end_{self.label}"
+            ends = [f"frost_{n}_end{self.label}" for n in names]
             self.label += 1
-            for n, a, tnode in zip(names, it.args, s.target.elts):
+            for end, a, tnode in zip(ends, it.args, s.target.elts):
                 t = self.type(tnode)
-                self.w(f"for ({t.c} {n} = 0; {n} < {self.ex(a, t)}; ++{n}) {{", s)
+                self.w(f"const {t.c} {end} = {self.ex(a, t)};", s)
+            for n, end, tnode in zip(names, ends, s.target.elts):
+                self.w(f"for ({self.type(tnode).c} {n} = 0; {n} < {end}; ++{n}) {{", s)
                 self.indent += 1
             self.grid_exit.append(label)
             self.block(s.body)
@@ -403,7 +436,7 @@ class CGen:
         vals = self.fn.values
         if kind == "static_range":
             self.w("#pragma unroll", s)
-        end = f"{n}_end"
+        end = f"frost_{n}_end"
         if step is None:
             cond, inc = f"{n} < {end}", f"++{n}"
             init = f"{t.c} {n} = {start_c}, {end} = {stop_c}"
@@ -413,7 +446,7 @@ class CGen:
             inc = f"{n} += {self.ex(step, t)}"
             init = f"{t.c} {n} = {start_c}, {end} = {stop_c}"
         else:
-            st = f"{n}_step"
+            st = f"frost_{n}_step"
             init = f"{t.c} {n} = {start_c}, {end} = {stop_c}, {st} = {self.ex(step, t)}"
             cond = f"({st} > 0 ? {n} < {end} : {n} > {end})"
             inc = f"{n} += {st}"
@@ -456,16 +489,24 @@ class CGen:
 
     # -- expressions ------------------------------------------------------------------------------------
     def cond(self, node) -> str:
-        t = self.type(node)
+        """A condition without its outer parentheses (the if/while statement has its own)."""
+        code = self.truth(node)
+        return code[1:-1] if code.startswith("(") and code.endswith(")") and _balanced(code[1:-1]) else code
+
+    def truth(self, node) -> str:
+        """C++ code for a value used as a condition: bf16/f16 are structs there, compared with zero as floats
+        (Python's truth: NaN is true)."""
         code = self.ex(node)
-        if t is boolean:
-            return code[1:-1] if code.startswith("(") and code.endswith(")") and _balanced(code[1:-1]) else code
+        if self.type(node) in (bf16, f16):
+            return f"(frost_float({code}) != 0.0f)"
         return code
 
     def ex(self, node, want=None) -> str:
         t = self.type(node)
         if isinstance(t, Weak):
-            return literal(self.fn.values[id(node)], want if want is not None else t.strong)
+            lt = want if want is not None else t.strong
+            check_literal(self.src, node, self.fn.values[id(node)], lt)
+            return literal(self.fn.values[id(node)], lt)
         code = getattr(self, "e_" + type(node).__name__)(node)
         if want is None or isinstance(t, (ArrayType, TupleType)):
             return code
@@ -504,13 +545,13 @@ class CGen:
     def e_UnaryOp(self, node):
         t = self.type(node)
         if isinstance(node.op, ast.Not):
-            return f"(!{self.ex(node.operand)})"
+            return f"(!{self.truth(node.operand)})"
         op = {"USub": "-", "UAdd": "+", "Invert": "~"}[type(node.op).__name__]
         return f"({op}{self.ex(node.operand, t)})"
 
     def e_BoolOp(self, node):
         op = " && " if isinstance(node.op, ast.And) else " || "
-        return "(" + op.join(self.ex(v) for v in node.values) + ")"
+        return "(" + op.join(self.truth(v) for v in node.values) + ")"
 
     def e_Compare(self, node):
         parts = []
@@ -523,7 +564,7 @@ class CGen:
 
     def e_IfExp(self, node):
         t = self.type(node)
-        return f"({self.ex(node.test)} ? {self.ex(node.body, t)} : {self.ex(node.orelse, t)})"
+        return f"({self.truth(node.test)} ? {self.ex(node.body, t)} : {self.ex(node.orelse, t)})"
 
     def index_expr(self, arr_node, idx_nodes) -> str:
         """C code for an element (an lvalue) of an array expression."""
@@ -566,7 +607,7 @@ class CGen:
             return self.array_ref(node)
         ref = self.array_ref(node)
         if at.kind == "param":
-            return f"frost_view1<{at.elem.c}>{{{ref}, {ref}_len}}"
+            return f"frost_view1<{at.elem.c}>{{{ref}, {len_name(ref)}}}"
         if at.ndim == 1:
             return f"frost_view1<{at.elem.c}>{{{ref}, {at.shape[0]}}}"
         if at.ndim == 2:
@@ -580,7 +621,7 @@ class CGen:
             k = self.fn.values[id(node.slice)]
             ref = self.array_ref(arr)
             if at.kind == "param":
-                return f"{ref}_len"
+                return len_name(ref)
             return f"{ref}.n{k}"
         idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if isinstance(self.type(node), ArrayType):
@@ -612,7 +653,7 @@ class CGen:
             if isinstance(pt, ArrayType):
                 if pt.kind == "param":
                     ref = self.array_ref(a)
-                    args += [ref, f"{ref}_len"]
+                    args += [ref, len_name(ref)]
                 elif pt.kind == "native":
                     args.append(self.array_ref(a))
                 else:
@@ -661,7 +702,7 @@ class CGen:
     def c_len(self, node, t):
         at = self.type(node.args[0])
         ref = self.array_ref(node.args[0])
-        return f"{ref}_len" if at.kind == "param" else f"{ref}.n0"
+        return len_name(ref) if at.kind == "param" else f"{ref}.n0"
 
     def c_syncthreads(self, node, t):
         return "__syncthreads()"
@@ -736,7 +777,7 @@ class CGen:
         return self._shfl(node, t, "__shfl_sync")
 
     def c_ballot(self, node, t):
-        return f"__ballot_sync(0xffffffffu, {self.ex(node.args[0])})"
+        return f"__ballot_sync(0xffffffffu, {self.truth(node.args[0])})"
 
     def c_cp_async16(self, node, t):
         dst = self._elem_ptr(node.args[0], node.args[1])

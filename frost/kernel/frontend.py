@@ -93,6 +93,12 @@ _OPS = {"Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "FloorDiv": "//", "Mod"
         "RShift": ">>", "BitAnd": "&", "BitOr": "|", "BitXor": "^"}
 
 
+# Names the code generators invent (frost_t1, frost_i_end, frost_x_len, the simulator's _fk_t1) start with these;
+# SIM_NAMES (filled by simulate.py) holds the simulator's helpers (_np, _T, _idiv, ...), which a local would shadow.
+RESERVED_PREFIXES = ("frost_", "_fk_")
+SIM_NAMES: set = set()
+
+
 def c_div(a, b):
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b >= 0) else -q
@@ -111,6 +117,7 @@ class Checker:
         self.device_cache = device_cache  # shared by a kernel and all device functions it calls
         self.loop_depth = 0
         self.loopvars: set[str] = set()
+        self.returns: list = []  # (return statement, type of its value or None) of a device function
         # shared()/local() declare an array, which C cannot do inside an expression: only `name = shared(...)`
         self.named_allocations = {id(n.value) for n in ast.walk(src.tree)
                                   if isinstance(n, (ast.Assign, ast.AnnAssign)) and _is_allocation(n.value)}
@@ -129,6 +136,7 @@ class Checker:
         if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
             raise self.src.error(fdef, "kernels take plain positional parameters only")
         for k, arg in enumerate(a.args):
+            self.check_new_name(arg, arg.arg, "parameter")
             t = self._annotation(arg.annotation, arg) if arg.annotation is not None else None
             if isinstance(t, ConstType):
                 if arg.arg not in self.out.consts:
@@ -145,7 +153,19 @@ class Checker:
         if fdef.returns is not None and not self.out.is_kernel:
             self.out.ret = self._return_annotation(fdef.returns)
         self.block(fdef.body)
+        if not self.out.is_kernel:
+            self.out.ret = self.return_type(fdef)
         return self.out
+
+    def check_new_name(self, node, name, what):
+        """A parameter, local or loop variable may not take a built-in index's name (the simulator sets those on
+        entry to every function) nor a name reserved for generated code."""
+        if name in B.INDEX_NAMES:
+            raise self.src.error(node, f"{what} {name!r} has the name of the built-in index {name}; rename it")
+        if name.startswith(RESERVED_PREFIXES) or name in SIM_NAMES:
+            raise self.src.error(node, f"{what} {name!r}: names starting with {' or '.join(RESERVED_PREFIXES)} (and "
+                                       f"the simulator's helpers such as _np, _T) are reserved for generated code; "
+                                       f"rename it")
 
     def _resolve_object(self, node):
         """The Python object a Name/Attribute in an annotation or call target refers to (or None)."""
@@ -269,10 +289,12 @@ class Checker:
                 raise self.src.error(s, f"{s.target.id!r} is a Const; its value must be a compile-time constant")
             if s.target.id in self.out.locals or s.target.id in self.out.consts:
                 raise self.src.error(s, f"{s.target.id!r} is already defined")
+            self.check_new_name(s, s.target.id, "constant")
             self.out.consts = dict(self.out.consts, **{s.target.id: t.py_type(v)})
             return
         self.expr(s.value)
         self.check_convertible(self.type(s.value), t, s.value)
+        self.check_store(self.type(s.value), t, s.value, f"local {s.target.id!r}")
         self.declare(s.target, t, s)
         self.out.types[id(s.target)] = t
 
@@ -313,6 +335,7 @@ class Checker:
         if name in B.INDEX_NAMES or name in self.out.consts:
             raise self.src.error(s, f"cannot assign to the built-in name {name!r}")
         loc = self.out.locals.get(name)
+        self.check_not_after_loop(s, loc)
         if loc is None:
             if vt is None:
                 raise self.src.error(s, f"{name!r} would have no type")
@@ -330,14 +353,22 @@ class Checker:
                                         "a float literal")
         self.out.types[id(target)] = self.out.locals[name].type
 
+    def check_not_after_loop(self, s, loc):
+        """A loop variable lives in its loop only (C++ declares it in the for statement): no assignment after it."""
+        if loc is not None and loc.kind == "loop" and loc.name not in self.loopvars:
+            raise self.src.error(s, f"{loc.name!r} is the loop variable of the loop at line {loc.line} and cannot be "
+                                    f"assigned after that loop; use another name")
+
     def declare(self, target, t, s):
         name = target.id
         if name in self.out.locals:
             loc = self.out.locals[name]
+            self.check_not_after_loop(s, loc)
             if loc.type != t:
                 raise self.src.error(s, f"local {name!r} has type {loc.type} from line {loc.line}, "
                                         f"but is declared {t} here")
             return
+        self.check_new_name(s, name, "local")
         self.out.locals[name] = Local(name, t, self.src.line(s))
 
     def lvalue_type(self, target):
@@ -347,6 +378,7 @@ class Checker:
                 raise self.src.error(target, f"{target.id!r} is used before it is assigned")
             if target.id in self.loopvars:
                 raise self.src.error(target, f"cannot assign to loop variable {target.id!r} inside its loop")
+            self.check_not_after_loop(target, loc)
             self.out.types[id(target)] = loc.type
             return loc.type
         if isinstance(target, ast.Subscript):
@@ -356,10 +388,11 @@ class Checker:
             return t
         raise self.src.error(target, "can only assign to a name or an array element")
 
-    def check_store(self, src_t, dst_t, node):
-        """Stores convert implicitly (f32 into a bf16 array), except a float into an integer: that needs a cast."""
+    def check_store(self, src_t, dst_t, node, what="element"):
+        """Stores convert implicitly (f32 into a bf16 array), except a float into an integer: that needs a cast. The
+        same rule holds for annotated locals, device-function parameters and declared return types."""
         if isinstance(src_t, (Scalar, Weak)) and isinstance(dst_t, Scalar) and src_t.is_float and not dst_t.is_float:
-            raise self.src.error(node, f"storing a {src_t} into a {dst_t} element truncates; cast with {dst_t}(...)")
+            raise self.src.error(node, f"storing a {src_t} into a {dst_t} {what} truncates; cast with {dst_t}(...)")
 
     def check_convertible(self, src_t, dst_t, node):
         if isinstance(src_t, (ArrayType, TupleType)) or isinstance(dst_t, (ArrayType, TupleType)) or src_t is None:
@@ -412,6 +445,11 @@ class Checker:
                         raise self.src.error(a, "static_range() needs compile-time constant bounds")
             if len(it.args) == 3 and id(it.args[2]) in self.out.values and self.out.values[id(it.args[2])] == 0:
                 raise self.src.error(it, "range() step must not be zero")
+            step = self.out.values.get(id(it.args[2])) if len(it.args) == 3 else None
+            if step is not None and step < -1 and vt[0].kind == "uint":
+                # C++ counts down with `i > end; i += step` in unsigned arithmetic: a step past zero wraps around
+                raise self.src.error(it, f"range() with step {step} on a {vt[0]} loop variable can step below zero "
+                                         f"and wrap around; loop over i32/i64 bounds (cast them)")
         added = []
         for n, t in zip(names, vt):
             if not isinstance(n, ast.Name):
@@ -421,6 +459,7 @@ class Checker:
                 raise self.src.error(s, f"loop variable {n.id!r} is also a local (line {loc.line}); use another name")
             if n.id in self.loopvars:
                 raise self.src.error(s, f"loop variable {n.id!r} is already used by an enclosing loop")
+            self.check_new_name(n, n.id, "loop variable")
             self.out.locals[n.id] = Local(n.id, t, self.src.line(s), "loop")
             self.out.types[id(n)] = t
             self.loopvars.add(n.id)
@@ -445,25 +484,88 @@ class Checker:
         if s.value is None:
             if self.out.ret is not None:
                 raise self.src.error(s, f"this device function returns {self.out.ret}; return a value")
+            self.returns.append((s, None))
             return
         if isinstance(s.value, ast.Tuple):
-            items = [strong(self.expr(e)) for e in s.value.elts]
+            items = [self.expr(e) for e in s.value.elts]
+            for e, it in zip(s.value.elts, items):
+                self.scalar(it, e)
             t = TupleType(items)
-            self.out.types[id(s.value)] = t
+            self.out.types[id(s.value)] = TupleType(strong(it) for it in items)
         else:
             t = self.expr(s.value)
-        if self.out.ret is None:
-            self.out.ret = strong(t) if not isinstance(t, TupleType) else t
-        elif isinstance(self.out.ret, TupleType):
-            if not isinstance(t, TupleType) or len(t.items) != len(self.out.ret.items):
-                raise self.src.error(s, f"returns {t} but the function returns {self.out.ret}")
-        elif isinstance(t, (TupleType, ArrayType)):
-            raise self.src.error(s, f"returns {t} but the function returns {self.out.ret}")
+        if self.out.ret is not None:
+            self.check_return(s, t, self.out.ret)
+        self.returns.append((s, t))
+
+    def check_return(self, s, t, ret):
+        """A return against the declared return type: same shape, and no float into an integer without a cast."""
+        if isinstance(ret, TupleType):
+            if not isinstance(t, TupleType) or len(t.items) != len(ret.items):
+                raise self.src.error(s, f"returns {t} but the function returns {ret}")
+            nodes = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value] * len(t.items)
+            for e, it, rt in zip(nodes, t.items, ret.items):
+                self.check_store(it, rt, e, "return value")
+        elif isinstance(t, (TupleType, ArrayType)) or isinstance(ret, ArrayType):
+            if t != ret:
+                raise self.src.error(s, f"returns {t} but the function returns {ret}")
+        else:
+            self.check_store(t, ret, s.value, "return value")
+
+    def return_type(self, fdef):
+        """A device function's return type: its annotation, or the one type all its returns agree on (a literal
+        adopts the others' type: `return 0` beside `return x` with x: f32 returns f32). A function that returns a
+        value must return one on every path (C++ would fall off the end of a non-void function)."""
+        valued = [(s, t) for s, t in self.returns if t is not None]
+        ret = self.out.ret
+        if ret is None and valued:
+            s0, ret = valued[0]
+            for s, t in valued[1:]:
+                ret = self.unify_return(s0, ret, s, t)
+            ret = TupleType(strong(it) for it in ret.items) if isinstance(ret, TupleType) else strong(ret)
+            bare = [s for s, t in self.returns if t is None]
+            if bare:
+                raise self.src.error(bare[0], f"a bare return in {self.src.fn.__name__}, which returns a {ret} at "
+                                              f"line {self.src.line(s0)}; return a value")
+        if ret is not None and not _always_returns(fdef.body):
+            raise self.src.error(fdef, f"device function {self.src.fn.__name__} returns a {ret} but can reach its end "
+                                       f"without a return; return a value on every path (e.g. a final return)")
+        return ret
+
+    def unify_return(self, s0, a, s, b):
+        """The common type of two returns' values (a from statement s0, b from s), or an error naming both lines."""
+        def clash():
+            return self.src.error(s, f"returns a {b} here but a {a} at line {self.src.line(s0)}; make every return "
+                                     f"of {self.src.fn.__name__} the same type (cast), or annotate its return type")
+        if isinstance(a, TupleType) or isinstance(b, TupleType):
+            if not (isinstance(a, TupleType) and isinstance(b, TupleType)) or len(a.items) != len(b.items):
+                raise clash()
+            return TupleType(self.unify_return(s0, x, s, y) for x, y in zip(a.items, b.items))
+        if isinstance(a, ArrayType) or isinstance(b, ArrayType):
+            if a != b:
+                raise clash()
+            return a
+        if isinstance(a, Weak) and isinstance(b, Weak):
+            return promote(a, b)
+        strong_t, weak_t = (b, a) if isinstance(a, Weak) else (a, b)
+        if isinstance(weak_t, Weak):  # a literal adopts the other's type; a float literal beside an integer: f32
+            return f32 if weak_t.is_float and not strong_t.is_float else strong_t
+        if a != b:
+            raise clash()
+        return a
 
     def condition(self, node):
+        """A value used for its truth (if, while, not, a ternary's test, ballot): any scalar, and `and`/`or` of any
+        scalars (their truth is Python's whichever operand they give)."""
+        if isinstance(node, ast.BoolOp):
+            for v in node.values:
+                self.condition(v)
+            self.out.types[id(node)] = boolean
+            return boolean
         t = self.expr(node)
         if not isinstance(t, (Scalar, Weak)):
             raise self.src.error(node, f"a condition must be a scalar, got {t}")
+        return t
 
     # -- expressions ------------------------------------------------------------------------------------
     def type(self, node):
@@ -525,9 +627,11 @@ class Checker:
         raise self.src.error(node, "attributes are supported only as a.shape[k] and a.tile(...)")
 
     def expr_UnaryOp(self, node):
-        t = self.expr(node.operand)
+        t = self.condition(node.operand) if isinstance(node.op, ast.Not) else self.expr(node.operand)
         if id(node.operand) in self.out.values:
             v = self.out.values[id(node.operand)]
+            if isinstance(node.op, ast.Invert) and not isinstance(v, int):
+                raise self.src.error(node, f"~ needs an integer, got {t}")
             folded = {ast.USub: lambda x: -x, ast.UAdd: lambda x: x, ast.Not: lambda x: not x,
                       ast.Invert: lambda x: ~x}[type(node.op)](v)
             if isinstance(node.op, ast.Not):
@@ -573,8 +677,14 @@ class Checker:
         return t
 
     def expr_BoolOp(self, node):
+        """`a and b` / `a or b` as a value: Python gives one of the operands, C++ a bool; they agree on bools only."""
+        word = "and" if isinstance(node.op, ast.And) else "or"
         for v in node.values:
-            self.condition(v)
+            t = self.condition(v)
+            if t is not boolean:
+                raise self.src.error(v, f"`{word}` on a {t}: Python gives one of the operands, a kernel a bool; use "
+                                        f"bool operands (comparisons such as x != 0) or a conditional expression "
+                                        f"(a if a != 0 else b)")
         return boolean
 
     def expr_Compare(self, node):
@@ -702,6 +812,8 @@ class Checker:
         (a,) = self.args(node, 1, t.name)
         self.scalar(a, node.args[0])
         v = self.out.values.get(id(node.args[0]))
+        if isinstance(v, float) and t.is_int and not math.isfinite(v):
+            raise self.src.error(node, f"{t.name}({v}) of a constant has no integer value")
         if v is not None and not t.is_float and t is not boolean:
             self.out.values[id(node)] = v
         return t
@@ -766,7 +878,9 @@ class Checker:
         t = promote(a, b)
         va, vb = self.out.values.get(id(node.args[0])), self.out.values.get(id(node.args[1]))
         if isinstance(t, Weak) and va is not None and vb is not None:
-            return self.const(node, -(-va // vb))
+            if vb == 0:
+                raise self.src.error(node, "division by zero in a constant expression")
+            return self.const(node, c_div(va + vb - 1, vb))  # as the runtime computes it: (a + b - 1) / b in C
         return t
 
     def call_len(self, node):
@@ -973,8 +1087,9 @@ class Checker:
         return self._shfl(node, "shfl_idx")
 
     def call_ballot(self, node):
-        (p,) = self.args(node, 1, "ballot")
-        self.scalar(p, node.args[0])
+        if len(node.args) != 1:
+            raise self.src.error(node, f"ballot() takes 1 arguments, got {len(node.args)}")
+        self.condition(node.args[0])
         self.out.has_yield = True
         return u32
 
@@ -1260,4 +1375,38 @@ def fold_binop(op, a, b, t, src, node):
             return a ^ b
     except ZeroDivisionError:
         raise src.error(node, "division by zero in a constant expression") from None
+    except (ArithmeticError, ValueError, TypeError) as exc:  # 1 << -1, 2.0 ** 2000, inf // 2
+        raise src.error(node, f"the constant expression cannot be computed ({exc}); change its operands") from None
     raise src.error(node, f"operator {name} is not supported")
+
+
+def check_literal(src, node, value, t) -> None:
+    """A literal takes the type of where it is used (`x < 3000000000` with x: i32 makes it an i32): it must fit in
+    that type, else C++ would type it long long (or round it to an f32 inf) while the simulator wraps it."""
+    t = strong(t)
+    if t is boolean or not isinstance(t, Scalar):
+        return
+    if t.is_float:
+        try:  # beyond f32's range (1e39 as an f32) it is inf, in C++ and NumPy alike (cgen.literal writes inf)
+            float(value)
+        except OverflowError:
+            raise src.error(node, f"the literal {value} is beyond the range of {t}") from None
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise src.error(node, f"the constant {value} has no {t} value")
+    bits = 8 * t.np.itemsize
+    lo, hi = -(1 << (bits - 1)), (1 << bits) if t.kind == "uint" else (1 << (bits - 1))
+    if not lo <= int(value) < hi:
+        raise src.error(node, f"the literal {value} takes the type {t} here (a literal adopts the other operand's type; "
+                              f"alone it is i32) and does not fit in it; write i64({value}) or use wider operands")
+
+
+
+def _always_returns(stmts) -> bool:
+    """Whether every path through stmts ends in a return."""
+    for s in stmts:
+        if isinstance(s, ast.Return):
+            return True
+        if isinstance(s, ast.If) and _always_returns(s.body) and _always_returns(s.orelse):
+            return True
+    return False

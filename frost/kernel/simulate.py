@@ -9,7 +9,8 @@ import math
 import ml_dtypes
 import numpy as np
 
-from frost.kernel.frontend import Checked, matmul_call
+from frost.kernel import frontend
+from frost.kernel.frontend import Checked, check_literal, matmul_call
 from frost.kernel.types import (ArrayType, Scalar, TupleType, Weak, bf16, boolean, f16, f32, f64, i32, i64,
                                 promote, strong, u32, u8)
 
@@ -188,8 +189,35 @@ def _range(t, start, stop=None, step=None):
     return map(t, range(int(start), int(stop), step))
 
 
-def _grid(t, *extents):
-    return itertools.product(*(list(map(t, range(int(n)))) for n in extents))
+def _grid(types, *extents):
+    """The index tuples of grid(*extents), each variable of its own type (as the frontend and C++ give them)."""
+    return itertools.product(*(list(map(t, range(int(n)))) for t, n in zip(types, extents)))
+
+
+def _float_to_int(np_type):
+    """A float -> integer conversion as the GPU's cvt.rzi does it: truncation toward zero, saturating at the type's
+    range, NaN to 0 (NumPy's astype gives INT_MIN or wraps instead)."""
+    info = np.iinfo(np_type)
+    lo, hi = int(info.min), int(info.max)
+
+    def convert(x):
+        x = float(x)
+        if x != x:
+            return np_type(0)
+        if x <= lo:
+            return np_type(lo)
+        if x >= hi:
+            return np_type(hi)
+        return np_type(int(x))
+    return convert
+
+
+_float_to_u32 = _float_to_int(np.uint32)
+
+
+def _float_to_u8(x):
+    """(unsigned char)x: NVRTC converts to u32 (cvt.rzi.u32.f32, saturating) and stores the low byte."""
+    return np.uint8(int(_float_to_u32(x)) & 0xFF)
 
 
 NAMESPACE = {
@@ -200,7 +228,11 @@ NAMESPACE = {
     "_local": lambda dtype, shape, name: SimArray(_filled(dtype, shape), name),
     "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_log": np.log, "_log2": np.log2, "_tanh": np.tanh,
     "_sin": np.sin, "_cos": np.cos, "_floor": np.floor, "_ceil": np.ceil, "_SimArray": SimArray,
+    "_sat_i32": _float_to_int(np.int32), "_sat_i64": _float_to_int(np.int64), "_sat_u32": _float_to_u32,
+    "_sat_u8": _float_to_u8,
 }
+# a kernel's own names must not shadow these (nor _T, _BF16, _BF16_DT and the generated _fk_ names)
+frontend.SIM_NAMES.update(NAMESPACE, {"_T", "_BF16", "_BF16_DT"})
 CONV = {f32: "_np.float32", f64: "_np.float64", f16: "_np.float16", i32: "_np.int32", i64: "_np.int64",
         u32: "_np.uint32", u8: "_np.uint8", boolean: "_np.bool_"}
 MATH_PY = {"sqrt": "_sqrt", "rsqrt": "_rsqrt", "exp": "_exp", "exp2": "_exp2", "log": "_log", "log2": "_log2",
@@ -212,14 +244,15 @@ LINE_MAPS: dict[str, tuple[str, list[int]]] = {}  # generated filename -> (pytho
 
 
 def convert(code: str, src, dst) -> str:
+    """Python code converting a value of type src to type dst, as the generated C++ does (cgen.convert)."""
     if dst is None or src == dst:
         return code
-    if dst is bf16:
+    if dst in (bf16, f16):  # C++ converts to bf16/f16 from f32 (frost_to_f16((float)x)): two roundings from f64
         if src is not f32:
             code = f"_np.float32({code})"
-        return f"_BF16({code})"
-    if src in (bf16, f16) and dst.kind != "float":
-        code = f"_np.float32({code})"
+        return f"_BF16({code})" if dst is bf16 else f"_np.float16({code})"
+    if dst.is_int and src.is_float:  # cvt.rzi saturates
+        return f"_sat_{dst.name}({code})"
     return f"{CONV[dst]}({code})"
 
 
@@ -245,12 +278,13 @@ class PyGen:
     def const(self, value, t) -> str:
         t = strong(t)
         key = f"_fk_c{len(self.ns)}"
-        if t is bf16:
-            self.ns[key] = ml_dtypes.bfloat16(np.float32(value))
-        elif t.is_float:
-            self.ns[key] = np.asarray(float(value)).astype(t.np)[()]
-        else:
-            self.ns[key] = np.asarray(int(value)).astype(t.np)[()]
+        with np.errstate(over="ignore"):  # a float beyond f32's range is inf, as cgen.literal writes it
+            if t is bf16 or t is f16:  # rounded to f32 first, as cgen.literal writes it
+                self.ns[key] = t.np.type(np.float32(value))
+            elif t.is_float:
+                self.ns[key] = np.asarray(float(value)).astype(t.np)[()]
+            else:
+                self.ns[key] = np.asarray(int(value)).astype(t.np)[()]
         return key
 
     def new_tmp(self):
@@ -389,12 +423,16 @@ class PyGen:
         it = s.iter
         if it.func.id == "grid":
             names = [n.id for n in s.target.elts]
-            t = self.type(s.target.elts[0])
+            types = ", ".join(CONV[self.type(n)] for n in s.target.elts)
             ext = ", ".join(self.ex(a, self.type(n)) for a, n in zip(it.args, s.target.elts))
-            self.w(f"for {', '.join(names)} in _grid({CONV[t]}, {ext}):", s)
+            self.w(f"for {', '.join(names)} in _grid(({types},), {ext}):", s)
         else:
             t = self.type(s.target)
-            args = ", ".join(self.ex(a, t) for a in it.args)
+            args = [self.ex(a, t) for a in it.args]
+            if len(it.args) == 3 and id(it.args[2]) in self.fn.values:
+                # a constant step keeps its sign (C++ picks `i > end` from it; a u32 step of -1 wraps to i - 1)
+                args[2] = str(int(self.fn.values[id(it.args[2])]))
+            args = ", ".join(args)
             self.w(f"for {s.target.id} in _range({CONV[t]}, {args}):", s)
         self.indent += 1
         self.block(s.body)
@@ -423,7 +461,9 @@ class PyGen:
     def ex(self, node, want=None) -> str:
         t = self.type(node)
         if isinstance(t, Weak):
-            return self.const(self.fn.values[id(node)], want if want is not None else t.strong)
+            lt = want if want is not None else t.strong
+            check_literal(self.src, node, self.fn.values[id(node)], lt)
+            return self.const(self.fn.values[id(node)], lt)
         code = getattr(self, "e_" + type(node).__name__)(node)
         if want is None or isinstance(t, (ArrayType, TupleType)) or t is None:
             return code
