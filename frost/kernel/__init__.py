@@ -30,7 +30,8 @@ Semantics (the simulator implements these; float results can differ from the GPU
   `-7 % 2 == -1`); on floats `//` is trunc(a / b) and `%` is fmod. `cdiv(a, b)` is (a + b - 1) // b, folded alike.
 - A literal must fit the type it takes (`x < 3000000000` with x: i32 is an error: write i64(3000000000)); a float
   literal beyond f32's range is inf. Float -> integer casts truncate toward zero and saturate at the type's range,
-  NaN -> 0 (the GPU's cvt.rzi; u8 keeps the low byte of the u32 conversion). f64 -> bf16/f16 rounds through f32.
+  NaN -> 0, or INT64_MIN for i64 (the GPU's cvt.rzi, measured on an H200; u8 keeps the low byte of the u32
+  conversion). f64 -> bf16/f16 rounds through f32.
 - Floats: NVRTC contracts `a * b + c` into one fused multiply-add (rounded once; NVRTC's default --fmad=true, kept
   for speed), while the simulator rounds the product and the sum separately. Float results of the GPU and the
   simulator can therefore differ in the last bits: compare them with a tolerance (integer results are exact).

@@ -194,16 +194,16 @@ def _grid(types, *extents):
     return itertools.product(*(list(map(t, range(int(n)))) for t, n in zip(types, extents)))
 
 
-def _float_to_int(np_type):
+def _float_to_int(np_type, nan_value: int = 0):
     """A float -> integer conversion as the GPU's cvt.rzi does it: truncation toward zero, saturating at the type's
-    range, NaN to 0 (NumPy's astype gives INT_MIN or wraps instead)."""
+    range, NaN to nan_value (0; INT64_MIN for i64, as the H200 gives) where NumPy's astype gives INT_MIN or wraps."""
     info = np.iinfo(np_type)
     lo, hi = int(info.min), int(info.max)
 
     def convert(x):
         x = float(x)
         if x != x:
-            return np_type(0)
+            return np_type(nan_value)
         if x <= lo:
             return np_type(lo)
         if x >= hi:
@@ -228,7 +228,7 @@ NAMESPACE = {
     "_local": lambda dtype, shape, name: SimArray(_filled(dtype, shape), name),
     "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_log": np.log, "_log2": np.log2, "_tanh": np.tanh,
     "_sin": np.sin, "_cos": np.cos, "_floor": np.floor, "_ceil": np.ceil, "_SimArray": SimArray,
-    "_sat_i32": _float_to_int(np.int32), "_sat_i64": _float_to_int(np.int64), "_sat_u32": _float_to_u32,
+    "_sat_i32": _float_to_int(np.int32), "_sat_i64": _float_to_int(np.int64, nan_value=-2 ** 63), "_sat_u32": _float_to_u32,
     "_sat_u8": _float_to_u8,
 }
 # a kernel's own names must not shadow these (nor _T, _BF16, _BF16_DT and the generated _fk_ names)
