@@ -17,7 +17,9 @@ Semantics (the simulator implements these; float results can differ from the GPU
 - Types: f32 f16 bf16 f64 i32 i64 u32 u8 bool; Array[T] (pointer + length), Array[T, 2] (strided 2-D view).
 - Literals adapt to the other operand (`x * 2` keeps x's type); alone, int literals are i32 and float literals
   f32. Arithmetic follows C: bool/u8 compute as i32, f16/bf16 compute as f32, int with float gives the float,
-  i32 with u32 gives u32, narrower with wider gives the wider. Integers wrap on overflow (u32 modulo 2^32).
+  i32 with u32 gives u32, narrower with wider gives the wider. Unsigned integers wrap on overflow (u32 modulo
+  2^32). Signed overflow (i32, i64) is undefined in the generated C++: the simulator wraps, but the GPU compiler
+  may assume it never happens (an H200 found `j * 1000000000 < 0` false for j = 3); compute in u32 or i64.
 - `mulhi(a, b)`: the high 32 bits of the exact 64-bit product of two u32 (CUDA's `__umulhi`) or two i32 (`__mulhi`).
 - 16-byte vector access on 1-D f32/i32/u32 arrays: `a, b, c, d = load4(x, i)`, `store4(x, i, a, b, c, d)`,
   `ldg4(x, i)` (read-only cache); i % 4 == 0 and a 16-byte aligned array (the simulator checks both, the launch

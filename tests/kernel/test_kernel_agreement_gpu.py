@@ -77,10 +77,9 @@ def loops(out: Array[i32], n: i64, m: u32):
     for i, j in grid(2, k):
         k = 1
         out[0] += 1
-    for i, j in grid(n, 4):
-        if j * 1000000000 < 0:
-            out[1] += 1
-        if i * 3000000000 < 0:
+    for i, j in grid(n, 4):  # (an i32 j * 1000000000 would overflow: undefined in C++, so no test of j's type)
+        out[1] += j
+        if i * 3000000000 < 0:  # i is an i64: no overflow
             out[2] += 1
     for i in range(m, 0, -1):
         out[3] += 1
@@ -105,7 +104,7 @@ def test_agreement_cases_on_the_device(cp):
                       np.array([0, 0, 0, 9], np.int32))
     assert cnt.tolist() == [1, 1, 1, 4]
     out = agree(cp, loops, (1, 1), np.zeros(5, np.int32), np.int64(2), np.uint32(10))[0]
-    assert out.tolist() == [8, 2, 0, 10, -2 ** 31]
+    assert out.tolist() == [8, 12, 0, 10, -2 ** 31]
 
 
 def test_the_gpu_fuses_multiply_add_where_the_simulator_rounds_twice(cp):
