@@ -52,3 +52,9 @@ def test_writing_an_optimizer_runs_trains_and_tests_its_optimizer(tmp_path):
     assert "anomaly: gradient of parameter '2.bias'" in stdout
     accuracy = int(re.search(r"accuracy (\d+)%", stdout).group(1))
     assert accuracy > 85, stdout
+
+
+def test_differences_from_pytorch_runs_as_written(tmp_path):
+    stdout = run_document("differences-from-pytorch.md", tmp_path)
+    assert "refused: add_: an operand requires grad" in stdout
+    assert "integer division by zero" in stdout
