@@ -22,6 +22,49 @@ def compiles(k):
     assert k.compile(ARCH)[:4] == b"\x7fELF"
 
 
+# -- kernels the GPU test (test_kernel_agreement_gpu.py) runs too ---------------------------------------------------
+@kernel
+def narrow(x: Array[f64], out: Array[f16]):
+    out[tx] = x[tx]
+    out[1] = 1.000488281250001  # the same value as a literal: cgen writes it as an f32
+
+
+@kernel
+def casts(x: Array[f32], o32: Array[i32], ou: Array[u32], o8: Array[u8], o64: Array[i64]):
+    o32[tx] = i32(x[tx])
+    ou[tx] = u32(x[tx])
+    o8[tx] = u8(x[tx])
+    o64[tx] = i64(x[tx])
+
+
+@kernel
+def pop(a: Array[f32], b: Array[bf16], cnt: Array[i32]):
+    a[atomic_add(cnt, 0, 1)] %= 2.0
+    b[atomic_add(cnt, 1, 1)] += 1.0
+    cnt[atomic_add(cnt, 2, 1) + 3] //= 2
+
+
+@kernel
+def bcond(x: Array[bf16], h: Array[f16], out: Array[i32]):
+    v = x[tx]
+    if v:
+        out[tx] = 1
+    if v and tx > 0:
+        out[tx] += 2
+    if not h[tx]:
+        out[tx] += 4
+    while v:
+        out[tx] += 8
+        v = bf16(0.0)
+    out[tx] += 16 if h[tx] or x[tx] else 0
+
+
+@kernel
+def amax(hi: Array[f32], lo: Array[f32], v: f32):
+    atomic_max(hi, 0, v)
+    atomic_min(lo, 0, v)
+
+
 # -- literals ----------------------------------------------------------------------------------------------------
 def test_an_int_literal_must_fit_the_type_it_takes():
     def wide(x: Array[i32], out: Array[i32]):
@@ -100,10 +143,6 @@ def test_constant_cdiv_folds_as_the_runtime_computes():
 
 # -- conversions ---------------------------------------------------------------------------------------------------
 def test_f64_to_f16_rounds_through_f32_as_the_gpu():
-    @kernel
-    def narrow(x: Array[f64], out: Array[f16]):
-        out[tx] = x[tx]
-        out[1] = 1.000488281250001  # the same value as a literal: cgen writes it as an f32
     assert "frost_to_f16((float)(x[tx]))" in narrow.source and "frost_to_f16(1.00048828125f)" in narrow.source
     v = 1 + 2.0 ** -11 + 2.0 ** -40  # f32 lands on the f16 halfway point and ties to even; directly it rounds up
     out = np.zeros(2, np.float16)
@@ -112,12 +151,6 @@ def test_f64_to_f16_rounds_through_f32_as_the_gpu():
 
 
 def test_float_to_int_casts_saturate_as_cvt_rzi():
-    @kernel
-    def casts(x: Array[f32], o32: Array[i32], ou: Array[u32], o8: Array[u8], o64: Array[i64]):
-        o32[tx] = i32(x[tx])
-        ou[tx] = u32(x[tx])
-        o8[tx] = u8(x[tx])
-        o64[tx] = i64(x[tx])
     ptx = {line.split()[0] for line in casts.ptx(ARCH).splitlines() if "cvt.rzi" in line}
     assert {"cvt.rzi.s32.f32", "cvt.rzi.u32.f32", "cvt.rzi.s64.f32"} <= ptx  # saturating conversions (PTX ISA)
     x = np.array([np.nan, 3e9, -3e9, -1.0, 300.0, -2.75, 1e30], np.float32)
@@ -341,11 +374,6 @@ def test_a_loop_variable_cannot_be_assigned_after_its_loop():
 
 # -- statements --------------------------------------------------------------------------------------------------
 def test_augmented_element_assignment_evaluates_the_index_once():
-    @kernel
-    def pop(a: Array[f32], b: Array[bf16], cnt: Array[i32]):
-        a[atomic_add(cnt, 0, 1)] %= 2.0
-        b[atomic_add(cnt, 1, 1)] += 1.0
-        cnt[atomic_add(cnt, 2, 1) + 3] //= 2
     src = body(pop)
     assert src.count("atomicAdd") == 3
     compiles(pop)
@@ -407,19 +435,6 @@ def test_range_down_over_an_unsigned_variable():
 
 # -- conditions and boolean operators ----------------------------------------------------------------------------
 def test_16_bit_floats_as_conditions():
-    @kernel
-    def bcond(x: Array[bf16], h: Array[f16], out: Array[i32]):
-        v = x[tx]
-        if v:
-            out[tx] = 1
-        if v and tx > 0:
-            out[tx] += 2
-        if not h[tx]:
-            out[tx] += 4
-        while v:
-            out[tx] += 8
-            v = bf16(0.0)
-        out[tx] += 16 if h[tx] or x[tx] else 0
     assert "if (frost_float(v) != 0.0f) {" in bcond.source
     compiles(bcond)
     out = np.zeros(3, np.int32)
@@ -448,10 +463,6 @@ def test_and_or_as_values_need_bools():
 
 # -- atomics and floating point ----------------------------------------------------------------------------------
 def test_float_atomic_max_and_min_ignore_a_nan_value():
-    @kernel
-    def amax(hi: Array[f32], lo: Array[f32], v: f32):
-        atomic_max(hi, 0, v)
-        atomic_min(lo, 0, v)
     assert "frost_isnan_bits(v)) break;" in frost.kernel.cgen.PRELUDE
     compiles(amax)
     hi, lo = np.array([1.0], np.float32), np.array([1.0], np.float32)

@@ -4,8 +4,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, atomic_add, atomic_max, atomic_min, bf16, f16, f32, f64, grid, i32, i64, kernel, tx,
-                          u8, u32)
+from frost.kernel import Array, f32, grid, i32, i64, kernel, tx, u32
+from test_kernel_agreement import amax, bcond, casts, narrow, pop
 
 pytestmark = pytest.mark.cuda
 
@@ -27,48 +27,6 @@ def agree(cp, k, launch, *host_args):
         if isinstance(s, np.ndarray):
             np.testing.assert_array_equal(cp.asnumpy(d).view(np.uint8), s.view(np.uint8))
     return sim
-
-
-@kernel
-def casts(x: Array[f32], o32: Array[i32], ou: Array[u32], o8: Array[u8], o64: Array[i64]):
-    o32[tx] = i32(x[tx])
-    ou[tx] = u32(x[tx])
-    o8[tx] = u8(x[tx])
-    o64[tx] = i64(x[tx])
-
-
-@kernel
-def narrow(x: Array[f64], out: Array[f16]):
-    out[tx] = x[tx]
-    out[1] = 1.000488281250001
-
-
-@kernel
-def extremes(hi: Array[f32], lo: Array[f32], v: f32):
-    atomic_max(hi, 0, v)
-    atomic_min(lo, 0, v)
-
-
-@kernel
-def bcond(x: Array[bf16], h: Array[f16], out: Array[i32]):
-    v = x[tx]
-    if v:
-        out[tx] = 1
-    if v and tx > 0:
-        out[tx] += 2
-    if not h[tx]:
-        out[tx] += 4
-    while v:
-        out[tx] += 8
-        v = bf16(0.0)
-    out[tx] += 16 if h[tx] or x[tx] else 0
-
-
-@kernel
-def pop(a: Array[f32], b: Array[bf16], cnt: Array[i32]):
-    a[atomic_add(cnt, 0, 1)] %= 2.0
-    b[atomic_add(cnt, 1, 1)] += 1.0
-    cnt[atomic_add(cnt, 2, 1) + 3] //= 2
 
 
 @kernel
@@ -94,7 +52,7 @@ def test_agreement_cases_on_the_device(cp):
     out = agree(cp, narrow, (1, 1), np.array([1 + 2.0 ** -11 + 2.0 ** -40], np.float64), np.zeros(2, np.float16))[1]
     assert out.tolist() == [1.0, 1.0]
     for stored, value, want in [(1.0, np.nan, 1.0), (np.nan, 2.0, 2.0)]:
-        hi, lo = agree(cp, extremes, (1, 1), np.array([stored], np.float32), np.array([stored], np.float32),
+        hi, lo = agree(cp, amax, (1, 1), np.array([stored], np.float32), np.array([stored], np.float32),
                        np.float32(value))[:2]
         assert hi.tolist() == lo.tolist() == [want]
     out = agree(cp, bcond, (1, 3), np.array([0, 1.5, np.nan], ml_dtypes.bfloat16), np.array([0, 0, 1], np.float16),
