@@ -69,6 +69,13 @@ class ImageList(Dataset):
         return images, self.targets[indices]
 
 
+def _images_under(folder: Path) -> list[str]:
+    """The image files anywhere under folder, walked as torchvision's ImageFolder walks it (sorted folders,
+    symbolic links followed, sorted names): files only, a folder named like an image is not one."""
+    return [os.path.join(parent, name) for parent, _, names in sorted(os.walk(folder, followlinks=True))
+            for name in sorted(names) if os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS]
+
+
 class ImageFolder(ImageList):
     """root/<class>/<image>.png|jpg|jpeg: classes are the sorted folder names, labels their positions."""
 
@@ -81,8 +88,9 @@ class ImageFolder(ImageList):
         if not self.classes:
             raise FileNotFoundError(f"ImageFolder: {root} has no class folders")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        self.samples = [(str(f), self.class_to_idx[c]) for c in self.classes
-                        for f in sorted((root / c).iterdir()) if f.suffix.lower() in IMAGE_EXTENSIONS]
-        if not self.samples:
-            raise FileNotFoundError(f"ImageFolder: no {'/'.join(IMAGE_EXTENSIONS)} files under {root}")
+        self.samples = [(path, self.class_to_idx[c]) for c in self.classes for path in _images_under(root / c)]
+        empty = sorted(set(self.classes) - {self.classes[t] for _, t in self.samples})
+        if empty:  # torchvision refuses too: a class without images would never be seen
+            raise FileNotFoundError(f"ImageFolder: class folder(s) {empty} under {root} hold no "
+                                    f"{'/'.join(IMAGE_EXTENSIONS)} files")
         super().__init__([p for p, _ in self.samples], [t for _, t in self.samples], transform)

@@ -68,6 +68,7 @@ from frost.tensor import Tensor
 __all__ = ["DataLoader", "DataLoaderWorkerError"]
 
 _END = object()  # a worker's "no more batches"
+_FAILED = object()  # a worker's "the next batch failed": (_FAILED, (worker, batch, sample, error)) in its place
 
 
 class DataLoaderWorkerError(RuntimeError):
@@ -75,19 +76,57 @@ class DataLoaderWorkerError(RuntimeError):
 
 
 # ---------------------------------------------------------------- samples and buffers
-def _fields(sample: Any) -> tuple[str, list]:
-    """A sample as (kind, list of NumPy-compatible fields); kind is 'one', 'tuple' or 'list'."""
-    if isinstance(sample, (tuple, list)):
-        kind, items = ("tuple" if isinstance(sample, tuple) else "list"), list(sample)
-    else:
-        kind, items = "one", [sample]
-    return kind, [x.numpy() if isinstance(x, Tensor) else x for x in items]
+def _fields(sample: Any) -> tuple[Any, list]:
+    """A sample as (structure, leaves): nested tuples, lists and dicts flattened, as PyTorch's default_collate walks
+    them (a batch of them is then the same structure with each leaf stacked); tensors become arrays. The structure
+    is None for a single leaf, else (kind, children) in nested tuples, so that two samples' structures compare."""
+    leaves: list = []
+
+    def flatten(x):
+        if isinstance(x, dict):
+            return "dict", tuple((key, flatten(value)) for key, value in x.items())
+        if isinstance(x, (tuple, list)):
+            return ("tuple" if isinstance(x, tuple) else "list"), tuple(flatten(item) for item in x)
+        if isinstance(x, str):
+            raise TypeError(f"DataLoader: a sample holds a string ({x[:20]!r}); batches hold numbers and arrays, so "
+                            f"map strings to numbers in the dataset, or pass collate_fn")
+        leaves.append(x.numpy() if isinstance(x, Tensor) else x)
+        return None
+    return flatten(sample), leaves
 
 
-def _restructure(kind: str, fields: list) -> Any:
-    if kind == "one":
-        return fields[0]
-    return tuple(fields) if kind == "tuple" else list(fields)
+def _restructure(structure: Any, leaves: list) -> Any:
+    """The inverse of _fields: the leaves put back into the structure."""
+    remaining = iter(leaves)
+
+    def build(node):
+        if node is None:
+            return next(remaining)
+        kind, children = node
+        if kind == "dict":
+            return {key: build(child) for key, child in children}
+        items = [build(child) for child in children]
+        return tuple(items) if kind == "tuple" else items
+    return build(structure)
+
+
+def _flat(structure: Any, n: int) -> Any:
+    """The structure of n values in the sample's top-level container: finish_on_device's arrays (it may change
+    their number, e.g. PNG bytes and lengths in, images out)."""
+    kind = structure[0] if structure is not None else None
+    if kind is None and n == 1:
+        return None
+    return ("list" if kind == "list" else "tuple"), (None,) * n
+
+
+def _describe(structure: Any) -> str:
+    """A sample's structure in words: 'a value', or e.g. "tuple(value, dict('y': value))"."""
+    if structure is None:
+        return "a value"
+    kind, children = structure
+    if kind == "dict":
+        return "dict(" + ", ".join(f"{key!r}: {_describe(child)}" for key, child in children) + ")"
+    return f"{kind}(" + ", ".join(_describe(child) for child in children) + ")"
 
 
 def _empty(shape: tuple, dtype, pinned_device: Device | None) -> np.ndarray:
@@ -100,53 +139,59 @@ def _empty(shape: tuple, dtype, pinned_device: Device | None) -> np.ndarray:
 
 
 class _BatchBuffers:
-    """One worker's two batch buffers, allocated from the first sample it sees (a later sample of a wider dtype
-    widens them, as np.stack would: the batches are the same for every number of workers)."""
+    """One worker's two batch buffers (slots), each taking its batch's shape and dtype: np.stack's, so the batches are
+    the same for every number of workers. A slot is reallocated when a batch differs from the slot's last one (say,
+    length-bucketed batches) and widened mid-batch when a later sample needs a wider dtype; only the slot being
+    filled: the other may hold a batch the caller has not taken yet."""
 
-    def __init__(self, kind: str, first: list, batch_size: int, pinned_device: Device | None) -> None:
-        self.kind, self.pinned_device = kind, pinned_device
-        arrays = [np.asarray(f) for f in first]
-        self.shapes = [a.shape for a in arrays]
-        self.slots = [[_empty((batch_size, *a.shape), a.dtype, pinned_device) for a in arrays] for _ in range(2)]
+    def __init__(self, kind: str, n_fields: int, rows: int, pinned_device: Device | None) -> None:
+        self.kind, self.n_fields, self.rows, self.pinned_device = kind, n_fields, rows, pinned_device
+        self.slots: list[list] = [[None] * n_fields for _ in range(2)]
 
-    def _fitting(self, slot: int, k: int, rows: int, value) -> np.ndarray:
-        """Field k's buffer in `slot`, widened first (both slots; this slot's first `rows` rows kept) when `value`
-        needs a wider dtype."""
+    def _field(self, slot: int, k: int, row: int, shape: tuple, dtype) -> np.ndarray:
+        """Field k's buffer in `slot` for a value of this shape and dtype at `row` (rows before it kept)."""
         buf = self.slots[slot][k]
-        dtype = np.result_type(buf.dtype, np.asarray(value).dtype)
-        if dtype != buf.dtype:
-            for s in range(2):
-                old = self.slots[s][k]
-                self.slots[s][k] = _empty(old.shape, dtype, self.pinned_device)
-                if s == slot:
-                    self.slots[s][k][:rows] = old[:rows]
-        return self.slots[slot][k]
+        if row:
+            dtype = np.result_type(buf.dtype, dtype)
+        if buf is None or buf.shape[1:] != shape or buf.dtype != dtype:
+            new = _empty((self.rows, *shape), dtype, self.pinned_device)
+            if row:
+                new[:row] = buf[:row]
+            self.slots[slot][k] = buf = new
+        return buf
+
+    def _check_kind(self, kind: str, fields: list, what: str) -> None:
+        if kind != self.kind or len(fields) != self.n_fields:
+            raise TypeError(f"DataLoader: {what} is shaped {_describe(kind)} with {len(fields)} value(s), but the "
+                            f"first sample was {_describe(self.kind)} with {self.n_fields}; use collate_fn for "
+                            f"irregular samples")
 
     def put(self, slot: int, row: int, kind: str, fields: list, index: int) -> None:
-        if kind != self.kind or len(fields) != len(self.shapes):
-            raise TypeError(f"DataLoader: sample {index} has {len(fields)} field(s) ({kind}) but the first sample "
-                            f"had {len(self.shapes)} ({self.kind}); use collate_fn for irregular samples")
+        self._check_kind(kind, fields, f"sample {index}")
         for k, f in enumerate(fields):
-            if (f.shape if isinstance(f, (np.ndarray, np.generic)) else np.shape(f)) != self.shapes[k]:
-                raise ValueError(f"DataLoader: sample {index} field {k} has shape {np.shape(f)} but the batch buffer "
-                                 f"expects {self.shapes[k]} (from the first sample); use collate_fn for variable sizes")
-            self._fitting(slot, k, row, f)[row] = f
+            shape = np.shape(f)
+            if row and shape != self.slots[slot][k].shape[1:]:
+                raise ValueError(f"DataLoader: sample {index} field {k} has shape {shape} but the batch's first "
+                                 f"sample had {self.slots[slot][k].shape[1:]}; use collate_fn for variable sizes")
+            self._field(slot, k, row, shape, np.asarray(f).dtype)[row] = f
 
     def put_batch(self, slot: int, kind: str, fields: list, n: int) -> None:
         """Copy a whole batch from get_batch (fields with a leading dimension n) into a buffer."""
-        if kind != self.kind or len(fields) != len(self.shapes):
-            raise TypeError(f"DataLoader: get_batch gave {len(fields)} field(s) ({kind}) but expected "
-                            f"{len(self.shapes)} ({self.kind})")
+        self._check_kind(kind, fields, "get_batch's batch")
         for k, f in enumerate(fields):
-            if np.shape(f) != (n, *self.shapes[k]):
-                raise ValueError(f"DataLoader: get_batch field {k} has shape {np.shape(f)}, expected {(n, *self.shapes[k])}")
-            self._fitting(slot, k, 0, f)[:n] = f
+            if np.shape(f)[:1] != (n,):
+                raise ValueError(f"DataLoader: get_batch field {k} has shape {np.shape(f)}, expected {n} rows")
+            self._field(slot, k, 0, np.shape(f)[1:], np.asarray(f).dtype)[:n] = f
 
 
 def _stack(samples: list[Any]) -> Any:
     """Stack samples field by field into fresh arrays (the inline, W = 0 path)."""
     kinds_fields = [_fields(s) for s in samples]
     kind = kinds_fields[0][0]
+    for i, (other, fields) in enumerate(kinds_fields):
+        if other != kind:
+            raise TypeError(f"DataLoader: sample {i} of the batch is shaped {_describe(other)}, but its first sample "
+                            f"was {_describe(kind)}; use collate_fn for irregular samples")
     columns = zip(*(f for _, f in kinds_fields))
     return _restructure(kind, [np.stack([np.asarray(x) for x in col]) for col in columns])
 
@@ -280,11 +325,12 @@ class DataLoader:
                 yield self._to_tensors(_stack(samples))
 
     def _to_tensors(self, batch: Any) -> Any:
-        kind, fields = _fields(batch) if isinstance(batch, (tuple, list)) else ("one", [batch])
+        kind, fields = _fields(batch)
         out = [Tensor(f) if self.device.type == "cpu" else Tensor(f).to(self.device) for f in fields]
         finish = self._finisher()
         if finish is not None:
             out = [Tensor(a) for a in finish([t.data for t in out])]
+            kind = _flat(kind, len(out))
         return _restructure(kind, out)
 
     def _threaded(self, epoch: int) -> Iterator[Any]:
@@ -355,10 +401,10 @@ class _Run:
                     self.ready[w].send((batch, slot, len(gathered), loader.collate_fn(gathered)))
                     continue
                 if get_batch is not None:
-                    index = f"{idx[0]}..{idx[-1]}"
+                    index = idx  # one of these samples
                     kind, fields = _fields(get_batch(np.asarray(idx)))
                     if buffers is None:
-                        buffers = _BatchBuffers(kind, [f[0] for f in fields], self.rows, loader._pinned_device)
+                        buffers = _BatchBuffers(kind, len(fields), self.rows, loader._pinned_device)
                     buffers.put_batch(slot, kind, fields, len(idx))
                     self.ready[w].send((batch, slot, len(idx), buffers))
                     continue
@@ -368,7 +414,7 @@ class _Run:
                         return
                     kind, fields = _fields(sample)
                     if buffers is None:
-                        buffers = _BatchBuffers(kind, fields, self.rows, loader._pinned_device)
+                        buffers = _BatchBuffers(kind, len(fields), self.rows, loader._pinned_device)
                     buffers.put(slot, row, kind, fields, index if index is not None else row)
                     n = row + 1
                 self.ready[w].send((batch, slot, n, buffers))
@@ -380,10 +426,13 @@ class _Run:
             self._fail(w, batch, index, e)
 
     def _fail(self, w: int, batch: int, index: Any, error: BaseException) -> None:
+        """Record the failure and put it in worker w's place in the batch order: the caller gets every batch
+        before it (the other workers go on), then the error, as PyTorch's loader does."""
         with self.error_lock:
             if self.error is None:
                 self.error = (w, batch, index, error)
-        self.shutdown()
+        with contextlib.suppress(ChannelClosed):  # closed: the caller has stopped iterating
+            self.ready[w].send((_FAILED, (w, batch, index, error)))
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -391,10 +440,14 @@ class _Run:
             ch.close()
 
     # ------------------------------------------------------------ consumer
-    def _raise_if_failed(self) -> None:
-        if self.error is not None:
-            w, batch, index, e = self.error
-            where = f"batch {batch}" + (f", sample {index}" if index is not None else "")
+    def _raise_if_failed(self, failure: tuple | None = None) -> None:
+        failure = failure or self.error
+        if failure is not None:
+            w, batch, index, e = failure
+            if isinstance(index, list):  # get_batch's: one of these samples
+                index = "s " + ", ".join(map(str, index[:8])) + (", ..." if len(index) > 8 else "")
+            where = f"batch {batch}" + (f", sample{index}" if isinstance(index, str) else
+                                        f", sample {index}" if index is not None else "")
             raise DataLoaderWorkerError(f"DataLoader: worker {w} failed on {where}: {type(e).__name__}: {e}") from e
 
     def batches(self) -> Iterator[Any]:
@@ -449,12 +502,14 @@ class _Run:
             msg = self.ready[w].recv()
         except ChannelClosed:
             msg = _END
-        self._raise_if_failed()
+        if msg is _END:
+            self._raise_if_failed()  # a batch may be missing: say why
+        elif msg[0] is _FAILED:
+            self._raise_if_failed(msg[1])
         return msg
 
     def _poll(self, w: int) -> Any:
         """Worker w's next message if it is there now, else None (never waits)."""
-        self._raise_if_failed()
         ready = self.ready[w]
         if len(ready) == 0 and not ready.closed:
             return None
@@ -638,10 +693,12 @@ class _GpuCopier:
             for dev, host in zip(out, buffers.slots[slot]):
                 dev.set(host[:n], stream=stream)
             copied = stream.record()
+            kind = buffers.kind
             if self.finish is not None:
                 out = list(self.finish(out, defer=checks.append) if self.defers else self.finish(out))
+                kind = _flat(kind, len(out))
             done = stream.record()
-        return _Flight(buffers.kind, out, copied, done, checks)
+        return _Flight(kind, out, copied, done, checks)
 
     def hand_over(self, flight: _Flight) -> Any:
         """The batch as Tensors; the caller's current stream waits for this batch's work, and only for it."""

@@ -44,6 +44,10 @@ class TokenDataset(Dataset):
 
     def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The windows at `indices`, gathered at once (the DataLoader's fast path)."""
-        rows = np.asarray(indices)[:, None] + np.arange(self.block_size + 1)
+        indices = np.asarray(indices, dtype=np.int64)
+        bad = indices[(indices < -len(self)) | (indices >= len(self))]
+        if bad.size:
+            raise IndexError(f"TokenDataset: index {int(bad[0])} out of range for {len(self)} windows")
+        rows = (indices % len(self))[:, None] + np.arange(self.block_size + 1)  # negative: from the end, as [i]
         windows = np.asarray(self.tokens[rows], dtype=np.int64)
         return windows[:, :-1], windows[:, 1:]

@@ -76,11 +76,15 @@ def to_float(x: np.ndarray) -> np.ndarray:
 
 
 def normalize(x: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """(x - mean) / std over the last (channel) axis, in float32."""
+    """(x - mean) / std over the last (channel) axis, in float32. x must be floating (torchvision's rule: uint8
+    pixels would be normalized as 0..255 instead of 0..1; convert with to_float first)."""
     x = np.asarray(x)
     if not np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float32)
+        raise TypeError(f"normalize: x must be a floating-point array (pixels in [0, 1]), got {x.dtype} of shape "
+                        f"{x.shape}; convert with to_float (ToFloat) first")
     mean32, std32 = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+    if not std32.all():
+        raise ValueError(f"normalize: std {list(np.atleast_1d(std32))} has a zero, which would divide by zero")
     if mean32.shape not in ((), (x.shape[-1],)) or std32.shape != mean32.shape:
         raise ValueError(f"normalize: mean {mean32.shape} and std {std32.shape} do not fit {x.shape[-1]} channels")
     return ((x - mean32) / std32).astype(np.float32, copy=False)

@@ -1,4 +1,6 @@
 """Tests for frost/data/folder.py (ImageFolder, ImageList) and frost/data/text.py (TokenDataset)."""
+import os
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -60,8 +62,21 @@ def test_image_folder_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         ImageFolder(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="no .png/.jpg/.jpeg files"):
+    with pytest.raises(FileNotFoundError, match=r"class folder\(s\) \['empty'\] .* hold no .png/.jpg/.jpeg files"):
         ImageFolder(tmp_path)
+
+
+def test_image_folder_walks_class_folders_as_torchvision(tmp_path):
+    """Images in subfolders count, folders named like images do not, in torchvision's order."""
+    make_folder(tmp_path)
+    (tmp_path / "cat" / "part2").mkdir()
+    Image.fromarray(np.zeros((5, 4, 3), np.uint8)).save(tmp_path / "cat" / "part2" / "b.png")
+    (tmp_path / "dog" / "d.png").mkdir()
+    ds = ImageFolder(tmp_path)
+    names = [os.path.relpath(p, tmp_path) for p, _ in ds.samples]
+    assert names == ["cat/0.png", "cat/1.png", "cat/2.png", "cat/part2/b.png", "dog/0.png", "dog/1.png",
+                     "dog/2.png", "dog/z.jpg"]
+    assert [t for _, t in ds.samples] == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
 def test_image_list_through_the_loader(tmp_path):
@@ -109,3 +124,7 @@ def test_token_dataset_get_batch_matches_getitem():
     np.testing.assert_array_equal(x, np.stack([ds[i][0] for i in idx]))
     np.testing.assert_array_equal(y, np.stack([ds[i][1] for i in idx]))
     assert x.dtype == np.int64
+    negative = np.array([-1, -45])  # from the end, as ds[-1]
+    np.testing.assert_array_equal(ds.get_batch(negative)[0], np.stack([ds[i][0] for i in negative]))
+    with pytest.raises(IndexError, match="index 45 out of range for 45 windows"):
+        ds.get_batch(np.array([0, 45]))

@@ -50,6 +50,10 @@ def test_to_float_and_normalize_match_pytorch_exactly():
         T.to_float(ours)
     with pytest.raises(ValueError, match="do not fit 3 channels"):
         T.normalize(ours, (0.5, 0.5), (1.0, 1.0))
+    with pytest.raises(TypeError, match="normalize: x must be a floating-point array .* got uint8"):
+        T.normalize(x, MEAN, STD)  # torchvision's rule: uint8 pixels would be normalized as 0..255
+    with pytest.raises(ValueError, match="has a zero"):
+        T.normalize(ours, MEAN, (0.2, 0.0, 0.2))
 
 
 def test_augment_is_the_composition_of_its_parts():
