@@ -157,11 +157,19 @@ def _array_module(array):
     return cuda.cupy()
 
 
+def _has_nan(array) -> bool:
+    if array is None or array.dtype.kind not in "fc" and str(array.dtype) != "bfloat16":
+        return False
+    xp = _array_module(array)
+    return bool(xp.isnan(array.astype(xp.float32) if str(array.dtype) == "bfloat16" else array).any())
+
+
 def check_forward(name: str, out, inputs: Sequence) -> None:
-    """In anomaly mode, raise if `out` is non-finite while the inputs were finite."""
-    if _has_nonfinite(out) and not any(_has_nonfinite(getattr(t, "data", None)) for t in inputs):
+    """In anomaly mode, raise if `out` holds NaN while the inputs did not. Infinities are not anomalies (a -inf
+    attention mask, sqrt's gradient at 0), as in PyTorch's detect_anomaly, which looks for NaN."""
+    if _has_nan(out) and not any(_has_nan(getattr(t, "data", None)) for t in inputs):
         shapes = ", ".join(str(tuple(getattr(t, "shape", ()))) for t in inputs)
-        raise AnomalyError(f"anomaly: forward of '{name}' produced NaN or inf (input shapes {shapes})")
+        raise AnomalyError(f"anomaly: forward of '{name}' produced NaN (input shapes {shapes})")
 
 
 # ---------------------------------------------------------------- the tape
@@ -286,9 +294,9 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
                     continue
                 if anomaly:
                     complete_deferred_gradients()  # the check reads every gradient as it is produced
-                if anomaly and _has_nonfinite(pg) and not any(map(_has_nonfinite, _parts(g))):
-                    raise AnomalyError(f"anomaly: backward of '{node.name}' produced NaN or inf in the gradient "
-                                       f"of an input of shape {tuple(p.shape)}")
+                if anomaly and _has_nan(pg) and not any(map(_has_nan, _parts(g))):
+                    raise AnomalyError(f"anomaly: backward of '{node.name}' produced NaN in the gradient of an "
+                                       f"input of shape {tuple(p.shape)}")
                 if tuple(pg.shape) != tuple(p.shape):
                     raise RuntimeError(f"backward of '{node.name}': gradient shape {tuple(pg.shape)} "
                                        f"does not match input shape {tuple(p.shape)} (a bug in that op)")
@@ -338,6 +346,9 @@ def _accumulate(Tensor, t, g, claimed=None) -> None:
         if g is not claimed:
             claimed[...] = g
         return
+    if t.data.dtype.kind in "iub":  # requires_grad set on an integer tensor by assignment (requires_grad_ refuses)
+        raise RuntimeError(f"backward: a {t.data.dtype} tensor of shape {tuple(t.shape)} requires grad; only "
+                           f"floating-point tensors can (its gradient would be truncated to integers)")
     if g.dtype != t.data.dtype:
         g = g.astype(t.data.dtype)
     if t.grad is None:

@@ -1,6 +1,7 @@
 """The Tensor: an array (NumPy or CuPy), its gradient, and the tape node that made it; creation functions."""
 from __future__ import annotations
 
+import copy
 import math
 import operator
 from typing import Callable, Sequence
@@ -146,7 +147,18 @@ class Tensor:
         return self
 
     def retain_grad(self) -> None:
+        if not self.requires_grad:
+            raise RuntimeError(f"retain_grad: the tensor (shape {self.shape}) does not require grad, so it will "
+                               f"get none; make it from tensors that require grad, or call requires_grad_()")
         self._retains_grad = True
+
+    def __deepcopy__(self, memo: dict) -> "Tensor":
+        """Python's usual deep copy (a Parameter's rebuilds it), for leaves only: a tensor made by an op is refused,
+        as PyTorch refuses it, since its copy would drag a copy of its whole graph along."""
+        if self._ctx is not None:
+            raise RuntimeError(f"deepcopy: only tensors created by the user (graph leaves) can be deep-copied, not "
+                               f"one made by '{self._ctx.name}'; deep-copy x.detach() instead")
+        return copy._reconstruct(self, memo, *self.__reduce_ex__(4))
 
     def backward(self, gradient=None, retain_graph: bool = False) -> None:
         autograd.backward(self, gradient, retain_graph)
@@ -200,7 +212,9 @@ class Tensor:
     def to(self, *args, dtype=None, device=None, non_blocking: bool = False, memory_format=None) -> "Tensor":
         """This tensor on `device`, as `dtype`, in `memory_format` (frost.channels_last for 4-D tensors)."""
         for a in args:
-            if isinstance(a, (Device,)) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
+            if isinstance(a, Tensor):  # x.to(other): other's dtype and device, as PyTorch
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, (Device,)) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
                 device = a
             else:
                 dtype = a
@@ -643,7 +657,7 @@ def from_op(out, parents: Sequence[Tensor], backward: Callable, name: str) -> Te
     """
     t = share_version(Tensor(out), parents)
     if autograd.is_anomaly_enabled():
-        autograd.check_forward(name, out, parents)
+        autograd.check_forward(name, t.data, parents)  # t.data: a NumPy scalar result is an array there
     if autograd.is_grad_enabled() and any(p.requires_grad for p in parents):
         t.requires_grad = True
         t._ctx = autograd.Node(tuple(parents), backward, name)

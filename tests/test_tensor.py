@@ -364,3 +364,14 @@ def test_sizes_must_be_integers_and_random_floats_floating():
     for draw in (frost.randn, frost.rand):
         with pytest.raises(TypeError, match="the dtype must be a floating one"):
             draw(4, dtype="int64")
+
+
+def test_to_another_tensor_takes_its_dtype_and_retain_grad_needs_grad():
+    mask = frost.tensor([1, 0])
+    assert mask.to(frost.ones(2, dtype="float64")).dtype == frost.float64
+    with pytest.raises(RuntimeError, match="retain_grad: the tensor .* does not require grad"):
+        frost.ones(2).retain_grad()
+    i = frost.tensor([1, 2, 3])
+    i.requires_grad = True  # an assignment (requires_grad_ refuses integers at once)
+    with pytest.raises(RuntimeError, match="a int64 tensor of shape \\(3,\\) requires grad; only floating-point"):
+        (i.float() * 0.75).sum().backward()

@@ -8,6 +8,12 @@ from typing import Iterable, Iterator, Mapping
 from frost.nn.module import Module, _addindent
 
 
+def _check_module(module, where: str) -> None:
+    """Before a container rebuilds its numbering: a refused module must leave it as it was."""
+    if module is not None and not isinstance(module, Module):
+        raise TypeError(f"{where}: {type(module).__name__} is not a Module subclass")
+
+
 class Sequential(Module):
     """Modules called in order, each on the previous one's output: Sequential(a, b) or Sequential(OrderedDict)."""
 
@@ -66,6 +72,7 @@ class Sequential(Module):
         if not -n <= index <= n:
             raise IndexError(f"Index out of range: {index}")
         items.insert(index if index >= 0 else index + n, module)
+        _check_module(module, "Sequential.insert")
         self._modules.clear()
         for i, m in enumerate(items):
             self.add_module(str(i), m)
@@ -133,6 +140,7 @@ class ModuleList(Module):
     def insert(self, index: int, module: Module) -> None:
         items = list(self._modules.values())
         items.insert(index, module)
+        _check_module(module, "ModuleList.insert")
         self._modules.clear()
         for i, m in enumerate(items):
             self.add_module(str(i), m)

@@ -241,6 +241,9 @@ class Module:
         mod = self.get_submodule(path)
         if name not in mod._parameters:
             raise AttributeError(f"{mod._get_name()} has no parameter `{name}` (looking up '{target}')")
+        if mod._parameters[name] is None:  # registered as None (Linear(bias=False)): torch refuses it too
+            raise AttributeError(f"`{name}` is not an nn.Parameter (it is None in {mod._get_name()}; looking up "
+                                 f"'{target}')")
         return mod._parameters[name]
 
     # ------------------------------------------------------------ iteration
@@ -369,6 +372,7 @@ class Module:
                 type(self).__name__, "\n\t".join(errors)))
         with no_grad():
             for target, source in copies:
+                target._values_change()  # as copy_: a backward that read the old values refuses to run
                 target.data[...] = _to_like(source, target)
         return IncompatibleKeys(missing, unexpected)
 

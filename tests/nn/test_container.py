@@ -85,3 +85,10 @@ def test_module_dict():
         d.update([("x", nn.ReLU(), 1)])
     d.clear()
     assert len(d) == 0
+
+
+def test_a_refused_insert_leaves_the_container_as_it_was():
+    for container in (nn.Sequential(nn.ReLU(), nn.Tanh()), nn.ModuleList([nn.ReLU(), nn.Tanh()])):
+        with pytest.raises(TypeError, match="insert: str is not a Module subclass"):
+            container.insert(1, "x")
+        assert [type(m).__name__ for m in container] == ["ReLU", "Tanh"]

@@ -431,3 +431,35 @@ def test_an_optimizer_built_before_to_still_updates_the_model():
     opt.step()
     np.testing.assert_allclose(lin.weight.numpy(), before - 0.1 * 2.0, rtol=1e-12)
     assert lin.weight.dtype == frost.float64
+
+
+def test_load_state_dict_between_forward_and_backward_is_caught_as_in_pytorch():
+    """New weights under a graph that read the old ones: the backward would mix them; it refuses instead."""
+    layer = nn.Linear(2, 1, bias=False)
+    x = frost.ones(1, 2, requires_grad=True)
+    y = layer(x).sum()
+    layer.load_state_dict({"weight": frost.full((1, 2), 5.0)})
+    with pytest.raises(RuntimeError, match="changed in place after 'linear' used it"):
+        y.backward()
+
+
+def test_get_parameter_refuses_a_parameter_registered_as_none():
+    with pytest.raises(AttributeError, match="`bias` is not an nn.Parameter"):
+        nn.Linear(2, 2, bias=False).get_parameter("bias")
+    assert nn.Linear(2, 2).get_parameter("bias").shape == (2,)
+
+
+def test_deepcopy_copies_leaves_and_refuses_tensors_made_by_ops():
+    x = frost.tensor([1.0, 2.0], requires_grad=True)
+    copied = copy.deepcopy(x)
+    assert copied is not x and copied.requires_grad and copied.tolist() == [1.0, 2.0]
+    copied.data[0] = 9.0
+    assert x.tolist() == [1.0, 2.0]
+    with pytest.raises(RuntimeError, match="only tensors created by the user .* not one made by 'mul'"):
+        copy.deepcopy(x * 2)
+    with pytest.raises(RuntimeError, match="Only Tensors created explicitly by the user"):
+        copy.deepcopy(torch.ones(2, requires_grad=True) * 2)
+    p = nn.Parameter(frost.ones(2))
+    p.grad = frost.ones(2)
+    q = copy.deepcopy(p)
+    assert isinstance(q, nn.Parameter) and q.requires_grad and q.grad is None  # torch's Parameter drops .grad
