@@ -117,7 +117,9 @@ def is_anomaly_enabled() -> bool:
 
 
 class detect_anomaly(contextlib.ContextDecorator):
-    """Check every op's forward output and backward gradients for NaN/inf and name the first culprit.
+    """Check every op's forward output and backward gradients for NaN and name the first op that made one (not its
+    inputs); an optimizer's step also names a parameter whose gradient holds NaN or inf. Infinities in ops are not
+    anomalies (-inf attention masks, sqrt's gradient at 0), as in PyTorch.
 
     Also on when the environment variable FROST_DETECT_ANOMALY=1 is set.
     """
@@ -139,7 +141,7 @@ class detect_anomaly(contextlib.ContextDecorator):
 
 
 class AnomalyError(RuntimeError):
-    """Raised in anomaly mode when an op produced NaN or inf."""
+    """Raised in anomaly mode when an op produced NaN (or an optimizer step met a NaN or inf gradient)."""
 
 
 def _has_nonfinite(array) -> bool:

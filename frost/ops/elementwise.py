@@ -69,7 +69,7 @@ def _cast(array, dt: DType):
 
 def _quiet():
     """NumPy's floating-point warnings off: log(0) is -inf and inf - inf is nan without a warning, as in
-    PyTorch (anomaly mode is the tool that finds where a NaN or inf first appears)."""
+    PyTorch (anomaly mode is the tool that finds where a NaN first appears)."""
     return np.errstate(divide="ignore", invalid="ignore", over="ignore")
 
 
