@@ -1,7 +1,9 @@
 """The Optimizer base class: parameter groups, per-parameter state, the step loop (per tensor and flat), state dicts."""
 from __future__ import annotations
 
+import inspect
 import warnings
+from collections import defaultdict
 from numbers import Real
 from typing import Any, Callable, Iterable
 
@@ -64,7 +66,8 @@ class Optimizer:
 
     def __init__(self, params: Params, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
-        self.state: dict[Tensor, dict[str, Any]] = {}
+        # defaultdict as in PyTorch: state[p] is {} before p's first update (the step loop reads state.get(p))
+        self.state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
         self.param_groups: list[dict[str, Any]] = []
         self._param_names: dict[int, str] = {}  # id(param) -> name, for parameters given as (name, tensor)
         if isinstance(params, (Tensor, set)):
@@ -111,7 +114,7 @@ class Optimizer:
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if len({id(p) for p in params}) != len(params) or any(id(p) in seen for p in params):
             raise ValueError(f"{type(self).__name__}: some parameters appear more than once (in one group or "
-                             f"in several groups)")
+                             f"in several groups); PyTorch only warns within a group, then updates them twice")
         self.param_groups.append(group)
 
     def _remember_name(self, p):
@@ -336,8 +339,9 @@ class Optimizer:
     def state_dict(self) -> dict[str, Any]:
         """{'state': {index: {name: Tensor | value}}, 'param_groups': [{options..., 'params': [index, ...]}]}.
 
-        Parameters are numbered in order across groups, as PyTorch does. The state tensors are the live ones
-        (not copies): save them (frost.save) or copy them before training on.
+        Parameters are numbered in order across groups, as PyTorch does; like PyTorch's, it lists every parameter
+        in `self.state`, with {} for one whose state was only looked up. The state tensors are the live ones (not
+        copies): save them (frost.save) or copy them before training on.
         """
         index: dict[int, int] = {}
         groups = []
@@ -354,7 +358,8 @@ class Optimizer:
         """Restore options and state saved by `state_dict()` into an optimizer over the same parameters.
 
         State tensors are copied onto each parameter's device (and dtype, for floating-point state other than
-        the step counter), so the loaded optimizer never shares memory with `state_dict`.
+        the step counter), so the loaded optimizer never shares memory with `state_dict`. Options missing from a
+        saved group (an older checkpoint) take their defaults, as PyTorch's __setstate__ fills them.
         """
         name = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
@@ -371,7 +376,7 @@ class Optimizer:
                                  f"state dict but {len(group['params'])} in the optimizer")
             by_index.update(zip(saved["params"], group["params"]))
 
-        state: dict[Tensor, dict[str, Any]] = {}
+        state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
         for index, saved_state in state_dict["state"].items():
             if index not in by_index:
                 raise ValueError(f"{name}: the state dict has state for parameter {index}, which no parameter "
@@ -379,14 +384,25 @@ class Optimizer:
             p = by_index[index]
             state[p] = {key: _cast_state(name, index, key, value, p) for key, value in saved_state.items()}
 
-        new_groups = []
+        new_groups, defaults = [], _class_defaults(self)
         for group, saved in zip(self.param_groups, saved_groups):
             new_group = {k: _copy_option(v) for k, v in saved.items() if k != "params"}
+            for option, default in defaults.items():
+                new_group.setdefault(option, _copy_option(default))
             new_group["params"] = group["params"]
             new_groups.append(new_group)
         self.param_groups = new_groups
         self.state = state
         self._flat, self._never_flat = {}, set()  # flat groups are packed again from the loaded state at the next step
+
+
+def _class_defaults(optimizer: Optimizer) -> dict[str, Any]:
+    """Each option's default in the optimizer class's signature (else the optimizer's `defaults`): what a
+    checkpoint written before the option existed ran with; PyTorch's __setstate__ fills missing options so."""
+    signature = inspect.signature(type(optimizer).__init__).parameters
+    return {name: signature[name].default if name in signature and
+            signature[name].default is not inspect.Parameter.empty else value
+            for name, value in optimizer.defaults.items()}
 
 
 def _cast_state(name: str, index: int, key: str, value, p: Tensor):

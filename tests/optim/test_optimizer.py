@@ -1,4 +1,7 @@
 """The Optimizer base: param groups, lr changes, zero_grad, closures, and PyTorch-format state dicts."""
+import warnings
+from collections import defaultdict
+
 import numpy as np
 import pytest
 import torch
@@ -158,6 +161,74 @@ def test_constructor_errors():
         SGD([p * 2], lr=0.1)
     with pytest.raises(ValueError, match="more than once"):
         SGD([{"params": [p]}, {"params": [p]}], lr=0.1)
+
+
+def test_a_parameter_twice_in_one_group_is_refused_where_torch_would_update_it_twice():
+    """PyTorch only warns, then applies both entries' updates: docs/differences-from-pytorch.md says why not."""
+    q = torch.zeros(2, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        topt = torch.optim.SGD([q, q], lr=0.1)
+    q.grad = torch.ones(2)
+    topt.step()
+    assert q.tolist() == pytest.approx([-0.2, -0.2])  # two updates of 0.1
+    with pytest.raises(ValueError, match="more than once.*PyTorch only warns within a group, then updates them twice"):
+        SGD([frost.zeros(2, requires_grad=True)] * 2, lr=0.1)
+
+
+@pytest.mark.parametrize("fcls, tcls, options", OPTIMIZERS, ids=IDS)
+def test_state_is_a_defaultdict_as_in_torch_and_looking_up_changes_no_update(fcls, tcls, options):
+    arrays = initial_arrays()
+    fp, tp = frost_params(arrays), torch_params(arrays)
+    fopt, topt = fcls(fp, **options), tcls(tp, foreach=False, **options)
+    assert isinstance(fopt.state, defaultdict)
+    assert fopt.state[fp[0]] == topt.state[tp[0]] == {}  # before any step; both now hold {} for parameter 0
+    assert fopt.state_dict()["state"] == {0: {}} and topt.state_dict()["state"] == {0: {}}
+    train(fopt, topt, fp, tp, range(10))
+    assert_params_close(fp, tp)
+    assert_state_close(fopt, topt)
+    loaded = fcls(frost_params(arrays), **options)
+    loaded.load_state_dict(fopt.state_dict())
+    assert isinstance(loaded.state, defaultdict) and loaded.state[frost.zeros(1)] == {}
+
+
+def test_sgd_without_momentum_keeps_no_state_even_after_a_look_up():
+    arrays = initial_arrays()
+    fp, tp = frost_params(arrays), torch_params(arrays)
+    fopt, topt = SGD(fp, lr=0.1), torch.optim.SGD(tp, lr=0.1, foreach=False)
+    fopt.state[fp[1]], topt.state[tp[1]]
+    train(fopt, topt, fp, tp, range(5))
+    assert_params_close(fp, tp)
+    assert fopt.state_dict()["state"] == topt.state_dict()["state"] == {1: {}}
+
+
+def test_flat_groups_see_a_looked_up_empty_state_as_no_state():
+    from frost.optim.flat import common_step
+    a, b = frost.zeros(2, requires_grad=True), frost.zeros(3, requires_grad=True)
+    state = defaultdict(dict)
+    state[a]
+    assert common_step([a, b], state) == 0.0 and b not in state
+
+
+@pytest.mark.parametrize("fcls, tcls, options", OPTIMIZERS, ids=IDS)
+def test_load_state_dict_fills_options_missing_from_a_saved_group_as_torch(fcls, tcls, options):
+    """An older checkpoint without e.g. 'maximize' or 'amsgrad' loads with the class's defaults for them (what it
+    ran with: PyTorch's __setstate__ sets them so, whatever the new optimizer was built with)."""
+    arrays = initial_arrays()
+    fp, tp = frost_params(arrays), torch_params(arrays)
+    fopt, topt = fcls(fp, **options), tcls(tp, foreach=False, **options)
+    train(fopt, topt, fp, tp, range(5))
+    fsd, tsd = fopt.state_dict(), topt.state_dict()
+    for sd in (fsd, tsd):
+        for option in ("maximize", "amsgrad", "nesterov"):
+            sd["param_groups"][0].pop(option, None)
+    fopt2, topt2 = fcls(fp, **options), tcls(tp, foreach=False, **options)
+    fopt2.load_state_dict(fsd)
+    topt2.load_state_dict(tsd)
+    for option in ("maximize", "amsgrad", "nesterov"):
+        assert fopt2.param_groups[0].get(option) == topt2.param_groups[0].get(option)
+    train(fopt2, topt2, fp, tp, range(5, 15))
+    assert_params_close(fp, tp)
 
 
 @pytest.mark.parametrize("make,match", [

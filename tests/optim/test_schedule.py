@@ -20,18 +20,24 @@ def optimizers(fcls=SGD, tcls=torch.optim.SGD, **options):
     return fopt, topt
 
 
-def run(fopt, topt, fsched, tsched, steps: int, momentum_key: str | None = None):
-    """Step both schedulers; compare get_last_lr and every group's lr (and momentum/beta1) after each step."""
+def run(fopt, topt, fsched, tsched, steps: int, momentum_key: str | None = None, between=None):
+    """Step both schedulers (each a scheduler or a list stepped in order); compare get_last_lr and every group's lr
+    (and momentum/beta1) after each step. The formulas are PyTorch's own, so float64 agrees to the last bits.
+    `between(step, fopt)` (and then for topt) may change the groups before a step."""
+    fscheds, tscheds = (s if isinstance(s, list) else [s] for s in (fsched, tsched))
     for step in range(steps + 1):
         if step:
             fopt.step(), topt.step()
+            for opt in (fopt, topt):
+                between and between(step, opt)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                fsched.step(), tsched.step()
-        np.testing.assert_allclose(fsched.get_last_lr(), tsched.get_last_lr(), rtol=1e-10, atol=1e-16,
-                                   err_msg=f"step {step}")
+                for f, t in zip(fscheds, tscheds):
+                    f.step(), t.step()
+        for f, t in zip(fscheds, tscheds):
+            np.testing.assert_allclose(f.get_last_lr(), t.get_last_lr(), rtol=1e-15, atol=0, err_msg=f"step {step}")
         np.testing.assert_allclose([g["lr"] for g in fopt.param_groups], [g["lr"] for g in topt.param_groups],
-                                   rtol=1e-10, atol=1e-16, err_msg=f"step {step}")
+                                   rtol=1e-15, atol=0, err_msg=f"step {step}")
         if momentum_key == "momentum":
             np.testing.assert_allclose([g["momentum"] for g in fopt.param_groups],
                                        [g["momentum"] for g in topt.param_groups], rtol=1e-12, err_msg=f"step {step}")
@@ -179,6 +185,185 @@ def test_sequential_lr_checks_its_arguments():
         schedule.SequentialLR(fopt, [a, a], milestones=[])
     with pytest.raises(ValueError, match=r"scheduler 1 \(StepLR\) belongs to another optimizer"):
         schedule.SequentialLR(fopt, [a, b], milestones=[3])
+
+
+# ---------------------------------------------------------------- PyTorch's rules: chaining, hand-set lrs, added groups
+
+torch_schedule = torch.optim.lr_scheduler
+
+BUILDERS = {  # the same scheduler on either module (frost.optim.schedule or torch.optim.lr_scheduler)
+    "StepLR": lambda m, opt, **kw: m.StepLR(opt, 3, 0.5, **kw),
+    "LinearLR": lambda m, opt, **kw: m.LinearLR(opt, 0.1, 1.0, 6, **kw),
+    "CosineAnnealingLR": lambda m, opt, **kw: m.CosineAnnealingLR(opt, 7, eta_min=1e-3, **kw),
+    "LambdaLR": lambda m, opt, **kw: m.LambdaLR(opt, lambda s: 0.9 ** s, **kw),
+    "OneCycleLR": lambda m, opt, **kw: m.OneCycleLR(opt, [1.0, 0.5], total_steps=40, **kw),
+}
+CHAINABLE = ["StepLR", "LinearLR", "CosineAnnealingLR"]
+
+
+@pytest.mark.parametrize("first, second", [("LinearLR", "StepLR"), ("LinearLR", "CosineAnnealingLR"),
+                                           ("StepLR", "CosineAnnealingLR"), ("CosineAnnealingLR", "LambdaLR")])
+def test_two_schedulers_stepped_together_compose_or_overwrite_as_in_torch(first, second):
+    fopt, topt = optimizers()
+    fscheds = [BUILDERS[name](schedule, fopt) for name in (first, second)]
+    tscheds = [BUILDERS[name](torch_schedule, topt) for name in (first, second)]
+    run(fopt, topt, fscheds, tscheds, 60)
+
+
+def test_chained_scheduler_matches_torch_and_resumes_from_its_state_dict():
+    def build(m, opt):
+        return m.ChainedScheduler([m.LinearLR(opt, 0.1, 1.0, 6), m.StepLR(opt, 4, 0.7)], optimizer=opt)
+
+    fopt, topt = optimizers()
+    fsched, tsched = build(schedule, fopt), build(torch_schedule, topt)
+    run(fopt, topt, fsched, tsched, 10)
+    fopt2, _ = optimizers()
+    fsched2 = build(schedule, fopt2)
+    fopt2.load_state_dict(fopt.state_dict())
+    fsched2.load_state_dict(fsched.state_dict())
+    run(fopt2, topt, fsched2, tsched, 30)
+
+
+def test_chained_scheduler_checks_its_schedulers():
+    fopt, _ = optimizers()
+    other, _ = optimizers()
+    with pytest.raises(ValueError, match="ChainedScheduler: expects at least one scheduler"):
+        schedule.ChainedScheduler([])
+    with pytest.raises(ValueError, match=r"ChainedScheduler: scheduler 1 \(StepLR\) belongs to another optimizer"):
+        schedule.ChainedScheduler([schedule.StepLR(fopt, 2), schedule.StepLR(other, 2)])
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_an_lr_set_by_hand_is_scaled_on_or_overwritten_as_in_torch(name):
+    def set_by_hand(step, opt):
+        if step in (5, 11):
+            opt.param_groups[1]["lr"] = 0.5 / step
+
+    fopt, topt = optimizers(momentum=0.9)
+    run(fopt, topt, BUILDERS[name](schedule, fopt), BUILDERS[name](torch_schedule, topt), 30, between=set_by_hand)
+
+
+@pytest.mark.parametrize("name", [*CHAINABLE, "OneCycleLR"])
+@pytest.mark.parametrize("how", ["state_dict", "last_epoch"])
+def test_resuming_goes_on_as_torch_resumed_the_same_way(name, how):
+    """Both sides train 13 steps and resume in fresh objects: scheduler built, then both state dicts loaded; or
+    optimizer state loaded, then the scheduler built with last_epoch=12 (PyTorch takes one more step there)."""
+    build = BUILDERS[name]
+    fopt, topt = optimizers(momentum=0.9)
+    fsched, tsched = build(schedule, fopt), build(torch_schedule, topt)
+    run(fopt, topt, fsched, tsched, 13, momentum_key="momentum")
+    (fopt2, topt2), resumed = optimizers(momentum=0.9), []
+    for m, opt, opt2, sched in ((schedule, fopt, fopt2, fsched), (torch_schedule, topt, topt2, tsched)):
+        if how == "state_dict":
+            resumed.append(build(m, opt2))
+            opt2.load_state_dict(opt.state_dict())
+            resumed[-1].load_state_dict(sched.state_dict())
+        else:
+            opt2.load_state_dict(opt.state_dict())
+            resumed.append(build(m, opt2, last_epoch=12))
+    run(fopt2, topt2, *resumed, 20, momentum_key="momentum")
+
+
+def test_step_with_an_epoch_jumps_with_the_closed_form_as_in_torch():
+    for name in [*CHAINABLE, "LambdaLR"]:
+        fopt, topt = optimizers()
+        fsched, tsched = BUILDERS[name](schedule, fopt), BUILDERS[name](torch_schedule, topt)
+        for epoch in (3, 10, 4, 0, 17):
+            with pytest.warns(UserWarning, match=rf"{name}.step\(epoch\) is deprecated"):
+                fsched.step(epoch)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tsched.step(epoch)
+            np.testing.assert_allclose(fsched.get_last_lr(), tsched.get_last_lr(), rtol=1e-15, atol=0,
+                                       err_msg=f"{name} epoch {epoch}")
+
+
+def one_group_optimizers():
+    return (SGD([frost.zeros(2, requires_grad=True)], lr=0.1, momentum=0.9),
+            torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.1, momentum=0.9))
+
+
+def add_group(fopt, topt):
+    fopt.add_param_group({"params": [frost.zeros(3, requires_grad=True)], "lr": 1.0})
+    topt.add_param_group({"params": [torch.zeros(3, requires_grad=True)], "lr": 1.0})
+
+
+@pytest.mark.parametrize("name", ["StepLR", "LinearLR", "LinearWarmup"])
+def test_a_group_added_after_a_chainable_scheduler_is_scheduled_as_in_torch(name):
+    build = {**BUILDERS, "LinearWarmup": lambda m, opt: (schedule.LinearWarmup(opt, 5) if m is schedule else
+                                                         m.LinearLR(opt, 1 / 5, 1.0, 4))}[name]
+    fopt, topt = one_group_optimizers()
+    fsched, tsched = build(schedule, fopt), build(torch_schedule, topt)
+    run(fopt, topt, fsched, tsched, 2)
+    add_group(fopt, topt)
+    run(fopt, topt, fsched, tsched, 20)
+    assert len(fsched.get_last_lr()) == 2
+
+
+@pytest.mark.parametrize("name, error, good_steps", [("LambdaLR", ValueError, 0), ("CosineAnnealingLR", ValueError, 7),
+                                                     ("OneCycleLR", KeyError, 0)])
+def test_a_group_added_after_a_scheduler_that_needs_its_base_lrs_fails_where_torch_fails(name, error, good_steps):
+    """LambdaLR's lrs come from base lrs; CosineAnnealingLR reads them at T_max + 1 (its minimum); OneCycleLR reads
+    the group's max_lr: PyTorch raises there (a strict zip, a KeyError), and so does Frost, naming itself."""
+    build = {**BUILDERS, "OneCycleLR": lambda m, opt: m.OneCycleLR(opt, 1.0, total_steps=40)}[name]
+    fopt, topt = one_group_optimizers()
+    fsched, tsched = build(schedule, fopt), build(torch_schedule, topt)
+    add_group(fopt, topt)
+    run(fopt, topt, fsched, tsched, good_steps)
+    with pytest.raises(error), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tsched.step()
+    with pytest.raises(error, match=f"{name}: .*(added by add_param_group|added after the scheduler)"):
+        fsched.step()
+
+
+class Decay:
+    """A stateful lr_lambda: a callable object, whose __dict__ LambdaLR's state dict keeps."""
+
+    def __init__(self):
+        self.rate = 0.5
+
+    def __call__(self, step):
+        return self.rate ** step
+
+
+def test_lambda_lr_saves_and_restores_the_state_of_callable_objects_as_torch():
+    scheds = []
+    for m, opt in zip((schedule, torch_schedule), optimizers()):
+        scheds.append(m.LambdaLR(opt, [Decay(), lambda s: 1 / (s + 1)]))
+        scheds[-1].lr_lambdas[0].rate = 0.9
+    fsaved, tsaved = (s.state_dict() for s in scheds)
+    assert fsaved["lr_lambdas"] == tsaved["lr_lambdas"] == [{"rate": 0.9}, None]
+    fopt, topt = optimizers()
+    fsched, tsched = schedule.LambdaLR(fopt, [Decay(), lambda s: 1 / (s + 1)]), \
+        torch_schedule.LambdaLR(topt, [Decay(), lambda s: 1 / (s + 1)])
+    fsched.load_state_dict(fsaved)
+    tsched.load_state_dict(tsaved)
+    assert fsched.lr_lambdas[0].rate == 0.9 and "lr_lambdas" in fsaved  # restored, and the dict left whole
+    run(fopt, topt, fsched, tsched, 10)
+
+
+def test_sequential_lr_resets_to_initial_lr_which_a_later_one_cycle_rewrote():
+    def build(m, opt):
+        return m.SequentialLR(opt, [m.LinearLR(opt, 0.1, 1.0, 5), m.OneCycleLR(opt, [1.0, 0.5], total_steps=10)], [5])
+
+    fopt, topt = optimizers(momentum=0.9)
+    run(fopt, topt, build(schedule, fopt), build(torch_schedule, topt), 15, momentum_key="momentum")
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(total_steps=10, pct_start=1), r"pct_start must be a float in \[0, 1\], got 1$"),
+    (dict(total_steps=10, pct_start=1.5), r"pct_start must be a float in \[0, 1\], got 1.5$"),
+    (dict(epochs=-2, steps_per_epoch=-5), "epochs must be a positive integer, got -2$"),
+    (dict(epochs=2.0, steps_per_epoch=5), "epochs must be a positive integer, got 2.0$"),
+    (dict(epochs=3, steps_per_epoch=0), "steps_per_epoch must be a positive integer, got 0$"),
+    (dict(total_steps=0), "total_steps must be a positive integer, got 0$")])
+def test_one_cycle_lr_checks_its_lengths_and_pct_start_as_torch(options, match):
+    fopt, topt = optimizers()
+    with pytest.raises(ValueError):
+        torch_schedule.OneCycleLR(topt, 1.0, **options)
+    with pytest.raises(ValueError, match="^OneCycleLR: " + match):
+        schedule.OneCycleLR(fopt, 1.0, **options)
 
 
 # ---------------------------------------------------------------- pure functions
