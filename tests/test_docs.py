@@ -58,3 +58,5 @@ def test_differences_from_pytorch_runs_as_written(tmp_path):
     stdout = run_document("differences-from-pytorch.md", tmp_path)
     assert "refused: add_: an operand requires grad" in stdout
     assert "integer division by zero" in stdout
+    assert "anomaly: forward of 'log' produced NaN" in stdout
+    assert "refused: SGD: some parameters appear more than once" in stdout
