@@ -145,11 +145,14 @@ def test_random_distributions_and_dtypes():
 
 def test_inplace_random_init():
     frost.manual_seed(1)
-    w = frost.empty(1000)
-    w.uniform_(-2, 2)
-    assert -2 <= w.amin().item() and w.amax().item() <= 2 and w.amin().item() < -1.5
+    n = 100_000
+    w = frost.empty(n, dtype="float64")
+    w.uniform_(-2, 2)  # mean 0, std 4 / sqrt(12); bounds below: 4 standard errors
+    assert -2 <= w.amin().item() and w.amax().item() <= 2 and w.amin().item() < -1.99
+    assert abs(w.mean().item()) < 4 * (4 / 12 ** 0.5) / n ** 0.5
+    assert abs(w.std().item() - 4 / 12 ** 0.5) < 4 * (4 / 12 ** 0.5) / (2 * n) ** 0.5 * 1.1
     w.normal_(3.0, 0.5)
-    assert abs(w.mean().item() - 3.0) < 0.1 and abs(w.std().item() - 0.5) < 0.1
+    assert abs(w.mean().item() - 3.0) < 4 * 0.5 / n ** 0.5 and abs(w.std().item() - 0.5) < 4 * 0.5 / (2 * n) ** 0.5
 
 
 # ------------------------------------------------------------------ conversions

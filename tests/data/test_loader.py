@@ -118,8 +118,17 @@ class Listed(Dataset):
 def test_widening_a_buffer_leaves_a_batch_not_taken_yet_and_each_batch_has_its_own_dtype(workers):
     """A worker widens only the slot it fills (the other may hold a batch queued for the caller), and each batch
     has np.stack's dtype of its own samples, for every number of workers."""
-    it = iter(DataLoader(Listed([0, 1, 2.5, 3, 4, 5]), batch_size=2, num_workers=workers))
-    time.sleep(0.3)  # the worker makes (and widens for) batch 1 before batch 0 is taken
+    made = threading.Event()
+
+    class Signalling(Listed):
+        def __getitem__(self, i):
+            if i == 3:
+                made.set()
+            return super().__getitem__(i)
+    it = iter(DataLoader(Signalling([0, 1, 2.5, 3, 4, 5]), batch_size=2, num_workers=workers))
+    if workers:
+        assert made.wait(10)  # the worker makes (and widens for) batch 1 before batch 0 is taken
+        time.sleep(0.05)  # its last row written (no later sample is read: both buffers are full until we take one)
     batches = [b.numpy().copy() for b in it]  # a batch is a view of a worker's buffer until the next one
     assert [b.tolist() for b in batches] == [[0, 1], [2.5, 3.0], [4, 5]]
     assert [str(b.dtype) for b in batches] == ["int64", "float64", "int64"]

@@ -96,10 +96,15 @@ def test_cross_entropy_low_precision_keeps_dtype(dtype):
     xf = frost.tensor(x, dtype=dtype, requires_grad=True)
     out = cross_entropy(xf, frost.Tensor(t), label_smoothing=0.1)
     assert out.dtype.name == dtype
-    ref = F.cross_entropy(torch.tensor(xf.numpy().astype(np.float64)), torch.tensor(t), label_smoothing=0.1)
-    np.testing.assert_allclose(float(out.item()), ref.item(), rtol=1e-2 if dtype != "float32" else 1e-6)
+    xt = torch.tensor(xf.numpy().astype(np.float64), requires_grad=True)
+    ref = F.cross_entropy(xt, torch.tensor(t), label_smoothing=0.1)
+    eps = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 ** -24}[dtype]  # one rounding to the dtype
+    np.testing.assert_allclose(float(out.item()), ref.item(), rtol=2 * eps)
     out.backward()
+    ref.backward()
     assert xf.grad.dtype.name == dtype
+    want = xt.grad.numpy()
+    np.testing.assert_allclose(xf.grad.numpy().astype(np.float64), want, rtol=2 * eps, atol=2 * eps * abs(want).max())
 
 
 # ------------------------------------------------------------------ cross entropy, probability targets

@@ -110,8 +110,16 @@ def test_batch_norm_half_precision_keeps_float32_statistics(dtype):
     ref = F.batch_norm(torch.tensor(x_rounded), None, None, training=True).numpy()
     np.testing.assert_allclose(out.numpy().astype(np.float64), ref, atol=0.05)
     np.testing.assert_allclose(rm.numpy(), 0.1 * x_rounded.mean(axis=(0, 2)), rtol=1e-4)
-    out.sum().backward()
-    assert xf.grad.dtype.name == dtype and np.isfinite(xf.grad.numpy().astype(np.float32)).all()
+    np.testing.assert_allclose(rv.numpy(), 0.9 + 0.1 * x_rounded.var(axis=(0, 2), ddof=1), rtol=1e-4)
+    g = rng.standard_normal(x.shape)  # a random upstream gradient: sum()'s would give BN's input almost nothing
+    out.backward(frost.tensor(g, dtype=dtype))
+    assert xf.grad.dtype.name == dtype
+    xt = torch.tensor(x_rounded, requires_grad=True)
+    F.batch_norm(xt, None, None, training=True).backward(torch.tensor(frost.tensor(g, dtype=dtype).numpy()
+                                                                       .astype(np.float64)))
+    want = xt.grad.numpy()
+    eps = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11  # the gradient is rounded once to the dtype
+    np.testing.assert_allclose(xf.grad.numpy().astype(np.float64), want, rtol=2 * eps, atol=2 * eps * abs(want).max())
 
 
 def test_batch_norm_errors():
