@@ -58,9 +58,7 @@ def test_cross_entropy_class_indices(shape, use_weight, ignore_index, reduction,
     out_f = cross_entropy(xf, frost.Tensor(t), None if w is None else frost.Tensor(w), **kwargs)
     out_t = F.cross_entropy(xt, torch.tensor(t), None if w is None else torch.tensor(w), **kwargs)
     assert out_f.shape == tuple(out_t.shape) and isinstance(out_f.data, np.ndarray)
-    _close(out_f, out_t)
-    if not torch.isfinite(out_t).all():  # an unbatched, ignored target: mean over nothing is NaN
-        return
+    _close(out_f, out_t)  # an unbatched, ignored target: mean over nothing is NaN, its gradient as torch's
     _backward_both(out_f, out_t, rng)
     _close(xf.grad, xt.grad)
 

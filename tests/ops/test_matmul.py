@@ -51,9 +51,12 @@ def test_matmul_float32_stays_float32():
 
 def test_rmatmul_with_numpy_array():
     a = RNG.standard_normal((3, 4))
-    b = frost.tensor(RNG.standard_normal((4, 2)))
-    out = matmul(frost.Tensor(a), b)
+    b = frost.tensor(RNG.standard_normal((4, 2)), requires_grad=True)
+    out = a @ b  # NumPy defers to Tensor.__rmatmul__ (__array_priority__)
+    assert isinstance(out, frost.Tensor)
     np.testing.assert_allclose(out.numpy(), a @ b.numpy())
+    out.sum().backward()
+    np.testing.assert_allclose(b.grad.numpy(), a.T @ np.ones((3, 2)))
 
 
 def test_integer_matmul():
