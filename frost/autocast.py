@@ -62,7 +62,8 @@ def cast_inputs(*tensors):
 
 
 def float32_inputs(*tensors):
-    """Under autocast, half-precision tensors go back to float32 (losses and softmax want the range); else unchanged."""
+    """Under autocast, half-precision tensors go back to float32 (the losses, softmax and log_softmax call this: they
+    want the range, and PyTorch's autocast runs them in float32); else unchanged (None passes through)."""
     if current() is None:
         return tensors
     from frost.ops.elementwise import cast

@@ -268,7 +268,7 @@ class _Scope:
                 if receivers:
                     advice.append("close a channel the tasks read to its end (ch.close()) once the block has sent "
                                   "its last item")
-                warnings.warn(f"finish: all {len(pending)} running task(s) have waited {STUCK_WARNING_S:.0f} s on "
+                warnings.warn(f"finish: all {len(pending)} running task(s) have waited {STUCK_WARNING_S:g} s on "
                               f"channels ({senders} to send on a full one, {receivers} to receive from an empty open "
                               f"one) while the block waits for them to end; " + "; ".join(advice),
                               RuntimeWarning, stacklevel=4)

@@ -128,3 +128,23 @@ def test_conv_weight_gradient_under_autocast_is_float32_in_the_master_grad(zeroe
     else:  # cuDNN's dW is rounded to bf16 (8 bits of mantissa) before it is widened
         np.testing.assert_array_equal(got, got.astype(ml_dtypes.bfloat16).astype(np.float32))
         np.testing.assert_allclose(got, tw.grad.numpy(), rtol=8e-3, atol=2e-2)
+
+
+def test_losses_softmax_and_log_softmax_run_in_float32_under_autocast():
+    """As PyTorch's autocast: a bfloat16 activation goes back to float32 for them (values: float32 of the rounded
+    input, so the cast is the only difference)."""
+    import frost.nn.functional as F
+    rng = np.random.default_rng(0)
+    y32 = frost.tensor(rng.standard_normal((4, 3)).astype(np.float32)).to("bfloat16").to("float32")
+    target = frost.tensor(rng.standard_normal((4, 3)).astype(np.float32))
+    labels = frost.tensor([0, 2, 1, 1])
+    ops = {"softmax": lambda y: F.softmax(y, -1), "log_softmax": lambda y: F.log_softmax(y, -1),
+           "mse_loss": lambda y: F.mse_loss(y, target), "l1_loss": lambda y: F.l1_loss(y, target),
+           "bce_with_logits": lambda y: F.binary_cross_entropy_with_logits(y, target.sigmoid()),
+           "nll_loss": lambda y: F.nll_loss(y, labels)}
+    for name, op in ops.items():
+        want = op(y32)
+        with frost.autocast(frost.bfloat16):
+            got = op(y32.to("bfloat16"))
+        assert got.dtype == frost.float32, name
+        np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=name)

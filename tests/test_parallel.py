@@ -271,7 +271,7 @@ def test_finish_warns_when_every_task_waits_on_a_full_channel(monkeypatch):
 
     helper = threading.Thread(target=drain_later)
     helper.start()
-    with pytest.warns(RuntimeWarning, match=r"all \d running task\(s\) have waited 0 s on channels \(\d to send on a "
+    with pytest.warns(RuntimeWarning, match=r"all \d running task\(s\) have waited 0.2 s on channels \(\d to send on a "
                                              r"full one, 0 to receive .*give a channel room"):
         with finish():
             for i in range(3):
@@ -294,7 +294,7 @@ def test_finish_warns_when_every_task_waits_on_a_channel_the_body_never_closed(m
         jobs.close()
 
     helper = threading.Thread(target=close_later)
-    with pytest.warns(RuntimeWarning, match=r"all 2 running task\(s\) have waited 0 s on channels \(0 to send on a "
+    with pytest.warns(RuntimeWarning, match=r"all 2 running task\(s\) have waited 0.2 s on channels \(0 to send on a "
                                              r"full one, 2 to receive from an empty open one\).*\(ch.close\(\)\)"):
         with finish():
             spawn(worker, jobs)

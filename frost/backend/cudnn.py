@@ -1,7 +1,8 @@
 """cuDNN convolutions through the cuDNN frontend's graph API, driven with CuPy memory and CuPy's stream.
 
-One graph per (kind, shapes, strides, dtype, stride, padding, dilation); every candidate plan is built
-and timed once per graph, and the fastest is remembered on disk so that the next process skips the timing.
+One graph per (kind, shapes, strides, dtype, stride, padding, dilation); the first eight admissible plans
+(FROST_CUDNN_TUNE_PLANS; plans cuDNN compiles at run time only when no other runs) are built and timed once per
+graph, and the fastest is remembered on disk so that the next process skips the timing.
 """
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ How it works (num_workers = W > 0):
   list a `batch_sampler` yields). Batch i is always built by worker
   i % W and the consumer takes batches in order 0, 1, 2, ..., so the stream of batches is the same
   for every W (and for W = 0, which loads in the calling thread).
-- Every worker owns two preallocated batch buffers (ping-pong; NumPy arrays, pinned host memory
-  when the target is a GPU). It fills a free one sample by sample and announces it on its
+- Every worker owns two batch buffers (ping-pong; NumPy arrays, pinned host memory when the target
+  is a GPU), made at its first batch, each taking its batch's np.stack shape and dtype and made
+  again when a batch differs. It fills a free one sample by sample and announces it on its
   Channel; the consumer hands a buffer back when it is done with it: on the CPU at the next
   batch request, on a GPU when the asynchronous copy out of it has finished.
 - CPU batches are zero-copy views of those buffers, valid until you ask for the next batch (the

@@ -124,6 +124,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
              reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of class indices given log-probabilities (N, C, d1, ...), as PyTorch."""
     op = "nll_loss"
+    (input,) = float32_inputs(input)  # under autocast in float32, as PyTorch's
     _check_reduction(op, reduction)
     _check_class_input(op, input, target, weight)
     _check_class_target(op, input, target, ignore_index)
@@ -413,6 +414,7 @@ def _pair_grads(input: Tensor, target: Tensor, d):
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Mean squared error (input - target)^2, reduced."""
+    input, target = float32_inputs(input, target)  # under autocast in float32, as PyTorch's
     x, t = _pair("mse_loss", input, target, reduction)
     xp = input.xp
     diff = x - t
@@ -423,6 +425,7 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Mean absolute error |input - target|, reduced."""
+    input, target = float32_inputs(input, target)  # under autocast in float32, as PyTorch's
     x, t = _pair("l1_loss", input, target, reduction)
     xp = input.xp
     diff = x - t
@@ -439,6 +442,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     (1 - t) * x + (1 + (pos_weight - 1) * t) * softplus(-x) so that no exp overflows.
     """
     op = "binary_cross_entropy_with_logits"
+    input, target, weight, pos_weight = float32_inputs(input, target, weight, pos_weight)  # as PyTorch's autocast
     _check_reduction(op, reduction)
     if not isinstance(input, Tensor):
         raise TypeError(f"{op}: input must be a Tensor, got {type(input).__name__}")

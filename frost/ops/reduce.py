@@ -6,6 +6,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from frost.autocast import float32_inputs
 from frost.dtype import default_float, to_dtype
 from frost.tensor import Tensor, from_op
 
@@ -221,6 +222,7 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
 
 
 def softmax(x: Tensor, dim: int) -> Tensor:
+    (x,) = float32_inputs(x)  # under autocast in float32, as PyTorch's
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "softmax")
     if x.numel() == 0:  # nothing to normalize (an empty dim has no max): an empty result, as PyTorch
@@ -234,6 +236,7 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 
 
 def log_softmax(x: Tensor, dim: int) -> Tensor:
+    (x,) = float32_inputs(x)  # under autocast in float32, as PyTorch's
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "log_softmax")
     if x.numel() == 0:

@@ -55,10 +55,11 @@ def _negative_option(name: str, value: Any) -> str | None:
 class Optimizer:
     """Holds parameter groups (a list of dicts: 'params' plus per-group options) and per-parameter state.
 
-    Subclasses pass their default options to `__init__`, name their per-parameter state (`state_names`) and write
-    `_update(p, state, group)`: the optimizer's pure update function on raw arrays (`p.data`, `p.grad.data`, state
-    arrays) for one parameter; `step()` calls it for every parameter with a gradient (flat GPU groups instead get
-    the one-launch kernel, `flat_kernel`). The options are read from the group at every step, so
+    Subclasses pass their default options to `__init__`, name their per-parameter state (`state_names`), their
+    rule for one parameter (`update_rule(p, g, *state, step=, **options)`, on raw arrays, in place) and the group
+    options it and the kernel read (`flat_hyper`); a rule that needs more overrides `_update(p, state, group)`.
+    `step()` runs it for every parameter with a gradient (flat GPU groups instead get the one-launch kernel,
+    `flat_kernel`). The options are read from the group at every step, so
     `group['lr'] = x` takes effect at once.
     `params` may also be `model.named_parameters()` ((name, tensor) pairs, also inside groups), as in PyTorch 2:
     the names then appear in errors, e.g. anomaly mode's report of a NaN gradient.
