@@ -25,6 +25,7 @@ from frost.tensor import Tensor
 
 FORMAT = "frost"                 # __metadata__["format"]
 STRUCTURE_KEY = "frost.structure"  # __metadata__[STRUCTURE_KEY]: the JSON of the saved object
+VERSION_KEY, VERSION = "frost.version", 1  # the layout of the structure; files without it are version 1
 MAX_HEADER = 100 * 1024 * 1024   # the safetensors library's own limit
 _CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
           "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
@@ -106,7 +107,7 @@ def _tensor_name(where: list, tensors: dict) -> str:
 
 def _header(tensors: dict[str, np.ndarray], structure: str) -> bytes:
     """Length prefix + JSON header, padded with spaces to 8 bytes so that every tensor's data is aligned."""
-    entries: dict[str, Any] = {"__metadata__": {"format": FORMAT, STRUCTURE_KEY: structure}}
+    entries: dict[str, Any] = {"__metadata__": {"format": FORMAT, VERSION_KEY: str(VERSION), STRUCTURE_KEY: structure}}
     offset = 0
     for name, array in tensors.items():
         entries[name] = {"dtype": _CODES[to_dtype(array.dtype).name], "shape": list(array.shape),
@@ -205,6 +206,12 @@ def _structure(header: dict, path: str):
         raise CheckpointError(f"frost.load: {path} is a safetensors file but not a frost checkpoint (no "
                               f"'{STRUCTURE_KEY}' in its metadata); read plain safetensors files with "
                               f"safetensors.numpy.load_file")
+    version = meta.get(VERSION_KEY, "1")
+    if not (isinstance(version, str) and version.isdigit()):
+        raise CheckpointError(f"frost.load: {path} is damaged: its {VERSION_KEY} is {version!r}, not a number")
+    if int(version) > VERSION:
+        raise CheckpointError(f"frost.load: {path} was written by a newer Frost (checkpoint format {version}; this "
+                              f"one reads up to {VERSION}); upgrade Frost to read it")
     try:
         return json.loads(meta[STRUCTURE_KEY])
     except (TypeError, json.JSONDecodeError, RecursionError) as e:

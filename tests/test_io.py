@@ -393,3 +393,17 @@ def test_load_keeps_requires_grad_and_tied_weights_share_one_tensor(tmp_path):
     loaded = frost.load(tmp_path / "tied.frost")
     assert loaded["emb"] is loaded["lin"] and not loaded["emb"].requires_grad
     assert len(safetensors.numpy.load_file(tmp_path / "tied.frost")) == 1
+
+
+def test_a_checkpoint_from_a_newer_frost_says_so(tmp_path):
+    path = tmp_path / "newer.frost"
+    frost.save({"w": frost.ones(2)}, path)
+    (length,) = struct.unpack("<Q", path.read_bytes()[:8])
+    header = json.loads(path.read_bytes()[8:8 + length])
+    assert header["__metadata__"]["frost.version"] == "1"
+    header["__metadata__"]["frost.version"] = "2"
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + path.read_bytes()[8 + length:])
+    with pytest.raises(CheckpointError, match=r"newer.frost was written by a newer Frost \(checkpoint format 2"):
+        frost.load(path)

@@ -361,7 +361,10 @@ class Module:
                 errors.append(f"size mismatch for {key}: copying a param with shape {tuple(source.shape)} from "
                               f"checkpoint, the shape in current model is {tuple(target.shape)}.")
                 continue
-            copies.append((target, source))
+            try:  # converted now, so that nothing is written unless every value converts
+                copies.append((target, _to_like(source, target)))
+            except (TypeError, ValueError) as e:
+                errors.append(f"cannot convert {key} ({source.dtype}) to the model's {target.dtype}: {e}")
         if strict:
             if unexpected:
                 errors.insert(0, f"Unexpected key(s) in state_dict: {_quoted(unexpected)}. ")
@@ -373,7 +376,7 @@ class Module:
         with no_grad():
             for target, source in copies:
                 target._values_change()  # as copy_: a backward that read the old values refuses to run
-                target.data[...] = _to_like(source, target)
+                target.data[...] = source
         return IncompatibleKeys(missing, unexpected)
 
     # ------------------------------------------------------------ modes, grads
@@ -507,10 +510,14 @@ def _as_array(value, key: str):
     if hasattr(value, "__cuda_array_interface__"):
         return value  # a CuPy array
     try:
-        return np.asarray(value)
+        array = np.asarray(value)
     except Exception as e:
-        raise TypeError(f"load_state_dict: value for '{key}' is a {type(value).__name__}, "
-                        f"expected a frost Tensor or a NumPy array") from e
+        raise TypeError(f"load_state_dict: value for '{key}' is a {type(value).__name__}, expected a frost Tensor "
+                        f"or a NumPy array ({e}); a PyTorch tensor loads as t.detach().cpu(), or "
+                        f"t.detach().float().cpu() where NumPy has no dtype for it (bfloat16)") from e
+    if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+        raise TypeError(f"load_state_dict: value for '{key}' is {value!r:.60} ({array.dtype}), not numbers")
+    return array
 
 
 def _to_like(source, target: Tensor):

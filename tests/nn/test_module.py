@@ -463,3 +463,16 @@ def test_deepcopy_copies_leaves_and_refuses_tensors_made_by_ops():
     p.grad = frost.ones(2)
     q = copy.deepcopy(p)
     assert isinstance(q, nn.Parameter) and q.requires_grad and q.grad is None  # torch's Parameter drops .grad
+
+
+def test_load_state_dict_writes_nothing_unless_every_value_converts():
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    state = {k: frost.full(v.shape, 7.0) for k, v in model.state_dict().items()}
+    state["1.num_batches_tracked"] = None  # the right key, a value of no number type
+    with pytest.raises(TypeError, match="value for '1.num_batches_tracked' is None"):
+        model.load_state_dict(state)
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
+    with pytest.raises(TypeError, match=r"t.detach\(\).float\(\).cpu\(\) where NumPy has no dtype for it"):
+        nn.Linear(2, 2).load_state_dict({"weight": torch.ones(2, 2, dtype=torch.bfloat16), "bias": torch.ones(2)})
