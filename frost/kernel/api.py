@@ -11,7 +11,7 @@ import numpy as np
 
 from frost.kernel import cgen, compile as kcompile, pdl, simulate
 from frost.kernel.frontend import Checker, KernelError, Source
-from frost.kernel.types import ArrayType, ConstType, Scalar, bf16, f16
+from frost.kernel.types import SCALARS, ArrayType, ConstType, Scalar, bf16, f16
 
 
 class DeviceFunction:
@@ -127,22 +127,74 @@ class Spec:
         return kcompile.compile_cubin(self.source, self.checked.cname, arch, consts=self.consts)
 
 
+# CUDA's launch limits (compute capability 9.0): checked on every launch, GPU and simulator alike, so that a
+# configuration every GPU refuses fails here, naming the kernel, rather than in the driver or not at all
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_DYNAMIC_SMEM = 232448  # 227 KiB: the H200's opt-in maximum of dynamic shared memory per block
+_AXES = ("x", "y", "z")
+
+
+def _is_int(v) -> bool:
+    """Whether `v` is a Python or NumPy integer (not a bool: True is no size)."""
+    return type(v) is int or (isinstance(v, (int, np.integer)) and not isinstance(v, bool))
+
+
 def _launch_config(cfg, what):
+    """(grid, block, smem, stream) of `k[grid, block]`, `k[grid, block, smem]` or `k[grid, block, smem, stream]`:
+    grid and block an int or a tuple (or list) of 1 to 3 ints, smem an int of bytes (None: 0), within CUDA's
+    limits; any other value is refused, naming the kernel `what`."""
     if not isinstance(cfg, tuple) or not 2 <= len(cfg) <= 4:
         raise TypeError(f"{what}: launch as k[grid, block] or k[grid, block, smem_bytes, stream], got {cfg!r}")
-    grid, block = _dim3(cfg[0], "grid", what), _dim3(cfg[1], "block", what)
-    smem = int(cfg[2]) if len(cfg) > 2 and cfg[2] is not None else 0
+    grid, block = _dim3(cfg[0], "grid", what, MAX_GRID), _dim3(cfg[1], "block", what, MAX_BLOCK)
+    threads = block[0] * block[1] * block[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"{what}: a block of {threads} threads {block} exceeds CUDA's limit of "
+                         f"{MAX_THREADS_PER_BLOCK} threads per block")
+    smem = cfg[2] if len(cfg) > 2 else None
+    if smem is None:
+        smem = 0
+    elif not _is_int(smem):
+        raise TypeError(f"{what}: dynamic shared memory must be an int number of bytes, got {smem!r} "
+                        f"({type(smem).__name__})")
+    else:
+        smem = int(smem)
+        if not 0 <= smem <= MAX_DYNAMIC_SMEM:
+            raise ValueError(f"{what}: {smem} bytes of dynamic shared memory is outside CUDA's limit of 0 to "
+                             f"{MAX_DYNAMIC_SMEM} bytes (227 KiB) per block")
     stream = cfg[3] if len(cfg) > 3 else None
     return grid, block, smem, stream
 
 
-def _dim3(v, what, name):
-    if isinstance(v, (int, np.integer)):
-        v = (int(v),)
-    v = tuple(int(x) for x in v)
-    if not 1 <= len(v) <= 3 or any(x < 1 for x in v):
-        raise ValueError(f"{name}: {what} must be 1 to 3 positive sizes, got {v}")
-    return v + (1,) * (3 - len(v))
+def _dim3(v, what, name, limits):
+    """A grid or block size (an int, or a tuple or list of 1 to 3 ints) as three Python ints within `limits`."""
+    if type(v) is int:  # the common case, first
+        if not 1 <= v <= limits[0]:
+            _dim_error(v, 0, what, name, limits, v)
+        return (v, 1, 1)
+    if _is_int(v):
+        return _dim3(int(v), what, name, limits)
+    if not isinstance(v, (tuple, list)):
+        raise TypeError(f"{name}: {what} must be an int or a tuple of 1 to 3 ints, got {v!r} ({type(v).__name__})")
+    if not 1 <= len(v) <= 3:
+        raise ValueError(f"{name}: {what} must be 1 to 3 positive sizes, got {tuple(v)}")
+    out = [1, 1, 1]
+    for i, x in enumerate(v):
+        if not _is_int(x):
+            raise TypeError(f"{name}: {what} sizes must be ints, got {tuple(v)} ({what} {_AXES[i]} is "
+                            f"{type(x).__name__})")
+        x = int(x)
+        if not 1 <= x <= limits[i]:
+            _dim_error(x, i, what, name, limits, tuple(v))
+        out[i] = x
+    return tuple(out)
+
+
+def _dim_error(x, i, what, name, limits, v):
+    if x < 1:
+        raise ValueError(f"{name}: {what} must be 1 to 3 positive sizes, got {v} ({what} {_AXES[i]} is {x})")
+    raise ValueError(f"{name}: {what} {_AXES[i]} of {x} (in {what} {v}) exceeds CUDA's limit of {limits[i]}")
 
 
 class Kernel:
@@ -318,14 +370,37 @@ def _sim_arg(kname, name, t, v):
 
 
 def _scalar_arg(kname, name, t, v):
-    """A Python or NumPy scalar as a NumPy scalar of the parameter's type (a float for an integer is an error)."""
+    """A Python or NumPy scalar as a NumPy scalar of the parameter's type (a float for an integer is an error, and
+    so is an integer the type cannot hold: a cast would wrap it)."""
+    bounds = _INT_RANGES.get(t.name)  # (min, max) of an integer type, else None
+    if type(v) is int and bounds is not None:  # the common case, first: a Python int for an integer parameter
+        if bounds[0] <= v <= bounds[1]:
+            return t.np.type(v)
+        _int_overflow(kname, name, t, bounds, v)
+    if type(v) is t.np.type:  # a NumPy scalar of the parameter's type already
+        return v
     if getattr(v, "shape", ()) != ():
         raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got an array")
     if not isinstance(v, (int, float, bool, np.generic)):
         raise TypeError(f"{kname}: argument {name!r} is a scalar {t}, got {type(v).__name__}")
     if not t.is_float and isinstance(v, (float, np.floating)):
         raise TypeError(f"{kname}: argument {name!r} is {t}, got the float {v!r}; convert it explicitly")
+    if bounds is not None and isinstance(v, (int, np.integer)) and not bounds[0] <= v <= bounds[1]:
+        _int_overflow(kname, name, t, bounds, v)  # (a bool, True or np.True_, passes as 1)
     return np.asarray(v).astype(t.np)[()]
+
+
+def _int_range(dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+_INT_RANGES = {n: _int_range(t.np) for n, t in SCALARS.items() if t.is_int}  # integer type name -> (min, max)
+
+
+def _int_overflow(kname, name, t, bounds, v):
+    raise OverflowError(f"{kname}: argument {name!r} is {t} ({bounds[0]} to {bounds[1]}), got {v!r}, which does "
+                        f"not fit (a cast would wrap it)")
 
 
 def _gpu_args(kname, runtime, aligned=None):
@@ -437,6 +512,7 @@ C_SCALARS = {"float": np.float32, "double": np.float64, "int": np.int32, "unsign
              "size_t": np.uint64, "unsigned long long": np.uint64, "bool": np.bool_, "short": np.int16,
              "unsigned short": np.uint16, "unsigned char": np.uint8, "char": np.int8, "int32_t": np.int32,
              "uint32_t": np.uint32, "uint64_t": np.uint64}
+_C_INT_RANGES = {c: _int_range(dt) for c, dt in C_SCALARS.items() if np.issubdtype(dt, np.integer)}
 
 
 def _c_params(code: str, name: str):
@@ -472,6 +548,12 @@ def _c_args(kname, params, args):
             dt = C_SCALARS.get(ctype) if ctype else None
             if ctype is not None and dt is None:
                 raise TypeError(f"{kname}: argument {pname!r} has C type {ctype!r}; pass a NumPy scalar")
+            bounds = _C_INT_RANGES.get(ctype)
+            if bounds is not None and isinstance(a, (float, np.floating)):  # as @kernel's: a cast would truncate
+                raise TypeError(f"{kname}: argument {pname!r} has C type {ctype!r}, got the float {a!r}; convert "
+                                f"it with int() if truncation is meant")
+            if bounds is not None and isinstance(a, (int, np.integer)) and not bounds[0] <= a <= bounds[1]:
+                _int_overflow(kname, pname, ctype, bounds, a)
             out.append(np.asarray(a).astype(dt)[()] if dt is not None else a)
         else:
             raise TypeError(f"{kname}: argument {pname!r} ({ctype}) must be a scalar, got {type(a).__name__}")
