@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -182,3 +183,85 @@ def test_bad_arguments_are_reported(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "optimizers", "--lr", "lion:1e-4"])
     assert "NAME=LR" in capsys.readouterr().err
+
+
+def _result(**changes) -> dict:
+    """A small result file as the benchmark writes it, without training: one optimizer, one seed."""
+    summary = {"runs": 1, "finished": 1, "reached_target": 0, "failures": [],
+               "final_acc": {"mean": 0.1, "std": 0.0, "n": 1}, "train_time_s": {"mean": 1.0, "std": 0.0, "n": 1}}
+    entry = {"available": True, "lr": 1e-4, "why": "-", "runs": [{"accuracy_curve": [[1, 0.1]]}], "summary": summary}
+    result = {"schema": optimizers.SCHEMA, "protocol": {"batch_size": 32, "steps": 1, "eval_every": 1, "target": 0.6,
+                                                        "memory_format": "nchw"},
+              "seeds": [0], "commit": "abc", "jit": False, "device": "cpu", "device_name": "AMD EPYC",
+              "n_train": 40, "n_test": 16, "optimizers": {"adamw": entry}}
+    return {**result, **changes}
+
+
+def _write(path: Path, result) -> Path:
+    path.write_text(result if isinstance(result, str) else json.dumps(result))
+    return path
+
+
+def _without_summary() -> dict:
+    result = _result()
+    del result["optimizers"]["adamw"]["summary"]
+    return result
+
+
+@pytest.mark.parametrize("content, why", [
+    ("not json\n", r"not JSON: Expecting value"),
+    ([1, 2], r"JSON list, not an object"),
+    ({"schema": "frost-bench/1"}, r"its schema is 'frost-bench/1'"),
+    ({"schema": "frost-bench-optimizers/1"}, r"no protocol"),
+    (_result(n_test="16"), r"n_test is a str"),
+    (_without_summary(), r"no optimizers\.adamw\.summary"),
+    (_result(optimizers={"lion": {"available": False}}), r"no optimizers\.lion\.reason"),
+    (None, r"cannot read it: No such file")])
+def test_merge_refuses_a_file_it_cannot_read_naming_it(tmp_path, content, why):
+    good = _write(tmp_path / "good.json", _result())
+    bad = tmp_path / "bad.json" if content is None else _write(tmp_path / "bad.json", content)
+    with pytest.raises(SystemExit, match=rf"--merge: {bad} is not a frost-bench-optimizers/1 result \({why}"):
+        main(["bench", "optimizers", "--merge", str(good), str(bad)])
+
+
+@pytest.mark.parametrize("field, value", [("device", "cuda"), ("device_name", "NVIDIA H200"), ("n_train", 50000),
+                                          ("n_test", 10000), ("jit", True), ("seeds", [0, 1])])
+def test_merge_refuses_results_of_another_device_or_data(tmp_path, capsys, field, value):
+    a = _write(tmp_path / "a.json", _result())
+    b = _write(tmp_path / "b.json", _result(**{field: value}, optimizers={"sgd": _result()["optimizers"]["adamw"]}))
+    with pytest.raises(SystemExit, match=rf"{b} is not a .* result with the protocol, seeds, device and data of "
+                                         rf"{a}: its {field} is {re.escape(repr(value))}"):
+        main(["bench", "optimizers", "--merge", str(a), str(b)])
+    main(["bench", "optimizers", "--merge", str(a), str(_write(tmp_path / "c.json", _result(
+        optimizers={"sgd": _result()["optimizers"]["adamw"]})))])  # the same device and data: merged
+    assert "adamw" in capsys.readouterr().out
+
+
+def test_merge_names_the_protocol_entry_that_differs(tmp_path):
+    a = _write(tmp_path / "a.json", _result())
+    b = _write(tmp_path / "b.json", _result(protocol={**_result()["protocol"], "steps": 2}))
+    with pytest.raises(SystemExit, match=r"its protocol\.steps is 2, not 1"):
+        main(["bench", "optimizers", "--merge", str(a), str(b)])
+
+
+def test_eval_batch_and_outputs_are_checked_before_training(cifar_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(optimizers, "train_one_seed", lambda *a, **k: pytest.fail("trained before refusing"))
+    with pytest.raises(SystemExit, match="--eval-batch must be at least 1, got 0"):
+        main(["bench", "optimizers", "--device", "cpu", "--data", str(tmp_path / "missing"), "--eval-batch", "0"])
+    run = ["bench", "optimizers", "--device", "cpu", "--steps", "1", "--seeds", "0", "--data", str(cifar_dir),
+           "--optimizers", "adamw", "--quiet"]
+    with pytest.raises(SystemExit, match=f"--out {tmp_path} is a folder"):
+        main(run + ["--out", str(tmp_path)])
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit, match=r"--plot .*file/a\.png: .*file is a file, not a folder"):
+        main(run + ["--plot", str(tmp_path / "file" / "a.png")])
+    with pytest.raises(SystemExit, match=f"--out {tmp_path} is a folder"):  # --merge writes too
+        main(["bench", "optimizers", "--merge", str(_write(tmp_path / "a.json", _result())), "--out", str(tmp_path)])
+
+
+def test_an_empty_test_set_is_refused_before_training(tmp_path, monkeypatch):
+    data = write_cifar_binary(tmp_path / "no-test", per_batch=8, n_test=0)
+    monkeypatch.setattr(optimizers, "train_one_seed", lambda *a, **k: pytest.fail("trained before refusing"))
+    with pytest.raises(SystemExit, match=f"--data {data} holds no test images"):
+        main(["bench", "optimizers", "--device", "cpu", "--steps", "1", "--seeds", "0", "--data", str(data),
+              "--optimizers", "adamw", "--quiet"])

@@ -37,7 +37,7 @@ def write_cifar_binary(root: Path, per_batch: int, n_test: int, seed: int = 0) -
     for name, n in names:
         images, labels = make_images(n, rng)
         records = np.concatenate([labels.astype(np.uint8)[:, None],
-                                  images.transpose(0, 3, 1, 2).reshape(n, -1)], axis=1)
+                                  images.transpose(0, 3, 1, 2).reshape(n, 3 * 32 * 32)], axis=1)
         (root / name).write_bytes(records.tobytes())
     return root
 
@@ -214,3 +214,45 @@ def test_bench_trains_from_pytorchs_random_streams(cifar_dir, tmp_path):
     with pytest.raises(SystemExit, match="seed2_weights.npz is missing"):
         main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "2", "--seeds", "2", "--data", str(cifar_dir),
               "--streams", str(streams), "--quiet"])
+
+
+def _no_training(monkeypatch):
+    """Make training fail loudly: a bad argument must be refused before it."""
+    from frost.bench import resnet_cifar10
+
+    def train_one_seed(*args, **kwargs):
+        raise AssertionError("trained before refusing the arguments")
+    monkeypatch.setattr(resnet_cifar10, "train_one_seed", train_one_seed)
+
+
+@pytest.mark.parametrize("eval_batch", ["0", "-5"])
+def test_eval_batch_below_one_is_refused_before_the_data_is_read(tmp_path, eval_batch):
+    with pytest.raises(SystemExit, match=f"--eval-batch must be at least 1, got {eval_batch}"):
+        main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "1", "--data", str(tmp_path / "missing"),
+              "--eval-batch", eval_batch])
+
+
+@pytest.mark.parametrize("split, per_batch, n_test, message", [
+    ("test", 8, 0, "holds no test images"),
+    ("train", 0, 16, "holds 0 training images, fewer than one batch of 32"),
+    ("train", 4, 16, "holds 20 training images, fewer than one batch of 32")])
+def test_data_without_a_training_batch_or_test_images_is_refused_when_loaded(tmp_path, monkeypatch, split,
+                                                                              per_batch, n_test, message):
+    data = write_cifar_binary(tmp_path / f"no-{split}", per_batch=per_batch, n_test=n_test)
+    _no_training(monkeypatch)
+    with pytest.raises(SystemExit, match=f"--data {data} {message}"):
+        main(["bench", "resnet-cifar10", "--device", "cpu", "--steps", "1", "--seeds", "0", "--data", str(data),
+              "--quiet"])
+
+
+def test_out_is_checked_before_training(cifar_dir, tmp_path, monkeypatch):
+    _no_training(monkeypatch)
+    run = ["bench", "resnet-cifar10", "--device", "cpu", "--steps", "1", "--seeds", "0", "--data", str(cifar_dir),
+           "--quiet", "--out"]
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(SystemExit, match=r"--out .*folder is a folder; give a file path"):
+        main(run + [str(tmp_path / "folder")])
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit, match=r"--out .*file/sub/r\.json: .*file is a file, not a folder"):
+        main(run + [str(tmp_path / "file" / "sub" / "r.json")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder"]  # nothing written, no .tmp left

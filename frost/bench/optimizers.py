@@ -23,13 +23,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 import numpy as np
 
 from frost.bench import common
-from frost.bench.resnet_cifar10 import (add_data_arguments, add_memory_format_argument, build_model, evaluate,
-                                        float_logits, jit_wrapper, load_into, make_step, new_frost_result,
+from frost.bench.resnet_cifar10 import (add_data_arguments, add_memory_format_argument, build_model, check_sizes,
+                                        evaluate, float_logits, jit_wrapper, load_into, make_step, new_frost_result,
                                         on_resident_data, resident_batches, resolve_device, resolve_memory_format,
                                         synchronizer, training_step)
 
@@ -395,23 +395,103 @@ def write_plot(path: Path, result: dict) -> bool:
 # ---------------------------------------------------------------- the command
 
 
+# What the merge, the table and the plot read from a result file: a dict of keys (a trailing '?' marks one that
+# may be absent), [spec] for a list of such items, else the type(s) the value must have.
+NUMBER = (int, float)
+STAT = {"mean": NUMBER, "std": NUMBER}
+RESULT_SPEC = {"protocol": {"steps": int, "batch_size": int, "target": NUMBER}, "seeds": [int], "optimizers": dict,
+               "device": str, "device_name": str, "jit": bool, "n_train": int, "n_test": int}
+ENTRY_SPEC = {"lr": NUMBER, "why": str, "runs": [{"accuracy_curve": list}],
+              "summary": {"runs": int, "finished": int, "reached_target": int, "train_time_s": STAT,
+                          "failures": [{"seed": int, "kind": str, "step": int}],
+                          "final_acc?": STAT, "steps_to_target?": STAT, "ms_per_step?": STAT}}
+# the fields the table's title and footer print once for all rows: merged files must agree on each
+MERGE_COMMON = ("protocol", "seeds", "device", "device_name", "jit", "n_train", "n_test")
+
+
 def merge_results(paths: list[Path]) -> dict:
-    """One result from several files of the same protocol and seeds: their optimizers side by side, each with the
-    commit it ran at (the merged 'commit' lists them) and 'command' the merge's own."""
-    results = [json.loads(Path(path).read_text()) for path in paths]
+    """One result from several files of the same protocol, seeds, device and data: their optimizers side by side,
+    each with the commit it ran at (the merged 'commit' lists them) and 'command' the merge's own."""
+    results = [read_result(path) for path in paths]
     merged = dict(results[0], optimizers={})
     for path, result in zip(paths, results):
-        if result.get("schema") != SCHEMA or (result["protocol"], result["seeds"]) != (merged["protocol"],
-                                                                                      merged["seeds"]):
-            raise SystemExit(f"frost bench optimizers --merge: {path} is not a {SCHEMA} result with the protocol "
-                             f"and seeds of {paths[0]}")
+        refuse_difference(path, result, paths[0], results[0])
         # a later file's optimizer replaces an earlier one's; each keeps the commit it ran at
-        merged["optimizers"].update({name: {**entry, "commit": entry.get("commit", result["commit"])}
+        merged["optimizers"].update({name: {**entry, "commit": entry.get("commit", result.get("commit"))}
                                      for name, entry in result["optimizers"].items()})
     commits = dict.fromkeys(entry["commit"] for entry in merged["optimizers"].values())
     merged.update(commit=", ".join(map(str, commits)), command=common.command_line(),
                   merged_from=[Path(path).name for path in paths])
     return merged
+
+
+def read_result(path: Path) -> dict:
+    """A result file for --merge, checked for everything the merge, the table and the plot read from it."""
+    try:
+        result = json.loads(Path(path).read_text())
+    except OSError as e:
+        refuse(path, f"cannot read it: {e.strerror or e}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        refuse(path, f"not JSON: {e}")
+    if not isinstance(result, dict):
+        refuse(path, f"JSON {type(result).__name__}, not an object")
+    if result.get("schema") != SCHEMA:
+        refuse(path, f"its schema is {result.get('schema')!r}")
+    check_spec(path, result, RESULT_SPEC, "")
+    for name, entry in result["optimizers"].items():
+        check_entry(path, f"optimizers.{name}", entry)
+    return result
+
+
+def check_entry(path: Path, where: str, entry) -> None:
+    """An optimizer's entry: a reason when it was not available; lr, why, runs and their summary when it was."""
+    check_spec(path, entry, {"available": bool}, where)
+    check_spec(path, entry, ENTRY_SPEC if entry["available"] else {"reason": str}, where)
+
+
+def check_spec(path: Path, value, spec, where: str) -> None:
+    """Refuse the file unless `value` (found at `where` in it) has the shape `spec` describes (see RESULT_SPEC)."""
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            refuse(path, f"{where or 'the file'} is a {type(value).__name__}, not an object")
+        for key, item_spec in spec.items():
+            name = key.rstrip("?")
+            inner = f"{where}.{name}" if where else name
+            if name in value:
+                check_spec(path, value[name], item_spec, inner)
+            elif not key.endswith("?"):
+                refuse(path, f"no {inner}")
+    elif isinstance(spec, list):
+        if not isinstance(value, list):
+            refuse(path, f"{where} is a {type(value).__name__}, not a list")
+        for i, item in enumerate(value):
+            check_spec(path, item, spec[0], f"{where}[{i}]")
+    elif not isinstance(value, spec):
+        refuse(path, f"{where} is a {type(value).__name__}")
+
+
+def refuse(path: Path, why: str) -> NoReturn:
+    raise SystemExit(f"frost bench optimizers --merge: {path} is not a {SCHEMA} result ({why})")
+
+
+def refuse_difference(path: Path, result: dict, first_path: Path, first: dict) -> None:
+    """Refuse a file whose protocol, seeds, device or data differ from the first file's: the table prints the first
+    file's once, as if they held for every row."""
+    for key in MERGE_COMMON:
+        if result[key] != first[key]:
+            field, theirs, ours = _first_difference(key, result[key], first[key])
+            raise SystemExit(f"frost bench optimizers --merge: {path} is not a {SCHEMA} result with the protocol, "
+                             f"seeds, device and data of {first_path}: its {field} is {theirs!r}, not {ours!r}; "
+                             f"merge only results run the same way on the same device and data")
+
+
+def _first_difference(key: str, theirs, ours) -> tuple[str, object, object]:
+    """The field that differs, as 'protocol.steps' for a protocol entry, with both values."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        for k in sorted(set(theirs) | set(ours), key=str):
+            if theirs.get(k) != ours.get(k):
+                return f"{key}.{k}", theirs.get(k), ours.get(k)
+    return key, theirs, ours
 
 
 def report(result: dict, args: argparse.Namespace) -> dict:
@@ -428,10 +508,13 @@ def report(result: dict, args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     """Train every chosen optimizer over every seed, then report (or only report merged result files)."""
+    common.check_output_path("--out", args.out)
+    common.check_output_path("--plot", args.plot)
     if args.merge:
         return report(merge_results(args.merge), args)
-    if args.steps < 1 or args.eval_every < 1:
-        raise SystemExit("frost bench: --steps and --eval-every must be at least 1")
+    check_sizes(args)
+    if args.eval_every < 1:
+        raise SystemExit("frost bench: --eval-every must be at least 1")
     device = resolve_device(args.device)
     channels_last = resolve_memory_format(args, device)
     jit_on = jit_wrapper(args.jit == "on", device) is not None

@@ -157,6 +157,7 @@ def load_data(root: Path, device: str, pipeline: str, channels_last: bool = Fals
     download = root == common.default_data_dir()
     x_train, y_train = common.load_cifar10_arrays(root, train=True, download=download)
     x_test, y_test = common.load_cifar10_arrays(root, train=False, download=download)
+    check_split_sizes(root, len(x_train), len(x_test))
     data = {"n_train": len(x_train), "n_test": len(x_test),
             "x_test": np.ascontiguousarray(x_test.transpose(0, 3, 1, 2)), "y_test": y_test}
     if pipeline == "resident":
@@ -171,6 +172,26 @@ def load_data(root: Path, device: str, pipeline: str, channels_last: bool = Fals
             if k in data:
                 data[k] = backend.to_device(data[k], dev)
     return data
+
+
+def check_split_sizes(root: Path, n_train: int, n_test: int) -> None:
+    """Refuse data that cannot make one training batch or has no test image now, not after training (where the
+    batches or the evaluation would fail, or the loader wait forever for a full batch)."""
+    batch_size = common.PROTOCOL["batch_size"]
+    if n_train < batch_size:
+        raise SystemExit(f"frost bench: --data {root} holds {n_train} training images, fewer than one batch of "
+                         f"{batch_size}; point --data at a CIFAR-10 folder with its training batches")
+    if n_test == 0:
+        raise SystemExit(f"frost bench: --data {root} holds no test images (its test split is empty); point --data "
+                         f"at a CIFAR-10 folder with its test batch")
+
+
+def check_sizes(args: argparse.Namespace) -> None:
+    """Refuse step and evaluation sizes that cannot work, before any data is loaded."""
+    if args.steps < 1:
+        raise SystemExit("frost bench: --steps must be at least 1")
+    if args.eval_batch < 1:
+        raise SystemExit(f"frost bench: --eval-batch must be at least 1, got {args.eval_batch}")
 
 
 def resident_batches(n: int, batch_size: int, device: str, orders=None):
@@ -504,8 +525,8 @@ def load_into(result: dict, data_arg: Path | None, device: str, pipeline: str,
 
 def run(args: argparse.Namespace) -> dict:
     """Run the benchmark for every seed; print the table; write JSON when --out is given. Returns the result."""
-    if args.steps < 1:
-        raise SystemExit("frost bench: --steps must be at least 1")
+    check_sizes(args)
+    common.check_output_path("--out", args.out)
     device = resolve_device(args.device)
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
