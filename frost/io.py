@@ -78,6 +78,8 @@ def _memory_key(t: Tensor) -> tuple:
     """What makes two tensors the same data: their first element's address, shape, strides and dtype (a
     state_dict's detached entries of one tied weight are different Tensor objects over the same memory)."""
     array = t.data
+    if array.size == 0:  # nothing to share; and CuPy gives every empty allocation the address 0
+        return ("empty", id(t))
     address = array.data.ptr if hasattr(array, "__cuda_array_interface__") else array.__array_interface__["data"][0]
     return str(t.device), address, array.shape, array.strides, array.dtype.str
 

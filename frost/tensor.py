@@ -29,9 +29,9 @@ class Tensor:
             data = data.data
         elif isinstance(data, np.generic):
             data = np.asarray(data)  # NumPy scalars (e.g. from a full reduction) become 0-d arrays
-        elif not (hasattr(type(data), "__array_interface__") or hasattr(type(data), "__cuda_array_interface__")
-                  or hasattr(data, "__cuda_array_interface__")):  # on the type: the instance's builds a dict (1 us)
-            data = np.asarray(data)
+        elif not (hasattr(type(data), "__array_interface__") or type(data).__module__.startswith("cupy")
+                  or hasattr(data, "__cuda_array_interface__")):  # NumPy's and CuPy's by type: the instance's
+            data = np.asarray(data)  # attribute builds a dict (1 us); a CPU torch tensor's raises: it converts
         self.data = data
         self.grad: Tensor | None = None
         self._ctx: autograd.Node | None = None
@@ -321,16 +321,40 @@ class Tensor:
         self.data[...] = value.data if isinstance(value, Tensor) else value
         return self
 
+    def _direct(self, other) -> bool:
+        """Whether `self op= other` may run as the array module's own in-place op: a floating self with a Python
+        number, or with a tensor of its dtype and device that broadcasts into it. The out-of-place op would run
+        that same array op (no promotion), so the result is equal, without its temporary (an EMA, a manual SGD)."""
+        if not self.dtype.is_floating_point:
+            return False
+        if isinstance(other, Tensor):
+            return other.data.dtype == self.data.dtype and type(other.data) is type(self.data) and \
+                (other.shape == self.shape or np.broadcast_shapes(other.shape, self.shape) == self.shape)
+        return type(other) in (int, float)
+
+    def _apply_direct(self, what: str, other, apply: Callable) -> "Tensor":
+        self._inplace_check(what, other)
+        apply(self.data, other.data if isinstance(other, Tensor) else other)
+        return self
+
     def add_(self, other, alpha=1) -> "Tensor":
+        if self._direct(other) and type(alpha) in (int, float):
+            return self._apply_direct("add_", other, lambda x, o: x.__iadd__(o if alpha == 1 else o * alpha))
         return self._assign_result("add_", lambda x, o: elementwise.add(x, o if alpha == 1 else o * alpha), other)
 
     def sub_(self, other, alpha=1) -> "Tensor":
+        if self._direct(other) and type(alpha) in (int, float):
+            return self._apply_direct("sub_", other, lambda x, o: x.__isub__(o if alpha == 1 else o * alpha))
         return self._assign_result("sub_", lambda x, o: elementwise.sub(x, o if alpha == 1 else o * alpha), other)
 
     def mul_(self, other) -> "Tensor":
+        if self._direct(other):
+            return self._apply_direct("mul_", other, lambda x, o: x.__imul__(o))
         return self._assign_result("mul_", elementwise.mul, other)
 
     def div_(self, other) -> "Tensor":
+        if self._direct(other):
+            return self._apply_direct("div_", other, lambda x, o: x.__itruediv__(o))
         return self._assign_result("div_", elementwise.div, other)
 
     def clamp_(self, min=None, max=None) -> "Tensor":
@@ -708,41 +732,48 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
 
 
 def _list_to_array(data, default_types: bool = True) -> np.ndarray:
-    """data as a NumPy array. Python floats give float32 and ints int64 (PyTorch's defaults) when default_types,
-    unless a leaf is a NumPy scalar or array or a tensor, whose dtype is kept, as in PyTorch; without default_types
-    the values are read at full precision (the caller casts to its dtype)."""
-    def contains_tensor(x):
-        if isinstance(x, Tensor):
-            return True
-        return isinstance(x, (list, tuple)) and any(contains_tensor(y) for y in x)
+    """data as a NumPy array of the dtype PyTorch infers when default_types: its leaves' dtypes promoted, where a
+    Python float counts as float32, an int as int64 and a bool as bool, and a NumPy scalar or array or a tensor as
+    its own dtype. Without default_types the values are read at full precision (the caller casts to its dtype)."""
+    leaf_dtypes: set = set()
 
-    def typed_leaf(x):
+    def walk(x):
         if isinstance(x, (list, tuple)):
-            return any(typed_leaf(y) for y in x)
-        return isinstance(x, (Tensor, np.ndarray, np.generic))
+            return [walk(y) for y in x]
+        if isinstance(x, Tensor):
+            x = x.numpy()
+        leaf_dtypes.add(x.dtype if isinstance(x, (np.ndarray, np.generic)) else
+                        np.dtype(bool) if isinstance(x, bool) else np.dtype(np.int64) if isinstance(x, int) else
+                        default_float.np if isinstance(x, float) else None)
+        return x
 
-    default_types = default_types and not typed_leaf(data)
-    if contains_tensor(data):
-        def unwrap(x):
-            if isinstance(x, Tensor):
-                return x.numpy()
-            if isinstance(x, (list, tuple)):
-                return [unwrap(y) for y in x]
-            return x
-        data = unwrap(data)
+    typed = isinstance(data, (np.ndarray, np.generic))  # NumPy data keeps its dtype, as in PyTorch
+    data = data if typed else walk(data)
     try:
         arr = np.array(data)
     except ValueError as e:
         raise ValueError(f"tensor(): nested sequences must be rectangular (same length at each level): {e}") from None
-    if not default_types:
-        pass  # NumPy data keeps its dtype, as in PyTorch
-    elif arr.dtype == np.float64:
-        arr = arr.astype(default_float.np)  # Python floats become float32, as in PyTorch
-    elif arr.dtype.kind in "iu":
-        arr = arr.astype(np.int64)
     if arr.dtype.kind not in "biuf" and arr.dtype.name != "bfloat16":
         raise TypeError(f"tensor(): cannot make a tensor from data of dtype {arr.dtype}")
-    return arr
+    inferred = _inferred_dtype(leaf_dtypes) if default_types and not typed else None
+    return arr.astype(inferred) if inferred is not None and arr.dtype != inferred else arr
+
+
+def _inferred_dtype(dtypes: set):
+    """PyTorch's promotion of leaf dtypes by category: floating over integer over bool, the widest within one
+    (float16 with bfloat16 gives float32, uint8 with int8 int16); None when a leaf had no dtype of its own."""
+    if None in dtypes:
+        return None
+    if not dtypes:
+        return default_float.np  # an empty list, as PyTorch's
+    floats = sorted((d for d in dtypes if d.kind == "f" or d.name == "bfloat16"), key=lambda d: d.itemsize)
+    if floats:
+        widest = floats[-1]
+        if len(floats) > 1 and floats[-2].itemsize == widest.itemsize and floats[-2] != widest:
+            return np.dtype(np.float32)  # float16 and bfloat16: neither holds the other
+        return widest
+    ints = [d for d in dtypes if d.kind in "iu"]
+    return np.result_type(*ints) if ints else np.dtype(bool)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:

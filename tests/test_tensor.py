@@ -343,7 +343,10 @@ def test_t_refuses_more_than_two_dims_and_fill_a_non_scalar():
 
 
 def test_tensor_keeps_precision_and_the_dtypes_of_numpy_scalars_and_tensors_as_pytorch():
-    for make in [lambda m: m.tensor([0.1, 1 / 3], dtype=m.float64), lambda m: m.tensor(0.1, dtype=m.float64),
+    for make in [lambda m: m.tensor([np.float32(1), 2.5]), lambda m: m.tensor([np.int64(1), 2.5]),
+                 lambda m: m.tensor([m.tensor(1.0), 2.0]), lambda m: m.tensor([np.float16(1), 2.0]),
+                 lambda m: m.tensor([np.uint8(1), np.int8(2)]), lambda m: m.tensor([True, 2]), lambda m: m.tensor([]),
+                 lambda m: m.tensor(3.5), lambda m: m.tensor([np.float64(1), 2]),lambda m: m.tensor([0.1, 1 / 3], dtype=m.float64), lambda m: m.tensor(0.1, dtype=m.float64),
                  lambda m: m.ones(2, dtype=m.float64).new_tensor([0.1]), lambda m: m.tensor([np.float64(0.1)]),
                  lambda m: m.tensor([np.int32(1)]), lambda m: m.tensor([1, 2.5]), lambda m: m.tensor([[1, 2]]),
                  lambda m: m.tensor([m.tensor(0.1, dtype=m.float64), m.tensor(1 / 3, dtype=m.float64)])]:
@@ -378,3 +381,21 @@ def test_to_another_tensor_takes_its_dtype_and_retain_grad_needs_grad():
     i.requires_grad = True  # an assignment (requires_grad_ refuses integers at once)
     with pytest.raises(RuntimeError, match="a int64 tensor of shape \\(3,\\) requires grad; only floating-point"):
         (i.float() * 0.75).sum().backward()
+
+
+def test_a_cpu_torch_tensor_becomes_an_array():
+    """torch.Tensor defines __cuda_array_interface__ on its class (it raises on a CPU tensor): read it as an array."""
+    t = frost.Tensor(torch.arange(3.0))
+    assert isinstance(t.data, np.ndarray) and (t + 1).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_in_place_arithmetic_on_floats_runs_in_place_with_the_out_of_place_result():
+    rng = np.random.default_rng(0)
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        p, g = (frost.tensor(rng.standard_normal(6), dtype=dtype) for _ in range(2))
+        for op, ref in [(lambda x: x.add_(g, alpha=-0.01), lambda x: x + g * -0.01), (lambda x: x.mul_(0.999),
+                        lambda x: x * 0.999), (lambda x: x.sub_(g), lambda x: x - g), (lambda x: x.div_(g),
+                        lambda x: x / g), (lambda x: x.add_(2), lambda x: x + 2)]:
+            want, before = ref(p), p.data
+            assert op(p) is p and p.data is before  # the tensor's own memory
+            np.testing.assert_array_equal(p.numpy(), want.numpy(), err_msg=dtype)

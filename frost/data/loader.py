@@ -474,6 +474,8 @@ class _Run:
             msg = self._wait(i % self.workers)
             if msg is _END:
                 return
+            if msg[0] is _FAILED:
+                self._raise_if_failed(msg[1])
             batch, slot, n, payload = msg
             held = (i % self.workers, slot)
             if self.loader.collate_fn is not None:
@@ -486,7 +488,7 @@ class _Run:
         """GPU batches in order, up to prefetch_to_device of them queued on the copy stream (see _Lookahead)."""
         copier = _GpuCopier(self.loader.device, self.loader._finisher(), streams=self.loader.prefetch_to_device)
         self.lookahead = _Lookahead(self.workers, self.loader.prefetch_to_device, poll=self._poll, wait=self._wait,
-                                    issue=copier.issue, give_back=self._give_back)
+                                    issue=copier.issue, give_back=self._give_back, fail=self._raise_if_failed)
         try:
             while True:
                 copier.release_last()  # the caller is done with the previous batch
@@ -505,9 +507,7 @@ class _Run:
             msg = _END
         if msg is _END:
             self._raise_if_failed()  # a batch may be missing: say why
-        elif msg[0] is _FAILED:
-            self._raise_if_failed(msg[1])
-        return msg
+        return msg  # a failure marker too: the caller raises it in its place in the batch order
 
     def _poll(self, w: int) -> Any:
         """Worker w's next message if it is there now, else None (never waits)."""
@@ -580,9 +580,11 @@ class _Lookahead:
     Buffers of other workers never hold w up."""
 
     def __init__(self, workers: int, depth: int, poll: Callable[[int], Any], wait: Callable[[int], Any],
-                 issue: Callable[[Any, int, int], _Flight], give_back: Callable[[int, int], None]) -> None:
+                 issue: Callable[[Any, int, int], _Flight], give_back: Callable[[int, int], None],
+                 fail: Callable[[Any], None] | None = None) -> None:
         self.workers, self.depth = workers, depth
         self.poll, self.wait, self.issue, self.give_back = poll, wait, issue, give_back
+        self.fail = fail  # raises a worker's failure (a (_FAILED, failure) message) when its turn comes
         self.pulled = 0  # batches received from the workers (and issued) so far
         self.ended = False  # a worker said there are no more batches
         self.ahead: collections.deque[_Flight] = collections.deque()  # issued, not handed out yet, in order
@@ -598,10 +600,12 @@ class _Lookahead:
                 return None
             w = self.pulled % self.workers
             self._recycle(sync_worker=w)  # w may need a buffer back to make the batch we wait for
-            if not self._take(self.wait(w)):
+            if not self._take(self.wait(w)) and not self.ahead:
                 return None
         self._fill()
         flight = self.ahead.popleft()
+        if not isinstance(flight, _Flight):  # a failure, in the place of the batch that failed
+            self.fail(flight[1])
         self.handed.append(flight)
         return flight
 
@@ -620,6 +624,8 @@ class _Lookahead:
         being written must not go back to the pinned pool. Best effort: an error here would hide the one that
         ended the epoch, and the next GPU call reports a broken device anyway."""
         for flight in (*self.ahead, *self.handed, *self.copying):  # on several copy streams: each its own event
+            if not isinstance(flight, _Flight):
+                continue  # a worker's failure, not a batch
             with contextlib.suppress(Exception):
                 flight.done.synchronize()
 
@@ -633,6 +639,10 @@ class _Lookahead:
     def _take(self, msg: Any) -> bool:
         if msg is _END:
             self.ended = True
+            return False
+        if msg[0] is _FAILED:  # queued as it came: every batch before it is handed out first
+            self.ended = True
+            self.ahead.append(msg)
             return False
         batch, slot, n, payload = msg
         if batch != self.pulled:  # workers are read round-robin: a mismatch is a bookkeeping bug, never data

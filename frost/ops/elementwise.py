@@ -427,6 +427,11 @@ def where(condition, a, b) -> Tensor:
         raise TypeError(f"where: the condition must be a bool tensor, got {_describe(condition)} (compare, e.g. "
                         f"x > 0, or cast with .bool())")
     cond = condition.data
+    for value, other in ((a, b), (b, a)):  # a number the result's integer type cannot hold: PyTorch refuses it
+        if type(value) is int and isinstance(other, Tensor) and other.dtype.np.kind in "iu" and \
+                _wrapped(value, scalar_result(other.dtype, value)) is not value:
+            raise RuntimeError(f"where: the value {value} cannot be converted to {other.dtype} without overflow "
+                               f"(the other value is {_describe(other)})")
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):  # two numbers: a 0-d tensor of the first's kind
         kind = default_float if isinstance(a, float) else scalar_result(to_dtype("bool"), a)
         a = Tensor(condition.xp.asarray(a, dtype=kind.np))

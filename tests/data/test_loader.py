@@ -728,3 +728,37 @@ def test_sampler_and_batch_sampler_exclude_the_options_they_replace():
     for bad in (dict(batch_size=2), dict(shuffle=True), dict(sampler=[0]), dict(drop_last=True)):
         with pytest.raises(ValueError, match="batch_sampler option is mutually exclusive with batch_size, shuffle"):
             DataLoader(Squares(4), batch_sampler=[[0, 1]], **bad)
+
+
+def test_the_device_path_raises_a_failure_after_the_batches_before_it():
+    """The GPU path polls ahead of the batch it hands out; a failure met ahead waits for its turn (CPU fakes)."""
+    from frost.data.loader import _Run
+
+    class FailsAtFive(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            if i == 5:
+                raise ValueError("bad sample 5")
+            return np.full(3, i, np.float32)
+
+    class Done:
+        done = True
+
+        def synchronize(self):
+            pass
+
+    run = _Run(DataLoader(FailsAtFive(), batch_size=1, num_workers=2), 0, 2)
+    lookahead = _Lookahead(2, 2, poll=run._poll, wait=run._wait, give_back=run._give_back, fail=run._raise_if_failed,
+                           issue=lambda buffers, slot, n: _Flight(buffers.kind, [buffers.slots[slot][0][:n].copy()],
+                                                                  Done(), Done(), []))
+    time.sleep(0.2)  # the workers run ahead, as they do while the GPU computes
+    handed = []
+    try:
+        with pytest.raises(DataLoaderWorkerError, match="failed on batch 5, sample 5: ValueError: bad sample 5"):
+            while (flight := lookahead.next()) is not None:
+                handed.append(int(flight.arrays[0][0, 0]))
+    finally:
+        run.shutdown()
+    assert handed == [0, 1, 2, 3, 4]

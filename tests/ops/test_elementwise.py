@@ -573,6 +573,11 @@ def test_where_wants_a_bool_condition_and_takes_two_numbers():
     for bad in (frost.tensor([1.0, 0.0]), frost.tensor([1, 0])):
         with pytest.raises(TypeError, match="where: the condition must be a bool tensor"):
             frost.where(bad, frost.ones(2), frost.zeros(2))
+    u8 = frost.tensor([100, 200], dtype="uint8")
+    with pytest.raises(RuntimeError, match="where: the value 300 cannot be converted to frost.uint8 without overflow"):
+        frost.where(u8 > 150, u8, 300)
+    with pytest.raises(RuntimeError, match="value cannot be converted to type uint8_t without overflow"):
+        torch.where(torch.tensor([True, False]), torch.tensor([100, 200], dtype=torch.uint8), 300)
 
 
 def test_rounding_an_integer_tensor_gives_a_new_tensor():
