@@ -361,11 +361,13 @@ class Tensor:
         return self._assign_result("clamp_", lambda x, lo, hi: elementwise.clamp(x, lo, hi), min, max)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0) -> "Tensor":
+        _floating("uniform_", self.dtype)  # floats drawn into integers would be truncated
         self._inplace_check("uniform_")
         self.data[...] = _random_uniform(self.shape, a, b, self.device).astype(self.data.dtype)
         return self
 
     def normal_(self, mean: float = 0.0, std: float = 1.0) -> "Tensor":
+        _floating("normal_", self.dtype)
         self._inplace_check("normal_")
         self.data[...] = (_random_normal(self.shape, self.device) * std + mean).astype(self.data.dtype)
         return self
@@ -917,11 +919,17 @@ def randint(low: int, high: int | None = None, size=(), dtype=None, device=None)
     elif high is None:
         low, high = 0, low
     dev, dt = _resolve(device, dtype, to_dtype("int64"))
+    if high <= low:
+        raise RuntimeError(f"randint: high ({high}) must be larger than low ({low})")
+    if dt.np.kind in "iu" and not (np.iinfo(dt.np).min <= low and high - 1 <= np.iinfo(dt.np).max):
+        raise RuntimeError(f"randint: [{low}, {high}) does not fit {dt} (values would wrap)")
     return Tensor(_generator(dev).integers(low, high, size=tuple(size)).astype(dt.np))
 
 
 def randperm(n: int, dtype=None, device=None) -> Tensor:
     """A random permutation of range(n), drawn on the device from frost's generator."""
+    if n < 0:
+        raise RuntimeError(f"randperm: n must be non-negative, got {n}")
     dev, dt = _resolve(device, dtype, to_dtype("int64"))
     g = _generator(dev)
     if hasattr(g, "permutation"):

@@ -399,3 +399,14 @@ def test_in_place_arithmetic_on_floats_runs_in_place_with_the_out_of_place_resul
             want, before = ref(p), p.data
             assert op(p) is p and p.data is before  # the tensor's own memory
             np.testing.assert_array_equal(p.numpy(), want.numpy(), err_msg=dtype)
+
+
+def test_random_ops_refuse_what_torch_refuses():
+    with pytest.raises(RuntimeError, match="randperm: n must be non-negative"):
+        frost.randperm(-1)
+    with pytest.raises(RuntimeError, match=r"randint: \[250, 300\) does not fit frost.uint8"):
+        frost.randint(250, 300, (3,), dtype="uint8")
+    assert frost.randint(0, 256, (100,), dtype="uint8").numpy().max() <= 255
+    for draw in (lambda t: t.uniform_(0, 10), lambda t: t.normal_()):
+        with pytest.raises(TypeError, match="draws floating-point numbers"):
+            draw(frost.zeros(3, dtype="int64"))

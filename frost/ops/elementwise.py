@@ -317,8 +317,11 @@ def relu(x: Tensor) -> Tensor:
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
     xa, xp = x.data, x.xp
     positive = xa > 0
-    out = xp.where(positive, xa, xa * negative_slope)
-    return from_op(out, (x,), lambda g: (xp.where(positive, g, g * negative_slope),), "leaky_relu")
+    # the product in float32 for 16-bit types (as PyTorch; float16 would round the slope first), the result in
+    # x's dtype (a bfloat16 array times a Python float is float32 in NumPy)
+    out = xp.where(positive, xa, _computing(xa) * negative_slope).astype(xa.dtype, copy=False)
+    return from_op(out, (x,), lambda g: (xp.where(positive, g, _computing(g) * negative_slope).astype(
+        g.dtype, copy=False),), "leaky_relu")
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -378,24 +381,35 @@ def erf_array(a):
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """x * Phi(x) (or its tanh approximation). float16 and bfloat16 compute in float32 and round once, as PyTorch's:
+    in float16, 1 + erf(x / sqrt(2)) loses the negative tail (gelu(-4) would be -0)."""
     xp = x.xp
-    if approximate == "tanh":
-        def forward(a):
-            return 0.5 * a * (1 + xp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a ** 3)))
-
-        def backward(g, a, o):
-            t = xp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a ** 3))
-            dt = (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * a * a)
-            return g * (0.5 * (1 + t) + 0.5 * a * dt)
-        return _unary("gelu", x, forward, backward)
-    if approximate != "none":
+    if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
+    def inner(a):  # the (1 + tanh(...)) or (1 + erf(...)) factor's argument and value, in float32 at least
+        if approximate == "tanh":
+            return xp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a ** 3))
+        return erf_array(a / math.sqrt(2.0))
+
+    def forward(a):
+        w = _computing(a)
+        return (0.5 * w * (1 + inner(w))).astype(a.dtype, copy=False)
+
     def backward(g, a, o):
-        cdf = 0.5 * (1 + erf_array(a / math.sqrt(2.0)))
-        pdf = xp.exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
-        return (g * (cdf + a * pdf)).astype(a.dtype)
-    return _unary("gelu", x, lambda a: (0.5 * a * (1 + erf_array(a / math.sqrt(2.0)))).astype(a.dtype), backward)
+        w = _computing(a)
+        if approximate == "tanh":
+            t = inner(w)
+            slope = 0.5 * (1 + t) + 0.5 * w * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * w * w)
+        else:
+            slope = 0.5 * (1 + inner(w)) + w * xp.exp(-0.5 * w * w) / math.sqrt(2 * math.pi)
+        return (g.astype(w.dtype, copy=False) * slope).astype(a.dtype, copy=False)
+    return _unary("gelu", x, forward, backward)
+
+
+def _computing(a):
+    """a in the type an activation computes in: float16 and bfloat16 as float32, others as they are."""
+    return a.astype(np.float32) if a.dtype.itemsize == 2 and a.dtype.kind != "i" else a
 
 
 def clamp(x: Tensor, min=None, max=None) -> Tensor:

@@ -208,7 +208,9 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     axes = normalize_dims(dim, x.ndim, "logsumexp")
     # integers in the default float dtype, as PyTorch (in their own dtype, uint8 would wrap in x - max)
     a = x.data if x.dtype.is_floating_point else x.data.astype(default_float.np)
-    m = a.max(axis=axes, keepdims=True)
+    # initial=-inf: an empty slice's max is -inf, not an error (its logsumexp is -inf, as PyTorch's)
+    m = a.max(axis=axes, keepdims=True, initial=-np.inf) if a.size else xp.full(
+        [1 if i in axes else n for i, n in enumerate(a.shape)], -np.inf, dtype=a.dtype)
     m = xp.where(xp.isfinite(m), m, 0)
     e = xp.exp(a - m)
     s = e.sum(axis=axes, keepdims=True)
@@ -221,8 +223,15 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     return from_op(out if keepdim else xp.squeeze(out, axes), (x,), backward, "logsumexp")
 
 
+def _check_floating(x: Tensor, name: str) -> None:
+    if not x.dtype.is_floating_point:  # NumPy would answer float64 (PyTorch refuses)
+        raise TypeError(f"{name}: needs a floating-point tensor, got {x.dtype!r} of shape {x.shape}; cast it with "
+                        f".float()")
+
+
 def softmax(x: Tensor, dim: int) -> Tensor:
     (x,) = float32_inputs(x)  # under autocast in float32, as PyTorch's
+    _check_floating(x, "softmax")
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "softmax")
     if x.numel() == 0:  # nothing to normalize (an empty dim has no max): an empty result, as PyTorch
@@ -237,6 +246,7 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     (x,) = float32_inputs(x)  # under autocast in float32, as PyTorch's
+    _check_floating(x, "log_softmax")
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "log_softmax")
     if x.numel() == 0:
@@ -252,6 +262,8 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
 def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
     """The vector p-norm over `dim` (all elements when None); its gradient at 0 is 0, as in PyTorch."""
     from frost.ops.elementwise import abs as abs_
+    if not x.dtype.is_floating_point:  # every p, as torch (p = 1 and inf used to answer integers)
+        raise TypeError(f"norm: needs a floating-point tensor, got {x.dtype!r}")
     if p == "fro":
         p = 2
     if p == 1:
@@ -260,38 +272,44 @@ def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
         return amax(abs_(x), dim, keepdim)
     if p == float("-inf"):
         return amin(abs_(x), dim, keepdim)
-    if not x.dtype.is_floating_point:
-        raise TypeError(f"norm: needs a floating-point tensor, got {x.dtype!r}")
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "norm")
     if p == 0:  # the count of non-zeros, as torch.linalg.vector_norm's ord=0; its gradient is 0
         count = (x.data != 0).sum(axis=axes, keepdims=keepdim).astype(x.data.dtype)
         return from_op(count, (x,), lambda g: (xp.zeros(x.shape, dtype=x.data.dtype),), "norm")
-    a = x.data
+    a, dtype = widened(x.data), x.data.dtype  # float16 and bfloat16 in float32: their squares overflow (100^2 ...)
     absa = xp.abs(a)
     powered = a * a if p == 2 else absa ** p
     out_k = powered.sum(axis=axes, keepdims=True) ** (1.0 / p)
 
     def backward(g):
-        gk = g if keepdim else xp.expand_dims(g, axes)
+        gk = (g if keepdim else xp.expand_dims(g, axes)).astype(a.dtype, copy=False)
         with np.errstate(divide="ignore", invalid="ignore"):
             if p == 2:
                 scale = xp.where(out_k == 0, 0, gk / out_k)
-                return ((scale * a).astype(a.dtype, copy=False),)
+                return ((scale * a).astype(dtype, copy=False),)
             ratio = xp.where(out_k == 0, 0, absa / out_k)
-            return ((gk * xp.sign(a) * ratio ** (p - 1)).astype(a.dtype, copy=False),)
+            # at a zero element the gradient is 0 (ratio ** (p - 1) is inf there for p < 1), as torch's
+            grad = xp.where(absa == 0, 0, gk * xp.sign(a) * ratio ** (p - 1))
+            return (grad.astype(dtype, copy=False),)
     out = out_k if keepdim else xp.squeeze(out_k, axes) if x.ndim else out_k
-    return from_op(out.astype(a.dtype, copy=False), (x,), backward, "norm")
+    return from_op(out.astype(dtype, copy=False), (x,), backward, "norm")
 
 
 def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     axes = normalize_dims(dim, x.ndim, "all")
-    return Tensor(x.xp.asarray(x.data.all(axis=axes, keepdims=keepdim)))
+    return Tensor(_logical_result(x, x.data.all(axis=axes, keepdims=keepdim)))
 
 
 def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     axes = normalize_dims(dim, x.ndim, "any")
-    return Tensor(x.xp.asarray(x.data.any(axis=axes, keepdims=keepdim)))
+    return Tensor(_logical_result(x, x.data.any(axis=axes, keepdims=keepdim)))
+
+
+def _logical_result(x: Tensor, out):
+    """all/any's answer: bool, or uint8 for a uint8 input (PyTorch keeps uint8 there)."""
+    out = x.xp.asarray(out)
+    return out.astype(np.uint8) if x.data.dtype == np.uint8 else out
 
 
 

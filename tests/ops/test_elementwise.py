@@ -593,3 +593,22 @@ def test_relu_passes_the_gradient_at_nan_as_pytorch():
     frost.relu(x).sum().backward()
     torch.relu(t).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_half_precision_gelu_and_leaky_relu_compute_in_float32_as_pytorch(dt, approximate):
+    """gelu's negative tail survives (1 + erf(...) in float16 lost it) and leaky_relu keeps bfloat16."""
+    a = np.array([-5.0, -4.0, -3.5, -1.0, 0.5, 3.0])
+    g = RNG.standard_normal(a.shape)
+    fx, tx = frost.tensor(a, dtype=dt, requires_grad=True), torch.tensor(a, dtype=getattr(torch, dt),
+                                                                          requires_grad=True)
+    for ours, theirs in [(frost.nn.functional.gelu(fx, approximate=approximate),
+                          torch.nn.functional.gelu(tx, approximate=approximate)),
+                         (frost.nn.functional.leaky_relu(fx, 0.1), torch.nn.functional.leaky_relu(tx, 0.1))]:
+        assert ours.dtype.name == dt
+        np.testing.assert_array_equal(ours.numpy().astype(np.float64), theirs.detach().double().numpy())
+        fx.grad, tx.grad = None, None
+        ours.backward(frost.tensor(g, dtype=dt))
+        theirs.backward(torch.tensor(g, dtype=getattr(torch, dt)))
+        np.testing.assert_array_equal(fx.grad.numpy().astype(np.float64), tx.grad.double().numpy())

@@ -334,3 +334,32 @@ def test_reductions_over_a_non_empty_dim_of_an_empty_tensor_as_torch():
     assert f.amin(dim=1).shape == (0,) and f.softmax(1).shape == f.log_softmax(1).shape == (0, 3)
     with pytest.raises(RuntimeError, match=r"max: cannot reduce an empty tensor of shape \(0, 3\) over a dimension"):
         f.max(dim=0)
+
+
+def test_norm_edge_cases_as_pytorch():
+    """p < 1 at zero entries (gradient 0, not NaN), float16 (computed in float32: 100^2 overflows), integers refused."""
+    a = np.array([[0.0, 2.0, -3.0], [1.0, 0.0, 0.5]])
+    g = RNG.standard_normal(2)
+    x, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    x.norm(0.5, dim=1).backward(frost.tensor(g))
+    t.norm(0.5, dim=1).backward(torch.tensor(g))
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-12)
+    half = np.full(100, 100.0, np.float16)
+    for p in (2, 3):
+        ours, theirs = frost.tensor(half).norm(p), torch.tensor(half).norm(p)
+        assert ours.dtype == frost.float16 and float(ours.item()) == float(theirs.item())
+    for p in (1, 2, float("inf")):
+        with pytest.raises(TypeError, match="norm: needs a floating-point tensor"):
+            frost.tensor([1, -2]).norm(p)
+
+
+def test_logsumexp_of_an_empty_dim_softmax_of_integers_and_all_of_uint8_as_pytorch():
+    ours, theirs = frost.zeros(3, 0).logsumexp(1), torch.zeros(3, 0).logsumexp(1)
+    assert ours.tolist() == theirs.tolist() == [float("-inf")] * 3
+    for op in (frost.softmax, frost.log_softmax):
+        with pytest.raises(TypeError, match="needs a floating-point tensor, got frost.int64"):
+            op(frost.tensor([[1, 2, 3]]), -1)
+    u8 = np.array([[1, 0], [2, 3]], np.uint8)
+    for name in ("all", "any"):
+        ours, theirs = getattr(frost.tensor(u8), name)(1), getattr(torch.tensor(u8), name)(1)
+        assert ours.tolist() == theirs.tolist() and ours.dtype == frost.uint8 and theirs.dtype == torch.uint8
