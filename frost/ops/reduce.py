@@ -208,8 +208,8 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     axes = normalize_dims(dim, x.ndim, "logsumexp")
     # integers in the default float dtype, as PyTorch (in their own dtype, uint8 would wrap in x - max)
     a = x.data if x.dtype.is_floating_point else x.data.astype(default_float.np)
-    # initial=-inf: an empty slice's max is -inf, not an error (its logsumexp is -inf, as PyTorch's)
-    m = a.max(axis=axes, keepdims=True, initial=-np.inf) if a.size else xp.full(
+    # an empty slice's max is -inf, not an error (its logsumexp is -inf, as PyTorch's); CuPy's max has no initial=
+    m = a.max(axis=axes, keepdims=True) if a.size else xp.full(
         [1 if i in axes else n for i, n in enumerate(a.shape)], -np.inf, dtype=a.dtype)
     m = xp.where(xp.isfinite(m), m, 0)
     e = xp.exp(a - m)
