@@ -332,30 +332,27 @@ class Tensor:
                 (other.shape == self.shape or np.broadcast_shapes(other.shape, self.shape) == self.shape)
         return type(other) in (int, float)
 
-    def _apply_direct(self, what: str, other, apply: Callable) -> "Tensor":
-        self._inplace_check(what, other)
-        apply(self.data, other.data if isinstance(other, Tensor) else other)
-        return self
+    def _update(self, what: str, in_place: Callable, op: Callable, other, alpha=1) -> "Tensor":
+        """self = op(self, other * alpha) in place: the array module's own in-place op (`in_place`) where it gives
+        the out-of-place op's result (_direct), else the out-of-place op's result written back (_assign_result)."""
+        scaled = (lambda o: o) if alpha == 1 else (lambda o: o * alpha)
+        if self._direct(other) and type(alpha) in (int, float):
+            self._inplace_check(what, other)
+            in_place(self.data, scaled(other.data if isinstance(other, Tensor) else other))
+            return self
+        return self._assign_result(what, lambda x, o: op(x, scaled(o)), other)
 
     def add_(self, other, alpha=1) -> "Tensor":
-        if self._direct(other) and type(alpha) in (int, float):
-            return self._apply_direct("add_", other, lambda x, o: x.__iadd__(o if alpha == 1 else o * alpha))
-        return self._assign_result("add_", lambda x, o: elementwise.add(x, o if alpha == 1 else o * alpha), other)
+        return self._update("add_", operator.iadd, elementwise.add, other, alpha)
 
     def sub_(self, other, alpha=1) -> "Tensor":
-        if self._direct(other) and type(alpha) in (int, float):
-            return self._apply_direct("sub_", other, lambda x, o: x.__isub__(o if alpha == 1 else o * alpha))
-        return self._assign_result("sub_", lambda x, o: elementwise.sub(x, o if alpha == 1 else o * alpha), other)
+        return self._update("sub_", operator.isub, elementwise.sub, other, alpha)
 
     def mul_(self, other) -> "Tensor":
-        if self._direct(other):
-            return self._apply_direct("mul_", other, lambda x, o: x.__imul__(o))
-        return self._assign_result("mul_", elementwise.mul, other)
+        return self._update("mul_", operator.imul, elementwise.mul, other)
 
     def div_(self, other) -> "Tensor":
-        if self._direct(other):
-            return self._apply_direct("div_", other, lambda x, o: x.__itruediv__(o))
-        return self._assign_result("div_", elementwise.div, other)
+        return self._update("div_", operator.itruediv, elementwise.div, other)
 
     def clamp_(self, min=None, max=None) -> "Tensor":
         return self._assign_result("clamp_", lambda x, lo, hi: elementwise.clamp(x, lo, hi), min, max)
@@ -413,13 +410,15 @@ class Tensor:
             return False
         return (self.requires_grad and self._ctx is not None) or (isinstance(o, Tensor) and o.requires_grad)
 
-    def _augmented(self, what: str, op: Callable, o) -> "Tensor":
-        return op(self, o) if self._inplace_records(o) else self._assign_result(what, op, o)
+    def _augmented(self, what: str, op: Callable, o, in_place: Callable | None = None) -> "Tensor":
+        if self._inplace_records(o):
+            return op(self, o)
+        return self._update(what, in_place, op, o) if in_place else self._assign_result(what, op, o)
 
-    def __iadd__(self, o): return self._augmented("+=", elementwise.add, o)
-    def __isub__(self, o): return self._augmented("-=", elementwise.sub, o)
-    def __imul__(self, o): return self._augmented("*=", elementwise.mul, o)
-    def __itruediv__(self, o): return self._augmented("/=", elementwise.div, o)
+    def __iadd__(self, o): return self._augmented("+=", elementwise.add, o, operator.iadd)
+    def __isub__(self, o): return self._augmented("-=", elementwise.sub, o, operator.isub)
+    def __imul__(self, o): return self._augmented("*=", elementwise.mul, o, operator.imul)
+    def __itruediv__(self, o): return self._augmented("/=", elementwise.div, o, operator.itruediv)
     def __ifloordiv__(self, o): return self._augmented("//=", elementwise.floor_divide, o)
     def __imod__(self, o): return self._augmented("%=", elementwise.remainder, o)
     def __ipow__(self, o): return self._augmented("**=", elementwise.pow, o)

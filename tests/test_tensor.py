@@ -346,7 +346,8 @@ def test_tensor_keeps_precision_and_the_dtypes_of_numpy_scalars_and_tensors_as_p
     for make in [lambda m: m.tensor([np.float32(1), 2.5]), lambda m: m.tensor([np.int64(1), 2.5]),
                  lambda m: m.tensor([m.tensor(1.0), 2.0]), lambda m: m.tensor([np.float16(1), 2.0]),
                  lambda m: m.tensor([np.uint8(1), np.int8(2)]), lambda m: m.tensor([True, 2]), lambda m: m.tensor([]),
-                 lambda m: m.tensor(3.5), lambda m: m.tensor([np.float64(1), 2]),lambda m: m.tensor([0.1, 1 / 3], dtype=m.float64), lambda m: m.tensor(0.1, dtype=m.float64),
+                 lambda m: m.tensor(3.5), lambda m: m.tensor([np.float64(1), 2]),
+                 lambda m: m.tensor([0.1, 1 / 3], dtype=m.float64), lambda m: m.tensor(0.1, dtype=m.float64),
                  lambda m: m.ones(2, dtype=m.float64).new_tensor([0.1]), lambda m: m.tensor([np.float64(0.1)]),
                  lambda m: m.tensor([np.int32(1)]), lambda m: m.tensor([1, 2.5]), lambda m: m.tensor([[1, 2]]),
                  lambda m: m.tensor([m.tensor(0.1, dtype=m.float64), m.tensor(1 / 3, dtype=m.float64)])]:

@@ -130,6 +130,13 @@ def _describe(structure: Any) -> str:
     return f"{kind}(" + ", ".join(_describe(child) for child in children) + ")"
 
 
+def _check_structure(structure: Any, first: Any, what: str) -> None:
+    """A sample must be shaped as the first one (the same structure also means the same number of values)."""
+    if structure != first:
+        raise TypeError(f"DataLoader: {what} is shaped {_describe(structure)}, but the first sample was "
+                        f"{_describe(first)}; use collate_fn for irregular samples")
+
+
 def _empty(shape: tuple, dtype, pinned_device: Device | None) -> np.ndarray:
     if pinned_device is None:
         return np.empty(shape, dtype)
@@ -146,7 +153,7 @@ class _BatchBuffers:
     filled: the other may hold a batch the caller has not taken yet."""
 
     def __init__(self, kind: str, n_fields: int, rows: int, pinned_device: Device | None) -> None:
-        self.kind, self.n_fields, self.rows, self.pinned_device = kind, n_fields, rows, pinned_device
+        self.kind, self.rows, self.pinned_device = kind, rows, pinned_device
         self.slots: list[list] = [[None] * n_fields for _ in range(2)]
 
     def _field(self, slot: int, k: int, row: int, shape: tuple, dtype) -> np.ndarray:
@@ -161,14 +168,8 @@ class _BatchBuffers:
             self.slots[slot][k] = buf = new
         return buf
 
-    def _check_kind(self, kind: str, fields: list, what: str) -> None:
-        if kind != self.kind or len(fields) != self.n_fields:
-            raise TypeError(f"DataLoader: {what} is shaped {_describe(kind)} with {len(fields)} value(s), but the "
-                            f"first sample was {_describe(self.kind)} with {self.n_fields}; use collate_fn for "
-                            f"irregular samples")
-
     def put(self, slot: int, row: int, kind: str, fields: list, index: int) -> None:
-        self._check_kind(kind, fields, f"sample {index}")
+        _check_structure(kind, self.kind, f"sample {index}")
         for k, f in enumerate(fields):
             shape = np.shape(f)
             if row and shape != self.slots[slot][k].shape[1:]:
@@ -178,7 +179,7 @@ class _BatchBuffers:
 
     def put_batch(self, slot: int, kind: str, fields: list, n: int) -> None:
         """Copy a whole batch from get_batch (fields with a leading dimension n) into a buffer."""
-        self._check_kind(kind, fields, "get_batch's batch")
+        _check_structure(kind, self.kind, "get_batch's batch")
         for k, f in enumerate(fields):
             if np.shape(f)[:1] != (n,):
                 raise ValueError(f"DataLoader: get_batch field {k} has shape {np.shape(f)}, expected {n} rows")
@@ -189,10 +190,8 @@ def _stack(samples: list[Any]) -> Any:
     """Stack samples field by field into fresh arrays (the inline, W = 0 path)."""
     kinds_fields = [_fields(s) for s in samples]
     kind = kinds_fields[0][0]
-    for i, (other, fields) in enumerate(kinds_fields):
-        if other != kind:
-            raise TypeError(f"DataLoader: sample {i} of the batch is shaped {_describe(other)}, but its first sample "
-                            f"was {_describe(kind)}; use collate_fn for irregular samples")
+    for i, (other, _) in enumerate(kinds_fields):
+        _check_structure(other, kind, f"sample {i} of the batch")
     columns = zip(*(f for _, f in kinds_fields))
     return _restructure(kind, [np.stack([np.asarray(x) for x in col]) for col in columns])
 
@@ -445,10 +444,11 @@ class _Run:
         failure = failure or self.error
         if failure is not None:
             w, batch, index, e = failure
+            where = f"batch {batch}"
             if isinstance(index, list):  # get_batch's: one of these samples
-                index = "s " + ", ".join(map(str, index[:8])) + (", ..." if len(index) > 8 else "")
-            where = f"batch {batch}" + (f", sample{index}" if isinstance(index, str) else
-                                        f", sample {index}" if index is not None else "")
+                where += ", samples " + ", ".join(map(str, index[:8])) + (", ..." if len(index) > 8 else "")
+            elif index is not None:
+                where += f", sample {index}"
             raise DataLoaderWorkerError(f"DataLoader: worker {w} failed on {where}: {type(e).__name__}: {e}") from e
 
     def batches(self) -> Iterator[Any]:

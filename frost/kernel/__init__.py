@@ -52,7 +52,8 @@ Semantics (the simulator implements these; float results can differ from the GPU
   `k.prefetch(**consts)` starts a specialization's compile on the background threads; `@kernel.warm` over `@kernel`
   (no Consts) queues the kernel's compile at the process's first GPU launch of any Frost kernel.
 - Loops: `range(a, b, step)` (bounds evaluated once; a constant step below -1 needs a signed loop variable),
-  `static_range(n)` (unrolled), `for i, j in grid(m, n)` (extents evaluated once; `break` leaves the whole grid). Loop variables cannot be assigned or used after their loop.
+  `static_range(n)` (unrolled), `for i, j in grid(m, n)` (extents evaluated once; `break` leaves the whole
+  grid). Loop variables cannot be assigned or used after their loop.
 - `syncthreads()` waits for every thread of the block that has not exited; warp operations (shuffles, ballot,
   ldmatrix, mma) need all 32 lanes of the warp at the same operation, as `__shfl_sync(0xffffffff, ...)` does.
 - `grid_sync(counter)` waits for every block of the grid (global writes before it are visible after it), in the

@@ -1397,8 +1397,9 @@ def check_literal(src, node, value, t) -> None:
     bits = 8 * t.np.itemsize
     lo, hi = -(1 << (bits - 1)), (1 << bits) if t.kind == "uint" else (1 << (bits - 1))
     if not lo <= int(value) < hi:
-        raise src.error(node, f"the literal {value} takes the type {t} here (a literal adopts the other operand's type; "
-                              f"alone it is i32) and does not fit in it; write i64({value}) or use wider operands")
+        raise src.error(node, f"the literal {value} takes the type {t} here (a literal adopts the other operand's "
+                              f"type; alone it is i32) and does not fit in it; write i64({value}) or use wider "
+                              f"operands")
 
 
 

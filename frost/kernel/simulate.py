@@ -228,7 +228,8 @@ NAMESPACE = {
     "_local": lambda dtype, shape, name: SimArray(_filled(dtype, shape), name),
     "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_log": np.log, "_log2": np.log2, "_tanh": np.tanh,
     "_sin": np.sin, "_cos": np.cos, "_floor": np.floor, "_ceil": np.ceil, "_SimArray": SimArray,
-    "_sat_i32": _float_to_int(np.int32), "_sat_i64": _float_to_int(np.int64, nan_value=-2 ** 63), "_sat_u32": _float_to_u32,
+    "_sat_i32": _float_to_int(np.int32), "_sat_i64": _float_to_int(np.int64, nan_value=-2 ** 63),
+    "_sat_u32": _float_to_u32,
     "_sat_u8": _float_to_u8,
 }
 # a kernel's own names must not shadow these (nor _T, _BF16, _BF16_DT and the generated _fk_ names)

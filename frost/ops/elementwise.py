@@ -7,6 +7,7 @@ import numpy as np
 
 from frost.autograd import grad_destination, unbroadcast
 from frost.dtype import DType, default_float, result_type, scalar_result, to_dtype
+from frost.ops.reduce import widened
 from frost.tensor import Tensor, from_op
 
 
@@ -311,7 +312,8 @@ def sign(x: Tensor) -> Tensor:
 def relu(x: Tensor) -> Tensor:
     xa = x.data
     # maximum, not xa * (xa > 0), which would turn negatives into -0.0
-    return from_op(x.xp.maximum(xa, 0).astype(xa.dtype, copy=False), (x,), lambda g: (x.xp.where(xa <= 0, 0, g).astype(g.dtype, copy=False),), "relu")
+    return from_op(x.xp.maximum(xa, 0).astype(xa.dtype, copy=False), (x,),
+                   lambda g: (x.xp.where(xa <= 0, 0, g).astype(g.dtype, copy=False),), "relu")
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
@@ -319,8 +321,8 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
     positive = xa > 0
     # the product in float32 for 16-bit types (as PyTorch; float16 would round the slope first), the result in
     # x's dtype (a bfloat16 array times a Python float is float32 in NumPy)
-    out = xp.where(positive, xa, _computing(xa) * negative_slope).astype(xa.dtype, copy=False)
-    return from_op(out, (x,), lambda g: (xp.where(positive, g, _computing(g) * negative_slope).astype(
+    out = xp.where(positive, xa, widened(xa) * negative_slope).astype(xa.dtype, copy=False)
+    return from_op(out, (x,), lambda g: (xp.where(positive, g, widened(g) * negative_slope).astype(
         g.dtype, copy=False),), "leaky_relu")
 
 
@@ -393,11 +395,11 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         return erf_array(a / math.sqrt(2.0))
 
     def forward(a):
-        w = _computing(a)
+        w = widened(a)
         return (0.5 * w * (1 + inner(w))).astype(a.dtype, copy=False)
 
     def backward(g, a, o):
-        w = _computing(a)
+        w = widened(a)
         if approximate == "tanh":
             t = inner(w)
             slope = 0.5 * (1 + t) + 0.5 * w * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * w * w)
@@ -405,11 +407,6 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
             slope = 0.5 * (1 + inner(w)) + w * xp.exp(-0.5 * w * w) / math.sqrt(2 * math.pi)
         return (g.astype(w.dtype, copy=False) * slope).astype(a.dtype, copy=False)
     return _unary("gelu", x, forward, backward)
-
-
-def _computing(a):
-    """a in the type an activation computes in: float16 and bfloat16 as float32, others as they are."""
-    return a.astype(np.float32) if a.dtype.itemsize == 2 and a.dtype.kind != "i" else a
 
 
 def clamp(x: Tensor, min=None, max=None) -> Tensor:

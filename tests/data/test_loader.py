@@ -451,8 +451,9 @@ def test_get_batch_is_used_once_per_batch_and_checked():
         def get_batch(self, idx):
             return np.zeros((len(idx) + 1, 2, 3)), idx
 
-    with pytest.raises(DataLoaderWorkerError, match=r"batch 0, samples 0, 1, 2, 3, 4, 5, 6, 7: ValueError: DataLoader: get_batch field 0 has "
-                                                   r"shape \(9, 2, 3\), expected 8 rows"):
+    with pytest.raises(DataLoaderWorkerError, match=r"batch 0, samples 0, 1, 2, 3, 4, 5, 6, 7: ValueError: "
+                                                   r"DataLoader: get_batch field 0 has shape \(9, 2, 3\), "
+                                                   r"expected 8 rows"):
         list(DataLoader(Wrong(30), batch_size=8, num_workers=2))
 
 
