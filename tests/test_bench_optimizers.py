@@ -100,7 +100,12 @@ def test_channels_last_model_trains_as_the_nchw_one(cifar_dir, tmp_path):
     assert optimizers.results_table(runs["channels_last"]).splitlines()[0].endswith(", channels-last)")
     (nchw,), (cl,) = (r["optimizers"]["adafactor"]["runs"] for r in runs.values())
     assert nchw["failure"] is None and cl["failure"] is None
-    np.testing.assert_allclose([v for _, v in cl["loss_curve"]], [v for _, v in nchw["loss_curve"]], rtol=1e-4)
+    # The layouts sum convolutions in different orders; float32 training amplifies that difference about
+    # twentyfold a step at this learning rate (6e-7, 2e-5, 6e-4 over steps 2-4 across machines). The first
+    # update is compared closely, so a wrong channels-last step shows; the later losses loosely.
+    cl_losses, nchw_losses = ([v for _, v in run["loss_curve"]] for run in (cl, nchw))
+    np.testing.assert_allclose(cl_losses[:2], nchw_losses[:2], rtol=1e-5)
+    np.testing.assert_allclose(cl_losses, nchw_losses, rtol=5e-3)
     with pytest.raises(SystemExit, match="is not a frost-bench-optimizers/1 result with the protocol"):
         _bench(cifar_dir, tmp_path / "x.json", "--merge", str(tmp_path / "nchw.json"),
                str(tmp_path / "channels_last.json"))
