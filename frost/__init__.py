@@ -20,12 +20,40 @@ from frost.autocast import autocast
 from frost.layout import channels_last, contiguous_format
 from frost import backends, cuda, data, nn, optim, parallel
 from frost.jit import jit
+from frost import kernel  # the kernel language; also the @frost.kernel decorator
+from frost.kernel import cuda_source
 
 float = float32
 double = float64
 half = float16
 long = int64
 
-__version__ = "0.1.0"
-from frost import kernel  # the kernel language; also the @frost.kernel decorator
-from frost.kernel import cuda_source
+__version__ = "0.1.0"  # the one version: pyproject.toml reads it (tool.setuptools.dynamic)
+
+# the public names: what `from frost import *` binds and what help(frost) documents (as torch's, some shadow
+# Python's builtins: abs, max, min, round, sum, bool, float)
+__all__ = [
+    # autograd
+    "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "detect_anomaly",
+    # tensors and their constructors
+    "Tensor", "Device", "tensor", "from_numpy", "arange", "linspace", "eye", "empty", "empty_like", "full",
+    "full_like", "ones", "ones_like", "zeros", "zeros_like", "rand", "rand_like", "randn", "randn_like", "randint",
+    "randperm", "manual_seed",
+    # dtypes and memory formats
+    "DType", "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+    "float", "double", "half", "long", "channels_last", "contiguous_format",
+    # element-wise ops
+    "abs", "allclose", "ceil", "clamp", "cos", "erf", "exp", "expm1", "floor", "gelu", "isfinite", "isnan", "log",
+    "log1p", "maximum", "minimum", "reciprocal", "relu", "round", "rsqrt", "sigmoid", "silu", "sin", "sqrt", "tanh",
+    "where",
+    # reductions, sorting and softmax
+    "amax", "amin", "argmax", "argmin", "argsort", "cumsum", "logsumexp", "log_softmax", "max", "mean", "min",
+    "softmax", "sort", "std", "sum", "topk", "var",
+    # shapes and indexing
+    "cat", "chunk", "clone", "flatten", "gather", "index_select", "narrow", "pad", "split", "stack", "tril", "triu",
+    "unbind", "matmul",
+    # checkpoints, mixed precision, CUDA graphs, kernels
+    "save", "load", "autocast", "jit", "kernel", "cuda_source",
+    # subpackages
+    "backends", "cuda", "data", "nn", "optim", "parallel",
+]

@@ -4,7 +4,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+DOCUMENTS = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted((ROOT / "benchmarks").glob("*.md")),
+             *sorted((ROOT / "examples").rglob("*.md"))]
 
 # Each block is written to its own file, padded with blank lines so that its line numbers are the document's:
 # a traceback (or a kernel compile error) then points at the line of the .md file. Executing the file (not a
@@ -60,3 +63,66 @@ def test_differences_from_pytorch_runs_as_written(tmp_path):
     assert "integer division by zero" in stdout
     assert "anomaly: forward of 'log' produced NaN" in stdout
     assert "refused: SGD: some parameters appear more than once" in stdout
+
+
+def test_kernel_language_reference_runs_in_the_simulator(tmp_path):
+    stdout = run_document("kernels.md", tmp_path)
+    assert "adamw_update: matches NumPy" in stdout
+    assert "// and % truncate: [3, -3, -3, 3] [1, -1, 1, -1]" in stdout
+    assert "row_stats: three specializations match NumPy" in stdout
+    assert re.search(r"simulator: off_by_one: block \(0, 0, 0\) thread \(31, 0, 0\) at "
+                     r".*kernels_block\d+_line\d+.py:\d+: index 31 is out of bounds for array 'x'", stdout), stdout
+    assert re.search(r"type checker: .*: in accumulates_in_an_integer: local 'acc' has type i32", stdout), stdout
+    assert "cuda_source parameters: [('x', 'float*'), ('y', 'float*'), ('n', 'int')]" in stdout
+    assert "generated: " in stdout and "sqrt" in stdout
+
+
+def github_anchor(heading: str) -> str:
+    """The fragment GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_github_anchor_drops_punctuation():
+    assert github_anchor("Optimizers (20,000 steps; a.json)") == "optimizers-20000-steps-ajson"
+
+
+def test_every_link_of_the_documents_reaches_a_file_and_heading():
+    broken = []
+    for document in DOCUMENTS:
+        prose = re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", document.read_text(), flags=re.S | re.M))
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", prose):
+            if target.startswith(("http://", "https://")):
+                continue
+            path = (document.parent / target).resolve() if target else document
+            if not path.exists():
+                broken.append(f"{document.relative_to(ROOT)}: {target}")
+            elif anchor and path.suffix == ".md" and anchor not in {
+                    github_anchor(h) for h in re.findall(r"^#+ (.+)$", path.read_text(), re.M)}:
+                broken.append(f"{document.relative_to(ROOT)}: {target}#{anchor}")
+    assert not broken, f"broken links: {broken}"
+
+
+def test_every_markdown_file_the_code_names_exists():
+    """Docstrings and comments that send the reader to a .md file (a path, or a bare name found in the tree)."""
+    named = {path.name for path in ROOT.rglob("*.md") if ".venv" not in path.parts}
+    sources = [*ROOT.glob("frost/**/*.py"), *ROOT.glob("examples/**/*.py"), *ROOT.glob("benchmarks/*.py"),
+               *DOCUMENTS]
+    missing = []
+    for source in sources:
+        for reference in re.findall(r"(?<![\w/.-])(?:\.{1,2}/|[\w-]+/)*[\w-]+\.md\b", source.read_text()):
+            found = ((ROOT / reference).exists() or (source.parent / reference).exists()) if "/" in reference \
+                else reference in named
+            if not found:
+                missing.append(f"{source.relative_to(ROOT)}: {reference}")
+    assert not missing, f"references to missing documents: {missing}"
+
+
+def test_text_guide_runs_as_written(tmp_path):
+    stdout = run_document("text.md", tmp_path)
+    assert "299 hear me speak<|endoftext|>" in stdout
+    assert "(4, 32) True" in stdout
+
+
+def test_gpt_guide_runs_as_written(tmp_path):
+    stdout = run_document("gpt.md", tmp_path)
+    assert "(1, 25) (1, 25)" in stdout

@@ -1,4 +1,4 @@
-"""The AdamW update as Frost kernels, checked against NumPy: the readable one-element kernel of KERNELS.md, and
+"""The AdamW update as Frost kernels, checked against NumPy: the readable one-element kernel of docs/kernels.md, and
 fast variants that move 16 bytes per access (load4/store4) for the bandwidth benchmark."""
 import numpy as np
 

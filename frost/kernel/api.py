@@ -568,7 +568,7 @@ def cuda_source(code: str, name: str, options=()) -> CudaSource:
 
 
 def kernel(fn) -> Kernel:
-    """Decorator: a Python function becomes a GPU kernel (see KERNELS.md)."""
+    """Decorator: a Python function becomes a GPU kernel (the language: docs/kernels.md)."""
     if inspect.isclass(fn) or not callable(fn):
         raise TypeError("@kernel decorates a function")
     return Kernel(fn)
