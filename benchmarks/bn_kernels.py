@@ -13,13 +13,13 @@ per thread (to separate the two changes). Both layers' results are checked again
 (including the running statistics after one forward and the batch counter), and the new one for determinism.
 """
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from frost.backend.cuda import graph_time_us
+from frost.bench import common
 from frost.ops import norm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +153,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls and repeats, no sweep")
     ap.add_argument("--calls", type=int, default=None, help="kernel sequences per captured graph (default 100)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bn_kernels.json"))
+    ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     import cupy as cp
     calls = args.calls or (20 if args.quick else 100)
@@ -201,11 +201,9 @@ def main() -> None:
               f"new {errs['new_batches_counted']}  new deterministic: {errs['new_deterministic']}")
     for label, sweep in sweeps.items():
         print(f"sweep {label}: " + "  ".join(f"{k} {t:.2f}" for k, t in sweep.items()))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(dict(device=device, sms=sms, calls_per_graph=calls, repeats=repeats,
-                                              results=rows, step_estimate_us=per_step, accuracy=checks,
-                                              sweeps=sweeps, seconds=time.perf_counter() - t0), indent=2) + "\n")
-    print(f"wrote {args.out}")
+    common.keep_result(args.out, dict(device=device, sms=sms, calls_per_graph=calls, repeats=repeats, results=rows,
+                                      step_estimate_us=per_step, accuracy=checks, sweeps=sweeps,
+                                      seconds=time.perf_counter() - t0))
 
 
 if __name__ == "__main__":

@@ -8,13 +8,13 @@ times into a CUDA graph and replayed (median of 10 replays, CUDA events). A copy
 bytes) is the floor. Every plan's y and dx are compared with the default plan's.
 """
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 import frost
 from frost.backend.cuda import graph_time_us
+from frost.bench import common
 from frost.ops import norm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def sweep(shape, dtype: str, sms: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/bn_plans_h200.json"))
+    parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = parser.parse_args()
     sms = norm._sm_count(0)
     rows = [r for dtype in ("float32", "bfloat16") for shape in SEED_SHAPES for r in sweep(shape, dtype, sms)]
@@ -98,7 +98,7 @@ def main() -> None:
         print(f"{str(tuple(r['shape'])):>16} {r['dtype']:>8} {r['plan']:>10} {str(r['plan_detail']):>24} "
               f"{r['forward_us']:7.2f} {r['backward_us']:7.2f} {r['copy_us']:7.2f} {r.get('y_diff', 0):8.2g} "
               f"{r.get('dx_diff', 0):8.2g}")
-    Path(args.out).write_text(json.dumps(dict(sms=sms, rows=rows), indent=1))
+    common.keep_result(args.out, dict(sms=sms, rows=rows))
 
 
 if __name__ == "__main__":

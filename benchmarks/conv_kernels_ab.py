@@ -16,6 +16,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from frost.bench import common  # noqa: E402
+
 VARIANTS = {"cudnn": {"FROST_CONV_FPROP_MMA": "0", "FROST_CONV_DGRAD_MMA": "0", "FROST_CONV_WGRAD_CARRY": "1"},
             "forward": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "0", "FROST_CONV_WGRAD_CARRY": "1"},
             "forward+dgrad, own finalizes": {"FROST_CONV_FPROP_MMA": "1", "FROST_CONV_DGRAD_MMA": "1",
@@ -26,7 +30,7 @@ VARIANTS = {"cudnn": {"FROST_CONV_FPROP_MMA": "0", "FROST_CONV_DGRAD_MMA": "0", 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/conv_kernels_ab.json"))
+    parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import step_time
@@ -41,8 +45,7 @@ def main() -> None:
     for name, ms in runs.items():
         print(f"| {name} | {', '.join(f'{m:.3f}' for m in ms)} | {statistics.median(ms):.3f} |")
     choices = per_shape_choices()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"variants": VARIANTS, "ms_per_step": runs, "per_shape": choices}, indent=1))
+    common.keep_result(args.out, {"variants": VARIANTS, "ms_per_step": runs, "per_shape": choices})
 
 
 def per_shape_choices() -> list[dict]:

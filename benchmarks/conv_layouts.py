@@ -15,6 +15,7 @@ from pathlib import Path
 
 from frost import backends
 from frost.backend.cuda import graph_time_us
+from frost.bench import common
 from frost.layout import as_channels_last
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "conv_layouts_h200.json"))
+    ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     backends.allow_tf32 = True
     rows, totals = [], {}
@@ -93,9 +94,7 @@ def main() -> None:
     print("| dtype_layout | fprop+dgrad+wgrad us/step |\n|---|---|")
     for name, us in totals.items():
         print(f"| {name} | {us:.1f} |")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"rows": rows, "us_per_step": {k: round(v, 1) for k, v in totals.items()}},
-                                         indent=1))
+    common.keep_result(args.out, {"rows": rows, "us_per_step": {k: round(v, 1) for k, v in totals.items()}})
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ default, frost.backends.allow_tf32), and the max error of each of our candidates
 (relative to the largest |dW|). The step estimate weights each shape by its weight-gradient calls per step.
 """
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from frost import backends
 from frost.backend.cuda import graph_time_us
+from frost.bench import common
 from frost.layout import as_channels_last, empty_like_format
 from frost.ops import conv_wgrad as cw
 
@@ -89,12 +89,10 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=None, help="calls per captured graph (default 100)")
     ap.add_argument("--channels-last", action="store_true", help="NHWC x and dy, KRSC dW (ours and cuDNN)")
     ap.add_argument("--bf16", action="store_true", help="bf16 x and dy (channels-last), float32 dW")
-    ap.add_argument("--out", default=None, help="default: benchmarks/results/conv_wgrad[_channels_last|_bf16].json")
+    ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     args.channels_last = args.channels_last or args.bf16
     layout = "channels-last" if args.channels_last else "NCHW"
-    suffix = "_bf16" if args.bf16 else "_channels_last" if args.channels_last else ""
-    out_file = args.out or str(ROOT / "benchmarks" / "results" / f"conv_wgrad{suffix}.json")
     import cupy as cp
     calls = args.calls or (20 if args.quick else 100)
     repeats = 5 if args.quick else 20
@@ -127,11 +125,8 @@ def main() -> None:
               f"{r[cudnn_key] / r['best_ours_us']:8.2f} {r['max_rel_error']:9.1e}  {tiles} / {every}")
     print(f"per training step: cuDNN {step[cudnn_key]:.0f} us (float32 TF32 on: {step['cudnn_tf32_on_us']:.0f}), "
           f"ours {step['best_ours_us']:.0f} us, the faster of the two per shape {step['chosen_us']:.0f} us")
-    Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_file).write_text(json.dumps(dict(device=device, sms=sms, layout=layout, calls_per_graph=calls,
-                                              dtype=dtype, repeats=repeats, results=rows, step_us=step,
-                                              seconds=time.perf_counter() - t0), indent=2) + "\n")
-    print(f"wrote {out_file}")
+    common.keep_result(args.out, dict(device=device, sms=sms, layout=layout, calls_per_graph=calls, dtype=dtype,
+                                      repeats=repeats, results=rows, step_us=step, seconds=time.perf_counter() - t0))
 
 
 if __name__ == "__main__":

@@ -3,15 +3,15 @@
 Both run in this process with the same thread count, the same initial weights and the same batch;
 after warm-up steps, the median of N repeats is reported, and the ratio Frost / PyTorch (goal: <= 3).
 
-    python benchmarks/cpu_step.py                 # 20 repeats, all cores
+    python benchmarks/cpu_step.py                 # 20 repeats, all cores; prints the table
     python benchmarks/cpu_step.py --threads 1 --repeats 10
     python benchmarks/cpu_step.py --profile       # also a cProfile of one Frost step, top functions
+    python benchmarks/cpu_step.py --out benchmarks/results/cpu_step.json   # also the result as JSON, there
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import statistics
 import sys
@@ -161,16 +161,22 @@ def profile_step(step, top: int) -> str:
     return out.getvalue().replace(str(HERE.parent) + os.sep, "").replace(sys.prefix + os.sep, "<env>/")
 
 
-def main(argv=None) -> dict:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=HERE / "results" / "cpu_step.json")
+    p.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     p.add_argument("--profile", action="store_true", help="print a cProfile of one Frost step")
     p.add_argument("--profile-top", type=int, default=30)
     args = p.parse_args(argv)
+    common.check_output_path("--out", args.out)  # before minutes of timing
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
 
     threads = set_threads(args.threads)
     rng = np.random.default_rng(args.seed)
@@ -214,9 +220,7 @@ def main(argv=None) -> dict:
         report = profile_step(f_step, args.profile_top)
         result["profile"] = report
         print(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written to {args.out}")
+    common.keep_result(args.out, result)
     return result
 
 

@@ -1,6 +1,7 @@
-"""Frost kernels written in Python against bandwidth ceilings and vendor equivalents (prints a table, writes JSON).
+"""Frost kernels written in Python against bandwidth ceilings and vendor equivalents (prints a table; --out FILE.json
+also writes the result as JSON).
 
-Run on a GPU machine:  python benchmarks/kernels.py [--quick] [--gemm-only]
+Run on a GPU machine:  python benchmarks/kernels.py [--quick] [--gemm-only] [--out FILE.json]
   - AdamW over 64M floats vs the bandwidth of a device-to-device copy (goal: 85% of the copy's bandwidth)
   - the tensor-core bf16 GEMMs at 4096^3 vs cuBLAS through cupy.matmul (goal: 60%): mma.sync (gemm.py) and, on
     Hopper, wgmma (gemm_wgmma.py, sm_90a; the one-tile wgmma check is printed first); the best of all is reported
@@ -13,6 +14,7 @@ with CUDA events. `--startup-only` measures just the start-up numbers (time to t
 import argparse
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +22,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "kernels"
+sys.path.insert(0, str(ROOT))
+
+from frost.bench import common  # noqa: E402
 
 
 def load(name):
@@ -355,14 +360,11 @@ def _print_rows(rows, repeats) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
-    ap.add_argument("--out", default=None, help="the JSON file to write (default benchmarks/results/kernels.json)")
-    ap.add_argument("--gemm-only", action="store_true",
-                    help="only the GEMMs (mma.sync and wgmma); writes kernels_gemm.json unless --out is given")
+    ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
+    ap.add_argument("--gemm-only", action="store_true", help="only the GEMMs (mma.sync and wgmma)")
     ap.add_argument("--startup-only", action="store_true",
                     help="only the kernel-cache start-up numbers (without a GPU: time to the first cubin)")
     args = ap.parse_args()
-    results = ROOT / "benchmarks" / "results"
-    args.out = args.out or str(results / ("kernels_gemm.json" if args.gemm_only else "kernels.json"))
     t0 = time.perf_counter()
     if args.startup_only:
         try:
@@ -371,9 +373,7 @@ def main() -> None:
         except Exception:
             mode = "compile"
         startup = bench_startup(mode)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(dict(startup=startup, seconds=time.perf_counter() - t0), indent=2) + "\n")
-        print(f"wrote {args.out}")
+        common.keep_result(args.out, dict(startup=startup, seconds=time.perf_counter() - t0))
         return
     import cupy as cp
     repeats = 5 if args.quick else 20
@@ -381,11 +381,9 @@ def main() -> None:
     if args.gemm_only:
         rows += _guarded(lambda: bench_gemm(2048 if args.quick else 4096, repeats), "gemm")
         _print_rows(rows, repeats)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        Path(args.out).write_text(json.dumps(dict(device=device, repeats=repeats, results=rows,
-                                                  seconds=time.perf_counter() - t0), indent=2) + "\n")
-        print(f"wrote {args.out}")
+        common.keep_result(args.out, dict(device=device, repeats=repeats, results=rows,
+                                          seconds=time.perf_counter() - t0))
         return
     rows += _guarded(lambda: bench_adamw((8 if args.quick else 64) * 2 ** 20, repeats), "adamw")
     rows += _guarded(lambda: bench_gemm(2048 if args.quick else 4096, repeats), "gemm")
@@ -394,10 +392,8 @@ def main() -> None:
     startup = _guarded(lambda: [bench_startup("launch")], "startup")[0]
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     _print_rows(rows, repeats)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(dict(device=device, repeats=repeats, results=rows, startup=startup,
-                                              seconds=time.perf_counter() - t0), indent=2) + "\n")
-    print(f"wrote {args.out}")
+    common.keep_result(args.out, dict(device=device, repeats=repeats, results=rows, startup=startup,
+                                      seconds=time.perf_counter() - t0))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ both loaders use the same dataset object (frost.data.ImageList: frost.data.png's
 array per item; Frost's loader calls its get_batch once per batch, PyTorch's __getitem__ per sample),
 the same batch size and no shuffling; PyTorch also gets a row with plain Pillow decoding
 (Image.open + np.array, what ImageList did before) unless --no-torch-pillow. Frost's workers are
-threads filling ping-pong buffers; PyTorch's are processes (started anew each epoch, as without persistent_workers, unless
---torch-persistent) with its default collate. A run counts from iter() to the last batch. Prints a table and writes JSON to
-benchmarks/results/loader.json.
+threads filling ping-pong buffers; PyTorch's are processes (started anew each epoch, as without
+persistent_workers, unless --torch-persistent) with its default collate. A run counts from iter() to the last batch.
+Prints a table; --out FILE.json also writes the result as JSON.
 
 With a GPU (skip with --no-gpu) two more rows deliver the batches ON THE GPU, timed to a device
 synchronize at the end of each epoch:
@@ -30,12 +30,11 @@ files) run one strategy over all the files, for N in --threads; images/s for
   frost_bytes  frost.data.png.decode_png on bytes already in memory (no file I/O)
   read         the file read only (frost.data.png.read_file)
   read_zlib    read + chunk parse + zlib.decompress of the IDAT data (inflate only, no unfiltering)
-so one run shows where each stops scaling (the GIL). Writes benchmarks/results/loader_strategies.json.
+so one run shows where each stops scaling (the GIL).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -53,6 +52,7 @@ import numpy as np
 from PIL import Image
 
 import frost
+from frost.bench import common
 from frost.data import DataLoader, DevicePNGList, ImageList
 from frost.data.cifar import CLASSES, seed_png_files
 from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
@@ -199,11 +199,8 @@ def main(argv=None) -> dict:
     p.add_argument("--no-torch-pillow", action="store_true", help="skip the PyTorch row with plain Pillow decoding")
     p.add_argument("--no-gpu", action="store_true", help="skip the rows that deliver batches on the GPU")
     p.add_argument("--strategies", action="store_true", help="time raw decode strategies in plain threads instead")
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default benchmarks/results/loader.json, or loader_strategies.json)")
+    p.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = p.parse_args(argv)
-    if args.out is None:
-        args.out = HERE / "results" / ("loader_strategies.json" if args.strategies else "loader.json")
 
     folder = args.dir or Path(tempfile.gettempdir()) / f"frost-cifar10-png-{args.n}"
     origin = make_png_folder(folder, args.n)
@@ -265,7 +262,8 @@ def main(argv=None) -> dict:
         import torch
         versions["torch"] = torch.__version__
     result = {"benchmark": "loader", "images": len(ds), "source": origin, "batch_size": args.batch,
-              "repeats": args.repeats, "torch_persistent_workers": args.torch_persistent, "cpus": os.cpu_count(), "platform": platform.platform(),
+              "repeats": args.repeats, "torch_persistent_workers": args.torch_persistent, "cpus": os.cpu_count(),
+              "platform": platform.platform(),
               "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
               "frost_inline_images_per_s": inline, "frost_inline_epoch_s": inline_times,
               "delivers": {"frost": "uint8 batches in host memory (CPU decode in threads)",
@@ -274,7 +272,7 @@ def main(argv=None) -> dict:
                            "frost_gpu_decode": "uint8 batches on the GPU (threads read files, the GPU decodes)",
                            "torch_cuda": "uint8 batches on the GPU (CPU decode in processes, pinned, .cuda())"},
               "rows": rows, "versions": versions, "command": _command()}
-    _write(args.out, result)
+    common.keep_result(args.out, result)
     return result
 
 
@@ -285,14 +283,6 @@ def _versions() -> dict:
 
 def _command() -> str:
     return " ".join(["python", "benchmarks/loader.py", *sys.argv[1:]])
-
-
-def _write(out: Path, result: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out)
-    print(f"wrote {out}")
 
 
 # ---------------------------------------------------------------- --strategies
@@ -369,7 +359,7 @@ def run_strategies(args, files: list, origin: str, folder: Path) -> dict:
               "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
               "switch_interval_s": sys.getswitchinterval(), "strategies": list(strategies), "rows": rows,
               "versions": _versions(), "command": _command()}
-    _write(args.out, result)
+    common.keep_result(args.out, result)
     return result
 
 

@@ -1,6 +1,6 @@
 """Turn benchmark result JSON files (Frost's and PyTorch's) into benchmarks/RESULTS.md and PNG plots.
 
-    python benchmarks/report.py benchmarks/results/*.json
+    python benchmarks/report.py benchmarks/results/*.json --out-dir benchmarks
     python benchmarks/report.py results/a.json results/b.json --out-dir /tmp/report --title "CPU smoke run"
 
 Writes RESULTS.md (one row per result file, in the seed's format: accuracy mean +- std over seeds,
@@ -121,7 +121,8 @@ def loss_curve_panels(results: list[dict]) -> list[tuple[int, list[tuple[str, in
     """The loss-curve plot's panels, three to a row: one per seed that both frameworks ran (Frost against PyTorch on
     the same seed; every seed when they share none), each with the first (newest) file's run of every kind (label
     and precision) as (its legend, the file's index, which picks its colour, the run)."""
-    by_framework = [{x["seed"] for r in results if r["framework"] == f for x in r["runs"]} for f in ("frost", "pytorch")]
+    by_framework = [{x["seed"] for r in results if r["framework"] == f for x in r["runs"]}
+                    for f in ("frost", "pytorch")]
     panels = []
     for seed in sorted(set.intersection(*by_framework)) or sorted(set.union(*by_framework)):
         curves, drawn = [], set()
@@ -198,7 +199,8 @@ HAND_WRITTEN = "<!-- hand-written sections below: report.py keeps them -->"
 def main(argv=None) -> Path:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", type=Path, help="result JSON files")
-    p.add_argument("--out-dir", type=Path, default=HERE, help="where RESULTS.md and the plots go (default benchmarks/)")
+    p.add_argument("--out-dir", type=Path, required=True,
+                   help="where RESULTS.md and the plots go (e.g. benchmarks/, to update the committed ones)")
     p.add_argument("--title", default="Seed benchmark: ResNet on CIFAR-10, Frost vs PyTorch")
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args(argv)

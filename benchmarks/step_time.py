@@ -1,13 +1,12 @@
 """Milliseconds per training step of the seed ResNet (batch 32, AdamW): Frost eager/jit vs PyTorch eager/graphed.
 
-Run on a GPU machine: `python benchmarks/step_time.py`. Prints a table and writes
-benchmarks/results/step_time.json. Each row is the median over --repeats timed runs of --steps steps,
+Run on a GPU machine: `python benchmarks/step_time.py [--out FILE.json]`. Prints a table (and writes the result as
+JSON with --out). Each row is the median over --repeats timed runs of --steps steps,
 after warm-up; all rows run in one process on the same GPU.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -149,7 +148,8 @@ def kernel_breakdown(precision: str = "fp32", channels_last: bool = False, top: 
     model = cifar_resnet().to("cuda", memory_format=_memory_format(channels_last))
     opt = frost.optim.AdamW(model.parameters(), **ADAMW)
     x, y = _batches(1)
-    x, y = frost.tensor(x[0], device="cuda").contiguous(_memory_format(channels_last)), frost.tensor(y[0], device="cuda")
+    x = frost.tensor(x[0], device="cuda").contiguous(_memory_format(channels_last))
+    y = frost.tensor(y[0], device="cuda")
 
     @frost.jit
     def step(x, y):
@@ -187,7 +187,7 @@ def main(argv=None) -> None:
     p.add_argument("--breakdown", action="store_true", help="also profile one replayed Frost jit step")
     p.add_argument("--breakdown-of", default="fp32", help="the step --breakdown profiles: fp32, bf16, fp32-cl "
                    "or bf16-cl (-cl: channels-last)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "step_time.json"))
+    p.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = p.parse_args(argv)
     plan = [("frost-eager-fp32", lambda: frost_rows(max(args.steps // 10, 10), args.repeats, "fp32", False)),
             ("frost-jit-fp32", lambda: frost_rows(args.steps, args.repeats, "fp32", True)),
@@ -228,9 +228,8 @@ def main(argv=None) -> None:
         print(f"\nOne replayed Frost jit step ({args.breakdown_of}), kernels by GPU time:")
         for b in breakdown:
             print(f"{b['us_per_step']:9.1f} us  {b['calls_per_step']:6.1f} calls  {b['kernel']}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"rows": results, "breakdown": breakdown,
-                                          "breakdown_of": args.breakdown_of if breakdown else None}, indent=1))
+    common.keep_result(args.out, {"rows": results, "breakdown": breakdown,
+                                  "breakdown_of": args.breakdown_of if breakdown else None})
 
 
 if __name__ == "__main__":

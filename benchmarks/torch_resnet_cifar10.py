@@ -215,7 +215,6 @@ def evaluate(model, x_test, y_test, batch: int, precision: str, device: str, cha
 
 
 def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float) -> dict:
-    from tqdm import tqdm
     sync = torch.cuda.synchronize if device == "cuda" else None
     sw = common.Stopwatch(sync)
     t_start = sw.now()
@@ -234,7 +233,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
 
     curve: list[list[float]] = []
-    bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
+    bar = common.progress_bar(args.steps, f"seed {seed}", disable=args.quiet)
 
     log = common.progress_logger(bar, curve, warmup, batch_size)
 

@@ -1,45 +1,82 @@
-"""The `frost` command: `frost bench resnet-cifar10 [...]` runs the seed benchmark, `frost bench optimizers [...]`
-compares the optimizers on it (see --help)."""
+"""The `frost` command: `frost bench` lists the benchmarks; `frost bench resnet-cifar10 [...]` runs the seed
+benchmark, `frost bench optimizers [...]` compares the optimizers on it (see --help). Also `python -m frost`."""
 from __future__ import annotations
 
 import argparse
 import sys
 
+from frost import __version__
+from frost.bench import optimizers, resnet_cifar10
+
+# name -> (one-line summary, module with add_arguments and run, and whose docstring is the --help description)
+BENCHMARKS = {
+    "resnet-cifar10": ("the seed ResNet on CIFAR-10 (batch 32, AdamW, 20,000 steps, 3 seeds; a one-minute run on "
+                       "the embedded sample without the data)", resnet_cifar10),
+    "optimizers": ("the seed ResNet on CIFAR-10 with each optimizer (SGD, AdamW, Lion, Muon, SophiaG, ...)",
+                   optimizers),
+}
+
+
+def add_verbose(p: argparse.ArgumentParser, default=False) -> None:
+    # on the command and on every subcommand (`frost --verbose bench ...` and `frost bench X --verbose`); a
+    # subcommand's default is SUPPRESS so that it does not overwrite the flag given before it
+    p.add_argument("--verbose", action="store_true", default=default,
+                   help="on an error, print the full traceback instead of one line")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from frost.bench import optimizers, resnet_cifar10
     parser = argparse.ArgumentParser(prog="frost", description="Frost: a readable deep-learning framework.")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--version", action="version", version=f"frost {__version__}")
+    add_verbose(parser)
     commands = parser.add_subparsers(dest="command", metavar="command")
-    bench = commands.add_parser("bench", help="run a benchmark")
+    bench = commands.add_parser("bench", help="run a benchmark (alone: list them)", description=list_benchmarks(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_verbose(bench, argparse.SUPPRESS)
+    bench.set_defaults(handler=lambda args: print(list_benchmarks()))
     benchmarks = bench.add_subparsers(dest="benchmark", metavar="benchmark")
-    seed = benchmarks.add_parser(
-        "resnet-cifar10", help="the seed ResNet on CIFAR-10 (batch 32, AdamW, 20,000 steps, 3 seeds)",
-        description=resnet_cifar10.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    resnet_cifar10.add_arguments(seed)
-    seed.set_defaults(handler=resnet_cifar10.run)
-    zoo = benchmarks.add_parser(
-        "optimizers", help="the seed ResNet on CIFAR-10 with each optimizer (SGD, AdamW, Lion, Muon, SophiaG, ...)",
-        description=optimizers.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    optimizers.add_arguments(zoo)
-    zoo.set_defaults(handler=optimizers.run)
+    for name, (summary, module) in BENCHMARKS.items():
+        sub = benchmarks.add_parser(name, help=summary, description=module.__doc__,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        add_verbose(sub, argparse.SUPPRESS)
+        sub.set_defaults(handler=module.run)
     return parser
 
 
+def list_benchmarks() -> str:
+    width = max(map(len, BENCHMARKS))
+    rows = [f"  {name:<{width}}  {summary}" for name, (summary, _) in BENCHMARKS.items()]
+    return "\n".join(["benchmarks (frost bench NAME --help for the options):", *rows])
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse `argv` (default: sys.argv[1:]) and run the command; returns the exit status."""
+    """Parse `argv` (default: sys.argv[1:]) and run the command; returns the exit status. An error is one line on
+    stderr and status 1 (the traceback with --verbose); a refusal (SystemExit with a message) exits with it."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.version:
-        import frost
-        print(f"frost {frost.__version__}")
-        return 0
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return 2
-    handler(args)
+    try:
+        handler(args)
+    except KeyboardInterrupt:
+        if args.verbose:
+            raise
+        print("frost: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.verbose:
+            raise
+        print(f"frost: {one_line(e)} (--verbose shows the traceback)", file=sys.stderr)
+        return 1
     return 0
+
+
+def one_line(error: BaseException) -> str:
+    """The error's type and its message's first line."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}{' ...' if len(lines) > 1 else ''}" if lines else type(error).__name__
 
 
 if __name__ == "__main__":

@@ -270,3 +270,17 @@ def test_an_empty_test_set_is_refused_before_training(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=f"--data {data} holds no test images"):
         main(["bench", "optimizers", "--device", "cpu", "--steps", "1", "--seeds", "0", "--data", str(data),
               "--optimizers", "adamw", "--quiet"])
+
+
+def test_the_zoo_runs_on_the_embedded_sample(tmp_path, capsys):
+    out = tmp_path / "sample.json"
+    main(["bench", "optimizers", "--sample", "--device", "cpu", "--steps", "2", "--eval-every", "2", "--optimizers",
+          "sgd", "--out", str(out), "--quiet"])
+    result = json.loads(out.read_text())
+    assert result["data"] == "embedded sample" and (result["n_train"], result["n_test"]) == (2000, 500)
+    assert result["seeds"] == [0]  # the sample's default: one seed
+    (run,) = result["optimizers"]["sgd"]["runs"]
+    assert run["steps_done"] == 2 and 0.0 <= run["final_acc"] <= 1.0
+    printed = capsys.readouterr().out
+    assert printed.startswith("device: cpu (--device cpu)\nusing the embedded CIFAR-10 sample (2,000 train / 500 test "
+                              "images): 2 steps, 1 seed; pass --data DIR for the full benchmark\n")

@@ -1,6 +1,8 @@
-"""The `frost` command: `frost bench resnet-cifar10` on a small generated CIFAR-10 in the binary format."""
+"""The `frost` command: `frost bench resnet-cifar10` on a small generated CIFAR-10 in the binary format and on the
+embedded sample; what it says about its device and data; errors in one line; progress off a terminal."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -10,7 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import frost
+from frost.bench import resnet_cifar10
 from frost.cli import main
+from frost.data import cifar
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,10 +96,17 @@ def test_console_entry_point_in_subprocess_with_the_png_loader(cifar_dir, tmp_pa
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                FROST_CACHE=str(tmp_path / "cache"))
     proc = subprocess.run([sys.executable, "-m", "frost.cli", "bench", "resnet-cifar10", "--device", "cpu",
-                           "--steps", "3", "--seeds", "0", "--data", str(cifar_dir), "--out", str(out), "--quiet",
+                           "--steps", "3", "--seeds", "0", "--data", str(cifar_dir), "--out", str(out),
                            "--pipeline", "loader", "--workers", "2"],
                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    # stderr is a pipe, not a terminal: progress comes as whole lines (the first and the last step here), not as
+    # tqdm's carriage-return updates
+    assert "\r" not in proc.stderr
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("seed 0: step")]
+    assert progress[0].startswith("seed 0: step 1/3 (33%), loss ")
+    assert progress[-1].startswith("seed 0: step 3/3 (100%)")
+    assert proc.stdout.startswith("device: cpu (--device cpu)\n")
     result = json.loads(out.read_text())
     _check_result(result, 3)
     assert result["pipeline"] == "loader" and result["workers"] == 2 and result["decode"] == "cpu"  # no GPU: CPU
@@ -118,11 +130,185 @@ def test_bad_arguments_are_reported(tmp_path, capsys):
     assert exit_info.value.code == 2 and "argument --device: invalid choice: 'tpu'" in capsys.readouterr().err
 
 
-def test_no_command_prints_help(capsys):
+def test_no_command_prints_help_and_bench_alone_lists_the_benchmarks(capsys):
     assert main([]) == 2
-    assert "bench" in capsys.readouterr().out
-    assert main(["--version"]) == 0
-    assert capsys.readouterr().out.startswith("frost ")
+    assert capsys.readouterr().out.startswith("usage: frost [-h] [--version] [--verbose] command ...")
+    assert main(["bench"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.startswith("benchmarks (frost bench NAME --help for the options):\n"
+                              "  resnet-cifar10  the seed ResNet")
+    assert "\n  optimizers      the seed ResNet on CIFAR-10 with each optimizer" in listing
+    assert "usage:" not in listing
+    with pytest.raises(SystemExit) as exit_info:  # argparse's action="version"
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out == f"frost {frost.__version__}\n"
+
+
+def test_python_dash_m_frost(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = lambda *args: subprocess.run([sys.executable, "-m", "frost", *args], capture_output=True, text=True,  # noqa: E731
+                                       env=env, timeout=120, cwd=tmp_path)
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout == f"frost {frost.__version__}\n"
+    listing = run("bench")
+    assert listing.returncode == 0 and "resnet-cifar10" in listing.stdout and "optimizers" in listing.stdout
+    assert run().returncode == 2
+
+
+# ---------------------------------------------------------------- device, data and errors, said in one line each
+
+
+def no_gpu(monkeypatch, why: str = "CuPy is not installed") -> None:
+    """Make the machine look GPU-less (the tests run on GPU machines too)."""
+    monkeypatch.setattr(resnet_cifar10, "gpu_missing_reason", lambda: why)
+
+
+def offline(monkeypatch, tmp_path) -> Path:
+    """An empty cache and a download URL nothing answers on (a closed local port): what a machine without network
+    sees, without needing one. Returns the cache folder."""
+    monkeypatch.setenv("FROST_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cifar, "BINARY_URL", "http://127.0.0.1:9/cifar-10-binary.tar.gz")
+    return tmp_path / "cache" / "cifar10"
+
+
+def test_no_gpu_and_no_data_runs_the_embedded_sample_briefly(tmp_path, monkeypatch, capsys):
+    # `frost bench resnet-cifar10` alone on a CPU-only machine without the data: the sample, a short run, said so;
+    # nothing is downloaded (the full data could only serve a run of hours here)
+    cache = offline(monkeypatch, tmp_path)
+    no_gpu(monkeypatch)
+    monkeypatch.setattr(resnet_cifar10, "SAMPLE_STEPS", 3)  # the real default takes a minute
+    downloads = []
+    monkeypatch.setattr(cifar, "download_binary", lambda *a, **k: downloads.append(a))
+    out = tmp_path / "result.json"
+    assert main(["bench", "resnet-cifar10", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:3] == [
+        "device: cpu (no GPU: CuPy is not installed)",
+        f"no CIFAR-10 in {cache}, and no GPU for the full benchmark",
+        "using the embedded CIFAR-10 sample (2,000 train / 500 test images): a short run, 3 steps, 1 seed; pass "
+        "--data DIR for the full benchmark"]
+    assert downloads == [] and not cache.exists()
+    result = json.loads(out.read_text())
+    assert result["data"] == "embedded sample" and result["n_train"] == 2000 and result["n_test"] == 500
+    assert result["seeds"] == [0] and result["protocol"]["steps"] == 3 and result["device"] == "cpu"
+    (run,) = result["runs"]
+    assert len(run["loss_curve"]) == 3 and 0.0 <= run["acc_10k"] <= 1.0
+    assert printed[-2].startswith("(the embedded sample: accuracy over its 500 test images after 3 steps")
+
+
+def test_a_failed_download_falls_back_to_the_sample_at_once(tmp_path, monkeypatch, capsys):
+    # --device cpu asks for the full protocol on the CPU: the download is tried, and offline it fails fast
+    cache = offline(monkeypatch, tmp_path)
+    args = argparse.Namespace(sample=False, data=None, device="cpu", steps=None, seeds=None)
+    assert resnet_cifar10.choose_data(args, "cpu") is None
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"downloading CIFAR-10 (170 MB) from http://127.0.0.1:9/cifar-10-binary.tar.gz into {cache}"
+    assert lines[1].startswith(f"no CIFAR-10 in {cache}, and the download failed (") and len(lines) == 2
+    assert "refused" in lines[1].lower()  # the socket's own words: [Errno 111] Connection refused
+    assert list(cache.iterdir()) == []  # no partial archive left
+    resnet_cifar10.settle_defaults(args, None, "cpu")
+    assert (args.steps, args.seeds, args.short_run) == (resnet_cifar10.SAMPLE_STEPS, [0], True)
+    explicit = argparse.Namespace(sample=True, data=None, device=None, steps=7, seeds=[4, 5])
+    resnet_cifar10.settle_defaults(explicit, resnet_cifar10.choose_data(explicit, "cpu"), "cpu")
+    assert (explicit.steps, explicit.seeds, explicit.short_run) == (7, [4, 5], False)  # --sample with its own sizes
+
+
+def cache_holding(data: Path, tmp_path: Path, monkeypatch) -> Path:
+    """A cache whose cifar10/ folder holds `data` (a cifar-10-batches-bin folder), as a download leaves it."""
+    monkeypatch.setenv("FROST_CACHE", str(tmp_path / "cache"))
+    cache = tmp_path / "cache" / "cifar10"
+    cache.mkdir(parents=True)
+    (cache / "cifar-10-batches-bin").symlink_to(data)
+    return cache
+
+
+def test_cached_full_data_is_used_without_a_download(cifar_dir, tmp_path, monkeypatch):
+    cache = cache_holding(cifar_dir, tmp_path, monkeypatch)
+    monkeypatch.setattr(cifar, "download_binary", lambda *a, **k: pytest.fail("downloaded"))
+    args = argparse.Namespace(sample=False, data=None, device=None, steps=None, seeds=None)
+    assert resnet_cifar10.choose_data(args, "cuda") == cache
+    assert resnet_cifar10.choose_data(args, "cpu") == cache  # then settle_defaults refuses the run of hours
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_the_full_data_on_an_implicit_cpu_is_refused_in_one_line(cifar_dir, tmp_path, monkeypatch, capsys, cached):
+    # no GPU, no --device and no --steps: 20,000 steps x 3 seeds would take hours; say so instead of starting
+    no_gpu(monkeypatch)
+    _no_training(monkeypatch)
+    monkeypatch.setattr(resnet_cifar10, "load_data", lambda *a, **k: pytest.fail("loaded the data first"))
+    if cached:
+        cache_holding(cifar_dir, tmp_path, monkeypatch)
+        command = ["bench", "resnet-cifar10"]
+    else:
+        command = ["bench", "resnet-cifar10", "--data", str(cifar_dir)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(command)
+    message = str(exit_info.value.code)
+    assert message == ("frost bench: the full protocol (20,000 steps x 3 seed(s)) on the CPU takes about 4.5 hours on "
+                       "a 2-core CPU; pass --device cpu to run it anyway, --steps N for a shorter run, or --sample "
+                       "for a one-minute run on the embedded sample")
+    assert capsys.readouterr().out.startswith("device: cpu (no GPU: CuPy is not installed)\n")
+
+
+def test_the_optimizer_zoo_counts_its_optimizers_in_the_warning(cifar_dir, monkeypatch):
+    no_gpu(monkeypatch)
+    with pytest.raises(SystemExit, match=r"\(20,000 steps x 1 seed\(s\)\) on the CPU takes about 3 hours"):
+        main(["bench", "optimizers", "--data", str(cifar_dir), "--seeds", "0", "--optimizers", "sgd,adamw"])
+
+
+def test_device_cuda_without_a_gpu_is_one_line(monkeypatch):
+    no_gpu(monkeypatch)
+    with pytest.raises(SystemExit, match=r"^frost bench: --device cuda, but CuPy is not installed \(a GPU needs pip "):
+        main(["bench", "resnet-cifar10", "--device", "cuda", "--steps", "1"])
+
+
+def test_the_reason_for_no_gpu_names_cupy_or_cudas_error(monkeypatch):
+    def missing():
+        raise RuntimeError("frost: CUDA needs CuPy; install with `pip install frost-dl[cuda]`")
+    monkeypatch.setattr(resnet_cifar10.cuda_backend, "cupy", missing)
+    assert resnet_cifar10.gpu_missing_reason() == "CuPy is not installed"
+    assert resnet_cifar10.choose_device(None) == ("cpu", "no GPU: CuPy is not installed")
+    assert resnet_cifar10.choose_device("cpu") == ("cpu", "--device cpu")
+
+    class Runtime:
+        @staticmethod
+        def getDeviceCount():
+            raise OSError("cudaErrorInsufficientDriver: CUDA driver version is insufficient\nmore detail")
+
+    fake_cupy = argparse.Namespace(cuda=argparse.Namespace(runtime=Runtime))
+    monkeypatch.setattr(resnet_cifar10.cuda_backend, "cupy", lambda: fake_cupy)
+    assert resnet_cifar10.gpu_missing_reason() == (
+        "CUDA reports OSError: cudaErrorInsufficientDriver: CUDA driver version is insufficient")
+
+
+def test_an_error_is_one_line_and_verbose_shows_the_traceback(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    command = ["bench", "resnet-cifar10", "--device", "cpu", "--steps", "1", "--data", str(empty)]
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"frost: FileNotFoundError: CIFAR10: no CIFAR-10 files in {empty}")
+    assert err.endswith("(--verbose shows the traceback)\n")
+    for verbose in (["--verbose", *command], [*command, "--verbose"]):
+        with pytest.raises(FileNotFoundError, match="no CIFAR-10 files"):
+            main(verbose)
+
+
+def test_an_interrupt_is_one_line(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(resnet_cifar10, "run", interrupted)
+    assert main(["bench", "resnet-cifar10"]) == 130
+    assert capsys.readouterr().err == "frost: interrupted\n"
+
+
+def test_missing_data_offline_in_a_subprocess_is_one_line(tmp_path):
+    # what a user sees: no traceback on stderr, a non-zero exit status
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "frost", "bench", "resnet-cifar10", "--device", "cpu", "--data",
+                           str(tmp_path / "nowhere")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr == f"frost bench: --data {tmp_path / 'nowhere'} does not exist\n"
 
 
 @pytest.mark.parametrize("pipeline", ["resident", "loader"])

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 SCHEMA = "frost-bench/1"
 
@@ -50,7 +51,8 @@ def startup_counters() -> dict:
     from frost.kernel import compile as kcompile
     from frost.ops import conv_fprop_mma, conv_wgrad
     return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
-            "launch_waits": kcompile.stats["launch_waits"], "launch_wait_seconds": kcompile.stats["launch_wait_seconds"],
+            "launch_waits": kcompile.stats["launch_waits"],
+            "launch_wait_seconds": kcompile.stats["launch_wait_seconds"],
             "specialize_seconds": kcompile.stats["specialize_seconds"],
             "cudnn_graphs": cudnn.stats["graphs"], "cudnn_graph_seconds": cudnn.stats["graph_seconds"],
             "cudnn_tune_seconds": cudnn.stats["tune_seconds"],
@@ -88,10 +90,11 @@ def parse_seeds(text: str) -> list[int]:
 def load_cifar10_arrays(root, train: bool, download: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """CIFAR-10 as (images uint8 (N, 32, 32, 3) HWC RGB, labels int64 (N,)), read by frost.data.CIFAR10.
 
-    Any layout the dataset class reads works (binary, python pickles, PNG folders, npz parts).
+    Any layout the dataset class reads works (binary, python pickles, PNG folders, npz parts); root None reads
+    the sample shipped inside the package (CIFAR10.sample).
     """
     from frost.data import CIFAR10
-    ds = _make_cifar10(CIFAR10, root, train, download)
+    ds = CIFAR10.sample(train) if root is None else _make_cifar10(CIFAR10, root, train, download)
     images, labels = _arrays_of(ds)
     images = np.ascontiguousarray(images, dtype=np.uint8)
     if images.ndim == 4 and images.shape[1] == 3 and images.shape[-1] != 3:
@@ -274,6 +277,16 @@ def write_json(path, result: dict) -> None:
         raise
 
 
+def keep_result(out, result: dict) -> None:
+    """A benchmark script's result as JSON at `out` (its --out); without one nothing is written (the tables it
+    printed are the report) and a line says how to keep the result."""
+    if out is None:
+        print("(the result was not written: pass --out FILE.json to keep it)")
+        return
+    write_json(out, result)
+    print(f"written to {out}")
+
+
 def check_output_path(option: str, path) -> None:
     """Refuse an output path that cannot become a file (an existing folder, or a parent that is a file or cannot
     be written into) before anything runs, rather than losing a trained run to an error when writing it."""
@@ -408,14 +421,61 @@ def read_png_index(root, split: str) -> list[tuple[Path, int]]:
 
 
 def progress_logger(bar, curve: list, warmup: int, batch_size: int):
-    """log(i, loss, t_begin): record step i's loss on the curve and show loss and images/s on the tqdm bar
+    """log(i, loss, t_begin): record step i's loss on the curve and show loss and images/s on the progress bar
     (the rate counts the steps after the warm-up ones, from t_begin)."""
     def log(i: int, loss, t_begin: float) -> None:
         value = float(loss.item())
         curve.append([i + 1, value])
-        bar.update(i + 1 - bar.n)
         elapsed = time.perf_counter() - t_begin
         done = i + 1 - warmup
         rate = done * batch_size / elapsed if elapsed > 0 and done > 0 else 0.0
-        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}")
+        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}", refresh=False)
+        bar.update(i + 1 - bar.n)  # after the postfix: a plain progress line shows this step's values
     return log
+
+
+PROGRESS_LINE_EVERY_S = 10.0
+
+
+def progress_bar(total: int, desc: str, disable: bool = False, stream=None):
+    """Training progress on stderr: tqdm's bar on a terminal; elsewhere (a log file, a pipe) plain lines, one every
+    PROGRESS_LINE_EVERY_S seconds and one at the end, instead of a carriage-return update at every refresh."""
+    stream = sys.stderr if stream is None else stream
+    if stream.isatty():
+        return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, file=stream)
+    return PlainProgress(total, desc, disable, stream)
+
+
+class PlainProgress:
+    """tqdm's update / set_postfix / close for a stream that is not a terminal: whole lines like
+    `seed 0: step 120/400 (30%), loss 2.0153, img_s 1,210, 12 s`, at most one every `every_s` seconds, plus the
+    first and the last."""
+
+    def __init__(self, total: int, desc: str, disable: bool = False, stream=None,
+                 every_s: float = PROGRESS_LINE_EVERY_S) -> None:
+        self.total, self.desc, self.disable, self.every_s = total, desc, disable, every_s
+        self.stream = sys.stderr if stream is None else stream
+        self.n, self.postfix, self.printed_n = 0, {}, None
+        self.t_start = self.t_printed = time.perf_counter()
+
+    def set_postfix(self, refresh: bool = True, **values) -> None:
+        self.postfix = values
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.perf_counter()
+        if self.printed_n is None or self.n >= self.total or now - self.t_printed >= self.every_s:
+            self.print_line(now)
+
+    def close(self) -> None:
+        if self.printed_n != self.n:  # a run stopped early: its last step
+            self.print_line(time.perf_counter())
+
+    def print_line(self, now: float) -> None:
+        self.printed_n, self.t_printed = self.n, now
+        if self.disable:
+            return
+        share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
+        values = "".join(f", {k} {v}" for k, v in self.postfix.items())
+        print(f"{self.desc}: step {self.n}/{self.total}{share}{values}, {now - self.t_start:.0f} s",
+              file=self.stream, flush=True)

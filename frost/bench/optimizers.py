@@ -29,9 +29,9 @@ import numpy as np
 
 from frost.bench import common
 from frost.bench.resnet_cifar10 import (add_data_arguments, add_memory_format_argument, build_model, check_sizes,
-                                        evaluate, float_logits, jit_wrapper, load_into, make_step, new_frost_result,
-                                        on_resident_data, resident_batches, resolve_device, resolve_memory_format,
-                                        synchronizer, training_step)
+                                        choose_data, evaluate, float_logits, jit_wrapper, load_into, make_step,
+                                        new_frost_result, on_resident_data, resident_batches, resolve_device,
+                                        resolve_memory_format, settle_defaults, synchronizer, training_step)
 
 SCHEMA = "frost-bench-optimizers/1"
 OPTIM_DIR = Path(__file__).resolve().parents[1] / "optim"
@@ -254,7 +254,6 @@ def step_functions(recipe: Recipe, model, opt, data: dict, jit) -> list:
 
 def train_one_seed(args, recipe: Recipe, cls, lr: float, seed: int, data: dict, device: str) -> dict:
     """Train one optimizer from one seed, evaluating every --eval-every steps; stops early on divergence."""
-    from tqdm import tqdm
     sw = common.Stopwatch(synchronizer(device))
     jit = jit_wrapper(args.jit == "on", device)
     model = build_model(seed, device, args.memory_format == "channels_last")
@@ -262,8 +261,7 @@ def train_one_seed(args, recipe: Recipe, cls, lr: float, seed: int, data: dict, 
     steps = step_functions(recipe, model, opt, data, jit)
     batches = resident_batches(len(data["x_train"]), common.PROTOCOL["batch_size"], device)
     watch, accuracy, failure = LossWatch(), [], None
-    bar = tqdm(total=args.steps, desc=f"{recipe.name} seed {seed}", unit="step", disable=args.quiet,
-               dynamic_ncols=True)
+    bar = common.progress_bar(args.steps, f"{recipe.name} seed {seed}", disable=args.quiet)
     check_every = LOSS_CHECK_EVERY[device]
     # the first steps build gradients, optimizer state and cuDNN plans and capture the graphs: start-up, not training
     warmup = (3 + (1 if recipe.hessian_every else 0)) if jit is not None else 1
@@ -282,12 +280,13 @@ def train_one_seed(args, recipe: Recipe, cls, lr: float, seed: int, data: dict, 
             startup_s += sw.now() - t0
         else:
             train_s += sw.now() - t0
-        bar.update(i - bar.n)
         if failure:
+            bar.update(i - bar.n)
             break
         if evaluate_now:
             accuracy.append([i, evaluate(model, data["x_test"], data["y_test"], args.eval_batch, "fp32")[0]])
-            bar.set_postfix(loss=f"{watch.curve[-1][1]:.4f}", acc=f"{100 * accuracy[-1][1]:.2f}%")
+            bar.set_postfix(loss=f"{watch.curve[-1][1]:.4f}", acc=f"{100 * accuracy[-1][1]:.2f}%", refresh=False)
+        bar.update(i - bar.n)  # after the postfix: a plain progress line shows this step's values
         t0 = sw.now()
     bar.close()
     steps_done = i
@@ -517,6 +516,8 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit("frost bench: --eval-every must be at least 1")
     device = resolve_device(args.device)
     channels_last = resolve_memory_format(args, device)
+    root = choose_data(args, device)
+    settle_defaults(args, root, device, runs_per_seed=len(args.optimizers))
     jit_on = jit_wrapper(args.jit == "on", device) is not None
     result = new_frost_result("resident-" + ("jit" if jit_on else "eager"), "fp32", device, args.steps, args.seeds)
     del result["runs"], result["summary"]
@@ -526,7 +527,7 @@ def run(args: argparse.Namespace) -> dict:
                             "divergence_factor": DIVERGENCE_FACTOR, "scale": common.PROTOCOL["scale"],
                             "shuffle": common.PROTOCOL["shuffle"], "lr_schedule": "constant",
                             "memory_format": args.memory_format})
-    data, _ = load_into(result, args.data, device, "resident", channels_last)
+    data, _ = load_into(result, args, root, device, "resident", channels_last)
     overrides = dict(args.lr)
     for name in args.optimizers:
         result["optimizers"][name] = entry = describe(BY_NAME[name], overrides)

@@ -5,6 +5,12 @@ batch 32 shuffled each epoch with drop_last, AdamW(lr=1e-4, betas=(0.9, 0.98), e
 weight_decay=0.01), then test accuracy over all 10,000 test images and over the first 9,984 (the seed's
 test loader dropped the last partial batch). Train time is the wall clock of the training steps after the
 warm-up steps; start-up is data loading, model build and the warm-up (or capture) steps.
+
+The data: --data DIR, else the cache (~/.cache/frost/cifar10, or $FROST_CACHE/cifar10), downloaded there when
+empty. Without it (no network, or no GPU to run the full protocol on) the run uses the small CIFAR-10 sample
+shipped inside the package (2,000 training and 500 test images), and its defaults become a short run (one seed,
+200 steps, about a minute on a 2-core CPU): a smoke run that shows the whole pipeline, not a result. On a CPU that
+nobody asked for (no GPU, no --device), the full data with the full protocol's steps is refused: it takes hours.
 """
 from __future__ import annotations
 
@@ -15,12 +21,21 @@ from pathlib import Path
 
 import numpy as np
 
+from frost.backend import cuda as cuda_backend
+from frost.bench import common
+from frost.data import cifar
+from frost.data.transforms import gather_scaled_gpu
+from frost.io import expand_path
 from frost.layout import as_channels_last
 
-from frost.bench import common
-from frost.data.transforms import gather_scaled_gpu
-
 LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that waited for data
+FULL_SEEDS = [0, 1, 2]
+# the embedded sample's short run: one seed, and the steps that take about a minute on a 2-core CPU (0.27 s a step
+# on an idle 2-core AMD EPYC, plus a few seconds of start-up and the evaluation of its 500 test images)
+SAMPLE_STEPS = 200
+SAMPLE_SEEDS = [0]
+CPU_STEP_S = 0.27  # a step on that 2-core CPU, for the warning before a run of hours
+DOWNLOAD_TIMEOUT_S = 10  # offline, the download fails within this (connection and each read)
 
 
 def add_memory_format_argument(p: argparse.ArgumentParser) -> None:
@@ -73,12 +88,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
-    """--data, --steps, --seeds and --device, as every training benchmark takes them."""
+    """--data, --sample, --steps, --seeds and --device, as every training benchmark takes them (--steps and --seeds
+    default to None: their defaults depend on the data, see settle_defaults)."""
     p.add_argument("--data", type=Path, default=None,
-                   help="CIFAR-10 folder in any layout frost.data.CIFAR10 reads "
-                        f"(default: {common.default_data_dir()}, downloaded when absent)")
-    p.add_argument("--steps", type=int, default=common.PROTOCOL["steps"], help="training steps (default 20000)")
-    p.add_argument("--seeds", type=common.parse_seeds, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
+                   help="CIFAR-10 folder in any layout frost.data.CIFAR10 reads (default: the cache, "
+                        f"{common.default_data_dir()}, downloaded when empty; the embedded sample when that fails)")
+    p.add_argument("--sample", action="store_true",
+                   help="train on the CIFAR-10 sample inside the package (2,000 train / 500 test images), a short run")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"training steps (default {common.PROTOCOL['steps']}; {SAMPLE_STEPS} on the sample)")
+    p.add_argument("--seeds", type=common.parse_seeds, default=None,
+                   help="comma-separated (default 0,1,2; 0 on the sample)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
 
 
@@ -86,12 +106,49 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_device(name: str | None) -> str:
-    from frost.backend import cuda
-    if name is None:
-        return "cuda" if cuda.is_available() else "cpu"
-    if name == "cuda" and not cuda.is_available():
-        raise SystemExit("frost bench: --device cuda but no GPU is visible (or CuPy is not installed)")
-    return name
+    """The device to run on (--device, else cuda when a GPU is visible), announced with the reason."""
+    device, why = choose_device(name)
+    note(f"device: {device} ({why})")
+    return device
+
+
+def choose_device(name: str | None) -> tuple[str, str]:
+    """(device, why): --device's, else cuda when a GPU is visible, else cpu; --device cuda without a GPU is
+    refused."""
+    if name == "cpu":
+        return "cpu", "--device cpu"
+    missing = gpu_missing_reason()
+    if missing is None:
+        return "cuda", device_name("cuda")
+    if name == "cuda":
+        raise SystemExit(f"frost bench: --device cuda, but {missing} (a GPU needs pip install 'frost-dl[cuda]' and "
+                         f"an NVIDIA driver)")
+    return "cpu", f"no GPU: {missing}"
+
+
+def gpu_missing_reason() -> str | None:
+    """Why no GPU can be used (CuPy missing, CUDA's error, no device), or None when one can."""
+    try:
+        cupy = cuda_backend.cupy()
+    except RuntimeError:  # the backend's word for an ImportError
+        return "CuPy is not installed"
+    except Exception as e:  # a broken CuPy install failing on import
+        return f"CuPy fails to import ({first_line(e)})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # no driver, or one too old: CuPy's CUDARuntimeError names it
+        return f"CUDA reports {first_line(e)}"
+    return None if count > 0 else "CUDA sees no GPU"
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def note(line: str) -> None:
+    """A line about the run's set-up, printed at once (before minutes of training)."""
+    print(line, flush=True)
 
 
 def device_name(device: str) -> str:
@@ -137,26 +194,87 @@ def jit_wrapper(enabled: bool, device: str):
     return jit
 
 
-def ensure_data(root: Path | None) -> Path:
-    """The data folder: the given one, or the cache folder (downloading the official release when empty)."""
-    if root is not None:
-        if not Path(root).exists():
-            raise SystemExit(f"frost bench: --data {root} does not exist")
-        return Path(root)
-    root = common.default_data_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+def ensure_data(root: Path) -> Path:
+    """--data's folder (`~` and $VARS expanded), refused when it does not exist."""
+    folder = Path(expand_path(root))
+    if not folder.exists():
+        raise SystemExit(f"frost bench: --data {root} does not exist")
+    return folder
 
 
-def load_data(root: Path, device: str, pipeline: str, channels_last: bool = False) -> dict:
+def choose_data(args: argparse.Namespace, device: str) -> Path | None:
+    """Where the data comes from: --data, the cache, a download into the cache, or None: the embedded sample
+    (with --sample, or when the download fails, or when the full data could only serve a run of hours on an
+    implicit CPU, which settle_defaults would refuse: then nothing is downloaded)."""
+    if args.sample:
+        return None
+    if args.data is not None:
+        return ensure_data(args.data)
+    cache = common.default_data_dir()
+    if cifar.find_layout(cache) is not None:
+        return cache
+    if runs_for_hours(args, device):
+        note(f"no CIFAR-10 in {cache}, and no GPU for the full benchmark")
+        return None
+    note(f"downloading CIFAR-10 (170 MB) from {cifar.BINARY_URL} into {cache}")
+    try:
+        cifar.download_binary(cache, timeout=DOWNLOAD_TIMEOUT_S)
+    except RuntimeError as e:
+        note(f"no CIFAR-10 in {cache}, and the download failed ({download_failure(e)})")
+        return None
+    return cache
+
+
+def download_failure(error: RuntimeError) -> str:
+    """The cause of a failed download in a few words (the socket's error, or the MD5 mismatch)."""
+    cause = error.__cause__
+    reason = getattr(cause, "reason", cause)  # a URLError's reason is the socket error
+    return str(reason) if reason is not None else str(error)
+
+
+def runs_for_hours(args: argparse.Namespace, device: str) -> bool:
+    """True for the full protocol's step count on a CPU nobody asked for (no GPU, no --device, no --steps)."""
+    return device == "cpu" and args.device is None and args.steps is None
+
+
+def settle_defaults(args: argparse.Namespace, root: Path | None, device: str, runs_per_seed: int = 1) -> None:
+    """Fill in --steps and --seeds: the full protocol's on the full data (refused on an implicit CPU, where it takes
+    hours), a short run's on the embedded sample (root None)."""
+    if root is None:
+        args.short_run = args.steps is None and args.seeds is None
+        args.steps = SAMPLE_STEPS if args.steps is None else args.steps
+        args.seeds = SAMPLE_SEEDS if args.seeds is None else args.seeds
+        return
+    args.short_run = False
+    seeds = FULL_SEEDS if args.seeds is None else args.seeds
+    if runs_for_hours(args, device):
+        steps = common.PROTOCOL["steps"]
+        hours = steps * len(seeds) * runs_per_seed * CPU_STEP_S / 3600
+        hours = round(hours, 1) if hours < 10 else round(hours)
+        raise SystemExit(f"frost bench: the full protocol ({steps:,} steps x {len(seeds)} seed(s)) on the CPU takes "
+                         f"about {hours:g} hours on a 2-core CPU; pass --device cpu to run it anyway, --steps N "
+                         f"for a shorter run, or --sample for a one-minute run on the embedded sample")
+    args.steps = common.PROTOCOL["steps"] if args.steps is None else args.steps
+    args.seeds = seeds
+
+
+def announce_sample(args: argparse.Namespace, n_train: int, n_test: int) -> None:
+    """Say that the run uses the embedded sample, and what it runs."""
+    short = "a short run, " if args.short_run else ""
+    seeds = f"{len(args.seeds)} seed" + ("s" if len(args.seeds) > 1 else "")
+    note(f"using the embedded CIFAR-10 sample ({n_train:,} train / {n_test:,} test images): {short}{args.steps:,} "
+         f"steps, {seeds}; pass --data DIR for the full benchmark")
+
+
+def load_data(root: Path | None, device: str, pipeline: str, channels_last: bool = False) -> dict:
     """Test arrays (uint8 NCHW, int64 labels) and, for the resident pipeline, the training arrays, on the device
-    (the training images as uint8 NHWC with channels_last: a gathered batch is then channels-last as it is).
+    (the training images as uint8 NHWC with channels_last: a gathered batch is then channels-last as it is), from
+    `root` or (None) the embedded sample.
 
     The loader pipeline reads the seed's PNG layout: `root` when it is one, else a PNG copy written once.
     """
-    download = root == common.default_data_dir()
-    x_train, y_train = common.load_cifar10_arrays(root, train=True, download=download)
-    x_test, y_test = common.load_cifar10_arrays(root, train=False, download=download)
+    x_train, y_train = common.load_cifar10_arrays(root, train=True)
+    x_test, y_test = common.load_cifar10_arrays(root, train=False)
     check_split_sizes(root, len(x_train), len(x_test))
     data = {"n_train": len(x_train), "n_test": len(x_test),
             "x_test": np.ascontiguousarray(x_test.transpose(0, 3, 1, 2)), "y_test": y_test}
@@ -164,7 +282,7 @@ def load_data(root: Path, device: str, pipeline: str, channels_last: bool = Fals
         data["x_train"] = np.ascontiguousarray(x_train if channels_last else x_train.transpose(0, 3, 1, 2))
         data["y_train"], data["x_train_nhwc"] = y_train, channels_last
     else:
-        data["png_root"] = common.png_folder_for(root, x_train, y_train, x_test, y_test)
+        data["png_root"] = common.png_folder_for(root or cifar.SAMPLE_FILE, x_train, y_train, x_test, y_test)
     if device == "cuda":
         from frost import backend
         dev = backend.Device("cuda")
@@ -188,7 +306,7 @@ def check_split_sizes(root: Path, n_train: int, n_test: int) -> None:
 
 def check_sizes(args: argparse.Namespace) -> None:
     """Refuse step and evaluation sizes that cannot work, before any data is loaded."""
-    if args.steps < 1:
+    if args.steps is not None and args.steps < 1:
         raise SystemExit("frost bench: --steps must be at least 1")
     if args.eval_batch < 1:
         raise SystemExit(f"frost bench: --eval-batch must be at least 1, got {args.eval_batch}")
@@ -423,7 +541,6 @@ def evaluate(model, x_test, y_test, batch: int, precision: str) -> tuple[float, 
 
 def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float) -> dict:
     """Train one seed: start-up (build + warm-up steps), timed steps, evaluation. Returns the run's record."""
-    from tqdm import tqdm
     sw = common.Stopwatch(synchronizer(device))
     weights, orders = load_streams(args.streams, seed) if args.streams else (None, None)
     counted = common.startup_counters() if device == "cuda" else None
@@ -447,7 +564,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
                                  channels_last, args.prefetch_to_device)
 
     curve: list[list[float]] = []
-    bar = tqdm(total=args.steps, desc=f"seed {seed}", unit="step", disable=args.quiet, dynamic_ncols=True)
+    bar = common.progress_bar(args.steps, f"seed {seed}", disable=args.quiet)
 
     log = common.progress_logger(bar, curve, warmup, batch_size)
 
@@ -512,14 +629,17 @@ def new_frost_result(mode: str, precision: str, device: str, steps: int, seeds: 
     return result
 
 
-def load_into(result: dict, data_arg: Path | None, device: str, pipeline: str,
+def load_into(result: dict, args: argparse.Namespace, root: Path | None, device: str, pipeline: str,
               channels_last: bool = False) -> tuple[dict, float]:
-    """The data (see load_data) from --data or the cache and the seconds its loading took, both noted in result."""
+    """The data (see load_data) from `root` (None: the embedded sample) and the seconds its loading took, both noted
+    in result; the sample is announced."""
     t0 = time.perf_counter()
-    data = load_data(ensure_data(data_arg), device, pipeline, channels_last)
+    data = load_data(root, device, pipeline, channels_last)
     data_load_s = time.perf_counter() - t0
-    result.update({"data": str(data_arg) if data_arg else "default cache", "data_load_s": data_load_s,
-                   "n_train": data["n_train"], "n_test": data["n_test"]})
+    if root is None:
+        announce_sample(args, data["n_train"], data["n_test"])
+    source = "embedded sample" if root is None else str(args.data) if args.data else "default cache"
+    result.update({"data": source, "data_load_s": data_load_s, "n_train": data["n_train"], "n_test": data["n_test"]})
     return data, data_load_s
 
 
@@ -527,13 +647,15 @@ def run(args: argparse.Namespace) -> dict:
     """Run the benchmark for every seed; print the table; write JSON when --out is given. Returns the result."""
     check_sizes(args)
     common.check_output_path("--out", args.out)
+    if (args.streams or args.save_streams) and args.pipeline != "resident":
+        raise SystemExit("frost bench: --streams and --save-streams need --pipeline resident (the loader draws its "
+                         "own order)")
     device = resolve_device(args.device)
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
     channels_last = resolve_memory_format(args, device)
-    if (args.streams or args.save_streams) and args.pipeline != "resident":
-        raise SystemExit("frost bench: --streams and --save-streams need --pipeline resident (the loader draws its "
-                         "own order)")
+    root = choose_data(args, device)
+    settle_defaults(args, root, device)
     jit_on = jit_wrapper(args.jit == "on", device) is not None
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
@@ -542,7 +664,7 @@ def run(args: argparse.Namespace) -> dict:
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format,
                    "tf32": args.tf32 == "on", "streams": str(args.streams) if args.streams else None})
-    data, data_load_s = load_into(result, args.data, device, args.pipeline, channels_last)
+    data, data_load_s = load_into(result, args, root, device, args.pipeline, channels_last)
     if args.save_streams:
         save_streams(args.save_streams, args.seeds, data["n_train"], args.steps, device)
         return result
@@ -558,6 +680,9 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         frost.backends.allow_tf32 = tf32_before
     print(common.results_table(result))
+    if root is None:
+        print(f"(the embedded sample: accuracy over its {data['n_test']} test images after {args.steps:,} steps, a "
+              f"smoke run, not comparable with the full benchmark's)")
     if args.out:
         print(f"results written to {args.out}")
     return result

@@ -1,4 +1,5 @@
-"""CIFAR-10 from any of its common layouts: official binary or python release, PNG folders, npz parts."""
+"""CIFAR-10 from any of its common layouts: official binary or python release, PNG folders, npz parts; and the
+small sample of it shipped inside the package (`CIFAR10.sample()`, `load_sample()`)."""
 from __future__ import annotations
 
 import gzip
@@ -10,6 +11,7 @@ import re
 import tarfile
 import urllib.error
 import urllib.request
+import zipfile
 import zlib
 from pathlib import Path
 from typing import Callable
@@ -18,6 +20,7 @@ import numpy as np
 
 from frost.data.dataset import Dataset
 from frost.data.folder import decode_image
+from frost.io import expand_path
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 BINARY_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
@@ -25,6 +28,8 @@ BINARY_ARCHIVE = "cifar-10-binary.tar.gz"
 BINARY_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
 PYTHON_ARCHIVE = "cifar-10-python.tar.gz"
 _RECORD = 1 + 3 * 32 * 32  # label byte + CHW pixels
+# 2,000 training and 500 test images of the official release, made by benchmarks/cifar10_sample.py (see there)
+SAMPLE_FILE = Path(__file__).with_name("cifar10_sample.npz")
 
 
 class CIFAR10(Dataset):
@@ -35,13 +40,16 @@ class CIFAR10(Dataset):
     `cifar-10-python.tar.gz` (the official python release, read by a restricted unpickler),
     the npz parts `train_x_{a..e}.npz`, `train_y.npy`, `test_x.npz`, `test_y.npy`, or the PNG
     folders `train/<index>_<class>.png` and `test/...`. With download=True and none of these,
-    the binary archive is fetched into root and its MD5 checked before use."""
+    the binary archive is fetched into root and its MD5 checked before use. `~` and $VARS in root are expanded.
+
+    `CIFAR10.sample(train)` is the small sample shipped inside the package (2,000 training and 500 test images,
+    200 and 50 per class), for runs without the data; it is no substitute for the full set's results."""
 
     classes = CLASSES
 
     def __init__(self, root: str | os.PathLike, train: bool = True, download: bool = False,
                  transform: Callable | None = None) -> None:
-        self.root, self.train, self.transform = Path(root), train, transform
+        self.root, self.train, self.transform = Path(expand_path(root)), train, transform
         layout = find_layout(self.root)
         if layout is None and download:
             download_binary(self.root)
@@ -54,6 +62,14 @@ class CIFAR10(Dataset):
         kind, path = layout
         self.layout = kind
         self.data, self.targets = _READERS[kind](path, train)
+
+    @classmethod
+    def sample(cls, train: bool = True, transform: Callable | None = None) -> CIFAR10:
+        """The sample of CIFAR-10 shipped inside the package (see `load_sample`), as a dataset."""
+        ds = cls.__new__(cls)
+        ds.root, ds.train, ds.transform, ds.layout = SAMPLE_FILE, train, transform, "sample"
+        ds.data, ds.targets = load_sample(train)
+        return ds
 
     def __len__(self) -> int:
         return len(self.targets)
@@ -278,15 +294,33 @@ _READERS = {"binary_dir": _read_binary_dir, "binary_tar": _read_binary_tar, "pyt
             "python_tar": _read_python_tar, "npz": _read_npz, "png": _read_png}
 
 
+# ---------------------------------------------------------------- the embedded sample
+def load_sample(train: bool = True, path: str | os.PathLike = SAMPLE_FILE) -> tuple[np.ndarray, np.ndarray]:
+    """The package's CIFAR-10 sample: images uint8 (N, 32, 32, 3) HWC RGB and labels int64 (N,), N = 2,000 for
+    train, 500 for test: the first 200 (50) images of each class in the official order of the training set (test
+    set). The file keeps the images as gradient residuals (PNG's filter, which zlib packs better); two cumulative
+    sums modulo 256 restore them. The positions in the official arrays are in the file's train/test_indices."""
+    split = "train" if train else "test"
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            residuals, labels = z[f"{split}_images_residuals"], z[f"{split}_labels"]
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as e:
+        raise RuntimeError(f"CIFAR10: the package's sample {path} is missing or damaged ({type(e).__name__}: {e}); "
+                           f"reinstall frost or pass the full data") from e
+    images = np.cumsum(np.cumsum(residuals, axis=1, dtype=np.uint8), axis=2, dtype=np.uint8)  # wraps modulo 256
+    return images, labels.astype(np.int64)
+
+
 # ---------------------------------------------------------------- download
-def download_binary(root: Path, url: str | None = None, md5: str | None = None) -> Path:
-    """Fetch the official binary archive into root, checking its MD5 before it is used."""
+def download_binary(root: Path, url: str | None = None, md5: str | None = None, timeout: float = 60) -> Path:
+    """Fetch the official binary archive into root, checking its MD5 before it is used. `timeout` bounds the
+    connection and each read (seconds): offline, the call fails within it."""
     url, md5 = url or BINARY_URL, md5 or BINARY_MD5
     root.mkdir(parents=True, exist_ok=True)
     target, partial = root / BINARY_ARCHIVE, root / (BINARY_ARCHIVE + ".part")
     digest = hashlib.md5()
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
             while chunk := response.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)

@@ -1,10 +1,16 @@
-"""frost.bench.common: result files written atomically, output paths checked up front, the PNG copy's cache."""
+"""frost.bench.common: result files written atomically, output paths checked up front, the PNG copy's cache,
+progress as plain lines off a terminal, the embedded sample as arrays."""
 from __future__ import annotations
+
+import io
+import json
 
 import numpy as np
 import pytest
+from tqdm import tqdm
 
 from frost.bench import common
+from frost.data import cifar
 
 
 def test_write_json_leaves_no_temporary_file_when_it_fails(tmp_path):
@@ -70,3 +76,75 @@ def test_a_png_copy_without_a_digest_is_written_again(tmp_path, monkeypatch, cap
     assert capsys.readouterr().out.count("writing the PNG layout") == 2
     assert common.png_copy_digest(folder) == common.arrays_digest(
         dict(zip(("train", "test"), [_arrays(8, 0)[:2], _arrays(8, 0)[2:]])))
+
+
+class Stream(io.StringIO):
+    """A text stream that says whether it is a terminal."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_off_a_terminal_is_a_few_whole_lines():
+    # 400 steps logged one by one into a log file: tqdm wrote 404 carriage returns and one newline; plain progress
+    # writes the first step, the last, and a line every every_s seconds (none here), whole lines only
+    stream = Stream(tty=False)
+    bar = common.progress_bar(400, "seed 0", stream=stream)
+    assert isinstance(bar, common.PlainProgress)
+    bar.every_s = 3600.0
+    for i in range(400):
+        bar.set_postfix(loss=f"{2 - i / 400:.4f}", img_s="1,000", refresh=False)
+        bar.update(i + 1 - bar.n)
+    bar.close()
+    text = stream.getvalue()
+    assert "\r" not in text
+    lines = text.splitlines()
+    assert lines[0].startswith("seed 0: step 1/400 (0%), loss 2.0000, img_s 1,000, ")
+    assert lines[1].startswith("seed 0: step 400/400 (100%), loss 1.0025, img_s 1,000, ") and len(lines) == 2
+
+
+def test_progress_lines_follow_the_clock_and_a_stopped_run_says_where():
+    stream = Stream(tty=False)
+    bar = common.PlainProgress(100, "lion seed 1", stream=stream, every_s=0.0)  # a line at every update
+    for step in (10, 20, 30):
+        bar.update(step - bar.n)
+    bar.close()
+    assert [line.split(",")[0] for line in stream.getvalue().splitlines()] == [
+        "lion seed 1: step 10/100 (10%)", "lion seed 1: step 20/100 (20%)", "lion seed 1: step 30/100 (30%)"]
+    stream = Stream(tty=False)
+    bar = common.PlainProgress(100, "x", stream=stream, every_s=3600.0)
+    bar.update(1)
+    bar.update(6)  # within the interval: not printed now...
+    bar.close()  # ...but closing a run stopped early prints where it stopped
+    lines = stream.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == ["x: step 1/100 (1%)", "x: step 7/100 (7%)"]
+    quiet = Stream(tty=False)
+    bar = common.progress_bar(10, "x", disable=True, stream=quiet)
+    bar.update(10)
+    bar.close()
+    assert quiet.getvalue() == ""
+
+
+def test_progress_on_a_terminal_is_tqdms_bar():
+    bar = common.progress_bar(10, "seed 0", stream=Stream(tty=True))
+    assert isinstance(bar, tqdm)
+    bar.close()
+
+
+def test_keep_result_writes_only_where_told(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common.keep_result(None, {"a": 1})
+    assert "not written: pass --out FILE.json" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
+    common.keep_result(tmp_path / "r.json", {"a": 1})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+
+
+def test_load_cifar10_arrays_reads_the_embedded_sample_for_no_root():
+    images, labels = common.load_cifar10_arrays(None, train=False)
+    expected = cifar.load_sample(False)
+    np.testing.assert_array_equal(images, expected[0])
+    np.testing.assert_array_equal(labels, expected[1])

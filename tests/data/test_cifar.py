@@ -1,5 +1,6 @@
 """Tests for frost/data/cifar.py: every layout, the restricted unpickler, the mocked download, the real parts."""
 import hashlib
+import importlib.util
 import io
 import os
 import pickle
@@ -30,8 +31,8 @@ TRAIN, TEST = fake_split(0)
 
 def batches():
     """(name, images HWC, labels) of the five train batches and the test batch."""
-    out = [(f"data_batch_{k + 1}", TRAIN[0][k * PER_BATCH:(k + 1) * PER_BATCH], TRAIN[1][k * PER_BATCH:(k + 1) * PER_BATCH])
-           for k in range(5)]
+    parts = [slice(k * PER_BATCH, (k + 1) * PER_BATCH) for k in range(5)]
+    out = [(f"data_batch_{k + 1}", TRAIN[0][part], TRAIN[1][part]) for k, part in enumerate(parts)]
     return out + [("test_batch", TEST[0], TEST[1])]
 
 
@@ -275,3 +276,115 @@ def test_get_batch_feeds_the_loader_with_and_without_transform(tmp_path):
             for (x, y), idx in zip(got, order):
                 np.testing.assert_array_equal(x, np.stack([per_item[i][0] for i in idx]))
                 np.testing.assert_array_equal(y, [per_item[i][1] for i in idx])
+
+
+# ---------------------------------------------------------------- paths as a user types them
+def test_root_expands_home_and_environment_variables(tmp_path, monkeypatch):
+    folder = tmp_path / "data" / "cifar-10-batches-bin"
+    folder.mkdir(parents=True)
+    for name, x, y in batches():
+        (folder / f"{name}.bin").write_bytes(binary_bytes(x, y))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("FROST_TEST_DATA", "data")
+    for typed in ("~/data", "~/$FROST_TEST_DATA", "${HOME}/data"):
+        ds = CIFAR10(typed)
+        assert ds.root == tmp_path / "data", typed
+        np.testing.assert_array_equal(ds.data, TRAIN[0])
+
+
+# ---------------------------------------------------------------- the sample inside the package
+# the SHA-256 of the sample's images (C-order uint8 bytes), as benchmarks/cifar10_sample.py printed them
+SAMPLE_TRAIN_SHA256 = "4e5ac895e46a9b569a45d0220f845bd1c317a6bbb96ae905af26bf5b6ca10a16"
+SAMPLE_TEST_SHA256 = "b130bd64837d7ea45dc3fbd2d32f1f70eda695648ee6ceacee1ee0a41dc4202a"
+
+
+def sample_maker():
+    """benchmarks/cifar10_sample.py as a module (the script that made the sample)."""
+    return load_script("cifar10_sample")
+
+
+def load_script(name: str):
+    path = Path(__file__).parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sample_is_small_stratified_and_pickle_free():
+    assert cifar.SAMPLE_FILE.stat().st_size < 6_000_000
+    with np.load(cifar.SAMPLE_FILE, allow_pickle=False) as z:  # every array loads without pickle
+        arrays = {k: z[k] for k in z.files}
+    assert "benchmarks/cifar10_sample.py" in str(arrays["about"]) and "not for results" in str(arrays["about"])
+    for train, n, per_class, digest in ((True, 2000, 200, SAMPLE_TRAIN_SHA256), (False, 500, 50, SAMPLE_TEST_SHA256)):
+        images, labels = cifar.load_sample(train)
+        assert images.shape == (n, 32, 32, 3) and images.dtype == np.uint8 and labels.dtype == np.int64
+        assert np.bincount(labels).tolist() == [per_class] * 10
+        assert hashlib.sha256(images.tobytes()).hexdigest() == digest
+        indices = arrays["train_indices" if train else "test_indices"]
+        assert (np.diff(indices) > 0).all()  # the official order, no repeats
+    # real photographs, not noise: neighbouring pixels are close (noise differs by ~85 on average)
+    assert np.abs(np.diff(images.astype(np.int16), axis=2)).mean() < 20
+
+
+def test_the_sample_as_a_dataset():
+    train, test = CIFAR10.sample(), CIFAR10.sample(train=False, transform=lambda x: x[::2, ::2])
+    assert (len(train), len(test)) == (2000, 500) and train.layout == "sample"
+    image, label = test[3]
+    assert image.shape == (16, 16, 3) and label == test.targets[3]
+    assert repr(train) == f"CIFAR10(train, 2000 images, from sample in {cifar.SAMPLE_FILE})"
+    np.testing.assert_array_equal(train.data, cifar.load_sample(True)[0])
+
+
+@pytest.mark.skipif(not (SHARED / "train_x_a.npz").is_file(), reason="shared CIFAR-10 parts not present")
+def test_the_sample_is_the_first_images_of_each_class_of_the_real_data():
+    with np.load(cifar.SAMPLE_FILE, allow_pickle=False) as z:
+        train_indices, test_indices = z["train_indices"], z["test_indices"]
+    for train, indices, per_class in ((True, train_indices, 200), (False, test_indices, 50)):
+        full = CIFAR10(SHARED, train=train)
+        images, labels = cifar.load_sample(train)
+        np.testing.assert_array_equal(images, full.data[indices])
+        np.testing.assert_array_equal(labels, full.targets[indices])
+        expected = np.sort(np.concatenate([np.flatnonzero(full.targets == k)[:per_class] for k in range(10)]))
+        np.testing.assert_array_equal(indices, expected)
+
+
+def test_the_sample_maker_round_trips_through_load_sample(tmp_path):
+    # random images use every byte value: the residuals wrap around modulo 256 and must add back up exactly
+    maker = sample_maker()
+    rng = np.random.default_rng(0)
+    train = rng.integers(0, 256, (60, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, 60)
+    test = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8), rng.permutation(np.arange(40) % 10)
+    arrays = maker.sample_arrays(train, test, train_per_class=2, test_per_class=3)
+    np.savez_compressed(tmp_path / "sample.npz", **arrays)
+    for (images, labels), per_class, is_train in ((train, 2, True), (test, 3, False)):
+        chosen = [i for i in range(len(labels)) if (labels[:i] == labels[i]).sum() < per_class]  # first k per class
+        got_images, got_labels = cifar.load_sample(is_train, tmp_path / "sample.npz")
+        np.testing.assert_array_equal(got_images, images[chosen])
+        np.testing.assert_array_equal(got_labels, labels[chosen])
+        np.testing.assert_array_equal(arrays["train_indices" if is_train else "test_indices"], chosen)
+    assert not np.array_equal(arrays["train_images_residuals"], train[0][arrays["train_indices"]])  # stored filtered
+    with pytest.raises(SystemExit, match="class 3 has 2 images, fewer than 5"):
+        maker.first_per_class(np.array([k for k in range(10) for _ in range(2 if k == 3 else 5)]), 5)
+
+
+def test_a_damaged_sample_is_named(tmp_path):
+    bad = tmp_path / "cifar10_sample.npz"
+    bad.write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(RuntimeError, match=f"sample {bad} is missing or damaged"):
+        cifar.load_sample(True, bad)
+    with pytest.raises(RuntimeError, match="missing or damaged"):
+        cifar.load_sample(True, tmp_path / "absent.npz")
+
+
+def test_download_gives_up_within_its_timeout(tmp_path, monkeypatch):
+    timeouts = []
+
+    def offline(url, timeout):
+        timeouts.append(timeout)
+        raise urllib.error.URLError("timed out")
+
+    monkeypatch.setattr(cifar.urllib.request, "urlopen", offline)
+    with pytest.raises(RuntimeError, match="could not download"):
+        cifar.download_binary(tmp_path, timeout=3)
+    assert timeouts == [3] and list(tmp_path.iterdir()) == []  # no partial file left

@@ -1,0 +1,72 @@
+"""benchmarks/*.py write results only where told (--out), never into the tracked benchmarks/results/ by default."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+SCRIPTS = sorted(BENCHMARKS.glob("*.py"))
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def output_options(tree: ast.AST) -> list[ast.Call]:
+    """The add_argument calls that declare --out or --out-dir."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "attr", None) ==
+            "add_argument" and node.args and isinstance(node.args[0], ast.Constant) and
+            str(node.args[0].value).startswith("--out")]
+
+
+def code_strings(tree: ast.AST) -> list[str]:
+    """String constants outside docstrings (a path the code could write to)."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_no_script_writes_into_the_results_folder_by_default(script):
+    tree = ast.parse(script.read_text())
+    for call in output_options(tree):
+        default = next((k.value for k in call.keywords if k.arg == "default"), None)
+        required = any(k.arg == "required" and getattr(k.value, "value", False) for k in call.keywords)
+        made_by_hand = script.name == "cifar10_sample.py"  # writes the package's sample file, its one product
+        assert required or made_by_hand or default is None or getattr(default, "value", 0) is None, (
+            f"{script.name}: {call.args[0].value} has a default; results go only where --out says")
+    assert not [s for s in code_strings(tree) if s == "results" or "results/" in s], (
+        f"{script.name} names the results folder in its code")
+
+
+def test_the_results_folder_check_finds_a_default_path(tmp_path):
+    # the check above must catch the pattern it replaced
+    old = ('p.add_argument("--out", type=Path, default=HERE / "results" / "cpu_step.json")\n')
+    tree = ast.parse(old)
+    (call,) = output_options(tree)
+    assert next(k for k in call.keywords if k.arg == "default").value is not None
+    assert "results" in code_strings(tree)
+
+
+def test_cpu_step_writes_json_only_with_out(tmp_path):
+    pytest.importorskip("torch")
+    cpu_step = load_script("cpu_step")
+    assert cpu_step.parse_args([]).out is None
+    assert cpu_step.parse_args(["--out", str(tmp_path / "r.json")]).out == tmp_path / "r.json"
+    with pytest.raises(SystemExit, match="is a folder"):  # refused before minutes of timing
+        cpu_step.parse_args(["--out", str(tmp_path)])
+
+
+def test_report_needs_its_output_folder(capsys):
+    report = load_script("report")
+    with pytest.raises(SystemExit) as exit_info:
+        report.main(["some.json"])
+    assert exit_info.value.code == 2 and "--out-dir" in capsys.readouterr().err
