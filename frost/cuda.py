@@ -1,2 +1,3 @@
 """Public CUDA utilities: frost.cuda.is_available(), synchronize(), memory_allocated()."""
-from frost.backend.cuda import is_available, synchronize, memory_allocated, device_name  # noqa: F401
+from frost.backend.cuda import (CudaUnavailableError, is_available, synchronize, memory_allocated,  # noqa: F401
+                                device_name)

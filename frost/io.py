@@ -36,13 +36,20 @@ class CheckpointError(ValueError):
     """A file that is not a frost checkpoint, or a damaged one."""
 
 
+def expand_path(path: str | os.PathLike) -> str:
+    """A user's path as the shell would read it: `~` and `~user` expanded, then $VAR and ${VAR} (one left as
+    written where the variable is unset, as os.path.expandvars does)."""
+    return os.path.expandvars(os.path.expanduser(os.fspath(path)))
+
+
 # ---------------------------------------------------------------- save
 
 
 def save(obj: Any, path: str | os.PathLike) -> None:
     """Save a (nested) dict/list/tuple of tensors and JSON-able values (e.g. {'model': model.state_dict(),
-    'optimizer': opt.state_dict(), 'step': 10}) to `path`, atomically. CUDA tensors are copied to the host."""
-    path = os.fspath(path)
+    'optimizer': opt.state_dict(), 'step': 10}) to `path` (`~` and $VARS expanded), atomically. CUDA tensors are
+    copied to the host."""
+    path = expand_path(path)
     tensors: dict[str, np.ndarray] = {}
     structure = _encode(obj, [], tensors, {})
     header = _header(tensors, json.dumps(structure, allow_nan=False, separators=(",", ":")))
@@ -157,8 +164,9 @@ def _atomic_write(path: str, write) -> None:
 
 
 def load(path: str | os.PathLike, device: str | Device | None = None) -> Any:
-    """Load what `save` wrote. Tensors come back on the CPU, or on `device` when given."""
-    path = os.fspath(path)
+    """Load what `save` wrote (`~` and $VARS in `path` expanded). Tensors come back on the CPU, or on `device` when
+    given."""
+    path = expand_path(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"frost.load: no such file: {path}")
     if os.path.isdir(path):

@@ -18,7 +18,7 @@ class Tensor:
     """An n-dimensional array with reverse-mode autograd."""
 
     __slots__ = ("data", "grad", "requires_grad", "_ctx", "_retains_grad", "_is_param", "__weakref__", "__dict__")
-    __array_priority__ = 1000  # numpy scalars/arrays defer to Tensor's operators
+    __array_priority__ = 1000  # for array libraries that look at it; NumPy asks __array_ufunc__ (ndarray + t, ...)
     # in-place changes so far, counted in a one-element list shared by a tensor and its views (those made by an op
     # whose output array is a view of, or is, its input's memory, and detach()): a change through either is seen by a
     # backward that saved the other, as PyTorch's version counter; None until the first change or view
@@ -112,7 +112,7 @@ class Tensor:
             extra += f", grad_fn=<{self._ctx.name}>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
-        return f"tensor({_format_array(self.numpy())}{extra})"
+        return f"tensor({_format_array(self._host())}{extra})"
 
     def __hash__(self) -> int:
         return id(self)
@@ -192,19 +192,34 @@ class Tensor:
         return v
 
     def numpy(self) -> np.ndarray:
-        # PyTorch refuses on tensors that require grad; we allow reading values, as .detach().numpy() would
+        """The values as a NumPy array: this tensor's own memory on the CPU, a copy from a GPU. A tensor that
+        requires grad is refused, as PyTorch refuses it (the array would silently leave the graph)."""
+        if self.requires_grad:
+            raise RuntimeError(numpy_interop.GRAD_MESSAGE)
+        return self._host()
+
+    def _host(self) -> np.ndarray:
+        """The values as a NumPy array whether or not the tensor requires grad: for reading them (printing, tolist)."""
         if isinstance(self.data, np.ndarray):
             return self.data
         self._check_host_sync("Tensor.numpy()")
         return backend.to_device(self.data, backend.CPU)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        # np.asarray(tensor) works as with PyTorch; binary operators still defer to Tensor (__array_priority__)
+        # np.asarray(tensor) works as with PyTorch, through numpy(): refused for a tensor that requires grad
         a = self.numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """np.exp(t), np.add(t, 1), ndarray + t: Frost's op where it has one (see frost.numpy_interop)."""
+        return numpy_interop.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """np.sum(t), np.concatenate([t, u]), ...: Frost's op where it has one (see frost.numpy_interop)."""
+        return numpy_interop.array_function(func, types, args, kwargs)
+
     def tolist(self):
-        a = self.numpy()
+        a = self._host()
         if a.dtype.kind not in "biuf":  # bfloat16: tolist() would give ml_dtypes scalars
             a = a.astype(np.float32)
         return a.tolist()
@@ -742,7 +757,7 @@ def _list_to_array(data, default_types: bool = True) -> np.ndarray:
         if isinstance(x, (list, tuple)):
             return [walk(y) for y in x]
         if isinstance(x, Tensor):
-            x = x.numpy()
+            x = x._host()  # values only, as torch.tensor() copies a tensor that requires grad
         leaf_dtypes.add(x.dtype if isinstance(x, (np.ndarray, np.generic)) else
                         np.dtype(bool) if isinstance(x, bool) else np.dtype(np.int64) if isinstance(x, int) else
                         default_float.np if isinstance(x, float) else None)
@@ -945,3 +960,4 @@ def rand_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
 
 
 from frost.ops import elementwise, matmul, reduce, shape as shape_ops  # noqa: E402  (the ops need Tensor defined first)
+from frost import numpy_interop  # noqa: E402  (it maps NumPy's functions to those ops)

@@ -29,7 +29,7 @@ def test_cpu_weights_are_cast_one_by_one_with_gradients_in_float32():
     with frost.autocast(frost.bfloat16):
         (xc, wc) = ac.cast_inputs(x, w)
     assert xc.dtype == wc.dtype == frost.bfloat16 and not ac._state.casts  # no flat buffers on the CPU
-    np.testing.assert_array_equal(wc.numpy(), w.numpy().astype(ml_dtypes.bfloat16))
+    np.testing.assert_array_equal(wc.detach().numpy(), w.detach().numpy().astype(ml_dtypes.bfloat16))
     (wc.to(frost.float32) * k).sum().backward()
     assert w.grad.dtype == frost.float32
     np.testing.assert_array_equal(w.grad.numpy(), k.numpy())
@@ -83,7 +83,7 @@ def test_training_under_autocast_equals_casting_each_weight(monkeypatch):
             loss.backward()
             opt.step()
             losses.append(loss.item())
-        runs.append((losses, [p.cpu().numpy() for p in model.parameters()]))
+        runs.append((losses, [p.detach().cpu().numpy() for p in model.parameters()]))
     assert runs[0][0] == runs[1][0]
     for a, b in zip(runs[0][1], runs[1][1]):
         np.testing.assert_array_equal(a, b)
@@ -119,7 +119,8 @@ def test_conv_weight_gradient_under_autocast_is_float32_in_the_master_grad(zeroe
     assert w.grad.dtype == frost.float32 and len(ran) == (1 + zeroed) * ours
     if zeroed:
         assert w.grad.data is before  # written in place, no new array
-    bf = lambda a: torch.tensor(a.astype(ml_dtypes.bfloat16).astype(np.float64))
+    def bf(a):
+        return torch.tensor(a.astype(ml_dtypes.bfloat16).astype(np.float64))
     tw = bf(w0).requires_grad_()
     torch.nn.functional.conv2d(bf(x), tw, padding=1).backward(bf(k))
     got = w.grad.cpu().numpy()

@@ -37,7 +37,7 @@ def test_diamond_where_a_parent_is_also_a_grandparent(order):
     a = x * 3.0
     y = (a + a.exp()) if order == "parent_first" else (a.exp() + a)
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 3.0 * (1 + np.exp(3.0 * x.numpy())), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), 3.0 * (1 + np.exp(3.0 * x.detach().numpy())), rtol=1e-12)
 
 
 def test_chain_of_unequal_path_lengths():
@@ -90,7 +90,7 @@ def test_leaf_and_non_leaf_and_retain_grad():
     (h * k).sum().backward()
     assert x.is_leaf and not h.is_leaf
     assert h.grad is None
-    np.testing.assert_array_equal(k.grad.numpy(), h.numpy())
+    np.testing.assert_array_equal(k.grad.numpy(), h.detach().numpy())
     assert h.grad_fn is not None and h.grad_fn.name == "mul"
 
 
@@ -277,7 +277,7 @@ def test_detach_shares_data_and_cuts_graph():
     y = x * 2
     d = y.detach()
     assert not d.requires_grad and d.grad_fn is None
-    assert np.shares_memory(d.numpy(), y.numpy())
+    assert np.shares_memory(d.numpy(), y.detach().numpy())
     (d * x).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0, 2.0])
 
@@ -292,7 +292,7 @@ def test_backward_with_explicit_gradient():
     x = frost.tensor(RNG.standard_normal((2, 3)), requires_grad=True)
     g = RNG.standard_normal((2, 3))
     (x * x).backward(frost.tensor(g))
-    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy() * g)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy() * g)
     x.grad = None
     (x * 1.0).backward(g)  # a plain array works too
     np.testing.assert_allclose(x.grad.numpy(), g)
@@ -366,7 +366,7 @@ def test_inplace_on_leaf_under_no_grad_updates_in_place():
         w -= 0.5 * w.grad
         w.mul_(2)
     assert w is before and w.requires_grad
-    np.testing.assert_array_equal(w.numpy(), [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(w.detach().numpy(), [1.0, 1.0, 1.0])
 
 
 def test_inplace_on_non_leaf_in_graph_errors_and_augmented_assignment_records():

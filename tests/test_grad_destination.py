@@ -224,7 +224,7 @@ def test_single_use_parameters_are_written_in_place(monkeypatch):
         np.testing.assert_allclose(p.grad.numpy(), expected, rtol=1e-12, atol=1e-14)
 
     tx = torch.tensor(x.numpy())
-    tp = [torch.tensor(p.numpy(), requires_grad=True) for p in params]
+    tp = [torch.tensor(p.detach().numpy(), requires_grad=True) for p in params]
     tz = torch.nn.functional.linear(torch.nn.functional.conv2d(tx, tp[0], tp[1], padding=1).relu().reshape(2, -1),
                                     tp[2], tp[3])
     (tz @ tp[4]).square().sum().backward()
@@ -288,7 +288,7 @@ def test_flat_group_aligns_parameters_and_marks_them_on_zero_grad():
     for p in params:
         offset = (p.data.__array_interface__["data"][0] - flat.params.__array_interface__["data"][0]) // 4
         assert offset % FlatGroup.ALIGN == 0
-        np.testing.assert_array_equal(p.numpy().reshape(-1), np.arange(p.numel(), dtype=np.float32))
+        np.testing.assert_array_equal(p.detach().numpy().reshape(-1), np.arange(p.numel(), dtype=np.float32))
     assert np.count_nonzero(flat.params) == 6 - 1 + 70 - 1  # the gaps hold zeros
     flat.zero_grad()
     assert not flat.grads.any()
@@ -327,7 +327,7 @@ def test_gpu_flat_adamw_gradients_are_written_in_place_and_equal_the_cpu(monkeyp
         # difference in a near-zero coordinate into a weight change of up to lr (seen on the H200), so weights
         # left to drift apart would not test the gradients
         for p, q in zip(cpu.parameters(), gpu.parameters()):
-            q.data[...] = q.xp.asarray(p.numpy())
+            q.data[...] = q.xp.asarray(p.detach().numpy())
         for model, opt, dev in ((cpu, opt_cpu, "cpu"), (gpu, opt_gpu, "cuda")):
             opt.zero_grad()
             F.cross_entropy(model(frost.tensor(xs[i], device=dev)), frost.tensor(ys[i], device=dev)).backward()
@@ -362,7 +362,7 @@ def test_gpu_jit_with_zero_grad_outside_the_step_still_accumulates(exact_gpu_mat
             fn(frost.tensor(xs[i], device="cuda"), frost.tensor(ys[i], device="cuda"))
             fn(frost.tensor(xs[i + 1], device="cuda"), frost.tensor(ys[i + 1], device="cuda"))
             opt.step()
-        results.append([p.cpu().numpy() for p in model.parameters()])
+        results.append([p.detach().cpu().numpy() for p in model.parameters()])
     for eager, jitted in zip(*results):
         np.testing.assert_allclose(jitted, eager, rtol=1e-4, atol=1e-5)
 
@@ -396,7 +396,7 @@ def test_cast_of_a_leaf_writes_the_gradient_into_its_buffer(monkeypatch):
     loss().backward()
     assert spy.of(w) == "claimed" and w.grad.dtype == frost.float32
     np.testing.assert_array_equal(w.grad.numpy(), first)
-    tw = torch.tensor(w.numpy().astype(np.float64), requires_grad=True)
+    tw = torch.tensor(w.detach().numpy().astype(np.float64), requires_grad=True)
     (torch.tensor(x) @ tw).square().sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-6)
 

@@ -12,8 +12,9 @@ import safetensors.torch
 import torch
 
 import frost
-from frost import io
+from frost import io, nn
 from frost.io import CheckpointError
+from frost.optim import AdamW, lr_scheduler
 
 DTYPES = ["float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
 
@@ -31,7 +32,7 @@ def sample(dtype: str, shape, seed: int = 0) -> frost.Tensor:
 
 def assert_same(a: frost.Tensor, b: frost.Tensor) -> None:
     assert isinstance(b, frost.Tensor) and a.dtype == b.dtype and a.shape == b.shape
-    assert a.numpy().tobytes() == b.numpy().tobytes()  # bit for bit (NaN payloads and -0.0 included)
+    assert a.detach().numpy().tobytes() == b.detach().numpy().tobytes()  # bit for bit (NaN payloads and -0.0 included)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -60,7 +61,8 @@ def test_nested_structure_round_trips(tmp_path):
                                         "nesterov": False, "initial_lr": None}]},
         "step": 10,
         "values": [1, 2.5, "unicode ✓ naïve", None, True, [], {}, (), float("inf"), float("-inf"), 2 ** 70],
-        "mixed keys": {1: "int", "1": "str", 2.5: "float", True: "bool", None: "none"},
+        "mixed keys": {1: "int", "1": "str", 2.5: "float", None: "none"},
+        "bool keys": {True: "yes", False: "no"},  # apart: True == 1 would merge with the int key above
         "masks": [frost.Tensor(np.array([True, False])), (frost.arange(5), frost.tensor(3.0).reshape(()))],
     }
     frost.save(obj, tmp_path / "ckpt.safetensors")
@@ -343,18 +345,18 @@ def test_optimizer_and_model_checkpoint_round_trip(tmp_path):
 
 
 def test_training_resumes_bit_identically_from_a_checkpoint(tmp_path):
-    """model + optimizer + scheduler saved at step 5 of 12 and resumed in fresh objects: same weights as uninterrupted."""
-    nn = pytest.importorskip("frost.nn")
-    from frost.optim import AdamW, schedule
-
+    """model + optimizer + scheduler saved at step 5 of 12 and resumed in fresh objects: same weights as
+    uninterrupted."""
     rng = np.random.default_rng(0)
-    x, y = frost.Tensor(rng.standard_normal((16, 3)).astype(np.float32)), frost.Tensor(rng.standard_normal((16, 2)).astype(np.float32))
+    x = frost.Tensor(rng.standard_normal((16, 3)).astype(np.float32))
+    y = frost.Tensor(rng.standard_normal((16, 2)).astype(np.float32))
 
     def build(seed):
         frost.manual_seed(seed)
         model = nn.Sequential(nn.Linear(3, 8), nn.Linear(8, 2))
         opt = AdamW(model.parameters(), lr=0.01)
-        sched = schedule.SequentialLR(opt, [schedule.LinearWarmup(opt, 3), schedule.CosineAnnealingLR(opt, 9)], [3])
+        sched = lr_scheduler.SequentialLR(opt, [lr_scheduler.LinearWarmup(opt, 3),
+                                                lr_scheduler.CosineAnnealingLR(opt, 9)], [3])
         return model, opt, sched
 
     def train(model, opt, sched, steps):
@@ -407,3 +409,18 @@ def test_a_checkpoint_from_a_newer_frost_says_so(tmp_path):
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + path.read_bytes()[8 + length:])
     with pytest.raises(CheckpointError, match=r"newer.frost was written by a newer Frost \(checkpoint format 2"):
         frost.load(path)
+
+
+@pytest.mark.parametrize("written", ["~/runs/ckpt.safetensors", "$RUNS/ckpt.safetensors", "${RUNS}/ckpt.safetensors"])
+def test_save_and_load_expand_home_and_environment_variables(tmp_path, monkeypatch, written):
+    (tmp_path / "runs").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RUNS", str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)  # a path taken literally would land in ./~ or ./$RUNS
+    weights = frost.arange(6, dtype="float32").reshape(2, 3)
+    frost.save({"w": weights}, written)
+    assert sorted(os.listdir(tmp_path / "runs")) == ["ckpt.safetensors"]
+    assert_same(frost.load(written)["w"], weights)
+    assert_same(frost.load(tmp_path / "runs" / "ckpt.safetensors")["w"], weights)
+    monkeypatch.delenv("FROST_UNSET_VARIABLE", raising=False)
+    assert io.expand_path("$FROST_UNSET_VARIABLE/x") == "$FROST_UNSET_VARIABLE/x"  # left as written, as the shell

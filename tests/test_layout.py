@@ -42,9 +42,9 @@ def test_tensor_memory_format_round_trip_keeps_values_and_gradients():
     x = frost.randn(2, 3, 4, 5, requires_grad=True)
     y = x.to(memory_format=frost.channels_last)
     assert y.is_contiguous(memory_format=frost.channels_last) and not y.is_contiguous()
-    np.testing.assert_array_equal(y.numpy(), x.numpy())
+    np.testing.assert_array_equal(y.detach().numpy(), x.detach().numpy())
     z = y.contiguous()
-    assert z.is_contiguous() and np.array_equal(z.numpy(), x.numpy())
+    assert z.is_contiguous() and np.array_equal(z.detach().numpy(), x.detach().numpy())
     assert y.contiguous(frost.channels_last) is y
     (y * frost.arange(5.0)).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.broadcast_to(np.arange(5.0), (2, 3, 4, 5)))
@@ -77,7 +77,7 @@ def test_channels_last_model_trains_like_the_nchw_one_on_the_cpu():
             loss = (model(x) ** 2).mean()
             loss.backward()
             opt.step()
-        return [p.numpy() for p in model.parameters()]
+        return [p.detach().numpy() for p in model.parameters()]
     for a, b in zip(run(False), run(True)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -92,7 +92,7 @@ def test_channels_last_conv_gradients_match_torch():
     tw = torch.tensor(np.ascontiguousarray(w), dtype=torch.float64, requires_grad=True)
     tout = torch.nn.functional.conv2d(tx, tw, stride=2, padding=1)
     (tout * tout).sum().backward()
-    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(fw.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
 
@@ -137,7 +137,7 @@ def test_gpu_channels_last_conv_keeps_the_format_and_matches_nchw(exact_gpu_math
         out = frost.nn.functional.conv2d(fx, fw, padding=1)
         assert out.is_contiguous(memory_format=fmt)
         (out * out).sum().backward()
-        results[name] = [out.numpy(), fx.grad.numpy(), fw.grad.numpy()]
+        results[name] = [out.detach().numpy(), fx.grad.numpy(), fw.grad.numpy()]
     for a, b in zip(results["nchw"], results["nhwc"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 

@@ -211,12 +211,38 @@ def test_requires_grad_and_detach():
     x = frost.ones(2)
     assert x.requires_grad_() is x and x.requires_grad and x.is_leaf
     d = x.detach()
-    assert not d.requires_grad and np.shares_memory(d.numpy(), x.numpy())
+    assert not d.requires_grad and np.shares_memory(d.numpy(), x.detach().numpy())
     x.requires_grad_(False)
     assert not x.requires_grad
     y = frost.ones(2, requires_grad=True) * 2
     y.detach_()
     assert not y.requires_grad and y.grad_fn is None
+
+
+def torch_refusal(read) -> str:
+    """PyTorch's message when `read` takes the values of a tensor that requires grad (the oracle)."""
+    with pytest.raises(RuntimeError) as info:
+        read(torch.ones(2, requires_grad=True))
+    return str(info.value)
+
+
+def test_numpy_refuses_a_tensor_that_requires_grad_as_pytorch():
+    message = torch_refusal(lambda t: t.numpy())
+    assert "detach().numpy()" in message
+    leaf, made = frost.ones(2, requires_grad=True), frost.ones(2, requires_grad=True) * 2
+    for t in (leaf, made):
+        with pytest.raises(RuntimeError) as info:
+            t.numpy()
+        assert str(info.value) == message
+        with frost.no_grad(), pytest.raises(RuntimeError, match="detach"):
+            t.numpy()  # requires_grad is what counts, as in PyTorch
+        assert str(pytest.raises(RuntimeError, np.asarray, t).value) == torch_refusal(np.asarray)  # __array__ too
+        np.testing.assert_array_equal(t.detach().numpy(), t.detach().data)
+        assert np.shares_memory(t.detach().numpy(), t.data)
+    # reading the values otherwise stays allowed, as PyTorch allows it
+    assert made.tolist() == [2.0, 2.0] and made[0].item() == 2.0
+    assert repr(leaf) == "tensor([1., 1.], requires_grad=True)"
+    assert frost.tensor([leaf[0], made[1]]).tolist() == [1.0, 2.0]
 
 
 def test_in_place_helpers_without_grad():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frost.backend import cpu
+from frost.backend import cpu  # noqa: F401 - frost.backend.cpu comes with its package
 
 
 class Device:
@@ -50,7 +50,7 @@ def xp_for(device: Device):
     if device.type == "cpu":
         return np
     from frost.backend import cuda
-    return cuda.cupy()
+    return cuda.gpu_cupy()
 
 
 def device_of(array) -> Device:

@@ -1,12 +1,16 @@
 """The CPU backend: NumPy arrays and Frost's CPU random generator."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
+import threading
+from typing import Iterator
 
 import numpy as np
 
 _generator = np.random.default_rng(0)
+_this_thread = threading.local()  # .generator: the generator this thread draws from instead (a loader's batch)
 
 
 def _reuse_freed_memory() -> None:
@@ -28,8 +32,23 @@ _reuse_freed_memory()
 
 
 def generator() -> np.random.Generator:
-    """The global CPU random generator (reseeded by frost.manual_seed)."""
-    return _generator
+    """The CPU random generator: the global one (reseeded by frost.manual_seed), or the one `use_generator` set for
+    the calling thread."""
+    own = getattr(_this_thread, "generator", None)
+    return _generator if own is None else own
+
+
+@contextlib.contextmanager
+def use_generator(rng: np.random.Generator) -> Iterator[np.random.Generator]:
+    """Make the calling thread draw from `rng` inside the block (other threads keep theirs): a DataLoader builds
+    each batch under a generator of its own, so that random augmentation depends on the seed and the batch,
+    never on which worker thread ran first."""
+    previous = getattr(_this_thread, "generator", None)
+    _this_thread.generator = rng
+    try:
+        yield rng
+    finally:
+        _this_thread.generator = previous
 
 
 def manual_seed(seed: int) -> None:

@@ -1,4 +1,5 @@
-"""The CUDA backend: CuPy arrays, streams, pinned memory and device utilities. Imported lazily; Frost works without CuPy."""
+"""The CUDA backend: CuPy arrays, streams, pinned memory and device utilities. Imported lazily; Frost works without
+CuPy."""
 from __future__ import annotations
 
 import ctypes
@@ -8,6 +9,16 @@ import threading
 _cupy = None
 _seed = 0
 _generators: dict = {}  # device index -> frost.ops.philox.PhiloxGenerator
+_gpu_seen = False  # a GPU has answered once: later uses skip the check
+
+
+class CudaUnavailableError(RuntimeError):
+    """CUDA cannot be used here: CuPy is missing, or CUDA finds no GPU or no (recent enough) driver."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"frost: CUDA is not available ({reason}); Frost's GPU path needs CuPy (install with "
+                         f"`pip install frost-dl[cuda]`) and an NVIDIA GPU with its driver. "
+                         f"frost.cuda.is_available() tells whether there is one")
 
 
 def cupy():
@@ -17,17 +28,38 @@ def cupy():
         try:
             import cupy as cp
         except ImportError as e:  # pragma: no cover - depends on the machine
-            raise RuntimeError("frost: CUDA needs CuPy; install with `pip install frost-dl[cuda]`") from e
+            raise CudaUnavailableError("CuPy is not installed") from e
         _cupy = cp
     return _cupy
 
 
+def unavailable_reason() -> str | None:
+    """Why CUDA cannot be used (CuPy missing, CUDA's error such as cudaErrorInsufficientDriver, no GPU), or None."""
+    try:
+        cp = cupy()
+    except Exception as e:  # noqa: BLE001 - missing, or a broken install failing on import
+        return "CuPy is not installed" if isinstance(e, CudaUnavailableError) else f"CuPy fails to import: {e}"
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - CuPy's CUDARuntimeError names the cause: no driver, an old one, ...
+        return f"CuPy reports {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+    return None if count > 0 else "CUDA sees no GPU"
+
+
 def is_available() -> bool:
     """True when CuPy imports and sees at least one GPU."""
-    try:
-        return cupy().cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
+    return unavailable_reason() is None
+
+
+def gpu_cupy():
+    """CuPy for work on a GPU: raises CudaUnavailableError, Frost's message, where there is none, instead of the
+    error CuPy would raise at the first allocation (cudaErrorInsufficientDriver, cudaErrorNoDevice, ...)."""
+    global _gpu_seen
+    if not _gpu_seen:
+        if not is_available():
+            raise CudaUnavailableError(unavailable_reason() or "CUDA sees no GPU")
+        _gpu_seen = True
+    return cupy()
 
 
 def synchronize() -> None:
@@ -106,7 +138,7 @@ def to_host(array):
 
 
 def to_device(array, index: int):
-    cp = cupy()
+    cp = gpu_cupy()
     with cp.cuda.Device(index):
         return cp.asarray(array)
 
@@ -121,7 +153,7 @@ def generator():
     """The current GPU's random generator: Philox4x32-10 with its offset on the device (frost.ops.philox), so
     captured CUDA graphs draw new numbers on every replay; seeded by frost.manual_seed."""
     from frost.ops.philox import PhiloxGenerator
-    index = cupy().cuda.Device().id
+    index = gpu_cupy().cuda.Device().id
     if index not in _generators:
         _generators[index] = PhiloxGenerator(_seed, index)
     return _generators[index]

@@ -29,7 +29,7 @@ class IterableDataset:
 def _as_array(x) -> np.ndarray:
     from frost.tensor import Tensor
     if isinstance(x, Tensor):
-        return x.numpy()
+        return x.detach().numpy()  # the dataset holds the values, off any graph
     return np.asarray(x)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from frost.data.dataset import Dataset, _as_array
 from frost.data.png import decode_bytes, read_file
+from frost.io import expand_path
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 
@@ -77,10 +78,11 @@ def _images_under(folder: Path) -> list[str]:
 
 
 class ImageFolder(ImageList):
-    """root/<class>/<image>.png|jpg|jpeg: classes are the sorted folder names, labels their positions."""
+    """root/<class>/<image>.png|jpg|jpeg: classes are the sorted folder names, labels their positions. `~` and
+    $VARS in root are expanded (the listed files' names are taken as they are: a name may hold a `$`)."""
 
     def __init__(self, root: str | os.PathLike, transform: Callable | None = None) -> None:
-        root = Path(root)
+        root = Path(expand_path(root))
         if not root.is_dir():
             raise FileNotFoundError(f"ImageFolder: {root} is not a folder")
         self.root = root

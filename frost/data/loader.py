@@ -42,9 +42,15 @@ How it works (num_workers = W > 0):
   A dataset may also define `for_device(device) -> dataset`: the loader then reads that dataset instead.
 - An IterableDataset has one order, so it is read by one worker thread (still overlapping loading
   with training); shuffle needs a map-style Dataset.
-- Random transforms inside a dataset see samples in a worker-dependent interleaving; for
-  augmentation that is reproducible regardless of W, apply batch transforms with draws from an
-  explicit Generator in the training loop (frost.data.transforms).
+- Randomness, as PyTorch's scheme but independent of W: each iteration (epoch) has a base seed, a function of
+  (seed, epoch), or drawn from `generator` when one is given (as PyTorch draws it from its generator at each
+  iterator start); the shuffle order comes from the same key. Batch i is built (dataset reads, get_batch,
+  collate_fn) under a CPU generator of its own, seeded by (base seed, i): Frost's draws there (the random
+  transforms of frost.data.transforms, frost.rand, ...) depend on the seed and the batch only, never on which
+  worker built it or when, so W = 0 and every W give the same batches, bit for bit. Worker w's thread draws
+  from a generator seeded base seed + w outside batches (in worker_init_fn(w)), and get_worker_info() there
+  tells its id, the number of workers, that seed and the dataset. Draws from NumPy's or Python's global
+  generators are shared by all threads, so not reproducible with workers: draw from Frost's.
 
 Threads share the GIL: they speed up loading where the per-sample work releases it (Pillow's
 decoders, file reads, NumPy copies) and on free-threaded Python builds.
@@ -54,6 +60,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import inspect
+import itertools
 import math
 import threading
 import time
@@ -61,12 +68,12 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from frost.backend import CPU, Device
+from frost.backend import CPU, Device, cpu
 from frost.data.dataset import IterableDataset
 from frost.parallel import Channel, ChannelClosed
 from frost.tensor import Tensor
 
-__all__ = ["DataLoader", "DataLoaderWorkerError"]
+__all__ = ["DataLoader", "DataLoaderWorkerError", "WorkerInfo", "get_worker_info"]
 
 _END = object()  # a worker's "no more batches"
 _FAILED = object()  # a worker's "the next batch failed": (_FAILED, (worker, batch, sample, error)) in its place
@@ -74,6 +81,40 @@ _FAILED = object()  # a worker's "the next batch failed": (_FAILED, (worker, bat
 
 class DataLoaderWorkerError(RuntimeError):
     """A DataLoader worker failed; the original exception is chained as __cause__."""
+
+
+# ---------------------------------------------------------------- workers and their randomness
+class WorkerInfo:
+    """A worker thread's description (get_worker_info() inside it), as PyTorch's: its id, the number of workers,
+    its seed (the iteration's base seed + id) and the dataset it reads."""
+
+    __slots__ = ("id", "num_workers", "seed", "dataset")
+
+    def __init__(self, id: int, num_workers: int, seed: int, dataset: Any) -> None:
+        self.id, self.num_workers, self.seed, self.dataset = id, num_workers, seed, dataset
+
+    def __repr__(self) -> str:
+        return f"WorkerInfo(id={self.id}, num_workers={self.num_workers}, seed={self.seed})"
+
+
+_this_worker = threading.local()  # .info: the WorkerInfo of a loader's worker thread
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """In a DataLoader worker thread (and its worker_init_fn), that worker's WorkerInfo; None in any other thread,
+    so with num_workers=0 too, as PyTorch's."""
+    return getattr(_this_worker, "info", None)
+
+
+def _base_seed(key: tuple) -> int:
+    """An iteration's base seed (63 bits), from the key its shuffle order is drawn with but a stream apart."""
+    return int(np.random.SeedSequence(key, spawn_key=(1,)).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def _batch_generator(base_seed: int, batch: int) -> np.random.Generator:
+    """The CPU generator batch number `batch` of an iteration is built under: a function of the two numbers only,
+    so the same whichever worker builds the batch, and with any number of workers."""
+    return np.random.default_rng(np.random.SeedSequence(base_seed, spawn_key=(batch,)))
 
 
 # ---------------------------------------------------------------- samples and buffers
@@ -91,7 +132,7 @@ def _fields(sample: Any) -> tuple[Any, list]:
         if isinstance(x, str):
             raise TypeError(f"DataLoader: a sample holds a string ({x[:20]!r}); batches hold numbers and arrays, so "
                             f"map strings to numbers in the dataset, or pass collate_fn")
-        leaves.append(x.numpy() if isinstance(x, Tensor) else x)
+        leaves.append(x.detach().numpy() if isinstance(x, Tensor) else x)  # a batch is new data, off any graph
         return None
     return flatten(sample), leaves
 
@@ -200,7 +241,10 @@ def _stack(samples: list[Any]) -> Any:
 class DataLoader:
     """Batches of a Dataset as frost Tensors, loaded by worker threads. See the module docstring.
 
-    seed=None draws one from frost's CPU generator (so frost.manual_seed fixes it). With collate_fn,
+    seed=None draws one from frost's CPU generator (so frost.manual_seed fixes it); generator (a NumPy Generator,
+    instead of seed) gives each iteration's base seed and order instead, one draw per iteration, as PyTorch's.
+    worker_init_fn(worker_id) runs in each worker thread before its first batch (get_worker_info() works there).
+    See the module docstring for how every batch's random draws are seeded. With collate_fn,
     workers build each batch with it and its result is passed through as it is (no buffers, no
     device copy). prefetch_to_device (>= 1; device="cuda" with worker threads only): how many batches,
     counting the one you are handed, have their copy to the GPU (and finish_on_device) queued at once;
@@ -212,7 +256,8 @@ class DataLoader:
                  num_workers: int = 0, seed: int | None = None, pin_memory: bool = False,
                  device: str | Device | None = None, collate_fn: Callable[[list], Any] | None = None,
                  prefetch_to_device: int = 2, sampler: Iterable[int] | None = None,
-                 batch_sampler: Iterable[Sequence[int]] | None = None) -> None:
+                 batch_sampler: Iterable[Sequence[int]] | None = None, generator: np.random.Generator | None = None,
+                 worker_init_fn: Callable[[int], None] | None = None) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -233,10 +278,16 @@ class DataLoader:
             raise ValueError("DataLoader: batch_sampler option is mutually exclusive with batch_size, shuffle, "
                              "sampler, and drop_last")
         self.sampler, self.batch_sampler = sampler, batch_sampler
-        if seed is None:
-            from frost.backend import cpu
+        if generator is not None and not isinstance(generator, np.random.Generator):
+            raise TypeError(f"DataLoader: generator must be a numpy.random.Generator (frost's CPU generator is one), "
+                            f"got {type(generator).__name__}")
+        if generator is not None and seed is not None:
+            raise ValueError("DataLoader: seed and generator are mutually exclusive (each fixes the base seed)")
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(f"DataLoader: worker_init_fn must be callable, got {worker_init_fn!r}")
+        if seed is None and generator is None:
             seed = int(cpu.generator().integers(2**62))  # follows frost.manual_seed
-        self.seed = seed
+        self.seed, self.generator, self.worker_init_fn = seed, generator, worker_init_fn
         self.epoch = 0
         self.device = Device(device) if device is not None else CPU
         if hasattr(dataset, "for_device"):  # a dataset that loads differently per target (DevicePNGList)
@@ -266,8 +317,17 @@ class DataLoader:
         """Choose the epoch (and so the shuffle) the next iteration uses."""
         self.epoch = epoch
 
+    def _key(self, epoch: int) -> tuple:
+        """What an iteration's order and base seed are drawn from: (seed, epoch), or one draw of `generator`."""
+        if self.generator is not None:
+            return (int(self.generator.integers(2**63)),)
+        return (self.seed, epoch)
+
     def batch_indices(self, epoch: int) -> list[np.ndarray]:
-        """The sample indices of every batch of an epoch, in order."""
+        """The sample indices of every batch of an epoch, in order (with a generator: of a new draw)."""
+        return self._batch_indices(self._key(epoch))
+
+    def _batch_indices(self, key: tuple) -> list[np.ndarray]:
         if self.batch_sampler is not None:
             return [np.asarray(list(batch), dtype=np.int64).reshape(-1) for batch in self.batch_sampler]
         if self.sampler is not None:
@@ -275,29 +335,34 @@ class DataLoader:
             n = len(order)
         else:
             n = len(self.dataset)
-            order = np.random.default_rng((self.seed, epoch)).permutation(n) if self.shuffle else np.arange(n)
+            order = np.random.default_rng(key).permutation(n) if self.shuffle else np.arange(n)
         stop = n - n % self.batch_size if self.drop_last else n
         return [order[i:i + self.batch_size] for i in range(0, stop, self.batch_size)]
 
     # ------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[Any]:
         epoch, self.epoch = self.epoch, self.epoch + 1
+        key = self._key(epoch)
         if self.num_workers == 0:
-            return self._inline(epoch)
-        return self._threaded(epoch)
+            return self._inline(key)
+        return self._threaded(key)
 
-    def _sample_groups(self, epoch: int) -> Iterator[tuple[list[int] | None, Iterator[Any]]]:
-        """Per batch: (indices or None for a stream, an iterator over its samples)."""
+    def _sample_groups(self, key: tuple) -> Iterator[tuple[list[int] | None, Iterator[Any], np.random.Generator]]:
+        """Per batch: (indices or None for a stream, an iterator over its samples, the generator to build it under).
+        A stream's samples are read here, under that generator; a map-style dataset's when the iterator is read."""
+        base_seed = _base_seed(key)
         if not self.is_stream:
-            for idx in self.batch_indices(epoch):
-                yield idx.tolist(), (self.dataset[int(j)] for j in idx)
+            for i, idx in enumerate(self._batch_indices(key)):
+                yield idx.tolist(), (self.dataset[int(j)] for j in idx), _batch_generator(base_seed, i)
             return
         it = iter(self.dataset)
-        while True:
-            group = [s for _, s in zip(range(self.batch_size), it)]
+        for i in itertools.count():
+            rng = _batch_generator(base_seed, i)
+            with cpu.use_generator(rng):
+                group = [s for _, s in zip(range(self.batch_size), it)]
             if not group or (self.drop_last and len(group) < self.batch_size):
                 return
-            yield None, iter(group)
+            yield None, iter(group), rng
 
     def _batch_getter(self) -> Callable[[np.ndarray], Any] | None:
         """dataset.get_batch(indices), used instead of one __getitem__ per sample where it exists."""
@@ -311,18 +376,21 @@ class DataLoader:
             return None
         return getattr(self.dataset, "finish_on_device", None)
 
-    def _inline(self, epoch: int) -> Iterator[Any]:
+    def _inline(self, key: tuple) -> Iterator[Any]:
+        # each batch is built under its own generator, and handed out after it: the caller's draws stay its own
         get_batch = self._batch_getter()
         if get_batch is not None:
-            for idx in self.batch_indices(epoch):
-                yield self._to_tensors(get_batch(idx))
+            base_seed = _base_seed(key)
+            for i, idx in enumerate(self._batch_indices(key)):
+                with cpu.use_generator(_batch_generator(base_seed, i)):
+                    batch = get_batch(idx)
+                yield self._to_tensors(batch)
             return
-        for _, samples in self._sample_groups(epoch):
-            samples = list(samples)
-            if self.collate_fn is not None:
-                yield self.collate_fn(samples)
-            else:
-                yield self._to_tensors(_stack(samples))
+        for _, samples, rng in self._sample_groups(key):
+            with cpu.use_generator(rng):
+                samples = list(samples)
+                batch = self.collate_fn(samples) if self.collate_fn is not None else _stack(samples)
+            yield batch if self.collate_fn is not None else self._to_tensors(batch)
 
     def _to_tensors(self, batch: Any) -> Any:
         kind, fields = _fields(batch)
@@ -333,20 +401,31 @@ class DataLoader:
             kind = _flat(kind, len(out))
         return _restructure(kind, out)
 
-    def _threaded(self, epoch: int) -> Iterator[Any]:
+    def _threaded(self, key: tuple) -> Iterator[Any]:
         workers = 1 if self.is_stream else self.num_workers  # a stream has one order: one reader
-        return _EpochIterator(_Run(self, epoch, workers))
+        return _EpochIterator(_Run(self, key, workers))
 
     def __repr__(self) -> str:
         return (f"DataLoader({type(self.dataset).__name__}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
                 f"num_workers={self.num_workers}, device={self.device}, prefetch_to_device={self.prefetch_to_device})")
 
 
+class _Where:
+    """Where a worker is: the batch and the sample (or get_batch's samples) it loads, so that a failure names them."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self) -> None:
+        self.batch: int = -1
+        self.index: Any = None
+
+
 class _Run:
     """One epoch of a threaded DataLoader: the workers, their channels and the consumer."""
 
-    def __init__(self, loader: DataLoader, epoch: int, workers: int) -> None:
+    def __init__(self, loader: DataLoader, key: tuple, workers: int) -> None:
         self.loader, self.workers = loader, workers
+        self.base_seed = _base_seed(key)
         self.stop = threading.Event()
         self.error: tuple[int, int, Any, BaseException] | None = None  # worker, batch, sample, error
         self.error_lock = threading.Lock()
@@ -354,10 +433,10 @@ class _Run:
         self.free = [Channel(2) for _ in range(workers)]
         for ch in self.free:
             ch << 0 << 1
-        self.plan = None if loader.is_stream else loader.batch_indices(epoch)
+        self.plan = None if loader.is_stream else loader._batch_indices(key)
         # rows of each batch buffer: a batch_sampler's batches may be larger than batch_size
         self.rows = max([loader.batch_size, *(len(b) for b in self.plan or ())])
-        self.groups = loader._sample_groups(epoch) if loader.is_stream else None  # read by its one worker
+        self.groups = loader._sample_groups(key) if loader.is_stream else None  # read by its one worker
         self.lookahead: _Lookahead | None = None  # the device path's bookkeeping, once it has started
         self.threads = [threading.Thread(target=self._work, args=(w,), daemon=True, name=f"frost-loader-{w}")
                         for w in range(workers)]
@@ -365,48 +444,63 @@ class _Run:
             t.start()
 
     # ------------------------------------------------------------ workers
-    def _my_groups(self, w: int) -> Iterator[tuple[int, list | None, Iterator[Any] | None]]:
-        """(batch number, sample indices, None) for a map-style dataset; (n, None, samples) for a stream."""
+    def _my_groups(self, w: int) -> Iterator[tuple[int, list | None, Iterator[Any] | None, np.random.Generator]]:
+        """(batch number, sample indices, None, generator) for a map-style dataset; (n, None, samples, generator)
+        for a stream."""
         if self.plan is not None:
             for i in range(w, len(self.plan), self.workers):
-                yield i, self.plan[i].tolist(), None
+                yield i, self.plan[i].tolist(), None, _batch_generator(self.base_seed, i)
             return
-        for i, (_, samples) in enumerate(self.groups):
-            yield i, None, samples
+        for i, (_, samples, rng) in enumerate(self.groups):
+            yield i, None, samples, rng
 
     def _work(self, w: int) -> None:
+        seed = self.base_seed + w
+        _this_worker.info = WorkerInfo(w, self.workers, seed, self.loader.dataset)
+        where = _Where()
+        try:
+            with cpu.use_generator(np.random.default_rng(seed)):  # the worker's own, as PyTorch seeds each worker
+                if self.loader.worker_init_fn is not None:
+                    self.loader.worker_init_fn(w)
+                self._load(w, where)
+        except ChannelClosed as e:
+            if not self.stop.is_set():
+                self._fail(w, where.batch, where.index, e)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._fail(w, where.batch, where.index, e)
+
+    def _load(self, w: int, where: "_Where") -> None:
+        """Worker w's batches, each built under its batch's generator, then the end mark."""
         loader, dataset = self.loader, self.loader.dataset
         get_batch = loader._batch_getter()
         buffers: _BatchBuffers | None = None
-        batch, index = -1, None
 
         def samples_of(idx, stream) -> Iterator[Any]:
-            nonlocal index
             if idx is not None:
                 for j in idx:
-                    index = j  # known before loading, so that a failure names the sample
+                    where.index = j  # known before loading, so that a failure names the sample
                     yield dataset[j]
             else:
-                for row, sample in enumerate(stream):
-                    index = None
+                for sample in stream:
+                    where.index = None
                     yield sample
 
-        try:
-            for batch, idx, stream in self._my_groups(w):
-                slot = self.free[w].recv()
-                if self.stop.is_set():
-                    return
+        for where.batch, idx, stream, rng in self._my_groups(w):
+            slot = self.free[w].recv()
+            if self.stop.is_set():
+                return
+            with cpu.use_generator(rng):
                 if loader.collate_fn is not None:
                     gathered = list(samples_of(idx, stream))
-                    self.ready[w].send((batch, slot, len(gathered), loader.collate_fn(gathered)))
+                    self.ready[w].send((where.batch, slot, len(gathered), loader.collate_fn(gathered)))
                     continue
                 if get_batch is not None:
-                    index = idx  # one of these samples
+                    where.index = idx  # one of these samples
                     kind, fields = _fields(get_batch(np.asarray(idx)))
                     if buffers is None:
                         buffers = _BatchBuffers(kind, len(fields), self.rows, loader._pinned_device)
                     buffers.put_batch(slot, kind, fields, len(idx))
-                    self.ready[w].send((batch, slot, len(idx), buffers))
+                    self.ready[w].send((where.batch, slot, len(idx), buffers))
                     continue
                 n = 0
                 for row, sample in enumerate(samples_of(idx, stream)):
@@ -415,15 +509,10 @@ class _Run:
                     kind, fields = _fields(sample)
                     if buffers is None:
                         buffers = _BatchBuffers(kind, len(fields), self.rows, loader._pinned_device)
-                    buffers.put(slot, row, kind, fields, index if index is not None else row)
+                    buffers.put(slot, row, kind, fields, where.index if where.index is not None else row)
                     n = row + 1
-                self.ready[w].send((batch, slot, n, buffers))
-            self.ready[w].send(_END)
-        except ChannelClosed as e:
-            if not self.stop.is_set():
-                self._fail(w, batch, index, e)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            self._fail(w, batch, index, e)
+                self.ready[w].send((where.batch, slot, n, buffers))
+        self.ready[w].send(_END)
 
     def _fail(self, w: int, batch: int, index: Any, error: BaseException) -> None:
         """Record the failure and put it in worker w's place in the batch order: the caller gets every batch

@@ -25,7 +25,7 @@ def _generator(rng: np.random.Generator | None) -> np.random.Generator:
     if rng is not None:
         return rng
     from frost.backend import cpu
-    return cpu.generator()  # seeded by frost.manual_seed
+    return cpu.generator()  # seeded by frost.manual_seed; inside a DataLoader, the batch's own generator
 
 
 def _as_batch(x: np.ndarray, what: str) -> tuple[np.ndarray, bool]:

@@ -8,8 +8,8 @@ from frost.optim.adafactor import Adafactor, adafactor_update
 from frost.optim.lamb import LAMB, lamb_update
 from frost.optim.muon import Muon, muon_update
 from frost.optim.sophia import SophiaG, sophiag_update
-from frost.optim import schedule
-from frost.optim import schedule as lr_scheduler  # PyTorch's name for the same module
+from frost.optim import lr_scheduler
+from frost.optim import schedule  # the old name of lr_scheduler: the same module
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "sgd_update", "adam_update", "adamw_update", "schedule",
            "lr_scheduler"]

@@ -26,7 +26,8 @@ x = frost.randn(8, 16, 16, 16, device="cuda").contiguous(frost.channels_last)
 y = frost.tensor(np.arange(8) % 10, device="cuda")
 for width in (16, 24):  # two models, two jitted steps: two captures
     model = nn.Sequential(nn.Conv2d(16, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10)).to("cuda", memory_format=frost.channels_last)
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10)).to(
+        "cuda", memory_format=frost.channels_last)
     step = frost.jit(training_step(model, frost.optim.AdamW(model.parameters()), "fp32"))
     for _ in range(5):
         step(x, y)

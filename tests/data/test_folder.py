@@ -40,6 +40,20 @@ def test_image_folder_reads_png_and_jpeg(tmp_path):
     assert np.abs(jpeg.astype(int) - 128).max() <= 3  # lossy but close
 
 
+@pytest.mark.parametrize("written", ["~/data/pets", "$PETS_ROOT/pets", "${PETS_ROOT}/pets", "~/data/$PETS_NAME"])
+def test_image_folder_expands_home_and_environment_variables(tmp_path, monkeypatch, written):
+    (tmp_path / "data").mkdir()
+    root = tmp_path / "data" / "pets"
+    root.mkdir()
+    images = make_folder(root)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PETS_ROOT", str(tmp_path / "data"))
+    monkeypatch.setenv("PETS_NAME", "pets")
+    ds = ImageFolder(written)
+    assert ds.root == root and len(ds) == 7
+    np.testing.assert_array_equal(ds[0][0], images[ds.samples[0][0]][0])
+
+
 def test_grayscale_images_become_rgb(tmp_path):
     Image.fromarray(np.arange(12, dtype=np.uint8).reshape(3, 4), mode="L").save(tmp_path / "g.png")
     img = decode_image(tmp_path / "g.png")

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import frost
-from frost.data import (DataLoader, DataLoaderWorkerError, Dataset, IterableDataset, TensorDataset)
+from frost.data import (DataLoader, DataLoaderWorkerError, Dataset, IterableDataset, TensorDataset, get_worker_info,
+                        transforms)
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -763,3 +764,126 @@ def test_the_device_path_raises_a_failure_after_the_batches_before_it():
     finally:
         run.shutdown()
     assert handed == [0, 1, 2, 3, 4]
+
+
+# ---------------------------------------------------------------- reproducible randomness with workers
+class Augmented(Dataset):
+    """Generated 8x8 RGB images under a random pad-crop and flip (frost.data.transforms, which draw from Frost's CPU
+    generator); item i sleeps a little, so that workers finish in a scrambled order."""
+
+    def __init__(self, n=48):
+        self.images = np.random.default_rng(0).integers(0, 256, (n, 8, 8, 3), dtype=np.uint8)
+        self.labels = np.arange(n) % 4
+        self.augment = transforms.Compose([transforms.RandomCrop(8, padding=2), transforms.RandomHorizontalFlip(),
+                                           transforms.ToFloat()])
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        time.sleep(0.0005 * (i % 3))
+        return self.augment(self.images[i]), self.labels[i]
+
+
+def train_losses(workers, steps=12, **loader_args):
+    """Losses of a small model trained on Augmented batches, with one draw of the caller's own per step (as dropout
+    makes): the loader's draws must neither depend on its workers nor move the caller's generator."""
+    frost.manual_seed(0)
+    model = frost.nn.Linear(8 * 8 * 3, 4)
+    opt = frost.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(Augmented(), batch_size=8, shuffle=True, drop_last=True, num_workers=workers, **loader_args)
+    losses = []
+    while len(losses) < steps:
+        for x, y in loader:
+            noise = frost.randn(*x.shape) * 0.01
+            loss = frost.nn.functional.cross_entropy(model((x + noise).reshape(len(x), -1)), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                break
+    return losses
+
+
+def test_training_with_random_augmentation_is_the_same_bitwise_with_any_number_of_workers():
+    inline = train_losses(0)
+    assert train_losses(4) == inline  # float equality: bit for bit
+    assert train_losses(4) == inline
+    assert train_losses(1) == inline
+    assert train_losses(0, seed=1) != inline  # the losses do follow the seed (12 steps cover two epochs)
+
+
+def test_each_batch_has_its_own_draws_and_each_epoch_new_ones():
+    loader = DataLoader(Augmented(16), batch_size=4, num_workers=3, seed=5)
+    first, second = collect(loader), collect(loader)
+    assert [x.tobytes() for x, _ in first] == [x.tobytes() for x, _ in collect(DataLoader(Augmented(16), batch_size=4,
+                                                                                        num_workers=0, seed=5))]
+    # no shuffle: the same images each epoch, augmented anew (a pad-crop of 8x8 by 2 rarely repeats)
+    assert all(not np.array_equal(a, b) for (a, _), (b, _) in zip(first, second))
+    crops = {x[i].tobytes() for x, _ in first for i in range(len(x))}
+    assert len(crops) == 16  # no two samples drew the same crop and flip (no generator is shared by accident)
+
+
+def test_generator_gives_each_iteration_its_order_and_seeds():
+    def run(g):
+        loader = DataLoader(Augmented(16), batch_size=4, shuffle=True, num_workers=2, generator=g)
+        return [collect(loader) for _ in range(2)]
+
+    a, b = run(np.random.default_rng(3)), run(np.random.default_rng(3))
+    for epoch_a, epoch_b in zip(a, b):
+        assert [x.tobytes() for x, _ in epoch_a] == [x.tobytes() for x, _ in epoch_b]
+    assert [x.tobytes() for x, _ in a[0]] != [x.tobytes() for x, _ in a[1]]
+    g = np.random.default_rng(3)
+    DataLoader(Squares(4), batch_size=2, generator=g)
+    assert g.integers(2**63) == np.random.default_rng(3).integers(2**63)  # one draw per iteration, none at creation
+    with pytest.raises(ValueError, match="seed and generator"):
+        DataLoader(Squares(4), seed=1, generator=np.random.default_rng(0))
+    with pytest.raises(TypeError, match="numpy.random.Generator"):
+        DataLoader(Squares(4), generator=3)
+
+
+def test_worker_init_fn_and_get_worker_info_as_pytorch():
+    seen = {}
+    lock = threading.Lock()
+
+    def init(worker_id):
+        info = get_worker_info()
+        with lock:
+            seen[worker_id] = (info.id, info.num_workers, info.seed, info.dataset, frost.rand(1).item())
+
+    ds = Squares(12)
+    loader = DataLoader(ds, batch_size=2, num_workers=3, seed=9, worker_init_fn=init)
+    collect(loader)
+    assert sorted(seen) == [0, 1, 2]
+    base = seen[0][2]
+    for w, (wid, n, seed, dataset, drawn) in seen.items():
+        assert (wid, n, seed, dataset) == (w, 3, base + w, ds)
+        # the worker's own generator: seeded base seed + id, as PyTorch seeds each worker process
+        assert drawn == frost.tensor(np.random.default_rng(seed).random(1, dtype=np.float32)).item()
+    assert get_worker_info() is None
+    collect(loader)  # a new iteration, a new base seed
+    assert seen[0][2] != base
+    inline = []
+    collect(DataLoader(ds, batch_size=2, worker_init_fn=inline.append))
+    assert inline == []  # no worker, no worker_init_fn (PyTorch's num_workers=0)
+
+
+def test_a_failing_worker_init_fn_is_a_worker_error():
+    def init(worker_id):
+        raise OSError(f"no device for worker {worker_id}")
+
+    with pytest.raises(DataLoaderWorkerError, match="worker 0 failed.*OSError: no device for worker 0"):
+        collect(DataLoader(Squares(4), batch_size=2, num_workers=1, worker_init_fn=init))
+
+
+def test_an_iterable_dataset_draws_per_batch_too():
+    class Noise(IterableDataset):
+        def __iter__(self):
+            for i in range(10):
+                yield frost.rand(2).numpy(), get_worker_info() is not None
+
+    inline = collect(DataLoader(Noise(), batch_size=3, seed=4))
+    threaded = collect(DataLoader(Noise(), batch_size=3, seed=4, num_workers=2))
+    assert [x.tobytes() for x, _ in inline] == [x.tobytes() for x, _ in threaded]
+    assert not inline[0][1].any() and threaded[0][1].all()

@@ -62,7 +62,8 @@ def test_augment_is_the_composition_of_its_parts():
     oy, ox = T.RandomCrop(32, padding=4).draw(5, rng)
     flips = T.RandomHorizontalFlip().draw(5, rng)
     got = T.augment(x, oy, ox, flips, size=32, padding=4, mean=MEAN, std=STD)
-    ref = (torch.from_numpy(loop_crop_flip(x, oy, ox, flips, 32, 4)).float() / 255 - torch.tensor(MEAN)) / torch.tensor(STD)
+    pixels = torch.from_numpy(loop_crop_flip(x, oy, ox, flips, 32, 4)).float() / 255
+    ref = (pixels - torch.tensor(MEAN)) / torch.tensor(STD)
     np.testing.assert_array_equal(got, ref.numpy())
 
 

@@ -301,7 +301,7 @@ def test_index_names_and_reserved_names_cannot_be_parameters_or_locals():
         out[0] = frost_t1
 
     def loop(out: Array[i32]):
-        for tx in range(4):
+        for tx in range(4):  # noqa: F402  (the case: a loop variable named as a builtin)
             out[0] = 1
 
     def sim_helper(out: Array[f32]):

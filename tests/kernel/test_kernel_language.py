@@ -260,7 +260,7 @@ def test_source_has_line_directives():
 def test_conflicting_assignment_names_file_and_line():
     def bad(x: Array[f32]):
         v = 1
-        v = x[0]
+        v = x[0]  # noqa: F841  (the kernel is only compiled, for its error)
     with pytest.raises(KernelError, match=r"test_kernel_language.py:\d+: .*local 'v' has type i32 .* assigned a f32"):
         kernel(bad).source
 
@@ -284,7 +284,7 @@ def test_unknown_name_and_bad_index_errors():
 
     def bad4(x: Array[f32]):
         for i in range(4):
-            i = 2
+            i = 2  # noqa: F841  (the kernel is only compiled, for its error)
     with pytest.raises(KernelError, match="cannot assign to loop variable 'i'"):
         kernel(bad4).source
 

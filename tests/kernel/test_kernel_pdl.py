@@ -40,7 +40,8 @@ def test_every_kernel_first_waits_for_the_one_before():
     source = add_next.source
     body = source[source.index("extern \"C\" __global__ void add_next"):]
     assert body.splitlines()[1].strip() == "frost_wait_for_previous_grid();"  # before any memory access
-    helper = source[source.index("void frost_wait_for_previous_grid()"):source.index("void frost_wait_for_previous_grid()") + 900]
+    start = source.index("void frost_wait_for_previous_grid()")
+    helper = source[start:start + 900]
     helper = helper[:helper.index("\n}")]
     code = "\n".join(line for line in helper.splitlines() if not line.strip().startswith("//"))
     assert 'asm volatile("griddepcontrol.wait;" ::: "memory");' in code and "__CUDA_ARCH__ >= 900" in code

@@ -17,7 +17,7 @@ def copy_weights(torch_module: torch.nn.Module, frost_module: frost.nn.Module) -
 
 
 def assert_close(frost_value, torch_value, rtol: float = 1e-10, atol: float = 1e-12, what: str = "") -> None:
-    a = frost_value.numpy() if isinstance(frost_value, frost.Tensor) else np.asarray(frost_value)
+    a = frost_value.detach().numpy() if isinstance(frost_value, frost.Tensor) else np.asarray(frost_value)
     b = torch_value.detach().cpu().numpy() if isinstance(torch_value, torch.Tensor) else np.asarray(torch_value)
     assert a.shape == b.shape, f"{what}: shape {a.shape} != torch's {b.shape}"
     np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=what)

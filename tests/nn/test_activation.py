@@ -60,7 +60,7 @@ def test_inplace_layer_without_gradient_overwrites_its_input_like_torch(name, ar
         t_out = getattr(torch.nn, name)(*args, inplace=True)(t_in)
     assert f_out is f_in and t_out is t_in
     assert f_in._version > version  # copy_ counted the change
-    np.testing.assert_allclose(f_in.numpy(), t_in.detach().numpy(), rtol=1e-14, atol=1e-16)
+    np.testing.assert_allclose(f_in.detach().numpy(), t_in.detach().numpy(), rtol=1e-14, atol=1e-16)
 
 
 @pytest.mark.parametrize("name,args", INPLACE_LAYERS)
@@ -73,8 +73,8 @@ def test_inplace_layer_on_a_tensor_in_the_graph_keeps_torchs_values_and_gradient
     f_out = getattr(nn, name)(*args, inplace=True)(f_in)
     t_out = getattr(torch.nn, name)(*args, inplace=True)(t_in)
     assert f_out is not f_in and t_out is t_in
-    np.testing.assert_array_equal(f_in.numpy(), 2.0 * x)  # left as it was
-    np.testing.assert_allclose(f_out.numpy(), t_out.detach().numpy(), rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(f_in.detach().numpy(), 2.0 * x)  # left as it was
+    np.testing.assert_allclose(f_out.detach().numpy(), t_out.detach().numpy(), rtol=1e-15, atol=0)
     f_out.backward(frost.tensor(g))
     t_out.backward(torch.tensor(g))
     np.testing.assert_allclose(f_leaf.grad.numpy(), t_leaf.grad.numpy(), rtol=1e-14, atol=1e-15)

@@ -82,19 +82,19 @@ def test_init_xavier_in_proj_and_zero_biases():
     frost.manual_seed(0)
     m = nn.MultiheadAttention(64, 4)
     bound = np.sqrt(6 / (64 + 3 * 64))
-    w = m.in_proj_weight.numpy()
+    w = m.in_proj_weight.detach().numpy()
     assert np.abs(w).max() <= bound and np.abs(w).max() > 0.98 * bound
-    assert np.all(m.in_proj_bias.numpy() == 0) and np.all(m.out_proj.bias.numpy() == 0)
+    assert np.all(m.in_proj_bias.detach().numpy() == 0) and np.all(m.out_proj.bias.detach().numpy() == 0)
 
 
 def test_dropout_on_weights_only_in_training():
     f = nn.MultiheadAttention(E, H, dropout=0.5, batch_first=True)
     x = frost.randn(2, 4, E)
     f.eval()
-    a, b = f(x, x, x)[0].numpy(), f(x, x, x)[0].numpy()
+    a, b = f(x, x, x)[0].detach().numpy(), f(x, x, x)[0].detach().numpy()
     np.testing.assert_array_equal(a, b)
     f.train()
-    assert not np.allclose(f(x, x, x)[0].numpy(), a)
+    assert not np.allclose(f(x, x, x)[0].detach().numpy(), a)
 
 
 class _Wrap:

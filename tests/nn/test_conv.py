@@ -48,8 +48,8 @@ def test_conv2d_default_init_bounds():
     conv = nn.Conv2d(16, 32, 3)
     fan_in = 16 * 9
     bound = 1 / math.sqrt(fan_in)
-    w = conv.weight.numpy()
-    assert np.abs(w).max() <= bound and np.abs(conv.bias.numpy()).max() <= bound
+    w = conv.weight.detach().numpy()
+    assert np.abs(w).max() <= bound and np.abs(conv.bias.detach().numpy()).max() <= bound
     assert abs(w.std() - bound / math.sqrt(3)) < 0.03 * bound
 
 

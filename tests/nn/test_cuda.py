@@ -26,7 +26,7 @@ def test_load_state_dict_from_host_arrays_into_a_cuda_model():
     m = nn.Linear(3, 2).to("cuda")
     m.load_state_dict({"weight": np.ones((2, 3), dtype=np.float32), "bias": np.zeros(2, dtype=np.float32)})
     assert m.weight.device.type == "cuda"
-    np.testing.assert_array_equal(m.weight.numpy(), np.ones((2, 3)))
+    np.testing.assert_array_equal(m.weight.detach().numpy(), np.ones((2, 3)))
 
 
 def test_resnet_on_cuda_matches_cpu(monkeypatch):

@@ -10,7 +10,7 @@ from frost import nn
 def test_dropout_is_identity_in_eval_mode():
     d = nn.Dropout(0.5).eval()
     x = frost.randn(4, 5, requires_grad=True)
-    np.testing.assert_array_equal(d(x).numpy(), x.numpy())
+    np.testing.assert_array_equal(d(x).detach().numpy(), x.detach().numpy())
 
 
 def test_dropout_zeroes_about_p_and_scales_survivors():
@@ -18,11 +18,11 @@ def test_dropout_zeroes_about_p_and_scales_survivors():
     d = nn.Dropout(0.3)
     x = frost.ones(200, 500, requires_grad=True)
     y = d(x)
-    kept = y.numpy() != 0
+    kept = y.detach().numpy() != 0
     assert abs(kept.mean() - 0.7) < 0.01
-    np.testing.assert_allclose(y.numpy()[kept], 1 / 0.7, rtol=1e-6)
+    np.testing.assert_allclose(y.detach().numpy()[kept], 1 / 0.7, rtol=1e-6)
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), y.numpy(), rtol=1e-6)  # same mask, same scale
+    np.testing.assert_allclose(x.grad.numpy(), y.detach().numpy(), rtol=1e-6)  # same mask, same scale
 
 
 def test_dropout_repr_and_bad_p():
@@ -62,8 +62,8 @@ def test_dropout_inplace_with_gradient_matches_torch_out_of_place():
     f_in, t_in = f_leaf * 1.5, t_leaf * 1.5
     f_out, t_out = nn.Dropout(1.0, inplace=True)(f_in), torch.nn.Dropout(1.0, inplace=True)(t_in)
     assert f_out is not f_in
-    np.testing.assert_array_equal(f_in.numpy(), 1.5 * x)
-    np.testing.assert_array_equal(f_out.numpy(), t_out.detach().numpy())
+    np.testing.assert_array_equal(f_in.detach().numpy(), 1.5 * x)
+    np.testing.assert_array_equal(f_out.detach().numpy(), t_out.detach().numpy())
     f_out.sum().backward()
     t_out.sum().backward()
     np.testing.assert_array_equal(f_leaf.grad.numpy(), t_leaf.grad.numpy())

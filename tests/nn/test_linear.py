@@ -34,7 +34,7 @@ def test_linear_default_init_bounds_and_spread():
     frost.manual_seed(0)
     lin = nn.Linear(400, 300)
     bound = 1 / math.sqrt(400)  # kaiming_uniform_(a=sqrt(5)) gives U(-1/sqrt(fan_in), 1/sqrt(fan_in))
-    w, b = lin.weight.numpy(), lin.bias.numpy()
+    w, b = lin.weight.detach().numpy(), lin.bias.detach().numpy()
     assert np.abs(w).max() <= bound and np.abs(b).max() <= bound
     assert abs(w.std() - bound / math.sqrt(3)) < 0.01 * bound  # std of U(-a, a) is a/sqrt(3)
     assert abs(w.mean()) < 0.01 * bound

@@ -63,7 +63,7 @@ def test_parameter_shares_memory_with_its_tensor():
     t = frost.zeros(2)
     p = nn.Parameter(t)
     t.data[0] = 5
-    assert p.numpy()[0] == 5
+    assert p.detach().numpy()[0] == 5
 
 
 def test_parameter_repr_matches_torch():
@@ -80,7 +80,7 @@ def test_parameter_deepcopy_and_pickle_keep_values_not_memory():
     p = nn.Parameter(frost.tensor([1.0, 2.0]))
     for q in (copy.deepcopy(p), pickle.loads(pickle.dumps(p))):
         assert isinstance(q, nn.Parameter) and q.requires_grad
-        np.testing.assert_array_equal(q.numpy(), p.numpy())
+        np.testing.assert_array_equal(q.detach().numpy(), p.detach().numpy())
         assert q.data is not p.data
 
 
@@ -206,7 +206,7 @@ def test_state_dict_shares_memory_with_the_model():
     net = make_net(nn)
     sd = net.state_dict()
     sd["head.bias"].data[...] = 7
-    assert np.all(net.head.bias.numpy() == 7)
+    assert np.all(net.head.bias.detach().numpy() == 7)
     assert net.state_dict(keep_vars=True)["head.bias"] is net.head.bias
 
 
@@ -229,7 +229,7 @@ def test_load_state_dict_round_trip_and_independence():
     for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
         np.testing.assert_array_equal(va.numpy(), vb.numpy())
     b.head.bias.data[...] = 123  # b copied values; it does not alias a
-    assert not np.any(a.head.bias.numpy() == 123)
+    assert not np.any(a.head.bias.detach().numpy() == 123)
 
 
 def test_load_state_dict_keeps_parameter_identity_and_casts_dtype():
@@ -237,7 +237,7 @@ def test_load_state_dict_keeps_parameter_identity_and_casts_dtype():
     w = lin.weight
     lin.load_state_dict({"weight": np.ones((2, 2), dtype=np.float64), "bias": frost.zeros(2)})
     assert lin.weight is w and lin.weight.dtype == frost.float32
-    np.testing.assert_array_equal(lin.weight.numpy(), np.ones((2, 2)))
+    np.testing.assert_array_equal(lin.weight.detach().numpy(), np.ones((2, 2)))
 
 
 def test_load_state_dict_reports_missing_and_unexpected_keys():
@@ -257,7 +257,7 @@ def test_load_state_dict_reports_missing_and_unexpected_keys():
 
 def test_load_state_dict_size_mismatch_raises_even_when_not_strict_and_copies_nothing():
     net = make_net(nn)
-    before = net.conv.weight.numpy().copy()
+    before = net.conv.weight.detach().numpy().copy()
     sd = {k: v.numpy() + 1 if v.dtype.is_floating_point else v for k, v in net.state_dict().items()}
     sd["head.weight"] = np.zeros((3, 2), dtype=np.float32)
     sd["block.0.bias"] = np.zeros(4, dtype=np.float32)
@@ -267,7 +267,7 @@ def test_load_state_dict_size_mismatch_raises_even_when_not_strict_and_copies_no
             net.load_state_dict(sd, strict=strict)
     with pytest.raises(RuntimeError, match=r"size mismatch for block.0.bias"):
         net.load_state_dict(sd)
-    np.testing.assert_array_equal(net.conv.weight.numpy(), before)
+    np.testing.assert_array_equal(net.conv.weight.detach().numpy(), before)
 
 
 def test_batch_norm_loads_checkpoints_without_its_counter_or_with_a_1_element_one():
@@ -375,7 +375,7 @@ def test_deepcopy_and_pickle_of_a_module():
     x = frost.randn(2, 3, 4, 4)
     net.eval()
     for clone in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
-        np.testing.assert_array_equal(clone(x).numpy(), net(x).numpy())
+        np.testing.assert_array_equal(clone(x).detach().numpy(), net(x).detach().numpy())
         assert clone.head.weight is not net.head.weight
         assert [n for n, _ in clone.named_parameters()] == [n for n, _ in net.named_parameters()]
 
@@ -409,7 +409,7 @@ def test_forward_hooks_see_and_may_replace_inputs_and_outputs():
     h1 = lin.register_forward_pre_hook(lambda m, args: (args[0] * 0,))
     h2 = lin.register_forward_hook(lambda m, args, out: seen.append((m, out.shape)))
     out = lin(frost.ones(3, 2))
-    np.testing.assert_allclose(out.numpy(), np.broadcast_to(lin.bias.numpy(), (3, 2)))
+    np.testing.assert_allclose(out.detach().numpy(), np.broadcast_to(lin.bias.detach().numpy(), (3, 2)))
     assert seen == [(lin, (3, 2))]
     h1.remove()
     with h2:
@@ -417,8 +417,8 @@ def test_forward_hooks_see_and_may_replace_inputs_and_outputs():
     lin(frost.ones(1, 2))
     assert len(seen) == 1 and not lin._forward_hooks and not lin._forward_pre_hooks
     with lin.register_forward_hook(lambda m, args, out: out * 2):
-        expected = 2 * (lin.weight.numpy().sum(1) + lin.bias.numpy())
-        np.testing.assert_allclose(lin(frost.ones(1, 2)).numpy()[0], expected, rtol=1e-6)
+        expected = 2 * (lin.weight.detach().numpy().sum(1) + lin.bias.detach().numpy())
+        np.testing.assert_allclose(lin(frost.ones(1, 2)).detach().numpy()[0], expected, rtol=1e-6)
 
 
 def test_an_optimizer_built_before_to_still_updates_the_model():
@@ -426,10 +426,10 @@ def test_an_optimizer_built_before_to_still_updates_the_model():
     lin = nn.Linear(3, 1)
     opt = optim.SGD(lin.parameters(), lr=0.1)
     lin.double()
-    before = lin.weight.numpy().copy()
+    before = lin.weight.detach().numpy().copy()
     lin(frost.ones(2, 3, dtype="float64")).sum().backward()
     opt.step()
-    np.testing.assert_allclose(lin.weight.numpy(), before - 0.1 * 2.0, rtol=1e-12)
+    np.testing.assert_allclose(lin.weight.detach().numpy(), before - 0.1 * 2.0, rtol=1e-12)
     assert lin.weight.dtype == frost.float64
 
 

@@ -73,12 +73,12 @@ def test_initialization():
     frost.manual_seed(0)
     m = CifarResNet(num_classes=10)
     bound = math.sqrt(6 / (64 + 10))  # xavier_uniform_ on the classifier
-    fc = m.fc.weight.numpy()
+    fc = m.fc.weight.detach().numpy()
     assert m.fc.bias is None and np.abs(fc).max() <= bound and np.abs(fc).max() > 0.9 * bound
-    conv = m.layer2[0].conv1.weight.numpy()  # default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    conv = m.layer2[0].conv1.weight.detach().numpy()  # default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
     assert np.abs(conv).max() <= 1 / math.sqrt(16 * 9)
     assert m.layer2[0].downsample[0].bias is None and m.layer1[0].downsample is None
-    assert np.all(m.bn1.weight.numpy() == 1) and np.all(m.bn1.bias.numpy() == 0)
+    assert np.all(m.bn1.weight.detach().numpy() == 1) and np.all(m.bn1.bias.detach().numpy() == 0)
     assert m(frost.randn(2, 3, 32, 32)).shape == (2, 10)
 
 

@@ -67,12 +67,13 @@ def test_parameters_to_vector_and_back():
     lin = nn.Linear(3, 2)
     vec = frost.nn.utils.parameters_to_vector(lin.parameters())
     assert vec.shape == (8,)
-    np.testing.assert_array_equal(vec.numpy(), np.concatenate([lin.weight.numpy().ravel(), lin.bias.numpy()]))
+    np.testing.assert_array_equal(vec.detach().numpy(),
+                                  np.concatenate([lin.weight.detach().numpy().ravel(), lin.bias.detach().numpy()]))
     (vec * frost.arange(8, dtype="float32")).sum().backward()  # differentiable w.r.t. the parameters
     np.testing.assert_array_equal(lin.weight.grad.numpy().ravel(), np.arange(6))
     frost.nn.utils.vector_to_parameters(frost.arange(8, dtype="float32"), lin.parameters())
-    np.testing.assert_array_equal(lin.weight.numpy(), np.arange(6).reshape(2, 3))
-    np.testing.assert_array_equal(lin.bias.numpy(), [6, 7])
+    np.testing.assert_array_equal(lin.weight.detach().numpy(), np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(lin.bias.detach().numpy(), [6, 7])
     with pytest.raises(TypeError, match="expected frost.Tensor"):
         frost.nn.utils.vector_to_parameters(np.zeros(8), lin.parameters())
     with pytest.raises(RuntimeError, match="does not hold the 8 values"):

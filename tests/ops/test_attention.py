@@ -15,7 +15,7 @@ def _pair(a, grad=True):
 
 
 def _close(frost_t, torch_t, tol=1e-10):
-    np.testing.assert_allclose(frost_t.numpy(), torch_t.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(frost_t.detach().numpy(), torch_t.detach().numpy(), rtol=tol, atol=tol)
 
 
 def _qkv(rng, q_shape, k_shape, v_shape):
@@ -186,6 +186,6 @@ def test_sdpa_cuda_matches_cpu(kwargs):
         fm = None if mask is None else frost.tensor(mask, device=device)
         out = sdpa(fq, fk, fv, attn_mask=fm, **kwargs)
         (out * out).sum().backward()
-        results.append([t.cpu().numpy() for t in (out, fq.grad, fk.grad, fv.grad)])
+        results.append([t.detach().cpu().numpy() for t in (out, fq.grad, fk.grad, fv.grad)])
     for cpu_r, gpu_r in zip(*results):
         np.testing.assert_allclose(gpu_r, cpu_r, rtol=2e-3, atol=2e-3)  # TF32 matmuls on the GPU

@@ -31,7 +31,7 @@ def _run_both(x_np, w_np, b_np, dtype=np.float64, **kwargs):
     fb = None if b_np is None else frost.Tensor(b_np, requires_grad=True)
     f_out = conv2d(fx, fw, fb, **kwargs)
     f_out.backward(frost.Tensor(g_np))
-    frost_res = [f_out.numpy(), fx.grad.numpy(), fw.grad.numpy()] + ([] if fb is None else [fb.grad.numpy()])
+    frost_res = [f_out.detach().numpy(), fx.grad.numpy(), fw.grad.numpy()] + ([] if fb is None else [fb.grad.numpy()])
     torch_res = [t_out.detach().numpy(), tx.grad.numpy(), tw.grad.numpy()] + ([] if tb is None else [tb.grad.numpy()])
     return frost_res, torch_res
 
@@ -103,7 +103,7 @@ def test_conv2d_non_contiguous_input():
     tx = torch.tensor(base, requires_grad=True)
     t_out = TF.conv2d(tx.permute(0, 3, 1, 2), torch.tensor(w), padding=1)
     t_out.backward(torch.tensor(g))
-    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(out.detach().numpy(), t_out.detach().numpy(), rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-10, atol=1e-10)
 
 
@@ -120,7 +120,7 @@ def test_conv2d_only_weight_requires_grad():
     x = frost.Tensor(RNG.standard_normal((2, 3, 5, 5)))
     w = frost.Tensor(RNG.standard_normal((4, 3, 3, 3)), requires_grad=True)
     conv2d(x, w).sum().backward()
-    tw = torch.tensor(w.numpy(), requires_grad=True)
+    tw = torch.tensor(w.detach().numpy(), requires_grad=True)
     TF.conv2d(torch.tensor(x.numpy()), tw).sum().backward()
     assert x.grad is None
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-10)
@@ -170,7 +170,7 @@ def test_conv2d_stacked_layers_with_relu():
     f_out.backward(frost.Tensor(g))
     t_out.backward(torch.tensor(g))
     for f, t in ((f_out, t_out), (fx.grad, tx.grad), (fw1.grad, tw1.grad), (fw2.grad, tw2.grad)):
-        np.testing.assert_allclose(f.numpy(), t.detach().numpy(), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(f.detach().numpy(), t.detach().numpy(), rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -183,13 +183,13 @@ def test_conv2d_half_precision_keeps_dtype(dtype):
     out.backward(g)
     assert out.dtype == x.grad.dtype == w.grad.dtype == frost.Tensor(np.zeros(1)).to(dtype).dtype
     # the oracle: float64 on the same rounded inputs; each result is rounded once to the dtype
-    xt, wt = (torch.tensor(t.numpy().astype(np.float64), requires_grad=True) for t in (x, w))
+    xt, wt = (torch.tensor(t.detach().numpy().astype(np.float64), requires_grad=True) for t in (x, w))
     expected = TF.conv2d(xt, wt, padding=1)
     expected.backward(torch.tensor(g.numpy().astype(np.float64)))
     eps = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11
     for ours, theirs in ((out, expected.detach()), (x.grad, xt.grad), (w.grad, wt.grad)):
         theirs = theirs.numpy()
-        np.testing.assert_allclose(ours.numpy().astype(np.float64), theirs, rtol=2 * eps,
+        np.testing.assert_allclose(ours.detach().numpy().astype(np.float64), theirs, rtol=2 * eps,
                                    atol=2 * eps * abs(theirs).max())
 
 
@@ -234,8 +234,8 @@ def test_error_device_mismatch(monkeypatch):
         def device(self):
             return frost.Device("cuda:0")
     w.__class__ = FakeCudaWeight
-    with pytest.raises(RuntimeError, match=r"conv2d: input and weight are on different devices: "
-                                           r"input \(1, 3, 8, 8\) float32 on cpu, weight \(4, 3, 3, 3\) float32 on cuda:0"):
+    with pytest.raises(RuntimeError, match=r"conv2d: input and weight are on different devices: input \(1, 3, 8, 8\) "
+                                           r"float32 on cpu, weight \(4, 3, 3, 3\) float32 on cuda:0"):
         conv2d(x, w)
 
 
@@ -268,6 +268,6 @@ def test_conv2d_cuda_matches_cpu(kwargs):
         fx, fw, fb = (frost.tensor(a, device=device, requires_grad=True) for a in (x, w, b))
         out = conv2d(fx, fw, fb, **kwargs)
         (out * out).sum().backward()
-        results.append([t.cpu().numpy() for t in (out, fx.grad, fw.grad, fb.grad)])
+        results.append([t.detach().cpu().numpy() for t in (out, fx.grad, fw.grad, fb.grad)])
     for cpu_r, gpu_r in zip(*results):
         np.testing.assert_allclose(gpu_r, cpu_r, rtol=2e-3, atol=2e-3)  # TF32 on the GPU

@@ -38,7 +38,7 @@ def test_matches_torch_float64(channels_last, bias):
     for name, got, expected in zip(("y", "dx", "dw", "db"), (y, X.grad, W.grad, B), want):
         if expected is not None:
             got = got.grad if name == "db" else got
-            np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=1e-12, err_msg=name)
+            np.testing.assert_allclose(got.detach().numpy(), expected, rtol=1e-12, atol=1e-12, err_msg=name)
     assert is_channels_last(X.grad.data) == channels_last   # dx in x's memory format
 
 
@@ -50,7 +50,7 @@ def test_half_precision_input_gives_float32_logits():
     y = F.avg_pool_linear(X, W)
     assert y.dtype == frost.float32 and X.grad is None
     want = x.astype(np.float64).mean(axis=(2, 3)) @ w.astype(np.float64).T
-    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-6, atol=1e-6)
     y.sum().backward()
     assert X.grad.dtype == frost.bfloat16 and W.grad.dtype == frost.float32
     np.testing.assert_allclose(X.grad.numpy().astype(np.float64),

@@ -21,7 +21,7 @@ def _pair(a, grad=True):
 
 
 def _close(frost_t, torch_t, tol=1e-10):
-    np.testing.assert_allclose(frost_t.numpy(), torch_t.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(frost_t.detach().numpy(), torch_t.detach().numpy(), rtol=tol, atol=tol)
 
 
 def _backward_both(out_f, out_t, rng):
@@ -94,7 +94,7 @@ def test_cross_entropy_low_precision_keeps_dtype(dtype):
     xf = frost.tensor(x, dtype=dtype, requires_grad=True)
     out = cross_entropy(xf, frost.Tensor(t), label_smoothing=0.1)
     assert out.dtype.name == dtype
-    xt = torch.tensor(xf.numpy().astype(np.float64), requires_grad=True)
+    xt = torch.tensor(xf.detach().numpy().astype(np.float64), requires_grad=True)
     ref = F.cross_entropy(xt, torch.tensor(t), label_smoothing=0.1)
     eps = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 ** -24}[dtype]  # one rounding to the dtype
     np.testing.assert_allclose(float(out.item()), ref.item(), rtol=2 * eps)
@@ -263,7 +263,7 @@ def test_bce_with_logits_extreme_float32_is_finite():
     out = binary_cross_entropy_with_logits(x, t, reduction="none")
     ref = F.binary_cross_entropy_with_logits(torch.tensor([[100.0, -100.0, 1e4, -1e4]]),
                                              torch.tensor([[0.0, 1.0, 1.0, 0.0]]), reduction="none")
-    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-6)
     out.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [[1.0, -1.0, 0.0, 0.0]], atol=1e-6)
 
@@ -305,7 +305,7 @@ def test_losses_cuda_match_cpu(case):
                "bce": lambda: binary_cross_entropy_with_logits(fx, tf, pos_weight=frost.tensor(
                    np.full(3, 2.0, np.float32), device=device))}[case]()
         out.backward()
-        results.append([t.cpu().numpy() for t in (out, fx.grad)])
+        results.append([t.detach().cpu().numpy() for t in (out, fx.grad)])
     for cpu_r, gpu_r in zip(*results):
         np.testing.assert_allclose(gpu_r, cpu_r, rtol=1e-5, atol=1e-5)
 

@@ -15,7 +15,7 @@ def _check(frost_fn, torch_fn, *arrays, atol=1e-10, rtol=1e-9):
     fo, to = frost_fn(*fs), torch_fn(*ts)
     assert fo.shape == tuple(to.shape)
     assert fo.dtype.name == str(to.dtype).replace("torch.", "")
-    np.testing.assert_allclose(fo.numpy(), to.detach().numpy(), atol=atol, rtol=rtol)
+    np.testing.assert_allclose(fo.detach().numpy(), to.detach().numpy(), atol=atol, rtol=rtol)
     up = RNG.standard_normal(fo.shape).astype(arrays[0].dtype)
     fo.backward(frost.tensor(up))
     to.backward(torch.tensor(up))
@@ -54,7 +54,7 @@ def test_rmatmul_with_numpy_array():
     b = frost.tensor(RNG.standard_normal((4, 2)), requires_grad=True)
     out = a @ b  # NumPy defers to Tensor.__rmatmul__ (__array_priority__)
     assert isinstance(out, frost.Tensor)
-    np.testing.assert_allclose(out.numpy(), a @ b.numpy())
+    np.testing.assert_allclose(out.detach().numpy(), a @ b.detach().numpy())
     out.sum().backward()
     np.testing.assert_allclose(b.grad.numpy(), a.T @ np.ones((3, 2)))
 
@@ -121,7 +121,8 @@ def test_low_precision_matmul_keeps_dtype(dt):
     ta, tb = torch.tensor(a, dtype=getattr(torch, dt)), torch.tensor(b, dtype=getattr(torch, dt))
     out = fa @ fb
     assert out.dtype.name == dt
-    np.testing.assert_allclose(out.numpy().astype(np.float64), (ta @ tb).double().numpy(), atol=0.05, rtol=0.02)
+    np.testing.assert_allclose(out.detach().numpy().astype(np.float64), (ta @ tb).double().detach().numpy(), atol=0.05,
+                               rtol=0.02)
     out.sum().backward()
     assert fa.grad.dtype.name == dt and fb.grad.dtype.name == dt
     lin = linear(fa, frost.tensor(b.T, dtype=dt, requires_grad=True), frost.zeros(2, dtype=dt, requires_grad=True))

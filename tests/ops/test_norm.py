@@ -18,7 +18,7 @@ def _opt_pair(rng, shape, present, shift=0.0):
 
 
 def _close(frost_t, torch_t, tol=1e-10):
-    np.testing.assert_allclose(frost_t.numpy(), torch_t.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(frost_t.detach().numpy(), torch_t.detach().numpy(), rtol=tol, atol=tol)
 
 
 def _backward_both(out_f, out_t, rng):
@@ -106,9 +106,9 @@ def test_batch_norm_half_precision_keeps_float32_statistics(dtype):
     rm, rv = frost.zeros(4), frost.ones(4)
     out = batch_norm(xf, rm, rv, frost.ones(4, dtype=dtype), frost.zeros(4, dtype=dtype), training=True)
     assert out.dtype.name == dtype
-    x_rounded = xf.numpy().astype(np.float64)
+    x_rounded = xf.detach().numpy().astype(np.float64)
     ref = F.batch_norm(torch.tensor(x_rounded), None, None, training=True).numpy()
-    np.testing.assert_allclose(out.numpy().astype(np.float64), ref, atol=0.05)
+    np.testing.assert_allclose(out.detach().numpy().astype(np.float64), ref, atol=0.05)
     np.testing.assert_allclose(rm.numpy(), 0.1 * x_rounded.mean(axis=(0, 2)), rtol=1e-4)
     np.testing.assert_allclose(rv.numpy(), 0.9 + 0.1 * x_rounded.var(axis=(0, 2), ddof=1), rtol=1e-4)
     g = rng.standard_normal(x.shape)  # a random upstream gradient: sum()'s would give BN's input almost nothing
@@ -208,8 +208,8 @@ def test_layer_norm_low_precision(dtype):
     xf = frost.tensor(x, dtype=dtype, requires_grad=True)
     out = layer_norm(xf, 64, frost.ones(64, dtype=dtype), frost.zeros(64, dtype=dtype))
     assert out.dtype.name == dtype
-    ref = F.layer_norm(torch.tensor(xf.numpy().astype(np.float64)), (64,)).numpy()
-    np.testing.assert_allclose(out.numpy().astype(np.float64), ref, atol=0.03 if dtype != "float32" else 1e-4)
+    ref = F.layer_norm(torch.tensor(xf.detach().numpy().astype(np.float64)), (64,)).detach().numpy()
+    np.testing.assert_allclose(out.detach().numpy().astype(np.float64), ref, atol=0.03 if dtype != "float32" else 1e-4)
     out.backward(frost.ones_like(out))
     assert xf.grad.dtype.name == dtype
 
@@ -280,6 +280,6 @@ def test_norm_cuda_matches_cpu(case):
         else:
             out = rms_norm(fx, 6, w)
         out.backward(frost.tensor(g, device=device))
-        results.append([t.cpu().numpy() for t in (out, fx.grad, w.grad, rm, rv)])
+        results.append([t.detach().cpu().numpy() for t in (out, fx.grad, w.grad, rm, rv)])
     for cpu_r, gpu_r in zip(*results):
         np.testing.assert_allclose(gpu_r, cpu_r, rtol=1e-4, atol=1e-4)

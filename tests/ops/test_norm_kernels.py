@@ -249,7 +249,7 @@ def test_fused_op_on_the_cpu_is_the_composition():
     counter = frost.tensor(0, dtype="int64")
     out = norm.batch_norm_act(x, None, None, training=True, residual=r, relu=True, num_batches_tracked=counter)
     ref = (norm.batch_norm(x, None, None, training=True) + r).relu()
-    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-6)
     assert counter.item() == 1
     norm.batch_norm_act(x, frost.zeros(3), frost.ones(3), training=False, num_batches_tracked=counter)
     assert counter.item() == 1  # evaluation does not count
@@ -269,7 +269,7 @@ def test_gpu_path_launches_in_the_simulator_match_the_generic_path(shape, monkey
         rm, rv, counter = frost.zeros(shape[1]), frost.ones(shape[1]), frost.tensor(3, dtype="int64")
         out = norm.batch_norm_act(tx, rm, rv, tw, tb, True, MOMENTUM, EPS, tr, True, num_batches_tracked=counter)
         out.backward(frost.tensor(g))
-        results.append([t.numpy() for t in (out, tx.grad, tw.grad, tb.grad, tr.grad, rm, rv, counter)])
+        results.append([t.detach().numpy() for t in (out, tx.grad, tw.grad, tb.grad, tr.grad, rm, rv, counter)])
     assert results[0][-1] == results[1][-1] == 4
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -289,7 +289,7 @@ def _run(dev, x, w, b, res, g, relu, residual):
                               num_batches_tracked=counter)
     out.backward(frost.tensor(g, device=dev))
     grads = [tx.grad, tw.grad, tb.grad] + ([tr.grad] if residual else [])
-    return [t.cpu().numpy() if dev == "cuda" else t.numpy() for t in [out, *grads, rm, rv, counter]]
+    return [t.detach().cpu().numpy() for t in [out, *grads, rm, rv, counter]]
 
 
 # fused: hw = 1024, 256, 64 (the seed's), 49 and 143 (rows straddling blocks); fallback: hw = 36, 1, 1
@@ -342,7 +342,7 @@ def _check_replays_in_a_cuda_graph(shape, calls: int, layout=lambda a: a):
     want_rm, want_rv = np.zeros(C), np.ones(C)
     for i in range(calls):  # eager twice, capture, then replays with new inputs
         xi = x * (1 + i) + rng.standard_normal(x.shape).astype(np.float32)
-        got = [t.cpu().numpy() for t in jitted(on_gpu(xi), on_gpu(res))]
+        got = [t.detach().cpu().numpy() for t in jitted(on_gpu(xi), on_gpu(res))]
         want = _reference64(xi, w, b, res, g, 1, want_rm, want_rv)
         want_rm, want_rv = want["rm"], want["rv"]
         for a, key in zip(got, ("y", "dw", "db")):
@@ -365,8 +365,8 @@ def test_gpu_batchnorm_module_counts_batches_once(momentum):
     f, c = frost.nn.BatchNorm2d(16, momentum=momentum).cuda(), frost.nn.BatchNorm2d(16, momentum=momentum)
     for step in range(3):
         x = rng.standard_normal((8, 16, 16, 16)).astype(np.float32) * (step + 1)
-        np.testing.assert_allclose(f(frost.tensor(x, device="cuda")).cpu().numpy(), c(frost.tensor(x)).numpy(),
-                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(f(frost.tensor(x, device="cuda")).detach().cpu().numpy(),
+                                   c(frost.tensor(x)).detach().numpy(), rtol=1e-4, atol=1e-4)
     assert f.num_batches_tracked.item() == c.num_batches_tracked.item() == 3
     for name in ("running_mean", "running_var"):
         np.testing.assert_allclose(getattr(f, name).cpu().numpy(), getattr(c, name).numpy(), rtol=1e-4, atol=1e-5)
@@ -438,7 +438,7 @@ def _run_generic(x, w, b, res, g, relu, residual, affine=True, track=True, momen
     out.backward(frost.tensor(g))
     leaves = [t.grad.numpy() for t in (tx, tw, tb, tr) if t is not None]
     stats = [t.numpy() for t in (rm, rv) if t is not None]
-    return out.numpy(), leaves, stats
+    return out.detach().numpy(), leaves, stats
 
 
 def _check_nhwc_against_generic(x, w, b, res, g, relu, residual, affine=True, track=True, **kw):
@@ -632,7 +632,7 @@ def _run_cuda_nhwc(x, w, b, res, g, relu, residual, res_layout=as_channels_last,
     assert is_channels_last(returned[0]) and (not residual or is_channels_last(returned[-1]))
     assert returned[0].dtype == out.data.dtype and (not residual or returned[-1].dtype == out.data.dtype)
     assert returned[1].dtype == returned[2].dtype == np.float32  # dweight, dbias
-    arrays = [out.cpu().numpy()] + [a.get() for a in returned] + [rm.cpu().numpy(), rv.cpu().numpy()]
+    arrays = [out.detach().cpu().numpy()] + [a.get() for a in returned] + [rm.cpu().numpy(), rv.cpu().numpy()]
     return [a.astype(np.float32) for a in arrays] + [counter.item()]
 
 
@@ -845,8 +845,8 @@ def test_autocast_conv_bn_conv_chain_stays_bf16(simulated_gpu):
             z.retain_grad()
             out = conv2d(z, tw2, padding=1)
         out.backward(frost.tensor(g).to(out.dtype))
-        return h, [a.astype(np.float32) for a in (out.numpy(), z.grad.numpy(), tw1.grad.numpy(), tw2.grad.numpy(),
-                                                 tg.grad.numpy(), tb.grad.numpy())]
+        return h, [a.astype(np.float32) for a in (out.detach().numpy(), z.grad.numpy(), tw1.grad.numpy(),
+                                                 tw2.grad.numpy(), tg.grad.numpy(), tb.grad.numpy())]
 
     h_half, got = chain(True)
     assert h_half.grad.dtype == frost.bfloat16 and is_channels_last(h_half.grad.data)
@@ -907,7 +907,8 @@ def test_gpu_autocast_conv_bn_conv_chain_stays_bf16():
         out.backward(frost.tensor(g, device="cuda").to(out.dtype))
         if half:
             assert h.grad.dtype == frost.bfloat16 and is_channels_last(h.grad.data)
-        return [t.cpu().numpy().astype(np.float32) for t in (out, h.grad, tw1.grad, tw2.grad, tg.grad, tb.grad, rm, rv)]
+        return [t.detach().cpu().numpy().astype(np.float32)
+                for t in (out, h.grad, tw1.grad, tw2.grad, tg.grad, tb.grad, rm, rv)]
 
     def torch_chain(half):
         import torch

@@ -22,7 +22,7 @@ def _compare(frost_fn, torch_fn, x_np, *args, rtol=1e-10, atol=1e-10, **kwargs):
     f_out = frost_fn(fx, *args, **kwargs)
     assert f_out.shape == tuple(t_out.shape)
     assert f_out.dtype == frost.Tensor(x_np).dtype
-    np.testing.assert_allclose(f_out.numpy(), t_out.detach().numpy(), rtol=rtol, atol=atol, err_msg="output")
+    np.testing.assert_allclose(f_out.detach().numpy(), t_out.detach().numpy(), rtol=rtol, atol=atol, err_msg="output")
     f_out.backward(frost.Tensor(g))
     assert fx.grad.shape == x_np.shape
     np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=rtol, atol=atol, err_msg="input grad")
@@ -203,7 +203,7 @@ def test_pool_cuda_matches_cpu(fn, args):
         fx = frost.tensor(x, device=device, requires_grad=True)
         out = fn(fx, *args)
         out.backward(frost.tensor(g, device=device))
-        results.append((out.cpu().numpy(), fx.grad.cpu().numpy()))
+        results.append((out.detach().cpu().numpy(), fx.grad.cpu().numpy()))
     for cpu_r, gpu_r in zip(*results):
         np.testing.assert_allclose(gpu_r, cpu_r, rtol=1e-5, atol=1e-5)
 
@@ -217,7 +217,7 @@ def test_bf16_windows_add_up_in_float32(pool):
     t = frost.tensor(x, requires_grad=True)
     out = F.adaptive_avg_pool2d(t, (1, 1)) if pool == "adaptive" else F.avg_pool2d(t, 8)
     assert out.dtype == frost.bfloat16
-    np.testing.assert_array_equal(out.numpy().view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(out.detach().numpy().view(np.uint16), want.view(np.uint16))
     out.backward(frost.tensor(np.ones(out.shape, bf16)))
     assert t.grad.dtype == frost.bfloat16
     np.testing.assert_array_equal(t.grad.numpy().astype(np.float32), np.full(x.shape, 1 / 64, np.float32))
@@ -238,7 +238,7 @@ def test_max_pool_window_of_minus_infinity_picks_a_real_element_not_the_padding(
     fo, fi = F.max_pool2d(f, 2, padding=1, return_indices=True)
     to, ti = TF.max_pool2d(t, 2, padding=1, return_indices=True)
     np.testing.assert_array_equal(fi.numpy(), ti.numpy())
-    np.testing.assert_array_equal(fo.numpy(), to.detach().numpy())
+    np.testing.assert_array_equal(fo.detach().numpy(), to.detach().numpy())
     fo.sum().backward()
     to.sum().backward()
     np.testing.assert_array_equal(f.grad.numpy(), t.grad.numpy())

@@ -14,10 +14,10 @@ def _ones(shape, dtype="float32", grad=True):
 def test_dropout_keeps_about_one_minus_p(p):
     frost.manual_seed(0)
     out = dropout(_ones((200, 500)), p)
-    kept = (out.numpy() != 0).mean()
+    kept = (out.detach().numpy() != 0).mean()
     # 100k Bernoulli draws: the standard deviation of the mean is below 0.0016
     assert abs(kept - (1 - p)) < 0.01
-    assert abs(out.numpy().mean() - 1.0) < 0.03  # inverted dropout keeps the expectation
+    assert abs(out.detach().numpy().mean() - 1.0) < 0.03  # inverted dropout keeps the expectation
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
@@ -28,12 +28,12 @@ def test_dropout_scaling_is_exact_and_gradient_is_mask_times_scale(dtype):
     x = frost.Tensor(x_np.copy(), requires_grad=True)
     out = dropout(x, p)
     assert out.dtype.name == dtype
-    kept = out.numpy() != 0
+    kept = out.detach().numpy() != 0
     scale = np.asarray(1 / (1 - p), dtype=dtype)
-    np.testing.assert_array_equal(out.numpy()[kept], x_np[kept] * scale)
-    np.testing.assert_allclose(out.numpy()[kept].astype(np.float64), x_np[kept].astype(np.float64) / (1 - p),
+    np.testing.assert_array_equal(out.detach().numpy()[kept], x_np[kept] * scale)
+    np.testing.assert_allclose(out.detach().numpy()[kept].astype(np.float64), x_np[kept].astype(np.float64) / (1 - p),
                                rtol=2e-3 if dtype == "float16" else 1e-6)
-    assert (out.numpy()[~kept] == 0).all()
+    assert (out.detach().numpy()[~kept] == 0).all()
     g = np.random.default_rng(1).standard_normal((50, 40)).astype(dtype)
     out.backward(frost.Tensor(g))
     np.testing.assert_array_equal(x.grad.numpy(), np.where(kept, g * scale, 0).astype(dtype))
@@ -71,7 +71,7 @@ def test_dropout_identity_cases():
 def test_dropout_p_one_zeroes_everything_and_its_gradient():
     x = frost.randn(3, 4, requires_grad=True)
     out = dropout(x, 1.0)
-    assert (out.numpy() == 0).all()
+    assert (out.detach().numpy() == 0).all()
     out.sum().backward()
     assert (x.grad.numpy() == 0).all()
 
@@ -90,9 +90,9 @@ def test_dropout2d_zeroes_whole_channels():
     frost.manual_seed(3)
     x = frost.randn(4, 16, 5, 5, requires_grad=True)
     out = dropout2d(x, 0.5)
-    per_channel = out.numpy().reshape(4, 16, -1)
+    per_channel = out.detach().numpy().reshape(4, 16, -1)
     zero = (per_channel == 0).all(axis=2)
-    kept = np.isclose(per_channel, x.numpy().reshape(4, 16, -1) * 2).all(axis=2)
+    kept = np.isclose(per_channel, x.detach().numpy().reshape(4, 16, -1) * 2).all(axis=2)
     assert (zero | kept).all() and zero.any() and kept.any()
     out.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy().reshape(4, 16, -1)[:, :, 0], np.where(zero, 0, 2))
@@ -122,7 +122,8 @@ def test_dropout_cuda_uses_the_cuda_generator():
     frost.manual_seed(4)
     keep = frost.backend.cuda.generator().random((256, 256), dtype="float32") >= p
     assert out.device.type == "cuda"
-    np.testing.assert_array_equal(out.cpu().numpy() != 0, frost.backend.cuda.to_host(keep))
-    assert abs((out.cpu().numpy() != 0).mean() - (1 - p)) < 0.01
+    values = out.detach().cpu().numpy()
+    np.testing.assert_array_equal(values != 0, frost.backend.cuda.to_host(keep))
+    assert abs((values != 0).mean() - (1 - p)) < 0.01
     out.sum().backward()
-    np.testing.assert_array_equal(x.grad.cpu().numpy(), out.cpu().numpy())
+    np.testing.assert_array_equal(x.grad.cpu().numpy(), values)

@@ -33,7 +33,7 @@ def torch_params(arrays) -> list[torch.Tensor]:
 
 def set_frost_grads(step: int, fparams) -> None:
     for i, fp in enumerate(fparams):
-        g = gradient(step, i, fp.numpy())
+        g = gradient(step, i, fp.detach().numpy())
         fp.grad = None if g is None else frost.Tensor(g)
 
 
@@ -58,7 +58,7 @@ def train(fopt, topt, fparams, tparams, steps: range) -> None:
 
 def assert_params_close(fparams, tparams, rtol: float = 1e-12, atol: float = 1e-14) -> None:
     for i, (fp, tp) in enumerate(zip(fparams, tparams)):
-        np.testing.assert_allclose(fp.numpy(), tp.detach().numpy(), rtol=rtol, atol=atol,
+        np.testing.assert_allclose(fp.detach().numpy(), tp.detach().numpy(), rtol=rtol, atol=atol,
                                    err_msg=f"parameter {i} of shape {SHAPES[i]}")
 
 
@@ -84,7 +84,7 @@ def run_on_fixed_gradients(device: str, make_optimizer, steps: int = 20,
     params = [frost.tensor(rng.standard_normal(s).astype(np.float32), device=device, requires_grad=True)
               for s in shapes]
     opt = make_optimizer(params)
-    sched = frost.optim.schedule.StepLR(opt, step_size=5, gamma=0.5) if step_lr else None
+    sched = frost.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5) if step_lr else None
     for _ in range(steps):
         opt.zero_grad()
         for p in params:
@@ -123,7 +123,7 @@ def assert_resumes_exactly_through_a_file(tmp_path, make, fresh):
     opt2.load_state_dict(saved["opt"])
     run_frost(opt2, resumed, range(10, 20))
     for a, b in zip(resumed, straight):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
     return opt2
 
 

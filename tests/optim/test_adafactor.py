@@ -68,7 +68,7 @@ def test_adafactor_matches_the_paper_over_20_steps(options):
         paper_options.update(eps1=options["eps"][0], eps2=options["eps"][1])
     want = paper_adafactor(arrays, range(20), **paper_options)
     for i, (p, x) in enumerate(zip(params, want)):
-        np.testing.assert_allclose(p.numpy(), x, rtol=1e-12, atol=1e-14, err_msg=f"param {i} {SHAPES[i]}")
+        np.testing.assert_allclose(p.detach().numpy(), x, rtol=1e-12, atol=1e-14, err_msg=f"param {i} {SHAPES[i]}")
 
 
 def test_factored_state_is_sublinear_and_named_as_in_pytorch():
@@ -96,7 +96,7 @@ def test_adafactor_matches_torch_where_the_variants_agree(wd):
             p.grad = None if g is None else torch.from_numpy(g)
         topt.step()
     for i, (a, b) in enumerate(zip(fp, tp)):
-        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-14, err_msg=f"param {i}")
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-14, err_msg=f"param {i}")
     tsd = topt.state_dict()["state"]
     for i, state in fopt.state_dict()["state"].items():
         assert set(state) == set(tsd[i])
@@ -195,7 +195,7 @@ def reference_run(arrays, grads, options):
 
 def assert_matches_reference(opt, params, ref_params, ref_states, steps):
     for i, (p, x, state) in enumerate(zip(params, ref_params, ref_states)):
-        np.testing.assert_allclose(p.numpy(), x, rtol=1e-5, atol=1e-6, err_msg=f"param {i} {FLAT_SHAPES[i]}")
+        np.testing.assert_allclose(p.detach().numpy(), x, rtol=1e-5, atol=1e-6, err_msg=f"param {i} {FLAT_SHAPES[i]}")
         assert sorted(opt.state[p]) == sorted([*state, "step"]), i
         assert float(opt.state[p]["step"].item()) == steps
         for name, want in state.items():
@@ -216,7 +216,7 @@ def test_simulated_flat_kernel_equals_the_cpu_rule(monkeypatch, options):
     assert sorted(opt._flat) == [0, 1], "both groups should have gone flat"
     assert opt._flat[0].last_strides.tolist() == [1, 1, 1, 1, 1, 4], "the flat group should keep channels-last"
     assert_matches_reference(opt, params, *reference_run(arrays, grads, options), steps=4)
-    dead = params[DEAD].numpy()
+    dead = params[DEAD].detach().numpy()
     assert np.isfinite(dead).all()
     if "weight_decay" not in options:  # U is 0 on the dead row: it never moves
         np.testing.assert_array_equal(dead[DEAD_ROW], arrays[DEAD][DEAD_ROW])
@@ -267,7 +267,8 @@ def test_flat_state_dict_round_trip_to_flat_and_per_tensor(monkeypatch):
         run_steps(opt2, resumed, grads[3:])
         assert bool(opt2._flat) == flat_again
         for i, (a, b) in enumerate(zip(resumed, straight)):
-            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"param {i}")
         assert float(opt2.state[resumed[0]]["step"].item()) == 5
 
 
@@ -318,7 +319,7 @@ def test_anomaly_mode_names_the_parameter_with_a_nan_gradient():
     w.grad, b.grad = frost.Tensor(np.array([[0, 1, 2], [3, np.nan, 5]], np.float32)), frost.ones(3)
     with detect_anomaly(), pytest.raises(AnomalyError, match="'fc.weight'"):
         opt.step()
-    np.testing.assert_array_equal(b.numpy(), np.zeros(3))
+    np.testing.assert_array_equal(b.detach().numpy(), np.zeros(3))
 
 
 def test_float32_and_bfloat16_params_keep_their_dtype():
@@ -330,7 +331,7 @@ def test_float32_and_bfloat16_params_keep_their_dtype():
             opt.step()
         assert p.dtype == dtype and opt.state[p]["row_var"].dtype == dtype
         # U = sign(G) (RMS 1) and alpha = RMS(p) * min(0.1, 1/sqrt(t)) = 0.1 * p: p *= 0.9 each step
-        np.testing.assert_allclose(p.numpy().astype(np.float32), 0.9 ** 3, rtol=1e-2)
+        np.testing.assert_allclose(p.detach().numpy().astype(np.float32), 0.9 ** 3, rtol=1e-2)
 
 
 def test_dead_units_in_float32_give_no_nan():
@@ -344,7 +345,7 @@ def test_dead_units_in_float32_give_no_nan():
         g[:2, :2] = 0.1
         p.grad = frost.tensor(g)
         opt.step()
-    assert np.isfinite(p.numpy()).all()
+    assert np.isfinite(p.detach().numpy()).all()
 
 
 @pytest.mark.cuda

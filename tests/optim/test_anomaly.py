@@ -38,15 +38,15 @@ def test_nan_gradient_is_reported_with_the_parameters_name(cls, options):
     model = model_with_gradients()
     opt = cls(model.named_parameters(), **options)
     model.fc.weight.grad.data[1, 2] = np.nan
-    before = [p.numpy().copy() for p in model.parameters()]
+    before = [p.detach().numpy().copy() for p in model.parameters()]
     with detect_anomaly():
         with pytest.raises(AnomalyError, match=r"anomaly: gradient of parameter 'fc\.weight' \(shape \(3, 4\), "
                                                r"float32\) contains NaN or inf at " + cls.__name__):
             opt.step()
     for p, b in zip(model.parameters(), before):  # the check comes before any update
-        np.testing.assert_array_equal(p.numpy(), b)
+        np.testing.assert_array_equal(p.detach().numpy(), b)
     opt.step()  # outside anomaly mode nothing is checked: the NaN goes through
-    assert np.isnan(model.fc.weight.numpy()).any()
+    assert np.isnan(model.fc.weight.detach().numpy()).any()
 
 
 def test_inf_in_a_bias_and_unnamed_parameters_are_named_by_group_and_index():
@@ -75,6 +75,6 @@ def test_named_parameters_train_exactly_like_plain_parameters():
         opt = AdamW(model.named_parameters() if named else model.parameters(), lr=0.1)
         with detect_anomaly():
             opt.step()
-        steps.append([p.numpy() for p in model.parameters()] + [opt.state_dict()["param_groups"][0]["params"]])
+        steps.append([p.detach().numpy() for p in model.parameters()] + [opt.state_dict()["param_groups"][0]["params"]])
     for a, b in zip(*steps):
         np.testing.assert_array_equal(a, b)

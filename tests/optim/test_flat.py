@@ -63,7 +63,7 @@ def model_zero_grad(params, opt, set_to_none):
 
 def assert_matches_torch(fp, tp):
     for i, (a, b) in enumerate(zip(fp, tp)):
-        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=2e-5, atol=2e-6, err_msg=f"param {i}")
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=2e-5, atol=2e-6, err_msg=f"param {i}")
 
 
 @pytest.mark.parametrize("make,torch_make,options", OPTIMIZERS, ids=IDS)
@@ -110,13 +110,13 @@ def test_a_step_without_any_gradient_changes_nothing(simulated_flat):
     opt = AdamW(params, lr=0.1)
     loss(params, inputs[0], frost, [0, 1]).backward()
     opt.step()
-    before = [p.numpy().copy() for p in params]
+    before = [p.detach().numpy().copy() for p in params]
     for p in params:
         p.grad = None
     opt.step()  # torch has no gradients here and changes nothing
     assert opt._flat and float(opt.state[params[0]]["step"].item()) == 1
     for a, b in zip(params, before):
-        np.testing.assert_array_equal(a.numpy(), b)
+        np.testing.assert_array_equal(a.detach().numpy(), b)
 
 
 @pytest.mark.parametrize("make,torch_make,options", OPTIMIZERS, ids=IDS)
@@ -167,7 +167,7 @@ def test_a_parameter_whose_data_was_replaced_leaves_the_flat_buffer(simulated_fl
     loss(params, inputs[0], frost, [0, 1]).backward()
     opt.step()
     params[1].data = params[1].data.copy()  # as model.to() would: the buffer no longer holds it
-    before = params[1].numpy().copy()
+    before = params[1].detach().numpy().copy()
     opt.zero_grad()
     loss(params, inputs[1], frost, [0, 1]).backward()
     grad = params[1].grad.numpy().copy()
@@ -175,7 +175,7 @@ def test_a_parameter_whose_data_was_replaced_leaves_the_flat_buffer(simulated_fl
     with pytest.warns(UserWarning, match=r"param 0.1 no longer lies in the group's flat buffer"):
         opt.step()
     assert not opt._flat
-    np.testing.assert_allclose(params[1].numpy(), before - 0.1 * (0.9 * buf + grad), rtol=1e-6)
+    np.testing.assert_allclose(params[1].detach().numpy(), before - 0.1 * (0.9 * buf + grad), rtol=1e-6)
 
 
 def test_an_option_the_kernel_lacks_set_later_leaves_the_flat_path(simulated_flat):
@@ -195,7 +195,7 @@ def test_an_option_the_kernel_lacks_set_later_leaves_the_flat_path(simulated_fla
             assert bool(opt._flat) == (flat_groups and step < 2)
         runs.append(params)
     for a, b in zip(*runs):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.cuda
@@ -216,7 +216,7 @@ def test_gpu_flat_groups_follow_the_cpu_run():
                 opt.step()
                 if device == "cuda" and step == 1:
                     assert opt._flat, "two steps with every gradient: the CUDA group should be flat"
-        results[device] = [p.numpy() for p in params]
+        results[device] = [p.detach().numpy() for p in params]
         steps = [float(opt.state[p]["step"].item()) for p in params]
         assert steps == [5, 3], device
     for a, b in zip(results["cuda"], results["cpu"]):

@@ -90,7 +90,7 @@ def test_simulated_flat_group_equals_the_per_tensor_path(monkeypatch, opt_cls, o
     opt, params = run_flat_or_per_tensor(opt_cls, options, flat_groups=False)
     assert flat_opt._flat and not opt._flat
     for i, (a, b) in enumerate(zip(flat_params, params)):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
         assert set(flat_opt.state[a]) == set(opt.state[b]), i
         for name, value in opt.state[b].items():
             np.testing.assert_allclose(flat_opt.state[a][name].numpy(), value.numpy(), rtol=1e-5, atol=1e-6,

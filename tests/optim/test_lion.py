@@ -36,7 +36,7 @@ def test_lion_matches_the_paper_over_20_steps(lr, betas, wd):
     run_frost(opt, params, range(20))
     want_x, want_m = paper_lion(arrays, range(20), lr, betas, wd)
     for i, (p, x, m) in enumerate(zip(params, want_x, want_m)):
-        np.testing.assert_allclose(p.numpy(), x, rtol=1e-12, atol=1e-14, err_msg=f"param {i} {SHAPES[i]}")
+        np.testing.assert_allclose(p.detach().numpy(), x, rtol=1e-12, atol=1e-14, err_msg=f"param {i} {SHAPES[i]}")
         np.testing.assert_allclose(opt.state[p]["exp_avg"].numpy(), m, rtol=1e-12, atol=1e-14)
         assert opt.state[p]["exp_avg"].shape == p.shape
     assert float(opt.state[params[0]]["step"].item()) == 20
@@ -49,8 +49,8 @@ def test_lion_defaults_and_first_step_by_hand():
     assert opt.defaults == dict(lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
     p.grad = frost.Tensor(np.array([0.3, 0.0, -4.0]))
     opt.step()  # m = 0, so c = 0.1 g and the step is -lr * sign(g) after the decay
-    np.testing.assert_allclose(p.numpy(), np.array([1.0, -2.0, 0.5]) * (1 - 1e-5) - 1e-4 * np.array([1, 0, -1]),
-                               rtol=1e-15)
+    np.testing.assert_allclose(p.detach().numpy(),
+                               np.array([1.0, -2.0, 0.5]) * (1 - 1e-5) - 1e-4 * np.array([1, 0, -1]), rtol=1e-15)
     np.testing.assert_allclose(opt.state[p]["exp_avg"].numpy(), 0.01 * np.array([0.3, 0.0, -4.0]), rtol=1e-15)
 
 
@@ -62,7 +62,7 @@ def test_param_groups_use_their_own_lr():
     fast, _ = paper_lion(arrays, range(20), 0.05, (0.9, 0.99), 0.2)
     slow, _ = paper_lion(arrays, range(20), 0.01, (0.9, 0.99), 0.2)
     for i, p in enumerate(params):
-        np.testing.assert_allclose(p.numpy(), (fast if i < 2 else slow)[i], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(p.detach().numpy(), (fast if i < 2 else slow)[i], rtol=1e-12, atol=1e-14)
 
 
 def test_state_dict_round_trip_through_a_file(tmp_path):
@@ -120,9 +120,9 @@ def test_anomaly_mode_names_the_parameter_with_a_nan_gradient():
     w.grad, b.grad = frost.ones(2, 3), frost.Tensor(np.array([0.0, np.nan, 1.0], np.float32))
     with detect_anomaly(), pytest.raises(AnomalyError, match="fc.bias"):
         opt.step()
-    np.testing.assert_array_equal(w.numpy(), np.ones((2, 3)))  # nothing was updated
+    np.testing.assert_array_equal(w.detach().numpy(), np.ones((2, 3)))  # nothing was updated
     opt.step()  # outside anomaly mode the step runs (and NaN spreads, as in PyTorch)
-    assert not np.isfinite(b.numpy()[1])
+    assert not np.isfinite(b.detach().numpy()[1])
 
 
 def test_float32_and_bfloat16_params_keep_their_dtype():
@@ -133,4 +133,4 @@ def test_float32_and_bfloat16_params_keep_their_dtype():
             p.grad = frost.full((4, 3), 0.5, dtype=dtype)
             opt.step()
         assert p.dtype == dtype and opt.state[p]["exp_avg"].dtype == dtype
-        np.testing.assert_allclose(p.numpy().astype(np.float32), 0.7, rtol=1e-2)  # three steps of exactly lr
+        np.testing.assert_allclose(p.detach().numpy().astype(np.float32), 0.7, rtol=1e-2)  # three steps of exactly lr

@@ -68,7 +68,7 @@ def initial(dtype=np.float64, seed=0):
 
 def set_grads(step, params):
     for i, p in enumerate(params):
-        g = gradient(step, i, p.numpy())
+        g = gradient(step, i, p.detach().numpy())
         p.grad = None if g is None else frost.tensor(g.astype(p.dtype.np), device=p.device)
 
 
@@ -91,8 +91,9 @@ def test_muon_matches_the_reference_equations_over_20_steps(options):
         opt.step()
         oracle.step([None if p.grad is None else p.grad.numpy() for p in params])
     for i, (p, want) in enumerate(zip(params, oracle.p)):
-        assert not np.allclose(p.numpy(), arrays[i], atol=1e-4), f"parameter {i} barely moved"
-        np.testing.assert_allclose(p.numpy(), want, rtol=1e-10, atol=1e-12, err_msg=f"parameter {i} {SHAPES[i]}")
+        assert not np.allclose(p.detach().numpy(), arrays[i], atol=1e-4), f"parameter {i} barely moved"
+        np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-10, atol=1e-12,
+                                   err_msg=f"parameter {i} {SHAPES[i]}")
     np.testing.assert_allclose(opt.state[params[0]]["momentum_buffer"].numpy(), oracle.buf[0], rtol=1e-12)
     np.testing.assert_allclose(opt.state[params[4]]["exp_avg_sq"].numpy(), oracle.v[4], rtol=1e-12)
 
@@ -134,7 +135,7 @@ def test_groups_split_matrices_from_the_rest_and_use_muon_false():
     opt.step()
     assert set(opt.state[w]) == {"momentum_buffer"}
     assert set(opt.state[b]) == set(opt.state[head]) == {"step", "exp_avg", "exp_avg_sq"}
-    np.testing.assert_allclose(head.numpy(), -0.5, rtol=1e-6)  # AdamW's first step is lr * sign(g)
+    np.testing.assert_allclose(head.detach().numpy(), -0.5, rtol=1e-6)  # AdamW's first step is lr * sign(g)
 
 
 def test_named_parameters_and_add_param_group():
@@ -155,7 +156,7 @@ def test_state_dict_round_trip_through_a_file(tmp_path):
     frost.save({"params": run, "optimizer": opt.state_dict()}, tmp_path / "muon.safetensors")
     ckpt = frost.load(tmp_path / "muon.safetensors")
     for p, saved in zip(resumed, ckpt["params"]):
-        p.data[...] = saved.numpy()
+        p.data[...] = saved.detach().numpy()
     opt2.load_state_dict(ckpt["optimizer"])
     assert float(opt2.state[resumed[4]]["step"].item()) == 10
     for step in range(10, 20):
@@ -164,7 +165,7 @@ def test_state_dict_round_trip_through_a_file(tmp_path):
         set_grads(step, resumed)
         opt2.step()
     for a, b in zip(run, resumed):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
 
 
 @pytest.mark.parametrize("options, match", [
@@ -181,7 +182,8 @@ def test_invalid_hyperparameters(options, match):
 
 @pytest.mark.cuda
 def test_gpu_equals_cpu_on_fixed_gradients(exact_gpu_math):
-    """Newton-Schulz on the GPU (cuDNN matmuls, TF32 off) and the AdamW groups' flat kernel equal the CPU path (float32) over 20 steps."""
+    """Newton-Schulz on the GPU (cuDNN matmuls, TF32 off) and the AdamW groups' flat kernel equal the CPU path
+    (float32) over 20 steps."""
     def run(device):
         params = [frost.tensor(a, device=device, requires_grad=True) for a in initial(np.float32)]
         opt = Muon(params, weight_decay=0.01, adam_lr=0.01, adam_weight_decay=0.01)

@@ -64,7 +64,7 @@ def test_state_dict_round_trip_mid_training_continues_exactly(fcls, tcls, option
     frost.save({"params": fp, "optimizer": fopt.state_dict(), "step": 10}, tmp_path / "ckpt.safetensors")
     ckpt = frost.load(tmp_path / "ckpt.safetensors")
     assert ckpt["step"] == 10
-    resumed = [frost.Tensor(t.numpy(), requires_grad=True) for t in ckpt["params"]]
+    resumed = [frost.Tensor(t.detach().numpy(), requires_grad=True) for t in ckpt["params"]]
     ropt = fcls(groups(resumed, dict(lr=0.1)), **options)
     ropt.load_state_dict(ckpt["optimizer"])
 
@@ -73,7 +73,7 @@ def test_state_dict_round_trip_mid_training_continues_exactly(fcls, tcls, option
         set_frost_grads(step, resumed)
         ropt.step()
     for a, b in zip(resumed, fp):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())  # bit-identical to the uninterrupted run
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())  # bit-identical to the uninterrupted run
     assert_params_close(fp, tp)
 
 
@@ -282,7 +282,7 @@ def test_step_with_closure_on_a_real_model_matches_torch():
         losses.append(fl.item())
     assert losses[-1] < 0.5 * losses[0]
     for a, b in zip(fw, tw):
-        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_a_plain_number_step_is_loaded_as_a_float32_counter():
@@ -310,7 +310,7 @@ def test_cuda_parameters_follow_the_cpu_run(fcls, tcls, options):
         gopt.step()
     for c, g in zip(cpu, gpu):
         assert g.device.type == "cuda"
-        np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(g.detach().numpy(), c.detach().numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_update_rule_gets_the_state_in_order_the_step_and_the_kernel_options_by_name():
@@ -333,7 +333,7 @@ def test_update_rule_gets_the_state_in_order_the_step_and_the_kernel_options_by_
         opt.step()
     assert calls == [((2, 3), (1,), 1.0, 0.5, (0.9, 0.99)), ((), None, 1.0, 0.5, (0.9, 0.99)),
                      ((2, 3), (1,), 2.0, 0.5, (0.9, 0.99)), ((), None, 2.0, 0.5, (0.9, 0.99))]
-    np.testing.assert_array_equal(w.numpy(), np.zeros((2, 3)))
+    np.testing.assert_array_equal(w.detach().numpy(), np.zeros((2, 3)))
     assert sorted(opt.state[b]) == ["first", "step"] and float(opt.state[b]["step"].item()) == 2
 
 

@@ -26,7 +26,7 @@ def test_sgd_matches_torch(options):
     train(fopt, topt, fp, tp, range(20))
     assert_params_close(fp, tp)
     assert_state_close(fopt, topt)
-    assert not np.allclose(fp[0].numpy(), arrays[0])  # it moved
+    assert not np.allclose(fp[0].detach().numpy(), arrays[0])  # it moved
 
 
 def test_sgd_first_step_buffer_is_a_copy_of_the_gradient():
@@ -47,7 +47,7 @@ def test_sgd_without_momentum_keeps_no_state():
         p.grad = frost.ones_like(p)
     opt.step()
     assert opt.state_dict()["state"] == {}
-    np.testing.assert_allclose(fp[1].numpy(), arrays[1] - 0.1)
+    np.testing.assert_allclose(fp[1].detach().numpy(), arrays[1] - 0.1)
 
 
 def test_sgd_rejects_bad_options():
@@ -134,7 +134,7 @@ def test_flat_group_stays_flat_while_momentum_is_zero_and_matches_torch(monkeypa
         fopt.step(), topt.step()
         assert fopt._flat, f"momentum {momentum}: the group should have stayed flat"
     for i, (f, t) in enumerate(zip(fp, tp)):
-        np.testing.assert_allclose(f.numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
+        np.testing.assert_allclose(f.detach().numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
 
 
 def test_flat_group_continues_from_per_tensor_state(monkeypatch):
@@ -161,7 +161,7 @@ def test_flat_group_continues_from_per_tensor_state(monkeypatch):
         opt.step()
         assert bool(opt._flat) == (step >= 3)
     for i, p in enumerate(params):
-        np.testing.assert_allclose(p.numpy(), ref[i], rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
+        np.testing.assert_allclose(p.detach().numpy(), ref[i], rtol=1e-5, atol=1e-6, err_msg=f"param {i}")
         np.testing.assert_allclose(opt.state[p]["momentum_buffer"].numpy(), bufs[i], rtol=1e-5, atol=1e-6)
     assert float(opt.state[params[0]]["step"].item()) == 4  # the flat counter: 1 for the per-tensor steps, + 3
 

@@ -54,7 +54,7 @@ def initial(dtype=np.float64, seed=0):
 
 def set_grads(step, params, scale=1.0):
     for i, p in enumerate(params):
-        g = gradient(step, i, p.numpy(), scale)
+        g = gradient(step, i, p.detach().numpy(), scale)
         p.grad = None if g is None else frost.tensor(g.astype(p.dtype.np), device=p.device)
 
 
@@ -78,7 +78,8 @@ def test_sophia_matches_the_paper_over_20_steps_with_a_hessian_every_3(scale):
             oracle.hessian([None if p.grad is None else p.grad.numpy() for p in params])
     assert oracle.clipped > 10 and oracle.unclipped > 10, (oracle.clipped, oracle.unclipped)
     for i, (p, want) in enumerate(zip(params, oracle.p)):
-        np.testing.assert_allclose(p.numpy(), want, rtol=1e-10, atol=1e-12, err_msg=f"parameter {i} {SHAPES[i]}")
+        np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-10, atol=1e-12,
+                                   err_msg=f"parameter {i} {SHAPES[i]}")
         np.testing.assert_allclose(opt.state[p]["hessian"].numpy(), oracle.h[i], rtol=1e-12)
         np.testing.assert_allclose(opt.state[p]["exp_avg"].numpy(), oracle.m[i], rtol=1e-12)
     assert float(opt.state[params[0]]["step"].item()) == 20 and float(opt.state[params[2]]["step"].item()) == 15
@@ -131,12 +132,17 @@ def test_the_documented_loop_trains_a_classifier():
     losses, hessian_sums = [], []
     for step in range(30):
         loss = F.cross_entropy(model(frost.tensor(x)), frost.tensor(y))
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
         losses.append(loss.item())
         if step % k == k - 1:
             logits = model(frost.tensor(x))
             loss = F.cross_entropy(logits, sample_labels(logits))
-            opt.zero_grad(); loss.backward(); opt.update_hessian(); opt.zero_grad()
+            opt.zero_grad()
+            loss.backward()
+            opt.update_hessian()
+            opt.zero_grad()
             hessian_sums.append(float(opt.state[model.weight]["hessian"].numpy().sum()))
     assert losses[-1] < 0.6 * losses[0], losses
     assert len(hessian_sums) == 6 and all(h > 0 for h in hessian_sums)
@@ -174,13 +180,13 @@ def test_state_dict_round_trip_through_a_file(tmp_path):
     frost.save({"params": run, "optimizer": opt.state_dict()}, tmp_path / "sophia.safetensors")
     ckpt = frost.load(tmp_path / "sophia.safetensors")
     for p, saved in zip(resumed, ckpt["params"]):
-        p.data[...] = saved.numpy()
+        p.data[...] = saved.detach().numpy()
     opt2.load_state_dict(ckpt["optimizer"])
     assert set(opt2.state[resumed[0]]) == {"step", "exp_avg", "hessian"} and opt2.param_groups[0]["k"] == 3
     train(opt, run, range(10, 20))
     train(opt2, resumed, range(10, 20))
     for a, b in zip(run, resumed):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
 
 
 def test_kernel_compiles_for_sm90():

@@ -1,0 +1,72 @@
+"""Tests for frost/backend/cuda.py on a machine without a usable GPU: Frost's message, whatever CuPy raises."""
+import sys
+import types
+
+import pytest
+
+import frost
+from frost.backend import cuda
+
+
+class CUDARuntimeError(RuntimeError):
+    """CuPy's error type for a failed CUDA runtime call (cupy_backends.cuda.api.runtime.CUDARuntimeError)."""
+
+
+def broken_cupy(probe):
+    """A CuPy that imports but whose CUDA calls fail as `probe` does; allocating would fail with CuPy's own error."""
+    def alloc(*args, **kwargs):
+        raise CUDARuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime "
+                               "version (reached CuPy: the check came too late)")
+
+    runtime = types.SimpleNamespace(getDeviceCount=probe, getDevice=alloc)
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime, Device=alloc), asarray=alloc, full=alloc)
+
+
+def raises(message):
+    def probe():
+        raise CUDARuntimeError(message)
+    return probe
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(cuda, "_gpu_seen", False, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("probe, reason", [
+    (raises("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"),
+     "CuPy reports cudaErrorInsufficientDriver: CUDA driver version is insufficient"),
+    (raises("cudaErrorNoDevice: no CUDA-capable device is detected"), "CuPy reports cudaErrorNoDevice"),
+    (lambda: 0, "CUDA sees no GPU"),
+])
+def test_no_usable_gpu_raises_frosts_message_whatever_cupy_says(fresh, probe, reason):
+    fresh.setattr(cuda, "cupy", lambda: broken_cupy(probe))
+    assert not frost.cuda.is_available()
+    for make in (lambda: frost.ones(2).to("cuda"), lambda: frost.ones(2).cuda(), lambda: frost.zeros(2, device="cuda"),
+                 lambda: frost.randn(2, device="cuda"), lambda: frost.tensor([1.0], device="cuda:1")):
+        with pytest.raises(RuntimeError) as info:
+            make()
+        message = str(info.value)
+        assert "too late" not in message
+        assert message.startswith("frost: CUDA is not available (") and reason in message
+        assert "pip install frost-dl[cuda]" in message and "frost.cuda.is_available()" in message
+        assert isinstance(info.value, frost.cuda.CudaUnavailableError)
+
+
+def test_missing_cupy_gives_the_same_message(fresh):
+    fresh.setattr(cuda, "_cupy", None)
+    fresh.setitem(sys.modules, "cupy", None)  # `import cupy` raises ImportError
+    assert not frost.cuda.is_available()
+    with pytest.raises(RuntimeError, match=r"^frost: CUDA is not available \(CuPy is not installed\); Frost's GPU "
+                                           r"path needs CuPy \(install with `pip install frost-dl\[cuda\]`\)"):
+        frost.ones(2).to("cuda")
+
+
+def test_a_gpu_that_answered_once_is_not_asked_again(fresh):
+    calls = []
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
+        getDeviceCount=lambda: calls.append(1) or 1)))
+    fresh.setattr(cuda, "cupy", lambda: fake)
+    assert cuda.gpu_cupy() is fake and cuda.gpu_cupy() is fake
+    assert calls == [1]  # the check costs one runtime call per process, not one per op
