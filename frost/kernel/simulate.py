@@ -1,10 +1,32 @@
-"""The CPU simulator: kernels translated to Python generators run thread by thread, with barriers and warps."""
+"""The CPU simulator: kernels translated to Python generators run thread by thread, with barriers and warps.
+
+Two checks beyond bounds checking, each failing as an out-of-bounds access does (a SimulationError naming the
+kernel, the block and thread, and the kernel's source line):
+- A step budget: every simulated thread may run at most `step_limit` loop iterations (all the loops of the kernel
+  and its device functions together), so that an endless loop fails instead of hanging; StepLimitError. Set
+  `frost.kernel.simulate.step_limit` (read at each launch) or the environment variable FROST_KERNEL_STEP_LIMIT
+  (read at import). The default, a million, takes about a second for a simple loop; the kernels of Frost's test
+  suite and examples stay under 100,000 per thread.
+- A race detector for shared memory: between two barriers of a block (syncthreads, grid_sync), two different
+  threads touching one shared address, at least one of them writing, is a SharedMemoryRaceError naming the array,
+  the index, both threads and both lines. Atomics on one address do not race with each other (they do with plain
+  reads and writes). Warp operations (shuffles, ballot, ldmatrix, mma) order nothing: as CUDA's
+  `__shfl_sync` / `__ballot_sync` they exchange registers but "do not imply a memory barrier", and the language
+  has no `__syncwarp`, so warp-synchronous shared-memory code needs a syncthreads() here as on the GPU.
+  Tracked: loads and stores (scalar, vector, through `sub`/`tile` views), atomics, landed cp.async copies (as
+  writes by the issuing thread at its cp_wait) and ldmatrix rows (as reads by each lane); wgmma's descriptor
+  reads are not. Addresses are byte offsets in the block's shared memory, so differently typed views of dynamic
+  shared memory meet where their elements start at the same byte. `race_check = False` (or
+  FROST_KERNEL_RACECHECK=0) turns the detector off.
+"""
 from __future__ import annotations
 
 import ast
 import functools
 import itertools
 import math
+import os
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -15,12 +37,36 @@ from frost.kernel.types import (ArrayType, Scalar, TupleType, Weak, bf16, boolea
                                 promote, strong, u32, u8)
 
 
+step_limit: int = int(os.environ.get("FROST_KERNEL_STEP_LIMIT", 1_000_000))
+race_check: bool = os.environ.get("FROST_KERNEL_RACECHECK", "1") != "0"
+
+
 class SimulationError(Exception):
     """An error inside a simulated kernel: names the thread, the array and the Python line."""
 
 
+class StepLimitError(SimulationError):
+    """A simulated thread ran more loop iterations than `step_limit` (an endless loop, or a budget set too low)."""
+
+
+class SharedMemoryRaceError(SimulationError):
+    """Two threads of a block touched one shared-memory address, at least one writing, with no barrier between."""
+
+
 class _OutOfBounds(Exception):
-    pass
+    error = SimulationError  # what _raise turns it into, with the kernel, the thread and the line
+
+
+class _StepLimit(_OutOfBounds):
+    error = StepLimitError
+
+
+class _Race(_OutOfBounds):
+    error = SharedMemoryRaceError
+
+    def __init__(self, message: str, thread) -> None:
+        super().__init__(message)
+        self.thread = thread  # the second accessor (a lane of an ldmatrix, resolved by the scheduler)
 
 
 # -- arrays ---------------------------------------------------------------------------------------------
@@ -126,6 +172,146 @@ class SimArray:
             new = v2 if old == v else old
         self.data[idx] = new
         return old
+
+
+class SharedArray(SimArray):
+    """A shared-memory array (or a view of one): every access is also recorded for the block's race detector,
+    keyed by its byte address in the block's shared memory (base + index . strides)."""
+
+    __slots__ = ("block", "base", "strides")
+
+    def __init__(self, data: np.ndarray, name: str, block: "Block", base: int, shape=None) -> None:
+        super().__init__(data, name, shape)
+        self.block, self.base, self.strides = block, base, data.strides
+
+    def _address(self, idx) -> int:
+        return self.base + sum(k * st for k, st in zip(idx, self.strides))
+
+    def ld(self, i):
+        v = SimArray.ld(self, i)
+        i = int(i)
+        self.block.touch(self, self.base + i * self.strides[0], _READ, i)
+        return v
+
+    def st(self, i, v):
+        SimArray.st(self, i, v)
+        i = int(i)
+        self.block.touch(self, self.base + i * self.strides[0], _WRITE, i)
+
+    def ldn(self, idx):
+        v = SimArray.ldn(self, idx)
+        idx = tuple(int(k) for k in idx)
+        self.block.touch(self, self._address(idx), _READ, idx)
+        return v
+
+    def stn(self, idx, v):
+        SimArray.stn(self, idx, v)
+        idx = tuple(int(k) for k in idx)
+        self.block.touch(self, self._address(idx), _WRITE, idx)
+
+    def atomic(self, idx, op, v, v2=None):
+        old = SimArray.atomic(self, idx, op, v, v2)
+        idx = tuple(int(k) for k in idx)
+        self.block.touch(self, self._address(idx), _ATOMIC, idx if len(idx) > 1 else idx[0])
+        return old
+
+    def ld4(self, i, what="load4", width=4):
+        values = SimArray.ld4(self, i, what, width)
+        self.track_span((int(i),), width, _READ)
+        return values
+
+    def st4(self, i, *values, what="store4"):
+        SimArray.st4(self, i, *values, what=what)
+        self.track_span((int(i),), len(values), _WRITE)
+
+    def track_span(self, idx, count, kind, thread=None, at=None) -> None:
+        """Record `count` consecutive elements along the last dimension from idx (bounds already checked);
+        thread and at (a (file, line) of generated code) name the accessor when it is not the running thread."""
+        idx = tuple(int(k) for k in idx)
+        step = self.strides[-1]
+        start = self._address(idx)
+        at = at or _caller_line()
+        block = self.block
+        cells = block.cells
+        for k in range(count):
+            address = start + k * step
+            if address in cells:
+                block.touch(self, address, kind, idx, thread, at, k)
+            else:  # the common case, inline: a first access since the barrier
+                cells[address] = _Cell(thread or block.current, kind, at)
+
+    def sub(self, idx):
+        idx = tuple(int(k) for k in idx)
+        self._check(idx)
+        return SharedArray(self.data[idx], f"{self.name}{list(idx)}", self.block, self._address(idx),
+                           self.shape[len(idx):])
+
+    def tile(self, r, c, i, j):
+        view = SimArray.tile(self, r, c, i, j)
+        return SharedArray(view.data, view.name, self.block, self._address((int(i) * r, int(j) * c)), (r, c))
+
+
+_READ, _WRITE, _ATOMIC = "reads", "writes", "atomically updates"
+_PAST = {_READ: "read", _WRITE: "wrote", _ATOMIC: "atomically updated"}
+
+
+class _Cell:
+    """Who touched one shared address since the block's last barrier: the first plain writer, and up to two
+    distinct readers and two distinct atomic updaters (two are enough to find one other than any given thread)."""
+
+    __slots__ = ("writer", "readers", "atomics")
+
+    def __init__(self, thread, kind, at) -> None:
+        """The first access since the barrier: by `thread`, at (file, line) of generated code."""
+        self.writer = (thread, at) if kind == _WRITE else None
+        self.readers = ((thread, at),) if kind == _READ else ()  # tuples: the empty one costs no allocation
+        self.atomics = ((thread, at),) if kind == _ATOMIC else ()
+
+    def conflict(self, thread, kind):
+        """The earlier access by another thread that `kind` by `thread` races with: (thread, at, kind) or None."""
+        w = self.writer
+        if w is not None and w[0] is not thread:
+            return w[0], w[1], _WRITE
+        if kind != _READ:
+            for t, at in self.readers:
+                if t is not thread:
+                    return t, at, _READ
+        if kind != _ATOMIC:
+            for t, at in self.atomics:
+                if t is not thread:
+                    return t, at, _ATOMIC
+        return None
+
+    def record(self, thread, kind, at) -> None:
+        """Note the access; at: its (file, line) in generated code, None for the caller's."""
+        if kind == _WRITE:
+            if self.writer is None:
+                self.writer = (thread, at or _caller_line())
+            return
+        seen = self.readers if kind == _READ else self.atomics
+        if not seen or (len(seen) == 1 and seen[0][0] is not thread):
+            seen += ((thread, at or _caller_line()),)
+            if kind == _READ:
+                self.readers = seen
+            else:
+                self.atomics = seen
+
+
+def _caller_line():
+    """(file, line) of the innermost frame of generated kernel code on the stack (the access being recorded)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename not in LINE_MAPS:
+        f = f.f_back
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else ("<kernel>", 0)
+
+
+def _source_line(at) -> str:
+    """'file.py:line' of the kernel's Python source for a (file, line) of generated code."""
+    filename, lineno = at
+    if filename not in LINE_MAPS:
+        return f"{filename}:{lineno}"
+    pyfile, lines = LINE_MAPS[filename]
+    return f"{pyfile}:{lines[min(max(lineno - 1, 0), len(lines) - 1)]}"
 
 
 def _filled(dtype, shape):
@@ -417,6 +603,7 @@ class PyGen:
     def s_While(self, s):
         self.w(f"while {self.ex(s.test)}:", s)
         self.indent += 1
+        self.tick(s)
         self.block(s.body)
         self.indent -= 1
 
@@ -436,8 +623,14 @@ class PyGen:
             args = ", ".join(args)
             self.w(f"for {s.target.id} in _range({CONV[t]}, {args}):", s)
         self.indent += 1
+        self.tick(s)
         self.block(s.body)
         self.indent -= 1
+
+    def tick(self, loop):
+        """One step of the thread's budget per iteration, inline (a call would cost more than the count)."""
+        self.w("_T.steps -= 1", loop)
+        self.w("if _T.steps < 0: _T.out_of_steps()", loop)
 
     def s_Break(self, s):
         self.w("break", s)
@@ -756,10 +949,44 @@ class Block:
         self.dyn = np.zeros(smem_bytes, dtype=np.uint8)
         self.regions = [(0, self.dyn)]  # (shared address, the bytes there)
         self.top = -(-smem_bytes // 1024) * 1024
+        self.cells: dict | None = {} if race_check else None  # shared address -> _Cell, since the last barrier
+        self.current: Thread | None = None  # the thread the scheduler runs now: the accessor of what it touches
 
-    def add_static(self, data: np.ndarray) -> None:
-        self.regions.append((self.top, data.reshape(-1).view(np.uint8)))
+    def add_static(self, data: np.ndarray) -> int:
+        """Place a static shared array after the others; its shared address."""
+        base = self.top
+        self.regions.append((base, data.reshape(-1).view(np.uint8)))
         self.top += -(-data.nbytes // 1024) * 1024
+        return base
+
+    def shared_array(self, data: np.ndarray, name: str, base: int) -> SimArray:
+        return SharedArray(data, name, self, base) if self.cells is not None else SimArray(data, name)
+
+    def barrier(self) -> None:
+        """Every thread of the block passed a barrier: what came before is ordered before what comes after."""
+        if self.cells:
+            self.cells.clear()
+
+    def touch(self, arr: SharedArray, address: int, kind: str, idx, thread=None, at=None, offset: int = 0) -> None:
+        """Record an access to the shared address (arr[idx], the last index plus offset) by `thread` (the running
+        one by default) at `at` ((file, line) of generated code, the caller's by default); a conflicting access by
+        another thread since the last barrier is a race."""
+        cells = self.cells
+        cell = cells.get(address)
+        if cell is None:
+            cells[address] = _Cell(thread or self.current, kind, at or _caller_line())
+            return
+        thread = thread or self.current
+        other = cell.conflict(thread, kind)
+        if other is not None:
+            if offset:
+                idx = idx[:-1] + (idx[-1] + offset,)
+            if isinstance(idx, tuple) and len(idx) == 1:
+                idx = idx[0]
+            raise _Race(f"data race on shared array {arr.name!r} at index {idx}: this thread {kind} it, and "
+                        f"{_describe(other[0])} {_PAST[other[2]]} it at {_source_line(other[1])}, with no "
+                        "syncthreads() between", thread)
+        cell.record(thread, kind, at)
 
     def address(self, arr: "SimArray", idx) -> int:
         """The shared address of arr[idx] (idx already bounds-checked)."""
@@ -787,21 +1014,27 @@ class Block:
 
 
 class Thread:
-    __slots__ = ("idx", "block", "linear", "pending", "groups", "where", "wg_fenced", "wg_pending", "wg_groups")
+    __slots__ = ("idx", "block", "linear", "pending", "groups", "where", "wg_fenced", "wg_pending", "wg_groups",
+                 "steps")
 
-    def __init__(self, idx, block, linear) -> None:
+    def __init__(self, idx, block, linear, steps: int) -> None:
         self.idx, self.block, self.linear = idx, block, linear
+        self.steps = steps  # loop iterations left (the generated code counts them down)
         self.pending: list = []
         self.groups: list = []
         self.wg_fenced = False
         self.wg_pending: list = []  # wgmma operations issued since the last wgmma_commit
         self.wg_groups: list = []   # committed groups not yet retired by wgmma_wait
 
+    def out_of_steps(self):
+        raise _StepLimit(f"more than {step_limit} loop iterations in this thread (an endless loop? the limit is "
+                         "frost.kernel.simulate.step_limit, or FROST_KERNEL_STEP_LIMIT in the environment)")
+
     def shared(self, key, dtype, shape, name):
         arr = self.block.shared_arrays.get(key)
         if arr is None:
-            arr = self.block.shared_arrays[key] = SimArray(_filled(dtype, shape), name)
-            self.block.add_static(arr.data)
+            data = _filled(dtype, shape)
+            arr = self.block.shared_arrays[key] = self.block.shared_array(data, name, self.block.add_static(data))
         return arr
 
     # -- wgmma: issued collectively (the scheduler makes a WgmmaOp), performed when wgmma_wait retires it
@@ -831,7 +1064,7 @@ class Thread:
         dtype = np.dtype(dtype)
         if shape is None:
             n = self.block.dyn.size // dtype.itemsize
-            return SimArray(self.block.dyn[:n * dtype.itemsize].view(dtype), "dynamic_shared")
+            return self.block.shared_array(self.block.dyn[:n * dtype.itemsize].view(dtype), "dynamic_shared", 0)
         nbytes = int(np.prod(shape)) * dtype.itemsize
         if offset + nbytes > self.block.dyn.size:
             raise _OutOfBounds(f"dynamic_shared({dtype.name}, {shape}) at byte {offset} needs {offset + nbytes} "
@@ -841,14 +1074,16 @@ class Thread:
         if arr is None:
             view = self.block.dyn[offset:offset + nbytes].view(dtype).reshape(shape)
             view[...] = np.nan if dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16) else 0
-            arr = self.block.shared_arrays[key] = SimArray(view, "dynamic_shared")
+            arr = self.block.shared_arrays[key] = self.block.shared_array(view, "dynamic_shared", offset)
         return arr
 
     def cp_async(self, dst, didx, src, sidx):
         count = 16 // dst.data.dtype.itemsize
         d = dst.span(didx, count)
         s = src.span(sidx, count)
-        self.pending.append((d, s))
+        self.pending.append((d, s, dst, didx))
+        if isinstance(src, SharedArray):
+            src.track_span(sidx, count, _READ)
 
     def cp_commit(self):
         self.groups.append(self.pending)
@@ -856,8 +1091,10 @@ class Thread:
 
     def cp_wait(self, n):
         while len(self.groups) > n:
-            for d, s in self.groups.pop(0):
+            for d, s, dst, didx in self.groups.pop(0):
                 d[...] = s.view(d.dtype)
+                if isinstance(dst, SharedArray):  # the copy lands now: a write by this thread, at its cp_wait
+                    dst.track_span(didx, d.size, _WRITE)
 
     def finish(self):
         self.cp_commit()
@@ -986,9 +1223,10 @@ def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0, 
                 linear = tx + bdx * (ty + bdy * tz)
                 idx = tuple(np.int32(v) for v in (tx, ty, tz, bx, by, bz, bdx, bdy, bdz, gdx, gdy, gdz,
                                                    tx // 32, tx % 32))
-                threads.append(Thread(idx, blk, linear))
+                threads.append(Thread(idx, blk, linear, step_limit))
             if not has_yield:
                 for th in threads:
+                    blk.current = th
                     try:
                         fn(th, *args)
                         th.finish()
@@ -1023,9 +1261,18 @@ def _raise(name, th, exc, gen=None):
     if isinstance(exc, SimulationError):
         raise exc
     pyfile, line = _where(name, th, exc.__traceback__, gen)
-    what = str(exc) if isinstance(exc, _OutOfBounds) else f"{type(exc).__name__}: {exc}"
-    raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: {what}") from (
-        None if isinstance(exc, _OutOfBounds) else exc)
+    checked = isinstance(exc, _OutOfBounds)  # one of the simulator's own checks: its message says it all
+    what = str(exc) if checked else f"{type(exc).__name__}: {exc}"
+    error = exc.error if checked else SimulationError
+    raise error(f"{name}: {_describe(th)} at {pyfile}:{line}: {what}") from (None if checked else exc)
+
+
+def _finish(name, th) -> None:
+    """A thread exits: its cp.async copies land (recorded as its writes)."""
+    try:
+        th.finish()
+    except _OutOfBounds as exc:
+        _raise(name, th, exc)
 
 
 def _block_steps(name, fn, threads, args):
@@ -1040,11 +1287,12 @@ def _block_steps(name, fn, threads, args):
     while live:
         for lin in runnable:
             th = live[lin]
+            th.block.current = th
             try:
                 req = gens[lin].send(send[lin])
                 waiting[lin] = req
             except StopIteration:
-                th.finish()
+                _finish(name, th)
                 del live[lin]
             except Exception as exc:
                 _raise(name, th, exc, gens[lin])
@@ -1067,7 +1315,7 @@ def _block_steps(name, fn, threads, args):
                 if exited:
                     _deadlock(name, live, gens, waiting, f"a warp operation in warp {w} while its lanes "
                               f"{[x % 32 for x in exited]} have exited (warp operations need all 32 lanes)")
-                results = _warp_op(reqs[0][0], [lin % 32 for lin in lanes], reqs)
+                results = _resolve_warp_op(name, live, gens, lanes, reqs)
                 for lin, r in zip(lanes, results):
                     send[lin] = r
                     del waiting[lin]
@@ -1082,6 +1330,7 @@ def _block_steps(name, fn, threads, args):
                 _deadlock(name, live, gens, waiting, f"threads wait at different {what} (divergent barrier)")
             if kinds == {"grid_sync"}:
                 yield
+            threads[0].block.barrier()
             for lin in live:
                 send[lin] = None
                 del waiting[lin]
@@ -1146,7 +1395,17 @@ def _deadlock(name, live, gens, waiting, why):
     raise SimulationError(f"{name}: deadlock: {why}:\n  " + "\n  ".join(where[:8]))
 
 
-def _warp_op(kind, lanes, reqs):
+def _resolve_warp_op(name, live, gens, lanes, reqs):
+    """The results of one warp operation for each lane (lanes: linear thread indices); an ldmatrix records each
+    lane's shared-memory reads as that lane's, at its line."""
+    accessors = [(live[lin], _position(gens[lin])) for lin in lanes] if reqs[0][0] == "ldmatrix" else None
+    try:
+        return _warp_op(reqs[0][0], [lin % 32 for lin in lanes], reqs, accessors)
+    except _Race as exc:
+        _raise(name, exc.thread, exc, gens[exc.thread.linear])
+
+
+def _warp_op(kind, lanes, reqs, accessors=None):
     if kind in ("shfl_xor", "shfl_down", "shfl_up", "shfl_idx", "ballot"):
         vals = {lane: r[1] for lane, r in zip(lanes, reqs)}
         if kind == "ballot":
@@ -1159,13 +1418,13 @@ def _warp_op(kind, lanes, reqs):
             out.append(vals.get(src, r[1]) if 0 <= src < 32 else r[1])
         return out
     if kind == "ldmatrix":
-        return _ldmatrix(lanes, [r[1] for r in reqs])
+        return _ldmatrix(lanes, [r[1] for r in reqs], accessors)
     if kind == "mma":
         return _mma(lanes, [r[1] for r in reqs])
     raise SimulationError(f"unknown warp operation {kind}")
 
 
-def _ldmatrix(lanes, reqs):
+def _ldmatrix(lanes, reqs, accessors=None):
     """ldmatrix.sync.aligned.m8n8.x{2,4}[.trans].b16: lanes 8m..8m+7 give the row addresses of matrix m. On a 32-bit
     shared array (no .trans) a row's 16 bytes are 4 elements and each lane gets element (g, t) of each matrix: the
     same bits as on the GPU, where a 32-bit register holds the two 16-bit halves of one element."""
@@ -1174,12 +1433,14 @@ def _ldmatrix(lanes, reqs):
         raise SimulationError("ldmatrix needs a full warp of 32 lanes")
     width = 16 // reqs[0][1].data.dtype.itemsize
     rows = {}
-    for lane, (frag, smem, idx, _, _) in zip(lanes, reqs):
+    for k, (lane, (frag, smem, idx, _, _)) in enumerate(zip(lanes, reqs)):
         if lane < 8 * regs:
             try:
                 rows[lane] = np.array(smem.span(idx, width))
             except _OutOfBounds as exc:
                 raise SimulationError(f"ldmatrix: lane {lane}: {exc}") from None
+            if accessors is not None and isinstance(smem, SharedArray):
+                smem.track_span(idx, width, _READ, *accessors[k])
     mats = [np.stack([rows[8 * m + r] for r in range(8)]) for m in range(regs)]
     for lane, (frag, *_rest) in zip(lanes, reqs):
         g, t = lane // 4, lane % 4
