@@ -1,0 +1,1 @@
+"""Tests of frost.models (a package, so that module names do not clash with other test folders)."""
