@@ -75,7 +75,8 @@ def _padding(padding, kernel: tuple, dilation: tuple, stride: tuple) -> tuple:
 def geometry(x_shape: tuple, w_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1) -> Geometry:
     """Check the shapes of a convolution and work out its output size."""
     if len(x_shape) != 4:
-        raise RuntimeError(f"conv2d: expected a 4-D input (N, C, H, W) or a 3-D one (C, H, W), got shape {tuple(x_shape)}")
+        raise RuntimeError(f"conv2d: expected a 4-D input (N, C, H, W) or a 3-D one (C, H, W), "
+                           f"got shape {tuple(x_shape)}")
     if len(w_shape) != 4:
         raise RuntimeError(f"conv2d: expected a 4-D weight (Cout, Cin/groups, kh, kw), got shape {tuple(w_shape)}")
     n, c, h, w = x_shape
@@ -97,7 +98,8 @@ def geometry(x_shape: tuple, w_shape: tuple, stride=1, padding=0, dilation=1, gr
     wo = (w + pw[0] + pw[1] - dw * (kw - 1) - 1) // sw + 1
     if ho <= 0 or wo <= 0:
         raise RuntimeError(f"conv2d: output size ({ho} x {wo}) is too small: input {tuple(x_shape)} padded to "
-                           f"({h + sum(ph)} x {w + sum(pw)}) is smaller than the dilated kernel ({dh * (kh - 1) + 1} x {dw * (kw - 1) + 1})")
+                           f"({h + sum(ph)} x {w + sum(pw)}) is smaller than the dilated kernel "
+                           f"({dh * (kh - 1) + 1} x {dw * (kw - 1) + 1})")
     return Geometry(n, c, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, ho, wo)
 
 

@@ -18,8 +18,8 @@ from frost.ops.conv_wgrad import _capturing, _flat, faster_than_cudnn
 from frost.ops.conv_wgrad_mma import has_mma, smem_budget
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
-# GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (steps of 16 bf16 or 8 f32
-# channels of one tap). Block (t, nb) computes the tile of R output rows of one image (every column) for output
+# GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (steps of 16 bf16 or
+# 8 f32 channels of one tap). Block (t, nb) computes the tile of R output rows of one image (every column) for output
 # channels nb*BN ... (nb+1)*BN - 1. It stages the x rows the tile needs (the halo, zeros outside the image) as
 # [pixel][ci] and its BN weight rows (KRSC: taps x Cin contiguous per output channel) as [co][k] in shared memory with
 # cp.async; warp w owns m-tiles w, w + WARPS, ... and every n-tile of the block. ldmatrix reads A with each lane naming
@@ -337,7 +337,8 @@ def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) 
     cin, kh, kw = int(w.shape[0] if flip else w.shape[1]), int(w.shape[2]), int(w.shape[3])
     geo = geometry(x.shape, w.shape, padding, flip, stride)
     return ((cin % 16 == 0 or not flip) and 0 <= geo["PH"] < kh and 0 <= geo["PW"] < kw and geo["HO"] > 0
-            and geo["WO"] > 0 and _smem_bytes(geo, 1, 8, x.dtype.itemsize) <= smem_budget(x.dtype.itemsize) and x.size < 2**31)
+            and geo["WO"] > 0 and _smem_bytes(geo, 1, 8, x.dtype.itemsize) <= smem_budget(x.dtype.itemsize)
+            and x.size < 2**31)
 
 
 def _kernel_dtype(dtype: str) -> bool:

@@ -523,7 +523,8 @@ _choices = RememberedTable("conv_wgrad.json")  # next to cuDNN's tuned plans
 stats = {"choices": 0, "choose_seconds": 0.0}
 
 
-CANDIDATES_VERSION = 3  # 2: the tensor-core kernel joined the candidates, 3: its TF32 twin (older choices are not reused)
+# 2: the tensor-core kernel joined the candidates, 3: its TF32 twin (older choices are not reused)
+CANDIDATES_VERSION = 3
 
 
 def _key(g, x, w_shape, stride, padding) -> str:

@@ -17,8 +17,9 @@ from frost.ops.conv_wgrad import SplitPlan, sum_splits
 # + WARPS, ... of those. Per chunk the block stages dy's rows as [k][co] and the x pixels the chunk needs (its halo,
 # zero outside the image, and one zero row) as [pixel][ci] in shared memory with cp.async, in two buffers: the next
 # chunk loads while this one multiplies. ldmatrix.trans (bf16; f32: element loads) reads A (dy transposed) and B,
-# each lane naming the row of its own k: B's row for pixel k = (r, wo) and tap (kh, kw) is halo pixel (r*SH + kh, wo*SW + kw), so the im2col gather
-# costs nothing. Partials go to part[s] in dW's flat order; conv_wgrad's finalize kernel sums them in a fixed order
+# each lane naming the row of its own k: B's row for pixel k = (r, wo) and tap (kh, kw) is halo pixel
+# (r*SH + kh, wo*SW + kw), so the im2col gather costs nothing. Partials go to part[s] in dW's flat order;
+# conv_wgrad's finalize kernel sums them in a fixed order
 # (deterministic, no float atomics), or with one split the block writes dW itself.
 
 PAD = 8   # elements after each shared row: 8 consecutive rows an ldmatrix reads (bf16), or the 4 rows x 8 columns of
