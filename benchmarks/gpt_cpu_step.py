@@ -11,6 +11,7 @@ with the ratio Frost / PyTorch. JSON is written only with --out.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -21,13 +22,12 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+REFERENCE_MODEL = HERE.parent / "tests" / "models" / "torch_gpt.py"
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import frost  # noqa: E402
 import torch  # noqa: E402
-import torch.nn as tnn  # noqa: E402
-import torch.nn.functional as TF  # noqa: E402
 
 from cpu_step import set_threads, time_steps  # noqa: E402
 from frost.bench import common  # noqa: E402
@@ -36,41 +36,15 @@ from frost.models import GPT, GPTConfig  # noqa: E402
 WEIGHT_DECAY, LR, BETAS = 0.1, 1e-3, (0.9, 0.99)  # nanoGPT's train_shakespeare_char settings
 
 
-class TorchGPT(tnn.Module):
-    """nanoGPT's model.py (same parameter names as frost.models.gpt), with GPT-2's tanh GELU."""
+def load_twin_class() -> type:
+    """nanoGPT's model in PyTorch: tests/models/torch_gpt.py's, the oracle frost.models.gpt is tested against."""
+    spec = importlib.util.spec_from_file_location("frost_torch_gpt_reference", REFERENCE_MODEL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TorchGPT
 
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.c = c
-        blocks = []
-        for _ in range(c.n_layer):
-            b = tnn.Module()
-            b.ln_1, b.attn, b.ln_2, b.mlp = tnn.LayerNorm(c.n_embd, bias=c.bias), tnn.Module(), \
-                tnn.LayerNorm(c.n_embd, bias=c.bias), tnn.Module()
-            b.attn.c_attn = tnn.Linear(c.n_embd, 3 * c.n_embd, bias=c.bias)
-            b.attn.c_proj = tnn.Linear(c.n_embd, c.n_embd, bias=c.bias)
-            b.mlp.c_fc = tnn.Linear(c.n_embd, 4 * c.n_embd, bias=c.bias)
-            b.mlp.c_proj = tnn.Linear(4 * c.n_embd, c.n_embd, bias=c.bias)
-            blocks.append(b)
-        self.transformer = tnn.ModuleDict(dict(
-            wte=tnn.Embedding(c.vocab_size, c.n_embd), wpe=tnn.Embedding(c.block_size, c.n_embd),
-            h=tnn.ModuleList(blocks), ln_f=tnn.LayerNorm(c.n_embd, bias=c.bias)))
-        self.lm_head = tnn.Linear(c.n_embd, c.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight
 
-    def forward(self, idx, targets):
-        c, p = self.c, self.c.dropout if self.training else 0.0
-        B, T = idx.shape
-        x = TF.dropout(self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T)), p, self.training)
-        for b in self.transformer.h:
-            q, k, v = b.attn.c_attn(b.ln_1(x)).split(c.n_embd, dim=2)
-            q, k, v = (t.view(B, T, c.n_head, -1).transpose(1, 2) for t in (q, k, v))
-            y = TF.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-            x = x + TF.dropout(b.attn.c_proj(y.transpose(1, 2).reshape(B, T, c.n_embd)), p, self.training)
-            h = b.mlp.c_proj(TF.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh"))
-            x = x + TF.dropout(h, p, self.training)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        return TF.cross_entropy(logits.view(-1, c.vocab_size), targets.view(-1), ignore_index=-1)
+TorchGPT = load_twin_class()
 
 
 def torch_twin(model: GPT) -> tuple[TorchGPT, torch.optim.AdamW]:
@@ -99,7 +73,7 @@ def torch_step(model: TorchGPT, opt, x: np.ndarray, y: np.ndarray):
     xb, yb = torch.from_numpy(x), torch.from_numpy(y)
 
     def step() -> float:
-        loss = model(xb, yb)
+        _, loss = model(xb, yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -113,7 +87,7 @@ def eval_losses(model: GPT, twin: TorchGPT, x: np.ndarray, y: np.ndarray) -> tup
     twin.eval()
     with frost.no_grad(), torch.no_grad():
         ours = model(frost.tensor(x), frost.tensor(y))[1].item()
-        theirs = twin(torch.from_numpy(x), torch.from_numpy(y)).item()
+        theirs = twin(torch.from_numpy(x), torch.from_numpy(y))[1].item()
     model.train()
     twin.train()
     return ours, theirs
