@@ -234,7 +234,7 @@ def conv2d_backward_weight(g, x, w_shape, stride, padding, dilation, out=None):
 class _MatmulGraph(_ConvGraph):
     """C = A @ B for 3-D (batch, m, k) x (batch, k, n) arrays with any real strides."""
 
-    def __init__(self, a, b, out) -> None:  # noqa: super().__init__ builds a convolution; this builds a matmul
+    def __init__(self, a, b, out) -> None:  # super().__init__ builds a convolution; this builds a matmul
         import cudnn
         dt = _data_type(a.dtype)
         self.graph = g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=cudnn.data_type.FLOAT,
