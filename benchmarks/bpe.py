@@ -315,6 +315,9 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("give --corpus FILE and/or --large")
     env = environment()
     print(f"{env['cores']} cores, load average {env['load_average_start'][0]:.1f}; {env['date']}")
+    for given in (args.corpus, args.large_corpus):
+        if given is not None and not given.is_file():
+            parser.error(f"{given} is not a file")
     rows = []
     with tempfile.TemporaryDirectory(prefix="frost-bpe-") as tmp:
         folder = Path(tmp)
