@@ -4,14 +4,18 @@ The file is plain safetensors (8-byte little-endian header length, JSON header, 
 so other safetensors readers can open it; bfloat16 is stored as the format's BF16. The nesting (dict keys of
 any JSON type, lists, tuples, numbers, strings, None) goes as JSON into the header's `__metadata__`, with each
 tensor replaced by the name of its entry. Writes go to a temporary file in the same folder, are flushed to disk
-and then renamed over the target, so a crash mid-save never leaves a half-written checkpoint. Loading reads
-only that layout and never unpickles anything.
+and then renamed over the target, so a crash mid-save never leaves a half-written checkpoint; the temporary file
+of a save killed outright is removed by the next save to the same path. Loading reads only that layout and never
+unpickles anything, and it checks the header before it allocates: the tensors must tile the data exactly (as the
+safetensors library requires), so a file loads into no more memory than it takes on disk.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
+import socket
 import struct
 import uuid
 from typing import Any, BinaryIO
@@ -27,6 +31,14 @@ FORMAT = "frost"                 # __metadata__["format"]
 STRUCTURE_KEY = "frost.structure"  # __metadata__[STRUCTURE_KEY]: the JSON of the saved object
 VERSION_KEY, VERSION = "frost.version", 1  # the layout of the structure; files without it are version 1
 MAX_HEADER = 100 * 1024 * 1024   # the safetensors library's own limit
+MAX_ENTRIES = 1 << 20            # tensors in one file; a large model's whole training state has ~10^5
+MAX_NDIM = 32                    # NumPy 1.x's limit (2.x allows 64)
+MAX_DEPTH = 512                  # JSON nesting of the structure (~170 nested dicts), within the recursion limit
+_HEADER_DEPTH = 3                # a safetensors header nests no deeper: {name: {"shape": [...]}}
+_MAX_BYTES = 2 ** 63 - 1         # what NumPy can index; also bounds the dimensions of an empty tensor
+_SCAN_CHUNK = 1 << 20
+_OPENERS, _CLOSERS = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
+_HOST = socket.gethostname()     # in temporary names: another host's save to a shared folder is not ours to clean
 _CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
           "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
 _NAMES = {code: name for name, code in _CODES.items()}
@@ -51,14 +63,20 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     copied to the host."""
     path = expand_path(path)
     tensors: dict[str, np.ndarray] = {}
-    structure = _encode(obj, [], tensors, {})
-    header = _header(tensors, json.dumps(structure, allow_nan=False, separators=(",", ":")))
+    structure = json.dumps(_encode(obj, [], tensors, {}), allow_nan=False, separators=(",", ":"))
+    if _json_depth(structure.encode()) > MAX_DEPTH:
+        raise ValueError(f"frost.save: cannot save to {path}: the object nests deeper than frost.load reads "
+                         f"({MAX_DEPTH} levels of JSON)")
+    header = _header(tensors, structure)
     _atomic_write(path, lambda f: (f.write(header), _write_tensors(f, tensors)))
 
 
 def _encode(value, where: list, tensors: dict[str, np.ndarray], seen: dict[tuple, str]):
     """JSON for `value`: literals stay literal; containers, tensors and non-finite floats become tagged objects."""
     if isinstance(value, Tensor):
+        if value.ndim > MAX_NDIM:
+            raise ValueError(f"frost.save: cannot save the {value.ndim}-dimensional tensor at {_where(where)}; "
+                             f"frost.load reads up to {MAX_NDIM} dimensions")
         key = _memory_key(value)
         if key not in seen:  # the same memory reached twice (tied weights) is stored once and loaded once
             seen[key] = name = _tensor_name(where, tensors)
@@ -137,7 +155,8 @@ def _atomic_write(path: str, write) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"frost.save: cannot write {path}: the folder {folder} does not exist")
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    _remove_stale_temporaries(folder, os.path.basename(path))
+    tmp = os.path.join(folder, temporary_name(os.path.basename(path), _HOST, os.getpid()))
     try:
         with open(tmp, "xb") as f:
             write(f)
@@ -158,6 +177,53 @@ def _atomic_write(path: str, write) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def temporary_name(target: str, host: str, pid: int) -> str:
+    """The hidden name of a save's temporary file: it names the target, and the host and process writing it."""
+    return f".{target}.{host}.{pid}.{uuid.uuid4().hex[:12]}.tmp"
+
+
+def _remove_stale_temporaries(folder: str, target: str) -> None:
+    """Delete the temporary files of earlier saves to `target` by processes of this host that are gone (killed
+    mid-save: nothing else could have removed them)."""
+    pattern = re.compile(rf"\.{re.escape(target)}\.(.+)\.(\d+)\.[0-9a-f]{{12}}\.tmp")
+    for name in os.listdir(folder):
+        match = pattern.fullmatch(name)
+        if match is None or match.group(1) != _HOST or _process_alive(int(match.group(2))):
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:  # removed meanwhile, or not ours to remove: the save itself must not fail for it
+            pass
+
+
+def _process_alive(pid: int) -> bool:
+    if os.name != "posix":  # os.kill would terminate the process there, so its files are kept
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process, or no valid pid at all: leave it
+        return True
+    return True
+
+
+def _json_depth(text: bytes) -> int:
+    """The deepest nesting of [ and { in JSON text, outside its strings. Linear, vectorized and in chunks, as a
+    header may be 100 MiB; on text that is not JSON the answer means nothing (the parser refuses that text)."""
+    # JSON escapes pair up left to right: without \\ and \" pairs, every " left opens or closes a string
+    bare = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+    depth = deepest = quotes = 0
+    for start in range(0, len(bare), _SCAN_CHUNK):
+        code = np.frombuffer(bare, np.uint8, min(_SCAN_CHUNK, len(bare) - start), start)
+        outside = (np.cumsum(code == ord('"'), dtype=np.int64) + quotes) % 2 == 0
+        steps = (outside & np.isin(code, _OPENERS)).astype(np.int64) - (outside & np.isin(code, _CLOSERS))
+        levels = np.cumsum(steps) + depth
+        deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
+        quotes += int(np.count_nonzero(code == ord('"')))
+    return deepest
 
 
 # ---------------------------------------------------------------- load
@@ -200,18 +266,38 @@ def _read_header(f: BinaryIO, size: int, path: str) -> tuple[dict, int]:
         raise CheckpointError(f"frost.load: {path} is truncated or not a safetensors file: its header claims "
                               f"{length} bytes but the file has {size} bytes in all")
     raw = first + f.read(length - 1)
+    if _json_depth(raw) > _HEADER_DEPTH:
+        raise CheckpointError(f"frost.load: {path} is damaged: its safetensors header nests deeper than "
+                              f"{_HEADER_DEPTH} levels, which no tensor entry needs")
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
+    except CheckpointError:
+        raise
+    except (ValueError, RecursionError) as e:  # bad UTF-8, bad JSON, or an integer of more than 4,300 digits
         raise CheckpointError(f"frost.load: {path} is not a frost checkpoint: its safetensors header is not "
                               f"valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"frost.load: {path} is not a frost checkpoint: its header is not a JSON object")
+    if len(header) > MAX_ENTRIES + 1:
+        raise CheckpointError(f"frost.load: {path} is damaged: its header lists {len(header) - 1} tensors, more "
+                              f"than the {MAX_ENTRIES} a checkpoint may hold")
     return header, 8 + length
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], path: str) -> dict:
+    """A JSON object of the header; a name given twice would hide one entry's byte range from the checks."""
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise CheckpointError(f"frost.load: {path} is damaged: its header names the entry {twice!r} twice")
+    return dict(pairs)
 
 
 def _structure(header: dict, path: str):
     meta = header.pop("__metadata__", None)
+    if isinstance(meta, dict) and not all(isinstance(v, str) for v in meta.values()):
+        raise CheckpointError(f"frost.load: {path} is damaged: its safetensors __metadata__ holds values that are "
+                              f"not strings")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or STRUCTURE_KEY not in meta:
         raise CheckpointError(f"frost.load: {path} is a safetensors file but not a frost checkpoint (no "
                               f"'{STRUCTURE_KEY}' in its metadata); read plain safetensors files with "
@@ -222,32 +308,63 @@ def _structure(header: dict, path: str):
     if int(version) > VERSION:
         raise CheckpointError(f"frost.load: {path} was written by a newer Frost (checkpoint format {version}; this "
                               f"one reads up to {VERSION}); upgrade Frost to read it")
+    if _json_depth(meta[STRUCTURE_KEY].encode()) > MAX_DEPTH:
+        raise CheckpointError(f"frost.load: {path} is damaged: its frost metadata nests deeper than {MAX_DEPTH} "
+                              f"levels of JSON, more than frost.save writes")
     try:
         return json.loads(meta[STRUCTURE_KEY])
-    except (TypeError, json.JSONDecodeError, RecursionError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"frost.load: {path} is damaged: its frost metadata is not valid JSON ({e})") from None
 
 
 def _check_entries(header: dict, data_size: int, path: str) -> dict[str, dict]:
-    """Validate every tensor entry (dtype, shape, byte range) before reading anything."""
-    end_max = 0
-    for name, entry in header.items():
-        try:
-            dtype, shape, (begin, end) = _NAMES[entry["dtype"]], entry["shape"], entry["data_offsets"]
-            ok = all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)) and begin <= end
-        except (KeyError, TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise CheckpointError(f"frost.load: {path} is damaged: bad header entry for tensor {name!r}: {entry!r}")
-        nbytes = math.prod(shape) * to_dtype(dtype).itemsize
-        if end - begin != nbytes:
-            raise CheckpointError(f"frost.load: {path} is damaged: tensor {name!r} of shape {tuple(shape)} and "
-                                  f"dtype {dtype} needs {nbytes} bytes but its entry spans {end - begin}")
-        end_max = max(end_max, end)
-    if end_max > data_size:
-        raise CheckpointError(f"frost.load: {path} is truncated: its tensors need {end_max} bytes of data but "
+    """Validate every tensor entry (dtype, shape, byte range) before reading anything. As in the safetensors
+    library, the byte ranges, sorted, must tile the data exactly: no overlap (which would load one file's bytes
+    many times over), no gap, nothing past the end of the file and nothing after the last tensor."""
+    spans = sorted((_entry_span(name, entry, path), name) for name, entry in header.items())
+    offset = 0
+    for (begin, end), name in spans:
+        if begin != offset:
+            why = "overlapping another tensor's bytes" if begin < offset else f"leaving bytes {offset}..{begin} unused"
+            raise CheckpointError(f"frost.load: {path} is damaged: tensor {name!r} spans bytes {begin}..{end} of the "
+                                  f"data, {why}")
+        offset = end
+    if offset > data_size:
+        raise CheckpointError(f"frost.load: {path} is truncated: its tensors need {offset} bytes of data but "
                               f"the file has {data_size} after the header")
+    if offset < data_size:
+        raise CheckpointError(f"frost.load: {path} is damaged: it has {data_size - offset} bytes after its last "
+                              f"tensor, which no header entry covers")
     return header
+
+
+def _entry_span(name: str, entry, path: str) -> tuple[int, int]:
+    """The byte range [begin, end) of one well-formed tensor entry; a CheckpointError naming it otherwise."""
+    def bad(why: str) -> CheckpointError:
+        return CheckpointError(f"frost.load: {path} is damaged: bad header entry for tensor {name!r}: {why} "
+                               f"({repr(entry)[:200]})")
+
+    if not isinstance(entry, dict):
+        raise bad("not a JSON object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in _NAMES:
+        raise bad(f"unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):  # bool is an int too
+        raise bad("the shape is not a list of non-negative integers")
+    if len(shape) > MAX_NDIM:
+        raise bad(f"{len(shape)} dimensions, more than {MAX_NDIM}")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        raise bad("data_offsets is not [begin, end] with 0 <= begin <= end")
+    itemsize = to_dtype(_NAMES[dtype]).itemsize
+    if math.prod(max(n, 1) for n in shape) * itemsize > _MAX_BYTES:
+        raise bad("the shape is too large for any array")
+    nbytes = math.prod(shape) * itemsize
+    begin, end = offsets
+    if end - begin != nbytes:
+        raise CheckpointError(f"frost.load: {path} is damaged: tensor {name!r} of shape {tuple(shape)} and "
+                              f"dtype {_NAMES[dtype]} needs {nbytes} bytes but its entry spans {end - begin}")
+    return begin, end
 
 
 def _read_array(f: BinaryIO, data_start: int, entry: dict, path: str) -> np.ndarray:

@@ -3,6 +3,9 @@ import json
 import os
 import pickle
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -284,8 +287,8 @@ def test_damaged_frost_metadata(tmp_path):
                             ({"set": [1, 2]}, "unknown tag 'set'"),
                             ({"dict": [[["unhashable"], 1]]}, "TypeError"),
                             ("{not json", "not valid JSON"),
-                            ("[" * 100_000 + "]" * 100_000, "not valid JSON .*recursion"),  # a crafted header
-                            ('{"list": [' * 3000 + "]}" * 3000, "recursion")]:
+                            ("[" * 100_000 + "]" * 100_000, "nests deeper than 512 levels"),  # a crafted header
+                            ('{"list": [' * 3000 + "]}" * 3000, "nests deeper than 512 levels")]:
         _forge(path, w, structure)
         with pytest.raises(CheckpointError, match=f"bad.safetensors is damaged: .*{what}"):
             frost.load(path)
@@ -424,3 +427,155 @@ def test_save_and_load_expand_home_and_environment_variables(tmp_path, monkeypat
     assert_same(frost.load(tmp_path / "runs" / "ckpt.safetensors")["w"], weights)
     monkeypatch.delenv("FROST_UNSET_VARIABLE", raising=False)
     assert io.expand_path("$FROST_UNSET_VARIABLE/x") == "$FROST_UNSET_VARIABLE/x"  # left as written, as the shell
+
+
+# ---------------------------------------------------------------- crafted headers: bounded work, clear errors
+
+
+def _craft(path, entries: dict | str, data: bytes, metadata: dict | None = None) -> None:
+    """A file with the header `entries` (a dict, or raw JSON text) as a hostile writer would make it."""
+    meta = {"format": "frost", io.STRUCTURE_KEY: json.dumps({"tensor": "a", "dtype": "float32"}), **(metadata or {})}
+    text = entries if isinstance(entries, str) else json.dumps({"__metadata__": meta, **entries})
+    path.write_bytes(struct.pack("<Q", len(text)) + text.encode() + data)
+
+
+def _f32(begin: int, end: int, shape=None) -> dict:
+    return {"dtype": "F32", "shape": [(end - begin) // 4] if shape is None else shape, "data_offsets": [begin, end]}
+
+
+_META = json.dumps({"format": "frost", io.STRUCTURE_KEY: json.dumps({"tensor": "a", "dtype": "float32"})})
+CRAFTED = {
+    "overlap": ({"a": _f32(0, 12), "b": _f32(0, 12)}, 12, {}, r"tensor 'b' spans bytes 0\.\.12 of the data, "
+                                                             r"overlapping another tensor's bytes"),
+    "gap": ({"a": _f32(4, 16)}, 16, {}, r"tensor 'a' spans bytes 4\.\.16 of the data, leaving bytes 0\.\.4 unused"),
+    "huge_integer": ('{"__metadata__":' + _META + ',"a":{"dtype":"F32","shape":[' + "9" * 5000
+                     + '],"data_offsets":[0,0]}}', 0, {}, "header is not valid JSON"),
+    "bytes_after_the_last_tensor": ({"a": _f32(0, 12)}, 16, {}, "has 4 bytes after its last tensor"),
+    "past_the_end": ({"a": _f32(0, 12), "b": _f32(12, 24)}, 20, {}, "truncated: its tensors need 24 bytes"),
+    "bool_in_shape": ({"a": _f32(0, 12, [True, 3])}, 12, {}, r"entry for tensor 'a': the shape is not a list of "
+                                                             r"non-negative integers"),
+    "float_in_shape": ({"a": _f32(0, 12, [3.0])}, 12, {}, "entry for tensor 'a': the shape is not a list"),
+    "negative_offset": ({"a": {"dtype": "F32", "shape": [0], "data_offsets": [-4, -4]}}, 0, {},
+                        "entry for tensor 'a': data_offsets is not"),
+    "100_dimensions": ({"a": _f32(0, 12, [1] * 99 + [3])}, 12, {},
+                       "entry for tensor 'a': 100 dimensions, more than 32"),
+    "empty_but_huge": ({"a": _f32(0, 0, [2 ** 62, 0])}, 0, {}, "entry for tensor 'a': the shape is too large"),
+    "deep_nesting": ('{"__metadata__":' + _META + ',"a":' + "[" * 5000 + "]" * 5000 + "}", 0, {},
+                     "header nests deeper than 3 levels"),
+    "a_name_twice": ('{"__metadata__":' + _META + ',"a":' + json.dumps(_f32(0, 12)) + ',"a":'
+                     + json.dumps(_f32(12, 24)) + "}", 24, {}, "names the entry 'a' twice"),
+    "metadata_not_strings": ({"a": _f32(0, 12)}, 12, {"extra": 1}, "__metadata__ holds values that are not strings"),
+}
+
+
+@pytest.mark.parametrize("case", CRAFTED, ids=list(CRAFTED))
+def test_crafted_headers_are_refused_naming_the_file_and_entry(case, tmp_path):
+    """Each crafted header gives one CheckpointError before any tensor is allocated (on the code before: loaded
+    anyway, or a RecursionError, TypeError or NumPy ValueError)."""
+    entries, nbytes, metadata, message = CRAFTED[case]
+    path = tmp_path / f"{case}.safetensors"
+    _craft(path, entries, b"\0" * nbytes, metadata)
+    with pytest.raises(CheckpointError, match=f"frost.load: .*{case}.safetensors .*{message}"):
+        frost.load(path)
+
+
+@pytest.mark.parametrize("case", CRAFTED, ids=list(CRAFTED))
+def test_the_safetensors_library_refuses_the_same_files(case, tmp_path):
+    """Frost validates headers itself (it never imports safetensors): its checks must be at least as strict as the
+    reference library's, which refuses every one of these files too."""
+    st = pytest.importorskip("safetensors.numpy")
+    entries, nbytes, metadata, _ = CRAFTED[case]
+    path = tmp_path / f"{case}.safetensors"
+    _craft(path, entries, b"\0" * nbytes, metadata)
+    with pytest.raises(Exception):
+        st.load_file(path)
+
+
+def test_overlapping_entries_cannot_load_a_file_many_times_over(tmp_path):
+    """40 entries over the same 1 MiB would load as 40 MiB: refused before anything is allocated."""
+    path = tmp_path / "overlap.safetensors"
+    _craft(path, {f"t{i}": _f32(0, 1 << 20) for i in range(40)}, b"\0" * (1 << 20))
+    with pytest.raises(CheckpointError, match="tensor 't1' spans bytes 0..1048576 .*overlapping"):
+        frost.load(path)
+
+
+def test_tensors_listed_in_any_order_load_when_they_tile_the_data(tmp_path):
+    path = tmp_path / "order.safetensors"
+    data = np.arange(6, dtype=np.float32).tobytes()
+    _craft(path, {"b": _f32(12, 24), "a": _f32(0, 12)}, data)
+    np.testing.assert_array_equal(frost.load(path).numpy(), [0.0, 1.0, 2.0])
+
+
+def test_the_number_of_entries_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(io, "MAX_ENTRIES", 2)
+    path = tmp_path / "many.safetensors"
+    frost.save([frost.ones(1), frost.ones(2), frost.ones(3)], path)
+    with pytest.raises(CheckpointError, match="many.safetensors is damaged: its header lists 3 tensors, more than "
+                                              "the 2"):
+        frost.load(path)
+
+
+def test_save_refuses_what_load_would_refuse(tmp_path):
+    path = tmp_path / "s.safetensors"
+    with pytest.raises(ValueError, match=r"cannot save the 33-dimensional tensor at obj\['w'\]"):
+        frost.save({"w": frost.ones(*[1] * 33)}, path)
+    deep = nested = []
+    for _ in range(300):
+        nested.append([])
+        nested = nested[0]
+    with pytest.raises(ValueError, match="nests deeper than frost.load reads"):
+        frost.save(deep, path)
+    assert not path.exists()
+    ok = nested = []
+    for _ in range(200):
+        nested.append([])
+        nested = nested[0]
+    frost.save(ok, path)
+    assert frost.load(path) == ok
+
+
+# ---------------------------------------------------------------- a save killed outright
+
+
+_STALLED_SAVE = """
+import sys, time
+import frost
+from frost import io
+
+def stall(f, tensors):
+    f.write(b"\\0" * 100)
+    f.flush()
+    print("writing", flush=True)
+    time.sleep(120)
+
+io._write_tensors = stall
+frost.save({"w": frost.ones(10)}, sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL and pid probing are POSIX")
+def test_the_next_save_removes_the_temporary_file_of_a_killed_save(tmp_path):
+    path = tmp_path / "ckpt.safetensors"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen([sys.executable, "-c", _STALLED_SAVE, str(path)], stdout=subprocess.PIPE, env=env)
+    try:
+        assert child.stdout.readline() == b"writing\n"
+    finally:
+        child.kill()  # SIGKILL: no handler runs, the temporary file stays
+        child.wait()
+    (left,) = os.listdir(tmp_path)
+    assert left.startswith(".ckpt.safetensors.") and left.endswith(".tmp")
+    frost.save({"w": frost.zeros(2)}, path)
+    assert os.listdir(tmp_path) == ["ckpt.safetensors"]
+    np.testing.assert_array_equal(frost.load(path)["w"].numpy(), [0.0, 0.0])
+
+
+def test_save_keeps_temporary_files_that_may_still_be_written(tmp_path):
+    """A live process's file (this one's), another host's (its pid means nothing here) and other targets' stay."""
+    kept = [io.temporary_name("ckpt.safetensors", io._HOST, os.getpid()),
+            io.temporary_name("ckpt.safetensors", "another-host", 2 ** 22 + 1),
+            io.temporary_name("other.safetensors", io._HOST, 2 ** 22 + 1)]
+    for name in kept:
+        (tmp_path / name).write_bytes(b"partial")
+    frost.save({"w": frost.ones(1)}, tmp_path / "ckpt.safetensors")
+    assert sorted(os.listdir(tmp_path)) == sorted(kept + ["ckpt.safetensors"])

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import io
+import math
 import os
 import pickle
+import pickletools
 import re
 import tarfile
 import urllib.error
@@ -28,6 +31,12 @@ BINARY_ARCHIVE = "cifar-10-binary.tar.gz"
 BINARY_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
 PYTHON_ARCHIVE = "cifar-10-python.tar.gz"
 _RECORD = 1 + 3 * 32 * 32  # label byte + CHW pixels
+_BATCH_IMAGES = 10_000     # per official batch file
+_MAX_BINARY_BATCH = _BATCH_IMAGES * _RECORD
+# the pixels twice over (Python 3's protocol-2 pickles store bytes as latin-1 text in UTF-8) plus labels and names
+_MAX_PYTHON_BATCH = 2 * _BATCH_IMAGES * 3 * 32 * 32 + (4 << 20)
+_MAX_MEMBERS = 64          # the official archives hold 8 files
+_CHUNK = 1 << 20
 # 2,000 training and 500 test images of the official release, made by benchmarks/cifar10_sample.py (see there)
 SAMPLE_FILE = Path(__file__).with_name("cifar10_sample.npz")
 
@@ -129,103 +138,268 @@ def _concat(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.
             np.concatenate([y for _, y in parts]).astype(np.int64))
 
 
+def _read_batch_file(path: Path, max_size: int) -> bytes:
+    """A batch file's bytes, its size checked before anything is read."""
+    size = path.stat().st_size
+    if size > max_size:
+        raise ValueError(f"CIFAR10: {path} has {size} bytes, more than a CIFAR-10 batch file ({max_size}); "
+                         f"it is not one")
+    return path.read_bytes()
+
+
 def _read_binary_dir(path: Path, train: bool):
-    return _concat([_parse_binary((path / n).read_bytes(), str(path / n)) for n in _split_names(train, ".bin")])
+    return _concat([_parse_binary(_read_batch_file(path / n, _MAX_BINARY_BATCH), str(path / n))
+                    for n in _split_names(train, ".bin")])
 
 
-def _tar_members(path: Path, folder: str, names: list[str]) -> list[tuple[str, bytes]]:
-    out = []
+def _tar_members(path: Path, folder: str, names: list[str], max_size: int) -> list[tuple[str, bytearray]]:
+    """The files folder/names of a .tar.gz, read in memory (nothing is extracted to disk) in one pass to its end,
+    which checks the whole archive. Every member's size is checked against `max_size` from its header before its
+    bytes are read or skipped, so a small archive cannot make this inflate more than a CIFAR archive holds."""
+    wanted, found = [f"{folder}/{n}" for n in names], {}
     try:
         with tarfile.open(path, "r:gz") as tar:
-            for n in names:
-                member = f"{folder}/{n}"
-                try:
-                    f = tar.extractfile(member)  # read in memory: nothing is extracted to disk
-                except KeyError:
-                    f = None
-                if f is None:
-                    raise FileNotFoundError(f"CIFAR10: {path} has no member {member}")
-                out.append((f"{path}:{member}", f.read()))
+            for count, member in enumerate(tar, 1):
+                if count > _MAX_MEMBERS:
+                    raise ValueError(f"CIFAR10: {path} has more than {_MAX_MEMBERS} members; it is not a CIFAR-10 "
+                                     f"archive")
+                if member.size > max_size:
+                    raise ValueError(f"CIFAR10: {path} has a member {member.name} of {member.size} bytes, more than "
+                                     f"any file of a CIFAR-10 archive ({max_size}); it is not one")
+                if member.name in wanted:
+                    found[member.name] = _read_member(tar, member, path)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:  # a truncated or damaged archive
         raise ValueError(f"CIFAR10: {path} is not a readable .tar.gz ({type(e).__name__}: {e}); delete it (or "
                          f"fetch it again) and retry") from e
-    return out
+    missing = [name for name in wanted if name not in found]
+    if missing:
+        raise FileNotFoundError(f"CIFAR10: {path} has no member {missing[0]}")
+    return [(f"{path}:{name}", found[name]) for name in wanted]
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> bytearray:
+    """A member's bytes, read in 1 MiB chunks into a buffer of the size its header gives."""
+    source = tar.extractfile(member) if member.isfile() else None
+    if source is None:
+        raise ValueError(f"CIFAR10: {path}: the member {member.name} is not a regular file")
+    data = bytearray(member.size)
+    view, done = memoryview(data), 0
+    with source:
+        while done < member.size:
+            n = source.readinto(view[done:done + _CHUNK])
+            if not n:
+                raise ValueError(f"CIFAR10: {path}: the member {member.name} ends after {done} of its "
+                                 f"{member.size} bytes")
+            done += n
+    return data
 
 
 def _read_binary_tar(path: Path, train: bool):
-    members = _tar_members(path, "cifar-10-batches-bin", _split_names(train, ".bin"))
+    members = _tar_members(path, "cifar-10-batches-bin", _split_names(train, ".bin"), _MAX_BINARY_BATCH)
     return _concat([_parse_binary(raw, name) for name, raw in members])
 
 
 # ---------------------------------------------------------------- python release
-def _numpy_reconstruct():
-    try:
-        from numpy._core.multiarray import _reconstruct
-    except ImportError:  # NumPy 1.x
-        from numpy.core.multiarray import _reconstruct
-    return _reconstruct
+# The unpickler hands a pickle only callables a pickle cannot change: classes of the metaclass below (a pickle's
+# BUILD sets attributes, which they refuse) or immutable built-in types. NumPy's own reconstruction functions
+# and dtypes are never exposed: the classes below read the array's state themselves and build it with
+# np.frombuffer, for plain numeric dtypes only.
+class _Immutable(type):
+    """The metaclass of the callables exposed to a pickle: their attributes cannot be set or deleted."""
+
+    def __setattr__(cls, name: str, value) -> None:
+        raise pickle.UnpicklingError(f"refused: the pickle tries to set {name!r} on {cls.__name__}")
+
+    def __delattr__(cls, name: str) -> None:
+        raise pickle.UnpicklingError(f"refused: the pickle tries to delete {name!r} of {cls.__name__}")
 
 
-def _frombuffer(buf, dtype, shape, order):
-    """What NumPy's protocol-5 pickles call to rebuild an array from its bytes."""
-    return np.frombuffer(buf, dtype=dtype).reshape(shape, order=order)
+def _text(value):
+    """A Python 2 str read with encoding='bytes' comes as bytes: as text."""
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+_NUMERIC_DTYPE = re.compile(r"[<>|=]?[biuf][1248]")  # how NumPy names them in pickles: 'u1', 'i8', 'f4', ...
+
+
+class _Dtype(metaclass=_Immutable):
+    """numpy.dtype(name, align, copy) as a pickle calls it, then BUILD with the dtype's state: a plain numeric
+    dtype and its byte order, nothing else."""
+    __slots__ = ("dtype",)
+
+    def __init__(self, name, align=False, copy=False) -> None:
+        name = _text(name)
+        if not (isinstance(name, str) and _NUMERIC_DTYPE.fullmatch(name)):
+            raise pickle.UnpicklingError(f"refused: the dtype {str(name)[:20]!r}; only plain numeric dtypes are "
+                                         f"allowed")
+        self.dtype = np.dtype(name)
+
+    def __setstate__(self, state) -> None:
+        # NumPy's dtype state: (version, byte order, subarray, names, fields, elsize, alignment, flags[, metadata])
+        order = _text(state[1]) if isinstance(state, tuple) and len(state) in (8, 9) else None
+        if order not in ("<", ">", "|", "=") or state[2:5] != (None, None, None):
+            raise pickle.UnpicklingError(f"refused: the dtype state {str(state)[:80]}")
+        self.dtype = self.dtype.newbyteorder(order) if order in "<>" else self.dtype
+
+
+class _NdarrayName(metaclass=_Immutable):
+    """numpy.ndarray as a pickle names it: an argument of _reconstruct, never called (np.ndarray(shape) would
+    allocate any size)."""
+    __slots__ = ()
+
+    def __new__(cls, *args):
+        raise pickle.UnpicklingError("refused: the pickle calls numpy.ndarray")
+
+
+class _Reconstruct(metaclass=_Immutable):
+    """numpy's _reconstruct(ndarray, (0,), b'b') and the BUILD after it, which brings the array's state: the
+    array, in `array`, is built from that state."""
+    __slots__ = ("array",)
+
+    def __init__(self, subtype, shape, typecode) -> None:
+        if subtype is not _NdarrayName:
+            raise pickle.UnpicklingError(f"refused: _reconstruct of {subtype!r}, not numpy.ndarray")
+        self.array = None
+
+    def __setstate__(self, state) -> None:
+        # NumPy's array state: (version, shape, dtype, is_fortran, raw bytes), without the version before NumPy 1.0
+        if isinstance(state, tuple) and len(state) == 5:
+            state = state[1:]
+        if not (isinstance(state, tuple) and len(state) == 4 and state[2] in (True, False)):
+            raise pickle.UnpicklingError(f"refused: the array state {str(state)[:80]}")
+        shape, dtype, fortran, raw = state
+        self.array = _array(raw, dtype, shape, "F" if fortran else "C")
+
+
+class _FromBuffer(metaclass=_Immutable):
+    """numpy's _frombuffer(buffer, dtype, shape, order) of protocol-5 pickles."""
+    __slots__ = ()
+
+    def __new__(cls, buffer, dtype, shape, order):
+        return _array(buffer, dtype, shape, _text(order))
+
+
+def _array(raw, dtype, shape, order: str) -> np.ndarray:
+    """The array over `raw`, which must hold exactly its bytes."""
+    if not (isinstance(raw, (bytes, bytearray)) and isinstance(dtype, _Dtype) and order in ("C", "F")
+            and isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)):
+        raise pickle.UnpicklingError("refused: an array that is not (bytes, numeric dtype, shape, order)")
+    if math.prod(shape) * dtype.dtype.itemsize != len(raw):
+        raise pickle.UnpicklingError(f"an array of shape {shape} and dtype {dtype.dtype} has {len(raw)} bytes")
+    return np.frombuffer(raw, dtype.dtype).reshape(shape, order=order)
+
+
+class _Latin1(metaclass=_Immutable):
+    """_codecs.encode(text, 'latin1'): how Python 3 writes bytes into protocol-2 pickles; no other codec."""
+    __slots__ = ()
+
+    def __new__(cls, text, encoding="utf-8"):
+        if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+            raise pickle.UnpicklingError(f"refused: _codecs.encode with {str(encoding)[:20]!r}; only latin1")
+        return text.encode("latin-1")
+
+
+class _Bytes(metaclass=_Immutable):
+    """bytes() and bytes(b'...') of protocol-2 pickles; never bytes(n), which would allocate n bytes."""
+    __slots__ = ()
+
+    def __new__(cls, source=b""):
+        if not isinstance(source, (bytes, bytearray)):
+            raise pickle.UnpicklingError("refused: bytes of something other than bytes")
+        return bytes(source)
+
+
+class _ByteArray(metaclass=_Immutable):
+    """bytearray(b'...') of protocol-2 pickles; never bytearray(n)."""
+    __slots__ = ()
+
+    def __new__(cls, source=b""):
+        if not isinstance(source, (bytes, bytearray)):
+            raise pickle.UnpicklingError("refused: bytearray of something other than bytes")
+        return bytearray(source)
+
+
+_PICKLE_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): _Reconstruct, ("numpy._core.multiarray", "_reconstruct"): _Reconstruct,
+    ("numpy.core.numeric", "_frombuffer"): _FromBuffer, ("numpy._core.numeric", "_frombuffer"): _FromBuffer,
+    ("numpy", "ndarray"): _NdarrayName, ("numpy", "dtype"): _Dtype, ("_codecs", "encode"): _Latin1,
+    ("builtins", "bytes"): _Bytes, ("__builtin__", "bytes"): _Bytes,
+    ("builtins", "bytearray"): _ByteArray, ("__builtin__", "bytearray"): _ByteArray,
+}
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
-    """Admits only NumPy array reconstruction and built-in containers; refuses everything else."""
+    """Admits only NumPy numeric arrays and bytes (besides what pickle builds without globals: dicts, lists, str,
+    int, ...), through the immutable callables above; refuses everything else."""
 
     def __init__(self, file, name: str) -> None:
         super().__init__(file, encoding="bytes")
         self.name = name
 
     def find_class(self, module: str, name: str):
-        allowed = {
-            ("numpy.core.multiarray", "_reconstruct"): _numpy_reconstruct,
-            ("numpy._core.multiarray", "_reconstruct"): _numpy_reconstruct,
-            ("numpy.core.numeric", "_frombuffer"): lambda: _frombuffer,
-            ("numpy._core.numeric", "_frombuffer"): lambda: _frombuffer,
-            ("numpy", "ndarray"): lambda: np.ndarray,
-            ("numpy", "dtype"): lambda: np.dtype,
-            ("_codecs", "encode"): lambda: __import__("codecs").encode,  # bytes in Python 3 protocol-2 pickles
-        }
-        builtins = {"list": list, "dict": dict, "bytes": bytes, "bytearray": bytearray, "str": str, "int": int}
-        if (module, name) in allowed:
-            return allowed[(module, name)]()
-        if module in ("builtins", "__builtin__") and name in builtins:
-            return builtins[name]
+        if (module, name) in _PICKLE_GLOBALS:
+            return _PICKLE_GLOBALS[(module, name)]
         raise pickle.UnpicklingError(
-            f"CIFAR10: {self.name} asks to load {module}.{name}; refused: only NumPy arrays and built-in "
-            f"lists, dicts, bytes, str and int are allowed in a CIFAR-10 batch file")
+            f"CIFAR10: {self.name} asks to load {module}.{name}; refused: only NumPy arrays of numeric dtypes, "
+            f"bytes and the built-in containers are allowed in a CIFAR-10 batch file")
 
 
-def _parse_python(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _check_lengths(raw: bytes | bytearray) -> None:
+    """Walk the pickle's opcodes without running them: a length field claiming more bytes than the file holds
+    raises here, before the unpickler would allocate that much."""
     try:
-        batch = _RestrictedUnpickler(io.BytesIO(raw), name).load()
+        for _ in pickletools.genops(raw):
+            pass
+    except ValueError as e:  # pickletools' word for a truncated argument, an overlong length or an unknown opcode
+        raise pickle.UnpicklingError(str(e)) from None
+
+
+def _load_batch(raw: bytes | bytearray, name: str):
+    try:
+        _check_lengths(raw)
+        return _RestrictedUnpickler(io.BytesIO(raw), name).load()
     except pickle.UnpicklingError as e:
         if str(e).startswith("CIFAR10:"):  # the restricted unpickler's refusal, which names the file already
             raise
         raise ValueError(f"CIFAR10: {name} is not a CIFAR-10 python batch file (UnpicklingError: {e})") from e
-    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
+    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError) as e:
         raise ValueError(f"CIFAR10: {name} is not a CIFAR-10 python batch file ({type(e).__name__}: {e})") from e
+
+
+def _parse_python(raw: bytes | bytearray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    batch = _load_batch(raw, name)
     if not isinstance(batch, dict):
         raise ValueError(f"CIFAR10: {name} holds a {type(batch).__name__}, not a CIFAR-10 batch dict")
     get = lambda k: batch.get(k.encode(), batch.get(k))  # noqa: E731 - Python 2 pickles have bytes keys
     data, labels = get("data"), get("labels")
     if data is None or labels is None:
         raise ValueError(f"CIFAR10: {name} has no 'data' and 'labels' entries")
-    data, labels = np.asarray(data, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
+    try:
+        data, labels = np.asarray(_built(data), dtype=np.uint8), np.asarray(_built(labels), dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"CIFAR10: {name} has 'data' or 'labels' that are not arrays of numbers ({e})") from e
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or labels.shape != (len(data),):
         raise ValueError(f"CIFAR10: {name} has 'data' of shape {data.shape} and 'labels' of shape {labels.shape}; "
                          f"expected (N, 3072) and (N,)")
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
+def _built(value):
+    """An array the pickle reconstructed, or the value as it is; an array whose state never came is refused."""
+    if isinstance(value, _Reconstruct):
+        if value.array is None:
+            raise ValueError("an array without its state")
+        return value.array
+    return value
+
+
 def _read_python_dir(path: Path, train: bool):
-    return _concat([_parse_python((path / n).read_bytes(), str(path / n)) for n in _split_names(train)])
+    return _concat([_parse_python(_read_batch_file(path / n, _MAX_PYTHON_BATCH), str(path / n))
+                    for n in _split_names(train)])
 
 
 def _read_python_tar(path: Path, train: bool):
-    members = _tar_members(path, "cifar-10-batches-py", _split_names(train))
+    members = _tar_members(path, "cifar-10-batches-py", _split_names(train), _MAX_PYTHON_BATCH)
     return _concat([_parse_python(raw, name) for name, raw in members])
 
 
@@ -314,23 +488,37 @@ def load_sample(train: bool = True, path: str | os.PathLike = SAMPLE_FILE) -> tu
 # ---------------------------------------------------------------- download
 def download_binary(root: Path, url: str | None = None, md5: str | None = None, timeout: float = 60) -> Path:
     """Fetch the official binary archive into root, checking its MD5 before it is used. `timeout` bounds the
-    connection and each read (seconds): offline, the call fails within it."""
+    connection and each read (seconds): offline, the call fails within it. Any failure is one RuntimeError naming
+    the URL, and leaves no partial file."""
     url, md5 = url or BINARY_URL, md5 or BINARY_MD5
     root.mkdir(parents=True, exist_ok=True)
     target, partial = root / BINARY_ARCHIVE, root / (BINARY_ARCHIVE + ".part")
-    digest = hashlib.md5()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
-            while chunk := response.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
-    except (urllib.error.URLError, OSError) as e:
+        digest = _fetch(url, partial, timeout)
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as e:
         partial.unlink(missing_ok=True)
-        raise RuntimeError(f"CIFAR10: could not download {url} ({e}); are you offline? Put {BINARY_ARCHIVE} "
-                           f"(or any layout CIFAR10 reads) in {root} by hand and try again") from e
-    if digest.hexdigest() != md5:
+        raise RuntimeError(f"CIFAR10: could not download {url} ({type(e).__name__}: {e}); are you offline? Put "
+                           f"{BINARY_ARCHIVE} (or any layout CIFAR10 reads) in {root} by hand and try again") from e
+    except BaseException:  # interrupted: no partial file either
         partial.unlink(missing_ok=True)
-        raise RuntimeError(f"CIFAR10: {url} downloaded with MD5 {digest.hexdigest()}, expected {md5}; "
-                           f"the file was deleted")
+        raise
+    if digest != md5:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"CIFAR10: {url} downloaded with MD5 {digest}, expected {md5}; the file was deleted")
     partial.replace(target)
     return target
+
+
+def _fetch(url: str, partial: Path, timeout: float) -> str:
+    """Stream `url` into `partial` and return its MD5; a body shorter than the server announced is an error (the
+    HTTP client returns it silently)."""
+    digest, received = hashlib.md5(), 0
+    with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
+        announced = response.headers.get("Content-Length")
+        while chunk := response.read(_CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+            received += len(chunk)
+    if announced is not None and announced.isdigit() and received != int(announced):
+        raise ConnectionError(f"the connection closed after {received} of the {announced} bytes announced")
+    return digest.hexdigest()

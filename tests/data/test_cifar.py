@@ -1,10 +1,15 @@
 """Tests for frost/data/cifar.py: every layout, the restricted unpickler, the mocked download, the real parts."""
 import hashlib
+import http.server
 import importlib.util
 import io
 import os
 import pickle
+import re
+import struct
 import tarfile
+import threading
+import tracemalloc
 import urllib.error
 from pathlib import Path
 
@@ -125,8 +130,10 @@ def write_python_folder(root, replace=None):
     (pickle.dumps({b"data": np.zeros((2, 3000), np.uint8), b"labels": [1, 2]}, protocol=2),
      r"data_batch_2 has 'data' of shape \(2, 3000\)"),
     (b"\x00garbage", r"data_batch_2 is not a CIFAR-10 python batch file \(UnpicklingError"),
+    (pickle.dumps({b"data": np.array([[1]], dtype=object), b"labels": [1]}, protocol=2),
+     r"data_batch_2 is not a CIFAR-10 python batch file \(UnpicklingError: refused: the dtype 'O"),
     (python_bytes(TRAIN[0][:3], TRAIN[1][:3])[:100], r"data_batch_2 is not a CIFAR-10 python batch file \(\w+Error")],
-    ids=["labels_short", "rows_short", "garbage", "truncated"])
+    ids=["labels_short", "rows_short", "garbage", "object_dtype", "truncated"])
 def test_a_damaged_python_batch_is_named(tmp_path, raw, match):
     """Images and labels out of step would shift every later label: refused, naming the file."""
     write_python_folder(tmp_path, {"data_batch_2": raw})
@@ -201,6 +208,10 @@ def test_missing_data_says_what_it_looked_for(tmp_path):
 
 # ---------------------------------------------------------------- download (network mocked)
 class FakeResponse(io.BytesIO):
+    @property
+    def headers(self) -> dict:
+        return {"Content-Length": str(len(self.getbuffer()))}
+
     def __enter__(self):
         return self
 
@@ -388,3 +399,183 @@ def test_download_gives_up_within_its_timeout(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="could not download"):
         cifar.download_binary(tmp_path, timeout=3)
     assert timeouts == [3] and list(tmp_path.iterdir()) == []  # no partial file left
+
+
+# ---------------------------------------------------------------- hostile archives and batch files
+def test_an_archive_member_larger_than_a_batch_is_refused_before_it_is_read(tmp_path):
+    """One record more than an official batch, zeros (so the .tar.gz is tiny): refused from the member's header,
+    without inflating it (the code before read it whole and returned it)."""
+    size = cifar._MAX_BINARY_BATCH + cifar._RECORD
+    with tarfile.open(tmp_path / "cifar-10-binary.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("cifar-10-batches-bin/data_batch_1.bin")
+        info.size = size
+        tar.addfile(info, io.BytesIO(bytes(size)))
+    assert (tmp_path / "cifar-10-binary.tar.gz").stat().st_size < 100_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=f"cifar-10-binary.tar.gz has a member cifar-10-batches-bin/"
+                                             f"data_batch_1.bin of {size} bytes, more than any file of a CIFAR-10"):
+            CIFAR10(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20
+
+
+def test_an_archive_of_many_members_is_refused(tmp_path):
+    files = [(f"{n}.bin", binary_bytes(x, y)) for n, x, y in batches()] + [(f"extra{i}", b"") for i in range(70)]
+    write_tar(tmp_path / "cifar-10-binary.tar.gz", "cifar-10-batches-bin", files)
+    with pytest.raises(ValueError, match="cifar-10-binary.tar.gz has more than 64 members"):
+        CIFAR10(tmp_path)
+
+
+def test_an_archive_member_that_is_a_link_is_refused(tmp_path):
+    with tarfile.open(tmp_path / "cifar-10-binary.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("cifar-10-batches-bin/data_batch_1.bin")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    with pytest.raises(ValueError, match="the member cifar-10-batches-bin/data_batch_1.bin is not a regular file"):
+        CIFAR10(tmp_path)
+
+
+def test_a_batch_file_larger_than_a_batch_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    write_python_folder(tmp_path)
+    monkeypatch.setattr(cifar, "_MAX_PYTHON_BATCH", 1000)
+    with pytest.raises(ValueError, match=r"data_batch_1 has \d+ bytes, more than a CIFAR-10 batch file \(1000\)"):
+        CIFAR10(tmp_path)
+
+
+def python2_bytes(images, labels) -> bytes:
+    """A batch as the official release's Python 2 cPickle wrote it (protocol 2, the pixels as a BINSTRING,
+    numpy.core.multiarray._reconstruct), assembled opcode by opcode."""
+    def string(b: bytes) -> bytes:
+        return b"U" + bytes([len(b)]) + b if len(b) < 256 else b"T" + struct.pack("<i", len(b)) + b
+
+    def small(n: int) -> bytes:
+        return b"K" + bytes([n]) if n < 256 else b"M" + struct.pack("<H", n)
+
+    dtype = (b"cnumpy\ndtype\n" + string(b"u1") + small(0) + small(1) + b"\x87R"
+             + b"(" + small(3) + string(b"|") + b"NNN" + b"J\xff\xff\xff\xff" * 2 + small(0) + b"tb")
+    pixels = images.transpose(0, 3, 1, 2).reshape(len(images), -1).tobytes()
+    array = (b"cnumpy.core.multiarray\n_reconstruct\n" + b"cnumpy\nndarray\n" + small(0) + b"\x85" + string(b"b")
+             + b"\x87R" + b"(" + small(1) + small(len(images)) + small(3072) + b"\x86" + dtype + b"\x89"
+             + string(pixels) + b"tb")
+    label_list = b"](" + b"".join(small(int(v)) for v in labels) + b"e"
+    return (b"\x80\x02}(" + string(b"batch_label") + string(b"fake") + string(b"data") + array
+            + string(b"labels") + label_list + b"u.")
+
+
+def test_python_2_batches_as_the_official_release_wrote_them(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for name, x, y in batches():
+        (folder / name).write_bytes(python2_bytes(x, y))
+    check(tmp_path, "python_dir")
+
+
+EXPOSED = [("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+           ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"), ("numpy", "ndarray"),
+           ("numpy", "dtype"), ("_codecs", "encode"), ("builtins", "bytes"), ("__builtin__", "bytearray")]
+
+
+def mutating_pickle(module: str, name: str, state: bytes) -> bytes:
+    """GLOBAL module.name, then BUILD on that very object with `state` (pickle opcodes)."""
+    return b"\x80\x02c" + f"{module}\n{name}\n".encode() + state + b"b."
+
+
+SLOTSTATE = b"N}(X\x0c\x00\x00\x00__defaults__(K\x07tX\x08\x00\x00\x00injectedK\x01u\x86"  # (None, {...})
+DICTSTATE = b"}(X\x08\x00\x00\x00injectedK\x01u"
+
+
+@pytest.mark.parametrize("state", [SLOTSTATE, DICTSTATE], ids=["setattr", "dict"])
+@pytest.mark.parametrize("module,name", EXPOSED, ids=[f"{m}.{n}" for m, n in EXPOSED])
+def test_a_pickle_cannot_change_what_the_unpickler_exposes(tmp_path, module, name, state):
+    """BUILD on an allow-listed global would change it for the rest of the process (the code before exposed a
+    Python function, whose __defaults__ a pickle could replace): every exposed object refuses."""
+    exposed = cifar._RestrictedUnpickler(io.BytesIO(b""), "x").find_class(module, name)
+    before = getattr(exposed, "__defaults__", None)
+    write_python_folder(tmp_path, {"data_batch_2": mutating_pickle(module, name, state)})
+    with pytest.raises(ValueError, match="data_batch_2 is not a CIFAR-10 python batch file"):
+        CIFAR10(tmp_path)
+    assert getattr(exposed, "__defaults__", None) == before and not hasattr(exposed, "injected")
+
+
+def test_a_pickle_cannot_allocate_through_numpy_ndarray(tmp_path):
+    call = b"\x80\x02cnumpy\nndarray\n(J\x00\x00\x10\x00J\x00\x00\x10\x00tR."  # ndarray((2**20, 2**20)): 8 TiB
+    write_python_folder(tmp_path, {"data_batch_2": call})
+    with pytest.raises(ValueError, match=r"data_batch_2 is not a CIFAR-10 python batch file \(UnpicklingError: "
+                                         r"refused: the pickle calls numpy.ndarray"):
+        CIFAR10(tmp_path)
+
+
+@pytest.mark.parametrize("raw", [b"\x80\x04\x8e" + struct.pack("<Q", 2 ** 62) + b"xyz.",   # BINBYTES8
+                                 b"\x80\x04\x8d" + struct.pack("<Q", 2 ** 63 + 5) + b"xyz.",  # BINUNICODE8
+                                 b"\x80\x02T\xff\xff\xff\x7fxyz."],                        # BINSTRING
+                         ids=["bytes8", "unicode8", "binstring"])
+def test_an_oversized_length_field_is_named_not_allocated(tmp_path, raw):
+    """The code before raised a bare MemoryError('') or OverflowError, or allocated what the field claimed."""
+    write_python_folder(tmp_path, {"data_batch_2": raw})
+    with pytest.raises(ValueError, match=r"data_batch_2 is not a CIFAR-10 python batch file \(UnpicklingError: "
+                                         r".*(remain|maxsize)"):
+        CIFAR10(tmp_path)
+
+
+# ---------------------------------------------------------------- download failures, over a loopback server
+class Replies(http.server.BaseHTTPRequestHandler):
+    """/full: the archive; /cut-chunked and /cut-length: the connection closes mid-body; /garbage: no HTTP at
+    all; anything else: 404."""
+    body = b""
+
+    def do_GET(self) -> None:
+        if self.path == "/garbage":
+            self.wfile.write(b"SSH-2.0-not-http\r\n\r\n")
+            return
+        if self.path not in ("/full", "/cut-chunked", "/cut-length"):
+            self.send_error(404)
+            return
+        self.send_response(200)
+        if self.path == "/cut-chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n" % len(self.body) + self.body[:len(self.body) // 2])
+            return
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body if self.path == "/full" else self.body[:len(self.body) // 2])
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """A local HTTP server on 127.0.0.1 (loopback only) serving `Replies`; yields its base URL."""
+    monkeypatch.setenv("no_proxy", "*")  # a proxy from the environment must not see loopback requests
+    monkeypatch.setenv("NO_PROXY", "*")
+    Replies.body = fake_archive(tmp_path)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Replies)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+def test_a_real_http_download_is_checked_and_read(tmp_path, server):
+    root = tmp_path / "data"
+    cifar.download_binary(root, url=server + "/full", md5=hashlib.md5(Replies.body).hexdigest(), timeout=10)
+    assert sorted(p.name for p in root.iterdir()) == ["cifar-10-binary.tar.gz"]
+    np.testing.assert_array_equal(CIFAR10(root).data, TRAIN[0])
+
+
+@pytest.mark.parametrize("path,error", [("/cut-chunked", "IncompleteRead"),
+                                        ("/cut-length", r"ConnectionError: the connection closed after \d+ of the "
+                                                        r"\d+ bytes announced"),
+                                        ("/garbage", "BadStatusLine"), ("/missing", "HTTPError")])
+def test_a_failed_download_is_one_clear_error_and_leaves_no_file(tmp_path, server, path, error):
+    """The code before let IncompleteRead and BadStatusLine escape and left the .part file."""
+    root, url = tmp_path / "data", server + path
+    with pytest.raises(RuntimeError, match=f"could not download {re.escape(url)} \\({error}"):
+        cifar.download_binary(root, url=url, md5=hashlib.md5(Replies.body).hexdigest(), timeout=10)
+    assert list(root.iterdir()) == []
