@@ -16,9 +16,11 @@ from frost.ops.elementwise import ceil, erf, expm1, floor, log1p, reciprocal, ro
 from frost.ops.reduce import argsort, cumsum, sort, topk
 from frost.ops.shape import clone, index_select, narrow, tril, triu, unbind
 from frost.io import load, save
+from frost.random import get_rng_state, set_rng_state
 from frost.autocast import autocast
 from frost.layout import channels_last, contiguous_format
 from frost import backends, cuda, data, nn, optim, parallel
+from frost import random  # noqa: F401 - frost.random.fork_rng; left out of __all__ (see there)
 from frost.jit import jit
 from frost import kernel  # the kernel language; also the @frost.kernel decorator
 from frost.kernel import cuda_source
@@ -38,7 +40,7 @@ __all__ = [
     # tensors and their constructors
     "Tensor", "Device", "tensor", "from_numpy", "arange", "linspace", "eye", "empty", "empty_like", "full",
     "full_like", "ones", "ones_like", "zeros", "zeros_like", "rand", "rand_like", "randn", "randn_like", "randint",
-    "randperm", "manual_seed",
+    "randperm", "manual_seed", "get_rng_state", "set_rng_state",
     # dtypes and memory formats
     "DType", "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
     "float", "double", "half", "long", "channels_last", "contiguous_format",
@@ -56,4 +58,4 @@ __all__ = [
     "save", "load", "autocast", "jit", "kernel", "cuda_source",
     # subpackages
     "backends", "cuda", "data", "nn", "optim", "parallel",
-]
+]  # not frost.random: a star import would shadow Python's random module

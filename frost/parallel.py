@@ -21,9 +21,13 @@ Semantics chosen so that this reads naturally:
   whose bound method is the task, as in `spawn(ch.send, x)`) is closed: all its senders are
   done, so consumers after the block (`ch.sum()`, `for x in ch`) see the end of the stream.
   Consume *inside* the block only with a known count of `recv()`s. The channel must hold what
-  the tasks send (capacity >= number of sends) when nobody receives until the block ends; if
-  every running task has waited on a channel of the block (to send on a full one, or to receive from an
-  empty one that the body never closed) for STUCK_WARNING_S seconds, finish warns.
+  the tasks send (capacity >= number of sends) when nobody receives until the block ends.
+- A task waiting on any channel (to send on a full one, or to receive from an empty open one), one it was
+  given or one it captured in a closure, for longer than `finish(stuck_warning_s=)` seconds (by default
+  STUCK_WARNING_S) makes finish warn, once per task, naming the task and the channel; when every running
+  task waits so, one warning says the whole block is stuck. Only waits without a timeout count (a wait with
+  one ends by itself). Finish closes only the channels its tasks were given: a captured channel stays open
+  at the end and on a failure, so a task waiting on one can wait for ever; pass channels as arguments.
 - On the first failure in a task (or in the block's own body), the finish block cancels the rest:
   it closes those channels at once, so that tasks blocked on them wake up (their `send`/`recv`
   raise `ChannelClosed`), waits for every task to end, and re-raises that first exception in the
@@ -60,18 +64,13 @@ class Channel:
         self._not_full = threading.Condition(self._lock)
         self._not_empty = threading.Condition(self._lock)
         self._closed = False
-        # read by finish() to spot a block whose tasks all wait on its channels (full ones, or empty open ones)
-        self.blocked_senders = self.blocked_receivers = 0
 
     # ------------------------------------------------------------ sending
     def send(self, item: Any, timeout: float | None = None) -> None:
         """Put item in the channel, waiting while it is full; TimeoutError after `timeout` seconds."""
         with self._not_full:
-            self.blocked_senders += 1
-            try:
-                room = self._wait(self._not_full, lambda: self._closed or len(self._items) < self.capacity, timeout)
-            finally:
-                self.blocked_senders -= 1
+            room = self._wait(self._not_full, lambda: self._closed or len(self._items) < self.capacity, timeout,
+                              "send on")
             if not room:
                 raise TimeoutError(f"Channel.send: still full (capacity {self.capacity}) after {timeout} s")
             if self._closed:
@@ -89,11 +88,7 @@ class Channel:
 
         Raises ChannelClosed once the channel is closed and drained, TimeoutError after `timeout` s."""
         with self._not_empty:
-            self.blocked_receivers += 1
-            try:
-                ready = self._wait(self._not_empty, lambda: self._closed or self._items, timeout)
-            finally:
-                self.blocked_receivers -= 1
+            ready = self._wait(self._not_empty, lambda: self._closed or self._items, timeout, "receive from")
             if not ready:
                 raise TimeoutError(f"Channel.recv: still empty after {timeout} s")
             if not self._items:
@@ -140,13 +135,32 @@ class Channel:
         state = "closed" if self._closed else "open"
         return f"Channel(capacity={self.capacity}, items={len(self._items)}, {state})"
 
-    @staticmethod
-    def _wait(cond: threading.Condition, ready: Callable[[], Any], timeout: float | None) -> bool:
-        if timeout is None:
+    def _wait(self, cond: threading.Condition, ready: Callable[[], Any], timeout: float | None, action: str) -> bool:
+        if timeout is not None:
+            return cond.wait_for(ready, timeout)
+        if ready():
+            return True
+        me = threading.get_ident()
+        _waiting[me] = _Wait(self, action, time.monotonic())  # finish() reads it: a task that may wait for ever
+        try:
             while not ready():
                 cond.wait()
-            return True
-        return cond.wait_for(ready, timeout)
+        finally:
+            del _waiting[me]
+        return True
+
+
+class _Wait:
+    """A thread waiting on a channel without a timeout: which channel, to do what ('send on', 'receive from'),
+    since when (time.monotonic())."""
+
+    __slots__ = ("channel", "action", "since")
+
+    def __init__(self, channel: Channel, action: str, since: float) -> None:
+        self.channel, self.action, self.since = channel, action, since
+
+
+_waiting: dict[int, _Wait] = {}  # thread ident -> its wait on a channel, while it waits (single dict ops: atomic)
 
 
 # ---------------------------------------------------------------- split
@@ -241,37 +255,67 @@ class _Scope:
         for ch in channels:
             ch.close()
 
-    def join_all(self) -> None:
-        """Join every thread, including those spawned while joining."""
-        stuck_since, warned = None, False
+    def join_all(self, stuck_after: float) -> None:
+        """Join every thread, including those spawned while joining; warn about tasks stuck on a channel."""
+        watch = _StuckWatch(stuck_after)
         while True:
             with self.lock:
                 pending = [t for t in self.threads if t.is_alive()]
-                channels = list(self.channels.values())
+                given = set(self.channels)
             if not pending:
                 return
             pending[0].join(0.1)  # short waits keep Ctrl-C responsive in the main thread
-            if warned:
-                continue
-            senders = sum(ch.blocked_senders for ch in channels)
-            receivers = sum(ch.blocked_receivers for ch in channels)
-            if senders + receivers < len(pending):
-                stuck_since = None
-            elif stuck_since is None:
-                stuck_since = time.monotonic()
-            elif time.monotonic() - stuck_since > STUCK_WARNING_S:
-                warned = True
-                advice = []
-                if senders:
-                    advice.append("give a channel room for everything sent (Channel(capacity)) or receive inside "
-                                  "the block")
-                if receivers:
-                    advice.append("close a channel the tasks read to its end (ch.close()) once the block has sent "
-                                  "its last item")
-                warnings.warn(f"finish: all {len(pending)} running task(s) have waited {STUCK_WARNING_S:g} s on "
-                              f"channels ({senders} to send on a full one, {receivers} to receive from an empty open "
-                              f"one) while the block waits for them to end; " + "; ".join(advice),
-                              RuntimeWarning, stacklevel=4)
+            watch.check(pending, given)
+
+
+class _StuckWatch:
+    """The warnings of a finish block about its tasks waiting on channels for more than `after` seconds: one per
+    task, or one for the whole block when every running task waits (and has waited that long)."""
+
+    def __init__(self, after: float) -> None:
+        self.after = after
+        self.warned: set[threading.Thread] = set()
+        self.warned_block = False
+
+    def check(self, pending: list[threading.Thread], given: set[int]) -> None:
+        now = time.monotonic()
+        waits = {t: _waiting.get(t.ident) for t in pending}
+        if all(waits.values()):  # every running task waits: the block cannot end unless someone outside acts
+            if not self.warned_block and now - max(w.since for w in waits.values()) > self.after:
+                self.warned_block = True
+                self.warned.update(pending)
+                warnings.warn(_block_stuck(waits, given, self.after), RuntimeWarning, stacklevel=4)
+            return
+        for task, wait in waits.items():
+            if wait is not None and task not in self.warned and now - wait.since > self.after:
+                self.warned.add(task)
+                warnings.warn(f"finish: task {task.name} has waited {self.after:g} s to {wait.action} "
+                              f"{wait.channel!r}{_captured(wait, given)} while the block waits for it to end; "
+                              f"{_ADVICE[wait.action]}", RuntimeWarning, stacklevel=4)
+
+
+_ADVICE = {"send on": "give a channel room for everything sent (Channel(capacity)) or receive from it",
+           "receive from": "send to a channel that tasks read, or close it (ch.close()) once its last item is sent"}
+
+
+def _captured(wait: _Wait, given: set[int]) -> str:
+    """Words for a channel that no task of the block got as an argument: finish never closes it."""
+    if id(wait.channel) in given:
+        return ""
+    return (" (a channel it captured, not one passed to spawn: finish does not close it at the end or on a failure; "
+            "pass it as an argument)")
+
+
+def _block_stuck(waits: dict[threading.Thread, _Wait], given: set[int], after: float) -> str:
+    """The warning for a block whose running tasks all wait on channels, naming each task and its channel."""
+    senders = sum(w.action == "send on" for w in waits.values())
+    receivers = len(waits) - senders
+    advice = [_ADVICE[action] for action, count in (("send on", senders), ("receive from", receivers)) if count]
+    tasks = [f"{t.name} to {w.action} {w.channel!r}{_captured(w, given)}" for t, w in list(waits.items())[:4]]
+    more = f" and {len(waits) - 4} more" if len(waits) > 4 else ""
+    return (f"finish: all {len(waits)} running task(s) have waited {after:g} s on channels ({senders} to send on a "
+            f"full one, {receivers} to receive from an empty open one) while the block waits for them to end: "
+            f"{'; '.join(tasks)}{more}. To fix: " + "; ".join(advice))
 
 
 STUCK_WARNING_S = 5.0
@@ -285,7 +329,15 @@ def _current_scope() -> _Scope | None:
 
 class finish:
     """Context manager: wait for every task spawned inside; on the first failure cancel the rest
-    (close the Channels passed to them) and re-raise that failure here. See the module docstring."""
+    (close the Channels passed to them) and re-raise that failure here. A task waiting on a channel for more
+    than stuck_warning_s seconds (None: STUCK_WARNING_S) is reported by a RuntimeWarning. See the module
+    docstring."""
+
+    def __init__(self, stuck_warning_s: float | None = None) -> None:
+        if stuck_warning_s is not None and (isinstance(stuck_warning_s, bool) or
+                                            not isinstance(stuck_warning_s, (int, float)) or stuck_warning_s < 0):
+            raise ValueError(f"finish: stuck_warning_s must be a number of seconds >= 0, got {stuck_warning_s!r}")
+        self.stuck_warning_s = stuck_warning_s
 
     def __enter__(self) -> "finish":
         self._scope = _Scope()
@@ -300,7 +352,7 @@ class finish:
             if exc is not None:
                 scope.fail(exc)
             try:
-                scope.join_all()
+                scope.join_all(STUCK_WARNING_S if self.stuck_warning_s is None else self.stuck_warning_s)
             except BaseException as interrupt:  # Ctrl-C while waiting: cancel, then give up waiting
                 scope.fail(interrupt)
                 raise

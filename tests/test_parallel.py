@@ -2,6 +2,7 @@
 import importlib.util
 import threading
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -320,3 +321,85 @@ def test_a_task_failure_is_raised_when_the_body_then_fails_on_a_closed_channel()
             assert ch.recv() == 1
             ch.recv()  # the producer fails instead of sending a second item
     assert isinstance(caught.value.__cause__, ChannelClosed)
+
+
+def test_finish_warns_about_a_task_waiting_on_a_channel_it_captured(monkeypatch):
+    """The channel is not an argument, so finish neither closes it nor, before, saw the wait: the block waited for
+    ever without a word. Another task runs on meanwhile, so the whole block is not stuck: the warning names the task."""
+    import frost.parallel as parallel
+    monkeypatch.setattr(parallel, "STUCK_WARNING_S", 0.2)
+    gate, free = Channel(1), threading.Event()
+
+    def waiter():
+        gate.recv()
+
+    def busy():
+        free.wait()  # no channel: not a wait finish reports
+
+    def release_later():
+        time.sleep(1.0)
+        free.set()
+        gate.send("go")
+
+    helper = threading.Thread(target=release_later)
+    helper.start()
+    with pytest.warns(RuntimeWarning, match=r"finish: task frost-task-\d+-waiter has waited 0.2 s to receive from "
+                                             r"Channel\(capacity=1, items=0, open\) \(a channel it captured, not one "
+                                             r"passed to spawn: .*\) while the block waits for it to end; send to a "
+                                             r"channel that tasks read, or close it") as caught:
+        with finish():
+            spawn(waiter)
+            spawn(busy)
+    helper.join()
+    assert len([w for w in caught if "finish:" in str(w.message)]) == 1  # once per task
+
+
+def test_finish_warns_when_its_only_task_waits_on_a_captured_channel():
+    """The issue's case: a task blocked on a channel it captured is the whole block; the warning names it."""
+    results = Channel(1)
+    results.send("full")
+
+    def produce():
+        results.send("second")  # nobody receives until the block ends, and the channel holds one
+
+    def drain_later():
+        time.sleep(1.0)
+        results.recv()
+
+    helper = threading.Thread(target=drain_later)
+    helper.start()
+    with pytest.warns(RuntimeWarning, match=r"all 1 running task\(s\) have waited 0.2 s on channels \(1 to send on a "
+                                             r"full one, 0 to receive from an empty open one\) while the block waits "
+                                             r"for them to end: frost-task-\d+-produce to send on Channel\(capacity=1, "
+                                             r"items=1, open\) \(a channel it captured.*give a channel room"):
+        with finish(stuck_warning_s=0.2):
+            spawn(produce)
+    helper.join()
+    assert results.recv() == "second"
+
+
+def test_finish_does_not_warn_about_a_pipeline_that_flows():
+    """Each wait counts on its own: a consumer that waits often, but briefly, is not stuck."""
+    items, got = Channel(1), []
+
+    def produce():
+        for i in range(40):  # 0.8 s in all, more than the threshold; each wait far less
+            time.sleep(0.02)
+            items.send(i)
+        items.close()
+
+    def consume():
+        got.extend(items)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        with finish(stuck_warning_s=0.5):
+            spawn(produce)
+            spawn(consume)
+    assert got == list(range(40))
+
+
+@pytest.mark.parametrize("bad", [-1, "5", True])
+def test_finish_stuck_warning_s_must_be_seconds(bad):
+    with pytest.raises(ValueError, match=r"finish: stuck_warning_s must be a number of seconds >= 0"):
+        finish(stuck_warning_s=bad)

@@ -149,11 +149,12 @@ def pinned_empty(shape, dtype):
     return cupyx.empty_pinned(shape, dtype=dtype)
 
 
-def generator():
-    """The current GPU's random generator: Philox4x32-10 with its offset on the device (frost.ops.philox), so
-    captured CUDA graphs draw new numbers on every replay; seeded by frost.manual_seed."""
+def generator(index: int | None = None):
+    """GPU `index`'s random generator (the current GPU's by default): Philox4x32-10 with its offset on the device
+    (frost.ops.philox), so captured CUDA graphs draw new numbers on every replay; seeded by frost.manual_seed."""
     from frost.ops.philox import PhiloxGenerator
-    index = gpu_cupy().cuda.Device().id
+    if index is None:
+        index = gpu_cupy().cuda.Device().id
     if index not in _generators:
         _generators[index] = PhiloxGenerator(_seed, index)
     return _generators[index]

@@ -26,6 +26,12 @@ How it works (num_workers = W > 0):
   and is raised in the loop as `DataLoaderWorkerError` chained to the original (its traceback
   shows the worker's frames). Abandoning the iterator (break, garbage collection) stops the
   workers too; they are daemon threads and never outlive the process.
+- `timeout` (seconds, as PyTorch's; 0, the default, waits for ever): when the batch the caller waits for has not
+  come from its worker within `timeout` seconds, iteration raises `DataLoaderTimeoutError` naming the worker and
+  the batch (and sample) it is loading, and stops the other workers as a failure does. A thread cannot be
+  killed: the stuck worker runs on until its call returns (then it ends, seeing the stop), and as a daemon
+  thread it never holds up the interpreter's exit. With num_workers=0 the caller's own thread loads, so there
+  is no timeout.
 - A dataset may define `get_batch(indices)` returning a whole batch (arrays with a leading
   dimension len(indices)); it is then called once per batch instead of __getitem__ per sample
   (in-memory datasets gather a batch with one fancy-indexing copy, which releases the GIL).
@@ -73,7 +79,7 @@ from frost.data.dataset import IterableDataset
 from frost.parallel import Channel, ChannelClosed
 from frost.tensor import Tensor
 
-__all__ = ["DataLoader", "DataLoaderWorkerError", "WorkerInfo", "get_worker_info"]
+__all__ = ["DataLoader", "DataLoaderWorkerError", "DataLoaderTimeoutError", "WorkerInfo", "get_worker_info"]
 
 _END = object()  # a worker's "no more batches"
 _FAILED = object()  # a worker's "the next batch failed": (_FAILED, (worker, batch, sample, error)) in its place
@@ -81,6 +87,10 @@ _FAILED = object()  # a worker's "the next batch failed": (_FAILED, (worker, bat
 
 class DataLoaderWorkerError(RuntimeError):
     """A DataLoader worker failed; the original exception is chained as __cause__."""
+
+
+class DataLoaderTimeoutError(DataLoaderWorkerError):
+    """A DataLoader worker did not deliver a batch within the loader's `timeout`."""
 
 
 # ---------------------------------------------------------------- workers and their randomness
@@ -250,14 +260,15 @@ class DataLoader:
     counting the one you are handed, have their copy to the GPU (and finish_on_device) queued at once;
     each costs one batch of device memory. As in PyTorch, `sampler` (an iterable of sample indices, read
     once per epoch: the order is then its own, not shuffle's) replaces shuffle, and `batch_sampler` (an
-    iterable of index lists, one per batch) replaces batch_size, shuffle, sampler and drop_last."""
+    iterable of index lists, one per batch) replaces batch_size, shuffle, sampler and drop_last. timeout (seconds,
+    with worker threads; 0 waits for ever): the longest wait for a batch before DataLoaderTimeoutError."""
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  num_workers: int = 0, seed: int | None = None, pin_memory: bool = False,
                  device: str | Device | None = None, collate_fn: Callable[[list], Any] | None = None,
                  prefetch_to_device: int = 2, sampler: Iterable[int] | None = None,
                  batch_sampler: Iterable[Sequence[int]] | None = None, generator: np.random.Generator | None = None,
-                 worker_init_fn: Callable[[int], None] | None = None) -> None:
+                 worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -285,6 +296,7 @@ class DataLoader:
             raise ValueError("DataLoader: seed and generator are mutually exclusive (each fixes the base seed)")
         if worker_init_fn is not None and not callable(worker_init_fn):
             raise TypeError(f"DataLoader: worker_init_fn must be callable, got {worker_init_fn!r}")
+        self.timeout = _check_timeout(timeout, num_workers)
         if seed is None and generator is None:
             seed = int(cpu.generator().integers(2**62))  # follows frost.manual_seed
         self.seed, self.generator, self.worker_init_fn = seed, generator, worker_init_fn
@@ -410,6 +422,26 @@ class DataLoader:
                 f"num_workers={self.num_workers}, device={self.device}, prefetch_to_device={self.prefetch_to_device})")
 
 
+def _check_timeout(timeout: Any, num_workers: int) -> float:
+    """The timeout in seconds: a number >= 0, and 0 without worker threads (nothing to wait for)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < math.inf:
+        raise ValueError(f"DataLoader: timeout must be a number of seconds >= 0 (0 waits for ever), got {timeout!r}")
+    if timeout and num_workers == 0:
+        raise ValueError(f"DataLoader: timeout={timeout} needs num_workers > 0: with num_workers=0 the batches are "
+                         f"loaded in the calling thread, which nothing can interrupt")
+    return float(timeout)
+
+
+def _place(batch: int, index: Any) -> str:
+    """Where a worker is, in words: 'batch 3, sample 17', or get_batch's samples."""
+    where = f"batch {batch}"
+    if isinstance(index, list):  # get_batch's: one of these samples
+        where += ", samples " + ", ".join(map(str, index[:8])) + (", ..." if len(index) > 8 else "")
+    elif index is not None:
+        where += f", sample {index}"
+    return where
+
+
 class _Where:
     """Where a worker is: the batch and the sample (or get_batch's samples) it loads, so that a failure names them."""
 
@@ -438,6 +470,7 @@ class _Run:
         self.rows = max([loader.batch_size, *(len(b) for b in self.plan or ())])
         self.groups = loader._sample_groups(key) if loader.is_stream else None  # read by its one worker
         self.lookahead: _Lookahead | None = None  # the device path's bookkeeping, once it has started
+        self.where = [_Where() for _ in range(workers)]  # what each worker loads now: errors and timeouts name it
         self.threads = [threading.Thread(target=self._work, args=(w,), daemon=True, name=f"frost-loader-{w}")
                         for w in range(workers)]
         for t in self.threads:
@@ -457,7 +490,7 @@ class _Run:
     def _work(self, w: int) -> None:
         seed = self.base_seed + w
         _this_worker.info = WorkerInfo(w, self.workers, seed, self.loader.dataset)
-        where = _Where()
+        where = self.where[w]
         try:
             with cpu.use_generator(np.random.default_rng(seed)):  # the worker's own, as PyTorch seeds each worker
                 if self.loader.worker_init_fn is not None:
@@ -533,12 +566,17 @@ class _Run:
         failure = failure or self.error
         if failure is not None:
             w, batch, index, e = failure
-            where = f"batch {batch}"
-            if isinstance(index, list):  # get_batch's: one of these samples
-                where += ", samples " + ", ".join(map(str, index[:8])) + (", ..." if len(index) > 8 else "")
-            elif index is not None:
-                where += f", sample {index}"
-            raise DataLoaderWorkerError(f"DataLoader: worker {w} failed on {where}: {type(e).__name__}: {e}") from e
+            raise DataLoaderWorkerError(f"DataLoader: worker {w} failed on {_place(batch, index)}: "
+                                        f"{type(e).__name__}: {e}") from e
+
+    def _timed_out(self, w: int) -> None:
+        """Raise the timeout of a wait for worker w's next batch, saying where that worker is."""
+        where, timeout = self.where[w], self.loader.timeout
+        doing = (f"loading {_place(where.batch, where.index)}" if where.batch >= 0 else
+                 "still before its first batch (in worker_init_fn?)")
+        raise DataLoaderTimeoutError(
+            f"DataLoader: worker {w} has delivered no batch within timeout={timeout:g} s; it is {doing}. The other "
+            f"workers are stopped; the stuck thread cannot be killed and ends when its call returns")
 
     def batches(self) -> Iterator[Any]:
         try:
@@ -589,11 +627,14 @@ class _Run:
             self.lookahead.drain()
 
     def _wait(self, w: int) -> Any:
-        """Worker w's next message, waiting for it: (batch, slot, n, payload), or _END (also when stopped)."""
+        """Worker w's next message, waiting for it up to the loader's timeout: (batch, slot, n, payload), or _END
+        (also when stopped)."""
         try:
-            msg = self.ready[w].recv()
+            msg = self.ready[w].recv(self.loader.timeout or None)
         except ChannelClosed:
             msg = _END
+        except TimeoutError:
+            self._timed_out(w)
         if msg is _END:
             self._raise_if_failed()  # a batch may be missing: say why
         return msg  # a failure marker too: the caller raises it in its place in the batch order

@@ -358,32 +358,46 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore options and state saved by `state_dict()` into an optimizer over the same parameters.
 
-        State tensors are copied onto each parameter's device (and dtype, for floating-point state other than
-        the step counter), so the loaded optimizer never shares memory with `state_dict`. Options missing from a
-        saved group (an older checkpoint) take their defaults, as PyTorch's __setstate__ fills them.
+        Everything is checked before anything changes, and a ValueError names the parameter group, the parameter
+        (its position in the group, its name, its index in the state dict) and the state or option: each group
+        needs 'params' (that many indices) and options of their defaults' kinds; each state tensor needs the shape
+        its parameter's state has (the parameter's, or Adafactor's factored shapes: `state_layout`) and a
+        floating-point dtype for a floating-point parameter; 'step' is one number >= 0. State tensors are copied
+        onto each parameter's device (and dtype, for floating-point state other than the step counter), so the
+        loaded optimizer never shares memory with `state_dict`. Options missing from a saved group (an older
+        checkpoint) take their defaults, as PyTorch's __setstate__ fills them.
         """
         name = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
             keys = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else type(state_dict).__name__
             raise ValueError(f"{name}: expected a dict with 'state' and 'param_groups', got {keys}")
-        saved_groups = state_dict["param_groups"]
+        saved_groups, saved_state = state_dict["param_groups"], state_dict["state"]
+        if not isinstance(saved_groups, (list, tuple)) or not isinstance(saved_state, dict):
+            raise ValueError(f"{name}: 'param_groups' must be a list and 'state' a dict, got "
+                             f"{type(saved_groups).__name__} and {type(saved_state).__name__}")
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"{name}: the state dict has {len(saved_groups)} parameter groups but the optimizer "
                              f"has {len(self.param_groups)}")
-        by_index: dict[int, Tensor] = {}
-        for gi, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
-            if len(saved["params"]) != len(group["params"]):
-                raise ValueError(f"{name}: parameter group {gi} has {len(saved['params'])} parameters in the "
-                                 f"state dict but {len(group['params'])} in the optimizer")
-            by_index.update(zip(saved["params"], group["params"]))
+        places = self._saved_places(name, saved_groups)
 
         state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
-        for index, saved_state in state_dict["state"].items():
-            if index not in by_index:
-                raise ValueError(f"{name}: the state dict has state for parameter {index}, which no parameter "
+        for index, values in saved_state.items():
+            if index not in places:
+                raise ValueError(f"{name}: the state dict has state for parameter {index!r}, which no parameter "
                                  f"group lists")
-            p = by_index[index]
-            state[p] = {key: _cast_state(name, index, key, value, p) for key, value in saved_state.items()}
+            gi, position = places[index]
+            p = self.param_groups[gi]["params"][position]
+            where = (f"{name}: parameter group {gi}, parameter {position} ({self._param_name(p, gi, position)}, "
+                     f"index {index} in the state dict)")
+            if not isinstance(values, dict):
+                raise ValueError(f"{where}: its state must be a dict of state names, got {type(values).__name__}")
+            missing = sorted(self._required_state(p) - set(values)) if values else []
+            if missing:
+                raise ValueError(f"{where}: its state lacks {', '.join(map(repr, missing))} ({type(self).__name__} "
+                                 f"keeps {sorted(self._required_state(p))} for it)")
+            shapes = {key: tuple(shape) for key, shape in filter(None, self._layout(p))}
+            state[p] = {key: _cast_state(where, key, value, p, shapes.get(key, p.shape))
+                        for key, value in values.items()}
 
         new_groups, defaults = [], _class_defaults(self)
         for group, saved in zip(self.param_groups, saved_groups):
@@ -396,6 +410,69 @@ class Optimizer:
         self.state = state
         self._flat, self._never_flat = {}, set()  # flat groups are packed again from the loaded state at the next step
 
+    def _required_state(self, p: Tensor) -> set[str]:
+        """The names a parameter's non-empty state must hold: those `_initial_state` makes, where it is the base's
+        (a subclass with its own makes state as it goes: SGD's momentum buffer, Muon's)."""
+        if type(self)._initial_state is not Optimizer._initial_state:
+            return set()
+        return {"step", *(entry[0] for entry in filter(None, self._layout(p)))}
+
+    def _saved_places(self, name: str, saved_groups: list) -> dict[int, tuple[int, int]]:
+        """Each saved parameter index -> (group, position in the group), after checking every saved group: a dict
+        with 'params' (as many distinct indices as the optimizer's group has parameters) and options of the kinds
+        of their defaults."""
+        places: dict[int, tuple[int, int]] = {}
+        for gi, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if not isinstance(saved, dict) or "params" not in saved:
+                got = sorted(map(str, saved)) if isinstance(saved, dict) else type(saved).__name__
+                raise ValueError(f"{name}: parameter group {gi} of the state dict needs a 'params' list of parameter "
+                                 f"indices, got {got}")
+            indices = saved["params"]
+            if not isinstance(indices, (list, tuple)) or not all(_is_int(i) for i in indices):
+                raise ValueError(f"{name}: parameter group {gi}: 'params' must be a list of parameter indices (ints), "
+                                 f"got {indices!r:.80}")
+            if len(indices) != len(group["params"]):
+                raise ValueError(f"{name}: parameter group {gi} has {len(indices)} parameters in the "
+                                 f"state dict but {len(group['params'])} in the optimizer")
+            for position, index in enumerate(indices):
+                if index in places:
+                    raise ValueError(f"{name}: parameter index {index} is listed twice (parameter group "
+                                     f"{places[index][0]} and group {gi})")
+                places[index] = (gi, position)
+            for option, value in saved.items():
+                problem = _option_problem(option, value, self.defaults)
+                if problem:
+                    raise ValueError(f"{name}: parameter group {gi}: {problem}")
+        return places
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _option_problem(option: Any, value: Any, defaults: dict[str, Any]) -> str | None:
+    """What is wrong with a saved option (its name must be a str; a known option must be of its default's kind:
+    a bool, a number, or a tuple of as many numbers), or None. Unknown options pass, as in PyTorch."""
+    if not isinstance(option, str):
+        return f"option names must be str, got {option!r}"
+    if option == "params" or option not in defaults or defaults[option] is None:
+        return None
+    default = defaults[option]
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, (bool, np.bool_)), "True or False"
+    elif isinstance(default, Real):
+        ok, kind = _is_number(value), "a number"
+    elif isinstance(default, (tuple, list)):
+        ok = isinstance(value, (tuple, list)) and len(value) == len(default) and all(map(_is_number, value))
+        kind = f"{len(default)} numbers"
+    else:
+        return None
+    return None if ok else f"option {option!r} must be {kind}, got {value!r:.80}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
+
 
 def _class_defaults(optimizer: Optimizer) -> dict[str, Any]:
     """Each option's default in the optimizer class's signature (else the optimizer's `defaults`): what a
@@ -406,20 +483,33 @@ def _class_defaults(optimizer: Optimizer) -> dict[str, Any]:
             for name, value in optimizer.defaults.items()}
 
 
-def _cast_state(name: str, index: int, key: str, value, p: Tensor):
-    """A private copy of one state value, on the parameter's device (and in its float dtype, except 'step')."""
+def _cast_state(where: str, key: str, value: Any, p: Tensor, shape: tuple):
+    """A private copy of one state value, on the parameter's device (and in its float dtype, except 'step'), after
+    checking it: a tensor must have `shape` and a dtype the update can use; 'step' one number >= 0."""
     if key == "step":  # the counter stays a float32 tensor on the CPU, whatever device the parameter is on
-        return Tensor(np.array(value.numpy() if isinstance(value, Tensor) else value, dtype=np.float32))
+        return Tensor(np.array(_step_value(where, value), dtype=np.float32))
     if not isinstance(value, Tensor):
         return _copy_option(value)
-    # factored state (Adafactor's row_var (n, 1), col_var (1, m)) has the parameter's shape with some sizes 1
-    if value.ndim > 0 and (value.ndim != p.ndim or any(s not in (1, n) for s, n in zip(value.shape, p.shape))):
-        raise ValueError(f"{name}: state {key!r} of parameter {index} has shape {value.shape} but the parameter "
-                         f"has shape {p.shape}")
+    if tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{where}: state {key!r} has shape {tuple(value.shape)}, expected {tuple(shape)} (the "
+                         f"parameter has shape {tuple(p.shape)})")
+    if p.dtype.is_floating_point and not value.dtype.is_floating_point or \
+            not p.dtype.is_floating_point and value.dtype != p.dtype:
+        expected = "a floating-point dtype" if p.dtype.is_floating_point else p.dtype.name
+        raise ValueError(f"{where}: state {key!r} has dtype {value.dtype.name}, expected {expected} (the parameter "
+                         f"is {p.dtype.name})")
     out = value.detach().to(p.device)
     if value.dtype.is_floating_point and p.dtype.is_floating_point:
         out = out.to(p.dtype)
     return Tensor(out.data.copy())
+
+
+def _step_value(where: str, value: Any) -> float:
+    """A saved step counter as a float: a plain number or a one-element tensor, finite and >= 0."""
+    number = value.detach().numpy().reshape(-1) if isinstance(value, Tensor) else np.asarray(value).reshape(-1)
+    if number.size != 1 or number.dtype.kind not in "iuf" or not np.isfinite(number[0]) or number[0] < 0:
+        raise ValueError(f"{where}: state 'step' must be one number >= 0 (a step count), got {value!r:.80}")
+    return float(number[0])
 
 
 def _copy_option(value):

@@ -1,8 +1,13 @@
 """Tests for frost/data/loader.py: order, determinism, workers, errors, shutdown (and dataset.py basics)."""
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +16,7 @@ import torch
 import frost
 from frost.data import (DataLoader, DataLoaderWorkerError, Dataset, IterableDataset, TensorDataset, get_worker_info,
                         transforms)
+from frost.data.loader import DataLoaderTimeoutError
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -887,3 +893,102 @@ def test_an_iterable_dataset_draws_per_batch_too():
     threaded = collect(DataLoader(Noise(), batch_size=3, seed=4, num_workers=2))
     assert [x.tobytes() for x, _ in inline] == [x.tobytes() for x, _ in threaded]
     assert not inline[0][1].any() and threaded[0][1].all()
+
+
+# ---------------------------------------------------------------- timeout
+class Hangs(Dataset):
+    """Sample i is (i, i); sample `at` waits for `release` first: a read that hangs (a dead network mount)."""
+
+    def __init__(self, n, at, release):
+        self.n, self.at, self.release = n, at, release
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.at:
+            self.release.wait()
+        return np.full(2, i, np.int64)
+
+
+def test_a_stuck_worker_times_out_naming_it_and_its_batch_and_the_others_stop():
+    """Before, iteration waited for ever. Now: every batch before the stuck one, then the error; the other worker
+    ends at once; the stuck thread runs on until its read returns, then ends too."""
+    release, before = threading.Event(), loader_threads()
+    loader = DataLoader(Hangs(12, 5, release), batch_size=2, num_workers=2, timeout=1)  # batch 2 is worker 0's
+    got, start = [], time.monotonic()
+    with pytest.raises(DataLoaderTimeoutError, match=r"DataLoader: worker 0 has delivered no batch within "
+                                                     r"timeout=1 s; it is loading batch 2, sample 5\. The other "
+                                                     r"workers are stopped"):
+        for x in loader:
+            got.append(x.numpy()[:, 0].tolist())
+    assert time.monotonic() - start < 5
+    assert got == [[0, 1], [2, 3]]
+    try:
+        assert [t.name for t in wait_no_loader_threads(limit=2.0, ignore=before)] == ["frost-loader-0"]
+    finally:
+        release.set()
+    assert wait_no_loader_threads(ignore=before) == []
+
+
+def test_a_worker_stuck_in_worker_init_fn_times_out_saying_so():
+    release, before = threading.Event(), loader_threads()
+    loader = DataLoader(Squares(8), batch_size=2, num_workers=2, timeout=0.5,
+                        worker_init_fn=lambda w: w == 1 and release.wait())
+    with pytest.raises(DataLoaderTimeoutError, match=r"worker 1 has delivered no batch within timeout=0.5 s; it is "
+                                                     r"still before its first batch \(in worker_init_fn\?\)"):
+        list(loader)
+    release.set()
+    assert wait_no_loader_threads(ignore=before) == []
+
+
+def test_a_timeout_that_is_not_reached_changes_nothing():
+    slow = TensorDataset(frost.arange(40))
+    expected = [b[0].numpy().copy() for b in DataLoader(slow, batch_size=4, shuffle=True, seed=3)]
+    got = [b[0].numpy().copy() for b in DataLoader(slow, batch_size=4, shuffle=True, seed=3, num_workers=3,
+                                                   timeout=5)]
+    assert len(got) == len(expected) == 10
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("timeout, workers, match", [
+    (-1, 2, r"timeout must be a number of seconds >= 0 \(0 waits for ever\), got -1"),
+    ("5", 2, r"timeout must be a number of seconds >= 0"),
+    (True, 2, r"timeout must be a number of seconds >= 0"),
+    (float("inf"), 2, r"timeout must be a number of seconds >= 0"),
+    (1.5, 0, r"timeout=1.5 needs num_workers > 0"),
+])
+def test_timeout_must_be_seconds_and_needs_workers(timeout, workers, match):
+    with pytest.raises(ValueError, match=r"DataLoader: " + match):
+        DataLoader(Squares(4), num_workers=workers, timeout=timeout)
+
+
+def test_a_stuck_worker_does_not_hold_up_the_interpreters_exit():
+    """The stuck worker is a daemon thread: the process ends once the caller is done, the read still hanging."""
+    code = textwrap.dedent("""
+        import threading
+        import numpy as np
+        from frost.data import Dataset
+        from frost.data.loader import DataLoader, DataLoaderTimeoutError
+
+        class Hangs(Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, i):
+                if i == 3:
+                    threading.Event().wait()  # for ever
+                return np.float32(i)
+
+        try:
+            for _ in DataLoader(Hangs(), batch_size=1, num_workers=2, timeout=0.5):
+                pass
+        except DataLoaderTimeoutError as e:
+            print(e)
+    """)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=15)
+    assert out.returncode == 0, out.stderr
+    assert "worker 1 has delivered no batch within timeout=0.5 s; it is loading batch 3, sample 3" in out.stdout

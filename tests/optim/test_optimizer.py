@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import frost
-from frost.optim import SGD, Adam, AdamW
+from frost.optim import SGD, Adafactor, Adam, AdamW
 from optim_oracle import (assert_params_close, assert_state_close, frost_params, initial_arrays, set_frost_grads,
                           set_torch_grads, torch_params, train)
 
@@ -142,8 +142,8 @@ def test_load_state_dict_errors_name_the_mismatch():
     with pytest.raises(ValueError, match="parameter group 1 has 3 parameters in the state dict but 2 in the optimizer"):
         SGD([{"params": fp[:2]}, {"params": fp[2:4]}], lr=0.1).load_state_dict(sd)
     swapped = SGD([{"params": [fp[1], fp[0]]}, {"params": fp[2:]}], lr=0.1)
-    with pytest.raises(ValueError, match=r"'momentum_buffer' of parameter 0 has shape \(4, 3\) but the parameter "
-                                         r"has shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"parameter group 0, parameter 0 \(param 0.0, index 0 in the state dict\): "
+                                         r"state 'momentum_buffer' has shape \(4, 3\), expected \(3,\)"):
         swapped.load_state_dict(sd)
     with pytest.raises(ValueError, match="expected a dict with 'state' and 'param_groups'"):
         opt.load_state_dict({"state": {}})
@@ -345,3 +345,113 @@ def test_an_optimizer_without_a_rule_says_so():
     w.grad = frost.Tensor(np.ones(2))
     with pytest.raises(NotImplementedError, match="Ruleless has neither an update_rule nor an _update"):
         Ruleless([w], dict(lr=0.1)).step()
+
+
+# ---------------------------------------------------------------- load_state_dict checks all before it changes anything
+def _trained(make, steps: int = 3):
+    params = frost_params(initial_arrays())
+    opt = make(params)
+    for step in range(1, steps + 1):  # from step 1: every parameter gets a gradient, so every one has state
+        set_frost_grads(step, params)
+        opt.step()
+    return opt, params
+
+
+def _snapshot(opt) -> tuple:
+    state = {id(p): {k: (v.numpy().copy() if isinstance(v, frost.Tensor) else v) for k, v in s.items()}
+             for p, s in opt.state.items()}
+    return state, [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+
+
+def _assert_unchanged(opt, before) -> None:
+    state, groups = _snapshot(opt)
+    assert groups == before[1] and state.keys() == before[0].keys()
+    for key, values in state.items():
+        assert values.keys() == before[0][key].keys()
+        for name, value in values.items():
+            np.testing.assert_array_equal(value, before[0][key][name])
+
+
+def _edited(sd: dict, index: int, key: str, value) -> dict:
+    """A copy of a state dict whose parameter `index` has state `key` = value (None: removed)."""
+    state = {i: dict(s) for i, s in sd["state"].items()}
+    if value is None:
+        del state[index][key]
+    else:
+        state[index][key] = value
+    return {"state": state, "param_groups": [dict(g) for g in sd["param_groups"]]}
+
+
+# (optimizer, the parameter index (in SHAPES), the state name, a bad tensor, what the error says): each was loaded
+# without a word before, and the next step() failed (or computed nonsense) far from the cause
+BROKEN_STATE = [
+    (lambda p: AdamW(p, lr=0.1), 0, "exp_avg", frost.zeros(1, 3, dtype="float64"),
+     r"parameter 0 \(param 0.0, index 0 in the state dict\): state 'exp_avg' has shape \(1, 3\), expected \(4, 3\)"),
+    (lambda p: AdamW(p, lr=0.1), 4, "exp_avg_sq", frost.zeros((), dtype="float64"),
+     r"state 'exp_avg_sq' has shape \(\), expected \(5,\)"),
+    (lambda p: AdamW(p, lr=0.1), 1, "exp_avg", frost.zeros(3, dtype="int64"),
+     r"state 'exp_avg' has dtype int64, expected a floating-point dtype \(the parameter is float64\)"),
+    (lambda p: SGD(p, lr=0.1, momentum=0.9), 0, "momentum_buffer", frost.zeros((), dtype="float64"),
+     r"state 'momentum_buffer' has shape \(\), expected \(4, 3\)"),
+    (lambda p: SGD(p, lr=0.1, momentum=0.9), 3, "momentum_buffer", frost.zeros(2, 1, 3, dtype="float64"),
+     r"state 'momentum_buffer' has shape \(2, 1, 3\), expected \(2, 2, 3\)"),
+    (lambda p: Adafactor(p), 0, "row_var", frost.zeros(4, 3, dtype="float64"),
+     r"state 'row_var' has shape \(4, 3\), expected \(4, 1\)"),
+    (lambda p: Adafactor(p), 3, "col_var", frost.zeros(2, 2, 1, dtype="float64"),
+     r"state 'col_var' has shape \(2, 2, 1\), expected \(2, 1, 3\)"),
+    (lambda p: Adafactor(p), 1, "variance", frost.zeros(1, 3, dtype="float64"),
+     r"state 'variance' has shape \(1, 3\), expected \(3,\)"),
+    (lambda p: AdamW(p, lr=0.1), 2, "step", frost.zeros(3),
+     r"state 'step' must be one number >= 0"),
+    (lambda p: Adafactor(p), 4, "variance", None,
+     r"parameter 2 \(param 1.2, index 4 in the state dict\): its state lacks 'variance' \(Adafactor keeps "
+     r"\['step', 'variance'\] for it\)"),
+]
+
+
+@pytest.mark.parametrize("make, index, key, bad, match", BROKEN_STATE,
+                         ids=[f"{i}-{key}" for i, (_, _, key, _, _) in enumerate(BROKEN_STATE)])
+def test_load_state_dict_refuses_broken_state_and_changes_nothing(make, index, key, bad, match):
+    two_groups = lambda p: make([{"params": p[:2]}, {"params": p[2:]}])  # noqa: E731
+    opt, params = _trained(two_groups)
+    sd = opt.state_dict()
+    group = 0 if index < 2 else 1
+    target, _ = _trained(two_groups, steps=1)
+    before = _snapshot(target)
+    with pytest.raises(ValueError, match=rf"load_state_dict: parameter group {group}, .*" + match):
+        target.load_state_dict(_edited(sd, index, key, bad))
+    _assert_unchanged(target, before)
+    target.load_state_dict(sd)  # the unbroken state dict loads, and the step after it runs
+    set_frost_grads(4, params)
+    target.step()
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda g: g.pop("params"), r"parameter group 1 of the state dict needs a 'params' list of parameter indices"),
+    (lambda g: g.update(params="2, 3, 4"), r"parameter group 1: 'params' must be a list of parameter indices"),
+    (lambda g: g.update(params=[2, 3, 0]), r"parameter index 0 is listed twice \(parameter group 0 and group 1\)"),
+    (lambda g: g.update(lr="0.1"), r"parameter group 1: option 'lr' must be a number, got '0.1'"),
+    (lambda g: g.update(betas=(0.9,)), r"parameter group 1: option 'betas' must be 2 numbers, got \(0.9,\)"),
+    (lambda g: g.update(amsgrad=1.0), r"parameter group 1: option 'amsgrad' must be True or False, got 1.0"),
+], ids=["no-params", "params-not-a-list", "index-twice", "lr-a-string", "betas-one-number", "amsgrad-a-number"])
+def test_load_state_dict_checks_every_group_before_changing_anything(edit, match):
+    opt, _ = _trained(lambda p: AdamW([{"params": p[:2]}, {"params": p[2:]}], lr=0.1))
+    sd = opt.state_dict()
+    sd = {"state": sd["state"], "param_groups": [dict(g) for g in sd["param_groups"]]}
+    edit(sd["param_groups"][1])
+    target, _ = _trained(lambda p: AdamW([{"params": p[:2]}, {"params": p[2:]}], lr=0.3), steps=1)
+    before = _snapshot(target)
+    with pytest.raises(ValueError, match=match):
+        target.load_state_dict(sd)
+    _assert_unchanged(target, before)
+
+
+def test_load_state_dict_keeps_accepting_what_torch_and_older_checkpoints_hold():
+    """Unknown options (torch's foreach, fused, ...) pass, a plain-number step too, and factored state loads."""
+    opt, params = _trained(lambda p: Adafactor(p))
+    sd = opt.state_dict()
+    sd["param_groups"][0].update(foreach=None, differentiable=False)
+    sd["state"][0]["step"] = 3
+    other = Adafactor(params)
+    other.load_state_dict(sd)
+    assert other.state[params[0]]["row_var"].shape == (4, 1) and other.state[params[0]]["step"].item() == 3.0
