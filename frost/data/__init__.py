@@ -8,6 +8,6 @@ from frost.data.resident import DeviceDataset
 from frost.data import transforms
 from frost.data.png_device import DevicePNGList
 
-__all__ = ["Dataset", "IterableDataset", "TensorDataset", "DataLoader", "DataLoaderWorkerError", "DataLoaderTimeoutError",
-           "WorkerInfo", "get_worker_info", "CIFAR10", "ImageFolder", "ImageList", "decode_image", "TokenDataset",
-           "DeviceDataset", "DevicePNGList", "transforms"]
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "DataLoader", "DataLoaderWorkerError",
+           "DataLoaderTimeoutError", "WorkerInfo", "get_worker_info", "CIFAR10", "ImageFolder", "ImageList",
+           "decode_image", "TokenDataset", "DeviceDataset", "DevicePNGList", "transforms"]
