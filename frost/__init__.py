@@ -8,13 +8,17 @@ from frost.tensor import (Tensor, arange, empty, empty_like, eye, from_numpy, fu
                           tensor, zeros, zeros_like)
 from frost.ops.elementwise import (abs, allclose, clamp, cos, exp, gelu, isfinite, isnan, log, maximum, minimum,
                                    relu, rsqrt, sigmoid, silu, sin, sqrt, tanh, where)
-from frost.ops.reduce import (amax, amin, argmax, argmin, logsumexp, log_softmax, mean, softmax, std, sum, var)
+from frost.ops.reduce import (amax, amin, argmax, argmin, logsumexp, log_softmax, mean, prod, softmax, std,
+                               std_mean, sum, var, var_mean)
+from frost.ops.reduce import all, any, norm  # noqa: A004 - torch.all and torch.any shadow them too
+from frost.ops.scan import cummax, cummin, cumprod, logcumsumexp
 from frost.ops.reduce import max, min
 from frost.ops.shape import cat, chunk, flatten, gather, split, stack, pad
 from frost.ops.matmul import matmul
+from frost.ops.elementwise import copysign, div, isclose, sgn, sign
 from frost.ops.elementwise import ceil, erf, expm1, floor, log1p, reciprocal, round
 from frost.ops.reduce import argsort, cumsum, sort, topk
-from frost.ops.shape import clone, index_select, narrow, tril, triu, unbind
+from frost.ops.shape import clone, flip, index_select, narrow, tril, triu, unbind
 from frost.io import load, save
 from frost.random import get_rng_state, set_rng_state
 from frost.autocast import autocast
@@ -29,11 +33,13 @@ float = float32
 double = float64
 half = float16
 long = int64
+int = int32  # noqa: A001 - PyTorch's alias, shadowing the builtin as torch.int does
+short = int16
 
 __version__ = "0.1.0"  # the one version: pyproject.toml reads it (tool.setuptools.dynamic)
 
 # the public names: what `from frost import *` binds and what help(frost) documents (as torch's, some shadow
-# Python's builtins: abs, max, min, round, sum, bool, float)
+# Python's builtins: abs, all, any, max, min, round, sum, bool, float, int)
 __all__ = [
     # autograd
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "detect_anomaly",
@@ -43,17 +49,18 @@ __all__ = [
     "randperm", "manual_seed", "get_rng_state", "set_rng_state",
     # dtypes and memory formats
     "DType", "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-    "float", "double", "half", "long", "channels_last", "contiguous_format",
+    "float", "double", "half", "long", "int", "short", "channels_last", "contiguous_format",
     # element-wise ops
-    "abs", "allclose", "ceil", "clamp", "cos", "erf", "exp", "expm1", "floor", "gelu", "isfinite", "isnan", "log",
-    "log1p", "maximum", "minimum", "reciprocal", "relu", "round", "rsqrt", "sigmoid", "silu", "sin", "sqrt", "tanh",
-    "where",
+    "abs", "allclose", "ceil", "clamp", "copysign", "cos", "div", "erf", "exp", "expm1", "floor", "gelu", "isclose",
+    "isfinite", "isnan", "log", "log1p", "maximum", "minimum", "reciprocal", "relu", "round", "rsqrt", "sgn",
+    "sigmoid", "sign", "silu", "sin", "sqrt", "tanh", "where",
     # reductions, sorting and softmax
-    "amax", "amin", "argmax", "argmin", "argsort", "cumsum", "logsumexp", "log_softmax", "max", "mean", "min",
-    "softmax", "sort", "std", "sum", "topk", "var",
+    "all", "amax", "amin", "any", "argmax", "argmin", "argsort", "cummax", "cummin", "cumprod", "cumsum",
+    "logcumsumexp", "logsumexp", "log_softmax", "max", "mean", "min", "norm", "prod", "softmax", "sort", "std",
+    "std_mean", "sum", "topk", "var", "var_mean",
     # shapes and indexing
-    "cat", "chunk", "clone", "flatten", "gather", "index_select", "narrow", "pad", "split", "stack", "tril", "triu",
-    "unbind", "matmul",
+    "cat", "chunk", "clone", "flatten", "flip", "gather", "index_select", "narrow", "pad", "split", "stack", "tril",
+    "triu", "unbind", "matmul",
     # checkpoints, mixed precision, CUDA graphs, kernels
     "save", "load", "autocast", "jit", "kernel", "cuda_source",
     # subpackages

@@ -14,6 +14,12 @@ from frost.backend import Device
 from frost.dtype import DType, to_dtype, default_float, float32
 
 
+# dtype name -> the tensor type name that Tensor.type() answers, as PyTorch's
+_TENSOR_TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+                      "bfloat16": "BFloat16Tensor", "int8": "CharTensor", "int16": "ShortTensor",
+                      "int32": "IntTensor", "int64": "LongTensor", "uint8": "ByteTensor", "bool": "BoolTensor"}
+
+
 class Tensor:
     """An n-dimensional array with reverse-mode autograd."""
 
@@ -248,6 +254,20 @@ class Tensor:
     def cpu(self) -> "Tensor":
         return self.to("cpu")
 
+    def type(self, dtype=None):
+        """With no argument, the type's name ('frost.FloatTensor', as PyTorch's 'torch.FloatTensor'); with a dtype
+        (or such a name), this tensor cast to it."""
+        if dtype is None:
+            prefix = "frost.cuda." if self.device.type == "cuda" else "frost."
+            return prefix + _TENSOR_TYPE_NAMES[self.dtype.name]
+        if isinstance(dtype, str) and dtype.endswith("Tensor"):
+            by_type_name = {v: k for k, v in _TENSOR_TYPE_NAMES.items()}
+            name = dtype.rsplit(".", 1)[-1]
+            if name not in by_type_name:
+                raise ValueError(f"type: unknown tensor type {dtype!r}; expected one of {sorted(by_type_name)}")
+            return self.to(by_type_name[name], device="cuda" if ".cuda." in dtype else None)
+        return self.to(dtype)
+
     def type_as(self, other: "Tensor") -> "Tensor":
         return self.to(other.dtype)
 
@@ -454,6 +474,7 @@ class Tensor:
     def cos(self): return elementwise.cos(self)
     def square(self): return elementwise.mul(self, self)
     def sign(self): return elementwise.sign(self)
+    def sgn(self): return elementwise.sgn(self)
     def pow(self, e): return elementwise.pow(self, e)
     def clamp(self, min=None, max=None): return elementwise.clamp(self, min, max)
     clip = clamp
@@ -464,24 +485,30 @@ class Tensor:
     def isfinite(self): return elementwise.isfinite(self)
     def masked_fill(self, mask, value): return elementwise.masked_fill(self, mask, value)
 
-    def sum(self, dim=None, keepdim=False, dtype=None): return reduce.sum(self, dim, keepdim, dtype=dtype)
-    def mean(self, dim=None, keepdim=False): return reduce.mean(self, dim, keepdim)
-    def max(self, dim=None, keepdim=False): return reduce.max(self, dim, keepdim)
-    def min(self, dim=None, keepdim=False): return reduce.min(self, dim, keepdim)
-    def amax(self, dim=None, keepdim=False): return reduce.amax(self, dim, keepdim)
-    def amin(self, dim=None, keepdim=False): return reduce.amin(self, dim, keepdim)
-    def argmax(self, dim=None, keepdim=False): return reduce.argmax(self, dim, keepdim)
-    def argmin(self, dim=None, keepdim=False): return reduce.argmin(self, dim, keepdim)
-    def var(self, dim=None, keepdim=False, unbiased=True, correction=None):
-        return reduce.var(self, dim, keepdim, unbiased=unbiased, correction=correction)
-    def std(self, dim=None, keepdim=False, unbiased=True, correction=None):
-        return reduce.std(self, dim, keepdim, unbiased=unbiased, correction=correction)
-    def logsumexp(self, dim, keepdim=False): return reduce.logsumexp(self, dim, keepdim)
+    # **aliases: NumPy's axis= and keepdims=, which PyTorch's reductions accept too
+    def sum(self, dim=None, keepdim=False, dtype=None, **aliases):
+        return reduce.sum(self, dim, keepdim, dtype=dtype, **aliases)
+
+    def prod(self, dim=None, keepdim=False, dtype=None, **aliases):
+        return reduce.prod(self, dim, keepdim, dtype=dtype, **aliases)
+
+    def mean(self, dim=None, keepdim=False, **aliases): return reduce.mean(self, dim, keepdim, **aliases)
+    def max(self, dim=None, keepdim=False, **aliases): return reduce.max(self, dim, keepdim, **aliases)
+    def min(self, dim=None, keepdim=False, **aliases): return reduce.min(self, dim, keepdim, **aliases)
+    def amax(self, dim=None, keepdim=False, **aliases): return reduce.amax(self, dim, keepdim, **aliases)
+    def amin(self, dim=None, keepdim=False, **aliases): return reduce.amin(self, dim, keepdim, **aliases)
+    def argmax(self, dim=None, keepdim=False, **aliases): return reduce.argmax(self, dim, keepdim, **aliases)
+    def argmin(self, dim=None, keepdim=False, **aliases): return reduce.argmin(self, dim, keepdim, **aliases)
+    def var(self, dim=None, keepdim=False, unbiased=True, correction=None, **aliases):
+        return reduce.var(self, dim, keepdim, unbiased=unbiased, correction=correction, **aliases)
+    def std(self, dim=None, keepdim=False, unbiased=True, correction=None, **aliases):
+        return reduce.std(self, dim, keepdim, unbiased=unbiased, correction=correction, **aliases)
+    def logsumexp(self, dim=None, keepdim=False, **aliases): return reduce.logsumexp(self, dim, keepdim, **aliases)
     def softmax(self, dim): return reduce.softmax(self, dim)
     def log_softmax(self, dim): return reduce.log_softmax(self, dim)
-    def norm(self, p=2, dim=None, keepdim=False): return reduce.norm(self, p, dim, keepdim)
-    def all(self, dim=None, keepdim=False): return reduce.all(self, dim, keepdim)
-    def any(self, dim=None, keepdim=False): return reduce.any(self, dim, keepdim)
+    def norm(self, p=2, dim=None, keepdim=False, **aliases): return reduce.norm(self, p, dim, keepdim, **aliases)
+    def all(self, dim=None, keepdim=False, **aliases): return reduce.all(self, dim, keepdim, **aliases)
+    def any(self, dim=None, keepdim=False, **aliases): return reduce.any(self, dim, keepdim, **aliases)
 
     def reshape(self, *shape_): return shape_ops.reshape(self, _shape_args(shape_))
     def view(self, *shape_):
@@ -530,6 +557,10 @@ class Tensor:
     def unbind(self, dim=0): return shape_ops.unbind(self, dim)
     def gather(self, dim, index): return shape_ops.gather(self, dim, index)
     def cumsum(self, dim): return reduce.cumsum(self, dim)
+    def cumprod(self, dim, dtype=None): return scan.cumprod(self, dim, dtype)
+    def cummax(self, dim): return scan.cummax(self, dim)
+    def cummin(self, dim): return scan.cummin(self, dim)
+    def logcumsumexp(self, dim): return scan.logcumsumexp(self, dim)
     def sort(self, dim=-1, descending=False): return reduce.sort(self, dim, descending)
     def argsort(self, dim=-1, descending=False): return reduce.argsort(self, dim, descending)
     def topk(self, k, dim=-1, largest=True, sorted=True): return reduce.topk(self, k, dim, largest, sorted)
@@ -538,7 +569,14 @@ class Tensor:
     def add(self, o, alpha=1): return elementwise.add(self, o if alpha == 1 else o * alpha)
     def sub(self, o, alpha=1): return elementwise.sub(self, o if alpha == 1 else o * alpha)
     def mul(self, o): return elementwise.mul(self, o)
-    def div(self, o): return elementwise.div(self, o)
+    def div(self, o, rounding_mode=None): return elementwise.div(self, o, rounding_mode)
+    def copysign(self, o): return elementwise.copysign(self, o)
+    def isclose(self, o, rtol=1e-5, atol=1e-8, equal_nan=False):
+        return elementwise.isclose(self, o, rtol, atol, equal_nan)
+
+    def allclose(self, o, rtol=1e-5, atol=1e-8, equal_nan=False):
+        return elementwise.allclose(self, o, rtol, atol, equal_nan)
+
     def neg(self): return elementwise.neg(self)
     def matmul(self, o): return matmul.matmul(self, o)
     def eq(self, o): return elementwise.eq(self, o)
@@ -959,5 +997,5 @@ def rand_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
     return rand(t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
 
 
-from frost.ops import elementwise, matmul, reduce, shape as shape_ops  # noqa: E402  (the ops need Tensor defined first)
+from frost.ops import elementwise, matmul, reduce, scan, shape as shape_ops  # noqa: E402  (the ops need Tensor defined first)
 from frost import numpy_interop  # noqa: E402  (it maps NumPy's functions to those ops)

@@ -20,6 +20,8 @@ def test_public_dtypes_and_aliases():
     assert frost.float32.np == np.float32 and frost.bfloat16.np == ml_dtypes.bfloat16
     assert frost.float is frost.float32 and frost.double is frost.float64
     assert frost.half is frost.float16 and frost.long is frost.int64
+    for alias in ["float", "double", "half", "long", "int", "short", "bool"]:  # the aliases torch has
+        assert getattr(frost, alias).name == str(getattr(torch, alias)).replace("torch.", ""), alias
     assert frost.bool.np == np.bool_
     assert repr(frost.float32) == "frost.float32"
     assert frost.float16.is_floating_point and frost.bfloat16.is_floating_point

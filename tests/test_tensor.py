@@ -437,3 +437,21 @@ def test_random_ops_refuse_what_torch_refuses():
     for draw in (lambda t: t.uniform_(0, 10), lambda t: t.normal_()):
         with pytest.raises(TypeError, match="draws floating-point numbers"):
             draw(frost.zeros(3, dtype="int64"))
+
+
+@pytest.mark.parametrize("name", DTYPES + ["int8", "int16"])
+def test_type_names_the_tensor_type_as_torch(name):
+    f, t = frost.zeros(2, dtype=getattr(frost, name)), torch.zeros(2, dtype=getattr(torch, name))
+    assert f.type() == t.type().replace("torch.", "frost.")
+
+
+def test_type_with_a_dtype_casts():
+    x = frost.tensor([1.5, -2.5], requires_grad=True)
+    y = x.type(frost.float64)
+    assert y.dtype == frost.float64 and y.tolist() == [1.5, -2.5]
+    y.sum().backward()
+    assert x.grad.dtype == frost.float32 and x.grad.tolist() == [1.0, 1.0]
+    assert x.type("float16").dtype == frost.float16
+    assert x.type("frost.LongTensor").dtype == frost.int64 and x.type("frost.LongTensor").tolist() == [1, -2]
+    with pytest.raises(ValueError, match="type: unknown tensor type 'frost.FooTensor'"):
+        x.type("frost.FooTensor")

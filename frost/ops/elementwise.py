@@ -130,9 +130,30 @@ def mul(a, b) -> Tensor:
     return _binary("mul", a, b, lambda x, y: x * y, lambda g, x, y, o: (g * y, g * x))
 
 
-def div(a, b) -> Tensor:
-    return _binary("div", a, b, lambda x, y: x / y,
-                   lambda g, x, y, o: (g / y, -g * x / (y * y)), float_result=True)
+def div(a, b, rounding_mode: str | None = None) -> Tensor:
+    """a / b; rounding_mode "trunc" rounds toward zero and "floor" down, keeping integer dtypes (their gradient is
+    0, as PyTorch's)."""
+    if rounding_mode is None:
+        return _binary("div", a, b, lambda x, y: x / y,
+                       lambda g, x, y, o: (g / y, -g * x / (y * y)), float_result=True)
+    if rounding_mode == "floor":
+        return _binary("div", a, b, _integer_safe("div", lambda x, y: x // y), _no_grad)
+    if rounding_mode == "trunc":
+        return _binary("div", a, b, _integer_safe("div", _truncated_division), _no_grad)
+    raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                       f"{rounding_mode!r}")
+
+
+def _no_grad(g, x, y, out):
+    return _xp(g).zeros_like(g), _xp(g).zeros_like(g)
+
+
+def _truncated_division(x, y):
+    xp = _xp(x, y)
+    if xp.result_type(x, y).kind in "iub":  # floor, then one up where the signs differ and something remains
+        q = x // y
+        return q + ((x % y != 0) & ((xp.asarray(x) < 0) != (xp.asarray(y) < 0)))
+    return xp.trunc(x / y)
 
 
 def pow(a, b) -> Tensor:
@@ -256,8 +277,19 @@ def isfinite(x: Tensor) -> Tensor:
     return Tensor(x.xp.isfinite(x.data))
 
 
-def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
-    return bool(a.xp.allclose(a.data, b.data, rtol=rtol, atol=atol))
+def allclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    return bool(a.xp.allclose(a.data, b.data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def isclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+    """|a - b| <= atol + rtol * |b| elementwise, broadcasting; a and b must share a dtype, as in PyTorch."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"isclose: expected two Tensors, got {_describe(a)} and {_describe(b)}")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"isclose: expected both tensors to have the same dtype, got {a.dtype.name} and "
+                           f"{b.dtype.name}")
+    _operands(a, b, "isclose")  # the device and shape checks
+    return Tensor(a.xp.isclose(a.data, b.data, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 # ------------------------------------------------------------------ unary math
@@ -307,6 +339,20 @@ def abs(x: Tensor) -> Tensor:
 
 def sign(x: Tensor) -> Tensor:
     return from_op(x.xp.sign(x.data), (x,), lambda g: (g * 0,), "sign")
+
+
+def sgn(x: Tensor) -> Tensor:
+    """sign for real tensors (PyTorch's sgn differs only for complex ones, which Frost has not)."""
+    return sign(x)
+
+
+def copysign(a, b) -> Tensor:
+    """|a| with the sign of b (of -0.0 too), in a floating dtype."""
+    def backward(g, x, y, out):
+        xp = _xp(g)
+        # b's gradient is 0, not None, so that b.grad is a zero tensor as PyTorch's
+        return xp.where(xp.asarray(x) == 0, 0, g * out / x).astype(g.dtype, copy=False), xp.zeros_like(g)
+    return _binary("copysign", a, b, lambda x, y: _xp(x, y).copysign(x, y), backward, float_result=True)
 
 
 def relu(x: Tensor) -> Tensor:

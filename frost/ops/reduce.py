@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import builtins
+import functools
+import inspect
 from collections import namedtuple
 
 import numpy as np
@@ -52,6 +54,26 @@ def widened(a):
     return a if _accumulator(a.dtype) is None else a.astype(np.float32)
 
 
+def numpy_names(fn):
+    """fn also taking NumPy's names axis= (for dim=) and keepdims= (for keepdim=), as PyTorch's reductions do."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, axis=None, keepdims=None, **kwargs):
+        if axis is None and keepdims is None:  # the common call: no binding cost
+            return fn(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
+        if axis is not None:
+            if bound.arguments.get("dim") is not None:
+                raise TypeError(f"{fn.__name__}: got both dim and axis; give one")
+            bound.arguments["dim"] = axis
+        if keepdims is not None:
+            bound.arguments["keepdim"] = keepdims
+        return fn(*bound.args, **bound.kwargs)
+    return wrapper
+
+
+@numpy_names
 def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "sum")
@@ -70,6 +92,7 @@ def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
                    lambda g: (_expand_back(g, axes, keepdim, shape, xp).astype(in_dtype, copy=False),), "sum")
 
 
+@numpy_names
 def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     if not x.dtype.is_floating_point:
         raise TypeError(f"mean: needs a floating-point tensor, got {x.dtype!r}; cast it with .float()")
@@ -120,11 +143,13 @@ def _extreme(x: Tensor, dim, keepdim: bool, name: str, largest: bool):
     return values_indices(v, Tensor((idx_k if keepdim else idx).astype(np.int64)))
 
 
+@numpy_names
 def max(x: Tensor, dim=None, keepdim: bool = False):
     """max over all elements (a tensor), or over `dim` (a (values, indices) pair), as PyTorch."""
     return _extreme(x, dim, keepdim, "max", True)
 
 
+@numpy_names
 def min(x: Tensor, dim=None, keepdim: bool = False):
     return _extreme(x, dim, keepdim, "min", False)
 
@@ -142,14 +167,17 @@ def _amaxmin(x: Tensor, dim, keepdim: bool, name: str, largest: bool) -> Tensor:
     return from_op(out if keepdim else xp.squeeze(out, axes), (x,), backward, name)
 
 
+@numpy_names
 def amax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return _amaxmin(x, dim, keepdim, "amax", True)
 
 
+@numpy_names
 def amin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return _amaxmin(x, dim, keepdim, "amin", False)
 
 
+@numpy_names
 def argmax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     if dim is None:
         out = x.xp.asarray(x.data.argmax()).astype(np.int64)
@@ -159,6 +187,7 @@ def argmax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return Tensor((x.xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
 
 
+@numpy_names
 def argmin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     if dim is None:
         out = x.xp.asarray(x.data.argmin()).astype(np.int64)
@@ -168,6 +197,7 @@ def argmin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return Tensor((x.xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
 
 
+@numpy_names
 def var(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, correction=None) -> Tensor:
     if not x.dtype.is_floating_point:
         raise TypeError(f"var/std: needs a floating-point tensor, got {x.dtype!r}; cast it with .float()")
@@ -192,6 +222,7 @@ def var(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, corre
     return from_op(out.astype(x.data.dtype, copy=False), (x,), backward, "var")
 
 
+@numpy_names
 def std(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, correction=None) -> Tensor:
     v = var(x, dim, keepdim, unbiased, correction)
     xp = x.xp
@@ -203,6 +234,7 @@ def std(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, corre
     return from_op(out, (v,), backward, "std")
 
 
+@numpy_names
 def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "logsumexp")
@@ -221,6 +253,51 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
         gk = g if keepdim else xp.expand_dims(g, axes)
         return ((gk * e / s).astype(x.data.dtype),)
     return from_op(out if keepdim else xp.squeeze(out, axes), (x,), backward, "logsumexp")
+
+
+@numpy_names
+def prod(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
+    """The product over all elements or over one `dim`; its gradient is exact where x has zeros, as PyTorch's."""
+    if dim is not None and not isinstance(dim, (int, np.integer)):
+        raise TypeError(f"prod: dim must be a single int or None, got {dim!r}")
+    xp = x.xp
+    axes = normalize_dims(dim, x.ndim, "prod")
+    a = x.data
+    if dtype is not None:
+        a = a.astype(to_dtype(dtype).np)
+    elif a.dtype.kind in "biu":
+        a = a.astype(np.int64)  # integer products are int64, as in PyTorch
+    out = xp.asarray(a.prod(axis=axes, keepdims=True) if x.ndim else a.copy())
+
+    def backward(g):
+        gk = g if keepdim or not x.ndim else xp.expand_dims(g, axes)
+        return ((gk * _prod_others(xp, a, out, axes)).astype(x.data.dtype, copy=False),)
+    return from_op(out if keepdim or not x.ndim else xp.squeeze(out, axes), (x,), backward, "prod")
+
+
+def _prod_others(xp, a, out, axes: tuple):
+    """The product of the other elements of each one's slice: out / x without zeros; with one zero, the product of
+    the rest at the zero and 0 elsewhere; with two or more, 0 everywhere."""
+    if not a.ndim:
+        return xp.ones_like(a)
+    is_zero = a == 0
+    zeros = is_zero.sum(axis=axes, keepdims=True)
+    rest = xp.where(is_zero, 1, a).prod(axis=axes, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        no_zero = out / xp.where(is_zero, 1, a)
+    return xp.where(zeros == 0, no_zero, xp.where((zeros == 1) & is_zero, rest, 0))
+
+
+@numpy_names
+def var_mean(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, correction=None) -> tuple:
+    """(var, mean) over `dim`, as torch.var_mean."""
+    return var(x, dim, keepdim, unbiased, correction), mean(x, dim, keepdim)
+
+
+@numpy_names
+def std_mean(x: Tensor, dim=None, keepdim: bool = False, unbiased: bool = True, correction=None) -> tuple:
+    """(std, mean) over `dim`, as torch.std_mean."""
+    return std(x, dim, keepdim, unbiased, correction), mean(x, dim, keepdim)
 
 
 def _check_floating(x: Tensor, name: str) -> None:
@@ -259,6 +336,7 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
     return from_op(out, (x,), backward, "log_softmax")
 
 
+@numpy_names
 def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
     """The vector p-norm over `dim` (all elements when None); its gradient at 0 is 0, as in PyTorch."""
     from frost.ops.elementwise import abs as abs_
@@ -296,11 +374,13 @@ def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
     return from_op(out.astype(dtype, copy=False), (x,), backward, "norm")
 
 
+@numpy_names
 def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     axes = normalize_dims(dim, x.ndim, "all")
     return Tensor(_logical_result(x, x.data.all(axis=axes, keepdims=keepdim)))
 
 
+@numpy_names
 def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     axes = normalize_dims(dim, x.ndim, "any")
     return Tensor(_logical_result(x, x.data.any(axis=axes, keepdims=keepdim)))

@@ -151,6 +151,8 @@ def repeat(x: Tensor, sizes: tuple) -> Tensor:
 
 
 def flip(x: Tensor, dims) -> Tensor:
+    if dims is not None and not isinstance(dims, int) and len(dims) == 0:  # flip(()): a copy, as PyTorch's
+        return from_op(x.data.copy(), (x,), lambda g: (g,), "flip")
     axes = normalize_dims(dims, x.ndim, "flip")
     # a copy, as PyTorch's flip (NumPy's is a view: writes through it would reach x)
     return from_op(x.xp.flip(x.data, axes).copy(), (x,), lambda g: (x.xp.flip(g, axes),), "flip")

@@ -633,3 +633,72 @@ def test_half_precision_gelu_and_leaky_relu_compute_in_float32_as_pytorch(dt, ap
 def _assert_within(actual: np.ndarray, exact: np.ndarray, rtol: float, atol: np.ndarray) -> None:
     err = np.abs(actual.astype(np.float64) - exact)
     assert np.all(err <= rtol * np.abs(exact) + atol), (actual, exact, err)
+
+
+# ------------------------------------------------------------------ sign, copysign, div(rounding_mode), isclose
+
+def test_sgn_and_sign_match_torch():
+    a = np.array([[-2.0, 0.0, 3.0], [-0.0, 1e-300, -np.inf]])
+    for name in ["sign", "sgn"]:
+        for f_out, t_out in [(getattr(frost, name)(frost.tensor(a)), getattr(torch, name)(torch.tensor(a))),
+                             (getattr(frost.tensor(a), name)(), getattr(torch.tensor(a), name)())]:
+            assert f_out.dtype == frost.float64
+            np.testing.assert_array_equal(f_out.numpy(), t_out.numpy())
+        f = frost.tensor(a, requires_grad=True)
+        getattr(frost, name)(f).sum().backward()
+        np.testing.assert_array_equal(f.grad.numpy(), np.zeros_like(a))  # torch's is a zero tensor too
+
+
+@pytest.mark.parametrize("sa,sb", SHAPE_PAIRS)
+def test_copysign_matches_torch(sa, sb):
+    a, b = RNG.standard_normal(sa), RNG.standard_normal(sb)
+    _check(frost.copysign, torch.copysign, a, b)
+
+
+def test_copysign_zeros_scalars_and_integers():
+    a, b = np.array([0.0, -0.0, 2.0, -3.0]), np.array([-1.0, 1.0, -0.0, 0.0])
+    _check(frost.copysign, torch.copysign, a, b)
+    _check(lambda x: x.copysign(-2.0), lambda x: x.copysign(-2.0), a)
+    fi, ti = frost.tensor([1, -2, 3]), torch.tensor([1, -2, 3])
+    f, t = frost.copysign(fi, -1), torch.copysign(ti, -1)
+    assert f.dtype.name == str(t.dtype).replace("torch.", "") and f.tolist() == t.tolist()
+
+
+@pytest.mark.parametrize("mode", [None, "trunc", "floor"])
+def test_div_rounding_modes_match_torch(mode):
+    a, b = RNG.standard_normal((3, 4)) * 5, RNG.standard_normal((4,))
+    b = b + np.sign(b) * 0.5
+    _check(lambda x, y: frost.div(x, y, rounding_mode=mode), lambda x, y: torch.div(x, y, rounding_mode=mode),
+           a, b)
+    _check(lambda x, y: x.div(y, rounding_mode=mode), lambda x, y: x.div(y, rounding_mode=mode), a, b)
+    ints_a, ints_b = np.array([7, -7, 7, -7, 0, 6]), np.array([2, 2, -2, -2, 3, -3])
+    f = frost.div(frost.tensor(ints_a), frost.tensor(ints_b), rounding_mode=mode)
+    t = torch.div(torch.tensor(ints_a), torch.tensor(ints_b), rounding_mode=mode)
+    assert f.dtype.name == str(t.dtype).replace("torch.", "") and f.tolist() == t.tolist()
+    f, t = frost.div(frost.tensor(ints_a), -2, rounding_mode=mode), torch.div(torch.tensor(ints_a), -2,
+                                                                              rounding_mode=mode)
+    assert f.dtype.name == str(t.dtype).replace("torch.", "") and f.tolist() == t.tolist()
+
+
+def test_div_rejects_unknown_rounding_mode_and_integer_zero():
+    with pytest.raises(RuntimeError, match="rounding_mode to be one of None, 'trunc', or 'floor' but found 'up'"):
+        frost.div(frost.ones(2), 2, rounding_mode="up")
+    with pytest.raises(ZeroDivisionError, match="div"):
+        frost.div(frost.tensor([1, 2]), frost.tensor([1, 0]), rounding_mode="trunc")
+
+
+def test_isclose_and_allclose_match_torch():
+    a = np.array([1.0, 2.0, np.nan, np.inf, -np.inf, 1e-9, 100.0])
+    b = np.array([1.0 + 1e-6, 2.1, np.nan, np.inf, np.inf, 0.0, 100.001])
+    for kwargs in [{}, {"equal_nan": True}, {"rtol": 1e-3, "atol": 0.0}, {"rtol": 0.0, "atol": 0.2}]:
+        f = frost.isclose(frost.tensor(a), frost.tensor(b), **kwargs)
+        t = torch.isclose(torch.tensor(a), torch.tensor(b), **kwargs)
+        assert f.dtype == frost.bool and f.tolist() == t.tolist()
+        assert frost.tensor(a).isclose(frost.tensor(b), **kwargs).tolist() == t.tolist()
+        assert frost.allclose(frost.tensor(a), frost.tensor(b), **kwargs) == torch.allclose(
+            torch.tensor(a), torch.tensor(b), **kwargs)
+    assert frost.isclose(frost.ones(2, 3), frost.ones(3)).shape == (2, 3)  # broadcasts, as torch
+    with pytest.raises(RuntimeError, match="isclose: .*float32 and float64"):
+        frost.isclose(frost.ones(2), frost.ones(2, dtype=frost.float64))
+    with pytest.raises(RuntimeError, match="isclose: shapes"):
+        frost.isclose(frost.ones(2), frost.ones(3))

@@ -363,3 +363,92 @@ def test_logsumexp_of_an_empty_dim_softmax_of_integers_and_all_of_uint8_as_pytor
     for name in ("all", "any"):
         ours, theirs = getattr(frost.tensor(u8), name)(1), getattr(torch.tensor(u8), name)(1)
         assert ours.tolist() == theirs.tolist() and ours.dtype == frost.uint8 and theirs.dtype == torch.uint8
+
+
+# ------------------------------------------------------------------ prod, var_mean, std_mean, NumPy's argument names
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_prod_matches_torch(dim, keepdim):
+    a = RNG.uniform(0.5, 1.5, (3, 4, 5)) * RNG.choice([-1, 1], (3, 4, 5))
+    if dim is None:
+        _check(frost.prod, torch.prod, a)
+        return
+    _check(lambda x: frost.prod(x, dim, keepdim=keepdim), lambda x: torch.prod(x, dim, keepdim=keepdim), a)
+    _check(lambda x: x.prod(dim, keepdim), lambda x: x.prod(dim, keepdim), a)
+
+
+@pytest.mark.parametrize("row", [[2.0, 0.0, 3.0, 4.0], [0.0, 2.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0],
+                                 [-1.5, 2.0, 3.0, 0.5]])
+def test_prod_gradient_with_zeros(row):
+    a = np.array([row, row[::-1], [1.0, 2.0, 3.0, 4.0]])
+    _check(lambda x: frost.prod(x, 1), lambda x: torch.prod(x, 1), a)
+    _check(lambda x: frost.prod(x, 0, keepdim=True), lambda x: torch.prod(x, 0, keepdim=True), a)
+    _check(frost.prod, torch.prod, a)
+    _check(frost.prod, torch.prod, np.array(row))
+
+
+def test_prod_dtypes_and_errors():
+    ints = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32)
+    for f, t in [(frost.prod(frost.tensor(ints)), torch.prod(torch.tensor(ints))),
+                 (frost.prod(frost.tensor(ints), 1), torch.prod(torch.tensor(ints), 1)),
+                 (frost.tensor([True, False]).prod(), torch.tensor([True, False]).prod()),
+                 (frost.prod(frost.tensor(ints), 0, dtype=frost.float64), torch.prod(torch.tensor(ints), 0,
+                                                                                    dtype=torch.float64))]:
+        assert f.dtype.name == str(t.dtype).replace("torch.", "") and f.tolist() == t.tolist()
+    _check(lambda x: frost.prod(x, 0), lambda x: torch.prod(x, 0), np.array(2.5))  # 0-d
+    with pytest.raises(IndexError, match="prod: dim 2 is out of range"):
+        frost.prod(frost.ones(2, 3), 2)
+
+
+@pytest.mark.parametrize("name", ["var_mean", "std_mean"])
+@pytest.mark.parametrize("dim,keepdim,correction", [(None, False, 1), (1, True, 0), ((0, 2), False, 2),
+                                                    (-1, False, 1)])
+def test_var_mean_and_std_mean_match_torch(name, dim, keepdim, correction):
+    a = RNG.standard_normal((3, 4, 5))
+    for which in (0, 1):
+        def frost_fn(x, which=which):
+            return getattr(frost, name)(x, dim, keepdim=keepdim, correction=correction)[which]
+
+        def torch_fn(x, which=which):
+            return getattr(torch, name)(x, dim, keepdim=keepdim, correction=correction)[which]
+        _check(frost_fn, torch_fn, a)
+    # both results in one graph: the gradient sums over them, as torch's
+    f, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    fv, fm = getattr(frost, name)(f, dim, keepdim=keepdim, correction=correction)
+    tv, tm = getattr(torch, name)(t, dim, keepdim=keepdim, correction=correction)
+    (fv * 2 + fm).sum().backward()
+    (tv * 2 + tm).sum().backward()
+    np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), atol=1e-10)
+
+
+REDUCTIONS_WITH_AXIS = ["sum", "mean", "amax", "amin", "var", "std", "prod", "argmax", "argmin", "logsumexp",
+                        "norm", "all", "any", "max", "min"]
+
+
+@pytest.mark.parametrize("name", REDUCTIONS_WITH_AXIS)
+def test_numpy_argument_names_axis_and_keepdims(name):
+    """axis= for dim= and keepdims= for keepdim=, as PyTorch accepts them, on the functions and the methods."""
+    a = RNG.standard_normal((3, 4))
+    if name in ("all", "any"):
+        a = a > 0
+    f_arg, t_arg = frost.tensor(a), torch.tensor(a)
+    # the oracle is called with dim= and keepdim= (torch.norm has no axis=)
+    for f, t in [(getattr(frost, name)(f_arg, axis=1, keepdims=True), getattr(torch, name)(t_arg, dim=1,
+                                                                                           keepdim=True)),
+                 (getattr(f_arg, name)(axis=0), getattr(t_arg, name)(dim=0)),
+                 (getattr(f_arg, name)(1, keepdims=True), getattr(t_arg, name)(1, keepdim=True))]:
+        if name in ("max", "min"):
+            np.testing.assert_array_equal(f.indices.numpy(), t.indices.numpy())
+            f, t = f.values, t.values
+        assert f.shape == tuple(t.shape) and f.dtype.name == str(t.dtype).replace("torch.", "")
+        np.testing.assert_allclose(f.numpy(), t.numpy(), atol=1e-12)
+    with pytest.raises(TypeError, match=f"{name}: got both dim and axis"):
+        getattr(frost, name)(f_arg, dim=0, axis=1)
+
+
+def test_axis_keeps_the_gradient():
+    _check(lambda x: frost.sum(x, axis=(0, 2), keepdims=True), lambda x: torch.sum(x, axis=(0, 2), keepdims=True),
+           RNG.standard_normal((2, 3, 4)))
+    _check(lambda x: x.var(axis=1, correction=0), lambda x: x.var(axis=1, correction=0),
+           RNG.standard_normal((2, 3, 4)))

@@ -391,3 +391,16 @@ def test_an_empty_list_index_selects_nothing():
     assert x[[]].shape == tuple(t[[]].shape) == (0, 4) and x[[]].dtype == frost.int64
     x[[]] = 0
     assert x.tolist() == a.tolist()
+
+
+@pytest.mark.parametrize("dims", [(), []])
+def test_flip_of_no_dims_is_a_copy_as_torch(dims):
+    a = np.arange(6.0).reshape(2, 3)
+    f, t = frost.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    fo, to = f.flip(dims), t.flip(dims)
+    np.testing.assert_array_equal(fo.detach().numpy(), to.detach().numpy())
+    fo.data[0, 0] = 100.0  # a copy: writing to it leaves the input alone
+    assert f.detach().numpy()[0, 0] == 0.0
+    fo.backward(frost.ones(2, 3) * 2)
+    np.testing.assert_array_equal(f.grad.numpy(), np.full((2, 3), 2.0))
+    assert frost.flip(frost.tensor(a), dims).tolist() == torch.flip(torch.tensor(a), dims).tolist()
