@@ -15,14 +15,14 @@ fill them) after one of these, in this process:
     python benchmarks/stream_churn.py --before side_eager_300 --out row.json
     FROST_CACHE_DIR=$(mktemp -d) python benchmarks/stream_churn.py --models 3   # a start-up that chooses kernels
 
-Run each --before in a new process (the effect lasts for the process). What it found (H200, sessions 10 and 11): more
-than about five kernels launched outside a capture on non-default streams, before the step is captured, make the
-captured step ~6 % slower for the rest of the process (0.670-0.678 against 0.632-0.647 ms); the same work captured
-into graphs on that stream, or launched on the legacy default stream, does not; neither do streams kept, events or
-memory pools. A start-up with empty caches used to time each candidate's first, uncaptured call on the timing stream
-(0.670 ms, against 0.635 since it runs on the caller's stream), and frost.jit copied each capture's static inputs on
-the graph stream (a process's third model slow again; on the caller's stream since 075dab7). Rows:
-results/stream_churn_session1{0,1}_h200.json.
+Run each --before in a new process (the effect lasts for the process). What it found (H200, runs at 9042a70 and
+fe68b64, 2026-11-30): more than about five kernels launched outside a capture on non-default streams, before the step
+is captured, make the captured step ~6 % slower for the rest of the process (0.670-0.678 against 0.632-0.647 ms); the
+same work captured into graphs on that stream, or launched on the legacy default stream, does not; neither do streams
+kept, events or memory pools. A start-up with empty caches used to time each candidate's first, uncaptured call on the
+timing stream (0.670 ms, against 0.635 since it runs on the caller's stream), and frost.jit copied each capture's
+static inputs on the graph stream (a process's third model slow again; on the caller's stream since 075dab7). Rows:
+results/stream_churn_h200_9042a70.json and results/stream_churn_h200_c00b9a4.json.
 """
 from __future__ import annotations
 

@@ -287,8 +287,8 @@ def mma_plan(geo: dict, n: int, R: int | None = None, groups: int | None = None,
 def candidate_tiles(geo: dict, n: int, sms: int, item: int = 2) -> list[dict]:
     """The default plan for `sms` SMs and three neighbours (half the splits; chunks twice as long; half as long with
     twice the splits), deduplicated: on the H200 the fastest at each of the seed ResNet's 8 shapes was one of these
-    (conv_wgrad_bf16_h200.json; a quarter of the blocks, twice the splits alone and one tap per block never won), and
-    each candidate costs a compile at a cold start."""
+    (conv_wgrad_bf16_h200_a77e54a.json; a quarter of the blocks, twice the splits alone and one tap per block never
+    won), and each candidate costs a compile at a cold start."""
     if not supports(geo, item):
         return []
     base = mma_plan(geo, n, blocks=2 * sms, item=item)
