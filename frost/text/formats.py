@@ -6,10 +6,16 @@ import binascii
 import json
 import os
 import tempfile
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from frost.text.bpe import BPE
+
+class Tokenizer(Protocol):
+    """What the writers read of a frost.text.BPE (named here, not imported: bpe.py imports this module)."""
+    pattern: str | None
+    byte_ids: list[int]
+    special_tokens: dict[str, int]
+    merges: list[tuple[int, int]]
+    vocab: dict[int, bytes]
 
 MAGIC = "frost-bpe 1"
 
@@ -34,7 +40,7 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
 
 # ---- Frost's format ---------------------------------------------------------------------------------------
 
-def write_frost(path: str | os.PathLike, tok: "BPE") -> None:
+def write_frost(path: str | os.PathLike, tok: Tokenizer) -> None:
     lines = [MAGIC, "pattern " + json.dumps(tok.pattern)]
     identity = tok.byte_ids == list(range(256))
     lines.append("bytes identity" if identity else "bytes " + " ".join(map(str, tok.byte_ids)))
@@ -114,7 +120,7 @@ def read_frost(path: str | os.PathLike) -> dict:
 
 # ---- tiktoken ---------------------------------------------------------------------------------------------
 
-def _unique_token_bytes(tok: "BPE", exporter: str) -> list[bytes]:
+def _unique_token_bytes(tok: Tokenizer, exporter: str) -> list[bytes]:
     pieces = [tok.vocab[i] for i in range(256 + len(tok.merges))]
     if len(set(pieces)) != len(pieces):
         seen: dict[bytes, int] = {}
@@ -126,7 +132,7 @@ def _unique_token_bytes(tok: "BPE", exporter: str) -> list[bytes]:
     return pieces
 
 
-def write_tiktoken(path: str | os.PathLike, tok: "BPE") -> None:
+def write_tiktoken(path: str | os.PathLike, tok: Tokenizer) -> None:
     pieces = _unique_token_bytes(tok, "BPE.save_tiktoken")
     write_atomic(path, "".join(f"{base64.b64encode(piece).decode()} {rank}\n" for rank, piece in enumerate(pieces)))
 
@@ -195,7 +201,7 @@ def byte_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in chars.items()}
 
 
-def write_huggingface(path: str | os.PathLike, tok: "BPE") -> None:
+def write_huggingface(path: str | os.PathLike, tok: Tokenizer) -> None:
     pieces = _unique_token_bytes(tok, "BPE.save_huggingface")
     mapping = byte_to_unicode()
     spelled = ["".join(mapping[b] for b in piece) for piece in pieces]
