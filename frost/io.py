@@ -18,7 +18,7 @@ import re
 import socket
 import struct
 import uuid
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -45,7 +45,7 @@ _NAMES = {code: name for name, code in _CODES.items()}
 
 
 class CheckpointError(ValueError):
-    """A file that is not a frost checkpoint, or a damaged one."""
+    """A file that is not a frost checkpoint (or, for read_safetensors, a safetensors file), or a damaged one."""
 
 
 def expand_path(path: str | os.PathLike) -> str:
@@ -229,6 +229,28 @@ def _json_depth(text: bytes) -> int:
 # ---------------------------------------------------------------- load
 
 
+class _Reader(NamedTuple):
+    """Who reads a safetensors file and what it must be, for the errors: frost.load wants a frost checkpoint."""
+    who: str
+    kind: str
+
+
+_LOAD = _Reader("frost.load", "frost checkpoint")
+_PLAIN = _Reader("read_safetensors", "safetensors file")
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every tensor of a plain safetensors file (a Hugging Face model.safetensors, say) as a NumPy array, by
+    name, with load's checks: the header, each entry's dtype and shape, and byte ranges that tile the data,
+    all before anything is read (a CheckpointError naming the file and the entry otherwise)."""
+    path = expand_path(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        header, data_start = _read_header(f, size, path, _PLAIN)
+        header.pop("__metadata__", None)
+        return _read_arrays(f, header, data_start, size, path, _PLAIN)
+
+
 def load(path: str | os.PathLike, device: str | Device | None = None) -> Any:
     """Load what `save` wrote (`~` and $VARS in `path` expanded). Tensors come back on the CPU, or on `device` when
     given."""
@@ -239,58 +261,64 @@ def load(path: str | os.PathLike, device: str | Device | None = None) -> Any:
         raise IsADirectoryError(f"frost.load: {path} is a folder, not a checkpoint file")
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        header, data_start = _read_header(f, size, path)
+        header, data_start = _read_header(f, size, path, _LOAD)
         structure = _structure(header, path)
-        entries = _check_entries(header, size - data_start, path)
-        arrays = {name: _read_array(f, data_start, entry, path) for name, entry in entries.items()}
+        arrays = _read_arrays(f, header, data_start, size, path, _LOAD)
     dev = Device(device) if device is not None else None
     tensors = {name: Tensor(a if dev is None else backend.to_device(a, dev)) for name, a in arrays.items()}
     return _decode(structure, tensors, path)
 
 
-def _read_header(f: BinaryIO, size: int, path: str) -> tuple[dict, int]:
+def _read_header(f: BinaryIO, size: int, path: str, reader: _Reader) -> tuple[dict, int]:
     prefix = f.read(8)
     if len(prefix) < 8:
-        raise CheckpointError(f"frost.load: {path} is not a frost checkpoint: it has only {size} bytes "
+        raise CheckpointError(f"{reader.who}: {path} is not a {reader.kind}: it has only {size} bytes "
                               f"(empty or truncated)")
     (length,) = struct.unpack("<Q", prefix)
     first = f.read(1)
     if first != b"{" or not 2 <= length <= min(MAX_HEADER, size - 8):
         if prefix[:1] == b"\x80" and prefix[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") \
                 or prefix[:4] == b"PK\x03\x04":
-            raise CheckpointError(f"frost.load: {path} is not a frost checkpoint: it looks like a pickle or a "
+            raise CheckpointError(f"{reader.who}: {path} is not a {reader.kind}: it looks like a pickle or a "
                                   f"torch.save zip file, which frost never unpickles")
         if first != b"{":
-            raise CheckpointError(f"frost.load: {path} is not a frost checkpoint: not a safetensors file (its "
+            raise CheckpointError(f"{reader.who}: {path} is not a {reader.kind}: not a safetensors file (its "
                                   f"header does not start with '{{')")
-        raise CheckpointError(f"frost.load: {path} is truncated or not a safetensors file: its header claims "
+        raise CheckpointError(f"{reader.who}: {path} is truncated or not a safetensors file: its header claims "
                               f"{length} bytes but the file has {size} bytes in all")
     raw = first + f.read(length - 1)
     if _json_depth(raw) > _HEADER_DEPTH:
-        raise CheckpointError(f"frost.load: {path} is damaged: its safetensors header nests deeper than "
+        raise CheckpointError(f"{reader.who}: {path} is damaged: its safetensors header nests deeper than "
                               f"{_HEADER_DEPTH} levels, which no tensor entry needs")
     try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: _unique_keys(pairs, path, reader))
     except CheckpointError:
         raise
     except (ValueError, RecursionError) as e:  # bad UTF-8, bad JSON, or an integer of more than 4,300 digits
-        raise CheckpointError(f"frost.load: {path} is not a frost checkpoint: its safetensors header is not "
+        raise CheckpointError(f"{reader.who}: {path} is not a {reader.kind}: its safetensors header is not "
                               f"valid JSON ({e})") from None
     if not isinstance(header, dict):
-        raise CheckpointError(f"frost.load: {path} is not a frost checkpoint: its header is not a JSON object")
+        raise CheckpointError(f"{reader.who}: {path} is not a {reader.kind}: its header is not a JSON object")
     if len(header) > MAX_ENTRIES + 1:
-        raise CheckpointError(f"frost.load: {path} is damaged: its header lists {len(header) - 1} tensors, more "
+        raise CheckpointError(f"{reader.who}: {path} is damaged: its header lists {len(header) - 1} tensors, more "
                               f"than the {MAX_ENTRIES} a checkpoint may hold")
     return header, 8 + length
 
 
-def _unique_keys(pairs: list[tuple[str, Any]], path: str) -> dict:
+def _unique_keys(pairs: list[tuple[str, Any]], path: str, reader: _Reader) -> dict:
     """A JSON object of the header; a name given twice would hide one entry's byte range from the checks."""
     keys = [key for key, _ in pairs]
     if len(set(keys)) != len(keys):
         twice = next(key for key in keys if keys.count(key) > 1)
-        raise CheckpointError(f"frost.load: {path} is damaged: its header names the entry {twice!r} twice")
+        raise CheckpointError(f"{reader.who}: {path} is damaged: its header names the entry {twice!r} twice")
     return dict(pairs)
+
+
+def _read_arrays(f: BinaryIO, header: dict, data_start: int, size: int, path: str,
+                 reader: _Reader) -> dict[str, np.ndarray]:
+    """Every tensor entry of a read header, checked (_check_entries) before any is read."""
+    entries = _check_entries(header, size - data_start, path, reader.who)
+    return {name: _read_array(f, data_start, entry, path, reader.who) for name, entry in entries.items()}
 
 
 def _structure(header: dict, path: str):
@@ -317,31 +345,31 @@ def _structure(header: dict, path: str):
         raise CheckpointError(f"frost.load: {path} is damaged: its frost metadata is not valid JSON ({e})") from None
 
 
-def _check_entries(header: dict, data_size: int, path: str) -> dict[str, dict]:
+def _check_entries(header: dict, data_size: int, path: str, who: str) -> dict[str, dict]:
     """Validate every tensor entry (dtype, shape, byte range) before reading anything. As in the safetensors
     library, the byte ranges, sorted, must tile the data exactly: no overlap (which would load one file's bytes
     many times over), no gap, nothing past the end of the file and nothing after the last tensor."""
-    spans = sorted((_entry_span(name, entry, path), name) for name, entry in header.items())
+    spans = sorted((_entry_span(name, entry, path, who), name) for name, entry in header.items())
     offset = 0
     for (begin, end), name in spans:
         if begin != offset:
             why = "overlapping another tensor's bytes" if begin < offset else f"leaving bytes {offset}..{begin} unused"
-            raise CheckpointError(f"frost.load: {path} is damaged: tensor {name!r} spans bytes {begin}..{end} of the "
+            raise CheckpointError(f"{who}: {path} is damaged: tensor {name!r} spans bytes {begin}..{end} of the "
                                   f"data, {why}")
         offset = end
     if offset > data_size:
-        raise CheckpointError(f"frost.load: {path} is truncated: its tensors need {offset} bytes of data but "
+        raise CheckpointError(f"{who}: {path} is truncated: its tensors need {offset} bytes of data but "
                               f"the file has {data_size} after the header")
     if offset < data_size:
-        raise CheckpointError(f"frost.load: {path} is damaged: it has {data_size - offset} bytes after its last "
+        raise CheckpointError(f"{who}: {path} is damaged: it has {data_size - offset} bytes after its last "
                               f"tensor, which no header entry covers")
     return header
 
 
-def _entry_span(name: str, entry, path: str) -> tuple[int, int]:
+def _entry_span(name: str, entry, path: str, who: str) -> tuple[int, int]:
     """The byte range [begin, end) of one well-formed tensor entry; a CheckpointError naming it otherwise."""
     def bad(why: str) -> CheckpointError:
-        return CheckpointError(f"frost.load: {path} is damaged: bad header entry for tensor {name!r}: {why} "
+        return CheckpointError(f"{who}: {path} is damaged: bad header entry for tensor {name!r}: {why} "
                                f"({repr(entry)[:200]})")
 
     if not isinstance(entry, dict):
@@ -362,17 +390,17 @@ def _entry_span(name: str, entry, path: str) -> tuple[int, int]:
     nbytes = math.prod(shape) * itemsize
     begin, end = offsets
     if end - begin != nbytes:
-        raise CheckpointError(f"frost.load: {path} is damaged: tensor {name!r} of shape {tuple(shape)} and "
+        raise CheckpointError(f"{who}: {path} is damaged: tensor {name!r} of shape {tuple(shape)} and "
                               f"dtype {_NAMES[dtype]} needs {nbytes} bytes but its entry spans {end - begin}")
     return begin, end
 
 
-def _read_array(f: BinaryIO, data_start: int, entry: dict, path: str) -> np.ndarray:
+def _read_array(f: BinaryIO, data_start: int, entry: dict, path: str, who: str) -> np.ndarray:
     array = np.empty(entry["shape"], dtype=to_dtype(_NAMES[entry["dtype"]]).np)  # hosts are little-endian
     begin, end = entry["data_offsets"]
     f.seek(data_start + begin)
     if f.readinto(memoryview(array.reshape(-1).view(np.uint8))) != end - begin:
-        raise CheckpointError(f"frost.load: {path} is truncated (short read)")
+        raise CheckpointError(f"{who}: {path} is truncated (short read)")
     return array
 
 

@@ -46,7 +46,7 @@ def _as_bytes(state: Any, expected: int, who: str) -> bytes:
     tolist(), from JSON): `expected` bytes, else a ValueError naming `who`."""
     kind = type(state).__name__
     if isinstance(state, Tensor):
-        state = state.detach().numpy() if state.device.type == "cpu" else backend_cuda.to_host(state.data)
+        state = state.detach().numpy()  # a copy from a GPU
     if isinstance(state, (bytes, bytearray)):
         raw = bytes(state)
     else:

@@ -14,14 +14,10 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from frost.data.dataset import Dataset
+from frost.io import expand_path
 
 NPY_HEADER_BYTES = 128  # a 1-D array's .npy header, padded by NumPy to 64-byte alignment
 DOCUMENTS_IN_FLIGHT = 64  # documents encoded at once by encode_to_file's threads
-
-
-def expand_path(path: str | os.PathLike) -> str:
-    """`path` with ~ and $VARIABLES expanded."""
-    return os.path.expandvars(os.path.expanduser(os.fspath(path)))
 
 
 def token_dtype(n_vocab: int) -> np.dtype:

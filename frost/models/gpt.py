@@ -15,15 +15,13 @@ import json
 import math
 import os
 import re
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from frost import nn
 from frost.autograd import is_grad_enabled, no_grad
-from frost.dtype import to_dtype
-from frost.io import MAX_HEADER
+from frost.io import expand_path, read_safetensors
 from frost.nn import functional as F
 from frost.nn import init
 from frost.ops.elementwise import where
@@ -327,7 +325,7 @@ class GPT(nn.Module):
         sizes come from the tensors' shapes, and n_head from a config.json beside the file (else 64-wide heads,
         as every GPT-2 size). The model is float32 on the CPU (move it with .to()).
         """
-        path = os.fspath(path)
+        path = expand_path(path)
         tensors = read_safetensors(path)
         if config is None:
             config = _config_from_tensors(tensors, path)
@@ -341,7 +339,6 @@ class GPT(nn.Module):
 _CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 _MASK_BUFFERS = (".attn.bias", ".attn.masked_bias")  # the dot: "c_attn.bias" is a weight
 _LAYER_KEY = re.compile(r"h\.(\d+)\.")
-_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
 
 def _hf_to_frost_state(tensors: dict[str, np.ndarray], path: str) -> dict[str, np.ndarray]:
@@ -385,49 +382,11 @@ def _n_head_beside(path: str, n_embd: int) -> int:
     config_path = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
     if os.path.isfile(config_path):
         with open(config_path) as f:
-            n_head = json.load(f).get("n_head")
+            try:
+                n_head = json.load(f).get("n_head")
+            except (ValueError, AttributeError) as e:  # bad JSON, or JSON that is not an object
+                raise ValueError(f"GPT.from_pretrained_safetensors: {config_path} is not a valid config.json "
+                                 f"({e})") from None
         if isinstance(n_head, int) and n_head > 0:
             return n_head
     return max(1, n_embd // 64)
-
-
-def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file as a NumPy array, checking the header's size, dtypes and byte ranges
-    before reading (a damaged or hostile file raises ValueError; nothing is unpickled or executed)."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        prefix = f.read(8)
-        (length,) = struct.unpack("<Q", prefix) if len(prefix) == 8 else (0,)
-        if not 2 <= length <= min(MAX_HEADER, size - 8):
-            raise ValueError(f"read_safetensors: {path} is not a safetensors file (header length {length}, file "
-                             f"size {size})")
-        try:
-            header = json.loads(f.read(length).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"read_safetensors: {path} has a header that is not valid JSON ({e})") from None
-        if not isinstance(header, dict):
-            raise ValueError(f"read_safetensors: {path} has a header that is not a JSON object")
-        header.pop("__metadata__", None)
-        data_size = size - 8 - length
-        return {name: _read_entry(f, 8 + length, data_size, name, entry, path) for name, entry in header.items()}
-
-
-def _read_entry(f, data_start: int, data_size: int, name: str, entry, path: str) -> np.ndarray:
-    try:
-        dtype = to_dtype(_SAFETENSORS_DTYPES[entry["dtype"]]).np
-        shape, (begin, end) = entry["shape"], entry["data_offsets"]
-        valid = all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)) and begin <= end <= data_size
-    except (KeyError, TypeError, ValueError):
-        valid = False
-    if not valid:
-        raise ValueError(f"read_safetensors: {path} has a bad or unsupported entry for {name!r}: {entry!r} "
-                         f"(dtypes read: {', '.join(_SAFETENSORS_DTYPES)}; data has {data_size} bytes)")
-    array = np.empty(shape, dtype=dtype)  # safetensors is little-endian, as the hosts Frost runs on
-    if array.nbytes != end - begin:
-        raise ValueError(f"read_safetensors: {path}: {name!r} of shape {tuple(shape)} needs {array.nbytes} bytes "
-                         f"but its entry spans {end - begin}")
-    f.seek(data_start + begin)
-    if f.readinto(memoryview(array.reshape(-1).view(np.uint8))) != array.nbytes:
-        raise ValueError(f"read_safetensors: {path} is truncated (short read of {name!r})")
-    return array

@@ -11,6 +11,7 @@ import numpy as np
 import regex
 from tqdm import tqdm
 
+from frost.io import expand_path
 from frost.text import formats, kernels
 from frost.text.pretokenize import blocks, clean_text, count_chunks, read_document, resolve_pattern, special_splitter
 
@@ -40,7 +41,7 @@ def documents_of(text_or_files) -> tuple[Iterable[str], int, str]:
     files = [text_or_files] if isinstance(text_or_files, os.PathLike) else list(text_or_files)
     if not all(_is_path(f) for f in files):
         raise TypeError("BPE.train: text_or_files must be a str, bytes, a path or a list of paths")
-    paths = [os.path.expandvars(os.path.expanduser(os.fspath(f))) for f in files]
+    paths = [expand_path(f) for f in files]
     for path in paths:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"BPE.train: no such file {path!r}")

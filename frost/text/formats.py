@@ -8,6 +8,8 @@ import os
 import tempfile
 from typing import Protocol
 
+from frost.io import expand_path
+
 
 class Tokenizer(Protocol):
     """What the writers read of a frost.text.BPE (named here, not imported: bpe.py imports this module)."""
@@ -20,13 +22,9 @@ class Tokenizer(Protocol):
 MAGIC = "frost-bpe 1"
 
 
-def _expand(path: str | os.PathLike) -> str:
-    return os.path.expandvars(os.path.expanduser(os.fspath(path)))
-
-
 def write_atomic(path: str | os.PathLike, text: str) -> None:
     """Writes `text` to a temporary file beside `path`, then renames it over `path`: readers never see half."""
-    path = _expand(path)
+    path = expand_path(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
     try:
@@ -94,7 +92,7 @@ def _parse_json_line(lines: _Lines, line: str, what: str):
 
 def read_frost(path: str | os.PathLike) -> dict:
     """The keyword arguments of BPE(...) stored in a Frost BPE file."""
-    lines = _Lines(_expand(path))
+    lines = _Lines(expand_path(path))
     if lines.raw() != MAGIC:
         raise lines.error(f"not a Frost BPE file (the first line must be {MAGIC!r})")
     pattern = _parse_json_line(lines, lines.next("pattern"), "the pattern")
@@ -169,7 +167,7 @@ def _split_in_two(piece: bytes, ranks: dict[bytes, int], rank: int) -> list[byte
 
 def read_tiktoken(path: str | os.PathLike) -> tuple[list[tuple[int, int]], list[int]]:
     """(merges, byte_ids) recovered from a rank file, as minbpe does for GPT-4's ranks."""
-    path = _expand(path)
+    path = expand_path(path)
     ranks = read_tiktoken_ranks(path)
     if sorted(ranks.values()) != list(range(len(ranks))):
         raise ValueError(f"BPE.from_tiktoken: {path}: the ranks must be 0..{len(ranks) - 1}, each once")

@@ -9,7 +9,7 @@ import torch
 
 import frost
 from frost.models import GPT, GPTConfig, KVCache
-from frost.models.gpt import read_safetensors
+from frost.io import read_safetensors
 
 from .torch_gpt import TorchGPT
 
@@ -268,8 +268,13 @@ def test_safetensors_reader_checks_the_header_and_offsets(tmp_path):
     data = path.read_bytes()
     truncated = tmp_path / "truncated.safetensors"
     truncated.write_bytes(data[:-8])
-    with pytest.raises(ValueError, match="bad or unsupported entry"):
+    with pytest.raises(ValueError, match="truncated.safetensors is truncated: its tensors need"):
         read_safetensors(truncated)
+    overlapping = tmp_path / "overlapping.safetensors"  # two names over the same bytes: one file read twice
+    header = json.dumps({name: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]} for name in ("a", "b")})
+    overlapping.write_bytes(len(header).to_bytes(8, "little") + header.encode() + bytes(8))
+    with pytest.raises(ValueError, match="'b' spans bytes 0..8 of the data, overlapping"):
+        read_safetensors(overlapping)
     huge_header = tmp_path / "huge.safetensors"
     huge_header.write_bytes((2 ** 40).to_bytes(8, "little") + data[8:])
     with pytest.raises(ValueError, match="not a safetensors file"):
