@@ -160,7 +160,7 @@ def test_python_dash_m_frost(tmp_path):
 
 def no_gpu(monkeypatch, why: str = "CuPy is not installed") -> None:
     """Make the machine look GPU-less (the tests run on GPU machines too)."""
-    monkeypatch.setattr(resnet_cifar10, "gpu_missing_reason", lambda: why)
+    monkeypatch.setattr(resnet_cifar10.cuda_backend, "unavailable_reason", lambda: why)
 
 
 def offline(monkeypatch, tmp_path) -> Path:
@@ -264,9 +264,9 @@ def test_device_cuda_without_a_gpu_is_one_line(monkeypatch):
 
 def test_the_reason_for_no_gpu_names_cupy_or_cudas_error(monkeypatch):
     def missing():
-        raise RuntimeError("frost: CUDA needs CuPy; install with `pip install frost-dl[cuda]`")
+        raise resnet_cifar10.cuda_backend.CudaUnavailableError("CuPy is not installed")
     monkeypatch.setattr(resnet_cifar10.cuda_backend, "cupy", missing)
-    assert resnet_cifar10.gpu_missing_reason() == "CuPy is not installed"
+    assert resnet_cifar10.cuda_backend.unavailable_reason() == "CuPy is not installed"
     assert resnet_cifar10.choose_device(None) == ("cpu", "no GPU: CuPy is not installed")
     assert resnet_cifar10.choose_device("cpu") == ("cpu", "--device cpu")
 
@@ -277,8 +277,8 @@ def test_the_reason_for_no_gpu_names_cupy_or_cudas_error(monkeypatch):
 
     fake_cupy = argparse.Namespace(cuda=argparse.Namespace(runtime=Runtime))
     monkeypatch.setattr(resnet_cifar10.cuda_backend, "cupy", lambda: fake_cupy)
-    assert resnet_cifar10.gpu_missing_reason() == (
-        "CUDA reports OSError: cudaErrorInsufficientDriver: CUDA driver version is insufficient")
+    assert resnet_cifar10.choose_device(None) == (
+        "cpu", "no GPU: CuPy reports cudaErrorInsufficientDriver: CUDA driver version is insufficient")
 
 
 def test_an_error_is_one_line_and_verbose_shows_the_traceback(tmp_path, monkeypatch, capsys):

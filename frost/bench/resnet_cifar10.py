@@ -117,33 +117,13 @@ def choose_device(name: str | None) -> tuple[str, str]:
     refused."""
     if name == "cpu":
         return "cpu", "--device cpu"
-    missing = gpu_missing_reason()
+    missing = cuda_backend.unavailable_reason()
     if missing is None:
         return "cuda", device_name("cuda")
     if name == "cuda":
         raise SystemExit(f"frost bench: --device cuda, but {missing} (a GPU needs pip install 'frost-dl[cuda]' and "
                          f"an NVIDIA driver)")
     return "cpu", f"no GPU: {missing}"
-
-
-def gpu_missing_reason() -> str | None:
-    """Why no GPU can be used (CuPy missing, CUDA's error, no device), or None when one can."""
-    try:
-        cupy = cuda_backend.cupy()
-    except RuntimeError:  # the backend's word for an ImportError
-        return "CuPy is not installed"
-    except Exception as e:  # a broken CuPy install failing on import
-        return f"CuPy fails to import ({first_line(e)})"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # no driver, or one too old: CuPy's CUDARuntimeError names it
-        return f"CUDA reports {first_line(e)}"
-    return None if count > 0 else "CUDA sees no GPU"
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def note(line: str) -> None:
