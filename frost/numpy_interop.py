@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from frost.ops import elementwise, matmul, reduce, shape as shape_ops
+from frost.ops import elementwise, matmul, reduce, scan, shape as shape_ops
 from frost.tensor import Tensor
 
 GRAD_MESSAGE = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
@@ -105,10 +105,19 @@ def _all_any(op: Callable) -> Callable:
     return mapped
 
 
-def _cumsum(a, axis=None, dtype=None, out=None):
-    _plain(dtype=dtype, out=out)
-    a = _tensor(a)
-    return reduce.cumsum(a.reshape(-1), 0) if axis is None else reduce.cumsum(a, axis)
+def _cumulative(op: Callable) -> Callable:
+    def mapped(a, axis=None, dtype=None, out=None):
+        _plain(dtype=dtype, out=out)
+        a = _tensor(a)
+        return op(a.reshape(-1), 0) if axis is None else op(a, axis)
+    return mapped
+
+
+def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    _plain(dtype=dtype, out=out, initial=initial, where=where)
+    if axis is not None and not isinstance(axis, int):  # Frost's prod reduces one dim or all
+        raise _Unmapped("axis")
+    return reduce.prod(_tensor(a), axis, bool(keepdims))
 
 
 def _reshape(a, /, shape_=None, order="C", *, newshape=None, shape=None, copy=None):
@@ -186,7 +195,8 @@ FUNCTIONS: dict[Callable, Callable[..., Any]] = {
     np.sum: _sum, np.mean: _mean, np.max: _extreme(reduce.amax), np.amax: _extreme(reduce.amax),
     np.min: _extreme(reduce.amin), np.amin: _extreme(reduce.amin), np.argmax: _arg_extreme(reduce.argmax),
     np.argmin: _arg_extreme(reduce.argmin), np.var: _spread(reduce.var), np.std: _spread(reduce.std),
-    np.all: _all_any(reduce.all), np.any: _all_any(reduce.any), np.cumsum: _cumsum, np.reshape: _reshape,
+    np.all: _all_any(reduce.all), np.any: _all_any(reduce.any), np.reshape: _reshape, np.prod: _prod,
+    np.cumsum: _cumulative(reduce.cumsum), np.cumprod: _cumulative(scan.cumprod),
     np.transpose: _transpose, np.concatenate: _concatenate, np.stack: _stack, np.squeeze: _squeeze,
     np.expand_dims: _expand_dims, np.where: _where, np.clip: _clip, np.round: _round, np.around: _round,
     np.flip: _flip, np.tril: lambda m, k=0: shape_ops.tril(_tensor(m), k),

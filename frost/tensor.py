@@ -503,7 +503,8 @@ class Tensor:
         return reduce.var(self, dim, keepdim, unbiased=unbiased, correction=correction, **aliases)
     def std(self, dim=None, keepdim=False, unbiased=True, correction=None, **aliases):
         return reduce.std(self, dim, keepdim, unbiased=unbiased, correction=correction, **aliases)
-    def logsumexp(self, dim=None, keepdim=False, **aliases): return reduce.logsumexp(self, dim, keepdim, **aliases)
+    def logsumexp(self, *args, **kwargs):  # dim is required, as torch's, unless given as axis=
+        return reduce.logsumexp(self, *args, **kwargs)
     def softmax(self, dim): return reduce.softmax(self, dim)
     def log_softmax(self, dim): return reduce.log_softmax(self, dim)
     def norm(self, p=2, dim=None, keepdim=False, **aliases): return reduce.norm(self, p, dim, keepdim, **aliases)

@@ -17,8 +17,10 @@ def _as_1d(x: Tensor, dim, name: str):
 
 
 def _inclusive_scan(xp, a, axis: int, op, fill):
-    """op accumulated along axis (op associative: maximum, minimum, logaddexp) in log2(n) whole-array steps
-    (Hillis-Steele), since CuPy's ufuncs may lack NumPy's .accumulate; `fill` is op's identity."""
+    """op accumulated along axis (op associative: maximum, minimum, logaddexp): NumPy's one pass, or on the GPU
+    log2(n) whole-array steps (Hillis-Steele), since CuPy's ufuncs may lack .accumulate; `fill` is op's identity."""
+    if xp is np:
+        return op.accumulate(a, axis=axis)
     n = a.shape[axis]
     out, shift = a, 1
     while shift < n:

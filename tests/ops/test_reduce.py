@@ -452,3 +452,12 @@ def test_axis_keeps_the_gradient():
            RNG.standard_normal((2, 3, 4)))
     _check(lambda x: x.var(axis=1, correction=0), lambda x: x.var(axis=1, correction=0),
            RNG.standard_normal((2, 3, 4)))
+
+
+def test_logsumexp_needs_a_dim_as_torchs():
+    x = frost.tensor(RNG.standard_normal((2, 3)))
+    with pytest.raises(TypeError, match="dim"):
+        x.logsumexp()
+    with pytest.raises(TypeError, match="dim"):
+        torch.tensor(x.numpy()).logsumexp()
+    np.testing.assert_allclose(x.logsumexp(axis=1).numpy(), torch.tensor(x.numpy()).logsumexp(1).numpy(), rtol=1e-12)
