@@ -145,8 +145,8 @@ def fork_rng(devices: Iterable[int | str | Device] | None = None, enabled: bool 
         yield
         return
     cpu_state = get_rng_state()
-    seed, existing = backend_cuda._seed, set(backend_cuda._generators)
-    indices = existing if devices is None else {_resolved(_device_index(d)) for d in devices}
+    snapshot = backend_cuda.generators_snapshot()
+    indices = snapshot[1] if devices is None else {_resolved(_device_index(d)) for d in devices}
     gpu_states = {index: get_cuda_rng_state(index) for index in indices}
     try:
         yield
@@ -155,6 +155,4 @@ def fork_rng(devices: Iterable[int | str | Device] | None = None, enabled: bool 
         for index, state in gpu_states.items():
             set_cuda_rng_state(state, index)
         if devices is None:
-            backend_cuda._seed = seed
-            for index in set(backend_cuda._generators) - existing:
-                backend_cuda._generators[index].seed(seed)
+            backend_cuda.restore_generators(snapshot)

@@ -168,6 +168,21 @@ def manual_seed(seed: int) -> None:
         g.seed(seed)
 
 
+def generators_snapshot() -> tuple[int, frozenset[int]]:
+    """The seed new generators start from and the devices whose generator exists (what fork_rng restores)."""
+    return _seed, frozenset(_generators)
+
+
+def restore_generators(snapshot: tuple[int, frozenset[int]]) -> None:
+    """Back to a generators_snapshot(): its seed for new generators, and the generators made since reset to it
+    (offset 0, as if made afterwards). Those that existed keep their state (fork_rng sets it)."""
+    global _seed
+    _seed, existing = snapshot
+    for index, g in _generators.items():
+        if index not in existing:
+            g.seed(_seed)
+
+
 def memory_allocated() -> int:
     """Bytes in use in CuPy's default memory pool on the current device."""
     return cupy().get_default_memory_pool().used_bytes()

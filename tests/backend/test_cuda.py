@@ -70,3 +70,22 @@ def test_a_gpu_that_answered_once_is_not_asked_again(fresh):
     fresh.setattr(cuda, "cupy", lambda: fake)
     assert cuda.gpu_cupy() is fake and cuda.gpu_cupy() is fake
     assert calls == [1]  # the check costs one runtime call per process, not one per op
+
+
+def test_restore_generators_resets_only_those_made_since_the_snapshot(monkeypatch):
+    class Generator:
+        def __init__(self, seed):
+            self.seeded = seed
+
+        def seed(self, seed):
+            self.seeded = seed
+
+    monkeypatch.setattr(cuda, "_seed", 5)
+    monkeypatch.setattr(cuda, "_generators", {0: Generator(5)})
+    snapshot = cuda.generators_snapshot()
+    cuda.manual_seed(9)  # inside a fork: a reseed, and a generator made on another GPU
+    cuda._generators[1] = Generator(9)
+    cuda.restore_generators(snapshot)
+    assert cuda._seed == 5 and snapshot == (5, frozenset({0}))
+    assert cuda._generators[1].seeded == 5  # made since: reset to the snapshot's seed
+    assert cuda._generators[0].seeded == 9  # existed: left for fork_rng to set its saved state
