@@ -302,21 +302,18 @@ class _Latin1(metaclass=_Immutable):
 class _Bytes(metaclass=_Immutable):
     """bytes() and bytes(b'...') of protocol-2 pickles; never bytes(n), which would allocate n bytes."""
     __slots__ = ()
+    _make = bytes  # set in the class body, which the metaclass's __setattr__ does not see
 
     def __new__(cls, source=b""):
         if not isinstance(source, (bytes, bytearray)):
-            raise pickle.UnpicklingError("refused: bytes of something other than bytes")
-        return bytes(source)
+            raise pickle.UnpicklingError(f"refused: {cls._make.__name__} of something other than bytes")
+        return cls._make(source)
 
 
-class _ByteArray(metaclass=_Immutable):
+class _ByteArray(_Bytes):
     """bytearray(b'...') of protocol-2 pickles; never bytearray(n)."""
     __slots__ = ()
-
-    def __new__(cls, source=b""):
-        if not isinstance(source, (bytes, bytearray)):
-            raise pickle.UnpicklingError("refused: bytearray of something other than bytes")
-        return bytearray(source)
+    _make = bytearray
 
 
 _PICKLE_GLOBALS = {
