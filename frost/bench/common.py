@@ -429,9 +429,16 @@ def progress_logger(bar, curve: list, warmup: int, batch_size: int):
         elapsed = time.perf_counter() - t_begin
         done = i + 1 - warmup
         rate = done * batch_size / elapsed if elapsed > 0 and done > 0 else 0.0
-        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{rate:,.0f}", refresh=False)
-        bar.update(i + 1 - bar.n)  # after the postfix: a plain progress line shows this step's values
+        advance(bar, i + 1, loss=f"{value:.4f}", img_s=f"{rate:,.0f}")
     return log
+
+
+def advance(bar, step: int, **postfix: str) -> None:
+    """Move a progress bar to `step`, with new postfix values first, so that a plain progress line (stderr not a
+    terminal) shows this step's values."""
+    if postfix:
+        bar.set_postfix(**postfix, refresh=False)
+    bar.update(step - bar.n)
 
 
 PROGRESS_LINE_EVERY_S = 10.0

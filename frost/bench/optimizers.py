@@ -281,12 +281,13 @@ def train_one_seed(args, recipe: Recipe, cls, lr: float, seed: int, data: dict, 
         else:
             train_s += sw.now() - t0
         if failure:
-            bar.update(i - bar.n)
+            common.advance(bar, i)
             break
         if evaluate_now:
             accuracy.append([i, evaluate(model, data["x_test"], data["y_test"], args.eval_batch, "fp32")[0]])
-            bar.set_postfix(loss=f"{watch.curve[-1][1]:.4f}", acc=f"{100 * accuracy[-1][1]:.2f}%", refresh=False)
-        bar.update(i - bar.n)  # after the postfix: a plain progress line shows this step's values
+            common.advance(bar, i, loss=f"{watch.curve[-1][1]:.4f}", acc=f"{100 * accuracy[-1][1]:.2f}%")
+        else:
+            common.advance(bar, i)
         t0 = sw.now()
     bar.close()
     steps_done = i
