@@ -29,9 +29,8 @@ import numpy as np
 
 from frost.bench import common
 from frost.bench.resnet_cifar10 import (add_data_arguments, add_memory_format_argument, build_model, check_sizes,
-                                        choose_data, evaluate, float_logits, jit_wrapper, load_into, make_step,
-                                        new_frost_result, on_resident_data, resident_batches, resolve_device,
-                                        resolve_memory_format, settle_defaults, synchronizer, training_step)
+                                        evaluate, float_logits, jit_wrapper, load_into, make_step, new_frost_result,
+                                        on_resident_data, prepare, resident_batches, synchronizer, training_step)
 
 SCHEMA = "frost-bench-optimizers/1"
 OPTIM_DIR = Path(__file__).resolve().parents[1] / "optim"
@@ -515,11 +514,7 @@ def run(args: argparse.Namespace) -> dict:
     check_sizes(args)
     if args.eval_every < 1:
         raise SystemExit("frost bench: --eval-every must be at least 1")
-    device = resolve_device(args.device)
-    channels_last = resolve_memory_format(args, device)
-    root = choose_data(args, device)
-    settle_defaults(args, root, device, runs_per_seed=len(args.optimizers))
-    jit_on = jit_wrapper(args.jit == "on", device) is not None
+    device, channels_last, root, jit_on = prepare(args, runs_per_seed=len(args.optimizers))
     result = new_frost_result("resident-" + ("jit" if jit_on else "eager"), "fp32", device, args.steps, args.seeds)
     del result["runs"], result["summary"]
     result.update(schema=SCHEMA, benchmark="optimizers", jit=jit_on, eval_batch=args.eval_batch, optimizers={},

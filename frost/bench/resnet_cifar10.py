@@ -623,6 +623,16 @@ def load_into(result: dict, args: argparse.Namespace, root: Path | None, device:
     return data, data_load_s
 
 
+def prepare(args: argparse.Namespace, runs_per_seed: int = 1) -> tuple[str, bool, Path | None, bool]:
+    """(device, channels_last, data folder or None for the sample, jit on), said and settled as every training
+    benchmark does: the device and why, the memory format, the data, the step and seed defaults."""
+    device = resolve_device(args.device)
+    channels_last = resolve_memory_format(args, device)
+    root = choose_data(args, device)
+    settle_defaults(args, root, device, runs_per_seed)
+    return device, channels_last, root, jit_wrapper(args.jit == "on", device) is not None
+
+
 def run(args: argparse.Namespace) -> dict:
     """Run the benchmark for every seed; print the table; write JSON when --out is given. Returns the result."""
     check_sizes(args)
@@ -630,13 +640,9 @@ def run(args: argparse.Namespace) -> dict:
     if (args.streams or args.save_streams) and args.pipeline != "resident":
         raise SystemExit("frost bench: --streams and --save-streams need --pipeline resident (the loader draws its "
                          "own order)")
-    device = resolve_device(args.device)
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
-    channels_last = resolve_memory_format(args, device)
-    root = choose_data(args, device)
-    settle_defaults(args, root, device)
-    jit_on = jit_wrapper(args.jit == "on", device) is not None
+    device, channels_last, root, jit_on = prepare(args)
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
