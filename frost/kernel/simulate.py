@@ -25,6 +25,7 @@ import ast
 import functools
 import itertools
 import math
+import operator
 import os
 import sys
 
@@ -102,15 +103,17 @@ class SimArray:
             self._fail(i)
         self.data[i] = v
 
-    def ldn(self, idx):
+    def _index(self, idx) -> tuple:
+        """idx as a tuple of ints, checked against the bounds."""
         idx = tuple(int(k) for k in idx)
         self._check(idx)
-        return self.data[idx]
+        return idx
+
+    def ldn(self, idx):
+        return self.data[self._index(idx)]
 
     def stn(self, idx, v):
-        idx = tuple(int(k) for k in idx)
-        self._check(idx)
-        self.data[idx] = v
+        self.data[self._index(idx)] = v
 
     def sub(self, idx):
         idx = tuple(int(k) for k in idx)
@@ -185,7 +188,7 @@ class SharedArray(SimArray):
         self.block, self.base, self.strides = block, base, data.strides
 
     def _address(self, idx) -> int:
-        return self.base + sum(k * st for k, st in zip(idx, self.strides))
+        return self.base + sum(map(operator.mul, idx, self.strides))
 
     def ld(self, i):
         v = SimArray.ld(self, i)
@@ -199,14 +202,13 @@ class SharedArray(SimArray):
         self.block.touch(self, self.base + i * self.strides[0], _WRITE, i)
 
     def ldn(self, idx):
-        v = SimArray.ldn(self, idx)
-        idx = tuple(int(k) for k in idx)
+        idx = self._index(idx)
         self.block.touch(self, self._address(idx), _READ, idx)
-        return v
+        return self.data[idx]
 
     def stn(self, idx, v):
-        SimArray.stn(self, idx, v)
-        idx = tuple(int(k) for k in idx)
+        idx = self._index(idx)
+        self.data[idx] = v
         self.block.touch(self, self._address(idx), _WRITE, idx)
 
     def atomic(self, idx, op, v, v2=None):
