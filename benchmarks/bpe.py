@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -54,6 +55,8 @@ import regex
 import frost
 from frost.text import BPE, bpe, pretokenize
 from frost.text.formats import byte_to_unicode
+
+REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "text" / "reference.py"
 
 try:
     import tiktoken
@@ -142,32 +145,31 @@ def train_tokenizers(path: Path, vocab_size: int, repeats: int) -> dict:
     return {"seconds": seconds, "tokenizer": tokenizer}
 
 
+def load_reference():
+    """minbpe's algorithm written out plainly: tests/text/reference.py's, the oracle Frost's merges are tested
+    against."""
+    spec = importlib.util.spec_from_file_location("frost_minbpe_reference", REFERENCE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+minbpe = load_reference()
+
+
 def minbpe_merges(chunks: list[list[int]], num_merges: int, first_id: int) -> list[tuple[int, int]]:
     """minbpe's RegexTokenizer.train loop: recount all pairs, merge the most frequent (first seen among equals)."""
     merges = []
     for i in range(num_merges):
         stats: dict = {}
         for ids in chunks:
-            for pair in zip(ids, ids[1:]):
-                stats[pair] = stats.get(pair, 0) + 1
+            minbpe.get_stats(ids, stats)
         if not stats:
             break
         pair = max(stats, key=stats.get)
         merges.append(pair)
-        chunks = [merge_pair(ids, pair, first_id + i) for ids in chunks]
+        chunks = [minbpe.merge(ids, pair, first_id + i) for ids in chunks]
     return merges
-
-
-def merge_pair(ids: list[int], pair: tuple[int, int], new: int) -> list[int]:
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
-            out.append(new)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
 
 
 def train_minbpe(text: str, merges: list[tuple[int, int]], merges_per_sample: int, samples: int = 4) -> dict:
