@@ -393,6 +393,12 @@ def _logical_result(x: Tensor, out):
 
 
 
+def reverse_cumsum(xp, a, axis: int):
+    """Sums from each position to the end along axis: a running sum's gradient (each input adds into every later
+    output)."""
+    return xp.flip(xp.cumsum(xp.flip(a, axis), axis=axis), axis)
+
+
 def cumsum(x: Tensor, dim: int) -> Tensor:
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "cumsum")
@@ -400,8 +406,7 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
     out = xp.cumsum(a, axis=axis) if x.ndim else a.copy()
 
     def backward(g):
-        # each input adds into every later output: the gradient is the reversed cumulative sum
-        return (xp.flip(xp.cumsum(xp.flip(g, axis), axis=axis), axis) if x.ndim else g,)
+        return (reverse_cumsum(xp, g, axis) if x.ndim else g,)
     return from_op(out, (x,), backward, "cumsum")
 
 

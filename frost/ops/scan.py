@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from frost.dtype import default_float, to_dtype
-from frost.ops.reduce import normalize_dim, values_indices
+from frost.ops.reduce import normalize_dim, reverse_cumsum, values_indices
 from frost.ops.shape import _scatter_add_along_axis
 from frost.tensor import Tensor, from_op
 
@@ -43,10 +43,6 @@ def _lowest(dtype, largest: bool):
     return info.min if largest else info.max
 
 
-def _reverse_cumsum(xp, a, axis: int):
-    return xp.flip(xp.cumsum(xp.flip(a, axis), axis=axis), axis)
-
-
 def cumprod(x: Tensor, dim: int, dtype=None) -> Tensor:
     """The running product along `dim`; integers and bools multiply in int64, as PyTorch."""
     xp = x.xp
@@ -72,9 +68,9 @@ def _cumprod_grad(xp, a, out, g, axis: int):
     before_zero = zeros_so_far == 0
     first_zero = is_zero & (zeros_so_far == 1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        grad = xp.where(before_zero, _reverse_cumsum(xp, g * out, axis) / xp.where(before_zero, a, 1), 0)
+        grad = xp.where(before_zero, reverse_cumsum(xp, g * out, axis) / xp.where(before_zero, a, 1), 0)
     skipping_zero = xp.cumprod(xp.where(first_zero, 1, a), axis=axis)
-    return grad + xp.where(first_zero, _reverse_cumsum(xp, g * skipping_zero, axis), 0)
+    return grad + xp.where(first_zero, reverse_cumsum(xp, g * skipping_zero, axis), 0)
 
 
 def _running_extreme(x: Tensor, dim: int, name: str, largest: bool):
