@@ -14,20 +14,34 @@ def current() -> DType | None:
     return getattr(_state, "dtype", None)
 
 
+# the dtype PyTorch's autocast picks when none is given, by device type; frost's own call form defaults to bfloat16
+_DEFAULT_DTYPES = {"cuda": "float16", "cpu": "bfloat16", None: "bfloat16"}
+
+
 class autocast(contextlib.ContextDecorator):
     """Matmul, linear and conv2d cast float32 inputs to `dtype` (bf16 or fp16) and return `dtype` outputs.
 
     Weights stay float32 (the master copy); the cast is recorded by autograd, so their gradients
     arrive in float32. On the GPU the products run on tensor cores with fp32 accumulation; on the CPU
     inputs are rounded to `dtype` and multiplied in fp32, which gives the same rounding of the operands.
+
+    Takes frost's form `autocast(frost.bfloat16)` and PyTorch's `autocast("cuda", dtype=frost.float16,
+    enabled=True, cache_enabled=None)`. The device type only picks the default dtype, as in PyTorch (float16 for
+    "cuda", bfloat16 for "cpu"): frost's region covers whichever device the tensors are on. cache_enabled is
+    accepted and ignored (frost always reuses a region's weight casts, see cast_inputs).
     """
 
-    def __init__(self, dtype=None, enabled: bool = True) -> None:
-        from frost.dtype import bfloat16
-        self.dtype = to_dtype(dtype) if dtype is not None else bfloat16
+    def __init__(self, device_type=None, dtype=None, enabled: bool = True, cache_enabled: bool | None = None) -> None:
+        kind = device_type.split(":")[0] if isinstance(device_type, str) else None
+        if device_type is not None and kind not in ("cuda", "cpu"):
+            if dtype is not None:
+                raise ValueError(f"autocast: device_type must be 'cuda' or 'cpu', got {device_type!r}")
+            kind, dtype = None, _autocast_dtype(device_type)  # frost's form: the dtype comes first
+        self.device_type = kind or "cuda"
+        self.dtype = to_dtype(dtype if dtype is not None else _DEFAULT_DTYPES[kind])
         if self.dtype.name not in ("bfloat16", "float16"):
             raise ValueError(f"autocast: dtype must be bfloat16 or float16, got {self.dtype!r}")
-        self.enabled = enabled
+        self.enabled = bool(enabled)
 
     def __enter__(self):
         self.prev, self.prev_casts = current(), getattr(_state, "casts", None)
@@ -38,6 +52,14 @@ class autocast(contextlib.ContextDecorator):
     def __exit__(self, *exc) -> bool:
         _state.dtype, _state.casts = self.prev, self.prev_casts
         return False
+
+
+def _autocast_dtype(first) -> DType:
+    """The first argument of frost's form autocast(dtype), which is neither 'cuda' nor 'cpu'."""
+    try:
+        return to_dtype(first)
+    except TypeError:
+        raise ValueError(f"autocast: {first!r} is neither a device type ('cuda', 'cpu') nor a dtype") from None
 
 
 def cast_inputs(*tensors):

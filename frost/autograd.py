@@ -244,6 +244,7 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
         _run_backward(root, g0, retain_graph, claims)
     finally:
         complete_deferred_gradients()
+        end_callbacks, _state.end_callbacks = getattr(_state, "end_callbacks", []), []
         stack.pop()
         for buffer in claims.values():
             # claimed but never accumulated (an error, or an op that claimed and returned None): the buffer
@@ -251,6 +252,124 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
             buffer[...] = 0
         if not stack:
             _zero_marks["epoch"] += 1  # a zero-grad mark lasts until the end of the next backward()
+    for callback in end_callbacks:
+        callback()
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
+         allow_unused: bool | None = None, materialize_grads: bool = False) -> tuple:
+    """The gradients of `outputs` with respect to `inputs` (leaves or tensors made by ops), as a tuple in the order
+    of `inputs`, without touching any .grad: torch.autograd.grad. Only the part of the graph between them runs."""
+    if create_graph:
+        raise NotImplementedError("frost.autograd.grad: create_graph=True (higher-order gradients) is not supported; "
+                                  "Frost's backward functions compute on raw arrays, so a gradient has no graph of "
+                                  "its own to differentiate again")
+    if materialize_grads and allow_unused is False:
+        raise ValueError("frost.autograd.grad: expected allow_unused to be True or not passed when "
+                         "materialize_grads=True")
+    outputs, inputs = _as_tensor_tuple(outputs, "outputs"), _as_tensor_tuple(inputs, "inputs")
+    if not inputs:
+        raise RuntimeError("frost.autograd.grad: inputs is empty; pass the tensors to differentiate with respect to")
+    for i, t in enumerate(inputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"frost.autograd.grad: input {i} (shape {tuple(t.shape)}) does not require grad")
+    sink = _gradient_sink(outputs, _output_gradients(outputs, grad_outputs))
+    capture = dict.fromkeys(map(id, inputs))
+    stack = _claim_stack()
+    stack.append(None)  # ops may not claim a .grad buffer: grad() leaves every .grad as it is
+    try:
+        _run_backward(sink, sink.xp.ones((), dtype=sink.data.dtype), bool(retain_graph), {}, capture)
+    finally:
+        complete_deferred_gradients()
+        end_callbacks, _state.end_callbacks = getattr(_state, "end_callbacks", []), []
+        stack.pop()
+    for callback in end_callbacks:
+        callback()
+    return tuple(_captured(t, i, capture[id(t)], allow_unused or materialize_grads, materialize_grads)
+                 for i, t in enumerate(inputs))
+
+
+def _as_tensor_tuple(value, what: str) -> tuple:
+    Tensor = _tensor_type()
+    items = (value,) if isinstance(value, Tensor) else tuple(value)
+    for i, t in enumerate(items):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"frost.autograd.grad: {what}[{i}] must be a Tensor, got {type(t).__name__}")
+    return items
+
+
+_registered = {}
+
+
+def register_tensor_type(cls: type) -> None:
+    """frost.tensor registers its Tensor class here when it is defined: this lower module cannot import it."""
+    _registered["Tensor"] = cls
+
+
+def _tensor_type():
+    return _registered["Tensor"]
+
+
+def _output_gradients(outputs: tuple, grad_outputs) -> list:
+    """The starting gradient array of each output: grad_outputs[i], or ones for a scalar output given None."""
+    Tensor = _tensor_type()
+    given = [None] * len(outputs) if grad_outputs is None else list(
+        (grad_outputs,) if isinstance(grad_outputs, Tensor) else grad_outputs)
+    if len(given) != len(outputs):
+        raise RuntimeError(f"frost.autograd.grad: grad_outputs has {len(given)} tensors but outputs has "
+                           f"{len(outputs)}")
+    arrays = []
+    for i, (out, g) in enumerate(zip(outputs, given)):
+        if not out.requires_grad:
+            raise RuntimeError(f"frost.autograd.grad: element {i} of outputs (shape {tuple(out.shape)}) does not "
+                               f"require grad and does not have a grad_fn")
+        if g is None:
+            if out.data.size != 1:
+                raise RuntimeError(f"frost.autograd.grad: grad can be implicitly created only for scalar outputs, "
+                                   f"but outputs[{i}] has shape {tuple(out.shape)}; pass grad_outputs")
+            g = out.xp.ones(out.data.shape, dtype=out.data.dtype)
+        else:
+            g = g.data if isinstance(g, Tensor) else out.xp.asarray(g)
+            if tuple(g.shape) != tuple(out.shape):
+                raise RuntimeError(f"frost.autograd.grad: grad_outputs[{i}] has shape {tuple(g.shape)} but "
+                                   f"outputs[{i}] has shape {tuple(out.shape)}")
+            g = g.astype(out.data.dtype, copy=False)
+        arrays.append(g)
+    return arrays
+
+
+def _gradient_sink(outputs: tuple, gradients: list):
+    """A scalar made from every output, whose backward hands each output its starting gradient: one backward pass
+    from it runs the outputs' shared graph once."""
+    Tensor = _tensor_type()
+    first = outputs[0]
+    sink = Tensor(first.xp.zeros((), dtype=first.data.dtype))
+    sink.requires_grad = True
+    sink._ctx = Node(outputs, lambda _: gradients, "grad")
+    return sink
+
+
+def _leading_to(order: list, targets: dict) -> set:
+    """The ids of the tensors of `order` (parents first) whose gradient flows on to one of `targets`; a graph freed
+    by an earlier backward counts as leading there (its links are gone), so that running it again is refused."""
+    leads = set()
+    for t in order:
+        node = t._ctx
+        if id(t) in targets or (node is not None and (node.backward is None
+                                                      or any(id(p) in leads for p in node.parents))):
+            leads.add(id(t))
+    return leads
+
+
+def _captured(t, i: int, g, allow_unused: bool, materialize: bool):
+    """Input t's gradient as a Tensor of its dtype (a copy: an op may hand one array to several inputs)."""
+    Tensor = _tensor_type()
+    if g is None:
+        if not allow_unused:
+            raise RuntimeError(f"frost.autograd.grad: input {i} (shape {tuple(t.shape)}) appears to not have been "
+                               f"used in the graph; set allow_unused=True if this is the desired behavior")
+        return Tensor(t.xp.zeros(t.data.shape, dtype=t.data.dtype)) if materialize else None
+    return Tensor(g.astype(t.data.dtype, copy=True))
 
 
 def _check_versions(node: Node) -> None:
@@ -263,22 +382,36 @@ def _check_versions(node: Node) -> None:
                                f"copy (x.clone()), or change it after backward()")
 
 
-def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
+def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | None = None) -> None:
+    """Backpropagate g0 from root: into the .grad of leaves (and of tensors that retain grad), or, with `capture`
+    (id -> None for the tensors wanted), into capture[id] only, running just the part of the graph leading there."""
     Tensor = type(root)
     anomaly = is_anomaly_enabled()
     grads = {id(root): g0}
+    order = _topological_order(root)
+    leads = None if capture is None else _leading_to(order, capture)
     # inf - inf in a sum of gradients is nan without a NumPy warning, as in PyTorch (anomaly mode finds it)
     with no_grad(), np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for t in reversed(_topological_order(root)):
+        for t in reversed(order):
             g = grads.pop(id(t), None)
-            if g is None:
+            if g is None or (leads is not None and id(t) not in leads):
                 continue
             node = t._ctx
-            if isinstance(g, GradientPair) and (node is None or t._retains_grad
+            hooks = t.__dict__.get("_grad_hooks")
+            if isinstance(g, GradientPair) and (node is None or t._retains_grad or hooks or leads is not None
                                                 or not getattr(node.backward, "takes_gradient_pairs", False)):
                 g = _sum_of_gradients(*g)
-            if node is None or t._retains_grad:
+            if hooks:
+                g = _run_hooks(t, g, hooks)
+            if leads is not None:
+                if id(t) in capture:
+                    capture[id(t)] = g
+                if node is None or (node.backward is not None and not any(id(p) in leads for p in node.parents)):
+                    continue
+            elif node is None or t._retains_grad:
                 _accumulate(Tensor, t, g, claims.pop(id(t), None))
+                for hook in t.__dict__.get("_post_accumulate_hooks", ()):
+                    hook(t)
             if node is None:
                 continue
             if node.backward is None:
@@ -305,6 +438,66 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict) -> None:
                 k = id(p)
                 # out of place: grads[k] may be a claimed .grad buffer, which must keep its own contribution
                 grads[k] = pg if k not in grads else _combine(grads[k], pg, p)
+
+
+def queue_callback(callback: Callable[[], None]) -> None:
+    """Run `callback()` when the running backward() has finished every gradient (not when it fails): data-parallel
+    training waits there for the gradients it is averaging."""
+    if not _claim_stack():
+        raise RuntimeError("queue_callback: call it from inside backward() (a hook), not outside")
+    if not hasattr(_state, "end_callbacks"):
+        _state.end_callbacks = []
+    _state.end_callbacks.append(callback)
+
+
+def register_post_accumulate_grad_hook(t, hook: Callable) -> None:
+    """Have backward() call `hook(t)` each time it has added a gradient into leaf t's .grad (PyTorch's
+    Tensor.register_post_accumulate_grad_hook): data-parallel training starts averaging a bucket of gradients as
+    soon as its last one is in."""
+    if t._ctx is not None or not t.requires_grad:
+        raise RuntimeError(f"register_post_accumulate_grad_hook: only a leaf tensor that requires grad has a .grad "
+                           f"(shape {tuple(t.shape)})")
+    t.__dict__.setdefault("_post_accumulate_hooks", []).append(hook)
+
+
+class RemovableHandle:
+    """What Tensor.register_hook returns: remove() unregisters the hook (a second remove() does nothing)."""
+
+    def __init__(self, hooks: dict, key: int) -> None:
+        self._hooks, self._key = hooks, key
+
+    def remove(self) -> None:
+        self._hooks.pop(self._key, None)
+
+
+def register_hook(t, hook: Callable) -> RemovableHandle:
+    """Have backward() call `hook(grad)` with t's whole gradient (all contributions summed) before it reaches t's
+    .grad (a leaf) or the op that made t; a tensor the hook returns replaces the gradient, None keeps it."""
+    if not t.requires_grad:
+        raise RuntimeError(f"register_hook: cannot register a hook on a tensor (shape {tuple(t.shape)}) that does not "
+                           f"require grad")
+    if not callable(hook):
+        raise TypeError(f"register_hook: the hook must be callable, got {type(hook).__name__}")
+    hooks = t.__dict__.setdefault("_grad_hooks", {})
+    key = max(hooks, default=-1) + 1
+    hooks[key] = hook
+    return RemovableHandle(hooks, key)
+
+
+def _run_hooks(t, g, hooks: dict):
+    """t's gradient array after its hooks, in the order they were registered."""
+    complete_deferred_gradients()  # a hook reads the gradient, which may be a claimed .grad buffer still filling
+    Tensor = type(t)
+    for hook in list(hooks.values()):
+        result = hook(Tensor(g))
+        if result is None:
+            continue
+        new = result.data if isinstance(result, Tensor) else result
+        if tuple(new.shape) != tuple(t.shape) or type(new) is not type(g):
+            raise RuntimeError(f"register_hook: a hook on a tensor of shape {tuple(t.shape)} returned a gradient of "
+                               f"shape {tuple(new.shape)} ({type(new).__name__}); it must keep the shape and device")
+        g = new if new.dtype == g.dtype else new.astype(g.dtype)
+    return g
 
 
 class GradientPair(tuple):
@@ -482,7 +675,7 @@ def grad_destination(t: Any) -> Any:
     which already includes it).
     """
     stack = getattr(_state, "claims", None)
-    if not stack or t._ctx is not None or not t.requires_grad:
+    if not stack or stack[-1] is None or t._ctx is not None or not t.requires_grad:  # None: grad() touches no .grad
         return None
     mark, grad = getattr(t, "_zero_grad_mark", None), t.grad
     if (mark is None or grad is None or mark[0] is not grad or mark[1] != _zero_marks["epoch"]

@@ -50,7 +50,17 @@ _BY_NAME = {d.name: d for d in ALL}
 _BY_NP = {d.np: d for d in ALL}
 _ALIASES = {"float": float32, "double": float64, "half": float16, "long": int64, "int": int32}
 
-default_float = float32
+default_float = float32  # frost.set_default_dtype changes it; read it through default_float_dtype()
+
+
+def default_float_dtype() -> DType:
+    """The dtype of Python floats and of float factories without dtype= (float32 unless set_default_dtype)."""
+    return default_float
+
+
+def set_default_float_dtype(d: DType) -> None:
+    global default_float
+    default_float = d
 
 
 def to_dtype(x) -> DType:

@@ -18,7 +18,7 @@ import re
 import socket
 import struct
 import uuid
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, Callable, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,7 @@ _HOST = socket.gethostname()     # in temporary names: another host's save to a 
 _CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
           "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
 _NAMES = {code: name for name, code in _CODES.items()}
+_SAVED_LOCATION = "cpu"          # where every tensor of a checkpoint was saved from, for map_location
 
 
 class CheckpointError(ValueError):
@@ -251,22 +252,126 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
         return _read_arrays(f, header, data_start, size, path, _PLAIN)
 
 
-def load(path: str | os.PathLike, device: str | Device | None = None) -> Any:
-    """Load what `save` wrote (`~` and $VARS in `path` expanded). Tensors come back on the CPU, or on `device` when
-    given."""
+def load(path: str | os.PathLike, device: str | Device | None = None, *, map_location: Any = None,
+         weights_only: bool | None = None) -> Any:
+    """Load what `save` wrote (`~` and $VARS in `path` expanded), a plain safetensors file (a Hugging Face
+    model.safetensors: a dict of tensors by name) or a sharded one through its `*.safetensors.index.json` (one dict
+    of all the shards' tensors, in the index's order). Tensors come back on the CPU, or where `device` or
+    PyTorch's `map_location` puts them: a device ("cpu", "cuda:1", a Device), a dict from saved location to device,
+    or a callable f(tensor, location) returning the tensor to use (None keeps it). Frost saves every tensor from the
+    host, so the saved location a dict or callable sees is always "cpu". weights_only is accepted and ignored:
+    frost.load never unpickles anything."""
     path = expand_path(path)
+    place = _placement(device, map_location)
     if not os.path.exists(path):
         raise FileNotFoundError(f"frost.load: no such file: {path}")
     if os.path.isdir(path):
         raise IsADirectoryError(f"frost.load: {path} is a folder, not a checkpoint file")
+    if path.endswith(".index.json"):
+        return _load_sharded(path, place)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         header, data_start = _read_header(f, size, path, _LOAD)
-        structure = _structure(header, path)
+        structure = _structure(header, path) if _is_frost(header) else None
+        header.pop("__metadata__", None)
         arrays = _read_arrays(f, header, data_start, size, path, _LOAD)
-    dev = Device(device) if device is not None else None
-    tensors = {name: Tensor(a if dev is None else backend.to_device(a, dev)) for name, a in arrays.items()}
-    return _decode(structure, tensors, path)
+    if structure is None:
+        return {name: place(a) for name, a in arrays.items()}
+    return _decode(structure, _PlacedTensors(arrays, place), path)
+
+
+def _placement(device, map_location) -> Callable[[np.ndarray], Tensor]:
+    """The function from a loaded host array to the tensor load returns, from load's device or map_location."""
+    if device is not None and map_location is not None:
+        raise TypeError("frost.load: give device or map_location, not both")
+    where = device if device is not None else map_location
+    if isinstance(where, dict):  # PyTorch's {saved location: device}; frost's saved location is the host
+        where = where.get(_SAVED_LOCATION)
+    if where is None:
+        return Tensor
+    if isinstance(where, (str, Device)):
+        target = Device(where)
+        return lambda a: Tensor(backend.to_device(a, target))
+    if callable(where):
+        return lambda a: _mapped(where, Tensor(a))
+    raise TypeError(f"frost.load: map_location must be a device, a dict or a callable, got {type(where).__name__}")
+
+
+def _mapped(map_location: Callable, t: Tensor) -> Tensor:
+    result = map_location(t, _SAVED_LOCATION)
+    if result is None:
+        return t
+    if not isinstance(result, Tensor):
+        raise TypeError(f"frost.load: map_location returned a {type(result).__name__}; it must return a Tensor or "
+                        f"None")
+    return result
+
+
+class _PlacedTensors:
+    """A checkpoint's tensors by name, each placed once (load's device or map_location: tied entries stay one
+    tensor), with the dtypes they were saved in (a map_location may change them)."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], place: Callable[[np.ndarray], Tensor]) -> None:
+        self.saved_dtypes = {name: to_dtype(a.dtype).name for name, a in arrays.items()}
+        self.placed = {name: place(a) for name, a in arrays.items()}
+
+    def saved_dtype(self, name: str) -> str:
+        return self.saved_dtypes[name]
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.placed[name]
+
+
+def _is_frost(header: dict) -> bool:
+    """Whether a safetensors header is a frost checkpoint's (its metadata says format "frost")."""
+    meta = header.get("__metadata__")
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
+
+
+def _load_sharded(index_path: str, place: Callable[[np.ndarray], Tensor]) -> dict[str, Tensor]:
+    """The tensors of a sharded safetensors checkpoint: its index's weight_map names each tensor's shard file, a
+    file in the index's folder."""
+    weight_map = _weight_map(index_path)
+    folder = os.path.dirname(index_path)
+    shards: dict[str, dict[str, np.ndarray]] = {}
+    for shard in dict.fromkeys(weight_map.values()):
+        shard_path = os.path.join(folder, shard)
+        if not os.path.isfile(shard_path):
+            raise FileNotFoundError(f"frost.load: {index_path} names the shard {shard}, which is not in {folder}")
+        with open(shard_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            header, data_start = _read_header(f, size, shard_path, _PLAIN)
+            header.pop("__metadata__", None)
+            shards[shard] = _read_arrays(f, header, data_start, size, shard_path, _PLAIN)
+    missing = [(name, shard) for name, shard in weight_map.items() if name not in shards[shard]]
+    if missing:
+        name, shard = missing[0]
+        raise CheckpointError(f"frost.load: {index_path} puts tensor {name!r} in {shard}, which does not hold it "
+                              f"({len(missing)} such tensors)")
+    return {name: place(shards[shard][name]) for name, shard in weight_map.items()}
+
+
+def _weight_map(index_path: str) -> dict[str, str]:
+    """The checked weight_map of a sharded checkpoint's index: tensor name -> shard file name (a bare file name:
+    an index must not reach outside its folder)."""
+    if os.path.getsize(index_path) > MAX_HEADER:
+        raise CheckpointError(f"frost.load: {index_path} is larger than an index can be ({MAX_HEADER} bytes)")
+    with open(index_path, encoding="utf-8") as f:
+        try:
+            index = json.load(f)
+        except (ValueError, RecursionError) as e:
+            raise CheckpointError(f"frost.load: {index_path} is not a safetensors index: not valid JSON "
+                                  f"({e})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in weight_map.items()):
+        raise CheckpointError(f"frost.load: {index_path} is not a safetensors index: it has no weight_map of tensor "
+                              f"names to shard files")
+    for shard in weight_map.values():
+        if os.path.basename(shard) != shard or shard in ("", ".", ".."):
+            raise CheckpointError(f"frost.load: {index_path} names the shard {shard!r}, which is not a file name in "
+                                  f"the index's folder")
+    return weight_map
 
 
 def _read_header(f: BinaryIO, size: int, path: str, reader: _Reader) -> tuple[dict, int]:
@@ -326,10 +431,9 @@ def _structure(header: dict, path: str):
     if isinstance(meta, dict) and not all(isinstance(v, str) for v in meta.values()):
         raise CheckpointError(f"frost.load: {path} is damaged: its safetensors __metadata__ holds values that are "
                               f"not strings")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or STRUCTURE_KEY not in meta:
-        raise CheckpointError(f"frost.load: {path} is a safetensors file but not a frost checkpoint (no "
-                              f"'{STRUCTURE_KEY}' in its metadata); read plain safetensors files with "
-                              f"safetensors.numpy.load_file")
+    if STRUCTURE_KEY not in meta:
+        raise CheckpointError(f"frost.load: {path} is damaged: its metadata says format {FORMAT!r} but has no "
+                              f"'{STRUCTURE_KEY}'")
     version = meta.get(VERSION_KEY, "1")
     if not (isinstance(version, str) and version.isdigit()):
         raise CheckpointError(f"frost.load: {path} is damaged: its {VERSION_KEY} is {version!r}, not a number")
@@ -404,16 +508,16 @@ def _read_array(f: BinaryIO, data_start: int, entry: dict, path: str, who: str) 
     return array
 
 
-def _decode(node, tensors: dict[str, Tensor], path: str):
+def _decode(node, tensors: _PlacedTensors, path: str):
     if not isinstance(node, dict):
         return node
     tag = "tensor" if "tensor" in node else next(iter(node), None) if len(node) == 1 else None
     try:
         body = node[tag] if tag is not None else None
         if tag == "tensor":
+            if (saved := tensors.saved_dtype(body)) != node["dtype"]:
+                raise ValueError(f"tensor {body!r} is {saved} in the data but {node['dtype']} in the metadata")
             t = tensors[body]
-            if t.dtype.name != node["dtype"]:
-                raise ValueError(f"tensor {body!r} is {t.dtype.name} in the data but {node['dtype']} in the metadata")
             return t.requires_grad_(True) if node.get("requires_grad") is True else t
         if tag == "float":
             return float(body)

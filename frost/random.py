@@ -83,23 +83,32 @@ def _pcg64(who: str):
     return bit_generator
 
 
-def get_rng_state() -> Tensor:
-    """The CPU generator's state as a 40-byte uint8 Tensor (see the module docstring)."""
-    state = _pcg64("frost.get_rng_state").state
+def pcg64_state(bit_generator) -> Tensor:
+    """A PCG64 bit generator's state as a 40-byte uint8 Tensor (see the module docstring); frost.Generator's too."""
+    state = bit_generator.state
     words = (state["state"]["state"], state["state"]["inc"], state["has_uint32"], state["uinteger"])
     return _byte_tensor(b"".join(int(w).to_bytes(n, "little") for w, n in zip(words, (16, 16, 4, 4))))
+
+
+def set_pcg64_state(bit_generator, new_state: Any, who: str) -> None:
+    """Write pcg64_state()'s Tensor (or its tolist()) into a PCG64 bit generator, in place; errors name `who`."""
+    state, inc, has_uint32, uinteger = _words(_as_bytes(new_state, CPU_STATE_BYTES, who), (16, 16, 4, 4))
+    if inc % 2 == 0 or has_uint32 > 1:  # PCG64's increment is always odd: these bytes were not made by get_rng_state
+        raise ValueError(f"{who}: not a CPU generator state (increment {inc:#x} is even or has_uint32 {has_uint32} "
+                         f"is not 0 or 1)")
+    bit_generator.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc},
+                           "has_uint32": has_uint32, "uinteger": uinteger}
+
+
+def get_rng_state() -> Tensor:
+    """The CPU generator's state as a 40-byte uint8 Tensor (see the module docstring)."""
+    return pcg64_state(_pcg64("frost.get_rng_state"))
 
 
 def set_rng_state(new_state: Any) -> None:
     """Restore the CPU generator's state from get_rng_state()'s Tensor (or its tolist()); the generator is changed in
     place, so code holding it (frost.backend.cpu.generator()) follows."""
-    who = "frost.set_rng_state"
-    state, inc, has_uint32, uinteger = _words(_as_bytes(new_state, CPU_STATE_BYTES, who), (16, 16, 4, 4))
-    if inc % 2 == 0 or has_uint32 > 1:  # PCG64's increment is always odd: these bytes were not made by get_rng_state
-        raise ValueError(f"{who}: not a CPU generator state (increment {inc:#x} is even or has_uint32 {has_uint32} "
-                         f"is not 0 or 1)")
-    _pcg64(who).state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc},
-                         "has_uint32": has_uint32, "uinteger": uinteger}
+    set_pcg64_state(_pcg64("frost.set_rng_state"), new_state, "frost.set_rng_state")
 
 
 # ---------------------------------------------------------------- CUDA

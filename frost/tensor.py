@@ -11,7 +11,7 @@ import numpy as np
 from frost import autograd
 from frost import backend
 from frost.backend import Device
-from frost.dtype import DType, to_dtype, default_float, float32
+from frost.dtype import DType, to_dtype, default_float_dtype, float32
 
 
 # dtype name -> the tensor type name that Tensor.type() answers, as PyTorch's
@@ -112,13 +112,17 @@ class Tensor:
             extra += f", device='{self.device}'"
         if self.data.size == 0 and self.ndim != 1:
             extra += f", size={self.shape}"
-        if self.dtype != default_float and self.dtype.name not in ("int64", "bool"):
+        if self.dtype != default_float_dtype() and self.dtype.name not in ("int64", "bool"):
             extra += f", dtype={self.dtype!r}"
         if self._ctx is not None:
             extra += f", grad_fn=<{self._ctx.name}>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({_format_array(self._host())}{extra})"
+
+    def __format__(self, format_spec: str) -> str:
+        # as PyTorch's: a 0-d tensor formats as its Python number (f"{loss:.4f}"), any other only with an empty spec
+        return format(self.item(), format_spec) if self.ndim == 0 else object.__format__(self, format_spec)
 
     def __hash__(self) -> int:
         return id(self)
@@ -157,6 +161,9 @@ class Tensor:
             raise RuntimeError(f"retain_grad: the tensor (shape {self.shape}) does not require grad, so it will "
                                f"get none; make it from tensors that require grad, or call requires_grad_()")
         self._retains_grad = True
+
+    def register_hook(self, hook: Callable) -> "autograd.RemovableHandle":
+        return autograd.register_hook(self, hook)
 
     def __deepcopy__(self, memo: dict) -> "Tensor":
         """Python's usual deep copy (a Parameter's rebuilds it), for leaves only: a tensor made by an op is refused,
@@ -216,6 +223,12 @@ class Tensor:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return dlpack.to_dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack.dlpack_device(self)
+
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         """np.exp(t), np.add(t, 1), ndarray + t: Frost's op where it has one (see frost.numpy_interop)."""
         return numpy_interop.array_ufunc(ufunc, method, inputs, kwargs)
@@ -253,6 +266,16 @@ class Tensor:
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")
+
+    def pin_memory(self) -> "Tensor":
+        """This tensor: frost's host-to-GPU copies stage through pinned buffers of their own (frost.data's loader),
+        so a CPU tensor needs no pinning; a CUDA tensor is refused, as in PyTorch."""
+        if self.device.type != "cpu":
+            raise RuntimeError(f"pin_memory: only CPU tensors can be pinned, this one is on {self.device}")
+        return self
+
+    def is_pinned(self) -> bool:
+        return False
 
     def type(self, dtype=None):
         """With no argument, the type's name ('frost.FloatTensor', as PyTorch's 'torch.FloatTensor'); with a dtype
@@ -392,17 +415,32 @@ class Tensor:
     def clamp_(self, min=None, max=None) -> "Tensor":
         return self._assign_result("clamp_", lambda x, lo, hi: elementwise.clamp(x, lo, hi), min, max)
 
-    def uniform_(self, a: float = 0.0, b: float = 1.0) -> "Tensor":
+    def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator=None) -> "Tensor":
         _floating("uniform_", self.dtype)  # floats drawn into integers would be truncated
         self._inplace_check("uniform_")
-        self.data[...] = _random_uniform(self.shape, a, b, self.device).astype(self.data.dtype)
+        draws = _random_uniform(self.shape, a, b, self.device, np.float32, generator, "uniform_")
+        self.data[...] = draws.astype(self.data.dtype)
         return self
 
-    def normal_(self, mean: float = 0.0, std: float = 1.0) -> "Tensor":
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator=None) -> "Tensor":
         _floating("normal_", self.dtype)
         self._inplace_check("normal_")
-        self.data[...] = (_random_normal(self.shape, self.device) * std + mean).astype(self.data.dtype)
+        draws = _random_normal(self.shape, self.device, np.float32, generator, "normal_")
+        self.data[...] = (draws * std + mean).astype(self.data.dtype)
         return self
+
+    def exponential_(self, lambd=1.0, *, generator=None): return sampling.exponential_(self, lambd, generator=generator)
+    def bernoulli_(self, p=0.5, *, generator=None): return sampling.bernoulli_(self, p, generator=generator)
+    def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+        return sampling.cauchy_(self, median, sigma, generator=generator)
+    def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+        return sampling.log_normal_(self, mean, std, generator=generator)
+    def geometric_(self, p, *, generator=None): return sampling.geometric_(self, p, generator=generator)
+    def bernoulli(self, p=None, *, generator=None): return sampling.bernoulli(self, p, generator=generator)
+    def multinomial(self, num_samples, replacement=False, *, generator=None):
+        return sampling.multinomial(self, num_samples, replacement, generator=generator)
+    def stft(self, n_fft, *args, **kwargs): return spectral.stft(self, n_fft, *args, **kwargs)
+    def istft(self, n_fft, *args, **kwargs): return spectral.istft(self, n_fft, *args, **kwargs)
 
     # ------------------------------------------------------------ arithmetic
     def __add__(self, o): return elementwise.add(self, o)
@@ -557,6 +595,38 @@ class Tensor:
     def narrow(self, dim, start, length): return shape_ops.narrow(self, dim, start, length)
     def unbind(self, dim=0): return shape_ops.unbind(self, dim)
     def gather(self, dim, index): return shape_ops.gather(self, dim, index)
+    def scatter(self, dim, index, src=None, value=None, reduce=None):
+        return index_ops.scatter(self, dim, index, src, value=value, reduce=reduce)
+    def scatter_add(self, dim, index, src): return index_ops.scatter_add(self, dim, index, src)
+    def scatter_reduce(self, dim, index, src, reduce, include_self=True):
+        return index_ops.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+    def index_add(self, dim, index, source, alpha=1): return index_ops.index_add(self, dim, index, source, alpha=alpha)
+    def index_copy(self, dim, index, source): return index_ops.index_copy(self, dim, index, source)
+    def index_fill(self, dim, index, value): return index_ops.index_fill(self, dim, index, value)
+    def index_put(self, indices, values, accumulate=False):
+        return index_ops.index_put(self, indices, values, accumulate)
+    def masked_select(self, mask): return index_ops.masked_select(self, mask)
+    def masked_scatter(self, mask, source): return index_ops.masked_scatter(self, mask, source)
+    # in place: not recorded on the tape (see _assign_result)
+    def scatter_(self, dim, index, src=None, value=None, reduce=None):
+        return index_ops.in_place(self, "scatter_", index_ops.scatter, dim, index, src, value=value, reduce=reduce)
+    def scatter_add_(self, dim, index, src):
+        return index_ops.in_place(self, "scatter_add_", index_ops.scatter_add, dim, index, src)
+    def scatter_reduce_(self, dim, index, src, reduce, include_self=True):
+        return index_ops.in_place(self, "scatter_reduce_", index_ops.scatter_reduce, dim, index, src, reduce,
+                                  include_self=include_self)
+    def index_add_(self, dim, index, source, alpha=1):
+        return index_ops.in_place(self, "index_add_", index_ops.index_add, dim, index, source, alpha=alpha)
+    def index_copy_(self, dim, index, source):
+        return index_ops.in_place(self, "index_copy_", index_ops.index_copy, dim, index, source)
+    def index_fill_(self, dim, index, value):
+        return index_ops.in_place(self, "index_fill_", index_ops.index_fill, dim, index, value)
+    def index_put_(self, indices, values, accumulate=False):
+        return index_ops.in_place(self, "index_put_", index_ops.index_put, indices, values, accumulate)
+    def masked_fill_(self, mask, value):
+        return index_ops.in_place(self, "masked_fill_", elementwise.masked_fill, mask, value)
+    def masked_scatter_(self, mask, source):
+        return index_ops.in_place(self, "masked_scatter_", index_ops.masked_scatter, mask, source)
     def cumsum(self, dim): return reduce.cumsum(self, dim)
     def cumprod(self, dim, dtype=None): return scan.cumprod(self, dim, dtype)
     def cummax(self, dim): return scan.cummax(self, dim)
@@ -599,6 +669,39 @@ class Tensor:
     def silu(self): return elementwise.silu(self)
     def softplus(self, beta=1.0, threshold=20.0): return elementwise.softplus(self, beta, threshold)
     def leaky_relu(self, negative_slope=0.01): return elementwise.leaky_relu(self, negative_slope)
+    def remainder(self, o): return elementwise.remainder(self, o)
+    def fmod(self, o): return math_ops.fmod(self, o)
+    def atan2(self, o): return math_ops.atan2(self, o)
+    def hypot(self, o): return math_ops.hypot(self, o)
+    def lerp(self, end, weight): return math_ops.lerp(self, end, weight)
+    def logical_xor(self, o): return math_ops.logical_xor(self, o)
+    def clamp_min(self, min): return math_ops.clamp_min(self, min)
+    def clamp_max(self, max): return math_ops.clamp_max(self, max)
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None): return math_ops.nan_to_num(self, nan, posinf, neginf)
+    def log2(self): return math_ops.log2(self)
+    def log10(self): return math_ops.log10(self)
+    def tan(self): return math_ops.tan(self)
+    def sinh(self): return math_ops.sinh(self)
+    def cosh(self): return math_ops.cosh(self)
+    def asin(self): return math_ops.asin(self)
+    def acos(self): return math_ops.acos(self)
+    def atan(self): return math_ops.atan(self)
+    def asinh(self): return math_ops.asinh(self)
+    def acosh(self): return math_ops.acosh(self)
+    def atanh(self): return math_ops.atanh(self)
+    def outer(self, vec2): return math_ops.outer(self, vec2)
+    def bmm(self, mat2): return math_ops.bmm(self, mat2)
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1): return math_ops.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+    def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        return math_ops.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+    def roll(self, shifts, dims=None): return math_ops.roll(self, shifts, dims)
+    def diag(self, diagonal=0): return math_ops.diag(self, diagonal)
+    def trace(self): return math_ops.trace(self)
+    def diff(self, n=1, dim=-1, prepend=None, append=None): return math_ops.diff(self, n, dim, prepend, append)
+    def count_nonzero(self, dim=None): return math_ops.count_nonzero(self, dim)
+    def median(self, dim=None, keepdim=False): return math_ops.median(self, dim, keepdim)
+    def quantile(self, q, dim=None, keepdim=False, interpolation="linear"):
+        return math_ops.quantile(self, q, dim, keepdim, interpolation)
 
     # new tensors like this one (same dtype and device unless given)
     def new_zeros(self, *size, dtype=None): return zeros(*size, dtype=dtype or self.dtype, device=self.device)
@@ -617,7 +720,7 @@ class Tensor:
                                "frost.where or cat instead, or assign value.detach()")
         index = shape_ops.raw_index(index)
         self._values_change()
-        self.data[index] = value.data if isinstance(value, Tensor) else value
+        shape_ops.assign(self.data, index, value.data if isinstance(value, Tensor) else value)
 
 
 # set by frost.jit while a CUDA graph is being captured: called with the name of a host-synchronizing call
@@ -639,6 +742,9 @@ def capturing() -> bool:
 def can_read_values(t: Tensor) -> bool:
     """Whether an op may read t's values on the host for a check: always on the CPU, on CUDA except during capture."""
     return t.device.type == "cpu" or not capturing()
+
+
+autograd.register_tensor_type(Tensor)
 
 
 # ---------------------------------------------------------------- printing, as PyTorch prints
@@ -799,7 +905,7 @@ def _list_to_array(data, default_types: bool = True) -> np.ndarray:
             x = x._host()  # values only, as torch.tensor() copies a tensor that requires grad
         leaf_dtypes.add(x.dtype if isinstance(x, (np.ndarray, np.generic)) else
                         np.dtype(bool) if isinstance(x, bool) else np.dtype(np.int64) if isinstance(x, int) else
-                        default_float.np if isinstance(x, float) else None)
+                        default_float_dtype().np if isinstance(x, float) else None)
         return x
 
     typed = isinstance(data, (np.ndarray, np.generic))  # NumPy data keeps its dtype, as in PyTorch
@@ -820,7 +926,7 @@ def _inferred_dtype(dtypes: set):
     if None in dtypes:
         return None
     if not dtypes:
-        return default_float.np  # an empty list, as PyTorch's
+        return default_float_dtype().np  # an empty list, as PyTorch's
     floats = sorted((d for d in dtypes if d.kind == "f" or d.name == "bfloat16"), key=lambda d: d.itemsize)
     if floats:
         widest = floats[-1]
@@ -837,7 +943,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
 
 
 def _full(shape, value, dtype, device) -> Tensor:
-    dev, dt = _resolve(device, dtype, default_float)
+    dev, dt = _resolve(device, dtype, default_float_dtype())
     xp = backend.xp_for(dev)
     if dev.type == "cuda":
         with xp.cuda.Device(dev.index):
@@ -893,7 +999,7 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     if end is None:
         start, end = 0, start
     is_float = any(isinstance(v, float) for v in (start, end, step))
-    dev, dt = _resolve(device, dtype, default_float if is_float else to_dtype("int64"))
+    dev, dt = _resolve(device, dtype, default_float_dtype() if is_float else to_dtype("int64"))
     if not dt.is_floating_point:  # an integer range steps in integers, as PyTorch's (1.5 steps by 1)
         start, end, step = int(start), int(end), int(step)
     if step == 0:
@@ -907,12 +1013,12 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
 
 
 def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> Tensor:
-    dev, dt = _resolve(device, dtype, default_float)
+    dev, dt = _resolve(device, dtype, default_float_dtype())
     return Tensor(backend.to_device(np.linspace(start, end, steps).astype(dt.np), dev))
 
 
 def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
-    dev, dt = _resolve(device, dtype, default_float)
+    dev, dt = _resolve(device, dtype, default_float_dtype())
     return Tensor(backend.to_device(np.eye(n, m, dtype=dt.np), dev))
 
 
@@ -926,7 +1032,9 @@ def manual_seed(seed: int) -> None:
     cuda.manual_seed(seed)
 
 
-def _generator(device: Device):
+def _generator(device: Device, generator=None, who: str = "random"):
+    if generator is not None:  # a frost.Generator of the caller's
+        return sampling.engine(generator, device, who)
     from frost.backend import cpu, cuda
     return cpu.generator() if device.type == "cpu" else cuda.generator()
 
@@ -936,12 +1044,12 @@ def _draw_dtype(dt: DType):
     return np.float64 if dt.name == "float64" else np.float32
 
 
-def _random_normal(shape, device: Device, dtype=np.float32):
-    return _generator(device).standard_normal(shape, dtype=dtype)
+def _random_normal(shape, device: Device, dtype=np.float32, generator=None, who: str = "randn"):
+    return _generator(device, generator, who).standard_normal(shape, dtype=dtype)
 
 
-def _random_uniform(shape, low, high, device: Device, dtype=np.float32):
-    return _generator(device).random(shape, dtype=dtype) * (high - low) + low
+def _random_uniform(shape, low, high, device: Device, dtype=np.float32, generator=None, who: str = "rand"):
+    return _generator(device, generator, who).random(shape, dtype=dtype) * (high - low) + low
 
 
 def _floating(name: str, dt: DType) -> DType:
@@ -951,21 +1059,21 @@ def _floating(name: str, dt: DType) -> DType:
     return dt
 
 
-def randn(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    dev, dt = _resolve(device, dtype, default_float)
+def randn(*shape, generator=None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    dev, dt = _resolve(device, dtype, default_float_dtype())
     dt = _floating("randn", dt)
-    out = _random_normal(_shape_args(shape), dev, _draw_dtype(dt))
+    out = _random_normal(_shape_args(shape), dev, _draw_dtype(dt), generator)
     return Tensor(out.astype(dt.np, copy=False), requires_grad=requires_grad)
 
 
-def rand(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    dev, dt = _resolve(device, dtype, default_float)
+def rand(*shape, generator=None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    dev, dt = _resolve(device, dtype, default_float_dtype())
     dt = _floating("rand", dt)
-    out = _random_uniform(_shape_args(shape), 0.0, 1.0, dev, _draw_dtype(dt))
+    out = _random_uniform(_shape_args(shape), 0.0, 1.0, dev, _draw_dtype(dt), generator)
     return Tensor(out.astype(dt.np, copy=False), requires_grad=requires_grad)
 
 
-def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
+def randint(low: int, high: int | None = None, size=(), *, generator=None, dtype=None, device=None) -> Tensor:
     """Integers in [low, high); like PyTorch also randint(high, size)."""
     if isinstance(high, (tuple, list)):
         low, high, size = 0, low, high
@@ -976,15 +1084,15 @@ def randint(low: int, high: int | None = None, size=(), dtype=None, device=None)
         raise RuntimeError(f"randint: high ({high}) must be larger than low ({low})")
     if dt.np.kind in "iu" and not (np.iinfo(dt.np).min <= low and high - 1 <= np.iinfo(dt.np).max):
         raise RuntimeError(f"randint: [{low}, {high}) does not fit {dt} (values would wrap)")
-    return Tensor(_generator(dev).integers(low, high, size=tuple(size)).astype(dt.np))
+    return Tensor(_generator(dev, generator, "randint").integers(low, high, size=tuple(size)).astype(dt.np))
 
 
-def randperm(n: int, dtype=None, device=None) -> Tensor:
+def randperm(n: int, *, generator=None, dtype=None, device=None) -> Tensor:
     """A random permutation of range(n), drawn on the device from frost's generator."""
     if n < 0:
         raise RuntimeError(f"randperm: n must be non-negative, got {n}")
     dev, dt = _resolve(device, dtype, to_dtype("int64"))
-    g = _generator(dev)
+    g = _generator(dev, generator, "randperm")
     if hasattr(g, "permutation"):
         return Tensor(g.permutation(n).astype(dt.np, copy=False))
     return Tensor(g.random(n).argsort().astype(dt.np))  # a generator without permutation(): sort uniform draws
@@ -1000,3 +1108,7 @@ def rand_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
 
 from frost.ops import elementwise, matmul, reduce, scan, shape as shape_ops  # noqa: E402  (the ops need Tensor defined first)
 from frost import numpy_interop  # noqa: E402  (it maps NumPy's functions to those ops)
+from frost import dlpack  # noqa: E402  (Tensor.__dlpack__)
+from frost.ops import math as math_ops  # noqa: E402  (aliased: `math` here is Python's)
+from frost.ops import index as index_ops  # noqa: E402  (the scatter and index family)
+from frost.ops import sampling, spectral  # noqa: E402  (random draws with a frost.Generator; stft)

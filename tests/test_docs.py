@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 DOCUMENTS = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted((ROOT / "benchmarks").glob("*.md")),
@@ -126,3 +128,9 @@ def test_text_guide_runs_as_written(tmp_path):
 def test_gpt_guide_runs_as_written(tmp_path):
     stdout = run_document("gpt.md", tmp_path)
     assert "(1, 25) (1, 25)" in stdout
+
+
+def test_distributed_guide_trains_on_two_processes(tmp_path):
+    pytest.importorskip("mpi4py")
+    stdout = run_document("distributed.md", tmp_path)
+    assert "weights [1.0, -2.0, 0.5, 3.0]" in stdout, stdout

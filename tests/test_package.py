@@ -34,6 +34,7 @@ DISTRIBUTION_OF_IMPORT = {
     "matplotlib": ("matplotlib", "plot"),
     "regex": ("regex", "text"),
     "numba": ("numba", "text"),
+    "mpi4py": ("mpi4py", "mpi"),
 }
 NEVER_IMPORTED = {"torch": "PyTorch is the tests' oracle only"}
 

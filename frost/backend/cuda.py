@@ -5,10 +5,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from typing import Any, Callable
 
 _cupy = None
 _seed = 0
-_generators: dict = {}  # device index -> frost.ops.philox.PhiloxGenerator
+_generators: dict = {}  # device index -> the generator _generator_factory made (frost.ops.philox.PhiloxGenerator)
+# (seed, device index) -> a device generator. The generator is written in the kernel language, which sits above this
+# module, so it registers itself here when imported (frost.ops.philox, imported by frost/__init__.py)
+_generator_factory: Callable[[int, int], Any] | None = None
 _gpu_seen = False  # a GPU has answered once: later uses skip the check
 
 
@@ -149,14 +153,26 @@ def pinned_empty(shape, dtype):
     return cupyx.empty_pinned(shape, dtype=dtype)
 
 
+def register_generator_factory(factory: Callable[[int, int], Any]) -> None:
+    """Set what makes a GPU's random generator: factory(seed, device index) -> generator (frost.ops.philox registers
+    PhiloxGenerator on import). Generators made before keep living; new ones come from `factory`."""
+    global _generator_factory
+    if not callable(factory):
+        raise TypeError(f"frost.backend.cuda.register_generator_factory: factory must be callable, "
+                        f"got {type(factory).__name__}")
+    _generator_factory = factory
+
+
 def generator(index: int | None = None):
     """GPU `index`'s random generator (the current GPU's by default): Philox4x32-10 with its offset on the device
     (frost.ops.philox), so captured CUDA graphs draw new numbers on every replay; seeded by frost.manual_seed."""
-    from frost.ops.philox import PhiloxGenerator
     if index is None:
         index = gpu_cupy().cuda.Device().id
     if index not in _generators:
-        _generators[index] = PhiloxGenerator(_seed, index)
+        if _generator_factory is None:
+            raise RuntimeError("frost.backend.cuda.generator: no GPU generator is registered; import frost (or "
+                               "frost.ops.philox, which registers PhiloxGenerator) before drawing on a GPU")
+        _generators[index] = _generator_factory(_seed, index)
     return _generators[index]
 
 

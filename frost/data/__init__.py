@@ -1,5 +1,6 @@
 """Data loading: datasets, the threaded DataLoader, device-resident datasets, and transforms (CPU and GPU)."""
-from frost.data.dataset import Dataset, IterableDataset, TensorDataset
+from frost.data.dataset import (ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, is_iterable_dataset,
+                                 random_split)
 from frost.data.loader import DataLoader, DataLoaderTimeoutError, DataLoaderWorkerError, WorkerInfo, get_worker_info
 from frost.data.cifar import CIFAR10
 from frost.data.folder import ImageFolder, ImageList, decode_image
@@ -7,7 +8,11 @@ from frost.data.text import TokenDataset
 from frost.data.resident import DeviceDataset
 from frost.data import transforms
 from frost.data.png_device import DevicePNGList
+from frost.data.distributed import DistributedSampler
+from frost.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
-__all__ = ["Dataset", "IterableDataset", "TensorDataset", "DataLoader", "DataLoaderWorkerError",
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split",
+           "is_iterable_dataset", "DataLoader", "DataLoaderWorkerError",
            "DataLoaderTimeoutError", "WorkerInfo", "get_worker_info", "CIFAR10", "ImageFolder", "ImageList",
-           "decode_image", "TokenDataset", "DeviceDataset", "DevicePNGList", "transforms"]
+           "decode_image", "TokenDataset", "DeviceDataset", "DevicePNGList", "DistributedSampler", "transforms",
+           "Sampler", "SequentialSampler", "RandomSampler", "BatchSampler"]

@@ -7,7 +7,8 @@ How it works (num_workers = W > 0):
   list a `batch_sampler` yields). Batch i is always built by worker
   i % W and the consumer takes batches in order 0, 1, 2, ..., so the stream of batches is the same
   for every W (and for W = 0, which loads in the calling thread).
-- Every worker owns two batch buffers (ping-pong; NumPy arrays, pinned host memory when the target
+- Every worker owns `prefetch_factor` batch buffers (2 by default: ping-pong; so it loads up to that many
+  batches ahead, as PyTorch's prefetch_factor; NumPy arrays, pinned host memory when the target
   is a GPU), made at its first batch, each taking its batch's np.stack shape and dtype and made
   again when a batch differs. It fills a free one sample by sample and announces it on its
   Channel; the consumer hands a buffer back when it is done with it: on the CPU at the next
@@ -75,7 +76,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from frost.backend import CPU, Device, cpu
-from frost.data.dataset import IterableDataset
+from frost.data.dataset import is_iterable_dataset
 from frost.parallel import Channel, ChannelClosed
 from frost.tensor import Tensor
 
@@ -198,14 +199,14 @@ def _empty(shape: tuple, dtype, pinned_device: Device | None) -> np.ndarray:
 
 
 class _BatchBuffers:
-    """One worker's two batch buffers (slots), each taking its batch's shape and dtype: np.stack's, so the batches are
-    the same for every number of workers. A slot is reallocated when a batch differs from the slot's last one (say,
-    length-bucketed batches) and widened mid-batch when a later sample needs a wider dtype; only the slot being
-    filled: the other may hold a batch the caller has not taken yet."""
+    """One worker's batch buffers (slots: the loader's prefetch_factor, 2 by default), each taking its batch's shape
+    and dtype: np.stack's, so the batches are the same for every number of workers. A slot is reallocated when a
+    batch differs from the slot's last one (say, length-bucketed batches) and widened mid-batch when a later sample
+    needs a wider dtype; only the slot being filled: the others may hold batches the caller has not taken yet."""
 
-    def __init__(self, kind: str, n_fields: int, rows: int, pinned_device: Device | None) -> None:
+    def __init__(self, kind: str, n_fields: int, rows: int, pinned_device: Device | None, slots: int = 2) -> None:
         self.kind, self.rows, self.pinned_device = kind, rows, pinned_device
-        self.slots: list[list] = [[None] * n_fields for _ in range(2)]
+        self.slots: list[list] = [[None] * n_fields for _ in range(slots)]
 
     def _field(self, slot: int, k: int, row: int, shape: tuple, dtype) -> np.ndarray:
         """Field k's buffer in `slot` for a value of this shape and dtype at `row` (rows before it kept)."""
@@ -261,14 +262,20 @@ class DataLoader:
     each costs one batch of device memory. As in PyTorch, `sampler` (an iterable of sample indices, read
     once per epoch: the order is then its own, not shuffle's) replaces shuffle, and `batch_sampler` (an
     iterable of index lists, one per batch) replaces batch_size, shuffle, sampler and drop_last. timeout (seconds,
-    with worker threads; 0 waits for ever): the longest wait for a batch before DataLoaderTimeoutError."""
+    with worker threads; 0 waits for ever): the longest wait for a batch before DataLoaderTimeoutError.
+    prefetch_factor (worker threads only; None: 2, as PyTorch's): each worker's number of batch buffers, so the
+    batches it may load ahead of the consumer. persistent_workers (worker threads only, as PyTorch checks) is
+    accepted and has nothing to change: PyTorch keeps worker processes (and their copies of the dataset) alive
+    between epochs to save their start-up; threads start in microseconds and share the one dataset, so its state
+    persists across epochs anyway. Each epoch starts fresh threads, and worker_init_fn runs in them each epoch."""
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  num_workers: int = 0, seed: int | None = None, pin_memory: bool = False,
                  device: str | Device | None = None, collate_fn: Callable[[list], Any] | None = None,
                  prefetch_to_device: int = 2, sampler: Iterable[int] | None = None,
                  batch_sampler: Iterable[Sequence[int]] | None = None, generator: np.random.Generator | None = None,
-                 worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0) -> None:
+                 worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0,
+                 prefetch_factor: int | None = None, persistent_workers: bool = False) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -278,7 +285,7 @@ class DataLoader:
                              f"the one handed out), got {prefetch_to_device!r}")
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, batch_size, shuffle, drop_last
         self.num_workers, self.collate_fn, self.prefetch_to_device = num_workers, collate_fn, prefetch_to_device
-        self.is_stream = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__")
+        self.is_stream = is_iterable_dataset(dataset)
         if self.is_stream and (shuffle or sampler is not None or batch_sampler is not None):
             raise ValueError("DataLoader: shuffle, sampler and batch_sampler need a map-style dataset; an "
                              "IterableDataset has its own order")
@@ -297,6 +304,10 @@ class DataLoader:
         if worker_init_fn is not None and not callable(worker_init_fn):
             raise TypeError(f"DataLoader: worker_init_fn must be callable, got {worker_init_fn!r}")
         self.timeout = _check_timeout(timeout, num_workers)
+        self.prefetch_factor = _check_prefetch_factor(prefetch_factor, num_workers)
+        if persistent_workers and num_workers == 0:
+            raise ValueError("DataLoader: persistent_workers=True needs num_workers > 0 (as in PyTorch)")
+        self.persistent_workers = bool(persistent_workers)
         if seed is None and generator is None:
             seed = int(cpu.generator().integers(2**62))  # follows frost.manual_seed
         self.seed, self.generator, self.worker_init_fn = seed, generator, worker_init_fn
@@ -432,6 +443,19 @@ def _check_timeout(timeout: Any, num_workers: int) -> float:
     return float(timeout)
 
 
+def _check_prefetch_factor(prefetch_factor: Any, num_workers: int) -> int:
+    """Batch buffers per worker: an int >= 1, only with worker threads (PyTorch's rule), 2 when not given."""
+    if prefetch_factor is None:
+        return 2
+    if num_workers == 0:
+        raise ValueError(f"DataLoader: prefetch_factor={prefetch_factor!r} needs num_workers > 0 (with "
+                         f"num_workers=0 nothing loads ahead); leave it None")
+    if isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int) or prefetch_factor < 1:
+        raise ValueError(f"DataLoader: prefetch_factor must be an int >= 1 (batches each worker loads ahead), got "
+                         f"{prefetch_factor!r}")
+    return prefetch_factor
+
+
 def _place(batch: int, index: Any) -> str:
     """Where a worker is, in words: 'batch 3, sample 17', or get_batch's samples."""
     where = f"batch {batch}"
@@ -461,10 +485,12 @@ class _Run:
         self.stop = threading.Event()
         self.error: tuple[int, int, Any, BaseException] | None = None  # worker, batch, sample, error
         self.error_lock = threading.Lock()
-        self.ready = [Channel(2) for _ in range(workers)]
-        self.free = [Channel(2) for _ in range(workers)]
+        self.depth = loader.prefetch_factor  # batch buffers per worker: batches it may load ahead
+        self.ready = [Channel(self.depth) for _ in range(workers)]
+        self.free = [Channel(self.depth) for _ in range(workers)]
         for ch in self.free:
-            ch << 0 << 1
+            for slot in range(self.depth):
+                ch.send(slot)
         self.plan = None if loader.is_stream else loader._batch_indices(key)
         # rows of each batch buffer: a batch_sampler's batches may be larger than batch_size
         self.rows = max([loader.batch_size, *(len(b) for b in self.plan or ())])
@@ -531,7 +557,7 @@ class _Run:
                     where.index = idx  # one of these samples
                     kind, fields = _fields(get_batch(np.asarray(idx)))
                     if buffers is None:
-                        buffers = _BatchBuffers(kind, len(fields), self.rows, loader._pinned_device)
+                        buffers = _BatchBuffers(kind, len(fields), self.rows, loader._pinned_device, self.depth)
                     buffers.put_batch(slot, kind, fields, len(idx))
                     self.ready[w].send((where.batch, slot, len(idx), buffers))
                     continue
@@ -541,7 +567,7 @@ class _Run:
                         return
                     kind, fields = _fields(sample)
                     if buffers is None:
-                        buffers = _BatchBuffers(kind, len(fields), self.rows, loader._pinned_device)
+                        buffers = _BatchBuffers(kind, len(fields), self.rows, loader._pinned_device, self.depth)
                     buffers.put(slot, row, kind, fields, where.index if where.index is not None else row)
                     n = row + 1
                 self.ready[w].send((where.batch, slot, n, buffers))
@@ -701,10 +727,10 @@ class _Lookahead:
     queues a batch's copy and finish on the copy stream and returns its _Flight; give_back(w, slot) returns a
     host buffer to its worker. Events need `.done` (a non-blocking query) and `.synchronize()`.
 
-    Why look-ahead cannot deadlock: worker w has two buffers and makes its batches w, w+W, ... in order. The
-    only wait is for batch `pulled`, the oldest one not received, and only when nothing is ahead (everything
-    issued is already handed out); polls never wait. If worker w has not made batch `pulled` yet, none of its
-    later batches are made either (order), so neither of its buffers sits in its ready channel: both are in
+    Why look-ahead cannot deadlock: worker w has prefetch_factor buffers and makes its batches w, w+W, ... in
+    order. The only wait is for batch `pulled`, the oldest one not received, and only when nothing is ahead
+    (everything issued is already handed out); polls never wait. If worker w has not made batch `pulled` yet, none
+    of its later batches are made either (order), so none of its buffers sits in its ready channel: all are in
     flights already issued (batches before `pulled`). Before waiting, every copy out of worker w's buffers is
     synchronized and the buffers go back (`_recycle(sync_worker=w)`), so w has a free buffer for that batch.
     Buffers of other workers never hold w up."""

@@ -17,6 +17,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from frost.backend import cpu, cuda
+from frost.dtype import to_dtype
+from frost.kernel import Array, bdx, bf16, bx, f32, i32, i64, kernel, tx, u8
+from frost.tensor import Tensor
+
 __all__ = ["ToFloat", "Normalize", "RandomCrop", "RandomHorizontalFlip", "Compose",
            "crop", "hflip", "to_float", "normalize", "augment", "draw_augment_gpu"]
 
@@ -24,7 +29,6 @@ __all__ = ["ToFloat", "Normalize", "RandomCrop", "RandomHorizontalFlip", "Compos
 def _generator(rng: np.random.Generator | None) -> np.random.Generator:
     if rng is not None:
         return rng
-    from frost.backend import cpu
     return cpu.generator()  # seeded by frost.manual_seed; inside a DataLoader, the batch's own generator
 
 
@@ -171,9 +175,6 @@ class Compose:
 # Gather by index, pad-crop, flip, to float, normalize and NHWC -> NCHW, one thread per output value; the
 # float math is the CPU reference's (float32(x) / 255, then (y - mean) / std), so results agree bit for bit.
 
-from frost.kernel import Array, bdx, bf16, bx, f32, i32, i64, kernel, tx, u8  # noqa: E402
-
-
 @kernel
 def augment_kernel(images: Array[u8], index: Array[i32], offsets_y: Array[i32], offsets_x: Array[i32],
                    flips: Array[i32], mean: Array[f32], std: Array[f32], out: Array[f32], total: i32, h: i32,
@@ -210,7 +211,6 @@ def draw_augment_gpu(n: int, size: int, padding: int, image_hw: tuple[int, int] 
                      flip_p: float = 0.5) -> tuple[Any, Any, Any]:
     """Crop offsets (y, x) and flip flags (int32 CuPy arrays) for n images, drawn on the device by Frost's CUDA
     generator (Philox, frost.ops.philox): a step captured by frost.jit draws new ones on every replay."""
-    from frost.backend import cuda
     g = cuda.generator()
     h, w = image_hw or (size, size)
     oy = g.integers(0, h + 2 * padding - size + 1, size=n, dtype="int32")
@@ -225,7 +225,6 @@ def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: 
     All arguments are CuPy arrays (or CUDA tensors) already on the device, so a captured step can call it.
     """
     import cupy as cp
-    from frost.tensor import Tensor
 
     def raw(a):
         return a.data if isinstance(a, Tensor) else a
@@ -271,8 +270,6 @@ def gather_scaled_gpu(images, index, dtype: str = "float32", simulate: bool = Fa
     if str(images.dtype) != "uint8" or str(index.dtype) != "int64" or index.ndim != 1:
         raise TypeError(f"gather_scaled_gpu: images must be uint8 and index 1-D int64, got images {images.dtype} "
                         f"{tuple(images.shape)}, index {index.dtype} {tuple(index.shape)}")
-    from frost.backend import cuda
-    from frost.dtype import to_dtype
     xp = np if simulate else cuda.cupy()
     out = xp.empty((len(index), *images.shape[1:]), dtype=to_dtype(dtype).np)
     row = int(np.prod(images.shape[1:]))

@@ -1,14 +1,15 @@
-"""Activation layers: ReLU, GELU, SiLU, Sigmoid, Tanh, LeakyReLU, Softplus, Softmax, LogSoftmax."""
+"""Activation layers: ReLU, GELU, SiLU, Sigmoid, Tanh, LeakyReLU, Softplus, Softmax, LogSoftmax, and ELU, SELU, CELU,
+Mish, Hardswish, Hardsigmoid, Hardtanh, ReLU6, LogSigmoid, Softsign, Tanhshrink, GLU, PReLU."""
 from __future__ import annotations
 
 import warnings
 from typing import Callable
 
 from frost.autograd import is_grad_enabled
-from frost.nn.module import Module
-from frost.ops import elementwise
+from frost.nn.module import Module, Parameter
+from frost.ops import activation, elementwise
 from frost.ops.reduce import log_softmax, softmax
-from frost.tensor import Tensor
+from frost.tensor import Tensor, full
 
 
 def apply_inplace(op: Callable[[Tensor], Tensor], x: Tensor, inplace: bool) -> Tensor:
@@ -146,3 +147,129 @@ class LogSoftmax(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class _InplaceActivation(Module):
+    """An element-wise activation `op` with PyTorch's inplace flag (see apply_inplace)."""
+
+    op: Callable[[Tensor], Tensor]
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return apply_inplace(self.op, x, self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
+
+
+class ELU(_InplaceActivation):
+    """x for x > 0, alpha * (exp(x) - 1) otherwise."""
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__(inplace)
+        self.alpha = alpha
+
+    def op(self, x: Tensor) -> Tensor:
+        return activation.elu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
+
+class CELU(ELU):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+
+    def op(self, x: Tensor) -> Tensor:
+        return activation.celu(x, self.alpha)
+
+
+class SELU(_InplaceActivation):
+    """scale * elu(x, alpha) with the self-normalizing constants."""
+    op = staticmethod(activation.selu)
+
+
+class Mish(_InplaceActivation):
+    """x * tanh(softplus(x))."""
+    op = staticmethod(activation.mish)
+
+
+class Hardswish(_InplaceActivation):
+    """x * relu6(x + 3) / 6."""
+    op = staticmethod(activation.hardswish)
+
+
+class Hardsigmoid(_InplaceActivation):
+    """relu6(x + 3) / 6."""
+    op = staticmethod(activation.hardsigmoid)
+
+
+class ReLU6(_InplaceActivation):
+    """min(max(x, 0), 6)."""
+    op = staticmethod(activation.relu6)
+
+
+class Hardtanh(_InplaceActivation):
+    """x clamped to [min_val, max_val]."""
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
+        super().__init__(inplace)
+        if min_val > max_val:
+            raise ValueError(f"Hardtanh: min_val ({min_val}) must not be greater than max_val ({max_val})")
+        self.min_val = min_val
+        self.max_val = max_val
+
+    def op(self, x: Tensor) -> Tensor:
+        return activation.hardtanh(x, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}" + (", inplace=True" if self.inplace else "")
+
+
+class LogSigmoid(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return activation.logsigmoid(x)
+
+
+class Softsign(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return activation.softsign(x)
+
+
+class Tanhshrink(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return activation.tanhshrink(x)
+
+
+class GLU(Module):
+    """a * sigmoid(b) of the two halves of x along `dim`."""
+
+    def __init__(self, dim: int = -1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return activation.glu(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class PReLU(Module):
+    """x for x > 0, a * x otherwise, with a learned slope a: one shared, or one per channel (num_parameters)."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None) -> None:
+        super().__init__()
+        if num_parameters < 1:
+            raise ValueError(f"PReLU: num_parameters must be at least 1, got {num_parameters}")
+        self.num_parameters = num_parameters
+        self.init = init
+        self.weight = Parameter(full((num_parameters,), float(init), dtype=dtype, device=device))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return activation.prelu(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"

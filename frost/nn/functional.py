@@ -1,25 +1,40 @@
 """The public op names, PyTorch-style (`import frost.nn.functional as F`): re-exported from frost.ops."""
 from __future__ import annotations
 
+from frost.ops.activation import (celu, elu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish, prelu, relu6,
+                                  selu, softsign, tanhshrink)
 from frost.ops.attention import scaled_dot_product_attention
 from frost.ops.conv import conv2d
+from frost.ops.conv_nd import conv1d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 from frost.ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, softplus, tanh
 from frost.ops.embedding import embedding
 from frost.ops.head import avg_pool_linear
 from frost.ops.loss import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss)
+from frost.ops.loss_functions import (binary_cross_entropy, cosine_similarity, huber_loss, kl_div, margin_ranking_loss,
+                                      normalize, pairwise_distance, smooth_l1_loss)
 from frost.ops.matmul import linear
 from frost.ops.norm import batch_norm, layer_norm, rms_norm
-from frost.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from frost.ops.pool import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d
+from frost.ops.pool1d import adaptive_avg_pool1d, adaptive_max_pool1d, avg_pool1d, max_pool1d
 from frost.ops.random import dropout
 from frost.ops.reduce import log_softmax, softmax
+from frost.ops.resample import (fold, interpolate, max_unpool1d, max_unpool2d, pixel_shuffle, pixel_unshuffle,
+                                 unfold)
 from frost.ops.shape import pad
 from frost.tensor import Tensor
 
 __all__ = [
     "adaptive_avg_pool2d", "avg_pool2d", "avg_pool_linear", "batch_norm", "binary_cross_entropy_with_logits", "conv2d",
+    "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "cross_entropy", "dropout", "embedding", "gelu", "l1_loss", "layer_norm", "leaky_relu", "linear",
     "log_softmax", "max_pool2d", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "rms_norm",
     "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "tanh",
+    "celu", "elu", "glu", "hardsigmoid", "hardswish", "hardtanh", "logsigmoid", "mish", "prelu", "relu6", "selu",
+    "softsign", "tanhshrink",
+    "binary_cross_entropy", "cosine_similarity", "huber_loss", "kl_div", "margin_ranking_loss", "normalize",
+    "pairwise_distance", "smooth_l1_loss",
+    "fold", "interpolate", "max_unpool1d", "max_unpool2d", "pixel_shuffle", "pixel_unshuffle", "unfold",
+    "adaptive_avg_pool1d", "adaptive_max_pool1d", "adaptive_max_pool2d", "avg_pool1d", "max_pool1d",
 ]
 
 

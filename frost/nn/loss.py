@@ -1,10 +1,11 @@
-"""Loss layers: CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss."""
+"""Loss layers: CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, BCEWithLogitsLoss, BCELoss, KLDivLoss, SmoothL1Loss,
+HuberLoss, MarginRankingLoss."""
 from __future__ import annotations
 
 import warnings
 
 from frost.nn.module import Module
-from frost.ops import loss as L
+from frost.ops import loss as L, loss_functions
 from frost.tensor import Tensor
 
 
@@ -20,12 +21,14 @@ def _legacy_reduction(size_average, reduce) -> str:
 
 
 class _Loss(Module):
+    reductions: tuple = ("mean", "sum", "none")
+
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean") -> None:
         super().__init__()
         if size_average is not None or reduce is not None:
             reduction = _legacy_reduction(size_average, reduce)
-        if reduction not in ("mean", "sum", "none"):
-            raise ValueError(f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        if reduction not in self.reductions:
+            raise ValueError(f"{type(self).__name__}: reduction must be one of {self.reductions}, got {reduction!r}")
         self.reduction = reduction
 
 
@@ -87,3 +90,57 @@ class BCEWithLogitsLoss(_Loss):
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return L.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
+
+
+class BCELoss(_WeightedLoss):
+    """Binary cross-entropy of probabilities in [0, 1] (each log clamped at -100); weight weighs each element."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return loss_functions.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class KLDivLoss(_Loss):
+    """KL divergence of the target from exp(input) (input holds log-probabilities); reduction='batchmean' gives
+    the true KL divergence per sample."""
+
+    reductions = ("mean", "batchmean", "sum", "none")
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return loss_functions.kl_div(input, target, self.reduction, self.log_target)
+
+
+class SmoothL1Loss(_Loss):
+    """Squared error below beta (halved, divided by beta), absolute error above."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return loss_functions.smooth_l1_loss(input, target, self.reduction, self.beta)
+
+
+class HuberLoss(_Loss):
+    """Halved squared error below delta, delta-scaled absolute error above."""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return loss_functions.huber_loss(input, target, self.reduction, self.delta)
+
+
+class MarginRankingLoss(_Loss):
+    """max(0, -target * (input1 - input2) + margin)."""
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
+        return loss_functions.margin_ranking_loss(input1, input2, target, self.margin, self.reduction)

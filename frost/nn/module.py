@@ -9,8 +9,9 @@ import numpy as np
 from frost import backend
 from frost.autograd import no_grad
 from frost.backend import Device
-from frost.dtype import default_float, to_dtype
+from frost.dtype import default_float_dtype, to_dtype
 from frost.layout import in_format
+from frost.nn.hooks import BackwardHook
 from frost.tensor import Tensor
 
 
@@ -22,7 +23,7 @@ class Parameter(Tensor):
 
     def __init__(self, data=None, requires_grad: bool = True) -> None:
         if data is None:
-            data = np.empty((0,), dtype=default_float.np)
+            data = np.empty((0,), dtype=default_float_dtype().np)
         super().__init__(data)
         self._is_param = True
         if requires_grad:
@@ -106,23 +107,30 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_pre_hooks", OrderedDict())
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
-        if not (self._forward_pre_hooks or self._forward_hooks):
+        backward_hooks = self.__dict__.get("_backward_hooks") or self.__dict__.get("_backward_pre_hooks")
+        if not (self._forward_pre_hooks or self._forward_hooks or backward_hooks):
             return self.forward(*args, **kwargs)
         for hook in list(self._forward_pre_hooks.values()):
             result = hook(self, args)
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
+        if backward_hooks:
+            full_hook = BackwardHook(self, list(self._backward_hooks.values()),
+                                     list(self._backward_pre_hooks.values()))
+            args = full_hook.setup_inputs(args)
         out = self.forward(*args, **kwargs)
         for hook in list(self._forward_hooks.values()):
             result = hook(self, args, out)
             if result is not None:
                 out = result
-        return out
+        return full_hook.setup_outputs(out) if backward_hooks else out
 
     def register_forward_pre_hook(self, hook: Callable) -> "RemovableHandle":
         """hook(module, args) runs before forward; a non-None return replaces the positional inputs."""
@@ -131,6 +139,18 @@ class Module:
     def register_forward_hook(self, hook: Callable) -> "RemovableHandle":
         """hook(module, args, output) runs after forward; a non-None return replaces the output."""
         return RemovableHandle(self._forward_hooks, hook)
+
+    def register_full_backward_hook(self, hook: Callable) -> "RemovableHandle":
+        """hook(module, grad_input, grad_output) runs once the gradients of the module's positional tensor inputs
+        are computed (grad_input: one entry per positional argument, None for non-tensors and inputs that need no
+        gradient); a non-None return (a tuple as long as grad_input) replaces grad_input. Only the tensors passed
+        to forward count: a module that changes its inputs in place is not supported (as in PyTorch)."""
+        return RemovableHandle(self._backward_hooks, hook)
+
+    def register_full_backward_pre_hook(self, hook: Callable) -> "RemovableHandle":
+        """hook(module, grad_output) runs once the gradients of the module's outputs are computed, before those of
+        its inputs; a non-None return (a tuple as long as grad_output) replaces grad_output."""
+        return RemovableHandle(self._backward_pre_hooks, hook)
 
     # ------------------------------------------------------------ attribute registration
     def __setattr__(self, name: str, value) -> None:

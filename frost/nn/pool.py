@@ -1,19 +1,19 @@
-"""Pooling layers: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d."""
+"""Pooling layers: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d."""
 from __future__ import annotations
 
 from frost.nn.module import Module
-from frost.ops.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from frost.ops.pool import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d
+from frost.ops.pool1d import adaptive_avg_pool1d, adaptive_max_pool1d, avg_pool1d, max_pool1d
 from frost.tensor import Tensor
 
 
 class MaxPool2d(Module):
-    """The maximum over kernel_size windows; stride defaults to kernel_size. return_indices is not supported."""
+    """The maximum over kernel_size windows; stride defaults to kernel_size. With return_indices, forward also
+    gives each maximum's flat index in its input plane (for MaxUnpool2d)."""
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False,
                  ceil_mode: bool = False) -> None:
         super().__init__()
-        if return_indices:
-            raise NotImplementedError("MaxPool2d: return_indices=True is not supported in frost")
         self.kernel_size = kernel_size
         self.stride = stride if stride is not None else kernel_size
         self.padding = padding
@@ -22,7 +22,8 @@ class MaxPool2d(Module):
         self.ceil_mode = ceil_mode
 
     def forward(self, x: Tensor) -> Tensor:
-        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                          self.return_indices)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -60,6 +61,93 @@ class AdaptiveAvgPool2d(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class MaxPool1d(Module):
+    """The maximum over kernel_size windows along L; stride defaults to kernel_size. With return_indices, forward
+    also gives each maximum's position along L (for MaxUnpool1d)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False,
+                 ceil_mode: bool = False) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+        self.dilation = dilation
+        self.return_indices = return_indices
+        self.ceil_mode = ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                          self.return_indices)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool1d(Module):
+    """The mean over kernel_size windows along L; stride defaults to kernel_size."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+
+    def forward(self, x: Tensor) -> Tensor:
+        return avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool1d(Module):
+    """Average pooling along L to a fixed output length."""
+
+    def __init__(self, output_size) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return adaptive_avg_pool1d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool1d(Module):
+    """Max pooling along L to a fixed output length; with return_indices, also the positions of the maxima."""
+
+    def __init__(self, output_size, return_indices: bool = False) -> None:
+        super().__init__()
+        self.output_size = output_size
+        self.return_indices = return_indices
+
+    def forward(self, x: Tensor) -> Tensor:
+        return adaptive_max_pool1d(x, self.output_size, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool2d(Module):
+    """Max pooling to a fixed output size (an int, a pair, or None in a pair for 'keep this size'); with
+    return_indices, also each maximum's flat index in its input plane."""
+
+    def __init__(self, output_size, return_indices: bool = False) -> None:
+        super().__init__()
+        self.output_size = output_size
+        self.return_indices = return_indices
+
+    def forward(self, x: Tensor) -> Tensor:
+        return adaptive_max_pool2d(x, self.output_size, self.return_indices)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"

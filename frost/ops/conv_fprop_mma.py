@@ -14,7 +14,7 @@ from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commi
                           gdx, kernel, lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma, shared, shfl_xor,
                           static_range, syncthreads, tx, warp)
 from frost.layout import empty_like_format, is_channels_last
-from frost.ops.conv_wgrad import _capturing, _flat, faster_than_cudnn
+from frost.ops.conv_common import capturing, faster_than_cudnn, flat_view
 from frost.ops.conv_wgrad_mma import has_mma, smem_budget
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
@@ -396,8 +396,8 @@ def launch(plan: FpropPlan, x, w, y, simulate: bool = False, stats: ChannelStats
     simulator); stats (from channel_stats_for): their partials written too."""
     kern = KERNELS[str(x.dtype)].simulate if simulate else KERNELS[str(x.dtype)]
     parts = (stats.part_mean, stats.part_m2) if stats is not None else (_no_stats(y),) * 2
-    kern[plan.grid, plan.threads, plan.smem](_flat(x, True), _flat(w, True), _flat(y, True), *parts, **plan.consts,
-                                             STATS=int(stats is not None))
+    kern[plan.grid, plan.threads, plan.smem](flat_view(x, True), flat_view(w, True), flat_view(y, True), *parts,
+                                             **plan.consts, STATS=int(stats is not None))
 
 
 def conv2d_forward_gpu(x, w, padding, out, tiles: dict | None = None, simulate: bool = False, flip: bool = False,
@@ -459,7 +459,7 @@ def choose(x, w, padding, cudnn_fn, flip: bool = False, stride=(1, 1), out_hw=No
     """True when our kernel is faster than cuDNN's forward (or, flip, input gradient into an out_hw dx) at this shape
     (cudnn_fn() runs cuDNN's plan): every candidate of ours (compiled side by side, written into a scratch output;
     with_stats: making batch norm's partial statistics too, as it will run, and credited with what that saves batch
-    norm, STATS_SAVING_US) against cuDNN, once per shape, remembered (conv_wgrad.faster_than_cudnn). A shape's first
+    norm, STATS_SAVING_US) against cuDNN, once per shape, remembered (conv_common.faster_than_cudnn). A shape's first
     ask only queues the candidates' compiles (cuDNN runs that call) and the next one decides: a step's shapes then
     compile side by side, while the rest of its first call runs."""
     with_stats = with_stats and not flip
@@ -493,7 +493,7 @@ def prefetch_input_gradient(y, w, stride, padding, dilation, x_shape) -> None:
     backward finds them compiled, the shapes' compiles overlapping the forward pass. Seen calls return at once."""
     seen = (y.shape, y.strides, str(y.dtype), w.shape, w.strides, tuple(padding), tuple(stride), tuple(dilation),
             tuple(x_shape))
-    if seen in _looked_at or _capturing():
+    if seen in _looked_at or capturing():
         return
     _looked_at.add(seen)
     if not supported(y, w, stride, padding, dilation, 1, flip=True):

@@ -6,9 +6,8 @@ import functools
 import json
 import os
 import threading
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -16,8 +15,10 @@ from frost.autograd import defer_gradient_completion
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
-from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, device, dynamic_shared, f32, i32, kernel, lane,
-                          launch_bounds, local, shared, static_range, syncthreads, tx, warp)
+from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, launch_bounds, local,
+                          shared, static_range, syncthreads, tx)
+from frost.ops import conv_wgrad_mma
+from frost.ops.conv_common import FINAL_WARPS, SplitPlan, capturing, faster_than_cudnn, flat_view, sum_splits
 
 # dW[co, ci, kh, kw] = sum over (n, ho, wo) of dy[n, co, ho, wo] * x[n, ci, ho*SH + kh - PH, wo*SW + kw - PW]: a GEMM
 # with M = Cout, N = Cin*KH*KW small and K = n*Ho*Wo huge. K is cut into chunks (one image, R output rows, WT
@@ -32,7 +33,6 @@ from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, device, dynamic_
 # channels fastest across threads, so reads stay coalesced), dW in KCRS or channels-last KRSC memory; the shared
 # memory tiles and the FFMA loop are the same for all, so every layout gives bit-identical sums.
 
-FINAL_WARPS = 8         # warps of a finalize block; each block sums 32 outputs (one per lane)
 MAX_SMEM = 48 * 1024    # bytes of shared memory a partial block may use (more would cost resident blocks)
 
 
@@ -179,52 +179,7 @@ def conv_wgrad_finalize(part: Array[f32], out: Array[f32], n_out: i32, splits: i
     sum_splits(part, out, sums, n_out, splits, bx, FINAL_WARPS)
 
 
-@device
-def sum_splits(part, out, sums, n_out, splits, block, WARPS: Const[int]):
-    """out[o] = sum over s of part[s * n_out + o] for the 32 outputs o = 32 * block + lane, by a block of WARPS warps
-    (1 to 8) with sums: shared (8, 32) floats. The order is fixed whatever WARPS is (deterministic, no float
-    atomics): residue j = 0 .. 7 sums splits j, j + 8, ... in turn (warp j % WARPS does it), then lane by lane the
-    8 residues' sums in order."""
-    o = block * 32 + lane
-    for j in static_range(FINAL_WARPS):
-        if j % WARPS == warp:
-            acc = 0.0
-            if o < n_out:
-                for s in range(j, splits, FINAL_WARPS):
-                    acc += part[s * n_out + o]
-            sums[j, lane] = acc
-    syncthreads()
-    if warp == 0 and o < n_out:
-        total = 0.0
-        for j in static_range(FINAL_WARPS):
-            total += sums[j, lane]
-        out[o] = total
-
-
 # ------------------------------------------------------------------ launch plans
-@dataclass(frozen=True)
-class SplitPlan:
-    """What every weight-gradient launch plan has: Const values, splits over K (each written as a partial that the
-    finalize kernel sums), chunks, threads and shared memory per block."""
-    consts: dict = field(hash=False)
-    splits: int
-    chunks_per_block: int
-    total_chunks: int
-    threads: int
-    smem: int
-
-    carries = False   # whether its kernel can carry another convolution's finalize (launch_args)
-
-    @property
-    def n_out(self) -> int:
-        c = self.consts
-        return c["COUT"] * c["CIN"] * c["KH"] * c["KW"]
-
-    def launch_args(self, part, carried) -> tuple[tuple, tuple]:
-        """(grid, the partial kernel's arguments after total_chunks): none here."""
-        return self.grid, ()
-
-
 @dataclass(frozen=True)
 class Plan(SplitPlan):
     """A launch of the FFMA partial kernel for one convolution geometry: tiles of output and input channels."""
@@ -346,17 +301,6 @@ def input_layout(g, x) -> str | None:
     return None
 
 
-def _flat(a, channels_last: bool):
-    """The 1-D view of a dense array's memory (no copy: a copy of `out` would lose the result)."""
-    flat = a.transpose(0, 2, 3, 1).reshape(-1) if channels_last else a.reshape(-1)
-    assert _data_ptr(flat) == _data_ptr(a), "conv2d_backward_weight_gpu: a flat view of an array copied it"
-    return flat
-
-
-def _data_ptr(a) -> int:
-    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
-
-
 def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False, defer: bool = False) -> None:
     """Run the partial kernel (straight into `out` when there is one split) and the finalize kernel.
 
@@ -376,7 +320,7 @@ def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False, defer:
     xp = np if simulate else _cupy()
     kern = plan.kernel(str(x.dtype))
     partial = kern.simulate if simulate else kern
-    flat_out = _flat(out, krsc)
+    flat_out = flat_view(out, krsc)
     if plan.splits == 1:
         part = flat_out
     elif part is None:
@@ -384,7 +328,7 @@ def launch(plan: SplitPlan, g, x, out, part=None, simulate: bool = False, defer:
     defer = defer and plan.carries and os.environ.get("FROST_CONV_WGRAD_CARRY", "1") != "0"
     carried = _take_pending(part) if defer else None
     grid, extra = plan.launch_args(part, carried)
-    partial[grid, plan.threads, plan.smem](_flat(x, nhwc), _flat(g, nhwc), part, plan.chunks_per_block,
+    partial[grid, plan.threads, plan.smem](flat_view(x, nhwc), flat_view(g, nhwc), part, plan.chunks_per_block,
                                            plan.total_chunks, *extra, **plan.specialization(nhwc, krsc))
     if plan.splits > 1:
         pending = PendingFinalize(part, flat_out, plan.n_out, plan.splits, simulate)
@@ -474,8 +418,7 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
         sms = _sm_count(_cupy().cuda.runtime.getDevice())
     tiles = {"blocks": 2 * sms} | (tiles or {})
     if tiles.pop("kernel", None) == "mma":
-        from frost.ops.conv_wgrad_mma import mma_plan  # it builds on this module
-        return mma_plan(geo, int(x.shape[0]), item=x.dtype.itemsize, **tiles)
+        return conv_wgrad_mma.mma_plan(geo, int(x.shape[0]), item=x.dtype.itemsize, **tiles)
     return make_plan(geo, int(x.shape[0]), **tiles)
 
 
@@ -517,7 +460,6 @@ def supported(g, x, w_shape, stride, padding, dilation=1, groups: int = 1) -> bo
 
 
 # ------------------------------------------------------------------ choosing between ours and cuDNN, remembered
-_lock = threading.Lock()
 _choices = RememberedTable("conv_wgrad.json")  # next to cuDNN's tuned plans
 # what a start-up spends choosing (read by benchmarks/step_time.py): shapes decided, seconds (compiles and timings)
 stats = {"choices": 0, "choose_seconds": 0.0}
@@ -532,17 +474,6 @@ def _key(g, x, w_shape, stride, padding) -> str:
     return json.dumps([CANDIDATES_VERSION, list(g.shape), list(x.shape), list(w_shape), list(_pair(stride, "stride")),
                        list(_pair(padding, "padding")), str(x.dtype), input_layout(g, x), backends.allow_tf32,
                        backends.deterministic])
-
-
-def _capturing() -> bool:
-    """True while the current stream is being captured into a CUDA graph."""
-    cp = _cupy()
-    stream = cp.cuda.get_current_stream()
-    try:
-        return bool(stream.is_capturing())
-    except Exception:
-        # the legacy default stream cannot be captured; a capture elsewhere in the process makes this raise
-        return True
 
 
 def _candidate_specs(g, x, w_shape, stride, padding, tile_choices: list, out) -> list:
@@ -561,7 +492,7 @@ def prefetch(g, x, w_shape, stride, padding, dilation=1, *, out) -> None:
     from frost import backends
     seen = (g.shape, g.strides, x.shape, x.strides, str(x.dtype), tuple(w_shape), stride, padding, dilation,
             backends.allow_tf32, backends.deterministic)
-    if seen in _looked_at or _capturing():
+    if seen in _looked_at or capturing():
         return
     _looked_at.add(seen)
     if not supported(g, x, w_shape, stride, padding, dilation):
@@ -595,7 +526,6 @@ def candidates(g, x, w_shape, stride, padding) -> list[dict]:
     shape, bf16 by about 2x, TF32 by 1.6x per step, so those are not compiled and timed too) on a GPU that has
     them (Ampere or newer), else the FFMA kernel's."""
     from frost import backends
-    from frost.ops import conv_wgrad_mma  # it builds on this module
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
     sms = _sm_count(_cupy().cuda.runtime.getDevice())
     tensor_cores = str(x.dtype) == "bfloat16" or (str(x.dtype) == "float32" and backends.allow_tf32)
@@ -620,51 +550,6 @@ def candidate_tiles(geo: dict, n: int, sms: int) -> list[dict]:
         if o not in unique:
             unique.append(o)
     return unique
-
-
-def faster_than_cudnn(table: RememberedTable, key: str, time_ours: Callable[[], tuple], cudnn_fn,
-                      counters: dict, prefetch: Callable[[], None] | None = None) -> bool:
-    """Whether our kernel beats cuDNN's plan at the shape named by `key`: decided once (time_ours() times our
-    candidates and returns (the best one's us, its tiles); cudnn_fn() runs cuDNN's plan), remembered in memory and
-    on disk in `table`; during a CUDA-graph capture only a remembered answer is used (unknown: cuDNN). counters:
-    "choices" and "choose_seconds" grow with each decision.
-
-    prefetch (queues our candidates' compiles on the background threads): given, the first ask of an unknown shape
-    queues them and answers cuDNN, and a later ask decides, so that a step's shapes compile side by side rather
-    than one after another (a cold start-up waited 3.2 s for the forward convolutions' candidates, shape after
-    shape). `pending_choices()` names the shapes still undecided (frost.jit runs one more eager call before it
-    captures a step that asked one of them)."""
-    choices = table.load()
-    if key in choices:
-        return bool(choices[key]["ours"])
-    if _capturing():
-        return False
-    if prefetch is not None and (table.name, key) not in _asked_once:
-        _asked_once.add((table.name, key))
-        _undecided.add((table.name, key))
-        prefetch()
-        return False
-    with _lock:
-        if key not in choices:
-            start = time.perf_counter()
-            ours_us, tiles = time_ours()
-            cudnn_us = cuda.graph_time_us(cudnn_fn)
-            choices[key] = {"ours": ours_us < cudnn_us, "tiles": tiles, "ours_us": round(ours_us, 3),
-                            "cudnn_us": round(cudnn_us, 3)}
-            table.save()
-            counters["choices"] += 1
-            counters["choose_seconds"] += time.perf_counter() - start
-    _undecided.discard((table.name, key))
-    return bool(choices[key]["ours"])
-
-
-_asked_once: set = set()  # (table, key) of shapes asked once with a prefetch: the next ask decides
-_undecided: set = set()   # those not decided yet
-
-
-def pending_choices() -> frozenset:
-    """The shapes asked once (their candidates compiling) that wait for the ask that decides them."""
-    return frozenset(_undecided)
 
 
 def choose(g, x, w_shape, stride, padding, cudnn_fn) -> bool:

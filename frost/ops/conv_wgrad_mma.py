@@ -8,7 +8,7 @@ import numpy as np
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
                           gdx, i32, kernel, lane, launch_bounds, ldmatrix_x2_trans, ldmatrix_x4_trans, local, mma,
                           static_range, syncthreads, tx, warp)
-from frost.ops.conv_wgrad import SplitPlan, sum_splits
+from frost.ops.conv_common import SplitPlan, sum_splits
 
 # dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a
 # GEMM with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from frost.autograd import grad_destination, unbroadcast
-from frost.dtype import DType, default_float, result_type, scalar_result, to_dtype
+from frost.dtype import DType, default_float_dtype, result_type, scalar_result, to_dtype
 from frost.ops.reduce import widened
 from frost.tensor import Tensor, from_op
 
@@ -78,7 +78,7 @@ def _binary(name: str, a, b, forward, backward, float_result: bool = False) -> T
     """Run a broadcasting binary op; `backward(g, xa, xb, out)` returns full-shape (grad_a, grad_b)."""
     ta, tb, xa, xb, dt = _operands(a, b, name)
     if float_result and not dt.is_floating_point:
-        dt = default_float
+        dt = default_float_dtype()
         xa = _cast(xa, dt) if ta is not None else float(xa)
         xb = _cast(xb, dt) if tb is not None else float(xb)
     with _quiet():
@@ -106,7 +106,7 @@ def _unary(name: str, x: Tensor, forward, backward) -> Tensor:
     """Run an elementwise op on a float tensor; `backward(g, x_array, out)` gives the input gradient."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
-    xa = x.data if x.dtype.is_floating_point else x.data.astype(default_float.np)
+    xa = x.data if x.dtype.is_floating_point else x.data.astype(default_float_dtype().np)
     with _quiet():
         out = forward(xa)
 
@@ -467,7 +467,7 @@ def clamp(x: Tensor, min=None, max=None) -> Tensor:
             out = where(out > max, max, out)
         return out
     if not x.dtype.is_floating_point and any(isinstance(v, float) for v in (min, max)):
-        x = cast(x, default_float)  # int tensor, float bound: the result is float, as in PyTorch
+        x = cast(x, default_float_dtype())  # int tensor, float bound: the result is float, as in PyTorch
     xa = x.data
     out = x.xp.clip(xa, min, max).astype(xa.dtype, copy=False)  # bfloat16's clip answers in float32
     inside = xa == xa  # all True, same shape
@@ -490,7 +490,7 @@ def where(condition, a, b) -> Tensor:
             raise RuntimeError(f"where: the value {value} cannot be converted to {other.dtype} without overflow "
                                f"(the other value is {_describe(other)})")
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):  # two numbers: a 0-d tensor of the first's kind
-        kind = default_float if isinstance(a, float) else scalar_result(to_dtype("bool"), a)
+        kind = default_float_dtype() if isinstance(a, float) else scalar_result(to_dtype("bool"), a)
         a = Tensor(condition.xp.asarray(a, dtype=kind.np))
     ta, tb, xa, xb, dt = _operands(a, b, "where")
     some = ta if ta is not None else tb

@@ -7,7 +7,7 @@ from frost.autograd import grad_destination, gradient_branch
 from frost.kernel import (Array, bdx, bf16, bx, by, cdiv, f32, gdy, i32, kernel, lane, shared, shfl_xor, syncthreads,
                           tx, warp)
 from frost.layout import empty_like_format, is_channels_last
-from frost.ops.conv_wgrad import _flat
+from frost.ops.conv_common import flat_view
 from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op
 
@@ -98,7 +98,7 @@ def _gpu_kernels(x, w) -> bool:
 def _memory(a):
     """A dense array's memory as a 1-D view, and 1 when it is in channels-last order (else NCHW, C-contiguous)."""
     channels_last = int(not a.flags.c_contiguous)
-    return _flat(a, channels_last), channels_last
+    return flat_view(a, channels_last), channels_last
 
 
 def avg_pool_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

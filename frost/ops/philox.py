@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from frost.backend import cuda
 from frost.kernel import (Array, bdx, bx, cdiv, cos, f32, f64, i32, i64, kernel, log, mulhi, sin, sqrt, static_range,
                           tx, u32)
 
@@ -249,7 +250,6 @@ class PhiloxGenerator:
     """Frost's CUDA generator on one device: the draws of a CuPy Generator that frost uses, from Philox4x32-10."""
 
     def __init__(self, seed: int = 0, device: int | None = None) -> None:
-        from frost.backend import cuda
         cp = cuda.cupy()
         self.device = cp.cuda.Device().id if device is None else int(device)
         if _capturing(cp):
@@ -327,7 +327,6 @@ class PhiloxGenerator:
 
     # helpers
     def _cp(self):
-        from frost.backend import cuda
         return cuda.cupy()
 
     def _on_device(self):
@@ -367,3 +366,8 @@ def _numel(shape: tuple) -> int:
     for s in shape:
         n *= s
     return n
+
+
+# frost.backend.cuda sits below the kernel language this generator is written in, so it asks for the generator
+# through this registration instead of importing this module
+cuda.register_generator_factory(PhiloxGenerator)

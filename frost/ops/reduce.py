@@ -9,7 +9,7 @@ from collections import namedtuple
 import numpy as np
 
 from frost.autocast import float32_inputs
-from frost.dtype import default_float, to_dtype
+from frost.dtype import default_float_dtype, to_dtype
 from frost.tensor import Tensor, from_op
 
 values_indices = namedtuple("values_indices", ["values", "indices"])
@@ -239,7 +239,7 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "logsumexp")
     # integers in the default float dtype, as PyTorch (in their own dtype, uint8 would wrap in x - max)
-    a = x.data if x.dtype.is_floating_point else x.data.astype(default_float.np)
+    a = x.data if x.dtype.is_floating_point else x.data.astype(default_float_dtype().np)
     # an empty slice's max is -inf, not an error (its logsumexp is -inf, as PyTorch's); CuPy's max has no initial=
     m = a.max(axis=axes, keepdims=True) if a.size else xp.full(
         [1 if i in axes else n for i, n in enumerate(a.shape)], -np.inf, dtype=a.dtype)

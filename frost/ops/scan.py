@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frost.dtype import default_float, to_dtype
+from frost.dtype import default_float_dtype, to_dtype
 from frost.ops.reduce import normalize_dim, reverse_cumsum, values_indices
 from frost.ops.shape import _scatter_add_along_axis
 from frost.tensor import Tensor, from_op
@@ -110,7 +110,7 @@ def logcumsumexp(x: Tensor, dim: int) -> Tensor:
     xp = x.xp
     a, axis = _as_1d(x, dim, "logcumsumexp")
     if not x.dtype.is_floating_point:
-        a = a.astype(default_float.np)
+        a = a.astype(default_float_dtype().np)
     out = _logcumsumexp_array(xp, a, axis)
 
     def backward(g):

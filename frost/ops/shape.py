@@ -182,10 +182,51 @@ def _is_advanced(index) -> bool:
                for i in items)
 
 
+def _is_integer(i) -> bool:
+    """An index that selects one position: a Python or NumPy int, or a 0-d integer array (PyTorch's 0-d tensor)."""
+    if isinstance(i, (bool, np.bool_)):
+        return False
+    return isinstance(i, (int, np.integer)) or (getattr(i, "ndim", None) == 0 and i.dtype.kind in "iu")
+
+
+def _selects_first(idx):
+    """PyTorch applies an index's integers (selects) before its tensors; NumPy counts an integer as one more
+    advanced index when tensors are present, which moves the tensors' dims to the front when an integer and a
+    tensor are apart (x[:, 0, :, i]). Two passes, (selects with ':' for the tensors, the rest), where they
+    differ; None where one pass gives PyTorch's result."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    is_tensor = [not _is_integer(i) and (hasattr(i, "shape") or isinstance(i, bool)) for i in items]  # bool: a mask
+    if not any(is_tensor) or not any(_is_integer(i) for i in items):
+        return None
+    selects, rest = [], []
+    for i, tensor in zip(items, is_tensor):
+        if tensor:  # the second pass's (a mask spans its ndim dims)
+            selects += [slice(None)] * (np.ndim(i) if isinstance(i, bool) or i.dtype == bool else 1)
+            rest.append(i)
+        else:  # the first pass's; its dims (a slice's, None's) stay whole in the second, an integer's are gone
+            selects.append(i)
+            if not _is_integer(i):
+                rest.append(Ellipsis if i is Ellipsis else slice(None))
+    return tuple(selects), tuple(rest)
+
+
+def assign(target, idx, value) -> None:
+    """target[idx] = value for a raw index (raw_index), its dims placed as getitem places them."""
+    passes = _selects_first(idx)
+    if passes is None:
+        target[idx] = value
+        return
+    selects = tuple(int(i) if _is_integer(i) else i for i in passes[0])  # NumPy copies for a 0-d array: no view
+    target[selects][passes[1]] = value
+
+
 def getitem(x: Tensor, index) -> Tensor:
     idx = raw_index(index)
     if isinstance(index, Tensor) and index.device != x.device:
         raise RuntimeError(f"index: index tensor is on {index.device} but the indexed tensor is on {x.device}")
+    passes = _selects_first(idx)
+    if passes is not None:
+        return getitem(getitem(x, passes[0]), passes[1])
     try:
         out = x.data[idx]
     except IndexError as e:
@@ -321,18 +362,15 @@ def pad(x: Tensor, padding, mode: str = "constant", value: float | None = None) 
     if len(padding) % 2 or len(padding) // 2 > x.ndim:
         raise ValueError(f"pad: padding {padding} must have an even length at most 2*{x.ndim} "
                          f"for a tensor of shape {x.shape}")
-    if any(p < 0 for p in padding):
-        raise ValueError(f"pad: negative padding {padding} is not supported")
     widths = [(0, 0)] * x.ndim
     for i in range(len(padding) // 2):
         widths[x.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
     xp = x.xp
-    if mode == "constant":
-        out = xp.pad(x.data, widths, constant_values=value)
-        crop = tuple(slice(lo, out.shape[i] - hi) for i, (lo, hi) in enumerate(widths))
-        return from_op(out, (x,), lambda g: (g[crop],), "pad")
-    if mode not in ("reflect", "replicate", "circular"):
+    if mode not in ("constant", "reflect", "replicate", "circular"):
         raise ValueError(f"pad: unknown mode {mode!r}; expected 'constant', 'reflect', 'replicate' or 'circular'")
+    _check_pad_widths(x, widths, mode)
+    if mode == "constant":
+        return _pad_constant(x, widths, value)
     # every other mode reads each output position from one input position: gather forward, scatter-add back
     takes = []
     for axis, (lo, hi) in enumerate(widths):
@@ -356,13 +394,46 @@ def pad(x: Tensor, padding, mode: str = "constant", value: float | None = None) 
     return from_op(out, (x,), backward, "pad")
 
 
+def _check_pad_widths(x: Tensor, widths: list, mode: str) -> None:
+    """Negative padding crops, as PyTorch's: constant and circular padding crop first and may not remove more than
+    the dim holds; reflect and replicate index the whole input and must leave at least one element; circular
+    padding wraps the cropped input at most once (PyTorch's self-overlapping copies beyond that are refused)."""
+    for axis, (lo, hi) in enumerate(widths):
+        n = x.shape[axis]
+        kept = n - max(-lo, 0) - max(-hi, 0)
+        if kept < 0 if mode in ("constant", "circular") else (lo or hi) and n + lo + hi < 1:
+            raise RuntimeError(f"pad: padding {(lo, hi)} of dim {axis} leaves {n + lo + hi} of its {n} elements "
+                               f"(input shape {x.shape}, mode {mode!r})")
+        if mode == "circular" and max(lo, hi) > kept:
+            raise RuntimeError(f"pad: circular padding {(lo, hi)} of dim {axis} wraps around more than once: it may "
+                               f"add at most the {kept} elements the input keeps there (input shape {x.shape})")
+
+
+def _pad_constant(x: Tensor, widths: list, value: float) -> Tensor:
+    """Crop by the negative widths, then pad by the positive ones with `value`."""
+    xp = x.xp
+    kept = tuple(slice(max(-lo, 0), n - max(-hi, 0)) for n, (lo, hi) in zip(x.shape, widths))
+    added = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
+    out = xp.pad(x.data[kept], added, constant_values=value)
+    inner = tuple(slice(lo, out.shape[i] - hi) for i, (lo, hi) in enumerate(added))
+    if all(lo >= 0 and hi >= 0 for lo, hi in widths):
+        return from_op(out, (x,), lambda g: (g[inner],), "pad")
+
+    def backward(g):
+        gx = xp.zeros(x.shape, dtype=g.dtype)
+        gx[kept] = g[inner]
+        return (gx,)
+    return from_op(out, (x,), backward, "pad")
+
+
 def _pad_source(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
-    """For each output position along a padded axis, the input position it copies."""
+    """For each output position along a padded axis, the input position it copies (negative widths crop)."""
     j = np.arange(-lo, n + hi)
     if mode == "replicate":
         return np.clip(j, 0, n - 1)
-    if mode == "circular":
-        return j % n
+    if mode == "circular":  # PyTorch crops first, then wraps around what is left
+        start, kept = max(-lo, 0), n - max(-lo, 0) - max(-hi, 0)
+        return start + np.arange(-max(lo, 0), kept + max(hi, 0)) % max(kept, 1)
     period = 2 * (n - 1)  # reflect without repeating the edge
     j = np.abs(j) % period if period else np.zeros_like(j)
     return np.where(j >= n, period - j, j)

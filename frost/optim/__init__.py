@@ -8,6 +8,8 @@ from frost.optim.adafactor import Adafactor, adafactor_update
 from frost.optim.lamb import LAMB, lamb_update
 from frost.optim.muon import Muon, muon_update
 from frost.optim.sophia import SophiaG, sophiag_update
+from frost.optim.rmsprop import RMSprop, rmsprop_update
+from frost.optim.adagrad import Adagrad, adagrad_update
 from frost.optim import lr_scheduler
 from frost.optim import schedule  # the old name of lr_scheduler: the same module
 
@@ -15,3 +17,4 @@ __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "sgd_update", "adam_update", "ad
            "lr_scheduler"]
 __all__ += ["Lion", "lion_update", "Adafactor", "adafactor_update", "LAMB", "lamb_update"]
 __all__ += ["Muon", "muon_update", "SophiaG", "sophiag_update"]
+__all__ += ["RMSprop", "rmsprop_update", "Adagrad", "adagrad_update"]

@@ -9,8 +9,11 @@ sequences agree with PyTorch's to rounding, whichever way they are stepped):
   (or a ChainedScheduler) compose, an lr set by hand is scaled on from there, and a param group added after the
   scheduler was built is scheduled too (CosineAnnealingLR refuses it at the steps that read its base lrs, as
   PyTorch does).
-- LambdaLR (base_lr * lr_lambda(step)) and OneCycleLR (from the groups' 'initial_lr' / 'max_lr' / 'min_lr') compute
-  each lr from scratch: they overwrite whatever else changed the lr.
+- ExponentialLR, MultiStepLR, ConstantLR and PolynomialLR are chainable too (PyTorch's ratios).
+- LambdaLR (base_lr * lr_lambda(step)), OneCycleLR (from the groups' 'initial_lr' / 'max_lr' / 'min_lr'), CyclicLR
+  (from its base_lr / max_lr) and CosineAnnealingWarmRestarts (from the base lrs) compute each lr from scratch: they
+  overwrite whatever else changed the lr.
+- ReduceLROnPlateau is stepped with a metric, `step(val_loss)`, and takes no construction step.
 - `step(epoch)` (deprecated in PyTorch) jumps to `epoch` with the closed form from the base lrs.
 
 Like PyTorch, a scheduler takes one step when it is built (LinearLR multiplies the lr by start_factor, StepLR and
@@ -25,9 +28,11 @@ added later makes it raise ValueError naming itself (OneCycleLR: KeyError, as th
 from __future__ import annotations
 
 import math
+import numbers
 import types
 import warnings
 from bisect import bisect_right
+from collections import Counter
 from typing import Any, Callable, Sequence
 
 from frost.optim.optimizer import Optimizer, array_module
@@ -406,7 +411,7 @@ class OneCycleLR(LRScheduler):
         self.phases = _one_cycle_phases(self.total_steps, pct_start, three_phase)
 
         groups = optimizer.param_groups
-        max_lrs = _per_group("max_lr", max_lr, len(groups))
+        max_lrs = _per_group(self, "max_lr", max_lr, len(groups))
         if last_epoch == -1:
             for group, top in zip(groups, max_lrs):
                 group["initial_lr"] = top / div_factor
@@ -417,8 +422,8 @@ class OneCycleLR(LRScheduler):
                 raise ValueError(f"OneCycleLR: cycle_momentum needs an optimizer with 'momentum' or 'betas'; "
                                  f"{type(optimizer).__name__} has neither (pass cycle_momentum=False)")
             self.use_beta1 = "betas" in optimizer.defaults
-            tops = _per_group("max_momentum", max_momentum, len(groups))
-            bottoms = _per_group("base_momentum", base_momentum, len(groups))
+            tops = _per_group(self, "max_momentum", max_momentum, len(groups))
+            bottoms = _per_group(self, "base_momentum", base_momentum, len(groups))
             if last_epoch == -1:
                 for group, top, bottom in zip(groups, tops, bottoms):
                     group["max_momentum"], group["base_momentum"] = top, bottom
@@ -490,9 +495,324 @@ def _one_cycle_phases(total_steps: int, pct_start: float, three_phase: bool) -> 
             (total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
 
 
-def _per_group(name: str, value, n: int) -> list:
+def _per_group(scheduler: LRScheduler, name: str, value, n: int) -> list:
+    """One value per param group: `value` itself when it is a list or tuple (of n), else n copies of it."""
     if isinstance(value, (list, tuple)):
         if len(value) != n:
-            raise ValueError(f"OneCycleLR: got {len(value)} values of {name} for {n} param groups")
+            raise ValueError(f"{type(scheduler).__name__}: got {len(value)} values of {name} for {n} param groups")
         return list(value)
     return [value] * n
+
+
+# ---------------------------------------------------------------- more of torch.optim.lr_scheduler's schedulers
+
+
+class ExponentialLR(LRScheduler):
+    """Multiplies the lr by gamma at every step (chainable): base_lr * gamma ** step."""
+
+    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
+        if not isinstance(gamma, numbers.Real) or not gamma > 0:
+            raise ValueError(f"ExponentialLR: gamma must be a number > 0, got {gamma!r}")
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self._is_initial:  # resuming with last_epoch=n: the lr loaded is already that step's
+            return self._current_lrs()
+        return [lr * self.gamma for lr in self._current_lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """Multiplies the lr by gamma at each milestone (chainable; a milestone listed k times multiplies by gamma ** k):
+    base_lr * gamma ** (number of milestones <= step)."""
+
+    def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
+        milestones = list(milestones)
+        if not all(isinstance(m, numbers.Integral) and not isinstance(m, bool) for m in milestones):
+            raise ValueError(f"MultiStepLR: milestones must be step numbers (ints), got {milestones}")
+        self.milestones, self.gamma = Counter(milestones), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch not in self.milestones:
+            return self._current_lrs()
+        return [lr * self.gamma ** self.milestones[self.last_epoch] for lr in self._current_lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        passed = bisect_right(sorted(self.milestones.elements()), self.last_epoch)
+        return [base * self.gamma ** passed for base in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    """base_lr * factor for the first total_iters steps, then base_lr (chainable: multiplies the lr by factor at
+    step 0 and by 1 / factor at step total_iters)."""
+
+    def __init__(self, optimizer: Optimizer, factor: float = 1.0 / 3, total_iters: int = 5,
+                 last_epoch: int = -1) -> None:
+        if not isinstance(factor, numbers.Real) or not 0 < factor <= 1:
+            raise ValueError(f"ConstantLR: factor must be in (0, 1], got {factor!r}")
+        if not isinstance(total_iters, numbers.Integral) or total_iters < 0:
+            raise ValueError(f"ConstantLR: total_iters must be an int >= 0, got {total_iters!r}")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._current_lrs()]
+        if self.last_epoch != self.total_iters:
+            return self._current_lrs()
+        return [lr * (1.0 / self.factor) for lr in self._current_lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        factor = self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor)
+        return [base * factor for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """base_lr * (1 - min(step, total_iters) / total_iters) ** power: polynomial decay to 0 at total_iters, then 0.
+
+    Chainable: each step multiplies the lr by the ratio of consecutive decay terms (PyTorch's form)."""
+
+    def __init__(self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0, last_epoch: int = -1) -> None:
+        if not isinstance(total_iters, numbers.Integral) or total_iters < 1:
+            raise ValueError(f"PolynomialLR: total_iters must be an int >= 1, got {total_iters!r}")
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._current_lrs()
+        decay = ((1.0 - self.last_epoch / self.total_iters) /
+                 (1.0 - (self.last_epoch - 1) / self.total_iters)) ** self.power
+        return [lr * decay for lr in self._current_lrs()]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        decay = (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power
+        return [base * decay for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """SGDR (Loshchilov & Hutter, 2017): cosine from base_lr to eta_min over T_i steps, then a restart at base_lr;
+    the first period is T_0 and each next one T_mult times longer. Computed from the base lrs (not chainable).
+
+    `step(epoch)` jumps to `epoch`, which may be fractional (step(epoch + i / iters) within an epoch), as PyTorch's.
+    """
+
+    def __init__(self, optimizer: Optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0,
+                 last_epoch: int = -1) -> None:
+        if not isinstance(T_0, int) or isinstance(T_0, bool) or T_0 <= 0:
+            raise ValueError(f"CosineAnnealingWarmRestarts: T_0 must be a positive int, got {T_0!r}")
+        if not isinstance(T_mult, int) or isinstance(T_mult, bool) or T_mult < 1:
+            raise ValueError(f"CosineAnnealingWarmRestarts: T_mult must be an int >= 1, got {T_mult!r}")
+        if not isinstance(eta_min, (float, int)):
+            raise ValueError(f"CosineAnnealingWarmRestarts: eta_min must be a number, got {eta_min!r}")
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        cosine_term = (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+        return [self.eta_min + (base - self.eta_min) * cosine_term for base, _ in self._base_lrs_per_group()]
+
+    def step(self, epoch: float | None = None) -> None:
+        """Advance one step, or go to `epoch` (fractional allowed): the period and the position in it follow."""
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:
+                self.T_cur, self.T_i = self.T_cur % self.T_i, self.T_i * self.T_mult
+        else:
+            self._jump(epoch)
+        self.last_epoch = math.floor(epoch)
+        self._set_lrs(self.get_lr())
+
+    def _jump(self, epoch: float) -> None:
+        """T_cur and T_i at `epoch` (PyTorch's closed form; with T_mult > 1 the periods are T_0 * T_mult ** n)."""
+        if epoch < 0:
+            raise ValueError(f"CosineAnnealingWarmRestarts: epoch must be >= 0, got {epoch}")
+        if epoch < self.T_0:
+            self.T_i, self.T_cur = self.T_0, epoch
+        elif self.T_mult == 1:
+            self.T_cur = epoch % self.T_0
+        else:
+            n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+            self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+            self.T_i = self.T_0 * self.T_mult ** n
+
+
+class CyclicLR(LRScheduler):
+    """Cyclical learning rates (Smith, "Cyclical Learning Rates for Training Neural Networks", 2017), as PyTorch's
+    CyclicLR: the lr goes from base_lr up to max_lr over step_size_up steps and back over step_size_down, the
+    height scaled per cycle ('triangular': 1, 'triangular2': halved each cycle) or per step ('exp_range':
+    gamma ** step), or by scale_fn(x) (x the cycle, or the step with scale_mode='iterations'). With cycle_momentum,
+    momentum (SGD) or beta1 (Adam) goes the other way between max_momentum and base_momentum. Built, it sets every
+    lr to base_lr. Not chainable. The state dict holds `scale_fn.__dict__` of a callable object (not a function).
+    """
+
+    _not_saved = ("optimizer", "_scale_fn_custom")
+
+    def __init__(self, optimizer: Optimizer, base_lr: float | Sequence[float], max_lr: float | Sequence[float],
+                 step_size_up: int = 2000, step_size_down: int | None = None, mode: str = "triangular",
+                 gamma: float = 1.0, scale_fn: Callable[[float], float] | None = None, scale_mode: str = "cycle",
+                 cycle_momentum: bool = True, base_momentum: float | Sequence[float] = 0.8,
+                 max_momentum: float | Sequence[float] = 0.9, last_epoch: int = -1) -> None:
+        _check_optimizer(self, optimizer)
+        n = len(optimizer.param_groups)
+        base_lrs = _per_group(self, "base_lr", base_lr, n)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group(self, "max_lr", max_lr, n)
+        self.total_size, self.step_ratio = _cycle_shape(step_size_up, step_size_down)
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError(f"CyclicLR: mode must be 'triangular', 'triangular2' or 'exp_range' (or give "
+                             f"scale_fn), got {mode!r}")
+        if scale_mode not in ("cycle", "iterations"):
+            raise ValueError(f"CyclicLR: scale_mode must be 'cycle' or 'iterations', got {scale_mode!r}")
+        self.mode, self.gamma, self._scale_fn_custom = mode, gamma, scale_fn
+        self.scale_mode = scale_mode if scale_fn is not None else ("iterations" if mode == "exp_range" else "cycle")
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self._init_momentum(optimizer, base_momentum, max_momentum, last_epoch)
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _init_momentum(self, optimizer: Optimizer, base_momentum, max_momentum, last_epoch: int) -> None:
+        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+            raise ValueError(f"CyclicLR: cycle_momentum needs an optimizer with 'momentum' or 'betas'; "
+                             f"{type(optimizer).__name__} has neither (pass cycle_momentum=False)")
+        self.use_beta1 = "betas" in optimizer.defaults
+        n = len(optimizer.param_groups)
+        self.base_momentums = _per_group(self, "base_momentum", base_momentum, n)
+        self.max_momentums = _per_group(self, "max_momentum", max_momentum, n)
+        if last_epoch == -1:
+            for top, bottom, group in zip(self.max_momentums, self.base_momentums, optimizer.param_groups):
+                self._set_momentum(group, top)
+                group["max_momentum"], group["base_momentum"] = top, bottom
+
+    def scale_fn(self, x: float) -> float:
+        """The cycle's height factor at x (the cycle number, or the step with scale_mode 'iterations')."""
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self) -> list[float]:
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        fraction = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        groups = self.optimizer.param_groups
+        if len(self.base_lrs) != len(groups):
+            raise _added_group_error(self, len(self.base_lrs))
+        if self.cycle_momentum:
+            for group, bottom, top in zip(groups, self.base_momentums, self.max_momentums):
+                self._set_momentum(group, top - (top - bottom) * fraction * scale)
+        return [base + (top - base) * fraction * scale for base, top in zip(self.base_lrs, self.max_lrs)]
+
+    def _set_momentum(self, group: dict, momentum: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (momentum, *group["betas"][1:])
+        else:
+            group["momentum"] = momentum
+
+    def state_dict(self) -> dict[str, Any]:
+        fn = self._scale_fn_custom
+        saved = None if fn is None or isinstance(fn, types.FunctionType) else fn.__dict__.copy()
+        return {**super().state_dict(), "_scale_fn_custom": saved}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        saved = state_dict.get("_scale_fn_custom")
+        if saved is not None and self._scale_fn_custom is not None:
+            self._scale_fn_custom.__dict__.update(saved)
+
+
+def _cycle_shape(step_size_up: int, step_size_down: int | None) -> tuple[float, float]:
+    """CyclicLR's cycle length and the fraction of it spent going up."""
+    down = step_size_up if step_size_down is None else step_size_down
+    for name, value in (("step_size_up", step_size_up), ("step_size_down", down)):
+        if not isinstance(value, numbers.Real) or not value > 0:
+            raise ValueError(f"CyclicLR: {name} must be a number of steps > 0, got {value!r}")
+    total = float(step_size_up) + float(down)
+    return total, float(step_size_up) / total
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiplies the lr by `factor` when a metric has stopped improving for `patience` steps, as PyTorch's:
+    call `step(metric)` (e.g. the validation loss) once per epoch. 'min' mode wants the metric lower ('max':
+    higher) than the best so far by more than `threshold` (relative: best * (1 -+ threshold); 'abs': best -+
+    threshold); after a reduction, `cooldown` steps pass before bad steps count again. An lr never goes below
+    min_lr (one, or one per group), and a change smaller than eps is skipped."""
+
+    def __init__(self, optimizer: Optimizer, mode: str = "min", factor: float = 0.1, patience: int = 10,
+                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0,
+                 min_lr: float | Sequence[float] = 0, eps: float = 1e-8) -> None:
+        _check_optimizer(self, optimizer)
+        if not isinstance(factor, numbers.Real) or not factor < 1.0:
+            raise ValueError(f"ReduceLROnPlateau: factor must be < 1.0 (the lr is multiplied by it), got {factor!r}")
+        if mode not in ("min", "max"):
+            raise ValueError(f"ReduceLROnPlateau: mode must be 'min' or 'max', got {mode!r}")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"ReduceLROnPlateau: threshold_mode must be 'rel' or 'abs', got {threshold_mode!r}")
+        self.optimizer, self.factor, self.patience, self.cooldown, self.eps = optimizer, factor, patience, cooldown, eps
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+        self.default_min_lr = None if isinstance(min_lr, (list, tuple)) else min_lr
+        self.min_lrs = _per_group(self, "min_lr", min_lr, len(optimizer.param_groups))
+        self.mode_worse = math.inf if mode == "min" else -math.inf
+        self.last_epoch = 0
+        self._last_lr = self._current_lrs()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.best, self.cooldown_counter, self.num_bad_epochs = self.mode_worse, 0, 0
+
+    @property
+    def in_cooldown(self) -> bool:
+        return self.cooldown_counter > 0
+
+    def step(self, metrics: Any, epoch: int | None = None) -> None:  # type: ignore[override]
+        """Record one value of the metric (a number or a 0-d tensor); reduce the lrs once patience runs out."""
+        current = float(metrics)
+        if epoch is not None:
+            warnings.warn("ReduceLROnPlateau.step(metrics, epoch) is deprecated in PyTorch: call step(metrics)",
+                          UserWarning, stacklevel=2)
+        self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
+        if self._is_better(current, self.best):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0  # bad steps in the cooldown do not count
+        if self.num_bad_epochs > self.patience:
+            self._reduce_lr()
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = self._current_lrs()
+
+    def _reduce_lr(self) -> None:
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self.min_lrs):
+            if self.default_min_lr is None:
+                raise ValueError(f"ReduceLROnPlateau: the optimizer has {len(groups)} param groups but min_lr was "
+                                 f"given for {len(self.min_lrs)}; set scheduler.min_lrs for the added groups")
+            self.min_lrs = [self.default_min_lr] * len(groups)
+        for group, min_lr in zip(groups, self.min_lrs):
+            old = float(group["lr"])
+            new = max(old * self.factor, min_lr)
+            if old - new > self.eps:
+                group["lr"] = new
+
+    def _is_better(self, value: float, best: float) -> bool:
+        if self.mode == "min":
+            return value < (best * (1.0 - self.threshold) if self.threshold_mode == "rel" else best - self.threshold)
+        return value > (best * (1.0 + self.threshold) if self.threshold_mode == "rel" else best + self.threshold)

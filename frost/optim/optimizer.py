@@ -1,6 +1,7 @@
 """The Optimizer base class: parameter groups, per-parameter state, the step loop (per tensor and flat), state dicts."""
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from collections import defaultdict
@@ -52,6 +53,28 @@ def _negative_option(name: str, value: Any) -> str | None:
     return None if all(x >= 0 for x in values) else f"{name} ({value}) must be >= 0"
 
 
+# PyTorch's implementation switches: frost picks its own (one fused launch per flat GPU group, frost.optim.flat;
+# frost.jit captures any step), so they are accepted and ignored; differentiable=True (a step on the tape) it cannot do
+_SPEED_FLAGS = ("fused", "foreach", "capturable")
+
+
+def _accepting_torch_flags(init: Callable, takes_maximize: bool) -> Callable:
+    """`init` that also takes PyTorch's fused=, foreach=, capturable=, differentiable= and (where `init` has no
+    maximize) maximize=, refusing only what it cannot honour."""
+    @functools.wraps(init)
+    def wrapped(self, *args, **kwargs):
+        name = type(self).__name__
+        for flag in _SPEED_FLAGS:
+            kwargs.pop(flag, None)
+        if kwargs.pop("differentiable", False):
+            raise ValueError(f"{name}: differentiable=True is not supported (frost's steps are not recorded by "
+                             f"autograd)")
+        if not takes_maximize and kwargs.pop("maximize", False):
+            raise ValueError(f"{name}: maximize=True is not supported by this optimizer; negate the loss instead")
+        init(self, *args, **kwargs)
+    return wrapped
+
+
 class Optimizer:
     """Holds parameter groups (a list of dicts: 'params' plus per-group options) and per-parameter state.
 
@@ -64,6 +87,12 @@ class Optimizer:
     `params` may also be `model.named_parameters()` ((name, tensor) pairs, also inside groups), as in PyTorch 2:
     the names then appear in errors, e.g. anomaly mode's report of a NaN gradient.
     """
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            init = cls.__dict__["__init__"]
+            cls.__init__ = _accepting_torch_flags(init, "maximize" in inspect.signature(init).parameters)
 
     def __init__(self, params: Params, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)

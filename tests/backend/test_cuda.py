@@ -6,6 +6,7 @@ import pytest
 
 import frost
 from frost.backend import cuda
+from frost.ops.philox import PhiloxGenerator
 
 
 class CUDARuntimeError(RuntimeError):
@@ -89,3 +90,24 @@ def test_restore_generators_resets_only_those_made_since_the_snapshot(monkeypatc
     assert cuda._seed == 5 and snapshot == (5, frozenset({0}))
     assert cuda._generators[1].seeded == 5  # made since: reset to the snapshot's seed
     assert cuda._generators[0].seeded == 9  # existed: left for fork_rng to set its saved state
+
+
+def test_the_gpu_generator_comes_from_the_factory_that_frost_ops_philox_registered(monkeypatch):
+    assert cuda._generator_factory is PhiloxGenerator   # registered by importing frost
+    made = []
+    monkeypatch.setattr(cuda, "_generator_factory", PhiloxGenerator)   # put back after the test's registration
+    monkeypatch.setattr(cuda, "_generators", {})
+    monkeypatch.setattr(cuda, "_seed", 7)
+    cuda.register_generator_factory(lambda seed, index: made.append((seed, index)) or f"gen{index}")
+    assert cuda.generator(3) == "gen3" and cuda.generator(3) == "gen3"   # one per device, made once
+    assert made == [(7, 3)]
+
+
+def test_a_missing_generator_registration_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(cuda, "_generators", {})
+    monkeypatch.setattr(cuda, "_generator_factory", None)
+    with pytest.raises(RuntimeError, match=r"^frost.backend.cuda.generator: no GPU generator is registered; import "
+                                           r"frost \(or frost.ops.philox"):
+        cuda.generator(0)
+    with pytest.raises(TypeError, match="register_generator_factory: factory must be callable, got int"):
+        cuda.register_generator_factory(5)

@@ -520,20 +520,20 @@ def test_a_forward_shape_first_queues_its_candidates_then_picks_and_jit_waits_fo
     eager call, so that the capture holds the picked kernel, not cuDNN's for good."""
     import cupy as cp
 
-    from frost.ops import conv_wgrad as cw
+    from frost.ops import conv_common
     from frost.ops.conv import conv2d_forward
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cw, "_asked_once", set())
-    monkeypatch.setattr(cw, "_undecided", set())
+    monkeypatch.setattr(conv_common, "_asked_once", set())
+    monkeypatch.setattr(conv_common, "_undecided", set())
     fm._choices.forget()
     x, w, want = _inputs(32, 16, 16, 16, 16, 3, (1, 1), seed=5)
     xd, wd = _on_gpu(x), _on_gpu(w)
     key = fm._key(xd, wd, (1, 1))
     y = conv2d_forward(xd, wd, 1, 1)
-    assert fm._choices.load().get(key) is None and cw.pending_choices()
+    assert fm._choices.load().get(key) is None and conv_common.pending_choices()
     assert np.abs(cp.asnumpy(y).astype(np.float64) - want).max() <= 2 ** -7 * np.abs(want).max()   # cuDNN's
     y = conv2d_forward(xd, wd, 1, 1)
-    assert fm._choices.load().get(key) is not None and not cw.pending_choices()
+    assert fm._choices.load().get(key) is not None and not conv_common.pending_choices()
     assert np.abs(cp.asnumpy(y).astype(np.float64) - want).max() <= 2 ** -7 * np.abs(want).max()
 
     fm._choices.forget()
@@ -546,9 +546,9 @@ def test_a_forward_shape_first_queues_its_candidates_then_picks_and_jit_waits_fo
         return conv(inp)
     jitted = frost.jit(step, warmup=1)
     jitted(xt)                                   # eager: the shape's candidates queued
-    assert cw.pending_choices() and len(jitted.captures) == 1
+    assert conv_common.pending_choices() and len(jitted.captures) == 1
     jitted(xt)                                   # one eager call more: picked
-    assert not cw.pending_choices() and all(e.graph is None for e in jitted.captures.values())
+    assert not conv_common.pending_choices() and all(e.graph is None for e in jitted.captures.values())
     out = jitted(xt)                             # captured with the pick
     assert all(e.graph is not None for e in jitted.captures.values()) and len(calls) == 3
     np.testing.assert_allclose(cp.asnumpy(out.data), cp.asnumpy(conv(xt).data), rtol=1e-5, atol=1e-5)

@@ -430,7 +430,7 @@ def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
             queued.append((arch, self.tiles))
 
     monkeypatch.setattr(cw, "_looked_at", set())
-    monkeypatch.setattr(cw, "_capturing", lambda: False)
+    monkeypatch.setattr(cw, "capturing", lambda: False)
     monkeypatch.setattr(kcompile, "device_arch", lambda: "sm_90")
     monkeypatch.setattr(cw, "candidates", lambda *args: [{"TM": 1}, {"TM": 2}])
     monkeypatch.setattr(cw, "_candidate_specs", lambda g, x, w, s, p, tiles, out: [Spec(t) for t in tiles])
@@ -444,48 +444,3 @@ def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
     cw.prefetch(g2, x2, w2, 1, 1, out=np.zeros(w2, np.float32))
     cw.prefetch(g.astype(np.float64), x.astype(np.float64), w_shape, 1, 1, out=out)
     assert len(queued) == 2
-
-
-def test_faster_than_cudnn_with_a_prefetch_queues_on_the_first_ask_and_decides_on_the_next(tmp_path, monkeypatch):
-    # a forward pass's shapes compile side by side: the first ask of a shape only queues its candidates (cuDNN runs
-    # that call), the next one times and decides; a capture neither queues nor decides; remembered shapes neither
-    from frost.backend.remembered import RememberedTable
-    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cw, "_asked_once", set())
-    monkeypatch.setattr(cw, "_undecided", set())
-    table, counters, timed, queued = RememberedTable("defer_test.json"), {"choices": 0, "choose_seconds": 0.0}, [], []
-    monkeypatch.setattr(cw.cuda, "graph_time_us", lambda fn: timed.append("cudnn") or 9.0)
-
-    def ask(key):
-        return cw.faster_than_cudnn(table, key, lambda: timed.append("ours") or (5.0, {"R": 2}), None, counters,
-                                    lambda: queued.append(key))
-    monkeypatch.setattr(cw, "_capturing", lambda: True)
-    assert ask("a") is False and queued == [] and timed == [] and not cw.pending_choices()   # capturing: cuDNN
-    monkeypatch.setattr(cw, "_capturing", lambda: False)
-    assert ask("a") is False and ask("b") is False                       # first asks: queued, cuDNN runs
-    assert queued == ["a", "b"] and timed == [] and cw.pending_choices() and counters["choices"] == 0
-    assert ask("a") is True and timed == ["ours", "cudnn"] and cw.pending_choices()       # b still undecided
-    assert ask("b") is True and not cw.pending_choices() and counters["choices"] == 2
-    assert ask("a") is True and queued == ["a", "b"] and len(timed) == 4                  # remembered
-    table.forget()
-    monkeypatch.setattr(cw, "_asked_once", set())
-    assert ask("a") is True and queued == ["a", "b"] and len(timed) == 4                  # from disk: not queued
-
-
-def test_faster_than_cudnn_decides_once_remembers_on_disk_and_defers_during_capture(tmp_path, monkeypatch):
-    from frost.backend.remembered import RememberedTable
-    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    table, counters, timed = RememberedTable("choices_test.json"), {"choices": 0, "choose_seconds": 0.0}, []
-    monkeypatch.setattr(cw.cuda, "graph_time_us", lambda fn: timed.append("cudnn") or 9.0)
-    monkeypatch.setattr(cw, "_capturing", lambda: True)
-    assert cw.faster_than_cudnn(table, "k", lambda: timed.append("ours") or (5.0, {"R": 2}), None, counters) is False
-    assert timed == [] and counters["choices"] == 0                       # unknown during a capture: cuDNN, no timing
-    monkeypatch.setattr(cw, "_capturing", lambda: False)
-    assert cw.faster_than_cudnn(table, "k", lambda: timed.append("ours") or (5.0, {"R": 2}), None, counters)
-    assert timed == ["ours", "cudnn"] and counters["choices"] == 1
-    assert cw.faster_than_cudnn(table, "k", lambda: 1 / 0, None, counters)  # remembered: nothing timed again
-    table.forget()
-    assert json.loads((tmp_path / "choices_test.json").read_text())["k"] == {"ours": True, "tiles": {"R": 2},
-                                                                             "ours_us": 5.0, "cudnn_us": 9.0}
-    monkeypatch.setattr(cw, "_capturing", lambda: True)
-    assert cw.faster_than_cudnn(table, "k", lambda: 1 / 0, None, counters)  # from disk, also during a capture

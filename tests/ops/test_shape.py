@@ -404,3 +404,38 @@ def test_flip_of_no_dims_is_a_copy_as_torch(dims):
     fo.backward(frost.ones(2, 3) * 2)
     np.testing.assert_array_equal(f.grad.numpy(), np.full((2, 3), 2.0))
     assert frost.flip(frost.tensor(a), dims).tolist() == torch.flip(torch.tensor(a), dims).tolist()
+
+
+# ------------------------------------------------------------------ pad: negative widths crop
+
+
+@pytest.mark.parametrize("padding", [(-1, 2), (2, -1), (-2, -1), (-1, 0, 1, -2), (-3, 2), (3, -3)])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_pad_negative_widths_crop(padding, mode):
+    """Constant and circular padding crop first (circular then wraps what is left); reflect and replicate index the
+    whole input, as PyTorch's."""
+    if mode == "circular" and padding in ((-3, 2), (3, -3)):
+        padding = (-2, 2)  # PyTorch's own result is a self-overlapping copy beyond what the crop keeps
+    a = RNG.standard_normal((2, 4, 5)).transpose(0, 2, 1)[..., ::-1]
+    _check(lambda x: frost.pad(x, padding, mode=mode), lambda x: torch.nn.functional.pad(x, padding, mode=mode),
+           a.copy())
+    x = frost.Tensor(a, requires_grad=True)  # strided input
+    frost.pad(x, padding, mode=mode).sum().backward()
+    assert x.grad.shape == a.shape
+
+
+def test_pad_negative_width_errors():
+    x = frost.ones(1, 2, 5)
+    with pytest.raises(RuntimeError, match=r"pad: padding \(-6, 2\) of dim 2 leaves 1 of its 5 elements .*"
+                                           r"'constant'"):
+        frost.pad(x, (-6, 2))
+    with pytest.raises(RuntimeError, match=r"pad: padding \(-5, 0\) of dim 2 leaves 0 of its 5 elements .*"
+                                           r"'replicate'"):
+        frost.pad(x, (-5, 0), mode="replicate")
+    with pytest.raises(RuntimeError, match=r"pad: circular padding \(6, 0\) of dim 2 wraps around more than once: "
+                                           r"it may add at most the 5 elements"):
+        frost.pad(x, (6, 0), mode="circular")
+    with pytest.raises(RuntimeError, match=r"pad: circular padding \(-3, 3\) of dim 2 wraps around more than once"):
+        frost.pad(x, (-3, 3), mode="circular")
+    assert frost.pad(x, (5, 5), mode="circular").shape == (1, 2, 15)  # wrapping exactly once is fine
+    assert frost.pad(x, (-5, 0)).shape == (1, 2, 0)

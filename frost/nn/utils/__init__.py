@@ -1,4 +1,5 @@
-"""Gradient utilities: clip_grad_norm_, clip_grad_value_, parameters_to_vector, vector_to_parameters."""
+"""Gradient utilities: clip_grad_norm_, clip_grad_value_, parameters_to_vector, vector_to_parameters; rnn:
+pad_sequence."""
 from __future__ import annotations
 
 import math
@@ -8,8 +9,9 @@ from frost import backend
 from frost.autograd import no_grad
 from frost.ops.shape import cat
 from frost.tensor import Tensor
+from frost.nn.utils import rnn
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters", "rnn"]
 
 
 def _as_list(parameters) -> list:

@@ -1,0 +1,168 @@
+"""Flash attention: Frost's kernels (frost/ops/flash_attention.py) against Frost's composed path and PyTorch's SDPA
+(flash and cuDNN backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64), causal and not.
+
+Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick] [--out FILE.json]
+Each row times `--iters` calls after `--warmup` (wall clock between device synchronizations; the calls at these
+sizes take milliseconds, so launch overhead is small) of the forward alone (no autograd graph) and of forward +
+backward. TFLOP/s counts 4 B H L^2 D for the forward and 2.5 times that for the backward (FlashAttention's
+convention), halved when causal. The composed path is scaled_dot_product_attention with FROST_FLASH_ATTENTION=0. Each
+Frost row first checks its output against the composed path's. PyTorch rows need a CUDA build of torch (they are
+left out, with a line saying so, without one).
+"""
+import argparse
+import contextlib
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+import frost
+from frost.bench import common
+from frost.ops import flash_attention as fa
+from frost.ops.attention import scaled_dot_product_attention as sdpa
+
+HEADS, LENGTH, HEAD_DIM = 12, 1024, 64
+BATCHES = (8, 16, 32, 64)
+
+
+@contextlib.contextmanager
+def flash_switch(on: bool):
+    """FROST_FLASH_ATTENTION for the duration (the op reads it at each call)."""
+    before = os.environ.get("FROST_FLASH_ATTENTION")
+    os.environ["FROST_FLASH_ATTENTION"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["FROST_FLASH_ATTENTION"]
+        else:
+            os.environ["FROST_FLASH_ATTENTION"] = before
+
+
+def seconds_per_call(fn, sync, iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / iters
+
+
+def frost_calls(batch: int, causal: bool, flash: bool):
+    """(forward, forward + backward) closures over fresh bf16 CUDA tensors, and the forward's output check."""
+    rng = np.random.default_rng(0)
+    shape = (batch, HEADS, LENGTH, HEAD_DIM)
+    q, k, v, do = (frost.Tensor(rng.standard_normal(shape).astype(frost.bfloat16.np)).to("cuda") for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad = True
+
+    def forward():
+        with flash_switch(flash), frost.no_grad():
+            return sdpa(q, k, v, is_causal=causal)
+
+    def forward_backward():
+        for t in (q, k, v):
+            t.grad = None
+        with flash_switch(flash):
+            sdpa(q, k, v, is_causal=causal).backward(do)
+
+    return forward, forward_backward
+
+
+def torch_calls(batch: int, causal: bool, backend):
+    import torch
+    from torch.nn.attention import sdpa_kernel
+    shape = (batch, HEADS, LENGTH, HEAD_DIM)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    attend = torch.nn.functional.scaled_dot_product_attention
+
+    def forward():
+        with sdpa_kernel(backend), torch.no_grad():
+            return attend(q, k, v, is_causal=causal)
+
+    def forward_backward():
+        for t in (q, k, v):
+            t.grad = None
+        with sdpa_kernel(backend):
+            attend(q, k, v, is_causal=causal).backward(do)
+
+    return forward, forward_backward
+
+
+def torch_backends() -> dict:
+    """PyTorch's SDPA backends to time, or {} without a CUDA build of torch."""
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend
+    except ImportError:
+        print("(PyTorch is not installed: its rows are left out)")
+        return {}
+    if not torch.cuda.is_available():
+        print("(this PyTorch has no CUDA: its rows are left out)")
+        return {}
+    return {"torch flash": SDPBackend.FLASH_ATTENTION, "torch cuDNN": SDPBackend.CUDNN_ATTENTION}
+
+
+def check_against_composed(batch: int, causal: bool) -> float:
+    """The largest |flash - composed| of the forward at this shape (bf16 outputs: expect ~1e-2 at most)."""
+    flash, _ = frost_calls(batch, causal, True)
+    composed, _ = frost_calls(batch, causal, False)
+    a, b = (f().cpu().numpy().astype(np.float32) for f in (flash, composed))
+    return float(np.abs(a - b).max())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="batch 8 and 16 only, fewer iterations")
+    ap.add_argument("--iters", type=int, default=None, help="timed calls per row (default 20, 5 with --quick)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
+    args = ap.parse_args()
+    common.check_output_path("--out", args.out)
+    if not frost.cuda.is_available():
+        raise SystemExit("benchmarks/flash_attention.py times CUDA kernels: it needs an NVIDIA GPU with CuPy "
+                         "(frost.cuda.is_available() is False here)")
+    iters = args.iters or (5 if args.quick else 20)
+    batches = BATCHES[:2] if args.quick else BATCHES
+    torch_rows = torch_backends()
+    if torch_rows:
+        import torch
+        torch_sync = torch.cuda.synchronize
+    rows = []
+    for causal in (False, True):
+        for batch in batches:
+            flops = 4 * batch * HEADS * LENGTH ** 2 * HEAD_DIM * (0.5 if causal else 1.0)
+            error = check_against_composed(batch, causal)
+            impls = {"frost flash": frost_calls(batch, causal, True),
+                     "frost composed": frost_calls(batch, causal, False)}
+            syncs = dict.fromkeys(impls, frost.cuda.synchronize)
+            for name, backend in torch_rows.items():
+                impls[name] = torch_calls(batch, causal, backend)
+                syncs[name] = torch_sync
+            for name, (forward, forward_backward) in impls.items():
+                fwd = seconds_per_call(forward, syncs[name], iters, args.warmup)
+                both = seconds_per_call(forward_backward, syncs[name], iters, args.warmup)
+                rows.append(dict(impl=name, batch=batch, heads=HEADS, length=LENGTH, head_dim=HEAD_DIM, causal=causal,
+                                 forward_ms=1e3 * fwd, forward_backward_ms=1e3 * both,
+                                 forward_tflops=flops / fwd / 1e12, forward_backward_tflops=3.5 * flops / both / 1e12,
+                                 max_abs_diff_vs_composed=error if name == "frost flash" else None))
+    header = ["impl", "batch", "causal", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s"]
+    table = [[r["impl"], str(r["batch"]), "yes" if r["causal"] else "no", f"{r['forward_ms']:.3f}",
+              f"{r['forward_tflops']:.1f}", f"{r['forward_backward_ms']:.3f}", f"{r['forward_backward_tflops']:.1f}"]
+             for r in rows]
+    import cupy as cp
+    device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
+    print(f"Attention, bf16, H={HEADS} L={LENGTH} D={HEAD_DIM} on {device} ({iters} calls a row)")
+    print(common.format_table(table, header))
+    common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
+                                      iters=iters, warmup=args.warmup, tiles=dict(forward=fa.FORWARD_TILES[HEAD_DIM],
+                                      backward=fa.BACKWARD_TILES[HEAD_DIM]), results=rows))
+
+
+if __name__ == "__main__":
+    main()

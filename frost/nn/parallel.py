@@ -1,0 +1,173 @@
+"""DistributedDataParallel: every process holds the whole model and a slice of the batch; gradients are averaged
+over the processes during backward, so each step's update equals one process's on the concatenated batch."""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from frost import distributed as dist
+from frost.autograd import complete_deferred_gradients, queue_callback, register_post_accumulate_grad_hook
+from frost.nn.module import Module, Parameter
+from frost.tensor import Tensor
+
+FIRST_BUCKET_MB = 1.0  # small, as PyTorch's: the last layers' gradients start travelling early in backward
+
+
+def _address(a) -> int:
+    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]
+
+
+def _span(arrays: list):
+    """A 1-D view of the buffer that `arrays` tile exactly, end to end (the flat gradient buffer of frost's fused
+    optimizers): a bucket then reduces in place, without a copy. None when they do not tile one buffer."""
+    base = arrays[0].base
+    if base is None or any(a.base is not base or not a.flags.c_contiguous for a in arrays):
+        return None
+    flat = base.reshape(-1)
+    start = min(_address(a) for a in arrays)
+    size = sum(a.size for a in arrays)
+    end = max(_address(a) + a.nbytes for a in arrays)
+    if end - start != size * flat.itemsize:
+        return None
+    offset = (start - _address(flat)) // flat.itemsize
+    return flat[offset:offset + size]
+
+
+def _broadcast_in_place(t: Tensor) -> None:
+    """Rank 0's values into t, whatever its memory layout (a channels-last weight is not C-contiguous)."""
+    if t.data.flags.c_contiguous:
+        dist.broadcast(t, src=0)
+        return
+    dense = Tensor(t.xp.ascontiguousarray(t.data))
+    dist.broadcast(dense, src=0)
+    t.data[...] = dense.data
+
+
+class _Bucket:
+    """Parameters whose gradients are averaged in one collective, launched when the last of them is in."""
+
+    def __init__(self, params: list[Parameter]) -> None:
+        self.params = params
+        self.ready: set[int] = set()
+        self.work = None
+        self.buffer = None
+        self.flat_view = None
+
+    def launch(self) -> None:
+        complete_deferred_gradients()  # a GPU kernel may still owe the last part of a gradient it wrote (autograd)
+        grads = [p.grad.data for p in self.params]
+        xp = self.params[0].xp
+        span = _span(grads)
+        if span is not None:
+            self.buffer, self.flat_view = span, True
+        else:
+            self.buffer = xp.concatenate([g.reshape(-1) for g in grads])
+            self.flat_view = False
+        self.work = dist.all_reduce(Tensor(self.buffer), dist.ReduceOp.AVG, async_op=True)
+
+    def finish(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+        if not self.flat_view:
+            offset = 0
+            for p in self.params:
+                g = p.grad.data
+                g[...] = self.buffer[offset:offset + g.size].reshape(g.shape)
+                offset += g.size
+        self.ready.clear()
+        self.work = self.buffer = None
+
+
+class DistributedDataParallel(Module):
+    """Wrap `module` for data-parallel training over the default process group (init_process_group first).
+
+    At construction rank 0's parameters and buffers are broadcast to every process. During backward the
+    gradients are averaged in buckets of about bucket_cap_mb MB (the first one smaller), in the reverse order of
+    module.parameters() (about the order backward produces them), each launched as soon as its last gradient is
+    in, so communication overlaps the rest of backward; backward() returns with every gradient averaged.
+    Parameters that got no gradient in a step count as zero. Inside `no_sync()` gradients accumulate locally;
+    the first backward outside it averages the accumulated sums. broadcast_buffers: rank 0's buffers (batch norm's
+    running statistics) are copied to every process before each forward in training, as PyTorch does; batch
+    statistics stay per process (convert with nn.SyncBatchNorm.convert_sync_batchnorm for global ones).
+    device_ids, output_device, find_unused_parameters, gradient_as_bucket_view and static_graph are accepted
+    for PyTorch's call form."""
+
+    def __init__(self, module: Module, device_ids=None, output_device=None, broadcast_buffers: bool = True,
+                 bucket_cap_mb: float = 25.0, find_unused_parameters: bool = False,
+                 gradient_as_bucket_view: bool = False, static_graph: bool = False, process_group=None) -> None:
+        super().__init__()
+        if not dist.is_initialized():
+            raise RuntimeError("DistributedDataParallel: the default process group is not initialized; call "
+                               "frost.distributed.init_process_group() first")
+        self.module = module
+        object.__setattr__(self, "broadcast_buffers", broadcast_buffers)
+        object.__setattr__(self, "_sync", True)
+        object.__setattr__(self, "_pending", False)
+        object.__setattr__(self, "_next_launch", 0)  # buckets launch in order: collectives match across processes
+        params = [p for p in module.parameters() if p.requires_grad]
+        object.__setattr__(self, "_buckets", self._make_buckets(params, bucket_cap_mb))
+        object.__setattr__(self, "_bucket_of", {id(p): b for b in self._buckets for p in b.params})
+        self._broadcast_state()
+        for p in params:
+            register_post_accumulate_grad_hook(p, self._grad_ready)
+
+    @staticmethod
+    def _make_buckets(params: list[Parameter], cap_mb: float) -> list[_Bucket]:
+        buckets, current, size, cap = [], [], 0, FIRST_BUCKET_MB * 2 ** 20
+        for p in reversed(params):
+            grouped = current and (p.dtype != current[0].dtype or str(p.device) != str(current[0].device))
+            if current and (size + p.data.nbytes > cap or grouped):
+                buckets.append(_Bucket(current))
+                current, size, cap = [], 0, cap_mb * 2 ** 20
+            current.append(p)
+            size += p.data.nbytes
+        if current:
+            buckets.append(_Bucket(current))
+        return buckets
+
+    def _broadcast_state(self) -> None:
+        for t in list(self.module.parameters()) + [b for b in self.module.buffers() if b is not None]:
+            _broadcast_in_place(t)
+
+    def forward(self, *args, **kwargs):
+        if self.training and self.broadcast_buffers and dist.get_world_size() > 1:
+            for b in self.module.buffers():
+                if b is not None:
+                    _broadcast_in_place(b)
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally; the first one after averages the sums."""
+        previous = self._sync
+        object.__setattr__(self, "_sync", False)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_sync", previous)
+
+    def _grad_ready(self, p: Parameter) -> None:
+        if not self._sync or dist.get_world_size() == 1:  # one process: nothing to average (skipped, no copy)
+            return
+        if not self._pending:
+            object.__setattr__(self, "_pending", True)
+            queue_callback(self._finish_backward)
+        self._bucket_of[id(p)].ready.add(id(p))
+        while self._next_launch < len(self._buckets):
+            bucket = self._buckets[self._next_launch]
+            if len(bucket.ready) < len(bucket.params):
+                break
+            bucket.launch()
+            object.__setattr__(self, "_next_launch", self._next_launch + 1)
+
+    def _finish_backward(self) -> None:
+        """At the end of backward: launch buckets with gradients that never came (as zeros), then wait for all."""
+        object.__setattr__(self, "_pending", False)
+        for bucket in self._buckets[self._next_launch:]:
+            for p in bucket.params:
+                if p.grad is None:
+                    p.grad = Tensor(p.xp.zeros_like(p.data))
+            bucket.launch()
+        object.__setattr__(self, "_next_launch", 0)
+        for bucket in self._buckets:
+            bucket.finish()

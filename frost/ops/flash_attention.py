@@ -1,0 +1,578 @@
+"""Flash attention (FlashAttention-2) in the kernel language: fused forward and backward kernels on mma.sync tensor
+cores, the host functions that launch them, and the op `flash_attention` that scaled_dot_product_attention uses on
+CUDA when `supported` says it applies (FROST_FLASH_ATTENTION=0 switches it off).
+
+Layout. q, k, v, o and their gradients are row-major (rows = batch x heads x sequence, D columns), bf16 or f16; D
+(the head dim, 64 or 128) is a compile-time constant. A block has WARPS = BR // 16 warps; each warp owns 16 rows of
+the block's tile (queries in the forward and dQ kernels, keys in the dK/dV kernel) and every column of D, so the
+softmax statistics of a row stay within the 4 lanes of a quad (two shuffles). Scores live in mma C fragments and are
+turned into the A fragments of the next mma in registers (P @ V, dS @ K, ...), never through shared memory.
+
+Masking: key j is visible to query i when j < Lk, the key-padding mask keeps j, and (causal) j <= i: top-left
+aligned also when Lq != Lk, as PyTorch's is_causal and the composed path (tril of an Lq x Lk matrix of ones). Rows
+with no visible key give zeros (as the composed path), and their log-sum-exp is -inf.
+
+Out-of-range rows of a tile (ragged lengths) are loaded from the last valid row (cp.async cannot zero-fill) and
+masked out of the softmax; they are never written.
+
+Backward: D = rowsum(dO * O) first, then one kernel per key tile accumulating dK and dV over every query tile (and,
+under grouped-query attention, every query head of the group) and one kernel per query tile accumulating dQ over the
+key tiles: both recompute P = exp(S - L) from the saved log-sum-exp. No atomics, so the gradients are deterministic.
+
+Not yet (each falls back to the composed path): float32 inputs, other head dims, dropout, float or general boolean
+masks. Performance is untuned: one shared-memory stage (the copies of the next tile do not overlap the math yet),
+padded shared rows rather than swizzled, no wgmma.
+"""
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
+                          exp2, f16, f32, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local,
+                          log, mma, shfl_xor, static_range, syncthreads, tx, u8, warp, warp_sum)
+from frost.ops.conv_wgrad_mma import has_mma
+from frost.tensor import Tensor, from_op
+
+LOG2E = math.log2(math.e)
+LN2 = math.log(2.0)
+HEAD_DIMS = (64, 128)
+DTYPES = ("bfloat16", "float16")
+PAD = 8   # elements after each shared row: the 8 rows an ldmatrix reads fall in 8 different bank groups
+# (BR, BC) per head dim, untuned (to be measured on the H200). The dK/dV kernel takes the backward's tiles swapped:
+# its blocks own BC keys (4 warps) and step over BR queries, so at head dim 128 both backward kernels hold 32-column
+# score tiles (64-column ones spill there: dK, dV and the K, V fragments already take ~190 registers a thread).
+FORWARD_TILES = {64: dict(BR=64, BC=64), 128: dict(BR=64, BC=64)}
+BACKWARD_TILES = {64: dict(BR=64, BC=64), 128: dict(BR=64, BC=32)}
+
+
+# ------------------------------------------------------------------ device functions (fragments and tiles)
+@device
+def load_rows(src, dst, base: i32, r0: i32, n: i32, ROWS: Const[int], D: Const[int], THREADS: Const[int]):
+    """Start copying rows base + r0 ... base + r0 + ROWS - 1 of src into the shared tile dst (16 bytes per
+    cp.async); a row at or past n (the sequence length) repeats row n - 1, which the softmax masks out."""
+    for u in static_range(ROWS * D // 8 // THREADS):
+        chunk = tx + u * THREADS
+        r = chunk // (D // 8)
+        col = chunk % (D // 8) * 8
+        cp_async16(dst, (r, col), src, (base + min(r0 + r, n - 1), col))
+
+
+@device
+def load_a(frags, tile, r0: i32, K: Const[int]):
+    """The A fragments (16 x 16 each, K // 16 of them) of rows r0 ... r0 + 15 of a row-major shared tile."""
+    for kk in static_range(K // 16):
+        ldmatrix_x4(frags[kk], tile, (r0 + lane % 16, kk * 16 + lane // 16 * 8))
+
+
+@device
+def zero(acc, N: Const[int]):
+    for j in static_range(N // 8):
+        for q in static_range(4):
+            acc[j, q] = 0.0
+
+
+@device
+def mma_rows(acc, a, tile, bq, N: Const[int], K: Const[int]):
+    """acc (16 x N, C fragments) += A (16 x K, fragments a) @ tile[0:N, 0:K]^T: B is stored as rows of K values
+    (keys in a K tile, queries in a Q tile), so ldmatrix reads it without .trans."""
+    for kk in static_range(K // 16):
+        for jp in static_range(N // 16):
+            ldmatrix_x4(bq[jp], tile, (jp * 16 + lane // 16 * 8 + lane % 8, kk * 16 + lane // 8 % 2 * 8))
+        for j in static_range(N // 8):
+            mma(acc[j], a[kk], bq[j // 2, j % 2])
+
+
+@device
+def mma_cols(acc, a, tile, bq, N: Const[int], K: Const[int]):
+    """acc (16 x N, C fragments) += A (16 x K, fragments a) @ tile[0:K, 0:N]: B stored row-major (.trans)."""
+    for kk in static_range(K // 16):
+        for jp in static_range(N // 16):
+            ldmatrix_x4_trans(bq[jp], tile, (kk * 16 + lane % 16, jp * 16 + lane // 16 * 8))
+        for j in static_range(N // 8):
+            mma(acc[j], a[kk], bq[j // 2, j % 2])
+
+
+@device
+def to_a(frags, acc, K: Const[int]):
+    """The 16 x K tile in C fragments (f32) as the A fragments (16-bit) of the next mma: for a 16-column step kk,
+    A's registers are those of C tiles 2kk and 2kk + 1, so the tile never leaves the registers."""
+    for kk in static_range(K // 16):
+        for i in static_range(8):
+            frags[kk, i] = acc[2 * kk + i // 4, i % 4]
+
+
+@device
+def quad_max(v):
+    """The maximum over the 4 lanes (one quad) that hold the same rows of a C fragment."""
+    v = max(v, shfl_xor(v, 1))
+    return max(v, shfl_xor(v, 2))
+
+
+@device
+def quad_sum(v):
+    v += shfl_xor(v, 1)
+    return v + shfl_xor(v, 2)
+
+
+@device
+def visible(query: i32, key: i32, lq: i32, lk: i32, kmask, mbase: i32, CAUSAL: Const[int],
+            MASKED: Const[int]) -> bool:
+    """Whether query attends key (both in range, the key kept by the padding mask, and not after the query when
+    causal)."""
+    ok = query < lq and key < lk
+    if ok and CAUSAL:
+        ok = key <= query
+    if ok and MASKED:
+        ok = kmask[mbase + key] != 0
+    return ok
+
+
+@device
+def saved_lse(lse, row: i32, n: i32) -> f32:
+    """The forward's log-sum-exp of a row in log2 units for exp2; +inf for a row with no visible key (its -inf would
+    make exp2(-inf - -inf) a NaN: with +inf every P of the row is 0) and 0 for a row past the end."""
+    v = 0.0
+    if row < n:
+        v = lse[row] * LOG2E
+        if v == -inf:
+            v = inf
+    return v
+
+
+# ------------------------------------------------------------------ kernels, one set per element type
+def _make_kernels(T):
+    @kernel
+    def flash_fwd(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], o: Array[T, 2], lse: Array[f32], kmask: Array[u8],
+                  lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, D: Const[int], BR: Const[int],
+                  BC: Const[int], CAUSAL: Const[int], MASKED: Const[int]):
+        """O and the log-sum-exp of BR queries of one (batch, head): K/V tiles of BC keys streamed through shared
+        memory, softmax online (running max m and sum l per row, in log2 units)."""
+        THREADS: Const[int] = BR // 16 * 32
+        launch_bounds(THREADS)
+        sq = dynamic_shared(T, (BR, D + PAD))
+        sk = dynamic_shared(T, (BC, D + PAD), BR * (D + PAD) * 2)
+        sv = dynamic_shared(T, (BC, D + PAD), (BR + BC) * (D + PAD) * 2)
+        qf = local(T, (D // 16, 8))
+        kb = local(T, (BC // 16, 2, 4))
+        vb = local(T, (D // 16, 2, 4))
+        pf = local(T, (BC // 16, 8))
+        s = local(f32, (BC // 8, 4))
+        acc = local(f32, (D // 8, 4))
+        m = local(f32, 2)
+        lsum = local(f32, 2)
+        b = bx // heads
+        qbase = bx * lq
+        kbase = (b * (heads // group) + bx % heads // group) * lk
+        q0 = by * BR
+        g = lane // 4
+        t = lane % 4
+        row0 = q0 + warp * 16 + g   # this lane's rows: row0 and row0 + 8
+        load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
+        cp_commit()
+        zero(acc, D)
+        for h in static_range(2):
+            m[h] = -inf
+            lsum[h] = 0.0
+        kv_end = min(lk, q0 + BR) if CAUSAL else lk
+        for jt in range(cdiv(kv_end, BC)):
+            k0 = jt * BC
+            syncthreads()   # every warp is done with the previous K/V tile
+            load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
+            load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
+            cp_commit()
+            cp_wait(0)
+            syncthreads()
+            if jt == 0:
+                load_a(qf, sq, warp * 16, D)
+            zero(s, BC)
+            mma_rows(s, qf, sk, kb, BC, D)
+            for h in static_range(2):
+                top = -inf
+                for j in static_range(BC // 8):
+                    for e in static_range(2):
+                        x = -inf
+                        if visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL, MASKED):
+                            x = s[j, 2 * h + e] * scale_log2
+                        s[j, 2 * h + e] = x
+                        top = max(top, x)
+                m_new = max(m[h], quad_max(top))
+                m_use = 0.0 if m_new == -inf else m_new   # no visible key yet: exp2(-inf - 0) = 0 everywhere
+                alpha = exp2(m[h] - m_use)
+                part = 0.0
+                for j in static_range(BC // 8):
+                    for e in static_range(2):
+                        p = exp2(s[j, 2 * h + e] - m_use)
+                        s[j, 2 * h + e] = p
+                        part += p
+                lsum[h] = lsum[h] * alpha + part   # this lane's share; the quad's sum is taken at the end
+                m[h] = m_new
+                for d in static_range(D // 8):
+                    acc[d, 2 * h] *= alpha
+                    acc[d, 2 * h + 1] *= alpha
+            to_a(pf, s, BC)
+            mma_cols(acc, pf, sv, vb, D, BC)
+        for h in static_range(2):
+            total = quad_sum(lsum[h])
+            row = row0 + 8 * h
+            if row < lq:
+                inv = 1.0 / total if total > 0.0 else 0.0
+                for d in static_range(D // 8):
+                    for e in static_range(2):
+                        o[qbase + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * inv
+                if t == 0:
+                    lse[qbase + row] = m[h] * LN2 + log(total) if total > 0.0 else -inf
+
+    @kernel
+    def flash_bwd_dot(o: Array[T, 2], do: Array[T, 2], delta: Array[f32], rows: i32, D: Const[int]):
+        """delta[r] = sum over the head dim of dO[r] * O[r] (float32): one warp per row."""
+        r = bx * 4 + warp
+        if r >= rows:
+            return
+        acc = 0.0
+        for c in static_range(D // 32):
+            acc += f32(o[r, lane + 32 * c]) * f32(do[r, lane + 32 * c])
+        acc = warp_sum(acc)
+        if lane == 0:
+            delta[r] = acc
+
+    @kernel
+    def flash_bwd_dq(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], do: Array[T, 2], lse: Array[f32],
+                     delta: Array[f32], kmask: Array[u8], dq: Array[T, 2], lq: i32, lk: i32, heads: i32, group: i32,
+                     scale_log2: f32, scale: f32, D: Const[int], BR: Const[int], BC: Const[int], CAUSAL: Const[int],
+                     MASKED: Const[int]):
+        """dQ of BR queries: over the K/V tiles, S = Q K^T and dP = dO V^T, P = exp(S - L), dS = P (dP - delta),
+        dQ += dS K."""
+        THREADS: Const[int] = BR // 16 * 32
+        launch_bounds(THREADS)
+        ROW: Const[int] = (D + PAD) * 2
+        sq = dynamic_shared(T, (BR, D + PAD))
+        sdo = dynamic_shared(T, (BR, D + PAD), BR * ROW)
+        sk = dynamic_shared(T, (BC, D + PAD), 2 * BR * ROW)
+        sv = dynamic_shared(T, (BC, D + PAD), (2 * BR + BC) * ROW)
+        qf = local(T, (D // 16, 8))
+        dof = local(T, (D // 16, 8))
+        kb = local(T, (BC // 16, 2, 4))
+        db = local(T, (D // 16, 2, 4))
+        dsf = local(T, (BC // 16, 8))
+        s = local(f32, (BC // 8, 4))
+        dp = local(f32, (BC // 8, 4))
+        acc = local(f32, (D // 8, 4))
+        lrow = local(f32, 2)
+        drow = local(f32, 2)
+        b = bx // heads
+        qbase = bx * lq
+        kbase = (b * (heads // group) + bx % heads // group) * lk
+        q0 = by * BR
+        g = lane // 4
+        t = lane % 4
+        row0 = q0 + warp * 16 + g
+        load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
+        load_rows(do, sdo, qbase, q0, lq, BR, D, THREADS)
+        cp_commit()
+        for h in static_range(2):
+            lrow[h] = saved_lse(lse, qbase + row0 + 8 * h, qbase + lq)
+            drow[h] = delta[qbase + row0 + 8 * h] if row0 + 8 * h < lq else 0.0
+        zero(acc, D)
+        kv_end = min(lk, q0 + BR) if CAUSAL else lk
+        for jt in range(cdiv(kv_end, BC)):
+            k0 = jt * BC
+            syncthreads()
+            load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
+            load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
+            cp_commit()
+            cp_wait(0)
+            syncthreads()
+            if jt == 0:
+                load_a(qf, sq, warp * 16, D)
+                load_a(dof, sdo, warp * 16, D)
+            zero(s, BC)
+            zero(dp, BC)
+            mma_rows(s, qf, sk, kb, BC, D)
+            mma_rows(dp, dof, sv, kb, BC, D)
+            for h in static_range(2):
+                for j in static_range(BC // 8):
+                    for e in static_range(2):
+                        p = 0.0
+                        if visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL, MASKED):
+                            p = exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
+                        s[j, 2 * h + e] = p * (dp[j, 2 * h + e] - drow[h])
+            to_a(dsf, s, BC)
+            mma_cols(acc, dsf, sk, db, D, BC)
+        for h in static_range(2):
+            row = row0 + 8 * h
+            if row < lq:
+                for d in static_range(D // 8):
+                    for e in static_range(2):
+                        dq[qbase + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * scale
+
+    @kernel
+    def flash_bwd_dkdv(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], do: Array[T, 2], lse: Array[f32],
+                       delta: Array[f32], kmask: Array[u8], dk: Array[T, 2], dv: Array[T, 2], lq: i32, lk: i32,
+                       heads: i32, group: i32, scale_log2: f32, scale: f32, D: Const[int], BR: Const[int],
+                       BC: Const[int], CAUSAL: Const[int], MASKED: Const[int]):
+        """dK and dV of BC keys of one (batch, kv head): over the query heads of its group and their query tiles,
+        S^T = K Q^T and dP^T = V dO^T, P^T = exp(S^T - L), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+        Here each warp owns 16 keys and the queries are the columns."""
+        THREADS: Const[int] = BC // 16 * 32
+        launch_bounds(THREADS)
+        ROW: Const[int] = (D + PAD) * 2
+        sk = dynamic_shared(T, (BC, D + PAD))
+        sv = dynamic_shared(T, (BC, D + PAD), BC * ROW)
+        sq = dynamic_shared(T, (BR, D + PAD), 2 * BC * ROW)
+        sdo = dynamic_shared(T, (BR, D + PAD), (2 * BC + BR) * ROW)
+        sl = dynamic_shared(f32, BR, (2 * BC + 2 * BR) * ROW)
+        sd = dynamic_shared(f32, BR, (2 * BC + 2 * BR) * ROW + BR * 4)
+        kf = local(T, (D // 16, 8))
+        vf = local(T, (D // 16, 8))
+        qb = local(T, (BR // 16, 2, 4))
+        db = local(T, (D // 16, 2, 4))
+        pf = local(T, (BR // 16, 8))
+        st = local(f32, (BR // 8, 4))
+        dpt = local(f32, (BR // 8, 4))
+        dk_acc = local(f32, (D // 8, 4))
+        dv_acc = local(f32, (D // 8, 4))
+        kv_heads = heads // group
+        b = bx // kv_heads
+        kbase = bx * lk
+        k0 = by * BC
+        g = lane // 4
+        t = lane % 4
+        key0 = k0 + warp * 16 + g   # this lane's keys: key0 and key0 + 8
+        load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
+        load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
+        cp_commit()
+        zero(dk_acc, D)
+        zero(dv_acc, D)
+        first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
+        for hq in range(group):
+            qbase = (b * heads + bx % kv_heads * group + hq) * lq
+            for it in range(first, cdiv(lq, BR)):
+                q0 = it * BR
+                syncthreads()
+                load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
+                load_rows(do, sdo, qbase, q0, lq, BR, D, THREADS)
+                cp_commit()
+                for r in range(tx, BR, THREADS):
+                    sl[r] = saved_lse(lse, qbase + q0 + r, qbase + lq)
+                    sd[r] = delta[qbase + q0 + r] if q0 + r < lq else 0.0
+                cp_wait(0)
+                syncthreads()
+                if hq == 0 and it == first:
+                    load_a(kf, sk, warp * 16, D)
+                    load_a(vf, sv, warp * 16, D)
+                zero(st, BR)
+                zero(dpt, BR)
+                mma_rows(st, kf, sq, qb, BR, D)
+                mma_rows(dpt, vf, sdo, qb, BR, D)
+                for h in static_range(2):
+                    for j in static_range(BR // 8):
+                        for e in static_range(2):
+                            col = j * 8 + 2 * t + e
+                            p = 0.0
+                            if visible(q0 + col, key0 + 8 * h, lq, lk, kmask, b * lk, CAUSAL, MASKED):
+                                p = exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
+                            st[j, 2 * h + e] = p
+                            dpt[j, 2 * h + e] = p * (dpt[j, 2 * h + e] - sd[col])
+                to_a(pf, st, BR)
+                mma_cols(dv_acc, pf, sdo, db, D, BR)
+                to_a(pf, dpt, BR)
+                mma_cols(dk_acc, pf, sq, db, D, BR)
+        for h in static_range(2):
+            key = key0 + 8 * h
+            if key < lk:
+                for d in static_range(D // 8):
+                    for e in static_range(2):
+                        dk[kbase + key, d * 8 + 2 * t + e] = dk_acc[d, 2 * h + e] * scale
+                        dv[kbase + key, d * 8 + 2 * t + e] = dv_acc[d, 2 * h + e]
+
+    return FlashKernels(flash_fwd, flash_bwd_dot, flash_bwd_dq, flash_bwd_dkdv)
+
+
+@dataclass(frozen=True)
+class FlashKernels:
+    forward: object
+    dot: object
+    dq: object
+    dkdv: object
+
+
+KERNELS = {"bfloat16": _make_kernels(bf16), "float16": _make_kernels(f16)}
+
+
+# ------------------------------------------------------------------ host side: shapes, launches
+@dataclass(frozen=True)
+class Problem:
+    """One attention call's sizes: q (batch, heads, lq, d), k and v (batch, heads // group, lk, d)."""
+    batch: int
+    heads: int
+    group: int
+    lq: int
+    lk: int
+    d: int
+    causal: bool
+    scale: float
+    masked: bool
+
+    def consts(self, tiles: dict) -> dict:
+        return dict(D=self.d, BR=tiles["BR"], BC=tiles["BC"], CAUSAL=int(self.causal), MASKED=int(self.masked))
+
+    def sizes(self) -> tuple:
+        return self.lq, self.lk, self.heads, self.group
+
+
+def _row_bytes(d: int) -> int:
+    return (d + PAD) * 2
+
+
+def check_tiles(tiles: dict, d: int) -> None:
+    """BR and BC multiples of 16 (a warp's 16 rows; 16-column mma steps) whose tiles the block's threads copy in
+    whole 16-byte chunks."""
+    br, bc = tiles["BR"], tiles["BC"]
+    if br % 16 or bc % 16 or br <= 0 or bc <= 0:
+        raise ValueError(f"flash_attention: tiles BR={br} and BC={bc} must be positive multiples of 16")
+    for rows, threads in ((br, br * 2), (bc, br * 2), (bc, bc * 2), (br, bc * 2)):
+        if rows * d // 8 % threads:
+            raise ValueError(f"flash_attention: a {rows}x{d} tile is {rows * d // 8} 16-byte chunks, not a multiple "
+                             f"of the {threads} threads that copy it (BR={br}, BC={bc})")
+
+
+def _launcher(kern, xp):
+    """The kernel on the GPU for CuPy arrays, its simulator for NumPy ones (CPU tests)."""
+    return kern.simulate if xp is np else kern
+
+
+def _rows(xp, a, d: int):
+    """a (..., L, d) as a contiguous 2-D array of rows."""
+    return xp.ascontiguousarray(a).reshape(-1, d)
+
+
+def _kmask(xp, mask):
+    return xp.ones(1, np.uint8) if mask is None else xp.ascontiguousarray(mask).astype(np.uint8).reshape(-1)
+
+
+def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None):
+    """(O, log-sum-exp) of the attention of q (B, H, Lq, D) over k, v (B, H // group, Lk, D): O in q's dtype,
+    the log-sum-exp float32 (B, H, Lq). kmask: a boolean (B, Lk) key-padding mask (True = attend) or None."""
+    tiles = dict(FORWARD_TILES[p.d], **(tiles or {}))
+    check_tiles(tiles, p.d)
+    kern = KERNELS[str(q.dtype)].forward
+    o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
+    lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
+    smem = (tiles["BR"] + 2 * tiles["BC"]) * _row_bytes(p.d)
+    grid = (p.batch * p.heads, cdiv(p.lq, tiles["BR"]))
+    _launcher(kern, xp)[grid, tiles["BR"] * 2, smem](
+        _rows(xp, q, p.d), _rows(xp, k, p.d), _rows(xp, v, p.d), o, lse, _kmask(xp, kmask), *p.sizes(),
+        p.scale * LOG2E, **p.consts(tiles))
+    return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
+
+
+def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict | None = None):
+    """(dQ, dK, dV) in q's dtype, from the forward's O and log-sum-exp and the output's gradient dO. tiles: the dQ
+    kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped."""
+    tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
+    check_tiles(tiles, p.d)
+    kernels = KERNELS[str(q.dtype)]
+    br, bc = tiles["BR"], tiles["BC"]
+    q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
+    lse = xp.ascontiguousarray(lse).reshape(-1)
+    mask = _kmask(xp, kmask)
+    delta = xp.empty(q2.shape[0], np.float32)
+    _launcher(kernels.dot, xp)[cdiv(q2.shape[0], 4), 128](o2, do2, delta, q2.shape[0], D=p.d)
+    dq, dk, dv = xp.empty_like(q2), xp.empty_like(k2), xp.empty_like(v2)
+    scales = (p.scale * LOG2E, p.scale)
+    _launcher(kernels.dq, xp)[(p.batch * p.heads, cdiv(p.lq, br)), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
+        q2, k2, v2, do2, lse, delta, mask, dq, *p.sizes(), *scales, **p.consts(tiles))
+    swapped = dict(BR=bc, BC=br)
+    smem = (2 * br + 2 * bc) * _row_bytes(p.d) + 2 * bc * 4
+    _launcher(kernels.dkdv, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, br)), br * 2, smem](
+        q2, k2, v2, do2, lse, delta, mask, dk, dv, *p.sizes(), *scales, **p.consts(swapped))
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+
+# ------------------------------------------------------------------ the op and when it applies
+def _problem(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, enable_gqa: bool,
+             masked: bool) -> Problem:
+    op = "flash_attention"
+    if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+        raise ValueError(f"{op}: query, key and value must be 4-D (batch, heads, length, head dim), got shapes "
+                         f"{query.shape}, {key.shape}, {value.shape}")
+    (b, h, lq, d), (bk, hk, lk, dk) = query.shape, key.shape
+    if key.shape != value.shape or bk != b or dk != d:
+        raise ValueError(f"{op}: key {key.shape} and value {value.shape} must have one shape, with query "
+                         f"{query.shape}'s batch and head dim")
+    if hk == 0 or h % hk or (hk != h and not enable_gqa):
+        raise ValueError(f"{op}: query heads {h} must equal the key/value heads {hk}, or be a multiple of them "
+                         f"with enable_gqa=True")
+    if d not in HEAD_DIMS or query.dtype.name not in DTYPES or len({t.dtype.name for t in (query, key, value)}) > 1:
+        raise ValueError(f"{op}: needs one dtype of {DTYPES} (got {query.dtype.name}, {key.dtype.name}, "
+                         f"{value.dtype.name}) and a "
+                         f"head dim in {HEAD_DIMS} (got {d})")
+    if lq == 0 or lk == 0:
+        raise ValueError(f"{op}: empty sequences (query {query.shape}, key {key.shape}) are the composed path's")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    return Problem(b, h, h // hk, lq, lk, d, bool(is_causal), scale, masked)
+
+
+def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False, scale: float | None = None,
+                    enable_gqa: bool = False, key_padding_mask: Tensor | None = None,
+                    tiles: dict | None = None) -> Tensor:
+    """softmax(query @ key^T * scale) @ value by the fused kernels (on CUDA; in the kernel simulator for CPU
+    tensors, which is slow: tests only). query (B, H, Lq, D), key and value (B, H // group, Lk, D), bf16 or f16, D
+    64 or 128. key_padding_mask: a boolean (B, Lk) tensor, True = attend. tiles: {"BR": ..., "BC": ...}."""
+    mask = None if key_padding_mask is None else key_padding_mask.data
+    if mask is not None and tuple(mask.shape) != (query.shape[0], key.shape[-2]):
+        raise ValueError(f"flash_attention: key_padding_mask must have shape (batch, key length) = "
+                         f"{(query.shape[0], key.shape[-2])}, got {tuple(mask.shape)}")
+    p = _problem(query, key, value, is_causal, scale, enable_gqa, mask is not None)
+    xp = query.xp
+    q, k, v = query.data, key.data, value.data
+    o, lse = forward_arrays(xp, q, k, v, p, mask, tiles)
+
+    def backward(g):
+        return backward_arrays(xp, q, k, v, o, lse, g, p, mask, tiles)
+
+    return from_op(o, (query, key, value), backward, "flash_attention")
+
+
+def key_padding_mask(attn_mask: Tensor | None, query: Tensor, key: Tensor):
+    """attn_mask as a (B, Lk) key-padding mask when it is one: boolean, shape (B, 1, 1, Lk) (or (B or 1 of it)
+    broadcast over heads and queries); None for no mask; False when the mask is anything else."""
+    if attn_mask is None:
+        return None
+    b, lk = query.shape[0], key.shape[-2]
+    shape = tuple(attn_mask.shape)
+    if attn_mask.dtype.name != "bool" or len(shape) != 4 or shape[1:3] != (1, 1) or shape[0] not in (1, b) \
+            or shape[3] != lk:
+        return False
+    return Tensor(attn_mask.xp.broadcast_to(attn_mask.data.reshape(shape[0], lk), (b, lk)))
+
+
+def supported(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+              is_causal: bool = False, enable_gqa: bool = False) -> bool:
+    """Whether flash_attention computes this scaled_dot_product_attention call: CUDA tensors on a GPU with bf16
+    mma.sync (compute capability 8.0 or newer) for which `applies` holds. FROST_FLASH_ATTENTION=0 (read at each call)
+    switches it off."""
+    if os.environ.get("FROST_FLASH_ATTENTION", "1") == "0":
+        return False
+    if any(not isinstance(t, Tensor) or t.device.type != "cuda" for t in (query, key, value)):
+        return False
+    return has_mma(query.data) and applies(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+
+
+def applies(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+            is_causal: bool = False, enable_gqa: bool = False) -> bool:
+    """The kernels' own rules, on any device: q, k and v 4-D of one dtype (bf16 or f16), head dim 64 or 128 for all
+    three, no dropout, no mask or a boolean key-padding mask ((B or 1, 1, 1, Lk)), non-empty sequences, equal heads
+    or grouped ones with enable_gqa, fewer than 2^31 elements each."""
+    tensors = (query, key, value)
+    if dropout_p > 0.0 or any(t.ndim != 4 or t.data.size >= 2**31 for t in tensors):
+        return False
+    if key_padding_mask(attn_mask, query, key) is False:
+        return False
+    try:
+        _problem(query, key, value, is_causal, None, enable_gqa, attn_mask is not None)
+    except ValueError:
+        return False
+    return True

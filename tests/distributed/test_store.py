@@ -1,0 +1,55 @@
+import socket
+import struct
+import threading
+
+import pytest
+
+from frost.distributed import StoreError, TCPStore
+
+
+def test_a_value_set_by_one_process_reaches_the_others():
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=10)
+    clients = [TCPStore("127.0.0.1", master.port, is_master=False, timeout=10) for _ in range(2)]
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(clients[0].get("id")))
+    waiter.start()  # get() waits until somebody sets the key
+    clients[1].set("id", b"\x00\xffunique")
+    waiter.join(10)
+    assert got == [b"\x00\xffunique"]
+    assert master.get("id") == b"\x00\xffunique"
+    master.set("other", b"x")
+    assert clients[1].get("other") == b"x"
+    for store in (*clients, master):
+        store.close()
+
+
+def test_a_key_nobody_sets_times_out_with_its_name():
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=0.3)
+    client = TCPStore("127.0.0.1", master.port, is_master=False, timeout=0.3)
+    with pytest.raises(StoreError, match="'never'"):
+        client.get("never")
+    with pytest.raises(StoreError, match="'never'"):
+        master.get("never")
+    client.close()
+    master.close()
+
+
+def test_no_master_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(StoreError, match=f"127.0.0.1:{port}"):
+        TCPStore("127.0.0.1", port, is_master=False, timeout=0.5)
+
+
+def test_a_stray_peer_cannot_make_the_server_allocate_much():
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=5)
+    with socket.create_connection(("127.0.0.1", master.port)) as stray:
+        stray.sendall(b"S" + struct.pack(">I", 2 ** 31))  # claims a 2 GiB key
+        stray.settimeout(5)
+        assert stray.recv(1) == b""  # dropped, nothing allocated
+    client = TCPStore("127.0.0.1", master.port, is_master=False, timeout=5)
+    client.set("still", b"served")
+    assert master.get("still") == b"served"
+    client.close()
+    master.close()

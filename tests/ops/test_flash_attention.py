@@ -1,0 +1,214 @@
+"""The flash-attention kernels (frost/ops/flash_attention.py) in the kernel simulator at small sizes: O, the
+log-sum-exp and dQ, dK, dV against PyTorch's float64 attention of the same bf16/f16 values and against Frost's
+composed path, for causal (top-left, also with Lq != Lk) and not, ragged lengths, grouped-query attention and
+key-padding masks with fully masked rows; the rules of `supported`; sm_90 compiles; and (on a GPU) the real kernels
+behind scaled_dot_product_attention against the composed path."""
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import frost
+from frost.ops import flash_attention as fa
+from frost.ops.attention import scaled_dot_product_attention as sdpa
+
+# Unit roundoff of the 16-bit types. O = sum_j P_j V_j with every P_j rounded to the input type (relative error u
+# each) and O rounded once more: |O - O64| <= ~2u max|V|; the gradients are sums of products of one or two rounded
+# factors (P or dS) with the inputs, then rounded: a few u of their own size. ERR_UNITS is that allowance.
+UNIT = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+ERR_UNITS = 4
+SMALL = dict(BR=32, BC=32)   # 2 warps a block: quick in the simulator, and several tiles at these lengths
+TINY = dict(BR=16, BC=16)    # 1 warp
+
+
+def _inputs(rng, b, hq, hkv, lq, lk, d, dtype):
+    make = lambda *shape: rng.standard_normal(shape).astype(DTYPES[dtype])   # noqa: E731
+    return make(b, hq, lq, d), make(b, hkv, lk, d), make(b, hkv, lk, d), make(b, hq, lq, d)
+
+
+def _reference(q, k, v, do, causal, group, mask):
+    """PyTorch float64 on the same 16-bit values: (O, log-sum-exp, dQ, dK, dV)."""
+    tq, tk, tv = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (q, k, v))
+    lq, lk = q.shape[2], k.shape[2]
+    keep = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else torch.ones(lq, lk, dtype=torch.bool)
+    if mask is not None:
+        keep = keep & torch.tensor(mask)[:, None, None, :]
+    out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=keep, enable_gqa=group > 1)
+    scores = tq @ tk.repeat_interleave(group, dim=1).transpose(-1, -2) / np.sqrt(q.shape[-1])
+    lse = torch.logsumexp(scores.masked_fill(~keep, -np.inf), dim=-1)
+    out.backward(torch.tensor(do.astype(np.float64)))
+    return [t.detach().numpy() for t in (out, lse, tq.grad, tk.grad, tv.grad)]
+
+
+def _composed(q, k, v, do, causal, group, mask):
+    """Frost's composed scaled_dot_product_attention in the 16-bit type: (O, dQ, dK, dV)."""
+    tq, tk, tv = (frost.Tensor(a, requires_grad=True) for a in (q, k, v))
+    attn_mask = None if mask is None else frost.Tensor(mask[:, None, None, :])
+    out = sdpa(tq, tk, tv, attn_mask=attn_mask, is_causal=causal, enable_gqa=group > 1)
+    out.backward(frost.Tensor(do))
+    return [t.detach().numpy().astype(np.float64) for t in (out, tq.grad, tk.grad, tv.grad)]
+
+
+def _assert_close(name, got, want, composed, unit):
+    """got within ERR_UNITS u of the values' size of the float64 reference, and no worse than twice the composed
+    path's own error (plus one u)."""
+    got = got.astype(np.float64)
+    size = max(np.abs(want).max(), 1.0)
+    err = np.abs(got - want).max()
+    assert np.isfinite(got).all(), f"{name}: non-finite values"
+    assert err <= ERR_UNITS * unit * size, f"{name}: error {err:.3g} > {ERR_UNITS} u x {size:.3g}"
+    if composed is not None:
+        assert err <= 2 * np.abs(composed - want).max() + unit * size, f"{name}: error {err:.3g} vs composed"
+
+
+def _check(b, hq, hkv, lq, lk, d, causal, dtype="bfloat16", mask=None, tiles=SMALL, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, d, dtype)
+    group = hq // hkv
+    p = fa.Problem(b, hq, group, lq, lk, d, causal, 1 / np.sqrt(d), mask is not None)
+    o, lse = fa.forward_arrays(np, q, k, v, p, mask, tiles)
+    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, tiles)
+    want = _reference(q, k, v, do, causal, group, mask)
+    composed = _composed(q, k, v, do, causal, group, mask)
+    assert o.dtype == q.dtype and lse.dtype == np.float32 and [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    np.testing.assert_allclose(lse, want[1], rtol=1e-5, atol=1e-5)   # float32 sums of exact bf16 products
+    unit = UNIT[dtype]
+    for name, got, ref, comp in zip(("O", "dQ", "dK", "dV"), (o, *grads), want[:1] + want[2:], composed):
+        _assert_close(name, got, ref, comp, unit)
+    return o, lse, grads
+
+
+# (B, Hq, Hkv, Lq, Lk, D, causal, dtype, tiles): several tiles and ragged ends (33 = 32 + 1), causal with Lq > Lk
+# and Lq < Lk (top-left), f16, GQA ratios 4 and 8
+CASES = [
+    (2, 2, 2, 16, 16, 64, False, "bfloat16", TINY),
+    (1, 2, 2, 33, 33, 64, True, "bfloat16", SMALL),
+    (1, 2, 2, 33, 20, 64, True, "float16", TINY),
+    (1, 2, 2, 20, 47, 64, True, "bfloat16", TINY),
+    (1, 1, 1, 33, 40, 64, False, "float16", TINY),
+    (1, 4, 1, 24, 17, 64, True, "bfloat16", TINY),
+    (1, 8, 1, 16, 16, 64, False, "bfloat16", TINY),
+]
+
+
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,dtype,tiles", CASES)
+def test_simulated_kernels_match_float64_and_composed(b, hq, hkv, lq, lk, d, causal, dtype, tiles):
+    _check(b, hq, hkv, lq, lk, d, causal, dtype, tiles=tiles)
+
+
+def test_head_dim_128_with_default_tiles():
+    _check(1, 1, 1, 20, 20, 128, True, tiles=None)   # the backward's swapped tiles (BR=64, BC=32) at their defaults
+
+
+def test_key_padding_mask_with_a_fully_masked_row_gives_zeros():
+    mask = np.ones((2, 33), bool)
+    mask[0, 5:] = False
+    mask[1, :] = False   # batch entry 1 attends nothing: O = 0, log-sum-exp -inf, no gradient
+    o, lse, (dq, dk, dv) = _check(2, 1, 1, 17, 33, 64, False, mask=mask, tiles=TINY)
+    assert (o[1] == 0).all() and np.isneginf(lse[1]).all() and (dq[1] == 0).all() and (dk[1] == 0).all()
+    assert (dk[0, :, 5:] == 0).all() and (dv[0, :, 5:] == 0).all()   # masked keys get no gradient
+
+
+@pytest.mark.slow
+def test_default_tiles_at_a_ragged_length():
+    _check(1, 1, 1, 71, 71, 64, True, tiles=None)   # 64 + 7: two 64-row tiles, the second mostly padding
+
+
+def test_the_op_runs_forward_and_backward_through_autograd():
+    rng = np.random.default_rng(1)
+    q, k, v, do = _inputs(rng, 1, 2, 1, 17, 17, 64, "bfloat16")
+    tq, tk, tv = (frost.Tensor(a, requires_grad=True) for a in (q, k, v))
+    out = fa.flash_attention(tq, tk, tv, is_causal=True, enable_gqa=True, tiles=TINY)
+    out.backward(frost.Tensor(do))
+    want = _reference(q, k, v, do, True, 2, None)
+    unit = UNIT["bfloat16"]
+    for name, got, ref in zip(("O", "dQ", "dK", "dV"), (out, tq.grad, tk.grad, tv.grad), want[:1] + want[2:]):
+        _assert_close(name, got.detach().numpy(), ref, None, unit)
+
+
+def _tensors(*shapes, dtype="bfloat16"):
+    return [frost.Tensor(np.zeros(s, DTYPES.get(dtype, dtype))) for s in shapes]
+
+
+def test_applies_covers_only_what_the_kernels_compute():
+    q, k, v = _tensors((2, 4, 8, 64), (2, 2, 8, 64), (2, 2, 8, 64))
+    assert fa.applies(q, k, v, enable_gqa=True)
+    assert not fa.applies(q, k, v)                                    # grouped heads need enable_gqa
+    assert not fa.applies(q, k, v, dropout_p=0.1, enable_gqa=True)
+    assert fa.applies(q, q, q, attn_mask=frost.Tensor(np.ones((2, 1, 1, 8), bool)))   # key padding
+    assert fa.applies(q, q, q, attn_mask=frost.Tensor(np.ones((1, 1, 1, 8), bool)))
+    assert not fa.applies(q, q, q, attn_mask=frost.Tensor(np.ones((2, 1, 8, 8), bool)))  # per-query mask
+    assert not fa.applies(q, q, q, attn_mask=frost.Tensor(np.zeros((2, 1, 1, 8), np.float32)))  # additive
+    assert not fa.applies(*_tensors((2, 4, 8, 64), (2, 4, 8, 64), (2, 4, 8, 64), dtype="float32"))
+    assert not fa.applies(*_tensors((2, 4, 8, 32), (2, 4, 8, 32), (2, 4, 8, 32)))          # head dim 32
+    assert not fa.applies(*_tensors((4, 8, 64), (4, 8, 64), (4, 8, 64)))                   # 3-D
+    assert not fa.applies(*_tensors((2, 4, 8, 64), (2, 4, 8, 64), (2, 4, 8, 128)))         # Ev != E
+    assert not fa.applies(*_tensors((2, 4, 0, 64), (2, 4, 8, 64), (2, 4, 8, 64)))          # empty
+
+
+def test_supported_is_false_on_the_cpu_and_when_switched_off(monkeypatch):
+    q, k, v = _tensors((1, 2, 8, 64), (1, 2, 8, 64), (1, 2, 8, 64))
+    assert fa.applies(q, k, v) and not fa.supported(q, k, v)   # CPU tensors take the composed path
+    monkeypatch.setenv("FROST_FLASH_ATTENTION", "0")
+    assert not fa.supported(q, k, v)
+
+
+def test_bad_input_names_the_op_and_shapes():
+    q, k, v = _tensors((1, 3, 8, 64), (1, 2, 8, 64), (1, 2, 8, 64))
+    with pytest.raises(ValueError, match=r"flash_attention: query heads 3 .* multiple"):
+        fa.flash_attention(q, k, v, enable_gqa=True)
+    q, k = _tensors((1, 2, 8, 64), (1, 2, 8, 64))
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape .* \(1, 8\)"):
+        fa.flash_attention(q, k, k, key_padding_mask=frost.Tensor(np.ones((1, 7), bool)))
+    with pytest.raises(ValueError, match="tiles BR=24"):
+        fa.check_tiles(dict(BR=24, BC=32), 64)
+
+
+@pytest.mark.parametrize("d", fa.HEAD_DIMS)
+def test_kernels_compile_for_sm90(d, tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings")
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    kernels = fa.KERNELS["bfloat16"]
+    fwd, bwd = fa.FORWARD_TILES[d], fa.BACKWARD_TILES[d]
+    flags = dict(D=d, CAUSAL=1, MASKED=1)
+    for kern, tiles in ((kernels.forward, fwd), (kernels.dq, bwd), (kernels.dkdv, dict(BR=bwd["BC"], BC=bwd["BR"]))):
+        assert kern.compile("sm_90", **tiles, **flags)[:4] == b"\x7fELF"
+    assert kernels.dot.compile("sm_90", D=d)[:4] == b"\x7fELF"
+
+
+# ------------------------------------------------------------------ on the GPU: the real kernels behind SDPA
+GPU_CASES = [
+    (2, 4, 4, 300, 300, 64, False, "bfloat16", False),
+    (2, 4, 4, 257, 300, 64, True, "bfloat16", False),
+    (2, 8, 2, 200, 130, 128, True, "float16", False),
+    (2, 8, 1, 129, 129, 128, False, "bfloat16", True),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,dtype,masked", GPU_CASES)
+def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, causal, dtype, masked, monkeypatch):
+    rng = np.random.default_rng(0)
+    arrays = _inputs(rng, b, hq, hkv, lq, lk, d, dtype)
+    mask = rng.random((b, lk)) > 0.3 if masked else None
+    if masked:
+        mask[0] = False   # a fully masked batch entry
+    calls = []
+    real = fa.flash_attention
+    monkeypatch.setattr(fa, "flash_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    results = []
+    for switch in ("1", "0"):
+        monkeypatch.setenv("FROST_FLASH_ATTENTION", switch)
+        q, k, v, do = (frost.Tensor(a).to("cuda") for a in arrays)
+        for t in (q, k, v):
+            t.requires_grad = True
+        attn_mask = None if mask is None else frost.Tensor(mask[:, None, None, :]).to("cuda")
+        out = sdpa(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=hq != hkv)
+        out.backward(do)
+        results.append([t.cpu().numpy().astype(np.float64) for t in (out, q.grad, k.grad, v.grad)])
+    assert calls == [1]
+    want = _reference(*arrays, causal, hq // hkv, mask)
+    for name, got, comp, ref in zip(("O", "dQ", "dK", "dV"), results[0], results[1], want[:1] + want[2:]):
+        _assert_close(name, got, ref, comp, UNIT[dtype])

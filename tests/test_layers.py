@@ -1,0 +1,248 @@
+"""The import layers of ARCHITECTURE.md, checked on frost/'s source: no import circles beyond the allow-list below,
+and the floors' contracts (a module imports only from its own floor or below). Imports at module level and inside
+functions both count: an import moved into a function to dodge a circle is still a circle."""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / "frost"
+
+# The circles that remain today, each as its exact set of modules: a module joining one, or a new circle, fails the
+# test; a module leaving one fails it too, so that the entry shrinks with the code.
+ALLOWED_CIRCLES = [
+    # the tensor and its ops: Tensor's methods call the ops, the ops build Tensors (issue 29 tracks the way out)
+    frozenset({"frost.autocast", "frost.dlpack", "frost.fft", "frost.generator", "frost.numpy_interop",
+               "frost.ops.elementwise", "frost.ops.index", "frost.ops.math", "frost.ops.matmul", "frost.ops.reduce",
+               "frost.ops.sampling", "frost.ops.scan", "frost.ops.shape", "frost.ops.spectral", "frost.optim.flat",
+               "frost.random", "frost.tensor"}),
+    # inside the kernel language: frontend imports api (DeviceFunction) and lib (warp_sum, ...) inside functions,
+    # while api and lib build on frontend
+    frozenset({"frost.kernel.api", "frost.kernel.cgen", "frost.kernel.compile", "frost.kernel.frontend",
+               "frost.kernel.lib", "frost.kernel.simulate"}),
+]
+
+# (importer, forbidden targets): a module in or under an importer package must not import from a target package
+LAYER_CONTRACTS = [
+    (("frost.dtype", "frost.layout", "frost.backend"),
+     ("frost.ops", "frost.nn", "frost.optim", "frost.data", "frost.models", "frost.bench", "frost.cli",
+      "frost.distributed")),
+    (("frost.kernel",), ("frost.ops", "frost.nn", "frost.optim", "frost.data", "frost.models")),
+    (("frost.nn",), ("frost.data", "frost.bench", "frost.cli", "frost.models")),
+    (("frost.ops",), ("frost.nn", "frost.optim", "frost.data", "frost.models", "frost.bench", "frost.cli")),
+]
+
+Graph = dict[str, dict[str, tuple[str, int]]]  # module -> {imported module: (file, line of its first import)}
+
+
+def module_files(package_dir: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of the package (a package is its __init__.py)."""
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def imported_names(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The dotted names an import statement may load: the module, and for `from m import a` also m.a (a
+    submodule, or a name defined in m)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = module.split(".")
+        base = base[:len(base) - node.level + (1 if is_package else 0)]
+        prefix = ".".join(base + ([node.module] if node.module else []))
+    else:
+        prefix = node.module or ""
+    return [prefix] + [f"{prefix}.{alias.name}" for alias in node.names]
+
+
+def owning_module(name: str, modules: dict[str, Path]) -> str | None:
+    """The longest module name that `name` (a module or a name inside one) falls under, or None outside."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(package_dir: Path) -> Graph:
+    """Every import of the package's modules into the package, at any depth in the file. An import of a module's
+    own enclosing package (its __init__, which re-exports the package) is left out: every module would otherwise
+    sit in a circle with the package face."""
+    modules = module_files(package_dir)
+    graph: Graph = {m: {} for m in modules}
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        file = path.relative_to(package_dir.parent).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for name in imported_names(module, is_package, node):
+                target = owning_module(name, modules)
+                own_package = target is not None and modules[target].name == "__init__.py" and \
+                    module.startswith(target + ".")
+                if target is None or target == module or own_package:
+                    continue
+                first = graph[module].get(target)
+                if first is None or node.lineno < first[1]:
+                    graph[module][target] = (file, node.lineno)
+    return graph
+
+
+def circles(graph: Graph) -> list[frozenset[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.add(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(frozenset(group))
+    return found
+
+
+def describe_edges(graph: Graph, group: frozenset[str], involving: frozenset[str] | None = None) -> str:
+    """The imports that hold a circle together (those touching `involving` when given), as file:line lines."""
+    lines = []
+    for module in sorted(group):
+        for target, (file, line) in sorted(graph[module].items()):
+            if target in group and (involving is None or module in involving or target in involving):
+                lines.append(f"  {file}:{line}: {module} imports {target}")
+    return "\n".join(lines)
+
+
+def circle_problems(graph: Graph, allowed: list[frozenset[str]]) -> list[str]:
+    """What differs between the graph's circles and the allow-list, one message each."""
+    found = circles(graph)
+    problems = []
+    for group in found:
+        if group in allowed:
+            continue
+        overlapping = [a for a in allowed if a & group]
+        if len(overlapping) == 1 and group < overlapping[0]:
+            problems.append(f"modules left an allowed import circle: remove {sorted(overlapping[0] - group)} from "
+                            f"its ALLOWED_CIRCLES entry in tests/test_layers.py")
+        elif len(overlapping) == 1 and group > overlapping[0]:
+            joined = group - overlapping[0]
+            problems.append(f"modules joined an allowed import circle: {sorted(joined)}; their imports in it:\n"
+                            f"{describe_edges(graph, group, joined)}")
+        else:
+            problems.append(f"import circle not in the allow-list ({len(group)} modules):\n"
+                            f"{describe_edges(graph, group)}")
+    for group in allowed:
+        if not any(group & found_group for found_group in found):
+            problems.append(f"an allowed import circle is gone: remove its ALLOWED_CIRCLES entry from "
+                            f"tests/test_layers.py ({', '.join(sorted(group)[:3])}, ...)")
+    return problems
+
+
+def within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def layer_violations(graph: Graph, contracts: list) -> list[str]:
+    """Each import that breaks a contract, as file:line and the rule it breaks."""
+    violations = []
+    for importers, forbidden in contracts:
+        for module in sorted(m for m in graph if within(m, importers)):
+            for target, (file, line) in sorted(graph[module].items()):
+                if within(target, forbidden):
+                    violations.append(f"{file}:{line}: {module} imports {target}; "
+                                      f"{' / '.join(importers)} must not import from {', '.join(forbidden)}")
+    return violations
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return import_graph(PACKAGE_DIR)
+
+
+def test_no_import_circles_beyond_the_allowed_ones(graph):
+    problems = circle_problems(graph, ALLOWED_CIRCLES)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+def test_each_floor_imports_only_from_its_own_floor_or_below(graph):
+    violations = layer_violations(graph, LAYER_CONTRACTS)
+    if violations:
+        pytest.fail("imports against ARCHITECTURE.md's floors:\n" + "\n".join(violations), pytrace=False)
+
+
+# ---------------------------------------------------------------- the checker itself, on small made-up packages
+def write_package(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A package `pkg` under tmp_path with the given files (relative path -> source)."""
+    for rel, source in files.items():
+        path = tmp_path / "pkg" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return tmp_path / "pkg"
+
+
+def test_an_import_inside_a_function_closes_a_circle_and_is_reported_with_its_line(tmp_path):
+    package = write_package(tmp_path, {
+        "__init__.py": "from pkg import a\n",
+        "a.py": "from pkg.b import f\n",
+        "b.py": "def f():\n    from pkg import a\n    return a\n",
+        "c.py": "from . import a\n",
+    })
+    graph = import_graph(package)
+    assert circles(graph) == [frozenset({"pkg.a", "pkg.b"})]
+    assert graph["pkg.b"]["pkg.a"][1] == 2 and "pkg" not in graph["pkg.a"]   # own package face left out
+    assert graph["pkg.c"] == {"pkg.a": ("pkg/c.py", 1)}                       # relative import resolved
+
+
+def test_circle_problems_name_a_new_circle_a_shrunk_one_and_a_gone_one(tmp_path):
+    graph = import_graph(write_package(tmp_path, {
+        "__init__.py": "", "a.py": "import pkg.b\n", "b.py": "import pkg.a\n", "c.py": "import pkg.a\n"}))
+    ab = frozenset({"pkg.a", "pkg.b"})
+    assert circle_problems(graph, [ab]) == []
+    new = circle_problems(graph, [])
+    assert len(new) == 1 and "not in the allow-list" in new[0] and "pkg/b.py:1: pkg.b imports pkg.a" in new[0]
+    shrunk = circle_problems(graph, [ab | {"pkg.c"}])
+    assert shrunk == ["modules left an allowed import circle: remove ['pkg.c'] from its ALLOWED_CIRCLES entry in "
+                      "tests/test_layers.py"]
+    gone = circle_problems(graph, [ab, frozenset({"pkg.c", "pkg.d"})])
+    assert len(gone) == 1 and "is gone" in gone[0] and "pkg.c, pkg.d" in gone[0]
+    joined = circle_problems(graph, [frozenset({"pkg.a"})])
+    assert len(joined) == 1 and "joined an allowed import circle: ['pkg.b']" in joined[0]
+
+
+def test_layer_violations_name_the_file_line_and_rule(tmp_path):
+    graph = import_graph(write_package(tmp_path, {
+        "__init__.py": "", "low/__init__.py": "", "high.py": "",
+        "low/x.py": "import os\n\ndef f():\n    from pkg import high\n", "lowish.py": "import pkg.high\n"}))
+    violations = layer_violations(graph, [(("pkg.low",), ("pkg.high",))])
+    assert len(violations) == 1 and violations[0].startswith("pkg/low/x.py:4: pkg.low.x imports pkg.high")
+    # the importer prefix matches whole package names: pkg.lowish is not under pkg.low
