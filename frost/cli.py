@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from frost import __version__
-from frost.bench import optimizers, resnet_cifar10
+from frost.bench import gpt, optimizers, resnet_cifar10
+from frost.distributed import run as distributed_run
 
 # name -> (one-line summary, module with add_arguments and run, and whose docstring is the --help description)
 BENCHMARKS = {
@@ -14,6 +15,8 @@ BENCHMARKS = {
                        "the embedded sample without the data)", resnet_cifar10),
     "optimizers": ("the seed ResNet on CIFAR-10 with each optimizer (SGD, AdamW, Lion, Muon, SophiaG, ...)",
                    optimizers),
+    "gpt": ("a GPT (frost.models.gpt) on a token corpus: nanoGPT's shakespeare-char or GPT-2 124M, ms/step, "
+            "tokens/s and held-out loss", gpt),
 }
 
 
@@ -33,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_verbose(bench, argparse.SUPPRESS)
     bench.set_defaults(handler=lambda args: print(list_benchmarks()))
+    # parsed by frost.distributed.run itself (main hands it the arguments): listed here for --help
+    commands.add_parser("run", help="start N data-parallel processes (frost run --help)", add_help=False)
     benchmarks = bench.add_subparsers(dest="benchmark", metavar="benchmark")
     for name, (summary, module) in BENCHMARKS.items():
         sub = benchmarks.add_parser(name, help=summary, description=module.__doc__,
@@ -52,8 +57,12 @@ def list_benchmarks() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv[1:]) and run the command; returns the exit status. An error is one line on
     stderr and status 1 (the traceback with --verbose); a refusal (SystemExit with a message) exits with it."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        return distributed_run.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = list(argv)  # a benchmark may run itself again (--nproc-per-node: in N processes)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

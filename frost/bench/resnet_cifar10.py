@@ -15,19 +15,28 @@ nobody asked for (no GPU, no --device), the full data with the full protocol's s
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from frost import distributed as dist
 from frost.backend import cuda as cuda_backend
 from frost.bench import common
 from frost.data import cifar
 from frost.data.transforms import gather_scaled_gpu
 from frost.io import expand_path
 from frost.layout import as_channels_last
+from frost.nn.parallel import DistributedDataParallel
 
+DATA_PARALLEL_VARIABLE = "FROST_BENCH_DATA_PARALLEL"  # set in the processes that --nproc-per-node starts
 LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that waited for data
 FULL_SEEDS = [0, 1, 2]
 # the embedded sample's short run: one seed, and the steps that take about a minute on a 2-core CPU (0.27 s a step
@@ -85,6 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="loss-curve sample interval in steps (default: steps // 200, at least 1)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--nproc-per-node", type=int, default=1,
+                   help="data-parallel processes (frost run; DistributedDataParallel): each trains batch 32 of a "
+                        "global batch of N x 32; rank 0 reports")
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -421,6 +433,31 @@ def streams_files(folder: Path, seed: int) -> tuple[Path, Path]:
 # ---------------------------------------------------------------- one seed
 
 
+def rank_slices(batches, rank: int, batch_size: int):
+    """Process `rank`'s batch_size indices of each global batch (every process draws the same permutations)."""
+    for (idx,) in batches:
+        yield (type(idx)(idx.data[rank * batch_size:(rank + 1) * batch_size]),)
+
+
+def data_parallel_rank() -> tuple[int, int]:
+    """(rank, world size) in a --nproc-per-node run, (0, 1) otherwise."""
+    if not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def relaunch(args: argparse.Namespace) -> dict:
+    """--nproc-per-node N: this same command in N processes through frost run (each one a data-parallel rank);
+    rank 0 prints the table and writes --out, which is returned."""
+    command = [sys.executable, "-m", "frost.distributed.run", "--nproc-per-node", str(args.nproc_per_node),
+               "-m", "frost", *args.command_line]
+    done = subprocess.run(command, env=dict(os.environ, **{DATA_PARALLEL_VARIABLE: "1"}))
+    if done.returncode != 0:
+        raise SystemExit(f"frost bench: the {args.nproc_per_node} data-parallel processes failed (status "
+                         f"{done.returncode}; their output is above)")
+    return json.loads(Path(args.out).read_text()) if args.out else {}
+
+
 def build(seed: int, device: str, channels_last: bool = False, weights: dict | None = None):
     """The seed ResNet and its AdamW, initialised from `seed` (or with the given state dict of arrays)."""
     from frost.optim import AdamW
@@ -533,11 +570,15 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
 
     channels_last = args.memory_format == "channels_last"
     model, opt = build(seed, device, channels_last, weights)
+    rank, world = data_parallel_rank()
+    if world > 1:
+        model = DistributedDataParallel(model)
     t_built = sw.now()
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
     if args.pipeline == "resident":
         step = make_step(model, opt, args.precision, jit, data["x_train"], data["y_train"], data["x_train_nhwc"])
-        batches = resident_batches(len(data["x_train"]), batch_size, device, orders)
+        batches = rank_slices(resident_batches(len(data["x_train"]), batch_size * world, device, orders), rank,
+                              batch_size)
     else:
         step = make_step(model, opt, args.precision, jit)
         batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats, args.decode,
@@ -579,7 +620,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
         "steps_timed": timed,
         "warmup_steps": warmup,
         "ms_per_step": 1000 * train_s / timed if timed else None,
-        "images_per_s": timed * batch_size / train_s if timed and train_s > 0 else None,
+        "images_per_s": timed * batch_size * world / train_s if timed and train_s > 0 else None,
         "startup_s": data_load_s + startup_s,
         "setup_s": startup_s,
         "startup_detail": startup_detail,
@@ -642,14 +683,43 @@ def run(args: argparse.Namespace) -> dict:
                          "own order)")
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
+    if args.nproc_per_node > 1:
+        if args.pipeline != "resident" or args.streams or args.save_streams:
+            raise SystemExit("frost bench: --nproc-per-node needs --pipeline resident, without --streams")
+        if not os.environ.get(DATA_PARALLEL_VARIABLE):
+            return relaunch(args)
+        return run_as_rank(args)
+    return run_here(args)
+
+
+def run_as_rank(args: argparse.Namespace) -> dict:
+    """One process of a --nproc-per-node run: rank 0 finds (or downloads) the data first, shows progress and
+    reports; the others wait for it, then train silently."""
+    dist.init_process_group()
+    try:
+        if dist.get_rank() == 0:
+            return run_here(args, data_ready=dist.barrier)
+        args.quiet, args.out = True, None
+        dist.barrier()
+        with contextlib.redirect_stdout(io.StringIO()):
+            return run_here(args, report=False)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_here(args: argparse.Namespace, report: bool = True, data_ready=lambda: None) -> dict:
+    """The benchmark in this process (one rank of several with --nproc-per-node)."""
     device, channels_last, root, jit_on = prepare(args)
+    data_ready()
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
                    "prefetch_to_device": args.prefetch_to_device if args.pipeline == "loader" else None,
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format,
-                   "tf32": args.tf32 == "on", "streams": str(args.streams) if args.streams else None})
+                   "tf32": args.tf32 == "on", "streams": str(args.streams) if args.streams else None,
+                   "world_size": args.nproc_per_node,
+                   "global_batch": args.nproc_per_node * common.PROTOCOL["batch_size"]})
     data, data_load_s = load_into(result, args, root, device, args.pipeline, channels_last)
     if args.save_streams:
         save_streams(args.save_streams, args.seeds, data["n_train"], args.steps, device)
@@ -665,6 +735,8 @@ def run(args: argparse.Namespace) -> dict:
                 common.write_json(args.out, result)  # partial results survive an interrupted run
     finally:
         frost.backends.allow_tf32 = tf32_before
+    if not report:
+        return result
     print(common.results_table(result))
     if root is None:
         print(f"(the embedded sample: accuracy over its {data['n_test']} test images after {args.steps:,} steps, a "

@@ -48,7 +48,8 @@ class TorchGPT(tnn.Module):
     def forward(self, idx, targets=None):
         c, p = self.c, self.c.dropout if self.training else 0.0
         B, T = idx.shape
-        x = TF.dropout(self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T)), p, self.training)
+        pos = torch.arange(T, device=idx.device)
+        x = TF.dropout(self.transformer.wte(idx) + self.transformer.wpe(pos), p, self.training)
         for b in self.transformer.h:
             q, k, v = b.attn.c_attn(b.ln_1(x)).split(c.n_embd, dim=2)
             q, k, v = (t.view(B, T, c.n_head, -1).transpose(1, 2) for t in (q, k, v))

@@ -1,7 +1,7 @@
 """How much of the PyTorch surface that common model code reaches for Frost has: a static name check.
 
-    python benchmarks/coverage.py                      # prints present / missing per group
-    python benchmarks/coverage.py --out coverage.json  # and writes them as JSON
+    python benchmarks/api_coverage.py                      # prints present / missing per group
+    python benchmarks/api_coverage.py --out coverage.json  # and writes them as JSON
 
 Each group is a PyTorch namespace and the Frost object its names are looked up on (`hasattr`, dotted names one
 attribute at a time): torch.nn.functional on frost.nn.functional, torch.Tensor's methods on frost.Tensor, torch's
