@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+import numpy as np
+
 from frost import backend
 from frost.autograd import no_grad
 from frost.ops.shape import cat
@@ -28,7 +30,9 @@ def _norm_of(xp, g, norm_type: float):
     if norm_type == 0:  # the count of non-zeros, as torch.linalg.vector_norm's ord=0
         return xp.asarray(xp.count_nonzero(a), dtype=a.dtype)
     if norm_type == 2.0:
-        return xp.sqrt(xp.vdot(a.ravel(), a.ravel()))
+        # CuPy's vdot calls cuBLAS, which refuses to run while frost.jit captures a step; a reduction kernel does not
+        flat = a.ravel()
+        return xp.sqrt(xp.vdot(flat, flat) if xp is np else (flat * flat).sum())
     return (xp.abs(a) ** norm_type).sum() ** (1.0 / norm_type)
 
 
