@@ -142,11 +142,39 @@ def report(measured: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --whole: every public name of these torch namespaces, not only the curated ones (needs torch installed)
+WHOLE = {"torch.nn.functional": "frost.nn.functional", "torch.Tensor": "frost.Tensor", "torch.nn": "frost.nn"}
+
+
+def public_names(group: str, root: Any) -> list[str]:
+    """torch.nn.functional's functions, torch.Tensor's public attributes, torch.nn's Module classes."""
+    names = [n for n in dir(root) if not n.startswith("_")]
+    if group == "torch.nn.functional":
+        return [n for n in names if callable(getattr(root, n)) and "torch" in str(getattr(getattr(root, n),
+                                                                                           "__module__", ""))]
+    if group == "torch.nn":
+        module = getattr(root, "Module")
+        return [n for n in names if isinstance(getattr(root, n), type) and issubclass(getattr(root, n), module)]
+    return names
+
+
+def whole_groups() -> dict[str, tuple[str, list[str]]]:
+    groups = {}
+    for group, frost_path in WHOLE.items():
+        root = torch_root(group)
+        if root is None:
+            raise SystemExit("api_coverage: --whole needs torch installed (it lists torch's names)")
+        groups[f"{group} (all public)"] = (frost_path, sorted(public_names(group, root)))
+    return groups
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the result as JSON to this file")
+    parser.add_argument("--whole", action="store_true",
+                        help="every public name of torch.nn.functional, torch.Tensor and torch.nn (needs torch)")
     args = parser.parse_args(argv)
-    measured = measure()
+    measured = measure(whole_groups() if args.whole else GROUPS)
     measured["commit"] = commit()
     measured["date"] = datetime.date.today().isoformat()
     print(report(measured))

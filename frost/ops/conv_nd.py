@@ -1,8 +1,8 @@
 """1-, 2- and 3-D convolutions (conv1d, conv3d) and transposed convolutions (conv_transpose1d/2d/3d), PyTorch
 semantics, forward and backward together; conv2d keeps its own tuned paths in conv.py.
 
-Both directions rest on two array helpers over the same column layout, (N, groups, Cin/groups * prod(kernel),
-prod(out)): `_columns` (im2col, a strided view copied once) and `_scatter_columns` (col2im, one strided add per
+Both directions rest on two array helpers over the same column layout, (groups, Cin/groups * prod(kernel),
+N * prod(out)): `_columns` (im2col, a strided view copied once) and `_scatter_columns` (col2im, one strided add per
 kernel offset). A convolution gathers columns and multiplies by the weight; its input gradient multiplies by the
 weight's transpose and scatters. A transposed convolution is that input gradient, so its forward scatters and its
 backward gathers, from one set of columns of the output gradient shared by the input and weight gradients.
@@ -17,6 +17,7 @@ import numpy as np
 
 from frost.autocast import cast_inputs
 from frost.autograd import is_grad_enabled
+from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op
 
 _SPATIAL_NAMES = {1: "L", 2: "H, W", 3: "D, H, W"}
@@ -176,20 +177,27 @@ def _padded(xp, x, geo: Geometry):
 
 
 def _columns(xp, x, geo: Geometry):
-    """im2col: x (N, C, *size) as C-contiguous columns (N, groups, C/groups * prod(kernel), prod(out))."""
+    """im2col: x (N, C, *size) as C-contiguous columns (groups, C/groups * prod(kernel), N * prod(out)): one
+    matrix per group, so that every product below is one batched matmul of 3-D operands (matmul_arrays: cuDNN on
+    the GPU, which a CUDA-graph capture takes and which multiplies bfloat16, unlike CuPy's batched cuBLAS path)."""
     xpad = _padded(xp, x, geo)
     s_n, s_c, *s_sp = xpad.strides
     view = xp.lib.stride_tricks.as_strided(
         xpad, shape=(geo.n, geo.c) + geo.kernel + geo.out,
         strides=(s_n, s_c) + tuple(d * s for d, s in zip(geo.dilation, s_sp))
         + tuple(st * s for st, s in zip(geo.stride, s_sp)))
+    dims = len(geo.kernel)
+    channels_kernel_batch_out = (1,) + tuple(range(2, 2 + dims)) + (0,) + tuple(range(2 + dims, 2 + 2 * dims))
     rows = geo.c // geo.groups * math.prod(geo.kernel)
-    return xp.ascontiguousarray(view).reshape(geo.n, geo.groups, rows, math.prod(geo.out))
+    return xp.ascontiguousarray(view.transpose(channels_kernel_batch_out)).reshape(
+        geo.groups, rows, geo.n * math.prod(geo.out))
 
 
 def _scatter_columns(xp, cols, geo: Geometry):
-    """col2im: columns (N, groups, C/groups * prod(kernel), prod(out)) summed back into an (N, C, *size) array."""
-    cols = cols.reshape((geo.n, geo.c) + geo.kernel + geo.out)
+    """col2im: columns (groups, C/groups * prod(kernel), N * prod(out)) summed back into an (N, C, *size) array."""
+    dims = len(geo.kernel)
+    cols = cols.reshape((geo.c,) + geo.kernel + (geo.n,) + geo.out)
+    cols = cols.transpose((dims + 1, 0) + tuple(range(1, dims + 1)) + tuple(range(dims + 2, 2 * dims + 2)))
     gx = xp.zeros((geo.n, geo.c) + geo.padded, dtype=cols.dtype)
     both = (slice(None), slice(None))
     for offset in itertools.product(*(range(k) for k in geo.kernel)):
@@ -205,26 +213,28 @@ def _grouped_weight(w, geo: Geometry):
 
 
 def _grouped_out(xp, g, geo: Geometry):
-    """An output-side array (N, Cout, *out) as (N, groups, Cout/groups, prod(out))."""
-    return xp.ascontiguousarray(g).reshape(geo.n, geo.groups, geo.cout // geo.groups, math.prod(geo.out))
+    """An output-side array (N, Cout, *out) as (groups, Cout/groups, N * prod(out)), C-contiguous."""
+    per_group = g.reshape(geo.n, geo.groups, geo.cout // geo.groups, math.prod(geo.out)).transpose(1, 2, 0, 3)
+    return xp.ascontiguousarray(per_group).reshape(geo.groups, geo.cout // geo.groups, -1)
 
 
 def _multiply(xp, w, cols, geo: Geometry):
     """The convolution from its columns: (N, Cout, *out)."""
-    return xp.matmul(_grouped_weight(w, geo), cols).reshape((geo.n, geo.cout) + geo.out)
+    product = matmul_arrays(xp, _grouped_weight(w, geo), cols)  # (groups, Cout/groups, N * prod(out))
+    return xp.ascontiguousarray(product.reshape((geo.cout, geo.n) + geo.out).swapaxes(0, 1))
 
 
 def _multiply_transposed(xp, w, g, geo: Geometry):
     """The input gradient from an output gradient g (N, Cout, *out): w's transpose times g, scattered back."""
-    return _scatter_columns(xp, xp.matmul(_grouped_weight(w, geo).swapaxes(1, 2), _grouped_out(xp, g, geo)), geo)
+    return _scatter_columns(xp, matmul_arrays(xp, _grouped_weight(w, geo).swapaxes(1, 2), _grouped_out(xp, g, geo)),
+                            geo)
 
 
 def _weight_gradient(xp, g, cols, geo: Geometry):
     """d(loss)/d(w) of a convolution, (Cout, C/groups, *kernel): g times the columns' transpose, summed over the
     batch in one matmul per group (batch and positions folded into its inner dim)."""
-    g3 = _grouped_out(xp, g, geo).transpose(1, 2, 0, 3).reshape(geo.groups, geo.cout // geo.groups, -1)
-    c3 = cols.transpose(1, 2, 0, 3).reshape(geo.groups, cols.shape[2], -1)
-    return xp.matmul(g3, c3.swapaxes(1, 2)).reshape((geo.cout, geo.c // geo.groups) + geo.kernel)
+    product = matmul_arrays(xp, _grouped_out(xp, g, geo), cols.swapaxes(1, 2))
+    return product.reshape((geo.cout, geo.c // geo.groups) + geo.kernel)
 
 
 # ------------------------------------------------------------------ the differentiable ops

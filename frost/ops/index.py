@@ -9,6 +9,7 @@ import numpy as np
 from frost.autograd import unbroadcast
 from frost.ops.reduce import normalize_dim
 from frost.ops.scan import _lowest
+from frost.ops.shape import scatter_at
 from frost.tensor import Tensor, can_read_values, from_op
 
 SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
@@ -119,7 +120,7 @@ def scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     axis, idx, corner, values = _scatter_args("scatter_add", x, dim, index, src)
     pos = _positions(xp, idx, axis)
     out = x.data.copy()
-    xp.add.at(out, pos, values)
+    scatter_at(xp, "add", out, pos, values)
     return from_op(out, (x, src), lambda g: (g, _src_grad(xp, src, corner, g[pos])), "scatter_add")
 
 
@@ -162,13 +163,13 @@ def _identity(dtype, reduce: str):
 
 def _reduce_sum(xp, start, pos, values, _self_in):
     out = start.copy()
-    xp.add.at(out, pos, values)
+    scatter_at(xp, "add", out, pos, values)
     return out, lambda g: (g, g[pos])
 
 
 def _reduce_mean(xp, start, pos, values, self_in):
     total = start.copy()
-    xp.add.at(total, pos, values)
+    scatter_at(xp, "add", total, pos, values)
     count = self_in.astype(np.int32)  # int32 counts: CuPy's add.at (atomic adds) takes them, int64 not everywhere
     xp.add.at(count, pos, xp.ones(values.shape, dtype=np.int32))
     count = xp.maximum(count, 1)
@@ -183,15 +184,15 @@ def _reduce_mean(xp, start, pos, values, self_in):
 def _reduce_extreme(largest: bool) -> Callable:
     def reduce(xp, start, pos, values, self_in):
         out = start.copy()
-        (xp.maximum if largest else xp.minimum).at(out, pos, values)
+        scatter_at(xp, "maximum" if largest else "minimum", out, pos, values)
 
         def grads(g):
             # the values equal to the extreme (ties) share its gradient evenly, as PyTorch's
             self_is = (start == out) & self_in
             src_is = values == out[pos]
-            ties = self_is.astype(g.dtype)
-            xp.add.at(ties, pos, src_is.astype(g.dtype))
-            shared = g / xp.maximum(ties, 1)
+            ties = self_is.astype(np.int32)  # counts: int32, which CuPy's add.at takes (g's bfloat16 not)
+            xp.add.at(ties, pos, src_is.astype(np.int32))
+            shared = g / xp.maximum(ties, 1).astype(g.dtype)
             return xp.where(self_is, shared, 0).astype(g.dtype), xp.where(src_is, shared[pos], 0).astype(g.dtype)
         return out, grads
     return reduce
@@ -275,7 +276,7 @@ def index_add(x: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha=1) ->
     place = _index_args("index_add", x, dim, index, source)
     out = _as_1d(x).copy()
     src = _as_1d(x, source)
-    xp.add.at(out, place, src if alpha == 1 else src * alpha)
+    scatter_at(xp, "add", out, place, src if alpha == 1 else src * alpha)
 
     def backward(g):
         reached = g.reshape(out.shape)[place]
@@ -348,7 +349,7 @@ def index_put(x: Tensor, indices, values, accumulate: bool = False) -> Tensor:
     out = x.data.copy()
     try:
         if accumulate:
-            xp.add.at(out, pos, vals)
+            scatter_at(xp, "add", out, pos, vals)
         else:
             out[pos] = vals
     except (IndexError, ValueError) as e:

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from frost.ops.shape import scatter_at
+from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op
 
 # the spatial dims (input.ndim - 2) each mode applies to
@@ -18,6 +20,10 @@ _MODE_DIMS = {"nearest": (1, 2, 3), "nearest-exact": (1, 2, 3), "area": (1, 2, 3
               "bilinear": (2,), "bicubic": (2,), "trilinear": (3,)}
 _CUBIC_A = -0.75  # PyTorch's (and OpenCV's) bicubic kernel parameter
 _DENSE_LIMIT = 1 << 22  # entries of one axis's dense weight matrix (32 MiB in float64); longer axes use the taps
+# (taps' arguments, device) -> that axis map on the GPU, made once: a step captured by frost.jit may not copy host
+# arrays to the device, so it finds the maps its eager warm-up calls made; the oldest goes past the limit
+_DEVICE_MAPS: dict = {}
+_DEVICE_MAPS_LIMIT = 64
 
 
 def _check_tensor(x, name: str, what: str = "input") -> None:
@@ -55,7 +61,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         raise RuntimeError(f"interpolate: mode {mode!r} needs a floating-point input, got {input.dtype.name}")
     xp, a = input.xp, input.data
     acc = np.float64 if a.dtype == np.float64 else np.float32  # PyTorch's index math runs in the op's math type
-    maps = [_axis_map(xp, *_taps(mode, n, out, bool(align_corners), scale, acc, input.ndim == 4), n, acc)
+    maps = [_cached_axis_map(xp, input.device, (mode, n, out, bool(align_corners), scale, acc, input.ndim == 4))
             for n, out, scale in zip(input.shape[2:], out_sizes, scales)]
     out = a
     for axis, axis_map in enumerate(maps, start=2):
@@ -228,9 +234,26 @@ def _axis_map(xp, idx: np.ndarray, w, n: int, acc) -> tuple:
     return xp.asarray(idx), None if w is None else xp.asarray(w), matrix
 
 
+def _cached_axis_map(xp, device, key: tuple) -> tuple:
+    """_axis_map of the taps that key = (mode, n, out, align_corners, scale, acc, planar) names; on a GPU kept."""
+    mode, n, _, _, _, acc, _ = key
+    if xp is np:
+        return _axis_map(xp, *_taps(*key), n, acc)
+    place = (key, str(device))
+    if place not in _DEVICE_MAPS:
+        if len(_DEVICE_MAPS) >= _DEVICE_MAPS_LIMIT:
+            _DEVICE_MAPS.pop(next(iter(_DEVICE_MAPS)))
+        _DEVICE_MAPS[place] = _axis_map(xp, *_taps(*key), n, acc)
+    return _DEVICE_MAPS[place]
+
+
 def _matmul_axis(xp, a, axis: int, matrix):
-    """a with `axis` (of length matrix.shape[1]) mapped through matrix: sum_i matrix[j, i] a[..., i, ...]."""
-    return xp.moveaxis(xp.matmul(xp.moveaxis(a, axis, -1), matrix.T), -1, axis)
+    """a with `axis` (of length matrix.shape[1]) mapped through matrix: sum_i matrix[j, i] a[..., i, ...], in the
+    matrix's dtype, as one 2-D matmul (matmul_arrays: capturable on the GPU, where CuPy's cuBLAS is not)."""
+    moved = xp.moveaxis(a, axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1]).astype(matrix.dtype, copy=False)
+    product = matmul_arrays(xp, rows, matrix.T).reshape(moved.shape[:-1] + (matrix.shape[0],))
+    return xp.moveaxis(product, -1, axis)
 
 
 def _resample_axis(xp, a, axis: int, idx, w, matrix):
@@ -269,7 +292,7 @@ def _scatter_axis(xp, g, axis: int, idx, w, size: int):
     g_front = xp.moveaxis(g, axis, 0)
     for k in range(idx.shape[1]):
         part = g_front if w is None else g_front * _along(w[:, k], 0, g.ndim).astype(g.dtype, copy=False)
-        xp.add.at(front, idx[:, k], part)
+        scatter_at(xp, "add", front, idx[:, k], part)
     return gx
 
 

@@ -15,6 +15,36 @@ from frost.tensor import Tensor, from_op
 builtins_max = max
 
 
+# the dtypes CuPy's add.at and maximum.at / minimum.at take (its atomics); others go through a wider or reordered type
+_CUPY_ADD_AT = frozenset(("int32", "uint32", "uint64", "float16", "float32", "float64"))
+_CUPY_EXTREME_AT = frozenset(("int32", "uint32", "uint64", "float32", "float64"))
+_SIGN_BIT = np.uint64(1 << 63)
+
+
+def scatter_at(xp, ufunc: str, target, pos, values) -> None:
+    """xp.<ufunc>.at(target, pos, values) for ufunc "add", "maximum" or "minimum", in place, on any dtype. CuPy's
+    atomics take only some types: int64 adds as uint64 (the same bits modulo 2^64), bfloat16 and the small integers
+    in float32 / int32 (rounded once at the end), and int64 extremes as uint64 with the sign bit flipped (which
+    keeps the order)."""
+    op = getattr(xp, ufunc)
+    dtype = str(target.dtype)
+    if xp is np or dtype in (_CUPY_ADD_AT if ufunc == "add" else _CUPY_EXTREME_AT):
+        op.at(target, pos, values)
+        return
+    values = xp.asarray(values)
+    if dtype == "int64" and ufunc == "add":
+        op.at(target.view(xp.uint64), pos, values.astype(xp.int64, copy=False).view(xp.uint64))
+    elif dtype == "int64":
+        flipped = target.view(xp.uint64) ^ _SIGN_BIT
+        op.at(flipped, pos, values.astype(xp.int64, copy=False).view(xp.uint64) ^ _SIGN_BIT)
+        target[...] = (flipped ^ _SIGN_BIT).view(xp.int64)
+    else:
+        wide = xp.float32 if target.dtype.kind == "f" or dtype == "bfloat16" else xp.int32
+        widened = target.astype(wide)
+        op.at(widened, pos, values.astype(wide, copy=False))
+        target[...] = widened.astype(target.dtype, copy=False)
+
+
 def reshape(x: Tensor, shape: tuple) -> Tensor:
     shape = tuple(shape)
     try:
@@ -239,7 +269,7 @@ def getitem(x: Tensor, index) -> Tensor:
     def backward(g):
         gx = xp.zeros(x.shape, dtype=g.dtype)
         if advanced:
-            xp.add.at(gx, idx, g)  # repeated indices accumulate
+            scatter_at(xp, "add", gx, idx, g)  # repeated indices accumulate
         else:
             gx[idx] = g
         return (gx,)
@@ -279,7 +309,7 @@ def _describe_index(index) -> str:
 def _scatter_add_along_axis(xp, target, idx, values, axis: int) -> None:
     grids = list(xp.indices(idx.shape, sparse=True))
     grids[axis] = idx
-    xp.add.at(target, tuple(grids), values)
+    scatter_at(xp, "add", target, tuple(grids), values)
 
 
 # ------------------------------------------------------------------ joining and splitting
@@ -388,7 +418,7 @@ def pad(x: Tensor, padding, mode: str = "constant", value: float | None = None) 
             shape = list(g.shape)
             shape[axis] = x.shape[axis]
             folded = xp.zeros(shape, dtype=g.dtype)
-            xp.add.at(folded, (slice(None),) * axis + (idx,), g)
+            scatter_at(xp, "add", folded, (slice(None),) * axis + (idx,), g)
             g = folded
         return (g,)
     return from_op(out, (x,), backward, "pad")

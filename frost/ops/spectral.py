@@ -15,6 +15,7 @@ import numpy as np
 
 from frost import fft
 from frost.dtype import default_float_dtype
+from frost.ops.shape import scatter_at
 from frost.ops.shape import pad
 from frost.tensor import Tensor, _resolve, can_read_values, from_op, ones
 
@@ -84,7 +85,7 @@ def _frame_index(xp, frames: int, n_fft: int, hop: int):
 def _overlap_add_array(xp, frames, hop: int, length: int):
     """Sum (batch, frames, n_fft) frames into a (batch, length) signal, frame t starting at t * hop."""
     out = xp.zeros(frames.shape[:1] + (length,), dtype=frames.dtype)
-    xp.add.at(out, (slice(None), _frame_index(xp, frames.shape[1], frames.shape[2], hop)), frames)
+    scatter_at(xp, "add", out, (slice(None), _frame_index(xp, frames.shape[1], frames.shape[2], hop)), frames)
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from frost.backend import cuda as backend_cuda
 from frost.autograd import _accumulate, complete_deferred_gradients, enable_grad, grad, is_grad_enabled, no_grad
 from frost.nn.hooks import gathered
 from frost.nn.module import Module
@@ -134,18 +135,44 @@ def _leaves(outputs: Iterable[Tensor]) -> list:
 
 
 class _RandomState:
-    """The CPU generator's state and that of each GPU the inputs are on, as the first forward saw them."""
+    """The CPU generator's state and that of each GPU the inputs are on, as the first forward saw them. A GPU's
+    state is copied on the device (Philox keeps it there), not read to the host: a step captured by frost.jit may
+    not read the device, and the copies, made and written back by kernels, replay with the graph."""
 
     def __init__(self, inputs: list) -> None:
         self.cpu = get_rng_state()
         gpus = {t.device.index or 0 for t in inputs if t.device.type == "cuda"}
-        self.gpus = {index: get_cuda_rng_state(index) for index in sorted(gpus)}
+        self.gpus = {index: _gpu_state(index) for index in sorted(gpus)}
 
     @contextlib.contextmanager
     def restored(self) -> Iterator[None]:
         """Those states for the block; the states from before it afterwards."""
-        with fork_rng(devices=list(self.gpus)):
-            set_rng_state(self.cpu)
-            for index, state in self.gpus.items():
-                set_cuda_rng_state(state, index)
-            yield
+        before = {index: _gpu_state(index) for index in self.gpus}
+        try:
+            with fork_rng(devices=[]):  # the CPU's state only: the GPUs' are handled here
+                set_rng_state(self.cpu)
+                for index, state in self.gpus.items():
+                    _set_gpu_state(index, state)
+                yield
+        finally:
+            for index, state in before.items():
+                _set_gpu_state(index, state)
+
+
+def _gpu_state(index: int) -> Any:
+    """A copy of GPU `index`'s generator state: its device array copied there (a Philox generator), else the
+    (seed, offset) bytes that get_cuda_rng_state reads from the device."""
+    generator = backend_cuda.generator(index)
+    if not hasattr(generator, "state"):
+        return get_cuda_rng_state(index)
+    with backend_cuda.gpu_cupy().cuda.Device(index):
+        return generator.state.copy()
+
+
+def _set_gpu_state(index: int, state: Any) -> None:
+    generator = backend_cuda.generator(index)
+    if isinstance(state, Tensor):
+        set_cuda_rng_state(state, index)
+        return
+    with backend_cuda.gpu_cupy().cuda.Device(index):
+        generator.state[...] = state  # in place: graphs that hold the state array see the change
