@@ -20,7 +20,7 @@ import numpy as np
 
 from frost.backend.cuda import graph_time_us
 from frost.bench import common
-from frost.ops import norm
+from frost.accel import batch_norm as bn
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_SHAPES = [(32, 16, 32, 32), (32, 32, 16, 16), (32, 64, 8, 8)]
@@ -48,8 +48,8 @@ class Layer:
         self.mean, self.invstd, self.dw, self.db = f(), f(), f(), f()
         self.reset_running()
         self.y, self.dx, self.dres = cp.empty_like(self.x), cp.empty_like(self.x), cp.empty_like(self.x)
-        self.U, self.S = norm.bn_split(self.n, C, sms)
-        self.chunk = norm.BN_THREADS * self.U
+        self.U, self.S = bn.bn_split(self.n, C, sms)
+        self.chunk = bn.BN_THREADS * self.U
         self.pa, self.pb = cp.empty(C * self.S, cp.float32), cp.empty(C * self.S, cp.float32)
         self.pg, self.pgx = cp.empty(C * self.S, cp.float32), cp.empty(C * self.S, cp.float32)
 
@@ -59,24 +59,24 @@ class Layer:
         self.batches = cp.zeros((), cp.int64)
 
     def _partial(self):
-        norm.batch_norm_stats_partial[(self.S, self.C), norm.BN_THREADS](self.x, self.pa, self.pb, self.n, self.hw,
+        bn.batch_norm_stats_partial[(self.S, self.C), bn.BN_THREADS](self.x, self.pa, self.pb, self.n, self.hw,
                                                                          self.C, self.S, U=self.U)
 
     def _backward_partial(self):
-        norm.batch_norm_backward_partial[(self.S, self.C), norm.BN_THREADS](self.g, self.x, self.y, self.mean,
+        bn.batch_norm_backward_partial[(self.S, self.C), bn.BN_THREADS](self.g, self.x, self.y, self.mean,
                                                                             self.pg, self.pgx, self.n, self.hw,
                                                                             self.C, self.S, relu=1, U=self.U)
 
     def _apply(self, fused: int, per_thread: int):
-        blocks = -(-self.total // (norm.BN_APPLY_THREADS * per_thread))
-        norm.batch_norm_apply[blocks, norm.BN_APPLY_THREADS](
+        blocks = -(-self.total // (bn.BN_APPLY_THREADS * per_thread))
+        bn.batch_norm_apply[blocks, bn.BN_APPLY_THREADS](
             self.x, self.y, self.pa, self.pb, self.mean, self.invstd, self.rm, self.rv, self.batches.reshape(1),
             self.w, self.b, self.res, self.total, self.hw, self.C, self.n, self.S, self.chunk, MOMENTUM, EPS, 1,
             fused, relu=1, add_residual=1, fused=fused, U=per_thread)
 
     def _backward_input(self, fused: int, per_thread: int):
-        blocks = -(-self.total // (norm.BN_APPLY_THREADS * per_thread))
-        norm.batch_norm_backward_input[blocks, norm.BN_APPLY_THREADS](
+        blocks = -(-self.total // (bn.BN_APPLY_THREADS * per_thread))
+        bn.batch_norm_backward_input[blocks, bn.BN_APPLY_THREADS](
             self.g, self.x, self.y, self.mean, self.invstd, self.w, self.pg, self.pgx, self.dw, self.db, self.dx,
             self.dres, self.total, self.hw, self.C, self.n, self.S, relu=1, add_residual=1, fused=fused,
             U=per_thread)
@@ -84,14 +84,14 @@ class Layer:
     # -- old: finalize kernels, a separate counter kernel
     def old_forward(self, per_thread: int = OLD_PER_THREAD):
         self._partial()
-        norm.batch_norm_stats_finalize[self.C, 32](self.pa, self.pb, self.mean, self.invstd, self.rm, self.rv,
+        bn.batch_norm_stats_finalize[self.C, 32](self.pa, self.pb, self.mean, self.invstd, self.rm, self.rv,
                                                    self.n, self.S, self.chunk, MOMENTUM, EPS, 1)
         self._apply(0, per_thread)
         self.batches += 1
 
     def old_backward(self, per_thread: int = OLD_PER_THREAD):
         self._backward_partial()
-        norm.batch_norm_backward_finalize[self.C, 32](self.pg, self.pgx, self.invstd, self.dw, self.db, self.S)
+        bn.batch_norm_backward_finalize[self.C, 32](self.pg, self.pgx, self.invstd, self.dw, self.db, self.S)
         self._backward_input(0, per_thread)
 
     def old_layer(self, per_thread: int = OLD_PER_THREAD):
@@ -99,15 +99,15 @@ class Layer:
         self.old_backward(per_thread)
 
     # -- new: the elementwise kernels merge the partials and count the batch
-    def new_forward(self, per_thread: int = norm.BN_APPLY_PER_THREAD):
+    def new_forward(self, per_thread: int = bn.BN_APPLY_PER_THREAD):
         self._partial()
         self._apply(1, per_thread)
 
-    def new_backward(self, per_thread: int = norm.BN_APPLY_PER_THREAD):
+    def new_backward(self, per_thread: int = bn.BN_APPLY_PER_THREAD):
         self._backward_partial()
         self._backward_input(1, per_thread)
 
-    def new_layer(self, per_thread: int = norm.BN_APPLY_PER_THREAD):
+    def new_layer(self, per_thread: int = bn.BN_APPLY_PER_THREAD):
         self.new_forward(per_thread)
         self.new_backward(per_thread)
 
@@ -165,7 +165,7 @@ def main() -> None:
     rows, sweeps, checks = [], {}, {}
     for shape in SEED_SHAPES:
         layer = Layer(shape, sms)
-        assert norm.bn_fusable(layer.hw), shape
+        assert bn.bn_fusable(layer.hw), shape
         label = f"C{shape[1]} {shape[2]}x{shape[3]}"
         checks[label] = check(layer)
         for what, old, new, launches in (("forward", layer.old_forward, layer.new_forward, (4, 2)),
@@ -174,12 +174,12 @@ def main() -> None:
             t_old, t_new = graph_time_us(old, calls, repeats), graph_time_us(new, calls, repeats)
             rows.append(dict(shape=list(shape), layer=label, what=what, old_us=t_old, new_us=t_new,
                              speedup=t_old / t_new, launches_old=launches[0], launches_new=launches[1],
-                             split=dict(threads=norm.BN_THREADS, U=layer.U, S=layer.S)))
+                             split=dict(threads=bn.BN_THREADS, U=layer.U, S=layer.S)))
         if not args.quick:
             sweep = {f"six launches + counter, elementwise U{u}":
                      graph_time_us(lambda: layer.old_layer(u), calls, repeats) for u in (1, OLD_PER_THREAD)}
             for u in (1, 2, 4):
-                if norm.bn_fusable(layer.hw, norm.BN_APPLY_THREADS, u):
+                if bn.bn_fusable(layer.hw, bn.BN_APPLY_THREADS, u):
                     sweep[f"four launches, elementwise U{u}"] = graph_time_us(lambda: layer.new_layer(u), calls,
                                                                               repeats)
             sweeps[label] = sweep

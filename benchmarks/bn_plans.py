@@ -15,6 +15,7 @@ import numpy as np
 import frost
 from frost.backend.cuda import graph_time_us
 from frost.bench import common
+from frost.accel import batch_norm as bn
 from frost.ops import norm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,17 +56,17 @@ def time_plan(t: dict) -> dict:
 def sweep(shape, dtype: str, sms: int) -> list[dict]:
     t = layer_inputs(shape, dtype)
     n, C = int(np.prod(shape)) // shape[1], shape[1]
-    copy_us = graph_time_us(lambda: norm._rows(t["x"].data).copy())
+    copy_us = graph_time_us(lambda: bn._rows(t["x"].data).copy())
     default = time_plan(t)
     rows = [dict(shape=list(shape), dtype=dtype, plan="default", copy_us=copy_us,
-                 plan_detail=list(norm.bn_plan_nhwc(n, C, sms, norm.BN_NHWC_THREADS)[0]),
+                 plan_detail=list(bn.bn_plan_nhwc(n, C, sms, bn.BN_NHWC_THREADS)[0]),
                  forward_us=default["forward_us"], backward_us=default["backward_us"])]
-    saved = norm.BN_NHWC_THREADS, norm._sms
+    saved = bn.BN_NHWC_THREADS, bn._sms
     try:
         for threads in THREADS:
             for blocks in TARGET_BLOCKS:
-                norm.BN_NHWC_THREADS, norm._sms = threads, (lambda x, b=blocks: b)
-                plan, one = norm.bn_plan_nhwc(n, C, blocks, threads)
+                bn.BN_NHWC_THREADS, bn._sms = threads, (lambda x, b=blocks: b)
+                plan, one = bn.bn_plan_nhwc(n, C, blocks, threads)
                 if not one:
                     continue
                 try:
@@ -79,7 +80,7 @@ def sweep(shape, dtype: str, sms: int) -> list[dict]:
                                  y_diff=float(abs(r["y"] - default["y"]).max()),
                                  dx_diff=float(abs(r["dx"] - default["dx"]).max())))
     finally:
-        norm.BN_NHWC_THREADS, norm._sms = saved
+        bn.BN_NHWC_THREADS, bn._sms = saved
     return rows
 
 
@@ -87,7 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = parser.parse_args()
-    sms = norm._sm_count(0)
+    sms = bn._sm_count(0)
     rows = [r for dtype in ("float32", "bfloat16") for shape in SEED_SHAPES for r in sweep(shape, dtype, sms)]
     print(f"{'shape':>16} {'dtype':>8} {'plan':>10} {'cb,G,lanes,U,S,fused':>24} {'fwd us':>7} {'bwd us':>7} "
           f"{'copy us':>7} {'y diff':>8} {'dx diff':>8}")

@@ -50,6 +50,7 @@ from frost.typeinfo import finfo, iinfo, is_tensor
 from frost import autograd, utils
 from frost import kernel  # the kernel language; also the @frost.kernel decorator
 from frost.kernel import cuda_source
+from frost import accel  # noqa: F401 - registers the fast paths (GPU kernels) with frost.dispatch
 
 float = float32
 double = float64

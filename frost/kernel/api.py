@@ -10,70 +10,8 @@ import time
 import numpy as np
 
 from frost.kernel import cgen, compile as kcompile, pdl, simulate
-from frost.kernel.frontend import Checker, KernelError, Source
-from frost.kernel.types import SCALARS, ArrayType, ConstType, Scalar, bf16, f16
-
-
-class DeviceFunction:
-    """A function callable from kernels, written in the kernel language; checked per argument types."""
-
-    def __init__(self, fn) -> None:
-        self.fn = fn
-        self.__name__ = fn.__name__
-        self.__doc__ = fn.__doc__
-        self._src = None
-
-    @property
-    def src(self) -> Source:
-        if self._src is None:
-            self._src = Source(self.fn)
-        return self._src
-
-    def check(self, arg_types, cache: dict, node_err, values=None):
-        fdef = self.src.tree
-        n = len(fdef.args.args)
-        if n != len(arg_types):
-            raise node_err(f"{self.__name__}() takes {n} arguments, got {len(arg_types)}")
-        values = values or [None] * n
-        probe = Checker(self.src, self.__name__, False, {}, cache)
-        given, consts = [], {}
-        for arg, t, v in zip(fdef.args.args, arg_types, values):
-            want = probe._annotation(arg.annotation, arg) if arg.annotation is not None else None
-            if isinstance(want, ConstType):
-                if v is None:
-                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is a Const; pass a compile-time "
-                                   f"constant")
-                consts[arg.arg] = v
-                given.append(None)
-            elif isinstance(want, ArrayType):
-                if not isinstance(t, ArrayType) or (t.elem, t.ndim) != (want.elem, want.ndim):
-                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is {want}, got {t}")
-                given.append(t)
-            elif isinstance(want, Scalar):
-                if isinstance(t, ArrayType):
-                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is {want}, got {t}")
-                if t.is_float and not want.is_float:  # the rule of array stores: float into integer needs a cast
-                    raise node_err(f"{self.__name__}(): passing a {t} to parameter {arg.arg!r} ({want}) truncates; "
-                                   f"cast with {want}(...)")
-                given.append(want)
-            else:
-                given.append(t)
-        key = (id(self), tuple(t.key() if isinstance(t, ArrayType) else getattr(t, "name", None) for t in given),
-               tuple(sorted(consts.items())))
-        hit = cache.get(key)
-        if hit == "busy":
-            raise node_err(f"device function {self.__name__} calls itself; recursion is not supported")
-        if hit is not None:
-            return hit
-        cache[key] = "busy"
-        cname = f"{self.__name__}_{sum(1 for v in cache.values() if v != 'busy')}"
-        checked = Checker(self.src, cname, False, consts, cache).check(given)
-        del cache[key]
-        cache[key] = checked
-        return checked
-
-    def __call__(self, *args):
-        raise RuntimeError(f"{self.__name__} is a @kernel.device function: call it from inside a kernel")
+from frost.kernel.frontend import Checker, DeviceFunction, KernelError, Source, enclosing_scope
+from frost.kernel.types import SCALARS, ArrayType, ConstType, bf16, f16
 
 
 class Spec:
@@ -204,7 +142,7 @@ class Kernel:
         self.fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
-        self.src = Source(fn)
+        self.src = Source(fn, enclosing_scope(fn))
         self._specs: dict = {}
         self.params = []  # (name, type or ConstType)
         probe = Checker(self.src, fn.__name__, True, {}, {})
@@ -223,11 +161,13 @@ class Kernel:
     def specialize(self, **consts) -> Spec:
         names = self.const_names()
         full = {}
-        for n in names:
+        for n, t in self.params:
+            if not isinstance(t, ConstType):
+                continue
             if n in consts:
-                full[n] = consts[n]
+                full[n] = t.value(consts[n], f"{self.__name__}: compile-time constant {n!r}")
             elif n in self.defaults:
-                full[n] = self.defaults[n]
+                full[n] = t.value(self.defaults[n], f"{self.__name__}: compile-time constant {n!r}")
             else:
                 raise TypeError(f"{self.__name__}: compile-time constant {n!r} needs a value")
         extra = set(consts) - set(names)

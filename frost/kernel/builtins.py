@@ -33,3 +33,13 @@ BUILTINS = {name: Builtin(name) for name in ALL_NAMES}
 PYTHON_NAMES = ("abs", "min", "max", "pow", "len", "range")  # Python's own builtins: kernels use them by name
 __all__ = [n for n in ALL_NAMES if n not in PYTHON_NAMES]
 globals().update({n: BUILTINS[n] for n in __all__})
+
+# Device functions of frost.kernel.lib that a kernel may call without importing them (`acc += a @ b` calls mma_tile):
+# lib registers them as it loads (the package imports it), so that the front end below it never imports it back
+LIBRARY: dict[str, object] = {}
+
+
+def register_library(*functions: object) -> None:
+    """Make device functions callable by name from every kernel (frost.kernel.lib's warp_sum, mma_tile, ...)."""
+    for fn in functions:
+        LIBRARY[fn.__name__] = fn

@@ -516,6 +516,8 @@ class CGen:
         return literal(node.value, self.type(node))
 
     def e_Name(self, node):
+        if id(node) in self.fn.values:  # a Const[bool] or a global bool (other folded names are Weak, written above)
+            return literal(self.fn.values[id(node)], boolean)
         return cname(node.id)
 
     def e_Attribute(self, node):

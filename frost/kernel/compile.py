@@ -11,6 +11,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from frost.backend.remembered import cache_root
 from frost.kernel.frontend import KernelError
 
 # Counters the tests (and curious users) read: how often NVRTC ran and how often the disk cache answered, and the
@@ -34,7 +35,6 @@ def background(fn, *args) -> Future:
 
 
 def cache_dir() -> Path:
-    from frost.backend.remembered import cache_root
     return cache_root() / "kernels"
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+import operator
+import sys
 import textwrap
 import types as pytypes
+from typing import Callable
 
 from frost.kernel import builtins as B
-from frost.kernel.types import (WEAK_FLOAT, WEAK_INT, ArrayType, ConstType, Scalar, TupleType, Weak, boolean,
-                                arith_type, bf16, f16, f32, f64, i32, i64, promote, strong, u32, u8)
+from frost.kernel.types import (WEAK_FLOAT, WEAK_INT, Array, ArrayType, Const, ConstType, Scalar, TupleType, Weak,
+                                _ArrayAnnotation, _ConstAnnotation, arith_type, bf16, boolean, f16, f32, f64, i32, i64,
+                                promote, strong, u32, u8)
 
 
 class KernelError(Exception):
@@ -17,10 +21,12 @@ class KernelError(Exception):
 
 
 class Source:
-    """A Python function's parsed source, with the offset that maps its lines back to the file."""
+    """A Python function's parsed source, with the offset that maps its lines back to the file; scope holds the
+    defining function's locals (enclosing_scope)."""
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn, scope: dict | None = None) -> None:
         self.fn = fn
+        self.scope = scope or {}
         try:
             self.filename = inspect.getsourcefile(fn) or "<unknown>"
             lines, first = inspect.getsourcelines(fn)
@@ -89,6 +95,8 @@ WARP_OPS = ("shfl_xor", "shfl_down", "shfl_up", "shfl_idx", "ballot", "ldmatrix_
             "ldmatrix_x4_trans", "ldmatrix_x2_trans", "mma_16x8x16", "mma")
 
 
+_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq,
+            ast.NotEq: operator.ne}
 _OPS = {"Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "FloorDiv": "//", "Mod": "%", "Pow": "**", "LShift": "<<",
         "RShift": ">>", "BitAnd": "&", "BitOr": "|", "BitXor": "^"}
 
@@ -122,7 +130,7 @@ class Checker:
         self.named_allocations = {id(n.value) for n in ast.walk(src.tree)
                                   if isinstance(n, (ast.Assign, ast.AnnAssign)) and _is_allocation(n.value)}
         self.globals = src.fn.__globals__
-        self.closure = {}
+        self.closure = dict(src.scope)
         for var, cell in zip(src.fn.__code__.co_freevars, src.fn.__closure__ or ()):
             try:
                 self.closure[var] = cell.cell_contents
@@ -178,16 +186,13 @@ class Checker:
                     break
             if node.id in B.BUILTINS:
                 return B.BUILTINS[node.id]
-            if node.id in ("warp_sum", "warp_max", "warp_min", "mma_tile", "swizzle"):
-                from frost.kernel import lib
-                return getattr(lib, node.id)
+            if node.id in B.LIBRARY:
+                return B.LIBRARY[node.id]
             if node.id in SCALAR_BY_NAME:
                 return SCALAR_BY_NAME[node.id]
             if node.id == "Array":
-                from frost.kernel.types import Array
                 return Array
             if node.id == "Const":
-                from frost.kernel.types import Const
                 return Const
             return None
         if isinstance(node, ast.Attribute):
@@ -285,7 +290,10 @@ class Checker:
         if isinstance(t, ConstType):  # `N: Const[int] = BM * 2`: a named compile-time constant
             self.expr(s.value)
             v = self.out.values.get(id(s.value))
-            if v is None or not isinstance(self.type(s.value), Weak):
+            is_condition = t.py_type is bool and self.type(s.value) is boolean
+            if is_condition and v is None:
+                v = self.folded_condition(s.value)
+            if v is None or not (isinstance(self.type(s.value), Weak) or is_condition):
                 raise self.src.error(s, f"{s.target.id!r} is a Const; its value must be a compile-time constant")
             if s.target.id in self.out.locals or s.target.id in self.out.consts:
                 raise self.src.error(s, f"{s.target.id!r} is already defined")
@@ -686,6 +694,23 @@ class Checker:
                                         f"bool operands (comparisons such as x != 0) or a conditional expression "
                                         f"(a if a != 0 else b)")
         return boolean
+
+    def folded_condition(self, node: ast.expr) -> object:
+        """The value of a condition on compile-time constants (`BIG > 4`, `A and not B`), or None. The code generators
+        write comparisons as they are, so they are folded only where a Const[bool] needs their value."""
+        if id(node) in self.out.values:
+            return self.out.values[id(node)]
+        if isinstance(node, ast.Compare):
+            values = [self.folded_condition(e) for e in (node.left, *node.comparators)]
+            if any(v is None for v in values):
+                return None
+            return all(_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, values, values[1:]))
+        if isinstance(node, ast.BoolOp):
+            values = [self.folded_condition(e) for e in node.values]
+            if any(v is None for v in values):
+                return None
+            return all(values) if isinstance(node.op, ast.And) else any(values)
+        return None
 
     def expr_Compare(self, node):
         left = self.expr(node.left)
@@ -1276,7 +1301,7 @@ class Checker:
             if isinstance(t, TupleType) or t is None:
                 raise self.src.error(a, f"cannot pass {t} to a device function")
             arg_types.append(strong(t) if isinstance(t, Weak) else t)
-            values.append(self.out.values.get(id(a)) if isinstance(t, Weak) else None)
+            values.append(self.out.values.get(id(a)) if isinstance(t, Weak) or t is boolean else None)
         checked = dev.check(arg_types, self.device_cache, node_err=lambda m: self.src.error(node, m),
                             values=values)
         self.out.callees[id(node)] = checked
@@ -1296,6 +1321,94 @@ class Checker:
             raise self.src.error(node, f"grid_sync() must be called in the kernel itself, not in device function "
                                        f"{checked.cname}")
         return checked.ret
+
+
+class DeviceFunction:
+    """A function callable from kernels, written in the kernel language; checked per argument types."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self._scope = enclosing_scope(fn)  # read now: src is parsed at the first call, when the frame is gone
+        self._src = None
+
+    @property
+    def src(self) -> Source:
+        if self._src is None:
+            self._src = Source(self.fn, self._scope)
+        return self._src
+
+    def check(self, arg_types, cache: dict, node_err, values=None):
+        fdef = self.src.tree
+        n = len(fdef.args.args)
+        if n != len(arg_types):
+            raise node_err(f"{self.__name__}() takes {n} arguments, got {len(arg_types)}")
+        values = values or [None] * n
+        probe = Checker(self.src, self.__name__, False, {}, cache)
+        given, consts = [], {}
+        for arg, t, v in zip(fdef.args.args, arg_types, values):
+            want = probe._annotation(arg.annotation, arg) if arg.annotation is not None else None
+            if isinstance(want, ConstType):
+                if v is None:
+                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is a Const; pass a compile-time "
+                                   f"constant")
+                try:
+                    consts[arg.arg] = want.value(v, f"{self.__name__}(): parameter {arg.arg!r}")
+                except TypeError as exc:
+                    raise node_err(str(exc)) from None
+                given.append(None)
+            elif isinstance(want, ArrayType):
+                if not isinstance(t, ArrayType) or (t.elem, t.ndim) != (want.elem, want.ndim):
+                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is {want}, got {t}")
+                given.append(t)
+            elif isinstance(want, Scalar):
+                if isinstance(t, ArrayType):
+                    raise node_err(f"{self.__name__}(): parameter {arg.arg!r} is {want}, got {t}")
+                if t.is_float and not want.is_float:  # the rule of array stores: float into integer needs a cast
+                    raise node_err(f"{self.__name__}(): passing a {t} to parameter {arg.arg!r} ({want}) truncates; "
+                                   f"cast with {want}(...)")
+                given.append(want)
+            else:
+                given.append(t)
+        key = (id(self), tuple(t.key() if isinstance(t, ArrayType) else getattr(t, "name", None) for t in given),
+               tuple(sorted(consts.items())))
+        hit = cache.get(key)
+        if hit == "busy":
+            raise node_err(f"device function {self.__name__} calls itself; recursion is not supported")
+        if hit is not None:
+            return hit
+        cache[key] = "busy"
+        cname = f"{self.__name__}_{sum(1 for v in cache.values() if v != 'busy')}"
+        checked = Checker(self.src, cname, False, consts, cache).check(given)
+        del cache[key]
+        cache[key] = checked
+        return checked
+
+    def __call__(self, *args):
+        raise RuntimeError(f"{self.__name__} is a @kernel.device function: call it from inside a kernel")
+
+
+def enclosing_scope(fn: Callable) -> dict:
+    """The locals of the function that defines fn, read from its frame while fn is decorated.
+
+    A name that only fn's annotations use is no closure cell: under `from __future__ import annotations`,
+    `x: Array[T]` in a factory over T is the string 'Array[T]' and `acc: T = 0` is never evaluated, so without this
+    the front end would not see T. Only values a kernel can use are kept (types, numbers, device functions), so that
+    a kernel does not hold on to its factory's arrays."""
+    outer, nested, _ = getattr(fn, "__qualname__", "").rpartition(".<locals>.")  # no name: Source refuses fn
+    if not nested:
+        return {}
+    frame = sys._getframe(1)
+    try:
+        while frame is not None:
+            if frame.f_code.co_qualname == outer and frame.f_globals is getattr(fn, "__globals__", None):
+                return {name: value for name, value in frame.f_locals.items()
+                        if _meaningful(value) or isinstance(value, ArrayType)}
+            frame = frame.f_back
+        return {}
+    finally:
+        del frame  # a frame held here would keep the factory's locals alive
 
 
 def matmul_call(s):
@@ -1324,7 +1437,6 @@ def _fragment(t, n: int, elems: tuple) -> bool:
 
 def _meaningful(obj) -> bool:
     """Whether a global means something in a kernel (else a built-in of the same name wins)."""
-    from frost.kernel.types import ConstType, _ArrayAnnotation, _ConstAnnotation
     return (isinstance(obj, (B.Builtin, Scalar, int, float, pytypes.ModuleType, _ArrayAnnotation, _ConstAnnotation,
                              ConstType)) or _is_device(obj))
 
@@ -1335,14 +1447,12 @@ def _is_allocation(node) -> bool:
 
 
 def _is_device(obj) -> bool:
-    from frost.kernel.api import DeviceFunction
     return isinstance(obj, DeviceFunction)
 
 
 def _annotation_namespace():
-    from frost.kernel import types as T
     ns = dict(SCALAR_BY_NAME)
-    ns.update(Array=T.Array, Const=T.Const)
+    ns.update(Array=Array, Const=Const)
     return ns
 
 

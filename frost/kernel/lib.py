@@ -1,7 +1,7 @@
-"""Library device functions written in the kernel language itself: warp and block reductions, tile matmul,
-the XOR swizzle of shared-memory tiles."""
+"""Device functions in the kernel language itself: warp and block reductions, tile matmul, shared tiles' swizzle."""
 from frost.kernel.api import device
-from frost.kernel.builtins import bdx, inf, lane, mma_16x8x16, shfl_xor, static_range, syncthreads, warp
+from frost.kernel.builtins import (bdx, inf, lane, mma_16x8x16, register_library, shfl_xor, static_range,
+                                   syncthreads, warp)
 from frost.kernel.types import Const
 
 
@@ -77,3 +77,7 @@ def swizzle(row, col, COLS: Const[int]):
     KEYS: Const[int] = min(CHUNKS, 8)
     key = row // ROWS_PER_LINE % KEYS
     return ((col // 8) ^ key) * 8 + col % 8
+
+
+# what a kernel may call without importing it (block_sum and block_max stay explicit imports)
+register_library(warp_sum, warp_max, warp_min, mma_tile, swizzle)

@@ -669,6 +669,8 @@ class PyGen:
         return "True" if node.value else "False"
 
     def e_Name(self, node):
+        if id(node) in self.fn.values:  # a Const[bool] or a global bool (other folded names are Weak, written above)
+            return "True" if self.fn.values[id(node)] else "False"
         return node.id
 
     def e_Attribute(self, node):

@@ -172,9 +172,20 @@ class ConstType:
     def __repr__(self) -> str:
         return f"Const[{self.py_type.__name__}]"
 
+    def value(self, v: object, what: str) -> object:
+        """v as this constant's value. A Const[bool] takes a bool, or 0 or 1, as a Python bool (True and 1 are one
+        key of a kernel's specializations, so a bool constant is always a bool); int and float ones pass as given."""
+        if self.py_type is not bool:
+            return v
+        if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)):
+            return bool(v)
+        raise TypeError(f"{what} is a Const[bool]: pass True or False, got {v!r}")
+
 
 class _ConstAnnotation:
     def __getitem__(self, item) -> ConstType:
+        if item is boolean:  # `bool` in a string annotation reads as the kernel's bool type (SCALAR_BY_NAME)
+            item = bool
         if item not in (int, float, bool):
             raise TypeError(f"Const[...] takes int, float or bool, got {item!r}")
         return ConstType(item)

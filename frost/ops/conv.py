@@ -423,5 +423,5 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
 
     result = from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d")
     if stats is not None and result.data is stats.y:
-        result._channel_stats = stats   # batch_norm_act reads them (frost.ops.norm.conv_stats_of)
+        result._channel_stats = stats   # batch_norm_act reads them (frost.accel.batch_norm.conv_stats_of)
     return result

@@ -480,6 +480,7 @@ def test_gpu_statistics_from_the_epilogue_feed_batch_norm(cin, cout, h, dtype, m
     equals batch norm computing its own statistics (output, running statistics, gradients)."""
     import cupy as cp
 
+    from frost.accel import batch_norm as bn
     from frost.ops import norm
     from frost.ops.conv import conv2d
     x, w, _ = _inputs(32, cin, cout, h, h, 3, (1, 1), seed=h)
@@ -496,7 +497,7 @@ def test_gpu_statistics_from_the_epilogue_feed_batch_norm(cin, cout, h, dtype, m
     for keep in (True, False):
         X, W = frost.Tensor(xd, requires_grad=True), frost.Tensor(wd, requires_grad=True)
         y = conv2d(X, W, padding=1)
-        assert (norm.conv_stats_of(y) is not None) and y.data.dtype == xd.dtype
+        assert (bn.conv_stats_of(y) is not None) and y.data.dtype == xd.dtype
         if not keep:
             y.__dict__.pop("_channel_stats")
         y.retain_grad()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import frost
-from frost.ops import loss as L
+from frost import dispatch
+from frost.accel import cross_entropy as xent
 from frost.ops.loss import cross_entropy
 
 IGNORE = -100
@@ -40,19 +41,19 @@ def _reference64(x, t, g, reduction):
     return loss, count, d
 
 
-def _simulate(x, t, g, reduction, blocks=1, threads=L.XENT_THREADS):
-    """The kernels as _cross_entropy_fused launches them (blocks > 1: partial sums, then the finalize kernel)."""
+def _simulate(x, t, g, reduction, blocks=1, threads=xent.XENT_THREADS):
+    """The kernels as cross_entropy_kernels launches them (blocks > 1: partial sums, then the finalize kernel)."""
     N, C = x.shape
     f32 = np.float32
     mean = int(reduction == "mean")
     lse, loss, count = np.full(N, np.nan, f32), np.full(1, np.nan, f32), np.full(1, np.nan, f32)
     part_loss, part_count = np.full(blocks, np.nan, f32), np.full(blocks, np.nan, f32)
-    L.cross_entropy_forward.simulate[blocks, threads](x.ravel(), t, lse, loss, count, part_loss, part_count, N, C,
+    xent.cross_entropy_forward.simulate[blocks, threads](x.ravel(), t, lse, loss, count, part_loss, part_count, N, C,
                                                       IGNORE, mean)
     if blocks > 1:
-        L.cross_entropy_finalize.simulate[1, threads](part_loss, part_count, loss, count, blocks, mean)
+        xent.cross_entropy_finalize.simulate[1, threads](part_loss, part_count, loss, count, blocks, mean)
     dx = np.full(N * C, np.nan, f32)
-    L.cross_entropy_backward.simulate[-(-N * C // 64), 64](x.ravel(), t, lse, count, np.array([g], f32), dx, N, C,
+    xent.cross_entropy_backward.simulate[-(-N * C // 64), 64](x.ravel(), t, lse, count, np.array([g], f32), dx, N, C,
                                                           IGNORE, mean)
     return loss[0], count[0], dx.reshape(N, C)
 
@@ -108,7 +109,7 @@ def test_finalize_adds_more_partials_than_a_block_has_threads():
     part_loss = rng.uniform(0, 5, parts).astype(np.float32)
     part_count = rng.integers(0, 9, parts).astype(np.float32)
     loss, count = np.full(1, np.nan, np.float32), np.full(1, np.nan, np.float32)
-    L.cross_entropy_finalize.simulate[1, 64](part_loss, part_count, loss, count, parts, 1)
+    xent.cross_entropy_finalize.simulate[1, 64](part_loss, part_count, loss, count, parts, 1)
     assert count[0] == part_count.sum()
     np.testing.assert_allclose(loss[0], part_loss.astype(np.float64).sum() / part_count.sum(), rtol=1e-5)
 
@@ -130,12 +131,12 @@ def test_large_logits_are_stable():
 
 
 def test_seed_shape_takes_one_launch_each_way():
-    assert L.xent_blocks(32) == 1 and L.xent_blocks(L.XENT_ROWS_PER_BLOCK) == 1
-    assert L.xent_blocks(L.XENT_ROWS_PER_BLOCK + 1) == 2
-    assert L.xent_blocks(10**7) == L.XENT_MAX_BLOCKS
+    assert xent.xent_blocks(32) == 1 and xent.xent_blocks(xent.XENT_ROWS_PER_BLOCK) == 1
+    assert xent.xent_blocks(xent.XENT_ROWS_PER_BLOCK + 1) == 2
+    assert xent.xent_blocks(10**7) == xent.XENT_MAX_BLOCKS
 
 
-KERNELS = [L.cross_entropy_forward, L.cross_entropy_finalize, L.cross_entropy_backward]
+KERNELS = [xent.cross_entropy_forward, xent.cross_entropy_finalize, xent.cross_entropy_backward]
 
 
 @pytest.mark.parametrize("kern", KERNELS, ids=[k.__name__ for k in KERNELS])
@@ -148,8 +149,18 @@ def test_kernels_compile_for_sm90(kern, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ the op's fast path, kernels in the simulator
 
+def _as_if_on_the_gpu(monkeypatch, gpu: bool = True) -> None:
+    """dispatch takes NumPy arrays for CuPy ones (gpu=True): cross_entropy's CUDA fast path runs on the CPU."""
+    monkeypatch.setattr(dispatch, "device_of", lambda array: "cuda" if gpu else "cpu")
+
+
+def _takes_kernels(x, t, weight, reduction, label_smoothing) -> bool:
+    found = dispatch.lookup("cross_entropy", x, t, weight, reduction=reduction, label_smoothing=label_smoothing)
+    return found is xent.cross_entropy_kernels
+
+
 def _run_op(monkeypatch, fast, x, t, g, reduction):
-    monkeypatch.setattr(L, "_xent_fast_path", lambda *args: fast)
+    _as_if_on_the_gpu(monkeypatch, fast)
     tx = frost.tensor(x, requires_grad=True)
     out = cross_entropy(tx, frost.tensor(t), ignore_index=IGNORE, reduction=reduction)
     out.backward(frost.tensor(g))
@@ -170,7 +181,7 @@ def simulated_launches(monkeypatch):
 def test_fast_path_in_the_simulator_matches_the_generic_path(simulated_launches, N, C, ignored, reduction,
                                                               rows_per_block):
     if rows_per_block is not None:  # several forward blocks: partial sums and the finalize launch
-        simulated_launches.setattr(L, "XENT_ROWS_PER_BLOCK", rows_per_block)
+        simulated_launches.setattr(xent, "XENT_ROWS_PER_BLOCK", rows_per_block)
     x, t, g = _inputs(N, C, ignored, seed=N + C)
     fast, fast_grad = _run_op(simulated_launches, True, x, t, g, reduction)
     generic, generic_grad = _run_op(simulated_launches, False, x, t, g, reduction)
@@ -182,7 +193,7 @@ def test_fast_path_in_the_simulator_matches_the_generic_path(simulated_launches,
 
 
 def test_fast_path_keeps_the_target_checks(simulated_launches):
-    simulated_launches.setattr(L, "_xent_fast_path", lambda *args: True)
+    _as_if_on_the_gpu(simulated_launches)
     x = frost.randn(3, 4)
     with pytest.raises(IndexError, match=r"cross_entropy: target index 7 is out of range for 4 classes"):
         cross_entropy(x, frost.tensor([0, 7, 1]))
@@ -192,7 +203,7 @@ def test_fast_path_keeps_the_target_checks(simulated_launches):
 
 def test_fast_path_conditions_on_the_cpu():
     x, t = frost.randn(4, 5), frost.tensor([0, 1, 2, 3])
-    assert not L._xent_fast_path(x, t, None, "mean", 0.0)  # CPU tensors keep the generic path
+    assert not _takes_kernels(x, t, None, "mean", 0.0)  # CPU tensors keep the generic path
 
 
 # ------------------------------------------------------------------ on the GPU
@@ -212,12 +223,11 @@ def _device_run(dev, x, t, g, reduction):
 @pytest.mark.parametrize("ignored", ["none", "some", "all"])
 @pytest.mark.parametrize("N,C", GPU_CASES)
 def test_gpu_fast_path_matches_the_cpu_generic_path(N, C, ignored, reduction, monkeypatch):
-    calls = []
-    fused = L._cross_entropy_fused
-    monkeypatch.setattr(L, "_cross_entropy_fused", lambda *a: calls.append(1) or fused(*a))
+    taken, lookup = [], dispatch.lookup
+    monkeypatch.setattr(dispatch, "lookup", lambda *a, **k: taken.append(lookup(*a, **k)) or taken[-1])
     x, t, g = _inputs(N, C, ignored, seed=N + C)
     got, want = _device_run("cuda", x, t, g, reduction), _device_run("cpu", x, t, g, reduction)
-    assert calls == [1]  # the fast path was taken
+    assert taken == [xent.cross_entropy_kernels, None]  # the fast path was taken on the GPU
     for a, e in zip(got, want):
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5, equal_nan=True)
 
@@ -235,13 +245,13 @@ def test_gpu_fast_path_is_deterministic():
 def test_gpu_other_inputs_keep_the_generic_path():
     x = frost.randn(4, 5, device="cuda")
     t = frost.tensor([0, 1, 2, 3], device="cuda")
-    assert L._xent_fast_path(x, t, None, "mean", 0.0) and L._xent_fast_path(x, t, None, "sum", 0.0)
-    assert not L._xent_fast_path(x, t, None, "none", 0.0)
-    assert not L._xent_fast_path(x, t, None, "mean", 0.1)
-    assert not L._xent_fast_path(x, t, frost.ones(5, device="cuda"), "mean", 0.0)
-    assert not L._xent_fast_path(x, frost.tensor([0, 1, 2, 3], dtype="int32", device="cuda"), None, "mean", 0.0)
-    assert not L._xent_fast_path(frost.randn(4, 5, 2, device="cuda"), t, None, "mean", 0.0)
-    assert not L._xent_fast_path(x.to(frost.float64), t, None, "mean", 0.0)
+    assert _takes_kernels(x, t, None, "mean", 0.0) and _takes_kernels(x, t, None, "sum", 0.0)
+    assert not _takes_kernels(x, t, None, "none", 0.0)
+    assert not _takes_kernels(x, t, None, "mean", 0.1)
+    assert not _takes_kernels(x, t, frost.ones(5, device="cuda"), "mean", 0.0)
+    assert not _takes_kernels(x, frost.tensor([0, 1, 2, 3], dtype="int32", device="cuda"), None, "mean", 0.0)
+    assert not _takes_kernels(frost.randn(4, 5, 2, device="cuda"), t, None, "mean", 0.0)
+    assert not _takes_kernels(x.to(frost.float64), t, None, "mean", 0.0)
 
 
 @pytest.mark.cuda

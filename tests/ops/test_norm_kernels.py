@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import frost
+from frost import dispatch
+from frost.accel import batch_norm as bn
 from frost.layout import as_channels_last, is_channels_last
 from frost.ops import norm
 
@@ -47,23 +49,23 @@ def _simulate(x, w, b, res, g, relu, threads, U, add_residual=1, fused=1, apply_
     rm, rv = np.full(C, RM0, f32), np.full(C, RV0, f32)
     batches = np.array([BATCHES0], np.int64)
     pa, pb = np.full(C * S, np.nan, f32), np.full(C * S, np.nan, f32)
-    norm.batch_norm_stats_partial.simulate[(S, C), threads](x, pa, pb, n, hw, C, S, U=U)
+    bn.batch_norm_stats_partial.simulate[(S, C), threads](x, pa, pb, n, hw, C, S, U=U)
     if not fused:
-        norm.batch_norm_stats_finalize.simulate[C, 32](pa, pb, mean, invstd, rm, rv, n, S, threads * U, momentum,
+        bn.batch_norm_stats_finalize.simulate[C, 32](pa, pb, mean, invstd, rm, rv, n, S, threads * U, momentum,
                                                        EPS, update_running)
     y = np.full_like(x, np.nan)
     flags = dict(relu=relu, add_residual=add_residual, fused=fused, U=apply_U)
     blocks = -(-total // (apply_threads * apply_U))
-    norm.batch_norm_apply.simulate[blocks, apply_threads](x, y, pa, pb, mean, invstd, rm, rv, batches, w, b, res,
+    bn.batch_norm_apply.simulate[blocks, apply_threads](x, y, pa, pb, mean, invstd, rm, rv, batches, w, b, res,
                                                           total, hw, C, n, S, threads * U, momentum, EPS,
                                                           update_running, count_batch, **flags)
     pg, pgx = np.full(C * S, np.nan, f32), np.full(C * S, np.nan, f32)
-    norm.batch_norm_backward_partial.simulate[(S, C), threads](g, x, y, mean, pg, pgx, n, hw, C, S, relu=relu, U=U)
+    bn.batch_norm_backward_partial.simulate[(S, C), threads](g, x, y, mean, pg, pgx, n, hw, C, S, relu=relu, U=U)
     dw, db = np.full(C, np.nan, f32), np.full(C, np.nan, f32)
     if not fused:
-        norm.batch_norm_backward_finalize.simulate[C, 32](pg, pgx, invstd, dw, db, S)
+        bn.batch_norm_backward_finalize.simulate[C, 32](pg, pgx, invstd, dw, db, S)
     dx, dres = np.full_like(x, np.nan), np.full_like(x, np.nan)
-    norm.batch_norm_backward_input.simulate[blocks, apply_threads](g, x, y, mean, invstd, w, pg, pgx, dw, db, dx,
+    bn.batch_norm_backward_input.simulate[blocks, apply_threads](g, x, y, mean, invstd, w, pg, pgx, dw, db, dx,
                                                                    dres, total, hw, C, n, S, **flags)
     out = dict(mean=mean, invstd=invstd, y=y, dx=dx, dw=dw, db=db, dres=dres, rm=rm, rv=rv)
     return out, S, int(batches[0])
@@ -99,7 +101,7 @@ FUSED_CASES = [((2, 3, 10, 13), 32, 2, 64, 1),   # hw = 130 > block: blocks stra
 @pytest.mark.parametrize("relu", [0, 1])
 @pytest.mark.parametrize("shape,threads,U,apply_threads,apply_U", FUSED_CASES)
 def test_fused_kernels_match_float64(shape, threads, U, apply_threads, apply_U, relu):
-    assert norm.bn_fusable(shape[2] * shape[3], apply_threads, apply_U)
+    assert bn.bn_fusable(shape[2] * shape[3], apply_threads, apply_U)
     x, w, b, res, g = _inputs(shape, seed=len(shape) + shape[0] + relu)
     got, S, batches = _simulate(x, w, b, res, g, relu, threads, U, apply_threads=apply_threads, apply_U=apply_U)
     assert S == -(-shape[0] * shape[2] * shape[3] // (threads * U))
@@ -192,44 +194,44 @@ def test_finalize_kernels_merge_more_splits_than_a_warp():
     pv = np.array([[((p - p.mean()) ** 2).sum() for p in ps] for ps in parts], np.float32).ravel()
     mean, invstd = np.zeros(C, np.float32), np.zeros(C, np.float32)
     rm, rv = np.zeros(C, np.float32), np.ones(C, np.float32)
-    norm.batch_norm_stats_finalize.simulate[C, 32](pm, pv, mean, invstd, rm, rv, n, S, chunk, MOMENTUM, EPS, 0)
+    bn.batch_norm_stats_finalize.simulate[C, 32](pm, pv, mean, invstd, rm, rv, n, S, chunk, MOMENTUM, EPS, 0)
     np.testing.assert_allclose(mean, vals.astype(np.float64).mean(axis=1), rtol=1e-5)
     np.testing.assert_allclose(invstd, 1 / np.sqrt(vals.astype(np.float64).var(axis=1) + EPS), rtol=1e-5)
     assert (rm == 0).all() and (rv == 1).all()  # update_running=0 leaves them
     pg, pgx = rng.standard_normal(C * S).astype(np.float32), rng.standard_normal(C * S).astype(np.float32)
     dw, db = np.zeros(C, np.float32), np.zeros(C, np.float32)
-    norm.batch_norm_backward_finalize.simulate[C, 32](pg, pgx, invstd, dw, db, S)
+    bn.batch_norm_backward_finalize.simulate[C, 32](pg, pgx, invstd, dw, db, S)
     np.testing.assert_allclose(db, pg.reshape(C, S).astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(dw, pgx.reshape(C, S).astype(np.float64).sum(axis=1) * invstd, rtol=1e-5, atol=1e-5)
 
 
 def test_split_fills_the_gpu_at_the_seed_shapes():
     # the seed ResNet's layers at batch 32 on a 132-SM H200: 4 blocks per SM wanted
-    assert norm.bn_split(32768, 16, 132) == (4, 32)
-    assert norm.bn_split(8192, 32, 132) == (2, 16)
-    assert norm.bn_split(2048, 64, 132) == (2, 4)
+    assert bn.bn_split(32768, 16, 132) == (4, 32)
+    assert bn.bn_split(8192, 32, 132) == (2, 16)
+    assert bn.bn_split(2048, 64, 132) == (2, 4)
     for n, C in [(2, 1), (7, 3), (32768, 16), (256 * 112 * 112, 64), (10**6, 2048)]:
-        U, S = norm.bn_split(n, C, 132)
+        U, S = bn.bn_split(n, C, 132)
         assert U in (2, 4, 8, 16)
-        assert (S - 1) * norm.BN_THREADS * U < n <= S * norm.BN_THREADS * U
+        assert (S - 1) * bn.BN_THREADS * U < n <= S * bn.BN_THREADS * U
 
 
 def test_seed_shapes_take_the_fused_path():
-    assert norm.BN_APPLY_PER_THREAD == 1 and norm.BN_APPLY_THREADS == 256
+    assert bn.BN_APPLY_PER_THREAD == 1 and bn.BN_APPLY_THREADS == 256
     for hw in (32 * 32, 16 * 16, 8 * 8, 7 * 7, 37):  # the seed ResNet's three, ImageNet's last stage
-        assert norm.bn_fusable(hw)
+        assert bn.bn_fusable(hw)
     for hw in (1, 16, 32, 36):  # a block of 256 would meet more channel rows than its 8 warps
-        assert not norm.bn_fusable(hw)
-    assert norm.bn_fusable(64, 64) and not norm.bn_fusable(63, 64) and not norm.bn_fusable(64, 64, 2)
+        assert not bn.bn_fusable(hw)
+    assert bn.bn_fusable(64, 64) and not bn.bn_fusable(63, 64) and not bn.bn_fusable(64, 64, 2)
 
 
-KERNEL_SPECS = [(norm.batch_norm_stats_partial, [dict(U=u) for u in (2, 4, 8, 16)]),
-                (norm.batch_norm_stats_finalize, [{}]),
-                (norm.batch_norm_apply, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1) for a in (0, 1)
+KERNEL_SPECS = [(bn.batch_norm_stats_partial, [dict(U=u) for u in (2, 4, 8, 16)]),
+                (bn.batch_norm_stats_finalize, [{}]),
+                (bn.batch_norm_apply, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1) for a in (0, 1)
                                          for f in (0, 1) for u in (1, 4)]),
-                (norm.batch_norm_backward_partial, [dict(relu=r, U=u) for r in (0, 1) for u in (2, 4, 8, 16)]),
-                (norm.batch_norm_backward_finalize, [{}]),
-                (norm.batch_norm_backward_input, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1)
+                (bn.batch_norm_backward_partial, [dict(relu=r, U=u) for r in (0, 1) for u in (2, 4, 8, 16)]),
+                (bn.batch_norm_backward_finalize, [{}]),
+                (bn.batch_norm_backward_input, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1)
                                                   for a in (0, 1) for f in (0, 1) for u in (1, 4)])]
 
 
@@ -260,11 +262,11 @@ def test_gpu_path_launches_in_the_simulator_match_the_generic_path(shape, monkey
     # batch_norm_act's GPU branch on NumPy arrays, its launches run by the simulator: checks what it passes
     from frost.kernel.api import Kernel
     monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: self.simulate[cfg])
-    monkeypatch.setattr(norm, "_sms", lambda x: 2)
+    monkeypatch.setattr(bn, "_sms", lambda x: 2)
     x, w, b, res, g = _inputs(shape, seed=9)
     results = []
     for fast in (True, False):
-        monkeypatch.setattr(norm, "_gpu_fast_path", lambda *args, fast=fast: fast)
+        monkeypatch.setattr(dispatch, "device_of", lambda array, fast=fast: "cuda" if fast else "cpu")
         tx, tw, tb, tr = (frost.tensor(a, requires_grad=True) for a in (x, w, b, res))
         rm, rv, counter = frost.zeros(shape[1]), frost.ones(shape[1]), frost.tensor(3, dtype="int64")
         out = norm.batch_norm_act(tx, rm, rv, tw, tb, True, MOMENTUM, EPS, tr, True, num_batches_tracked=counter)
@@ -380,17 +382,17 @@ def simulated_gpu(monkeypatch):
     a function setting the SM count (it sizes the grids) and whether the elementwise kernels may merge (fused)."""
     from frost.kernel.api import Kernel
     monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: self.simulate[cfg])
-    monkeypatch.setattr(norm, "_gpu_fast_path", lambda *args: True)
-    monkeypatch.setattr(norm, "BN_NHWC_THREADS", 64)
-    split, plan = norm.bn_split_nhwc, norm.bn_plan_nhwc
+    monkeypatch.setattr(dispatch, "device_of", lambda array: "cuda")  # NumPy arrays take the CUDA fast paths
+    monkeypatch.setattr(bn, "BN_NHWC_THREADS", 64)
+    split, plan = bn.bn_split_nhwc, bn.bn_plan_nhwc
     launches, one_launch = [], []
 
     def configure(sms=2, fused=True, one=False):
         """one: allow the one-launch plan (statistics and normalize in one kernel, a grid_sync between)."""
-        monkeypatch.setattr(norm, "_sms", lambda x: sms)
-        monkeypatch.setattr(norm, "BN_ONE_LAUNCH", one)
-        monkeypatch.setattr(norm, "bn_split_nhwc", lambda *a, **k: _record(split(*a, **k), fused))
-        monkeypatch.setattr(norm, "bn_plan_nhwc", lambda *a, **k: one_launch.append(plan(*a, **k)) or one_launch[-1])
+        monkeypatch.setattr(bn, "_sms", lambda x: sms)
+        monkeypatch.setattr(bn, "BN_ONE_LAUNCH", one)
+        monkeypatch.setattr(bn, "bn_split_nhwc", lambda *a, **k: _record(split(*a, **k), fused))
+        monkeypatch.setattr(bn, "bn_plan_nhwc", lambda *a, **k: one_launch.append(plan(*a, **k)) or one_launch[-1])
 
     def _record(plan, fused):
         plan = plan if fused else plan[:5] + (False,)
@@ -494,13 +496,13 @@ def test_nhwc_one_launch_per_direction_matches_the_generic_path(shape, sms, relu
 
 def test_one_launch_needs_every_block_resident():
     # the seed ResNet's layers at batch 32 on a 132-SM H200, blocks of 512: one launch each way, <= 132 blocks
-    assert norm.bn_plan_nhwc(32768, 16, 132) == ((16, 1, 32, 8, 128, True), True)
-    assert norm.bn_plan_nhwc(8192, 32, 132) == ((32, 1, 16, 4, 128, True), True)
-    assert norm.bn_plan_nhwc(2048, 64, 132) == ((64, 1, 8, 4, 64, True), True)
+    assert bn.bn_plan_nhwc(32768, 16, 132) == ((16, 1, 32, 8, 128, True), True)
+    assert bn.bn_plan_nhwc(8192, 32, 132) == ((32, 1, 16, 4, 128, True), True)
+    assert bn.bn_plan_nhwc(2048, 64, 132) == ((64, 1, 8, 4, 64, True), True)
     # more rows than 132 blocks of 16 values per thread can hold: the four-launch plan, two blocks per SM
-    assert norm.bn_plan_nhwc(524288, 16, 132) == (norm.bn_split_nhwc(524288, 16, 132), False)
+    assert bn.bn_plan_nhwc(524288, 16, 132) == (bn.bn_split_nhwc(524288, 16, 132), False)
     for n, C in [(2, 2), (50, 3), (6272, 256), (49 * 256, 2048), (9, 96), (64, 1000), (10**6, 8)]:
-        (cb, groups, lanes, U, S, fused), one = norm.bn_plan_nhwc(n, C, 132)
+        (cb, groups, lanes, U, S, fused), one = bn.bn_plan_nhwc(n, C, 132)
         assert not one or (fused and S * groups <= 132)
 
 
@@ -586,27 +588,27 @@ def test_nchw_input_keeps_the_nchw_kernels(simulated_gpu):
 
 def test_split_nhwc_at_the_seed_shapes():
     # the seed ResNet's layers at batch 32 on a 132-SM H200, blocks of 512: four launches each
-    assert norm.bn_split_nhwc(32768, 16, 132) == (16, 1, 32, 4, 256, True)
-    assert norm.bn_split_nhwc(8192, 32, 132) == (32, 1, 16, 4, 128, True)
-    assert norm.bn_split_nhwc(2048, 64, 132) == (64, 1, 8, 4, 64, True)
+    assert bn.bn_split_nhwc(32768, 16, 132) == (16, 1, 32, 4, 256, True)
+    assert bn.bn_split_nhwc(8192, 32, 132) == (32, 1, 16, 4, 128, True)
+    assert bn.bn_split_nhwc(2048, 64, 132) == (64, 1, 8, 4, 64, True)
     for n, C in [(2, 2), (50, 3), (32768, 16), (524288, 16), (6272, 256), (49 * 256, 2048), (9, 96), (64, 1000)]:
-        cb, groups, lanes, U, S, fused = norm.bn_split_nhwc(n, C, 132)
-        rows = norm.BN_NHWC_THREADS // cb
+        cb, groups, lanes, U, S, fused = bn.bn_split_nhwc(n, C, 132)
+        rows = bn.BN_NHWC_THREADS // cb
         assert cb * groups >= C > cb * (groups - 1) and lanes <= min(32, rows) and lanes & (lanes - 1) == 0
         assert U in (1, 2, 4, 8, 16) and (S - 1) * rows * U < n <= S * rows * U
-        assert fused == (S <= lanes * norm.BN_NHWC_MERGE)
-    assert not norm.bn_split_nhwc(524288, 16, 132)[-1]  # too many splits to merge in every block: six launches
+        assert fused == (S <= lanes * bn.BN_NHWC_MERGE)
+    assert not bn.bn_split_nhwc(524288, 16, 132)[-1]  # too many splits to merge in every block: six launches
     with pytest.raises(ValueError, match="bn_split_nhwc: threads must be a multiple of 32"):
-        norm.bn_split_nhwc(100, 16, 132, threads=48)
+        bn.bn_split_nhwc(100, 16, 132, threads=48)
 
 
 NHWC_KERNEL_SPECS = [
-    (norm.batch_norm_stats_partial_nhwc, [dict(U=u) for u in (1, 2, 4, 8, 16)]),
-    (norm.batch_norm_apply_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1) for a in (0, 1)
+    (bn.batch_norm_stats_partial_nhwc, [dict(U=u) for u in (1, 2, 4, 8, 16)]),
+    (bn.batch_norm_apply_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1) for a in (0, 1)
                                   for f in (0, 1) for u in (1, 16)]
      + [dict(relu=1, add_residual=a, fused=1, U=u, stats=1) for a in (0, 1) for u in (1, 8, 16)]),
-    (norm.batch_norm_backward_partial_nhwc, [dict(relu=r, U=u) for r in (0, 1) for u in (1, 4, 16)]),
-    (norm.batch_norm_backward_input_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1)
+    (bn.batch_norm_backward_partial_nhwc, [dict(relu=r, U=u) for r in (0, 1) for u in (1, 4, 16)]),
+    (bn.batch_norm_backward_input_nhwc, [dict(relu=r, add_residual=a, fused=f, U=u) for r in (0, 1)
                                            for a in (0, 1) for f in (0, 1) for u in (1, 16)]
      + [dict(relu=1, add_residual=a, fused=1, U=u, sums=1) for a in (0, 1) for u in (1, 8, 16)])]
 
@@ -662,7 +664,7 @@ def test_a_plans_first_layer_queues_every_layer_kind():
     asked = []
     recorder = SimpleNamespace(prefetch=lambda **consts: asked.append(consts))
     for _ in range(2):  # queued once: later layers of the plan ask nothing
-        norm._prefetch_layer_kinds(recorder, dict(stats=1, fused=1, U=8, M=4))
+        bn._prefetch_layer_kinds(recorder, dict(stats=1, fused=1, U=8, M=4))
     assert sorted((c.pop("relu"), c.pop("add_residual")) for c in asked) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert asked == [dict(stats=1, fused=1, U=8, M=4)] * 4
 
@@ -674,7 +676,7 @@ def test_gpu_nhwc_first_layer_queues_the_other_layer_kinds():
     _run_cuda_nhwc(x, w, b, res, g, True, False)
     arch = kcompile.device_arch()
     started = {}
-    for spec in norm.NHWC_KERNELS["float32"]["apply"]._specs.values():
+    for spec in bn.NHWC_KERNELS["float32"]["apply"]._specs.values():
         if arch in spec._cubins or arch in spec._pending:
             consts = dict(spec.consts)
             kind = (consts.pop("relu"), consts.pop("add_residual"))
@@ -802,7 +804,7 @@ BF16_KERNEL_CONSTS = {"stats_partial": [dict(U=u) for u in (1, 16)],
 
 @pytest.mark.parametrize("name", BF16_KERNEL_CONSTS)
 def test_nhwc_bf16_kernels_compile_for_sm90(name, tmp_path, monkeypatch):
-    kern = norm.NHWC_KERNELS["bfloat16"][name]
+    kern = bn.NHWC_KERNELS["bfloat16"][name]
     assert "frost_bf16* x" in kern.source_for(**BF16_KERNEL_CONSTS[name][0])  # bf16 activations, 2 bytes a value
     test_kernels_compile_for_sm90(kern, BF16_KERNEL_CONSTS[name], tmp_path, monkeypatch)
 
@@ -811,11 +813,11 @@ def test_kernel_dtypes_and_layouts():
     a = np.zeros((2, 3, 4, 5), np.float32)
     arrays = (a, as_channels_last(a), as_channels_last(a.astype(BF16)), a.astype(BF16),
               as_channels_last(a.astype(np.float16)))
-    take = [norm._kernel_dtype(frost.Tensor(arr)) for arr in arrays]
+    take = [bn._kernel_dtype(frost.Tensor(arr)) for arr in arrays]
     assert take == [True, True, True, False, False]  # bf16 only channels-last; float16 never (cast to float32)
-    assert set(norm.NHWC_KERNELS) == {"float32", "bfloat16"}
-    assert norm.NHWC_KERNELS["float32"]["apply"] is norm.batch_norm_apply_nhwc
-    for kernels in norm.NHWC_KERNELS.values():
+    assert set(bn.NHWC_KERNELS) == {"float32", "bfloat16"}
+    assert bn.NHWC_KERNELS["float32"]["apply"] is bn.batch_norm_apply_nhwc
+    for kernels in bn.NHWC_KERNELS.values():
         assert len({id(k) for k in kernels.values()}) == 4
 
 
@@ -971,13 +973,13 @@ def test_nhwc_backward_adds_two_gradient_contributions_itself(one, simulated_gpu
 
 def test_backward_buffers_and_parent_grads_follow_the_parents():
     w = frost.tensor(np.ones(3, np.float32), requires_grad=True)
-    dweight, dbias, part_g, part_gx = norm._backward_buffers(np, 3, 4, w, None)
+    dweight, dbias, part_g, part_gx = bn._backward_buffers(np, 3, 4, w, None)
     assert dweight.shape == dbias.shape == (3,) and part_g.shape == part_gx.shape == (12,)
     assert dweight.dtype == dbias.dtype == part_g.dtype == np.float32
     dx, dw, db, dres = (np.full(2, v) for v in range(4))
     for weight, bias, residual, want in ((w, w, w, [0, 1, 2, 3]), (None, w, None, [0, 2]), (w, None, w, [0, 1, 3]),
                                          (None, None, None, [0])):
-        got = norm._parent_grads(dx, weight, dw, bias, db, residual, dres)
+        got = bn._parent_grads(dx, weight, dw, bias, db, residual, dres)
         assert [int(a[0]) for a in got] == want
 
 
@@ -1018,8 +1020,8 @@ def test_nhwc_batch_norm_merges_the_convolutions_partials(shape, sms, chunk, one
     forward = launched[:launched.index("batch_norm_apply_nhwc") + 1]
     assert "batch_norm_stats_partial_nhwc" not in forward   # the partials given were merged, none computed
     n = shape[0] * shape[2] * shape[3]
-    lanes = norm.bn_split_nhwc(n, shape[1], sms, 64)[2]
-    finalized = -(-n // chunk // lanes) > norm.BN_CONV_STATS_MERGE
+    lanes = bn.bn_split_nhwc(n, shape[1], sms, 64)[2]
+    finalized = -(-n // chunk // lanes) > bn.BN_CONV_STATS_MERGE
     assert ("batch_norm_stats_finalize" in forward) == finalized
 
 
@@ -1027,14 +1029,14 @@ def test_nhwc_batch_norm_ignores_stale_or_foreign_partials(simulated_gpu, launch
     simulated_gpu(2)
     x = frost.Tensor(as_channels_last(_inputs((2, 16, 4, 4), seed=3)[0]))
     x._channel_stats = conv_partials(x.data, 8)
-    assert norm.conv_stats_of(x) is x._channel_stats
+    assert bn.conv_stats_of(x) is x._channel_stats
     x.add_(1.0)   # in place: the partials describe the old values
-    assert norm.conv_stats_of(x) is None
+    assert bn.conv_stats_of(x) is None
     x._channel_stats = conv_partials(x.data.copy(order="K"), 8)   # of another array
-    assert norm.conv_stats_of(x) is None
+    assert bn.conv_stats_of(x) is None
     x._channel_stats = conv_partials(x.data, 8)
     x.data = x.data.copy(order="K")
-    assert norm.conv_stats_of(x) is None
+    assert bn.conv_stats_of(x) is None
     y = norm.batch_norm_act(x, None, None, training=True)
     assert "batch_norm_stats_partial_nhwc" in launched
     np.testing.assert_allclose(y.data.mean(axis=(0, 2, 3)), 0, atol=1e-5)

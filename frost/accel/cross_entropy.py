@@ -1,0 +1,161 @@
+"""Cross-entropy of (N, C) float32 logits on the GPU: one launch each way, registered with frost.dispatch as
+cross_entropy's fast path. The reference math, and the op that asks for this, is frost/ops/loss.py."""
+from frost import dispatch
+from frost.kernel import (Array, bdx, block_sum, bx, cdiv, device, exp, f32, gdx, i32, i64, inf, kernel, lane, log,
+                          shared, tx, warp, warp_max, warp_sum)
+from frost.tensor import Tensor, from_op
+
+# The common classifier loss (float32 logits, int64 class indices, no weight or smoothing, mean or sum) in one
+# launch each way instead of a dozen array ops. Forward: one warp per row (lanes loop over the classes) finds the
+# row's max and sum of exp, keeps its log-sum-exp for backward and adds lse - x[target] to its lane 0's running
+# sum; the block then block_sums the losses and the count of counted rows in a fixed order (deterministic). Up
+# to XENT_ROWS_PER_BLOCK rows (the seed's N=32) that block writes the result; beyond, each block writes partial
+# sums and a one-block kernel adds them, again in a fixed order. Backward: one thread per logit,
+# d = coef * (softmax - onehot), coef = g / count (mean) or g (sum), g and count read on the device: no host
+# read, so the step can be captured in a CUDA graph. The NumPy twin is frost.ops.loss's _class_index_loss; the
+# tests compare them.
+
+XENT_THREADS = 256           # threads per block of the finalize
+XENT_FORWARD_THREADS = 1024  # threads per block of the forward, a warp per row: a batch of 32 rows in one pass
+XENT_ROWS_PER_BLOCK = 1024   # rows one forward block takes before the forward splits into partial sums
+XENT_MAX_BLOCKS = 1024       # forward blocks at most (the finalize loops over their partials)
+XENT_BACKWARD_THREADS = 256  # threads per block of the backward (one per logit)
+
+
+@device
+def _row_lse(x, base, C):
+    """log(sum(exp(x[base:base + C]))) in every lane of one warp: max first, so that no exp overflows."""
+    m = -inf
+    for c in range(lane, C, 32):
+        m = max(m, x[base + c])
+    m = warp_max(m)
+    s = 0.0
+    for c in range(lane, C, 32):
+        s += exp(x[base + c] - m)
+    return m + log(warp_sum(s))
+
+
+@device
+def _target_column(t, C):
+    """The column of class index t: out-of-range values wrap around as CuPy's fancy indexing does on the generic
+    path (the op checks targets wherever values can be read; inside a capture neither path can)."""
+    col = t % C
+    if col < 0:
+        col += C
+    return i32(col)
+
+
+@device
+def _store_total(total, rows, loss, count, mean):
+    loss[0] = total / rows if mean != 0 else total  # 0/0 (every target ignored) is NaN, as the generic path
+    count[0] = rows
+
+
+@kernel.warm
+@kernel
+def cross_entropy_forward(x: Array[f32], target: Array[i64], lse: Array[f32], loss: Array[f32], count: Array[f32],
+                          part_loss: Array[f32], part_count: Array[f32], n: i32, C: i32, ignore_index: i64,
+                          mean: i32):
+    """Warp w of block b takes rows b*W + w, then a grid stride on: lse[r] = log-sum-exp of row r, and the sum of
+    lse[r] - x[r, target[r]] and the count of rows whose target is not ignore_index. One block (gdx == 1) stores
+    the loss (sum, or sum / count when mean != 0) and the count; several store their sums in part_loss[b] and
+    part_count[b] for cross_entropy_finalize."""
+    warps = bdx // 32
+    acc = 0.0
+    rows = 0.0
+    for r in range(bx * warps + warp, n, gdx * warps):
+        row_lse = _row_lse(x, r * C, C)
+        t = target[r]
+        if lane == 0:
+            lse[r] = row_lse
+            if t != ignore_index:
+                acc += row_lse - x[r * C + _target_column(t, C)]
+                rows += 1.0
+    scratch = shared(f32, 32)
+    total = block_sum(acc, scratch)  # lane 0 of each warp holds its rows' sums, the other lanes 0
+    rows = block_sum(rows, scratch)
+    if tx == 0:
+        if gdx == 1:
+            _store_total(total, rows, loss, count, mean)
+        else:
+            part_loss[bx] = total
+            part_count[bx] = rows
+
+
+@kernel
+def cross_entropy_finalize(part_loss: Array[f32], part_count: Array[f32], loss: Array[f32], count: Array[f32],
+                           parts: i32, mean: i32):
+    """One block: the loss and the count from the forward blocks' partial sums, in a fixed order."""
+    acc = 0.0
+    rows = 0.0
+    for b in range(tx, parts, bdx):
+        acc += part_loss[b]
+        rows += part_count[b]
+    scratch = shared(f32, 32)
+    total = block_sum(acc, scratch)
+    rows = block_sum(rows, scratch)
+    if tx == 0:
+        _store_total(total, rows, loss, count, mean)
+
+
+@kernel.warm
+@kernel
+def cross_entropy_backward(x: Array[f32], target: Array[i64], lse: Array[f32], count: Array[f32], g: Array[f32],
+                           dx: Array[f32], n: i32, C: i32, ignore_index: i64, mean: i32):
+    """dx[r, c] = coef * (exp(x[r, c] - lse[r]) - [c == target[r]]), 0 in ignored rows; coef = g[0] / count[0]
+    (mean != 0) or g[0]: one thread per logit."""
+    i = bx * bdx + tx
+    if i < n * C:
+        r = i // C
+        t = target[r]
+        d = 0.0
+        if t != ignore_index:
+            coef = g[0] / count[0] if mean != 0 else g[0]
+            hit = 1.0 if i - r * C == _target_column(t, C) else 0.0
+            d = coef * (exp(x[i] - lse[r]) - hit)
+        dx[i] = d
+
+
+def xent_blocks(n: int, rows_per_block: int | None = None) -> int:
+    """Blocks of the forward for n rows: one up to rows_per_block rows (one launch), else partial sums."""
+    rows_per_block = XENT_ROWS_PER_BLOCK if rows_per_block is None else rows_per_block
+    return min(cdiv(n, rows_per_block), XENT_MAX_BLOCKS)
+
+
+def _fits_kernels(input: Tensor, target: Tensor, weight: Tensor | None, *, reduction: str,
+                  label_smoothing: float) -> bool:
+    # i32 indices into the logits; the count of rows is a float32 (exact below 2**24)
+    return (input.ndim == 2 and target.dtype == "int64" and weight is None and label_smoothing == 0
+            and reduction in ("mean", "sum") and 0 < input.shape[0] < 2**24 and input.shape[1] > 0
+            and input.numel() < 2**31 - XENT_BACKWARD_THREADS)
+
+
+@dispatch.register("cross_entropy", device="cuda", dtypes=("float32",), applies=_fits_kernels)
+def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str,
+                          label_smoothing: float) -> Tensor:
+    """cross_entropy of (N, C) float32 logits and (N,) int64 class targets (checked by the op) by the kernels above
+    (see _fits_kernels: no weight or smoothing, mean or sum)."""
+    xp = input.xp
+    x = xp.ascontiguousarray(input.data)
+    t = xp.ascontiguousarray(target.data)
+    N, C = x.shape
+    mean = int(reduction == "mean")
+    blocks = xent_blocks(N)
+    lse = xp.empty(N, xp.float32)
+    loss, count = xp.empty(1, xp.float32), xp.empty(1, xp.float32)
+    part_loss, part_count = (xp.empty(blocks, xp.float32), xp.empty(blocks, xp.float32)) if blocks > 1 \
+        else (loss, count)  # not written by a single block
+    cross_entropy_forward[blocks, XENT_FORWARD_THREADS](x, t, lse, loss, count, part_loss, part_count, N, C,
+                                                        ignore_index, mean)
+    if blocks > 1:
+        cross_entropy_finalize[1, XENT_THREADS](part_loss, part_count, loss, count, blocks, mean)
+
+    def backward(g):
+        g = xp.ascontiguousarray(g, dtype=xp.float32).reshape(1)
+        dx = xp.empty_like(x)
+        cross_entropy_backward[cdiv(N * C, XENT_BACKWARD_THREADS), XENT_BACKWARD_THREADS](
+            x, t, lse, count, g, dx, N, C, ignore_index, mean)
+        return (dx,)
+
+    return from_op(loss.reshape(()), (input,), backward, "cross_entropy")
+
