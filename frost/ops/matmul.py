@@ -38,6 +38,15 @@ def _same_dtype(array, dtype):
     return array if array.dtype == dtype else array.astype(dtype)
 
 
+def fold_batch_dims(xp, a, b):
+    """(a3, b3, batch): a (..., m, k) and b (..., k, n) as 3-D stacks of matrices over their broadcast batch dims
+    `batch` (copies only where a batch dim broadcasts or the array is not contiguous)."""
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    a3 = xp.broadcast_to(a, batch + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
+    b3 = xp.broadcast_to(b, batch + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+    return a3, b3, batch
+
+
 def matmul_arrays(xp, a, b, out=None):
     """a @ b on raw arrays: BLAS in float32 for CPU half types, cuDNN for CUDA matrices (capturable), else xp.
 
@@ -54,6 +63,15 @@ def matmul_arrays(xp, a, b, out=None):
         return np.matmul(a, b, out=out)
     from frost import backends
     from frost.backend import cudnn
+    if max(a.ndim, b.ndim) > 3 and min(a.ndim, b.ndim) >= 2:
+        # attention's (B, H, T, D) products: folded to 3-D so that they too run on cuDNN, not cuBLAS (refused while
+        # frost.jit captures a step)
+        a3, b3, batch = fold_batch_dims(xp, a, b)
+        product = matmul_arrays(xp, a3, b3).reshape(batch + (a.shape[-2], b.shape[-1]))
+        if out is None:
+            return product
+        out[...] = product
+        return out
     if 2 <= a.ndim <= 3 and 2 <= b.ndim <= 3 and (a.dtype.kind == "f" or str(a.dtype) == "bfloat16"):
         if str(a.dtype) == "float32" and str(b.dtype) == "float32" and not backends.allow_tf32:
             # cuDNN's float32 matmul rounds like TF32 even with its tensor-core engines deselected (measured)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import frost
-from frost.ops.matmul import linear, matmul
+from frost.ops.matmul import fold_batch_dims, linear, matmul
 
 RNG = np.random.default_rng(3)
 
@@ -155,3 +155,32 @@ def test_gpu_float32_matmul_without_tf32_is_exact(exact_gpu_math):
         want = a.astype(np.float64) @ b.astype(np.float64)
         got = matmul_arrays(cp, cp.asarray(a), cp.asarray(b)).get()
         assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (m, k, n)
+
+
+@pytest.mark.parametrize("sa, sb", [((2, 3, 4, 5), (2, 3, 5, 6)), ((2, 3, 4, 5), (1, 3, 5, 6)),
+                                    ((2, 1, 4, 5), (3, 5, 6)), ((4, 5), (2, 3, 5, 6)), ((2, 3, 4, 5), (5, 6))])
+def test_batch_dims_fold_into_one_stack_of_matrices(sa, sb):
+    """The GPU multiplies (B, H, T, D) products as 3-D stacks (cuDNN, capturable): the folding broadcasts the batch
+    dims as matmul does."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    a3, b3, batch = fold_batch_dims(np, a, b)
+    assert a3.ndim == b3.ndim == 3 and a3.shape[0] == b3.shape[0] == int(np.prod(batch))
+    np.testing.assert_allclose(np.matmul(a3, b3).reshape(batch + (sa[-2], sb[-1])), np.matmul(a, b), rtol=1e-12)
+
+
+@pytest.mark.cuda
+def test_four_dimensional_products_on_the_gpu_equal_the_cpu():
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((2, 3, 16, 8)).astype(np.float32), rng.standard_normal((2, 3, 8, 16)).astype(np.float32)
+    with _tf32_off():
+        got = matmul(frost.tensor(a, device="cuda"), frost.tensor(b, device="cuda")).numpy()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+
+
+class _tf32_off:
+    def __enter__(self):
+        self.before, frost.backends.allow_tf32 = frost.backends.allow_tf32, False
+
+    def __exit__(self, *exc):
+        frost.backends.allow_tf32 = self.before
