@@ -240,11 +240,12 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
     claims: dict = {}  # id(leaf) -> its .grad buffer, claimed by an op through grad_destination()
     stack = _claim_stack()
     stack.append(claims)
+    outer_callbacks = _begin_callbacks()
     try:
         _run_backward(root, g0, retain_graph, claims)
     finally:
         complete_deferred_gradients()
-        end_callbacks, _state.end_callbacks = getattr(_state, "end_callbacks", []), []
+        end_callbacks, _state.end_callbacks = _state.end_callbacks, outer_callbacks
         stack.pop()
         for buffer in claims.values():
             # claimed but never accumulated (an error, or an op that claimed and returned None): the buffer
@@ -277,11 +278,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     capture = dict.fromkeys(map(id, inputs))
     stack = _claim_stack()
     stack.append(None)  # ops may not claim a .grad buffer: grad() leaves every .grad as it is
+    outer_callbacks = _begin_callbacks()
     try:
         _run_backward(sink, sink.xp.ones((), dtype=sink.data.dtype), bool(retain_graph), {}, capture)
     finally:
         complete_deferred_gradients()
-        end_callbacks, _state.end_callbacks = getattr(_state, "end_callbacks", []), []
+        end_callbacks, _state.end_callbacks = _state.end_callbacks, outer_callbacks
         stack.pop()
     for callback in end_callbacks:
         callback()
@@ -440,13 +442,20 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
                 grads[k] = pg if k not in grads else _combine(grads[k], pg, p)
 
 
+def _begin_callbacks() -> list:
+    """Give the starting backward() (or grad()) its own list of end callbacks and return the enclosing one's: a
+    backward inside a backward (checkpoint's recompute runs grad() inside the outer backward) must not run the
+    callbacks that the outer one's hooks queued before the outer one has finished."""
+    outer = getattr(_state, "end_callbacks", [])
+    _state.end_callbacks = []
+    return outer
+
+
 def queue_callback(callback: Callable[[], None]) -> None:
     """Run `callback()` when the running backward() has finished every gradient (not when it fails): data-parallel
     training waits there for the gradients it is averaging."""
     if not _claim_stack():
         raise RuntimeError("queue_callback: call it from inside backward() (a hook), not outside")
-    if not hasattr(_state, "end_callbacks"):
-        _state.end_callbacks = []
     _state.end_callbacks.append(callback)
 
 

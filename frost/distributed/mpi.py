@@ -16,17 +16,25 @@ class MPIWork:
     """A collective in flight (async_op=True): wait() completes it and writes the result back."""
 
     def __init__(self, request, finish=None) -> None:
-        self.request, self.finish = request, finish
+        self.request, self.finish, self.done = request, finish, False
 
-    def wait(self) -> bool:
-        self.request.Wait()
+    def _complete(self) -> None:
         if self.finish is not None:
             self.finish()
-            self.finish = None
+        self.done = True
+
+    def wait(self) -> bool:
+        if not self.done:
+            self.request.Wait()
+            self._complete()
         return True
 
     def is_completed(self) -> bool:
-        return self.finish is None and self.request.Test()
+        """Whether the collective is done (its result then written back), without blocking: a loop polling it
+        must see the end without calling wait()."""
+        if not self.done and self.request.Test():
+            self._complete()
+        return self.done
 
 
 def available() -> bool:

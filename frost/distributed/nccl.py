@@ -7,6 +7,7 @@ module takes raw pointers and a stream handle (nothing to convert), and it needs
 the NCCL unique id and hands it to the others through the TCP store at MASTER_ADDR:MASTER_PORT (no PyTorch)."""
 from __future__ import annotations
 
+import platform
 import struct
 
 from frost.backend import cuda
@@ -16,6 +17,10 @@ from frost.distributed.store import TCPStore
 _DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8,
            "bfloat16": 9}
 _OPS = {"sum": 0, "product": 1, "max": 2, "min": 3, "avg": 4}
+UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
+# CuPy hands the id over as C chars: -128..127 where char is signed (x86-64), 0..255 where it is unsigned (Arm,
+# POWER, s390x), and takes back only values of this machine's kind
+_UNSIGNED_CHAR = platform.machine().lower().startswith(("aarch64", "arm", "ppc", "powerpc", "s390", "riscv"))
 
 
 def _nccl():
@@ -25,11 +30,15 @@ def _nccl():
 
 
 def _pack_id(uid) -> bytes:
-    return struct.pack(f"{len(uid)}b", *uid)
+    """The id's bytes, whichever sign the sending machine's chars have."""
+    return bytes(v & 0xFF for v in uid)
 
 
 def _unpack_id(raw: bytes) -> tuple:
-    return struct.unpack(f"{len(raw)}b", raw)
+    """The id as NcclCommunicator takes it on this machine."""
+    if len(raw) != UNIQUE_ID_BYTES:
+        raise ValueError(f"nccl: the unique id from rank 0's store has {len(raw)} bytes, expected {UNIQUE_ID_BYTES}")
+    return tuple(raw) if _UNSIGNED_CHAR else struct.unpack(f"{len(raw)}b", raw)
 
 
 class NCCLWork:
@@ -48,7 +57,9 @@ class NCCLBackend:
     def __init__(self, rank: int, world_size: int, local_rank: int, store: TCPStore) -> None:
         nccl = _nccl()
         cp = cuda.cupy()
-        cp.cuda.Device(local_rank).use()  # one GPU per process, chosen by LOCAL_RANK as torchrun's users do
+        # one GPU per process, chosen by LOCAL_RANK as torchrun's users do; modulo the visible GPUs for schedulers
+        # that give each process just its own (CUDA_VISIBLE_DEVICES of one GPU)
+        cp.cuda.Device(local_rank % cp.cuda.runtime.getDeviceCount()).use()
         if rank == 0:
             store.set("nccl_unique_id", _pack_id(nccl.get_unique_id()))
         uid = _unpack_id(store.get("nccl_unique_id"))

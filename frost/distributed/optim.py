@@ -46,7 +46,12 @@ class ZeroRedundancyOptimizer:
             p.data[...] = dense.data
         self.shard = Parameter(Tensor(self._my_part(self._flat(lambda p: p.data)).copy()))
         self.optimizer = optimizer_class([self.shard], **defaults)
-        self.param_groups = self.optimizer.param_groups
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The wrapped optimizer's, looked up each time: its load_state_dict replaces the list, and a learning-rate
+        schedule must keep reaching the groups that step() uses."""
+        return self.optimizer.param_groups
 
     def _flat(self, part: Callable) -> Any:
         """The parameters' `part` (data or grad) as one vector, zero-padded to world * shard_size."""

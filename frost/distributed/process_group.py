@@ -27,6 +27,17 @@ class DistributedError(RuntimeError):
     pass
 
 
+class Completed:
+    """What a collective returns with async_op=True when it has already completed (torch.distributed returns a
+    Work object whose wait() the caller may call)."""
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
 class _Group:
     def __init__(self, backend, rank: int, world_size: int, local_rank: int, store: TCPStore | None) -> None:
         self.backend, self.rank, self.world_size, self.local_rank, self.store = (
@@ -98,7 +109,12 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         _group = _Group(_mpi_backend(rank, world_size), rank, world_size, local_rank, None)
         return
     store = _store(init_method, rank, _seconds(timeout))
-    _group = _Group(NCCLBackend(rank, world_size, local_rank, store), rank, world_size, local_rank, store)
+    try:
+        nccl = NCCLBackend(rank, world_size, local_rank, store)
+    except BaseException:
+        store.close()  # rank 0's port free again, for a retry in this process
+        raise
+    _group = _Group(nccl, rank, world_size, local_rank, store)
 
 
 def _mpi_backend(rank: int, world_size: int) -> mpi.MPIBackend:
@@ -172,26 +188,29 @@ def _array(name: str, t: Tensor):
         raise TypeError(f"{name}: expected a frost Tensor, got {type(t).__name__}")
     on_gpu = t.device.type == "cuda"
     if on_gpu != (group.backend.name == "nccl"):
-        raise DistributedError(f"{name}: backend '{group.backend.name}' works on "
+        raise DistributedError(f"{name} on rank {group.rank}: backend '{group.backend.name}' works on "
                                f"{'CUDA' if group.backend.name == 'nccl' else 'CPU'} tensors; got a {t.device} "
                                f"tensor of shape {tuple(t.shape)}")
     a = t.data
     if not a.flags.c_contiguous:
-        raise DistributedError(f"{name}: the tensor of shape {tuple(t.shape)} is not contiguous; "
-                               f"pass t.contiguous() (a collective writes one block of memory in place)")
+        raise DistributedError(f"{name} on rank {group.rank}: the tensor of shape {tuple(t.shape)} is not "
+                               f"contiguous; pass t.contiguous() (a collective writes one block of memory in place)")
     return group, a
 
 
-def _check_op(name: str, op: str) -> str:
+def _check_op(name: str, op: str, a) -> str:
     if op not in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT, ReduceOp.MAX, ReduceOp.MIN):
         raise ValueError(f"{name}: unknown op {op!r}; use frost.distributed.ReduceOp")
+    if op == ReduceOp.AVG and a.dtype.kind in "iub":  # MPI's average divides in place: no integer result
+        raise TypeError(f"{name}: ReduceOp.AVG of a {a.dtype} tensor of shape {tuple(a.shape)}; average a "
+                        f"floating-point tensor, or SUM and divide")
     return op
 
 
 def all_reduce(tensor: Tensor, op: str = ReduceOp.SUM, group=None, async_op: bool = False):
     """Reduce `tensor` over all ranks, in place; with async_op=True returns a handle whose wait() finishes it."""
     group_, a = _array("all_reduce", tensor)
-    return group_.backend.all_reduce(a, _check_op("all_reduce", op), async_op)
+    return group_.backend.all_reduce(a, _check_op("all_reduce", op, a), async_op)
 
 
 def broadcast(tensor: Tensor, src: int = 0, group=None, async_op: bool = False):
@@ -200,6 +219,7 @@ def broadcast(tensor: Tensor, src: int = 0, group=None, async_op: bool = False):
     if not 0 <= src < group_.world_size:
         raise ValueError(f"broadcast: src {src} is outside a world of size {group_.world_size}")
     group_.backend.broadcast(a, src)
+    return Completed() if async_op else None
 
 
 def all_gather_into_tensor(output: Tensor, input: Tensor, group=None, async_op: bool = False):  # noqa: A002
@@ -210,6 +230,7 @@ def all_gather_into_tensor(output: Tensor, input: Tensor, group=None, async_op: 
         raise ValueError(f"all_gather_into_tensor: output {tuple(out.shape)} {out.dtype} must hold world_size "
                          f"({group_.world_size}) x input {tuple(a.shape)} {a.dtype}")
     group_.backend.all_gather(out.reshape((group_.world_size,) + a.shape), a)
+    return Completed() if async_op else None
 
 
 def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = False):
@@ -220,10 +241,12 @@ def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = F
                          f"{group_.world_size}")
     whole = tensor.xp.empty((group_.world_size,) + a.shape, dtype=a.dtype)
     group_.backend.all_gather(whole, a)
-    for r, t in enumerate(tensor_list):
-        if tuple(t.shape) != a.shape:
-            raise ValueError(f"all_gather: tensor_list[{r}] has shape {tuple(t.shape)}, expected {a.shape}")
+    for r, t in enumerate(tensor_list):  # checked after the collective: a rank that refused first would hang the rest
+        if tuple(t.shape) != a.shape or t.data.dtype != a.dtype:
+            raise ValueError(f"all_gather on rank {group_.rank}: tensor_list[{r}] is {tuple(t.shape)} {t.data.dtype}, "
+                             f"expected the input's {a.shape} {a.dtype}")
         t.data[...] = whole[r]
+    return Completed() if async_op else None
 
 
 def reduce_scatter_tensor(output: Tensor, input: Tensor, op: str = ReduceOp.SUM, group=None,  # noqa: A002
@@ -235,7 +258,8 @@ def reduce_scatter_tensor(output: Tensor, input: Tensor, op: str = ReduceOp.SUM,
     if out.size * group_.world_size != a.size or out.dtype != a.dtype:
         raise ValueError(f"reduce_scatter_tensor: input {tuple(a.shape)} {a.dtype} must be world_size "
                          f"({group_.world_size}) x output {tuple(out.shape)} {out.dtype}")
-    group_.backend.reduce_scatter(out, a, _check_op("reduce_scatter_tensor", op))
+    group_.backend.reduce_scatter(out, a, _check_op("reduce_scatter_tensor", op, a))
+    return Completed() if async_op else None
 
 
 def reduce_scatter(output: Tensor, input_list: list, op: str = ReduceOp.SUM, group=None, async_op: bool = False):
@@ -245,7 +269,7 @@ def reduce_scatter(output: Tensor, input_list: list, op: str = ReduceOp.SUM, gro
         raise ValueError(f"reduce_scatter: input_list has {len(input_list)} tensors for a world of size "
                          f"{group_.world_size}")
     stacked = Tensor(output.xp.stack([t.data for t in input_list]))
-    reduce_scatter_tensor(output, stacked, op)
+    return reduce_scatter_tensor(output, stacked, op, async_op=async_op)
 
 
 def barrier(group=None) -> None:

@@ -95,14 +95,19 @@ class Launch:
         self.children: list[subprocess.Popen] = []
         self.peers = NodeLink(args) if args.nnodes > 1 else None
         self.signalled: int | None = None
+        self.signalled_at = 0.0
 
     def run(self) -> int:
         previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             for local_rank in range(self.args.nproc_per_node):
+                if self.signalled is not None:
+                    break  # stopped while starting: start no more
                 self.children.append(subprocess.Popen([sys.executable, *_target(self.args)],
                                                       env=rank_environment(self.args, local_rank),
                                                       start_new_session=True))
+            if self.signalled is not None:  # a signal that came before a child was in the list missed it
+                self._forward(self.signalled, None)
             return self._watch()
         finally:
             self._stop()
@@ -112,6 +117,8 @@ class Launch:
                 signal.signal(s, handler)
 
     def _forward(self, signum, frame) -> None:
+        if self.signalled is None:
+            self.signalled_at = time.monotonic()
         self.signalled = signum
         for child in self.children:
             _signal_group(child, signum)
@@ -119,6 +126,14 @@ class Launch:
     def _watch(self) -> int:
         while True:
             codes = [child.poll() for child in self.children]
+            if self.signalled is not None:
+                # the processes end as the signal makes them (KeyboardInterrupt is a status of 1): no rank is
+                # to blame; one that outlives --stop-grace is killed by _stop
+                ended = all(code is not None for code in codes)
+                if ended or time.monotonic() > self.signalled_at + self.args.stop_grace:
+                    return 128 + self.signalled
+                time.sleep(POLL_S)
+                continue
             failed = next((r for r, code in enumerate(codes) if code not in (None, 0)), None)
             if failed is not None:
                 rank = self.args.node_rank * self.args.nproc_per_node + failed
@@ -127,8 +142,6 @@ class Launch:
                 if self.peers is not None:
                     self.peers.fail()
                 return _exit_status(codes[failed])
-            if self.signalled is not None and all(code is not None for code in codes):
-                return 128 + self.signalled  # stopped by a signal, however the processes ended
             if all(code == 0 for code in codes):
                 if self.peers is not None:
                     self.peers.done()
@@ -263,10 +276,21 @@ def run_mpi(args) -> int:
     command = [mpiexec(), "-n", str(args.nproc_per_node), "--oversubscribe", "--bind-to", "none",
                sys.executable, "-m", "frost.distributed.run", "--as-mpi-rank",
                "--master-addr", args.master_addr, "--master-port", str(args.master_port), *_target(args)]
+    launcher = subprocess.Popen(command, env=env)
+    signalled: list[int] = []
+
+    def forward(signum, frame) -> None:
+        signalled.append(signum)
+        launcher.send_signal(signum)  # mpiexec stops every rank; left alone, the ranks would outlive frost run
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = subprocess.call(command, env=env)
-    except KeyboardInterrupt:
-        return 130
+        code = launcher.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if signalled:
+        return 128 + signalled[0]
     if code != 0:
         _say(f"mpiexec exited with {_describe(code)}")
     return _exit_status(code)
@@ -289,6 +313,8 @@ def run_as_mpi_rank(args) -> int:
             runpy.run_path(args.script, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
+            if not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)  # Python would print sys.exit("message") at exit, which Abort skips
             _abort_mpi(e.code if isinstance(e.code, int) else 1)
         raise
     except BaseException:

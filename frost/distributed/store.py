@@ -47,6 +47,8 @@ class _Server:
     def __init__(self, host: str, port: int) -> None:
         self.values: dict[bytes, bytes] = {}
         self.changed = threading.Condition()
+        self.closed = False
+        self.connections: set[socket.socket] = set()
         self.listener = socket.create_server((host, port), reuse_port=False)
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True, name="frost-store").start()
@@ -57,6 +59,11 @@ class _Server:
                 conn, _ = self.listener.accept()
             except OSError:
                 return  # closed
+            with self.changed:
+                if self.closed:
+                    conn.close()
+                    return
+                self.connections.add(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -76,6 +83,9 @@ class _Server:
                         return  # not our protocol: drop the peer
             except (ConnectionError, StoreError, OSError):
                 return
+            finally:
+                with self.changed:
+                    self.connections.discard(conn)
 
     def set(self, key: bytes, value: bytes) -> None:
         with self.changed:
@@ -84,12 +94,25 @@ class _Server:
 
     def get(self, key: bytes, timeout: float | None) -> bytes:
         with self.changed:
-            if not self.changed.wait_for(lambda: key in self.values, timeout):
+            if not self.changed.wait_for(lambda: key in self.values or self.closed, timeout):
                 raise StoreError(f"store: key {key.decode(errors='replace')!r} not set within {timeout} s")
+            if key not in self.values:
+                raise StoreError(f"store: closed while waiting for key {key.decode(errors='replace')!r}")
             return self.values[key]
 
     def close(self) -> None:
-        self.listener.close()
+        """Stop serving: the port is free again at once and every client's pending get() fails now, not at
+        its timeout. (Closing alone would leave the accept() of the serving thread listening on the port.)"""
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
+            connections = list(self.connections)
+        for sock in [self.listener, *connections]:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected (any more)
+            sock.close()
 
 
 class TCPStore:
@@ -99,7 +122,7 @@ class TCPStore:
     get() waits at most `timeout` seconds for a key."""
 
     def __init__(self, host: str, port: int, is_master: bool, timeout: float = 300.0) -> None:
-        self.timeout = timeout
+        self.timeout, self._host = timeout, host
         self._server = _Server(host, port) if is_master else None
         self.port = self._server.port if self._server else port
         self._sock = None if is_master else self._connect(host, port, timeout)
@@ -137,6 +160,9 @@ class TCPStore:
             try:
                 return _recv_field(self._sock)
             except socket.timeout as e:
+                # the server still owes this answer: on this connection it would be read as the next request's
+                self._sock.close()
+                self._sock = self._connect(self._host, self.port, self.timeout)
                 raise StoreError(f"store: key {key!r} not set within {self.timeout} s") from e
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """`frost run`: torchrun's variables in every process, a failing process stops the rest (never a hang), two
 "nodes" on loopback, and the MPI launcher."""
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -41,7 +42,7 @@ ENV_SCRIPT = """
     import json, os, sys
     keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
             "NCCL_NVLS_ENABLE"]
-    print(json.dumps({k: os.environ.get(k) for k in keys} | {"argv": sys.argv[1:]}), flush=True)
+    sys.stdout.write(json.dumps({k: os.environ.get(k) for k in keys} | {"argv": sys.argv[1:]}) + "\\n")  # one write
 """
 
 
@@ -149,7 +150,7 @@ def test_sigterm_reaches_every_process(tmp_path):
     body = """
         import os, signal, sys, time
         signal.signal(signal.SIGTERM, lambda *a: (sys.stdout.write(f"term {os.environ['RANK']}\\n"), sys.exit(0)))
-        print("up", flush=True)
+        sys.stdout.write("up\\n")  # one write: print's two, unbuffered, can interleave with the other process's
         time.sleep(600)
     """
     launcher = subprocess.Popen([sys.executable, "-m", "frost.distributed.run", "--launcher", "native",
@@ -160,6 +161,56 @@ def test_sigterm_reaches_every_process(tmp_path):
     out, _ = launcher.communicate(timeout=30)
     assert sorted(out.split()) == ["0", "1", "term", "term"]
     assert launcher.returncode == 128 + signal.SIGTERM
+
+
+def test_sigint_stops_every_process_and_blames_none(tmp_path):
+    """Ctrl-C's KeyboardInterrupt ends each process with status 1: that is the signal, not a failing rank."""
+    body = """
+        import sys, time
+        sys.stdout.write("up\\n")
+        time.sleep(600)
+    """
+    launcher = subprocess.Popen([sys.executable, "-m", "frost.distributed.run", "--launcher", "native",
+                                 "--nproc-per-node", "2", "--master-port", str(free_port()),
+                                 str(script(tmp_path, body))], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    assert [launcher.stdout.readline().strip() for _ in range(2)] == ["up", "up"]
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=30)
+    assert launcher.returncode == 128 + signal.SIGINT, err
+    assert "KeyboardInterrupt" in err and "exited with" not in err
+
+
+def process_state(pid: int) -> str | None:
+    """Its state letter in /proc (Z: ended, not yet reaped), None once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_to_the_mpi_launcher_stops_every_rank(tmp_path, needs_mpi):
+    body = """
+        import os, sys, time
+        sys.stdout.write(f"pid {os.getpid()}\\n")
+        time.sleep(600)
+    """
+    launcher = subprocess.Popen([sys.executable, "-m", "frost.distributed.run", "--launcher", "mpi",
+                                 "--nproc-per-node", "2", str(script(tmp_path, body))], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = [int(launcher.stdout.readline().split()[1]) for _ in range(2)]
+    launcher.send_signal(signal.SIGTERM)
+    launcher.communicate(timeout=60)
+    assert launcher.returncode == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 20
+    while any(process_state(pid) not in (None, "Z") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = [pid for pid in pids if process_state(pid) not in (None, "Z")]
+    for pid in alive:  # not left behind by a failing test
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "ranks outlived frost run"
 
 
 def test_frost_run_is_a_frost_command(capsys):

@@ -1,6 +1,7 @@
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -51,5 +52,38 @@ def test_a_stray_peer_cannot_make_the_server_allocate_much():
     client = TCPStore("127.0.0.1", master.port, is_master=False, timeout=5)
     client.set("still", b"served")
     assert master.get("still") == b"served"
+    client.close()
+    master.close()
+
+
+def test_close_frees_the_port_and_fails_pending_gets_at_once():
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=30)
+    client = TCPStore("127.0.0.1", master.port, is_master=False, timeout=30)
+    failed = []
+
+    def wait_for_a_key_nobody_sets():
+        start = time.monotonic()
+        with pytest.raises((ConnectionError, StoreError)):
+            client.get("never")
+        failed.append(time.monotonic() - start)
+    waiter = threading.Thread(target=wait_for_a_key_nobody_sets)
+    waiter.start()
+    time.sleep(0.3)  # the get is waiting on the server
+    master.close()
+    waiter.join(10)
+    assert failed and failed[0] < 5  # not the 30 s timeout
+    client.close()
+    again = TCPStore("127.0.0.1", master.port, is_master=True, timeout=5)  # init, destroy, init on one port
+    again.close()
+
+
+def test_a_timed_out_get_does_not_answer_the_next_one():
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=5)
+    client = TCPStore("127.0.0.1", master.port, is_master=False, timeout=0.3)
+    with pytest.raises(StoreError, match="'late'"):
+        client.get("late")
+    master.set("late", b"late value")  # the server now answers the get that timed out
+    master.set("next", b"next value")
+    assert client.get("next") == b"next value"
     client.close()
     master.close()
