@@ -1,7 +1,7 @@
 """Our tensor-core convolutions against cuDNN's in one process: the seed ResNet's bf16 channels-last jit step time.
 
 Run on a GPU machine:  python benchmarks/conv_kernels_ab.py [--rounds 3] [--out FILE.json]
-Variants (switched by the environment that frost.ops.conv_fprop_mma and conv_wgrad read at every call): cudnn
+Variants (switched by the environment that frost.accel.conv_fprop_mma and conv_wgrad read at every call): cudnn
 (FROST_CONV_FPROP_MMA=0), forward (our forward convolutions where faster), forward+dgrad (also our input gradients
 where faster: FROST_CONV_DGRAD_MMA=1, the default), and the same with every weight gradient's finalize in a launch of
 its own (FROST_CONV_WGRAD_CARRY=0) instead of riding with the next weight-gradient launch.
@@ -51,7 +51,7 @@ def main() -> None:
 def per_shape_choices() -> list[dict]:
     """What `conv_fprop_mma.choose` decided at each shape (forward, and input gradient for the dgrad variant): our
     best candidate's and cuDNN's us per call, as it timed them. Printed as a table; returned for the JSON."""
-    from frost.ops import conv_fprop_mma
+    from frost.accel import conv_fprop_mma
     rows = []
     print("\n| x shape | w shape | padding | pass | ours us | cuDNN us | runs |\n|---|---|---|---|---|---|---|")
     for key, c in sorted(conv_fprop_mma._choices.load().items()):

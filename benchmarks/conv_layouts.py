@@ -6,7 +6,7 @@ plan timed once) is captured `--calls` times into a CUDA graph and replayed; us 
 replays (CUDA events). Layouts: "nchw" (activations and weights C-contiguous), "nhwc" (activations and weights
 channels-last: the cuDNN tensor-core kernels' own layout), "nhwc-act" (channels-last activations, NCHW weights,
 as when only the data is converted). The step estimate weights each shape by its calls per training step. Also
-our float32 weight-gradient kernel (frost/ops/conv_wgrad.py, NCHW only) for comparison.
+our float32 weight-gradient kernel (frost/accel/conv_wgrad.py, NCHW only) for comparison.
 """
 import argparse
 import json
@@ -57,7 +57,7 @@ def time_kinds(shape, dtype: str, layout: str, calls: int, repeats: int) -> dict
 
 
 def ours_wgrad_us(shape, calls: int, repeats: int) -> float:
-    from frost.ops import conv_wgrad as cw
+    from frost.accel import conv_wgrad as cw
     import cupy as cp
     n, cin, cout, h, s, k = shape
     x, w, g = operands(shape, "fp32", "nchw")

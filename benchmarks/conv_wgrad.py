@@ -1,4 +1,4 @@
-"""Convolution weight gradients at the seed ResNet's shapes: our kernels (frost/ops/conv_wgrad.py) against cuDNN.
+"""Convolution weight gradients at the seed ResNet's shapes: our kernels (frost/accel/conv_wgrad.py) against cuDNN.
 
 Run on a GPU machine (needs the cuDNN frontend):
     python benchmarks/conv_wgrad.py [--quick] [--channels-last] [--bf16] [--out FILE.json]
@@ -22,7 +22,7 @@ from frost import backends
 from frost.backend.cuda import graph_time_us
 from frost.bench import common
 from frost.layout import as_channels_last, empty_like_format
-from frost.ops import conv_wgrad as cw
+from frost.accel import conv_wgrad as cw
 
 ROOT = Path(__file__).resolve().parents[1]
 # (N, Cin, Cout, H, stride, k) and weight-gradient calls per training step of the seed ResNet (batch 32)

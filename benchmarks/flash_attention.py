@@ -12,7 +12,6 @@ left out, with a line saying so, without one).
 import argparse
 import contextlib
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,17 +37,6 @@ def flash_switch(on: bool):
             del os.environ["FROST_FLASH_ATTENTION"]
         else:
             os.environ["FROST_FLASH_ATTENTION"] = before
-
-
-def seconds_per_call(fn, sync, iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / iters
 
 
 def frost_calls(batch: int, causal: bool, flash: bool):
@@ -145,8 +133,8 @@ def main() -> None:
                 impls[name] = torch_calls(batch, causal, backend)
                 syncs[name] = torch_sync
             for name, (forward, forward_backward) in impls.items():
-                fwd = seconds_per_call(forward, syncs[name], iters, args.warmup)
-                both = seconds_per_call(forward_backward, syncs[name], iters, args.warmup)
+                fwd = common.seconds_per_call(forward, syncs[name], iters, args.warmup)
+                both = common.seconds_per_call(forward_backward, syncs[name], iters, args.warmup)
                 rows.append(dict(impl=name, batch=batch, heads=HEADS, length=LENGTH, head_dim=HEAD_DIM, causal=causal,
                                  forward_ms=1e3 * fwd, forward_backward_ms=1e3 * both,
                                  forward_tflops=flops / fwd / 1e12, forward_backward_tflops=3.5 * flops / both / 1e12,

@@ -202,7 +202,7 @@ def _refuse_host_sync(what: str) -> None:
 def _pending() -> frozenset:
     """The convolution shapes whose first call queued our candidates' compiles and that wait for the call that picks
     one: a capture would keep cuDNN's kernel there for good (nothing is chosen inside a capture)."""
-    from frost.ops.conv_common import pending_choices
+    from frost.accel.conv_common import pending_choices
     return pending_choices()
 
 

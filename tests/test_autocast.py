@@ -97,7 +97,7 @@ def test_conv_weight_gradient_under_autocast_is_float32_in_the_master_grad(zeroe
     one): with our kernel (float32 sums of the bf16 values), or cuDNN's bf16 dW widened (the choice per shape is
     timed; both are forced here)."""
     import torch
-    from frost.ops import conv_wgrad
+    from frost.accel import conv_wgrad
     monkeypatch.setattr(conv_wgrad, "choose", lambda *args: ours)
     ran, kernel = [], conv_wgrad.conv2d_backward_weight_gpu
     monkeypatch.setattr(conv_wgrad, "conv2d_backward_weight_gpu", lambda *a, **k: ran.append(1) or kernel(*a, **k))

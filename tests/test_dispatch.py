@@ -8,8 +8,11 @@ import torch.nn.functional as TF
 import frost
 from frost import dispatch
 from frost.accel import batch_norm as accel_bn
+from frost.accel import conv as accel_conv
 from frost.accel import cross_entropy as accel_xent
+from frost.backend import cudnn
 from frost.layout import as_channels_last
+from frost.ops import conv as conv_ops
 from frost.ops.loss import cross_entropy
 from frost.ops.norm import batch_norm_act
 
@@ -191,3 +194,180 @@ def test_without_the_layer_cross_entropy_gives_pytorchs_answer(table, monkeypatc
     want.backward()
     np.testing.assert_allclose(out.item(), want.item(), rtol=1e-5)
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------ convolution: cuDNN or our kernels, chosen per shape
+
+CONV_OPS = ("conv2d_forward", "conv2d_backward_input", "conv2d_backward_weight", "conv2d_prepare_backward")
+
+
+@pytest.fixture
+def with_cudnn(monkeypatch):
+    """CPU operands answered as if they were on a GPU with cuDNN: the conv registrations take them."""
+    as_if_on_the_gpu(monkeypatch)
+    monkeypatch.setattr(cudnn, "available", lambda: True)
+
+
+def test_the_layer_registers_the_convolutions_array_functions_on_cuda():
+    paths = {(p.op, p.fn, p.device) for p in dispatch.registered() if p.op in CONV_OPS}
+    assert paths == {("conv2d_forward", accel_conv.conv2d_forward_cuda, "cuda"),
+                     ("conv2d_backward_input", accel_conv.conv2d_backward_input_cuda, "cuda"),
+                     ("conv2d_backward_weight", accel_conv.conv2d_backward_weight_cuda, "cuda"),
+                     ("conv2d_prepare_backward", accel_conv.conv2d_prepare_backward_cuda, "cuda")}
+
+
+def conv_lookup(op: str, groups: int = 1, padding=1, kernel: int = 3) -> object:
+    x, w = np.zeros((2, 4, 8, 8), np.float32), np.zeros((6, 4 // groups, kernel, kernel), np.float32)
+    return dispatch.lookup(op, x, w, geo=conv_ops.geometry(x.shape, w.shape, 1, padding, 1, groups))
+
+
+@pytest.mark.parametrize("op", CONV_OPS)
+def test_the_conv_paths_take_what_cudnn_runs(with_cudnn, monkeypatch, op):
+    assert conv_lookup(op) is not None and conv_lookup(op, padding=(0, 2)) is not None
+    assert conv_lookup(op, groups=2) is None                       # grouped: the reference
+    assert conv_lookup(op, padding="same", kernel=4) is None       # one more row at the end than at the top
+    monkeypatch.setattr(cudnn, "available", lambda: False)
+    assert conv_lookup(op) is None                                 # no cuDNN frontend installed
+
+
+def test_without_a_gpu_the_conv_paths_are_not_asked():
+    assert all(conv_lookup(op) is None for op in CONV_OPS)
+
+
+def recorder(calls: list, name: str, result=None):
+    def record(*args, **kwargs):
+        calls.append((name, args, kwargs))
+        return result(*args) if callable(result) else result
+    return record
+
+
+@pytest.fixture
+def cudnn_only(with_cudnn, monkeypatch):
+    """cuDNN's calls recorded (returning fixed arrays), our kernels never chosen."""
+    calls = []
+    monkeypatch.setattr(accel_conv.conv_fprop_mma, "supported", lambda *a, **k: False)
+    monkeypatch.setattr(accel_conv.conv_wgrad, "supported", lambda *a, **k: False)
+    for name, function in (("fprop", "conv2d_forward"), ("dgrad", "conv2d_backward_input"),
+                           ("wgrad", "conv2d_backward_weight")):
+        monkeypatch.setattr(cudnn, function, recorder(calls, name, lambda a, b, shape, *args: np.ones(shape, a.dtype)))
+    return calls
+
+
+CONV_ARGS = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2))
+CUDNN_ARGS = ((2, 1), (1, 2), (1, 2))
+
+
+def test_the_conv_paths_call_cudnn_with_stride_padding_and_dilation(cudnn_only):
+    x, w = np.zeros((2, 4, 9, 9), np.float32), np.zeros((6, 4, 3, 3), np.float32)
+    y, stats = conv_ops.conv2d_forward_stats(x, w, **CONV_ARGS, bias=np.full(6, 2.0))
+    g = np.zeros(y.shape, np.float32)
+    dx = conv_ops.conv2d_backward_input(g, w, x.shape, **CONV_ARGS)
+    out = np.zeros(w.shape, np.float32)
+    dw = conv_ops.conv2d_backward_weight(g, x, w.shape, **CONV_ARGS, out=out)
+    assert y.shape == (2, 6, 5, 9) and (y == 3.0).all() and stats is None   # cuDNN's y, then + bias
+    assert dx.shape == x.shape and dw.shape == w.shape
+    assert [(name, args[2:]) for name, args, _ in cudnn_only] == [
+        ("fprop", ((2, 6, 5, 9), *CUDNN_ARGS)), ("dgrad", ((2, 4, 9, 9), *CUDNN_ARGS)),
+        ("wgrad", ((6, 4, 3, 3), *CUDNN_ARGS))]
+    assert cudnn_only[2][2] == {"out": out}                        # straight into the given buffer
+
+
+def test_a_float32_weight_gradient_of_bf16_operands_is_cudnns_converted(cudnn_only):
+    x, g = np.ones((2, 4, 6, 6), BF16), np.ones((2, 6, 6, 6), BF16)
+    out = np.zeros((6, 4, 3, 3), np.float32)
+    dw = conv_ops.conv2d_backward_weight(g, x, out.shape, padding=1, out=out, defer=True)
+    assert dw is out and (out == 1.0).all() and cudnn_only[0][2] == {}   # cuDNN's bf16 dW, widened into out
+
+
+def test_our_kernels_get_the_stats_out_and_defer_they_are_asked_for(with_cudnn, monkeypatch):
+    calls = []
+    fm, cw = accel_conv.conv_fprop_mma, accel_conv.conv_wgrad
+    for module in (fm, cw):
+        monkeypatch.setattr(module, "supported", lambda *a, **k: True)
+        monkeypatch.setattr(module, "choose", lambda *a, **k: True)
+    monkeypatch.setattr(fm, "conv2d_forward_gpu_stats",
+                        recorder(calls, "fprop", lambda x, w, pad, y: (np.zeros(y.shape), "stats")))
+    monkeypatch.setattr(fm, "conv2d_forward_gpu", recorder(calls, "dgrad", lambda g, w, pad, dx: dx))
+    monkeypatch.setattr(cw, "conv2d_backward_weight_gpu", recorder(calls, "wgrad", lambda g, x, shape, *a: "dw"))
+    x, w = as_channels_last(np.zeros((2, 4, 8, 8), np.float32)), np.zeros((6, 4, 3, 3), np.float32)
+    assert conv_ops.conv2d_forward_stats(x, w, padding=1, stats=True)[1] == "stats"
+    assert conv_ops.conv2d_forward_stats(x, w, padding=1, bias=np.zeros(6), stats=True)[1] == "stats"
+    out = np.zeros(w.shape, np.float32)
+    g = as_channels_last(np.zeros((2, 6, 8, 8), np.float32))
+    conv_ops.conv2d_backward_input(g, w, x.shape, padding=1)
+    assert conv_ops.conv2d_backward_weight(g, x, w.shape, padding=1, out=out, defer=True) == "dw"
+    (_, (_, _, _, y), fprop), (_, (_, _, _, y_bias), fprop_bias), (_, (_, _, _, dx), dgrad), (_, _, wgrad) = calls
+    assert fprop == {"stride": (1, 1), "stats": True} and fprop_bias == {"stride": (1, 1), "stats": False}
+    assert y.shape == (2, 6, 8, 8) and dispatch.layout_of(y) == "channels_last"   # in x's memory format
+    assert dgrad == {"flip": True, "stride": (1, 1)} and dispatch.layout_of(dx) == "channels_last"
+    assert wgrad == {"out": out, "defer": True}
+
+
+def test_conv2d_offers_the_layer_a_head_start_on_the_gradients_it_will_need(table):
+    asked = []
+    dispatch.register("conv2d_prepare_backward", device="cpu")(recorder(asked, "prepare"))
+    x, w = frost.randn(2, 3, 6, 6, requires_grad=True), frost.randn(4, 3, 3, 3)
+    y = frost.nn.functional.conv2d(x, w, padding=1)
+    [(_, (y_array, x_array, w_array, geo), flags)] = asked
+    assert y_array.shape == y.shape and x_array is x.data and w_array is w.data and geo.ho == 6
+    assert flags == {"weight_gradient": False, "input_gradient": True}
+    with frost.no_grad():
+        frost.nn.functional.conv2d(x, w, padding=1)
+    assert len(asked) == 1                                          # no backward coming: nothing to prepare
+
+
+def torch_conv2d(x, w, b, g, **kwargs):
+    xt, wt, bt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
+    out = TF.conv2d(xt, wt, bt, **kwargs)
+    out.backward(torch.tensor(g, dtype=torch.float64))
+    return [out.detach().numpy(), xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()]
+
+
+def frost_conv2d(x, w, b, g, weight_grad: bool, **kwargs) -> list:
+    tensors = [frost.tensor(x, requires_grad=True), frost.tensor(w, requires_grad=weight_grad),
+               frost.tensor(b, requires_grad=True)]
+    out = frost.nn.functional.conv2d(*tensors, **kwargs)
+    out.backward(frost.tensor(g))
+    return [out.detach().numpy()] + [None if t.grad is None else t.grad.numpy() for t in tensors]
+
+
+@pytest.mark.parametrize("kwargs", [dict(stride=1, padding=1), dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2)),
+                                    dict(padding=1, groups=2)])
+@pytest.mark.parametrize("gpu_like", [False, True])
+def test_without_the_layer_conv2d_gives_pytorchs_answer(table, monkeypatch, gpu_like, kwargs):
+    if gpu_like:
+        as_if_on_the_gpu(monkeypatch)
+        monkeypatch.setattr(cudnn, "available", lambda: True)
+    rng = np.random.default_rng(2)
+    x, w, b = rng.standard_normal((3, 4, 9, 8)), rng.standard_normal((6, 4 // kwargs.get("groups", 1), 3, 3)), \
+        rng.standard_normal(6)
+    g = rng.standard_normal(TF.conv2d(torch.tensor(x), torch.tensor(w), **kwargs).shape)
+    want = torch_conv2d(x, w, b, g, **kwargs)
+    for weight_grad in (True, False):   # the CPU keeps im2col columns for dW; without dW it asks conv2d_forward
+        got = frost_conv2d(x, w, b, g, weight_grad, **kwargs)
+        assert (got[2] is None) != weight_grad
+        for got_value, want_value in zip(got, want):
+            if got_value is not None:
+                np.testing.assert_allclose(got_value, want_value, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_on_the_gpu_the_layers_conv2d_matches_the_core_alone(monkeypatch, dtype):
+    rng = np.random.default_rng(3)
+    x, w, g = rng.standard_normal((8, 16, 12, 12)), rng.standard_normal((32, 16, 3, 3)), \
+        rng.standard_normal((8, 32, 12, 12))
+
+    def run():
+        xt = frost.tensor(x, dtype=dtype, device="cuda", requires_grad=True).contiguous(frost.channels_last)
+        xt.retain_grad()
+        wt = frost.tensor(w, dtype=dtype, device="cuda", requires_grad=True)
+        out = frost.nn.functional.conv2d(xt, wt, padding=1)
+        out.backward(frost.tensor(g, dtype=dtype, device="cuda"))
+        return [a.float().cpu().numpy().astype(np.float64) for a in (out.detach(), xt.grad, wt.grad)]
+    layer = run()
+    monkeypatch.setattr(dispatch, "_table", {})
+    core = run()
+    for a, b in zip(layer, core):
+        scale = np.abs(b).max()
+        assert np.abs(a - b).max() <= (2 ** -6 if dtype == "bfloat16" else 2 ** -9) * scale

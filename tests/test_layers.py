@@ -31,6 +31,8 @@ LAYER_CONTRACTS = [
     # the core never imports the acceleration layer: the layer imports the core and registers its fast paths with
     # frost.dispatch, which any core module may ask (so it imports none of them)
     (("frost.ops", "frost.tensor", "frost.autograd", "frost.dispatch"), ("frost.accel",)),
+    # convolution's math asks the table: cuDNN and our kernels are the layer's (frost/accel/conv.py)
+    (("frost.ops.conv",), ("frost.backend.cudnn", "frost.backend.cuda", "frost.kernel")),
     (("frost.dispatch",), ("frost.ops", "frost.tensor", "frost.autograd", "frost.nn", "frost.optim")),
 ]
 
@@ -200,6 +202,17 @@ def test_each_floor_imports_only_from_its_own_floor_or_below(graph):
     violations = layer_violations(graph, LAYER_CONTRACTS)
     if violations:
         pytest.fail("imports against ARCHITECTURE.md's floors:\n" + "\n".join(violations), pytrace=False)
+
+
+# GPU kernel modules that moved from the core to the acceleration layer: a copy left behind (or put back) in the
+# core would be imported by neither and drift
+MOVED_TO_THE_LAYER = {"conv_common", "conv_fprop_mma", "conv_wgrad", "conv_wgrad_mma"}
+
+
+def test_the_convolution_kernels_live_in_the_layer_not_in_the_core():
+    assert {name for name in MOVED_TO_THE_LAYER if (PACKAGE_DIR / "ops" / f"{name}.py").exists()} == set()
+    assert {name for name in MOVED_TO_THE_LAYER if (PACKAGE_DIR / "accel" / f"{name}.py").exists()} == \
+        MOVED_TO_THE_LAYER
 
 
 # ---------------------------------------------------------------- the checker itself, on small made-up packages

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -49,7 +49,7 @@ def startup_counters() -> dict:
     and timings), all seconds of wall time except nvrtc_seconds."""
     from frost.backend import cudnn
     from frost.kernel import compile as kcompile
-    from frost.ops import conv_fprop_mma, conv_wgrad
+    from frost.accel import conv_fprop_mma, conv_wgrad
     return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
             "launch_waits": kcompile.stats["launch_waits"],
             "launch_wait_seconds": kcompile.stats["launch_wait_seconds"],
@@ -232,6 +232,18 @@ class Stopwatch:
     def now(self) -> float:
         self.synchronize()
         return time.perf_counter()
+
+
+def seconds_per_call(fn: Callable[[], object], synchronize: Callable[[], object], iters: int, warmup: int) -> float:
+    """The mean wall time of `iters` calls of fn after `warmup` untimed ones, the device synchronized before each
+    clock read only: the calls queue back to back, as in a training loop."""
+    for _ in range(warmup):
+        fn()
+    watch = Stopwatch(synchronize)
+    t0 = watch.now()
+    for _ in range(iters):
+        fn()
+    return (watch.now() - t0) / iters
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:

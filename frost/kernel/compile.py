@@ -11,6 +11,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from frost.backend.remembered import cache_root
 from frost.kernel.frontend import KernelError
 
@@ -78,6 +80,14 @@ def device_arch(device: int | None = None) -> str:
         cc = cupy.cuda.Device(device).compute_capability  # e.g. "90"
         arch = _archs[device] = f"sm_{cc}"
     return arch
+
+
+def has_mma(a) -> bool:
+    """Whether the GPU holding array `a` runs mma.sync on bf16 and TF32 operands (compute capability 8.0 or newer);
+    True for a NumPy array (the simulator runs these kernels anywhere)."""
+    if isinstance(a, np.ndarray):
+        return True
+    return int(device_arch(a.device.id)[len("sm_"):].rstrip("a")) >= 80
 
 
 def compile_cubin(source: str, name: str, arch: str = "sm_90", options=(), consts=None,

@@ -5,9 +5,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from frost import dispatch
 from frost.autocast import cast_inputs
 from frost.autograd import grad_destination, gradient_branch, is_grad_enabled
-from frost.layout import dense_like, empty_like_format, is_channels_last
+from frost.layout import array_module, empty_like_format
 from frost.tensor import Tensor, from_op
 
 # Layout note. Columns are built as (C, kh, kw, N, Ho, Wo): for each input channel and kernel offset, a
@@ -16,9 +17,11 @@ from frost.tensor import Tensor, from_op
 # Elementwise ops downstream keep that memory order, so the next convolution's im2col and the gradient
 # reshapes in the backward become plain contiguous copies or free views.
 #
-# The Tensor-level conv2d reaches the arrays only through conv2d_forward, conv2d_backward_input and
-# conv2d_backward_weight (plus, on the CPU, im2col columns kept from the forward for the weight gradient),
-# so a device backend (cuDNN) can take over by swapping those three.
+# The Tensor-level conv2d reaches the arrays only through conv2d_forward_stats, conv2d_backward_input and
+# conv2d_backward_weight (plus, on the CPU, im2col columns kept from the forward for the weight gradient). Each asks
+# frost.dispatch for a fast path first ("conv2d_forward", "conv2d_backward_input", "conv2d_backward_weight", with the
+# Geometry as `geo`; on the GPU, frost/accel/conv.py: cuDNN or our kernels), and the forward offers the layer a
+# head start on the backward ("conv2d_prepare_backward"). Without one, the im2col code below runs, NumPy or CuPy.
 
 
 class Geometry(NamedTuple):
@@ -103,13 +106,6 @@ def geometry(x_shape: tuple, w_shape: tuple, stride=1, padding=0, dilation=1, gr
     return Geometry(n, c, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, ho, wo)
 
 
-def _xp(array):
-    if isinstance(array, np.ndarray):
-        return np
-    from frost.backend import cuda
-    return cuda.cupy()
-
-
 # ------------------------------------------------------------------ array-level kernels
 
 
@@ -119,7 +115,7 @@ def _padded_channel_major(x, geo: Geometry):
     (pt, pb), (pl, pr) = geo.ph, geo.pw
     if pt == pb == pl == pr == 0:
         return xt
-    xp = _xp(x)
+    xp = array_module(x)
     out = xp.zeros((geo.c, geo.n, geo.h + pt + pb, geo.w + pl + pr), dtype=x.dtype)
     out[:, :, pt:pt + geo.h, pl:pl + geo.w] = xt
     return out
@@ -127,7 +123,7 @@ def _padded_channel_major(x, geo: Geometry):
 
 def im2col(x, geo: Geometry):
     """Columns (groups, Cin/groups * kh * kw, N * Ho * Wo), C-contiguous, from a strided view of x."""
-    xp = _xp(x)
+    xp = array_module(x)
     xpad = _padded_channel_major(x, geo)
     s_c, s_n, s_h, s_w = xpad.strides
     view = xp.lib.stride_tricks.as_strided(
@@ -139,7 +135,7 @@ def im2col(x, geo: Geometry):
 
 def _grad_channel_major(g, geo: Geometry):
     """The output gradient as (groups, Cout/groups, N * Ho * Wo); free when g is channel-major already."""
-    xp = _xp(g)
+    xp = array_module(g)
     g2 = xp.ascontiguousarray(g.transpose(1, 0, 2, 3))
     return g2.reshape(geo.groups, geo.cout // geo.groups, geo.n * geo.ho * geo.wo)
 
@@ -149,7 +145,7 @@ def _grouped_weight(w, geo: Geometry):
 
 
 def _forward_from_cols(cols, w, geo: Geometry, bias=None):
-    xp = _xp(cols)
+    xp = array_module(cols)
     out = xp.matmul(_grouped_weight(w, geo), cols).reshape(geo.cout, geo.n, geo.ho, geo.wo)
     if bias is not None:
         out += bias.reshape(geo.cout, 1, 1, 1)
@@ -157,7 +153,7 @@ def _forward_from_cols(cols, w, geo: Geometry, bias=None):
 
 
 def _backward_weight_from_cols(g2, cols, geo: Geometry, out=None):
-    xp = _xp(cols)
+    xp = array_module(cols)
     if out is not None:  # a C-contiguous (Cout, C/groups, kh, kw) array, e.g. the weight's .grad buffer
         xp.matmul(g2, cols.transpose(0, 2, 1), out=out.reshape(geo.groups, geo.cout // geo.groups, -1))
         return out
@@ -187,7 +183,7 @@ def _input_grad_is_a_conv(geo: Geometry) -> bool:
 
 def _backward_input_from_grad(g2, w, geo: Geometry):
     """col2im: scatter the column gradient back, one strided add per kernel offset."""
-    xp = _xp(g2)
+    xp = array_module(g2)
     gcols = xp.matmul(_grouped_weight(w, geo).transpose(0, 2, 1), g2)
     gcols = gcols.reshape(geo.c, geo.kh, geo.kw, geo.n, geo.ho, geo.wo)
     (pt, pb), (pl, pr) = geo.ph, geo.pw
@@ -200,68 +196,27 @@ def _backward_input_from_grad(g2, w, geo: Geometry):
     return gx[:, :, pt:pt + geo.h, pl:pl + geo.w].transpose(1, 0, 2, 3)
 
 
-def _cudnn_args(array, geo: Geometry):
-    """(stride, padding, dilation) for cuDNN when it can run this convolution, else None (the im2col path runs)."""
-    if isinstance(array, np.ndarray) or geo.groups != 1 or geo.ph[0] != geo.ph[1] or geo.pw[0] != geo.pw[1]:
-        return None
-    from frost.backend import cudnn
-    if not cudnn.available():
-        return None
-    return (geo.sh, geo.sw), (geo.ph[0], geo.pw[0]), (geo.dh, geo.dw)
-
-
-def _dense(array, xp):
-    """cuDNN needs real strides: no broadcast (zero) strides, no negative ones; NCHW or channels-last memory."""
-    return array if array.flags.c_contiguous or is_channels_last(array) else xp.ascontiguousarray(array)
-
-
 def conv2d_forward(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=None):
     """The convolution of raw arrays x (N, C, H, W) and w (Cout, C/groups, kh, kw); returns (N, Cout, Ho, Wo)."""
     return conv2d_forward_stats(x, w, stride, padding, dilation, groups, bias, stats=False)[0]
 
 
 def conv2d_forward_stats(x, w, stride=1, padding=0, dilation=1, groups: int = 1, bias=None, stats: bool = True):
-    """conv2d_forward, returning (y, conv_fprop_mma.ChannelStats of y or None): stats asks our forward kernel, where it
-    runs (bias None), to make batch norm's partial statistics of y in its epilogue."""
+    """conv2d_forward, returning (y, batch norm's channel statistics of y or None): stats asks a fast path that can
+    (frost.accel.conv_fprop_mma's epilogue, bias None) to make them on the way; the reference makes none."""
     geo = geometry(x.shape, w.shape, stride, padding, dilation, groups)
-    cudnn_args = _cudnn_args(x, geo)
-    if cudnn_args is not None:
-        from frost.backend import cudnn
-        from frost.ops import conv_fprop_mma
-        xp = _xp(x)
-        x, w, y_shape = _dense(x, xp), _dense(w, xp), (geo.n, geo.cout, geo.ho, geo.wo)
-        stats = stats and bias is None
-        made = None
-        # our tensor-core kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
-        if conv_fprop_mma.supported(x, w, *cudnn_args, groups) and conv_fprop_mma.choose(
-                x, w, cudnn_args[1], lambda: cudnn.conv2d_forward(x, w, y_shape, *cudnn_args), stride=cudnn_args[0],
-                with_stats=stats):
-            out, made = conv_fprop_mma.conv2d_forward_gpu_stats(x, w, cudnn_args[1], empty_like_format(y_shape, x),
-                                                                stride=cudnn_args[0], stats=stats)
-        else:
-            out = cudnn.conv2d_forward(x, w, y_shape, *cudnn_args)
-        if bias is not None:
-            out += bias.reshape(1, -1, 1, 1)
-        return out, made
+    fast = dispatch.lookup("conv2d_forward", x, w, geo=geo)
+    if fast is not None:
+        return fast(x, w, geo, bias, stats)
     return _forward_from_cols(im2col(x, geo), w, geo, bias), None
 
 
 def conv2d_backward_input(g, w, x_shape: tuple, stride=1, padding=0, dilation=1, groups: int = 1):
     """d(loss)/d(x) from the output gradient g (N, Cout, Ho, Wo) and the weight."""
     geo = geometry(tuple(x_shape), w.shape, stride, padding, dilation, groups)
-    cudnn_args = _cudnn_args(g, geo)
-    if cudnn_args is not None:
-        from frost.backend import cudnn
-        from frost.ops import conv_fprop_mma
-        xp = _xp(g)
-        g, w, x_shape = _dense(g, xp), _dense(w, xp), tuple(x_shape)
-        # a forward convolution of ours, turned, where it times faster than cuDNN's (FROST_CONV_DGRAD_MMA=0: never)
-        if conv_fprop_mma.supported(g, w, *cudnn_args, groups, flip=True) and conv_fprop_mma.choose(
-                g, w, cudnn_args[1], lambda: cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args), flip=True,
-                stride=cudnn_args[0], out_hw=x_shape[2:]):
-            return conv_fprop_mma.conv2d_forward_gpu(g, w, cudnn_args[1], empty_like_format(x_shape, g), flip=True,
-                                                     stride=cudnn_args[0])
-        return cudnn.conv2d_backward_input(g, w, x_shape, *cudnn_args)
+    fast = dispatch.lookup("conv2d_backward_input", g, w, geo=geo)
+    if fast is not None:
+        return fast(g, w, tuple(x_shape), geo)
     if _input_grad_is_a_conv(geo):
         return _backward_input_as_conv(g, w, geo)
     return _backward_input_from_grad(_grad_channel_major(g, geo), w, geo)
@@ -272,30 +227,12 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
     """d(loss)/d(w) from the output gradient g (N, Cout, Ho, Wo) and the input x; written into `out` (a dense,
     NCHW or channels-last, array of w_shape and x's dtype, or float32 for bf16 operands on the GPU: autocast's
     master weight) and returned as `out` itself when given. defer: `out` is a .grad buffer claimed inside
-    backward(), which may complete it later (our kernel's last sum rides with the next weight gradient's launch)."""
+    backward(), which a fast path may complete later (our kernel's last sum rides with the next weight gradient's
+    launch); the reference completes it at once."""
     geo = geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
-    cudnn_args = _cudnn_args(x, geo)
-    if cudnn_args is not None:
-        from frost.backend import cudnn
-        from frost.ops import conv_wgrad
-        xp = _xp(x)
-        g, x, w_shape = _dense(g, xp), _dense(x, xp), tuple(w_shape)
-        if g.ndim == 4 and conv_wgrad.input_layout(g, x) is None:
-            g = dense_like(g, x)  # dy in x's memory format: our kernel reads both alike (one copy)
-        stride_hw, padding_hw, dilation_hw = cudnn_args
-        # our split-K kernel where it times faster than cuDNN's best plan (decided once per shape, remembered)
-        ours = (out is None or str(out.dtype) == "float32") and conv_wgrad.supported(  # ours writes float32 dW
-            g, x, w_shape, stride_hw, padding_hw, dilation_hw, groups)
-
-        def with_cudnn():
-            if out is not None and out.dtype != x.dtype:  # a float32 out for bf16 operands: cuDNN's dW, converted
-                out[...] = cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args)
-                return out
-            return cudnn.conv2d_backward_weight(g, x, w_shape, *cudnn_args, out=out)
-
-        if ours and conv_wgrad.choose(g, x, w_shape, stride_hw, padding_hw, with_cudnn):  # timed as it would run
-            return conv_wgrad.conv2d_backward_weight_gpu(g, x, w_shape, stride_hw, padding_hw, out=out, defer=defer)
-        return with_cudnn()
+    fast = dispatch.lookup("conv2d_backward_weight", g, x, geo=geo)
+    if fast is not None:
+        return fast(g, x, tuple(w_shape), geo, out, defer)
     return _backward_weight_from_cols(_grad_channel_major(g, geo), im2col(x, geo), geo, out=out)
 
 
@@ -312,20 +249,12 @@ def _cast_source(weight: Tensor, xa) -> Tensor | None:
     return source if ok and str(xa.dtype) == "bfloat16" else None
 
 
-def _prefetch_weight_gradient(y, x, w, geo) -> None:
-    """On the GPU, start compiling the weight-gradient kernel's candidates for this shape (dy will be shaped like y)."""
-    cudnn_args = _cudnn_args(x, geo)
-    if cudnn_args is not None:
-        from frost.ops import conv_wgrad
-        conv_wgrad.prefetch(y, x, w.shape, *cudnn_args, out=w)
-
-
-def _prefetch_input_gradient(y, x, w, geo) -> None:
-    """On the GPU, start compiling our input-gradient kernel's candidates for this shape (dy shaped like y)."""
-    cudnn_args = _cudnn_args(x, geo)
-    if cudnn_args is not None:
-        from frost.ops import conv_fprop_mma
-        conv_fprop_mma.prefetch_input_gradient(y, _dense(w, _xp(w)), *cudnn_args, x.shape)
+def _prepare_backward(y, x, w, geo: Geometry, weight_gradient: bool, input_gradient: bool) -> None:
+    """Let a fast path start on the backward's kernels for this shape (compiles, in the background) while the
+    forward goes on; dy will be shaped like y."""
+    prepare = dispatch.lookup("conv2d_prepare_backward", x, w, geo=geo)
+    if prepare is not None:
+        prepare(y, x, w, geo, weight_gradient=weight_gradient, input_gradient=input_gradient)
 
 
 def _describe(t: Tensor) -> str:
@@ -381,12 +310,10 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         cols = im2col(xa, geo)
         out = _forward_from_cols(cols, wa, geo, ba)
     else:
-        # in training (gradients wanted) batch norm usually follows: our kernel makes its statistics on the way
+        # in training (gradients wanted) batch norm usually follows: a fast path may make its statistics on the way
         out, stats = conv2d_forward_stats(xa, wa, *conv_args, bias=ba, stats=weight.requires_grad and is_grad_enabled())
-        if weight.requires_grad and is_grad_enabled():
-            _prefetch_weight_gradient(out, xa, wa, geo)
-        if x.requires_grad and is_grad_enabled():
-            _prefetch_input_gradient(out, xa, wa, geo)
+        if is_grad_enabled() and (weight.requires_grad or x.requires_grad):
+            _prepare_backward(out, xa, wa, geo, weight.requires_grad, x.requires_grad)
     out_dtype = x.data.dtype
     parents = (x, weight) if bias is None else (x, weight, bias)
 

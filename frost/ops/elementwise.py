@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from frost import dispatch
 from frost.autograd import grad_destination, unbroadcast
 from frost.dtype import DType, default_float_dtype, result_type, scalar_result, to_dtype
 from frost.ops.reduce import widened
@@ -434,6 +435,9 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     xp = x.xp
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    fast = dispatch.lookup("gelu", x, approximate=approximate)
+    if fast is not None:
+        return fast(x, approximate)
 
     def inner(a):  # the (1 + tanh(...)) or (1 + erf(...)) factor's argument and value, in float32 at least
         if approximate == "tanh":

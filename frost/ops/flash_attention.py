@@ -32,7 +32,7 @@ import numpy as np
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
                           exp2, f16, f32, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local,
                           log, mma, shfl_xor, static_range, syncthreads, tx, u8, warp, warp_sum)
-from frost.ops.conv_wgrad_mma import has_mma
+from frost.kernel.compile import has_mma
 from frost.tensor import Tensor, from_op
 
 LOG2E = math.log2(math.e)

@@ -6,8 +6,7 @@ import numpy as np
 from frost.autograd import grad_destination, gradient_branch
 from frost.kernel import (Array, bdx, bf16, bx, by, cdiv, f32, gdy, i32, kernel, lane, shared, shfl_xor, syncthreads,
                           tx, warp)
-from frost.layout import empty_like_format, is_channels_last
-from frost.ops.conv_common import flat_view
+from frost.layout import empty_like_format, flat_view, is_channels_last
 from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op
 

@@ -185,6 +185,9 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     """Normalize over the trailing `normalized_shape` dims, then scale and shift, as torch's layer_norm."""
     shape, axes = _normalized_axes("layer_norm", x, normalized_shape)
     _check_params("layer_norm", x, shape, weight=weight, bias=bias)
+    fast = dispatch.lookup("layer_norm", x, weight, bias, shape=shape)
+    if fast is not None:
+        return fast(x, shape, weight, bias, eps)
     xp = x.xp
     cdt = _compute_dtype(x.data)
     xf = x.data.astype(cdt, copy=False)
@@ -230,6 +233,9 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     cdt = _compute_dtype(x.data)
     if eps is None:
         eps = float(np.finfo(cdt).eps)
+    fast = dispatch.lookup("rms_norm", x, weight, shape=shape)
+    if fast is not None:
+        return fast(x, shape, weight, eps)
     xf = x.data.astype(cdt, copy=False)
     rstd = (1 / xp.sqrt((xf * xf).mean(axis=axes, keepdims=True) + eps)).astype(cdt, copy=False)
     xhat = xf * rstd

@@ -148,3 +148,12 @@ def test_load_cifar10_arrays_reads_the_embedded_sample_for_no_root():
     expected = cifar.load_sample(False)
     np.testing.assert_array_equal(images, expected[0])
     np.testing.assert_array_equal(labels, expected[1])
+
+
+def test_seconds_per_call_times_only_the_timed_calls_between_two_synchronizations(monkeypatch):
+    events, clock = [], iter([10.0, 16.0])
+    monkeypatch.setattr(common.time, "perf_counter", lambda: next(clock))
+    seconds = common.seconds_per_call(lambda: events.append("call"), lambda: events.append("sync"), iters=3,
+                                      warmup=2)
+    assert events == ["call", "call", "sync", "call", "call", "call", "sync"]
+    assert seconds == 2.0  # (16 - 10) / 3: the warm-up calls are not in the mean

@@ -1,22 +1,23 @@
-"""What Frost's convolution kernels share (frost/ops/conv_common.py): flat views of dense arrays, the fixed-order sum
-of split partials (through conv_wgrad's finalize kernel in the simulator), and `faster_than_cudnn`, the per-shape
-choice between our kernel and cuDNN's plan, remembered in memory and on disk."""
+"""What Frost's convolution kernels share (frost/accel/conv_common.py, and frost.layout.flat_view): flat views of dense
+arrays, the fixed-order sum of split partials (through conv_wgrad's finalize kernel in the simulator), and
+`faster_than_cudnn`, the per-shape choice between our kernel and cuDNN's plan, remembered in memory and on disk."""
 import json
 
 import numpy as np
 import pytest
 
+from frost.accel import conv_common as cc
+from frost.accel import conv_wgrad as cw
 from frost.backend.remembered import RememberedTable
-from frost.ops import conv_common as cc
-from frost.ops import conv_wgrad as cw
+from frost.layout import flat_view
 
 
 def test_flat_view_walks_the_memory_of_nchw_and_channels_last_arrays_without_copying():
     a = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
-    flat = cc.flat_view(a, channels_last=False)
+    flat = flat_view(a, channels_last=False)
     assert np.shares_memory(flat, a) and flat.tolist() == a.reshape(-1).tolist()
     nhwc = np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)   # channels-last memory, NCHW shape
-    flat = cc.flat_view(nhwc, channels_last=True)
+    flat = flat_view(nhwc, channels_last=True)
     assert np.shares_memory(flat, nhwc) and flat.tolist() == a.transpose(0, 2, 3, 1).reshape(-1).tolist()
     flat[0] = -1.0   # a view: writing through it reaches the array (an `out` written through a copy would be lost)
     assert nhwc[0, 0, 0, 0] == -1.0
@@ -25,7 +26,7 @@ def test_flat_view_walks_the_memory_of_nchw_and_channels_last_arrays_without_cop
 def test_flat_view_of_a_strided_array_refuses_the_copy_it_would_make():
     a = np.zeros((2, 3, 4, 5), np.float32).transpose(0, 1, 3, 2)   # no flat view walks it in (n, c, h, w) order
     with pytest.raises(AssertionError, match="a flat view of an array copied it"):
-        cc.flat_view(a, channels_last=False)
+        flat_view(a, channels_last=False)
 
 
 @pytest.mark.parametrize("splits", [1, 3, 8, 13])

@@ -1,4 +1,4 @@
-"""The tensor-core forward convolution (frost/ops/conv_fprop_mma.py): simulator vs float64 sums of the same bf16
+"""The tensor-core forward convolution (frost/accel/conv_fprop_mma.py): simulator vs float64 sums of the same bf16
 values, its plans and support rules, sm_90 compiles at the seed ResNet's stride-1 shapes, and (on a GPU) the
 float64 sums, `choose` and conv2d with it."""
 import ml_dtypes
@@ -7,7 +7,7 @@ import pytest
 
 import frost
 from frost.layout import as_channels_last
-from frost.ops import conv_fprop_mma as fm
+from frost.accel import conv_fprop_mma as fm
 
 
 def fprop64(x, w, padding, stride=(1, 1)):
@@ -521,7 +521,7 @@ def test_a_forward_shape_first_queues_its_candidates_then_picks_and_jit_waits_fo
     eager call, so that the capture holds the picked kernel, not cuDNN's for good."""
     import cupy as cp
 
-    from frost.ops import conv_common
+    from frost.accel import conv_common
     from frost.ops.conv import conv2d_forward
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(conv_common, "_asked_once", set())

@@ -1,4 +1,4 @@
-"""Our convolution weight-gradient kernels (frost/ops/conv_wgrad.py): simulator vs a float64 NumPy twin, sm_90
+"""Our convolution weight-gradient kernels (frost/accel/conv_wgrad.py): simulator vs a float64 NumPy twin, sm_90
 compiles of the seed ResNet's variants, and (on a GPU) equality with cuDNN, `choose`, and CUDA-graph capture."""
 import json
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from frost.layout import as_channels_last, is_channels_last
-from frost.ops import conv_wgrad as cw
+from frost.accel import conv_wgrad as cw
 
 # the seed ResNet's weight gradients (batch 32, CIFAR 32x32): (N, Cin, Cout, H, stride, k); padding k // 2
 SEED_SHAPES = [(32, 3, 16, 32, 1, 3), (32, 16, 16, 32, 1, 3), (32, 16, 32, 32, 2, 3), (32, 32, 32, 16, 1, 3),

@@ -1,13 +1,15 @@
-"""The tensor-core weight-gradient kernel (frost/ops/conv_wgrad_mma.py): simulator vs float64 sums of the same bf16
+"""The tensor-core weight-gradient kernel (frost/accel/conv_wgrad_mma.py): simulator vs float64 sums of the same bf16
 values, its plans, sm_90 compiles at the seed ResNet's shapes, and (on a GPU) equality with the float64 sums."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 import frost
+from frost.accel import conv_fprop_mma as fm
+from frost.accel import conv_wgrad as cw
+from frost.accel import conv_wgrad_mma as mma
+from frost.kernel import compile as kernel_compile
 from frost.layout import as_channels_last
-from frost.ops import conv_wgrad as cw
-from frost.ops import conv_wgrad_mma as mma
 
 from test_conv_fprop_mma import _tf32
 from test_conv_wgrad import SEED_SHAPES, _inputs, wgrad64
@@ -136,15 +138,13 @@ def test_channels_last_shapes_time_only_the_tensor_core_candidates(monkeypatch):
 
 
 def test_tensor_core_kernels_need_an_ampere_or_newer_gpu(monkeypatch):
-    from frost.kernel import compile as kernel_compile
-    from frost.ops import conv_fprop_mma as fm
     on_gpu = type("GpuArray", (), {"device": type("Device", (), {"id": 0})()})()
     monkeypatch.setattr(kernel_compile, "device_arch", lambda device=None: "sm_75")   # Turing: no bf16/TF32 mma
-    assert not mma.has_mma(on_gpu)
+    assert not kernel_compile.has_mma(on_gpu)
     for arch in ("sm_80", "sm_90", "sm_90a"):
         monkeypatch.setattr(kernel_compile, "device_arch", lambda device=None, arch=arch: arch)
-        assert mma.has_mma(on_gpu)
-    assert mma.has_mma(np.zeros(2))   # the simulator
+        assert kernel_compile.has_mma(on_gpu)
+    assert kernel_compile.has_mma(np.zeros(2))   # the simulator
     monkeypatch.setattr(fm, "has_mma", lambda a: False)
     x = as_channels_last(np.zeros((2, 16, 8, 8), ml_dtypes.bfloat16))
     assert not fm.supported(x, as_channels_last(np.zeros((16, 16, 3, 3), ml_dtypes.bfloat16)), (1, 1), (1, 1),

@@ -989,7 +989,7 @@ def test_backward_buffers_and_parent_grads_follow_the_parents():
 def conv_partials(y, chunk):
     """What conv_fprop_mma's epilogue gives batch norm for a channels-last y: float32 mean and M2 of each channel
     over each split of `chunk` consecutive (N, H, W) rows, as [channel][split]."""
-    from frost.ops.conv_fprop_mma import ChannelStats
+    from frost.accel.conv_fprop_mma import ChannelStats
     C = y.shape[1]
     tiles = y.transpose(0, 2, 3, 1).reshape(-1, chunk, C).astype(np.float64)
     mean = tiles.mean(axis=1)

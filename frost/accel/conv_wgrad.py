@@ -11,14 +11,15 @@ from typing import Any
 
 import numpy as np
 
+from frost.accel import conv_wgrad_mma
+from frost.accel.conv_common import FINAL_WARPS, SplitPlan, capturing, faster_than_cudnn, sum_splits
 from frost.autograd import defer_gradient_completion
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
-from frost.layout import empty_like_format, is_channels_last
 from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, launch_bounds, local,
                           shared, static_range, syncthreads, tx)
-from frost.ops import conv_wgrad_mma
-from frost.ops.conv_common import FINAL_WARPS, SplitPlan, capturing, faster_than_cudnn, flat_view, sum_splits
+from frost.kernel.compile import has_mma
+from frost.layout import empty_like_format, flat_view, is_channels_last
 
 # dW[co, ci, kh, kw] = sum over (n, ho, wo) of dy[n, co, ho, wo] * x[n, ci, ho*SH + kh - PH, wo*SW + kw - PW]: a GEMM
 # with M = Cout, N = Cin*KH*KW small and K = n*Ho*Wo huge. K is cut into chunks (one image, R output rows, WT
@@ -529,7 +530,7 @@ def candidates(g, x, w_shape, stride, padding) -> list[dict]:
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
     sms = _sm_count(_cupy().cuda.runtime.getDevice())
     tensor_cores = str(x.dtype) == "bfloat16" or (str(x.dtype) == "float32" and backends.allow_tf32)
-    if tensor_cores and input_layout(g, x) == "nhwc" and conv_wgrad_mma.has_mma(x):
+    if tensor_cores and input_layout(g, x) == "nhwc" and has_mma(x):
         tiles = conv_wgrad_mma.candidate_tiles(geo, int(x.shape[0]), sms, item=x.dtype.itemsize)
         if tiles:
             return tiles

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frost.accel.conv_common import capturing, faster_than_cudnn
+from frost.accel.conv_wgrad_mma import smem_budget
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
                           gdx, kernel, lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma, shared, shfl_xor,
                           static_range, syncthreads, tx, warp)
-from frost.layout import empty_like_format, is_channels_last
-from frost.ops.conv_common import capturing, faster_than_cudnn, flat_view
-from frost.ops.conv_wgrad_mma import has_mma, smem_budget
+from frost.kernel.compile import has_mma
+from frost.layout import empty_like_format, flat_view, is_channels_last
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
 # GEMM with M = output pixels (16-row mma tiles), N = Cout (8-column tiles) and K = taps x Cin (steps of 16 bf16 or

@@ -1,21 +1,17 @@
-"""What Frost's own convolution kernels share (conv_wgrad, conv_wgrad_mma, conv_fprop_mma, head): the split-K launch
-plan and its fixed-order sum of partials, flat views of dense arrays, the capture check, and `faster_than_cudnn`,
-which times a kernel against cuDNN's plan once per shape and remembers the answer. It sits below those modules so
-that their imports go one way."""
+"""What Frost's own convolution kernels share (conv_wgrad, conv_wgrad_mma, conv_fprop_mma): the split-K launch plan
+and its fixed-order sum of partials, the capture check, and `faster_than_cudnn`, which times a kernel against cuDNN's
+plan once per shape and remembers the answer. It sits below those modules so that their imports go one way."""
 
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.kernel import Const, device, lane, static_range, syncthreads, warp
 
-__all__ = ["FINAL_WARPS", "SplitPlan", "sum_splits", "flat_view", "capturing", "faster_than_cudnn",
-           "pending_choices"]
+__all__ = ["FINAL_WARPS", "SplitPlan", "sum_splits", "capturing", "faster_than_cudnn", "pending_choices"]
 
 FINAL_WARPS = 8         # warps of a finalize block; each block sums 32 outputs (one per lane)
 
@@ -63,17 +59,6 @@ class SplitPlan:
     def launch_args(self, part, carried) -> tuple[tuple, tuple]:
         """(grid, the partial kernel's arguments after total_chunks): none here."""
         return self.grid, ()
-
-
-def flat_view(a, channels_last: bool):
-    """The 1-D view of a dense array's memory (no copy: a copy of `out` would lose the result)."""
-    view = a.transpose(0, 2, 3, 1).reshape(-1) if channels_last else a.reshape(-1)
-    assert _data_ptr(view) == _data_ptr(a), "conv2d_backward_weight_gpu: a flat view of an array copied it"
-    return view
-
-
-def _data_ptr(a) -> int:
-    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
 
 
 def capturing() -> bool:

@@ -3,12 +3,11 @@ float32 sums): a candidate that conv_wgrad.choose times against its FFMA kernel 
 
 from dataclasses import dataclass
 
-import numpy as np
 
+from frost.accel.conv_common import SplitPlan, sum_splits
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
                           gdx, i32, kernel, lane, launch_bounds, ldmatrix_x2_trans, ldmatrix_x4_trans, local, mma,
                           static_range, syncthreads, tx, warp)
-from frost.ops.conv_common import SplitPlan, sum_splits
 
 # dW[co, (kh, kw, ci)] = sum over pixels k = (n, ho, wo) of dy[k, co] * x[n, ho*SH + kh - PH, wo*SW + kw - PW, ci]: a
 # GEMM with M = Cout (16-row mma tiles), N = taps x Cin (8-column tiles: 8 channels of one tap) and K = the pixels. A
@@ -197,15 +196,6 @@ conv_wgrad_mma = KERNELS["bfloat16"]
 
 
 MAX_SMEM = 48 * 1024   # bytes of shared memory a bf16 block may use (without opting in)
-
-
-def has_mma(a) -> bool:
-    """Whether the GPU holding array `a` runs mma.sync on bf16 and TF32 operands (compute capability 8.0 or newer);
-    True for a NumPy array (the simulator runs these kernels anywhere)."""
-    if isinstance(a, np.ndarray):
-        return True
-    from frost.kernel.compile import device_arch
-    return int(device_arch(a.device.id)[len("sm_"):].rstrip("a")) >= 80
 
 
 def smem_budget(item: int) -> int:

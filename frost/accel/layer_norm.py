@@ -1,0 +1,290 @@
+"""LayerNorm and RMSNorm over the last dims on the GPU: one launch forward, two backward, registered with
+frost.dispatch as layer_norm's and rms_norm's fast paths. The reference math, and the ops that ask for these, is
+frost/ops/norm.py."""
+import math
+
+from frost import dispatch
+from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
+                          load4, local, shared, sqrt, static_range, store4, syncthreads, tx, warp, warp_sum)
+from frost.tensor import Tensor, from_op
+
+# A transformer normalizes rows of C = 384 ... 1600 values some B*T = 16k times per layer; the reference path
+# spends a dozen array ops (and as many full-size temporaries) on it. Forward (after llm.c's layernorm_forward
+# kernel3): one warp per row, lanes striding over the row; an exact two-pass mean and variance in float32 (the row
+# is read three times, the second and third from L1/L2), one rounding into the output's dtype, and the row's mean
+# and 1/std kept for the backward. float32 rows of a multiple of 4 move 16 bytes per access (load4/store4); the
+# language has no bit casts yet, so bf16/fp16 rows are read one value per lane. Backward: a block per group of
+# rows, each thread owning columns tx, tx + bdx, ... (K of them, in registers) of every row it visits: the two row
+# sums of dx's formula are block sums, and the thread's dweight/dbias partials stay in registers over its rows,
+# written once per block; a second kernel adds the blocks' partials per column in a fixed order. No float atomics
+# and a grid that depends only on the shape: repeated runs are bit-identical. Nothing reads back to the host, so
+# a step can be captured in a CUDA graph. RMSNorm is the same kernels without the mean (RMS: Const[bool]).
+
+LN_FORWARD_THREADS = 256   # threads per block of the forward: a warp per row, 8 rows per block
+LN_BACKWARD_BLOCKS = 512   # blocks of the backward at most (each loops over rows bx, bx + gdx, ...); all resident
+LN_MAX_PER_THREAD = 8      # columns one backward thread holds in registers (K): rows up to 8 * 1024 wide
+LN_FINALIZE_THREADS = 256  # threads of the partials' sum: 32 columns per block, 8 warps splitting the partials
+LN_MAX_WIDTH = LN_MAX_PER_THREAD * 1024
+
+
+@device
+def _affine(y, w, b, c, WEIGHT: Const[bool], BIAS: Const[bool]):
+    """y * w[c] + b[c] in float32, each factor only when given (the reference path's order of operations)."""
+    if WEIGHT:
+        y = y * f32(w[c])
+    if BIAS:
+        y = y + f32(b[c])
+    return y
+
+
+@device
+def _row_stats(x, base, C, eps, RMS: Const[bool]):
+    """Mean (0 for RMS) and 1/sqrt(var + eps) of x[base:base + C] in every lane of one warp, two passes in f32."""
+    m = 0.0
+    if not RMS:
+        for c in range(lane, C, 32):
+            m += f32(x[base + c])
+        m = warp_sum(m) / f32(C)
+    v = 0.0
+    for c in range(lane, C, 32):
+        d = f32(x[base + c]) - m
+        v += d * d
+    v = warp_sum(v) / f32(C)
+    return m, 1.0 / sqrt(v + eps)
+
+
+@device
+def _row_stats4(x, base, C, eps, RMS: Const[bool]):
+    """_row_stats of a float32 row whose length and start are multiples of 4, 16 bytes per load."""
+    m = 0.0
+    if not RMS:
+        for c in range(lane * 4, C, 128):
+            x0, x1, x2, x3 = load4(x, base + c)
+            m += (x0 + x1) + (x2 + x3)
+        m = warp_sum(m) / f32(C)
+    v = 0.0
+    for c in range(lane * 4, C, 128):
+        x0, x1, x2, x3 = load4(x, base + c)
+        d0, d1, d2, d3 = x0 - m, x1 - m, x2 - m, x3 - m
+        v += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3)
+    v = warp_sum(v) / f32(C)
+    return m, 1.0 / sqrt(v + eps)
+
+
+def _forward_kernel(T):
+    @kernel
+    def layer_norm_forward(x: Array[T], w: Array[T], b: Array[T], out: Array[T], mean: Array[f32],
+                           rstd: Array[f32], n: i32, C: i32, eps: f32, WEIGHT: Const[bool], BIAS: Const[bool],
+                           RMS: Const[bool]):
+        """Row r = bx * warps + warp: out = (x - mean) * rstd * w + b over its C values; mean[r], rstd[r] kept."""
+        r = bx * (bdx // 32) + warp
+        if r < n:  # the whole warp takes the same branch
+            base = r * C
+            m, s = _row_stats(x, base, C, eps, RMS)
+            for c in range(lane, C, 32):
+                out[base + c] = _affine((f32(x[base + c]) - m) * s, w, b, c, WEIGHT, BIAS)
+            if lane == 0:
+                mean[r] = m
+                rstd[r] = s
+    return layer_norm_forward
+
+
+@kernel
+def layer_norm_forward_vec4(x: Array[f32], w: Array[f32], b: Array[f32], out: Array[f32], mean: Array[f32],
+                            rstd: Array[f32], n: i32, C: i32, eps: f32, WEIGHT: Const[bool], BIAS: Const[bool],
+                            RMS: Const[bool]):
+    """layer_norm_forward of float32 rows of a multiple of 4 values (16-byte aligned arrays), 16 bytes per access."""
+    r = bx * (bdx // 32) + warp
+    if r < n:
+        base = r * C
+        m, s = _row_stats4(x, base, C, eps, RMS)
+        for c in range(lane * 4, C, 128):
+            x0, x1, x2, x3 = load4(x, base + c)
+            y0, y1, y2, y3 = (x0 - m) * s, (x1 - m) * s, (x2 - m) * s, (x3 - m) * s
+            if WEIGHT:
+                w0, w1, w2, w3 = load4(w, c)
+                y0, y1, y2, y3 = y0 * w0, y1 * w1, y2 * w2, y3 * w3
+            if BIAS:
+                b0, b1, b2, b3 = load4(b, c)
+                y0, y1, y2, y3 = y0 + b0, y1 + b1, y2 + b2, y3 + b3
+            store4(out, base + c, y0, y1, y2, y3)
+        if lane == 0:
+            mean[r] = m
+            rstd[r] = s
+
+
+def _backward_kernel(T):
+    @kernel
+    def layer_norm_backward(g: Array[T], x: Array[T], w: Array[T], mean: Array[f32], rstd: Array[f32],
+                            dx: Array[T], part_dw: Array[f32], part_db: Array[f32], n: i32, C: i32, K: Const[int],
+                            WEIGHT: Const[bool], RMS: Const[bool]):
+        """Rows bx, bx + gdx, ...: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = g * w
+        (RMS: without the mean(dxhat) term); part_dw[bx, c] and part_db[bx, c] = sums of g * xhat and g over the
+        block's rows. Thread tx owns columns tx + k * bdx, k < K (K * bdx >= C)."""
+        scratch = shared(f32, 32)
+        xhat = local(f32, K)
+        dxhat = local(f32, K)
+        wk = local(f32, K)
+        dw = local(f32, K)
+        db = local(f32, K)
+        for k in static_range(K):
+            c = tx + k * bdx
+            wk[k] = f32(w[c]) if WEIGHT and c < C else 1.0
+            dw[k] = 0.0
+            db[k] = 0.0
+        for r in range(bx, n, gdx):
+            base = r * C
+            m = 0.0 if RMS else mean[r]
+            s = rstd[r]
+            sum_d = 0.0
+            sum_dx = 0.0
+            for k in static_range(K):
+                c = tx + k * bdx
+                xhat[k] = 0.0
+                dxhat[k] = 0.0
+                if c < C:
+                    xh = (f32(x[base + c]) - m) * s
+                    gv = f32(g[base + c])
+                    xhat[k] = xh
+                    dxhat[k] = gv * wk[k]
+                    dw[k] += gv * xh
+                    db[k] += gv
+                    sum_d += dxhat[k]
+                    sum_dx += dxhat[k] * xh
+            mean_d = 0.0 if RMS else block_sum(sum_d, scratch) / f32(C)
+            mean_dx = block_sum(sum_dx, scratch) / f32(C)
+            for k in static_range(K):
+                c = tx + k * bdx
+                if c < C:
+                    dx[base + c] = (dxhat[k] - mean_d - xhat[k] * mean_dx) * s
+        for k in static_range(K):
+            c = tx + k * bdx
+            if c < C:
+                part_dw[bx * C + c] = dw[k]
+                part_db[bx * C + c] = db[k]
+    return layer_norm_backward
+
+
+def _param_grads_kernel(T):
+    @kernel
+    def layer_norm_param_grads(part_dw: Array[f32], part_db: Array[f32], dw: Array[T], db: Array[T], parts: i32,
+                               C: i32, WEIGHT: Const[bool], BIAS: Const[bool]):
+        """dw[c] and db[c]: the sums of the backward blocks' partials of column c. Block bx takes columns
+        bx * 32 + lane; warp w adds partials w, w + 8, ...; warp 0 adds the 8 warps' sums in order."""
+        sums_w = shared(f32, (8, 32))
+        sums_b = shared(f32, (8, 32))
+        c = bx * 32 + lane
+        acc_w = 0.0
+        acc_b = 0.0
+        if c < C:
+            for p in range(warp, parts, 8):
+                acc_w += part_dw[p * C + c]
+                acc_b += part_db[p * C + c]
+        sums_w[warp, lane] = acc_w
+        sums_b[warp, lane] = acc_b
+        syncthreads()
+        if warp == 0 and c < C:
+            total_w = 0.0
+            total_b = 0.0
+            for k in static_range(8):
+                total_w += sums_w[k, lane]
+                total_b += sums_b[k, lane]
+            if WEIGHT:
+                dw[c] = total_w
+            if BIAS:
+                db[c] = total_b
+    return layer_norm_param_grads
+
+
+LN_KERNELS = {name: dict(forward=_forward_kernel(T), backward=_backward_kernel(T), param_grads=_param_grads_kernel(T))
+              for name, T in (("float32", f32), ("bfloat16", bf16), ("float16", f16))}
+layer_norm_forward = LN_KERNELS["float32"]["forward"]
+layer_norm_backward = LN_KERNELS["float32"]["backward"]
+layer_norm_param_grads = LN_KERNELS["float32"]["param_grads"]
+
+
+def ln_backward_plan(n: int, C: int) -> tuple[int, int, int]:
+    """(blocks, threads, K) of the backward: about 4 columns per thread (K <= LN_MAX_PER_THREAD), a whole number
+    of warps, and up to LN_BACKWARD_BLOCKS blocks; a function of the shape only, so results are reproducible."""
+    threads = min(1024, max(32, 32 * cdiv(cdiv(C, 4), 32)))
+    return min(n, LN_BACKWARD_BLOCKS), threads, cdiv(C, threads)
+
+
+def _pointer(a) -> int:
+    """The address of an array's first element: CuPy's device pointer, NumPy's host one (the simulator's)."""
+    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
+
+
+def _takes_vec4(C: int, *arrays) -> bool:
+    return C % 4 == 0 and all(a is None or (a.dtype.itemsize == 4 and _pointer(a) % 16 == 0) for a in arrays)
+
+
+def _fits_kernels(x: Tensor, *params: Tensor | None, shape: tuple) -> bool:
+    # i32 indices; parameters of x's dtype, contiguous (the kernels read them as flat arrays)
+    C = math.prod(shape)
+    return (0 < x.numel() < 2**31 - LN_MAX_WIDTH and 0 < C <= LN_MAX_WIDTH
+            and all(p is None or (p.dtype == x.dtype and p.data.flags.c_contiguous) for p in params))
+
+
+def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Tensor | None, eps: float,
+               rms: bool) -> Tensor:
+    """layer_norm (rms=False) or rms_norm (bias None) of a contiguous x by the kernels above."""
+    xp = x.xp
+    C = math.prod(shape)
+    n = x.numel() // C
+    kernels = LN_KERNELS[x.dtype.name]
+    xa = x.data.reshape(-1)
+    w = weight.data.reshape(-1) if weight is not None else xa  # not read without WEIGHT / BIAS
+    b = bias.data.reshape(-1) if bias is not None else xa
+    flags = dict(WEIGHT=weight is not None, BIAS=bias is not None, RMS=rms)
+    out = xp.empty_like(xa)
+    mean, rstd = xp.empty(n, xp.float32), xp.empty(n, xp.float32)
+    rows_per_block = LN_FORWARD_THREADS // 32
+    vec4 = _takes_vec4(C, xa, out, None if weight is None else w, None if bias is None else b)
+    forward = layer_norm_forward_vec4 if vec4 else kernels["forward"]
+    forward[cdiv(n, rows_per_block), LN_FORWARD_THREADS](xa, w, b, out, mean, rstd, n, C, eps, **flags)
+    parents = [t for t in (x, weight, bias) if t is not None]
+
+    def backward(g):
+        g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)
+        blocks, threads, K = ln_backward_plan(n, C)
+        dx = xp.empty_like(xa)
+        part_dw, part_db = xp.empty(blocks * C, xp.float32), xp.empty(blocks * C, xp.float32)
+        kernels["backward"][blocks, threads](g, xa, w, mean, rstd, dx, part_dw, part_db, n, C, K=K,
+                                             WEIGHT=flags["WEIGHT"], RMS=rms)
+        grads = [dx.reshape(x.shape)]
+        if weight is None and bias is None:
+            return grads
+        unused = xp.empty(1, xa.dtype)  # stands in for a gradient not asked for (not written)
+        dw = xp.empty_like(w) if weight is not None else unused
+        db = xp.empty_like(b) if bias is not None else unused
+        kernels["param_grads"][cdiv(C, 32), LN_FINALIZE_THREADS](part_dw, part_db, dw, db, blocks, C,
+                                                                 WEIGHT=flags["WEIGHT"], BIAS=flags["BIAS"])
+        grads += [dw.reshape(weight.shape)] if weight is not None else []
+        grads += [db.reshape(bias.shape)] if bias is not None else []
+        return grads
+
+    return from_op(out.reshape(x.shape), parents, backward, op)
+
+
+def _fits_layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, *, shape: tuple) -> bool:
+    return _fits_kernels(x, weight, bias, shape=shape)
+
+
+def _fits_rms_norm(x: Tensor, weight: Tensor | None, *, shape: tuple) -> bool:
+    return _fits_kernels(x, weight, shape=shape)
+
+
+@dispatch.register("layer_norm", device="cuda", dtypes=("float32", "bfloat16", "float16"), layouts=("contiguous",),
+                   applies=_fits_layer_norm)
+def layer_norm_kernels(x: Tensor, shape: tuple, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    """layer_norm of a contiguous float32/bf16/fp16 x over its trailing `shape` (checked by the op), weight and bias
+    of x's dtype or None, by the kernels above."""
+    return _normalize("layer_norm", x, shape, weight, bias, eps, rms=False)
+
+
+@dispatch.register("rms_norm", device="cuda", dtypes=("float32", "bfloat16", "float16"), layouts=("contiguous",),
+                   applies=_fits_rms_norm)
+def rms_norm_kernels(x: Tensor, shape: tuple, weight: Tensor | None, eps: float) -> Tensor:
+    """rms_norm of a contiguous float32/bf16/fp16 x over its trailing `shape` (eps resolved by the op)."""
+    return _normalize("rms_norm", x, shape, weight, None, eps, rms=True)

@@ -1,0 +1,222 @@
+"""The LayerNorm / RMSNorm kernels (frost.accel.layer_norm) vs PyTorch float64 and the reference path: values and
+every gradient in the CPU simulator (the ops' CUDA branch on NumPy arrays), compiled by NVRTC, and on the GPU."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import frost
+from frost import dispatch
+from frost.accel import layer_norm as ln
+from frost.kernel.api import Kernel
+from frost.ops.norm import layer_norm, rms_norm
+
+EPS = 1e-5
+# the unit roundoff of each dtype: one rounding of a result into it is off by at most this relative amount
+ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+
+
+@pytest.fixture
+def simulated_gpu(monkeypatch):
+    """dispatch takes NumPy arrays for CuPy ones, and launches run in the simulator: the CUDA fast path on the CPU."""
+    monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: self.simulate[cfg])
+    monkeypatch.setattr(dispatch, "device_of", lambda array: "cuda")
+    return monkeypatch
+
+
+def _inputs(shape, norm_dims, dtype, seed, affine=True):
+    """x (with an offset, so that the mean matters), weight, bias and an upstream gradient, rounded to dtype."""
+    rng = np.random.default_rng(seed)
+    pshape = shape[len(shape) - norm_dims:]
+    x = rng.standard_normal(shape) * 2.0 + 0.5
+    w = 1.0 + 0.5 * rng.standard_normal(pshape) if affine else None
+    b = 0.3 * rng.standard_normal(pshape) if affine else None
+    g = rng.standard_normal(shape)
+    rounded = [None if a is None else a.astype(frost.dtype.to_dtype(dtype).np) for a in (x, w, b, g)]
+    return rounded
+
+
+def _torch64(a):
+    return None if a is None else torch.tensor(a.astype(np.float64), requires_grad=True)
+
+
+def _run_frost(op, x, w, b, g, norm_dims, device="cpu"):
+    """op's output and gradients of x, weight and bias (None where not given) as NumPy float64."""
+    shape = x.shape[x.ndim - norm_dims:]
+    tx, tw, tb = (None if a is None else frost.tensor(a, device=device, requires_grad=True) for a in (x, w, b))
+    out = layer_norm(tx, shape, tw, tb, EPS) if op == "layer_norm" else rms_norm(tx, shape, tw, EPS)
+    assert out.dtype == tx.dtype and out.shape == tx.shape
+    out.backward(frost.tensor(g, device=device))
+    results = [out] + [None if t is None else t.grad for t in (tx, tw, tb)]
+    return [None if t is None else t.detach().cpu().numpy().astype(np.float64) for t in results]
+
+
+def _run_torch(op, x, w, b, g, norm_dims):
+    shape = x.shape[x.ndim - norm_dims:]
+    tx, tw, tb = _torch64(x), _torch64(w), _torch64(b)
+    out = F.layer_norm(tx, shape, tw, tb, EPS) if op == "layer_norm" else F.rms_norm(tx, shape, tw, EPS)
+    out.backward(torch.tensor(g.astype(np.float64)))
+    return [t if t is None else t.detach().numpy() for t in (out, tx.grad, None if tw is None else tw.grad,
+                                                             None if tb is None else tb.grad)]
+
+
+def _assert_close(got, want, dtype, rows):
+    """got vs float64: one rounding into dtype (relative ROUNDOFF, twice for slack), plus float32 arithmetic whose
+    error grows with the terms summed (the weight and bias gradients add `rows` terms) relative to the largest
+    value (at least 1); bf16/fp16 results are also compared relative to it, as near-zero values cancel."""
+    for name, a, e in zip(("out", "dx", "dweight", "dbias"), got, want):
+        if e is None:
+            assert a is None, name
+            continue
+        scale = max(float(np.abs(e).max()), 1.0)  # inputs and gradients are O(1): all-zero results too
+        rtol = 2 * ROUNDOFF[dtype] + 1e-5
+        atol = (rtol + 1e-6 * rows) * scale
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"{name} ({dtype})")
+
+
+# widths: odd and small, not a multiple of 4 (no vec4), multiples of 4 (vec4 forward), a GPT width; 2-D shapes
+CASES = [((3, 5), 1), ((2, 3, 33), 1), ((4, 37), 1), ((5, 64), 1), ((2, 384), 1), ((2, 1001), 1), ((3, 4, 6), 2),
+         ((1, 1), 1)]
+
+
+@pytest.mark.parametrize("shape,norm_dims", CASES)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_float32_matches_torch_float64(simulated_gpu, op, shape, norm_dims):
+    x, w, b, g = _inputs(shape, norm_dims, "float32", seed=sum(shape))
+    b = b if op == "layer_norm" else None
+    tensors = [None if a is None else frost.tensor(a) for a in (x, w, b)]
+    assert dispatch.lookup(op, *tensors[:3 if op == "layer_norm" else 2], shape=shape[len(shape) - norm_dims:])
+    rows = int(np.prod(shape[:len(shape) - norm_dims]))
+    _assert_close(_run_frost(op, x, w, b, g, norm_dims), _run_torch(op, x, w, b, g, norm_dims), "float32", rows)
+
+
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+def test_without_weight_or_bias(simulated_gpu, affine):
+    x, w, b, g = _inputs((3, 36), 1, "float32", seed=3)
+    w = None if affine == "none" else w
+    b = b if affine == "both" else None
+    for op in ("layer_norm", "rms_norm"):
+        bb = b if op == "layer_norm" else None
+        _assert_close(_run_frost(op, x, w, bb, g, 1), _run_torch(op, x, w, bb, g, 1), "float32", 3)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_half_precision_matches_torch_float64(simulated_gpu, op, dtype):
+    x, w, b, g = _inputs((6, 96), 1, dtype, seed=7)
+    b = b if op == "layer_norm" else None
+    got = _run_frost(op, x, w, b, g, 1)
+    _assert_close(got, _run_torch(op, x, w, b, g, 1), dtype, 6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fast_path_matches_the_reference_path(simulated_gpu, dtype):
+    x, w, b, g = _inputs((4, 3, 40), 1, dtype, seed=11)
+    fast = _run_frost("layer_norm", x, w, b, g, 1)
+    simulated_gpu.setattr(dispatch, "device_of", lambda array: "cpu")
+    reference = _run_frost("layer_norm", x, w, b, g, 1)
+    # both compute in float32 and round once; only the order of the float32 sums differs
+    for a, e in zip(fast, reference):
+        np.testing.assert_allclose(a, e, rtol=2 * ROUNDOFF[dtype] + 1e-5, atol=1e-4 * float(np.abs(e).max()))
+
+
+def test_many_rows_per_block_and_repeated_runs_are_bit_identical(simulated_gpu):
+    # 2 backward blocks for 13 rows: each loops over several rows, the second kernel adds 2 partials per column
+    simulated_gpu.setattr(ln, "LN_BACKWARD_BLOCKS", 2)
+    x, w, b, g = _inputs((13, 20), 1, "float32", seed=5)
+    first = _run_frost("layer_norm", x, w, b, g, 1)
+    _assert_close(first, _run_torch("layer_norm", x, w, b, g, 1), "float32", 13)
+    for a, e in zip(_run_frost("layer_norm", x, w, b, g, 1), first):
+        assert np.array_equal(a, e)
+
+
+def test_kernels_launch_with_the_planned_grids(simulated_gpu):
+    launches = []
+    record = Kernel.__getitem__
+
+    def recording(self, cfg):
+        launches.append((self.__name__, cfg))
+        return record(self, cfg)
+    simulated_gpu.setattr(Kernel, "__getitem__", recording)
+    x, w, b, g = _inputs((18, 64), 1, "float32", seed=1)
+    _run_frost("layer_norm", x, w, b, g, 1)
+    blocks, threads, _ = ln.ln_backward_plan(18, 64)
+    assert launches == [("layer_norm_forward_vec4", (3, ln.LN_FORWARD_THREADS)),
+                        ("layer_norm_backward", (blocks, threads)),
+                        ("layer_norm_param_grads", (2, ln.LN_FINALIZE_THREADS))]
+
+
+@pytest.mark.parametrize("C", [1, 5, 384, 768, 1024, 1600, 4097, ln.LN_MAX_WIDTH])
+def test_backward_plan_covers_the_row(C):
+    blocks, threads, K = ln.ln_backward_plan(10_000, C)
+    assert threads % 32 == 0 and threads <= 1024 and 1 <= K <= ln.LN_MAX_PER_THREAD
+    assert K * threads >= C > (K - 1) * threads
+    assert blocks == ln.LN_BACKWARD_BLOCKS and ln.ln_backward_plan(7, C)[0] == 7
+
+
+def test_shapes_the_kernels_do_not_take_run_the_reference_path(simulated_gpu):
+    x = frost.randn(4, 8)
+    assert dispatch.lookup("layer_norm", x, None, None, shape=(8,)) is ln.layer_norm_kernels
+    assert dispatch.lookup("layer_norm", x.double(), None, None, shape=(8,)) is None        # float64
+    assert dispatch.lookup("layer_norm", x.t(), None, None, shape=(4,)) is None             # not contiguous
+    assert dispatch.lookup("layer_norm", x, frost.ones(8).bfloat16(), None, shape=(8,)) is None  # mixed dtypes
+    wide = frost.zeros(1, ln.LN_MAX_WIDTH + 1)
+    assert dispatch.lookup("layer_norm", wide, None, None, shape=(ln.LN_MAX_WIDTH + 1,)) is None
+    assert dispatch.lookup("layer_norm", frost.zeros(0, 8), None, None, shape=(8,)) is None
+    assert dispatch.lookup("rms_norm", x, None, shape=(8,)) is ln.rms_norm_kernels
+
+
+def test_the_cpu_runs_the_reference_path():
+    assert dispatch.lookup("layer_norm", frost.randn(2, 8), None, None, shape=(8,)) is None
+
+
+def test_errors_are_checked_before_the_fast_path(simulated_gpu):
+    with pytest.raises(RuntimeError, match=r"layer_norm: normalized_shape \(5,\) does not match"):
+        layer_norm(frost.randn(2, 4), (5,))
+    with pytest.raises(RuntimeError, match=r"layer_norm: weight of shape \(3,\) does not fit input of shape"):
+        layer_norm(frost.randn(2, 4), (4,), frost.ones(3))
+
+
+SPECS = [(kernels["forward"], dict(WEIGHT=w, BIAS=b, RMS=r)) for kernels in ln.LN_KERNELS.values()
+         for w in (False, True) for b in (False, True) for r in (False, True)]
+SPECS += [(kernels["param_grads"], dict(WEIGHT=w, BIAS=b)) for kernels in ln.LN_KERNELS.values()
+          for w in (False, True) for b in (False, True)]
+SPECS += [(ln.layer_norm_forward_vec4, dict(WEIGHT=w, BIAS=b, RMS=r)) for w in (False, True) for b in (False, True)
+          for r in (False, True)]
+SPECS += [(kernels["backward"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in ln.LN_KERNELS.values()
+          for k in (1, 4, ln.LN_MAX_PER_THREAD) for w in (False, True) for r in (False, True)]
+
+
+def test_kernels_compile_for_sm90_without_spills(tmp_path, monkeypatch):
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    for kern, consts in SPECS:
+        cubin = kern.compile("sm_90", **consts)
+        assert cubin[:4] == b"\x7fELF", (kern.__name__, consts)
+        assert b".nv.local" not in cubin, f"{kern.__name__} {consts} spills registers to local memory"
+
+
+# ------------------------------------------------------------------ on the GPU
+
+GPU_CASES = [((64, 256, 768), "float32"), ((8, 1024, 768), "bfloat16"), ((4, 128, 1600), "bfloat16"),
+             ((16, 384), "float16"), ((3, 1027), "float32"), ((5, 7, 1001), "bfloat16")]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape,dtype", GPU_CASES)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_gpu_matches_torch_float64(op, shape, dtype):
+    x, w, b, g = _inputs(shape, 1, dtype, seed=len(shape))
+    b = b if op == "layer_norm" else None
+    params = [None] * (2 if op == "layer_norm" else 1)
+    assert dispatch.lookup(op, frost.tensor(x, device="cuda"), *params, shape=shape[-1:]) is not None
+    rows = int(np.prod(shape[:-1]))
+    got = _run_frost(op, x, w, b, g, 1, device="cuda")
+    _assert_close(got, _run_torch(op, x, w, b, g, 1), dtype, rows)
+
+
+@pytest.mark.cuda
+def test_gpu_runs_are_bit_identical():
+    x, w, b, g = _inputs((32, 512, 768), 1, "bfloat16", seed=2)
+    first = _run_frost("layer_norm", x, w, b, g, 1, device="cuda")
+    for a, e in zip(_run_frost("layer_norm", x, w, b, g, 1, device="cuda"), first):
+        assert np.array_equal(a, e)
