@@ -61,11 +61,10 @@ CPU_SMOKE = {"steps": 30, "batch_size": 4, "block_size": 64, "eval_iters": 4}
 
 
 @dataclass(frozen=True)
-class Preset:
-    """A training protocol: the model's sizes (the vocabulary comes from the data) and the run's settings."""
+class TrainingProtocol:
+    """What a preset fixes and a run settles (Preset and Settings): the model's sizes and the training's settings."""
 
     config: GPTConfig
-    tokens: str  # "char": one token per character of a text; "bpe": GPT-2's tokens
     batch_size: int
     steps: int
     lr: float
@@ -80,13 +79,20 @@ class Preset:
     target_loss: float | None  # the held-out loss whose first crossing is timed
 
 
+@dataclass(frozen=True)
+class Preset(TrainingProtocol):
+    """A training protocol as published (the vocabulary comes from the data) and the kind of tokens it reads."""
+
+    tokens: str  # "char": one token per character of a text; "bpe": GPT-2's tokens
+
+
 PRESETS = {
-    "shakespeare-char": Preset(GPTConfig.shakespeare_char(), "char", batch_size=64, steps=5000, lr=1e-3, min_lr=1e-4,
-                               lr_warmup=100, betas=(0.9, 0.99), weight_decay=0.1, grad_clip=1.0, eval_interval=250,
-                               eval_iters=200, precision="fp32", target_loss=1.48),
-    "gpt2-124m": Preset(GPTConfig.gpt2_124m(), "bpe", batch_size=8, steps=100, lr=6e-4, min_lr=6e-5, lr_warmup=2000,
-                        betas=(0.9, 0.95), weight_decay=0.1, grad_clip=1.0, eval_interval=0, eval_iters=20,
-                        precision="bf16", target_loss=None),
+    "shakespeare-char": Preset(GPTConfig.shakespeare_char(), tokens="char", batch_size=64, steps=5000, lr=1e-3,
+                               min_lr=1e-4, lr_warmup=100, betas=(0.9, 0.99), weight_decay=0.1, grad_clip=1.0,
+                               eval_interval=250, eval_iters=200, precision="fp32", target_loss=1.48),
+    "gpt2-124m": Preset(GPTConfig.gpt2_124m(), tokens="bpe", batch_size=8, steps=100, lr=6e-4, min_lr=6e-5,
+                        lr_warmup=2000, betas=(0.9, 0.95), weight_decay=0.1, grad_clip=1.0, eval_interval=0,
+                        eval_iters=20, precision="bf16", target_loss=None),
 }
 
 
@@ -120,24 +126,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(TrainingProtocol):
     """One run's protocol after the command line's overrides: what both frameworks train with."""
 
     preset: str
-    config: GPTConfig
-    batch_size: int
-    steps: int
-    warmup: int
-    lr: float
-    min_lr: float
-    lr_warmup: int
-    betas: tuple[float, float]
-    weight_decay: float
-    grad_clip: float
-    eval_interval: int
-    eval_iters: int
-    precision: str
-    target_loss: float | None
+    warmup: int  # the first steps, left out of the timing
     log_every: int
 
     def lr_at(self, step: int) -> float:

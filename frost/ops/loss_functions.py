@@ -8,6 +8,7 @@ from frost.autocast import float32_inputs
 from frost.autograd import unbroadcast
 from frost.ops import elementwise, reduce
 from frost.ops.loss import _check_reduction, _check_tensor, _pair, _pair_grads, _reduce
+from frost.ops.math import broadcasts_to
 from frost.ops.reduce import normalize_dim
 from frost.tensor import Tensor, can_read_values, from_op
 
@@ -57,11 +58,7 @@ def _check_bce_arguments(op: str, input: Tensor, target: Tensor, weight: Tensor 
         raise ValueError(f"{op}: target size {target.shape} must be the same as input size {input.shape}")
     if weight is not None:
         _check_tensor(op, "weight", weight, input)
-        try:
-            fits = np.broadcast_shapes(weight.shape, input.shape) == input.shape
-        except ValueError:
-            fits = False
-        if not fits:
+        if not broadcasts_to(weight.shape, input.shape):
             raise RuntimeError(f"{op}: weight of shape {weight.shape} cannot be broadcast to input of shape "
                                f"{input.shape}")
     if input.numel() and can_read_values(input):

@@ -21,6 +21,15 @@ def _check_tensor(name: str, x, what: str = "input") -> None:
         raise TypeError(f"{name}: {what} must be a Tensor, got {type(x).__name__}")
 
 
+def broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether an operand of `shape` broadcasts to `target` without growing it (PyTorch's rule for a weight or an
+    added input: the result keeps the other operand's shape)."""
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
 # ------------------------------------------------------------------ unary math
 
 def square(x: Tensor) -> Tensor:
@@ -182,11 +191,7 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:
 def _scaled_sum(name: str, input: Tensor, product: Tensor, beta, alpha) -> Tensor:
     """beta * input + alpha * product; beta = 0 ignores input (a NaN there does not spread), as PyTorch's."""
     _check_tensor(name, input)
-    try:
-        fits = np.broadcast_shapes(input.shape, product.shape) == product.shape
-    except ValueError:
-        fits = False
-    if not fits:
+    if not broadcasts_to(input.shape, product.shape):
         raise RuntimeError(f"{name}: input of shape {input.shape} cannot be broadcast to the product's shape "
                            f"{product.shape}")
     scaled = product if alpha == 1 else elementwise.mul(product, alpha)

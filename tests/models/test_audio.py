@@ -13,6 +13,8 @@ import frost.nn.functional as F
 from frost.models.audio import (SOUND_CLASSES, AudioCNN, LogMelSpectrogram, hz_to_mel, mel_filterbank, mel_to_hz,
                                 synthesize_sounds)
 
+from .twins import assert_same_parameter_grads, with_weights_of
+
 SAMPLE_RATE, N_FFT, HOP, N_MELS = 8000, 256, 128, 40
 
 
@@ -147,8 +149,7 @@ class TorchAudioCNN(tnn.Module):
 def test_audio_cnn_matches_a_torch_twin_with_the_same_weights(training):
     frost.manual_seed(0)
     model = AudioCNN(len(SOUND_CLASSES), SAMPLE_RATE, N_FFT, HOP, N_MELS, width=8, dtype=frost.float64)
-    twin = TorchAudioCNN(len(SOUND_CLASSES), 8).double()
-    twin.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in model.state_dict().items()})
+    twin = with_weights_of(model, TorchAudioCNN(len(SOUND_CLASSES), 8))
     model.train(training)
     twin.train(training)
     waves, labels = synthesize_sounds(6, seed=3)
@@ -159,9 +160,7 @@ def test_audio_cnn_matches_a_torch_twin_with_the_same_weights(training):
     t_loss = tnn.functional.cross_entropy(t_logits, torch.tensor(labels))
     loss.backward()
     t_loss.backward()
-    for name, p in twin.named_parameters():
-        np.testing.assert_allclose(model.get_parameter(name).grad.numpy(), p.grad.numpy(), rtol=1e-8, atol=1e-10,
-                                   err_msg=name)
+    assert_same_parameter_grads(model, twin, rtol=1e-8, atol=1e-10)
 
 
 def test_audio_cnn_refuses_bad_sizes():

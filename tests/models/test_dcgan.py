@@ -9,6 +9,8 @@ import frost
 import frost.nn.functional as F
 from frost.models.dcgan import Discriminator, Generator, weights_init
 
+from .twins import assert_same_parameter_grads, with_weights_of
+
 NZ, NGF, NDF = 16, 8, 8
 
 
@@ -38,12 +40,6 @@ def torch_discriminator(ndf: int, nc: int = 3) -> tnn.Module:
         tnn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False), tnn.BatchNorm2d(ndf * 2), tnn.LeakyReLU(0.2),
         tnn.Conv2d(ndf * 2, ndf * 4, 4, 2, 1, bias=False), tnn.BatchNorm2d(ndf * 4), tnn.LeakyReLU(0.2),
         tnn.Conv2d(ndf * 4, 1, 4, 1, 0, bias=False))
-
-
-def twin_of(model: frost.nn.Module, twin: tnn.Module) -> tnn.Module:
-    twin = twin.double()
-    twin.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in model.state_dict().items()})
-    return twin
 
 
 def initialized(seed: int = 0) -> tuple[Generator, Discriminator]:
@@ -96,7 +92,7 @@ def test_weights_init_gives_the_papers_statistics():
 @pytest.mark.parametrize("training", [True, False])
 def test_generator_matches_a_torch_twin_with_the_same_weights(training):
     netG, _ = initialized()
-    twin = twin_of(netG, torch_generator(NZ, NGF))
+    twin = with_weights_of(netG, torch_generator(NZ, NGF))
     netG.train(training)
     twin.train(training)
     noise = np.random.default_rng(2).standard_normal((6, NZ, 1, 1))
@@ -107,14 +103,12 @@ def test_generator_matches_a_torch_twin_with_the_same_weights(training):
     (out * frost.tensor(weights)).sum().backward()
     (t_out * torch.tensor(weights)).sum().backward()
     np.testing.assert_allclose(z.grad.numpy(), tz.grad.numpy(), rtol=1e-9, atol=1e-11)
-    for name, p in twin.named_parameters():
-        np.testing.assert_allclose(netG.get_parameter(name).grad.numpy(), p.grad.numpy(), rtol=1e-9, atol=1e-11,
-                                   err_msg=name)
+    assert_same_parameter_grads(netG, twin, rtol=1e-9, atol=1e-11)
 
 
 def test_discriminator_matches_a_torch_twin_with_the_same_weights():
     _, netD = initialized()
-    twin = twin_of(netD, torch_discriminator(NDF))
+    twin = with_weights_of(netD, torch_discriminator(NDF))
     images = np.random.default_rng(4).uniform(-1, 1, (6, 3, 32, 32))
     logits, t_logits = netD(frost.tensor(images)), twin(torch.tensor(images)).reshape(6)
     np.testing.assert_allclose(logits.detach().numpy(), t_logits.detach().numpy(), rtol=1e-10, atol=1e-12)
@@ -124,9 +118,7 @@ def test_discriminator_matches_a_torch_twin_with_the_same_weights():
     np.testing.assert_allclose(loss.item(), t_loss.item(), rtol=1e-12)
     loss.backward()
     t_loss.backward()
-    for name, p in twin.named_parameters():
-        np.testing.assert_allclose(netD.get_parameter(name).grad.numpy(), p.grad.numpy(), rtol=1e-9, atol=1e-12,
-                                   err_msg=name)
+    assert_same_parameter_grads(netD, twin, rtol=1e-9, atol=1e-12)
 
 
 def test_one_training_step_changes_both_networks_and_gives_finite_losses():

@@ -58,18 +58,18 @@ def test_conv2d_rejects_unsupported_padding_modes_and_bad_groups():
         nn.Conv2d(3, 3, 3, padding_mode="reflect")
     with pytest.raises(ValueError, match="padding_mode must be one of"):
         nn.Conv2d(3, 3, 3, padding_mode="mirror")
-    with pytest.raises(ValueError, match="in_channels must be divisible by groups"):
+    with pytest.raises(ValueError, match=r"Conv2d: in_channels \(3\) must be divisible by groups \(2\)"):
         nn.Conv2d(3, 4, 3, groups=2)
     with pytest.raises(ValueError, match="strided"):
         nn.Conv2d(3, 3, 3, stride=2, padding="same")
-    with pytest.raises(ValueError, match="Invalid padding string"):
+    with pytest.raises(ValueError, match="Conv2d: invalid padding string"):
         nn.Conv2d(3, 3, 3, padding="full")
     with pytest.raises(ValueError, match="strided"):
         nn.Conv2d(3, 3, 3, stride=(2,), padding="same")
-    with pytest.raises(ValueError, match=r"Conv2d: padding must be an int, a one-element tuple or a pair of ints, "
+    with pytest.raises(ValueError, match=r"Conv2d: padding must be an int, a one-element tuple or a tuple of 2 ints, "
                                          r"got \(1, 2, 3\)"):
         nn.Conv2d(3, 3, 3, padding=(1, 2, 3))
-    with pytest.raises(ValueError, match=r"Conv2d: kernel_size must be an int or a pair of ints, got \(3,\)"):
+    with pytest.raises(ValueError, match=r"Conv2d: kernel_size must be an int or a tuple of 2 ints, got \(3,\)"):
         nn.Conv2d(3, 3, (3,))  # PyTorch builds a 3-D weight here and fails in forward
 
 

@@ -92,28 +92,28 @@ def test_two_inputs_two_outputs_and_non_tensor_arguments_as_torch():
     assert len(f_log[0][1][0]) == 3 and f_log[0][1][0][1] is None and len(f_log[0][1][1]) == 3
 
 
+def _assert_same_gradients_of_the_sum(f, t, x: np.ndarray) -> None:
+    """Backward of the output's sum through both Linear layers from x: the input's and the parameters' gradients
+    agree."""
+    fx, tx = frost.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    f(fx).sum().backward()
+    t(tx).sum().backward()
+    for got, want in ((fx, tx), (f.weight, t.weight), (f.bias, t.bias)):
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-12)
+
+
 def test_a_returned_grad_input_replaces_the_input_gradients():
     f, t = _linear_pair(3)
     f.register_full_backward_hook(lambda m, gi, go: (gi[0] * 3,))
     t.register_full_backward_hook(lambda m, gi, go: (gi[0] * 3,))
-    x = np.random.default_rng(4).standard_normal((2, 3))
-    fx, tx = frost.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    f(fx).sum().backward()
-    t(tx).sum().backward()
-    np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(f.weight.grad.numpy(), t.weight.grad.numpy(), rtol=1e-12)
+    _assert_same_gradients_of_the_sum(f, t, np.random.default_rng(4).standard_normal((2, 3)))
 
 
 def test_a_returned_grad_output_reaches_the_parameters_and_inputs():
     f, t = _linear_pair(5)
     f.register_full_backward_pre_hook(lambda m, go: (go[0] * -2,))
     t.register_full_backward_pre_hook(lambda m, go: (go[0] * -2,))
-    x = np.random.default_rng(6).standard_normal((2, 3))
-    fx, tx = frost.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    f(fx).sum().backward()
-    t(tx).sum().backward()
-    np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(f.bias.grad.numpy(), t.bias.grad.numpy(), rtol=1e-12)
+    _assert_same_gradients_of_the_sum(f, t, np.random.default_rng(6).standard_normal((2, 3)))
 
 
 def test_inputs_without_grad_call_the_hook_with_none_grad_input_as_torch():

@@ -1,16 +1,20 @@
 """The activations of frost.ops.activation (and their nn layers) against PyTorch CPU float64: values and gradients,
 also at the kinks where the side each takes matters."""
+from functools import partial
+
 import numpy as np
 import pytest
 
 import frost
 import frost.nn.functional as F
 from frost import nn
+from torch_compare import check_against_torch
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
 RNG = np.random.default_rng(7)
+_check = partial(check_against_torch, rng=RNG)
 # the kinks of every activation here, and values far out on both sides
 KINKS = np.array([0.0, -3.0, 3.0, -1.0, 1.0, 6.0, -6.0, 40.0, -40.0, 1e-8, -1e-8, 2.5])
 
@@ -19,20 +23,6 @@ def _inputs() -> np.ndarray:
     """A non-contiguous float64 array holding the kinks and random values."""
     a = np.concatenate([KINKS, RNG.standard_normal(24) * 4]).reshape(4, 9)
     return a.T  # non-contiguous
-
-
-def _check(frost_fn, torch_fn, arrays, atol=1e-12, rtol=1e-10):
-    """Values and the gradients of every input, frost's against torch's, for one random upstream gradient."""
-    fs = [frost.tensor(a, requires_grad=True) for a in arrays]
-    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
-    fo, to = frost_fn(*fs), torch_fn(*ts)
-    assert fo.shape == tuple(to.shape) and fo.dtype == frost.float64
-    np.testing.assert_allclose(fo.detach().numpy(), to.detach().numpy(), atol=atol, rtol=rtol)
-    up = RNG.standard_normal(fo.shape)
-    fo.backward(frost.tensor(up))
-    to.backward(torch.tensor(up))
-    for f, t in zip(fs, ts):
-        np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), atol=atol, rtol=rtol)
 
 
 ELEMENTWISE = [

@@ -1,33 +1,21 @@
 """The losses and distances of frost.ops.loss_functions (and their nn layers) against PyTorch CPU float64: values and
 the gradients of every tensor argument, for each reduction."""
+from functools import partial
+
 import numpy as np
 import pytest
 
 import frost
 import frost.nn.functional as F
 from frost import nn
+from torch_compare import check_against_torch, check_cuda_matches_cpu
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
 RNG = np.random.default_rng(11)
 REDUCTIONS = ["mean", "sum", "none"]
-
-
-def _check(frost_fn, torch_fn, arrays, grads=None, atol=1e-12, rtol=1e-9):
-    """Values and the gradients of the inputs flagged in `grads` (all by default), frost's against torch's."""
-    grads = grads or [True] * len(arrays)
-    fs = [frost.tensor(a, requires_grad=g) for a, g in zip(arrays, grads)]
-    ts = [torch.tensor(a, requires_grad=g) for a, g in zip(arrays, grads)]
-    fo, to = frost_fn(*fs), torch_fn(*ts)
-    assert fo.shape == tuple(to.shape) and fo.dtype == frost.float64
-    np.testing.assert_allclose(fo.detach().numpy(), to.detach().numpy(), atol=atol, rtol=rtol)
-    up = RNG.standard_normal(fo.shape)
-    fo.backward(frost.tensor(up))
-    to.backward(torch.tensor(up))
-    for f, t in zip(fs, ts):
-        if t.requires_grad:
-            np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), atol=atol, rtol=rtol)
+_check = partial(check_against_torch, rng=RNG, rtol=1e-9)
 
 
 def _probabilities(shape) -> np.ndarray:
@@ -180,13 +168,4 @@ def test_losses_on_cuda_match_cpu():
     cases = [(F.binary_cross_entropy, [x, t]), (lambda a, b: F.kl_div(a.log(), b, reduction="batchmean"), [x, t]),
              (F.smooth_l1_loss, [x, t]), (F.huber_loss, [x, t]), (F.cosine_similarity, [x, t]),
              (F.normalize, [x]), (F.pairwise_distance, [x, t])]
-    for fn, arrays in cases:
-        arrays = [a[:, :3] for a in arrays]
-        cpu = [frost.tensor(a, requires_grad=True) for a in arrays]
-        gpu = [frost.tensor(a, device="cuda", requires_grad=True) for a in arrays]
-        expected, out = fn(*cpu), fn(*gpu)
-        expected.sum().backward()
-        out.sum().backward()
-        np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=1e-10, atol=1e-12)
-        for c, g in zip(cpu, gpu):
-            np.testing.assert_allclose(g.grad.numpy(), c.grad.numpy(), rtol=1e-10, atol=1e-12)
+    check_cuda_matches_cpu([(fn, [a[:, :3] for a in arrays]) for fn, arrays in cases])

@@ -1,31 +1,17 @@
 """The math of frost.ops.math (element-wise functions, products, array helpers, median and quantile) against PyTorch
 CPU float64: values and gradients, as frost.<name> and as Tensor methods."""
+from functools import partial
+
 import numpy as np
 import pytest
 
 import frost
+from torch_compare import check_against_torch, check_cuda_matches_cpu
 
 torch = pytest.importorskip("torch")
 
 RNG = np.random.default_rng(5)
-
-
-def _check(frost_fn, torch_fn, arrays, grads=None, atol=1e-12, rtol=1e-10):
-    """Values and the gradients of the inputs flagged in `grads` (all by default), frost's against torch's."""
-    grads = grads or [True] * len(arrays)
-    fs = [frost.tensor(a, requires_grad=g) for a, g in zip(arrays, grads)]
-    ts = [torch.tensor(a, requires_grad=g) for a, g in zip(arrays, grads)]
-    fo, to = frost_fn(*fs), torch_fn(*ts)
-    assert fo.shape == tuple(to.shape) and fo.dtype.name == str(to.dtype).replace("torch.", "")
-    np.testing.assert_allclose(fo.detach().numpy(), to.detach().numpy(), atol=atol, rtol=rtol)
-    if not fo.requires_grad:
-        return
-    up = RNG.standard_normal(fo.shape)
-    fo.backward(frost.tensor(up))
-    to.backward(torch.tensor(up))
-    for f, t in zip(fs, ts):
-        if t.requires_grad:
-            np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), atol=atol, rtol=rtol)
+_check = partial(check_against_torch, rng=RNG)
 
 
 def _both(name, arrays, *args, **kwargs):
@@ -260,12 +246,4 @@ def test_math_on_cuda_matches_cpu():
              (lambda x: frost.roll(x, 1, 0), [a]), (frost.diag, [a]), (frost.trace, [a]),
              (lambda x: frost.diff(x, 1, 0), [a]), (lambda x: frost.quantile(x, 0.4, 1), [a]),
              (lambda x, y: frost.tensordot(x, y, 1), [a, b])]
-    for fn, arrays in cases:
-        cpu = [frost.tensor(x, requires_grad=True) for x in arrays]
-        gpu = [frost.tensor(x, device="cuda", requires_grad=True) for x in arrays]
-        expected, out = fn(*cpu), fn(*gpu)
-        expected.sum().backward()
-        out.sum().backward()
-        np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=1e-10, atol=1e-12)
-        for c, g in zip(cpu, gpu):
-            np.testing.assert_allclose(g.grad.numpy(), c.grad.numpy(), rtol=1e-10, atol=1e-12)
+    check_cuda_matches_cpu(cases)
