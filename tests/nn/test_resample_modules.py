@@ -5,7 +5,7 @@ import pytest
 
 import frost
 from frost import nn
-from tests.nn.helpers import assert_close, compare_layer
+from .helpers import assert_close, compare_layer
 
 torch = pytest.importorskip("torch")
 
