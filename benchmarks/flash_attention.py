@@ -1,4 +1,4 @@
-"""Flash attention: Frost's kernels (frost/ops/flash_attention.py) against Frost's composed path and PyTorch's SDPA
+"""Flash attention: Frost's kernels (frost/accel/flash_attention.py) against Frost's composed path and PyTorch's SDPA
 (flash and cuDNN backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64), causal and not.
 
 Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick] [--out FILE.json]
@@ -18,7 +18,7 @@ import numpy as np
 
 import frost
 from frost.bench import common
-from frost.ops import flash_attention as fa
+from frost.accel import flash_attention as fa
 from frost.ops.attention import scaled_dot_product_attention as sdpa
 
 HEADS, LENGTH, HEAD_DIM = 12, 1024, 64

@@ -199,11 +199,22 @@ def _refuse_host_sync(what: str) -> None:
                                  f"from the step and read it after the call instead.")
 
 
+_pending_sources: list[Callable[[], frozenset]] = []   # the acceleration layer's undecided kernel choices
+
+
+def register_pending_choices(source: Callable[[], frozenset]) -> Callable[[], frozenset]:
+    """Register source() -> the kernel choices (hashable names) the acceleration layer has asked and not made yet,
+    such as a convolution shape whose candidates are still compiling: a capture would keep the fallback there for
+    good (nothing is chosen inside a capture), so jit runs one more eager call first. Returns source unchanged."""
+    if not callable(source):
+        raise TypeError(f"frost.jit.register_pending_choices: source must be callable, got {type(source).__name__}")
+    _pending_sources.append(source)
+    return source
+
+
 def _pending() -> frozenset:
-    """The convolution shapes whose first call queued our candidates' compiles and that wait for the call that picks
-    one: a capture would keep cuDNN's kernel there for good (nothing is chosen inside a capture)."""
-    from frost.accel.conv_common import pending_choices
-    return pending_choices()
+    """The choices every registered source still has pending (the core imports no layer: the layer registers)."""
+    return frozenset().union(*(source() for source in _pending_sources))
 
 
 def jit(fn: Callable | None = None, *, warmup: int = 2):

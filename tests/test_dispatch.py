@@ -371,3 +371,60 @@ def test_on_the_gpu_the_layers_conv2d_matches_the_core_alone(monkeypatch, dtype)
     for a, b in zip(layer, core):
         scale = np.abs(b).max()
         assert np.abs(a - b).max() <= (2 ** -6 if dtype == "bfloat16" else 2 ** -9) * scale
+
+
+# ------------------------------------------------------------------ matmul and attention
+def test_the_layer_registers_matmul_arrays_and_attention_on_cuda():
+    paths = {(p.op, p.fn.__name__, p.device) for p in dispatch.registered()}
+    assert {("matmul_arrays", "matmul_arrays_cuda", "cuda"),
+            ("scaled_dot_product_attention", "scaled_dot_product_attention_flash", "cuda")} <= paths
+
+
+def frost_matmul_and_attention(tensors: list, causal: bool) -> list:
+    """(a @ b, sdpa(q, k, v)) of tensors (a, b, q, k, v) and their gradients, through frost."""
+    for t in tensors:
+        t.requires_grad = True
+    a, b, q, k, v = tensors
+    product = frost.matmul(a, b)
+    attended = frost.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    (product.sum() + (attended * attended).sum()).backward()
+    return [product.detach(), attended.detach(), a.grad, b.grad, q.grad, k.grad, v.grad]
+
+
+def torch_matmul_and_attention(arrays: list, causal: bool) -> list:
+    a, b, q, k, v = (torch.tensor(x, requires_grad=True) for x in arrays)
+    product = a @ b
+    attended = TF.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    (product.sum() + (attended * attended).sum()).backward()
+    return [t.detach().numpy() for t in (product, attended, a.grad, b.grad, q.grad, k.grad, v.grad)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("gpu_like", [False, True])
+def test_without_the_layer_matmul_and_attention_give_pytorchs_answer(table, monkeypatch, gpu_like, causal):
+    if gpu_like:
+        as_if_on_the_gpu(monkeypatch)
+        monkeypatch.setattr(cudnn, "available", lambda: True)
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(shape) for shape in ((2, 3, 4, 5), (1, 3, 5, 6), (2, 2, 7, 64), (2, 2, 9, 64),
+                                                       (2, 2, 9, 64))]
+    got = frost_matmul_and_attention([frost.Tensor(x) for x in arrays], causal)
+    for got_value, want_value in zip(got, torch_matmul_and_attention(arrays, causal)):
+        np.testing.assert_allclose(got_value.numpy(), want_value, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.cuda
+def test_on_the_gpu_the_layers_matmul_and_attention_match_the_core_alone(monkeypatch):
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(shape) for shape in ((2, 3, 64, 32), (1, 3, 32, 48), (2, 4, 100, 64),
+                                                       (2, 4, 130, 64), (2, 4, 130, 64))]
+
+    def run():
+        tensors = [frost.tensor(x, dtype="bfloat16", device="cuda") for x in arrays]
+        return [t.float().cpu().numpy().astype(np.float64) for t in frost_matmul_and_attention(tensors, causal=True)]
+    layer = run()
+    monkeypatch.setattr(dispatch, "_table", {})
+    core = run()
+    for a, b in zip(layer, core):
+        assert np.abs(a - b).max() <= 2 ** -6 * np.abs(b).max()
+

@@ -1,9 +1,14 @@
 """frost.jit: CPU pass-through, and on the GPU capture + replay equal to eager execution."""
+import sys
+
 import numpy as np
 import pytest
 
 import frost
-from frost.jit import HostSyncInCaptureError
+from frost.accel import conv_common
+from frost.jit import HostSyncInCaptureError, register_pending_choices
+
+JIT_MODULE = sys.modules["frost.jit"]   # frost.jit is the function; its module holds the registered sources
 
 
 def test_jit_on_cpu_just_calls_the_function():
@@ -17,6 +22,27 @@ def test_jit_on_cpu_just_calls_the_function():
     for _ in range(4):
         assert step(frost.ones(3)).item() == 6.0
     assert len(calls) == 4
+
+
+def test_pending_choices_are_the_union_of_the_registered_sources(monkeypatch):
+    monkeypatch.setattr(JIT_MODULE, "_pending_sources", [])
+    assert JIT_MODULE._pending() == frozenset()
+    first, second = {"conv a"}, set()
+    source = lambda: frozenset(first)   # noqa: E731
+    assert register_pending_choices(source) is source
+    register_pending_choices(lambda: frozenset(second))
+    assert JIT_MODULE._pending() == {"conv a"}
+    second.add(("wgrad", 3))
+    first.clear()
+    assert JIT_MODULE._pending() == {("wgrad", 3)}   # asked anew at each call
+    with pytest.raises(TypeError, match="register_pending_choices: source must be callable, got set"):
+        register_pending_choices(first)
+
+
+def test_the_convolution_layer_registers_its_undecided_shapes(monkeypatch):
+    assert conv_common.pending_choices in JIT_MODULE._pending_sources
+    monkeypatch.setattr(conv_common, "_undecided", {("fprop", "shape")})
+    assert ("fprop", "shape") in JIT_MODULE._pending()
 
 
 def _seed_model_and_data(device, memory_format=None):

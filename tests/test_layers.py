@@ -31,8 +31,12 @@ LAYER_CONTRACTS = [
     # the core never imports the acceleration layer: the layer imports the core and registers its fast paths with
     # frost.dispatch, which any core module may ask (so it imports none of them)
     (("frost.ops", "frost.tensor", "frost.autograd", "frost.dispatch"), ("frost.accel",)),
+    # whole-step capture asks the layer's pending kernel choices through sources the layer registers with it
+    (("frost.jit",), ("frost.accel",)),
     # convolution's math asks the table: cuDNN and our kernels are the layer's (frost/accel/conv.py)
     (("frost.ops.conv",), ("frost.backend.cudnn", "frost.backend.cuda", "frost.kernel")),
+    # so do matmul's (cuDNN and the plain float32 kernel: frost/accel/matmul.py) and attention's (flash attention)
+    (("frost.ops.matmul", "frost.ops.attention"), ("frost.backend.cudnn", "frost.backend.cuda", "frost.kernel")),
     (("frost.dispatch",), ("frost.ops", "frost.tensor", "frost.autograd", "frost.nn", "frost.optim")),
 ]
 
@@ -206,10 +210,10 @@ def test_each_floor_imports_only_from_its_own_floor_or_below(graph):
 
 # GPU kernel modules that moved from the core to the acceleration layer: a copy left behind (or put back) in the
 # core would be imported by neither and drift
-MOVED_TO_THE_LAYER = {"conv_common", "conv_fprop_mma", "conv_wgrad", "conv_wgrad_mma"}
+MOVED_TO_THE_LAYER = {"conv_common", "conv_fprop_mma", "conv_wgrad", "conv_wgrad_mma", "flash_attention"}
 
 
-def test_the_convolution_kernels_live_in_the_layer_not_in_the_core():
+def test_the_gpu_kernel_modules_live_in_the_layer_not_in_the_core():
     assert {name for name in MOVED_TO_THE_LAYER if (PACKAGE_DIR / "ops" / f"{name}.py").exists()} == set()
     assert {name for name in MOVED_TO_THE_LAYER if (PACKAGE_DIR / "accel" / f"{name}.py").exists()} == \
         MOVED_TO_THE_LAYER

@@ -9,6 +9,7 @@ from typing import Callable
 
 from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
+from frost.jit import register_pending_choices
 from frost.kernel import Const, device, lane, static_range, syncthreads, warp
 
 __all__ = ["FINAL_WARPS", "SplitPlan", "sum_splits", "capturing", "faster_than_cudnn", "pending_choices"]
@@ -115,6 +116,7 @@ _asked_once: set = set()  # (table, key) of shapes asked once with a prefetch: t
 _undecided: set = set()   # those not decided yet
 
 
+@register_pending_choices
 def pending_choices() -> frozenset:
-    """The shapes asked once (their candidates compiling) that wait for the ask that decides them."""
+    """The shapes asked once (their candidates compiling) that wait for the ask that decides them (frost.jit asks)."""
     return frozenset(_undecided)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import io
 import json
 import math
 import os
@@ -22,6 +23,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from tqdm import tqdm
+
+from frost import distributed as dist
 
 SCHEMA = "frost-bench/1"
 
@@ -498,3 +501,50 @@ class PlainProgress:
         values = "".join(f", {k} {v}" for k, v in self.postfix.items())
         print(f"{self.desc}: step {self.n}/{self.total}{share}{values}, {now - self.t_start:.0f} s",
               file=self.stream, flush=True)
+
+
+# ---------------------------------------------------------------- --nproc-per-node: one benchmark, N processes
+
+DATA_PARALLEL_VARIABLE = "FROST_BENCH_DATA_PARALLEL"  # set in the processes that --nproc-per-node starts
+
+
+def add_data_parallel_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nproc-per-node", type=int, default=1,
+                   help="data-parallel processes (frost run; DistributedDataParallel): each trains one batch of a "
+                        "global batch N times larger; rank 0 reports")
+
+
+def data_parallel_rank() -> tuple[int, int]:
+    """(rank, world size) inside a --nproc-per-node run, (0, 1) otherwise."""
+    if not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def run_data_parallel(args: argparse.Namespace, run_here: Callable[..., dict]) -> dict:
+    """--nproc-per-node N: from the command, this same command in N processes through frost run, returning rank
+    0's JSON (--out); inside one of them, `run_here(args, ...)` as a rank: rank 0 finds (or downloads) the data
+    first, then calls data_ready() (a barrier the others wait at), shows progress and reports; the others train
+    silently (report=False)."""
+    if not os.environ.get(DATA_PARALLEL_VARIABLE):
+        return _relaunch(args)
+    dist.init_process_group()
+    try:
+        if dist.get_rank() == 0:
+            return run_here(args, data_ready=dist.barrier)
+        args.quiet, args.out = True, None
+        dist.barrier()
+        with contextlib.redirect_stdout(io.StringIO()):
+            return run_here(args, report=False)
+    finally:
+        dist.destroy_process_group()
+
+
+def _relaunch(args: argparse.Namespace) -> dict:
+    command = [sys.executable, "-m", "frost.distributed.run", "--nproc-per-node", str(args.nproc_per_node),
+               "-m", "frost", *args.command_line]
+    done = subprocess.run(command, env=dict(os.environ, **{DATA_PARALLEL_VARIABLE: "1"}))
+    if done.returncode != 0:
+        raise SystemExit(f"frost bench: the {args.nproc_per_node} data-parallel processes failed (status "
+                         f"{done.returncode}; their output is above)")
+    return json.loads(Path(args.out).read_text()) if args.out else {}

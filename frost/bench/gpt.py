@@ -39,6 +39,7 @@ import frost
 from frost.bench import common
 from frost.bench.resnet_cifar10 import device_name, note, resolve_device, synchronizer
 from frost.data.text import TokenDataset
+from frost.nn.parallel import DistributedDataParallel
 from frost.io import expand_path
 from frost.jit import jit
 from frost.models import GPT, GPTConfig
@@ -120,6 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int, default=None, help="loss-curve sample interval (default steps / 200)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    common.add_data_parallel_argument(p)
 
 
 # ---------------------------------------------------------------- settings shared with the PyTorch twin
@@ -132,6 +134,11 @@ class Settings(TrainingProtocol):
     preset: str
     warmup: int  # the first steps, left out of the timing
     log_every: int
+    processes: int = 1  # data-parallel processes, each on batch_size windows of every global batch
+
+    def global_tokens(self) -> int:
+        """Tokens trained per step over all processes."""
+        return self.batch_size * self.processes * self.config.block_size
 
     def lr_at(self, step: int) -> float:
         return warmup_cosine(step, self.lr_warmup, self.steps, self.lr, self.min_lr)
@@ -162,7 +169,8 @@ def settle(args: argparse.Namespace, device: str, vocab_size: int) -> Settings:
         grad_clip=preset.grad_clip,
         eval_interval=preset.eval_interval if args.eval_interval is None else args.eval_interval,
         eval_iters=given["eval_iters"] or preset.eval_iters, precision=args.precision or preset.precision,
-        target_loss=preset.target_loss, log_every=args.log_every or max(1, steps // 200))
+        target_loss=preset.target_loss, log_every=args.log_every or max(1, steps // 200),
+        processes=getattr(args, "nproc_per_node", 1))
 
 
 def check_arguments(args: argparse.Namespace, device: str) -> None:
@@ -266,8 +274,9 @@ def check_corpus(corpus: Corpus, block_size: int) -> None:
 
 
 def draw_starts(rng: np.random.Generator, n_tokens: int, settings: Settings) -> np.ndarray:
-    """batch_size random window starts (nanoGPT's get_batch: randint(len(data) - block_size))."""
-    return rng.integers(0, n_tokens - settings.config.block_size, size=settings.batch_size)
+    """The global batch's random window starts, batch_size per process (nanoGPT's get_batch: randint(len(data) -
+    block_size))."""
+    return rng.integers(0, n_tokens - settings.config.block_size, size=settings.batch_size * settings.processes)
 
 
 def eval_starts(corpus: Corpus, settings: Settings, seed: int) -> dict[str, list[np.ndarray]]:
@@ -314,7 +323,7 @@ def train_run(trainer: Trainer, corpus: Corpus, settings: Settings, seed: int, s
         step_s.append(sw.now() - t0)
         if i == 0 or (i + 1) % settings.log_every == 0 or i == settings.steps - 1:
             curve.append([i + 1, float(loss.item())])
-            tokens_s = settings.batch_size * settings.config.block_size / statistics.median(step_s)
+            tokens_s = settings.global_tokens() / statistics.median(step_s)
             common.advance(bar, i + 1, loss=f"{curve[-1][1]:.4f}", tok_s=f"{tokens_s:,.0f}")
         if is_eval_step(i, settings):
             eval_curve.append(evaluate(trainer, evals, i + 1, sw.now() - t_start))
@@ -341,7 +350,7 @@ def run_record(seed: int, settings: Settings, step_s: list[float], curve: list, 
     return {
         "seed": seed, "steps_timed": len(timed), "warmup_steps": settings.warmup,
         "ms_per_step": 1000 * median, "ms_per_step_mean": 1000 * statistics.fmean(timed),
-        "tokens_per_s": settings.batch_size * settings.config.block_size / median,
+        "tokens_per_s": settings.global_tokens() / median,
         "mfu": trainer.estimate_mfu(settings.batch_size, median) if with_mfu else None,
         "train_time_s": sum(timed), "startup_s": startup_s,
         "first_loss": curve[0][1], "final_loss": curve[-1][1],
@@ -413,6 +422,8 @@ class FrostTrainer:
         self.settings, self.device = settings, device
         self.model = build_model(settings.config, seed).to(device)
         self.opt = self.model.configure_optimizers(settings.weight_decay, settings.lr, settings.betas)
+        self.rank, world = common.data_parallel_rank()
+        self.net = DistributedDataParallel(self.model) if world > 1 else self.model
         self.tokens = {"train": frost.tensor(corpus.train, device=device).data,
                        "val": frost.tensor(corpus.val, device=device).data}
         self.offsets = frost.arange(settings.config.block_size + 1, device=device).data
@@ -429,7 +440,7 @@ class FrostTrainer:
     def _step(self, starts: Tensor) -> Tensor:
         x, y = self.batch("train", starts)
         with self.autocast():
-            _, loss = self.model(x, y)
+            _, loss = self.net(x, y)
         self.opt.zero_grad()
         loss.backward()
         clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
@@ -441,7 +452,9 @@ class FrostTrainer:
             group["lr"] = lr
 
     def step(self, starts: np.ndarray) -> Tensor:
-        return self.train_step(frost.tensor(starts, device=self.device))
+        """One step on this process's windows of the global batch's `starts`."""
+        mine = starts[self.rank * self.settings.batch_size:(self.rank + 1) * self.settings.batch_size]
+        return self.train_step(frost.tensor(mine, device=self.device))
 
     def eval_loss(self, split: str, starts: list[np.ndarray]) -> float:
         self.model.eval()
@@ -458,10 +471,18 @@ class FrostTrainer:
 
 def run(args: argparse.Namespace) -> dict:
     """Train every seed; print the table; write JSON when --out is given. Returns the result."""
+    if args.nproc_per_node > 1:
+        return common.run_data_parallel(args, run_here)
+    return run_here(args)
+
+
+def run_here(args: argparse.Namespace, report: bool = True, data_ready: Callable[[], None] = lambda: None) -> dict:
+    """The benchmark in this process (one rank of several with --nproc-per-node)."""
     device = resolve_device(args.device)
     check_arguments(args, device)
     t0 = time.perf_counter()
     corpus = load_corpus(args.preset, args.data, args.tokenizer)
+    data_ready()
     data_load_s = time.perf_counter() - t0
     settings = settle(args, device, corpus.vocab_size)
     check_corpus(corpus, settings.config.block_size)
@@ -479,7 +500,8 @@ def run(args: argparse.Namespace) -> dict:
         result["summary"] = summarize(result["runs"])
         if args.out:
             common.write_json(args.out, result)  # partial results survive an interrupted run
-    print(results_table(result))
+    if report:
+        print(results_table(result))
     if args.out:
         print(f"results written to {args.out}")
     return result

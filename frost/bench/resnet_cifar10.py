@@ -15,19 +15,12 @@ nobody asked for (no GPU, no --device), the full data with the full protocol's s
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import itertools
-import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from frost import distributed as dist
 from frost.backend import cuda as cuda_backend
 from frost.bench import common
 from frost.data import cifar
@@ -36,7 +29,6 @@ from frost.io import expand_path
 from frost.layout import as_channels_last
 from frost.nn.parallel import DistributedDataParallel
 
-DATA_PARALLEL_VARIABLE = "FROST_BENCH_DATA_PARALLEL"  # set in the processes that --nproc-per-node starts
 LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that waited for data
 FULL_SEEDS = [0, 1, 2]
 # the embedded sample's short run: one seed, and the steps that take about a minute on a 2-core CPU (0.27 s a step
@@ -94,9 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="loss-curve sample interval in steps (default: steps // 200, at least 1)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--nproc-per-node", type=int, default=1,
-                   help="data-parallel processes (frost run; DistributedDataParallel): each trains batch 32 of a "
-                        "global batch of N x 32; rank 0 reports")
+    common.add_data_parallel_argument(p)
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -439,25 +429,6 @@ def rank_slices(batches, rank: int, batch_size: int):
         yield (type(idx)(idx.data[rank * batch_size:(rank + 1) * batch_size]),)
 
 
-def data_parallel_rank() -> tuple[int, int]:
-    """(rank, world size) in a --nproc-per-node run, (0, 1) otherwise."""
-    if not dist.is_initialized():
-        return 0, 1
-    return dist.get_rank(), dist.get_world_size()
-
-
-def relaunch(args: argparse.Namespace) -> dict:
-    """--nproc-per-node N: this same command in N processes through frost run (each one a data-parallel rank);
-    rank 0 prints the table and writes --out, which is returned."""
-    command = [sys.executable, "-m", "frost.distributed.run", "--nproc-per-node", str(args.nproc_per_node),
-               "-m", "frost", *args.command_line]
-    done = subprocess.run(command, env=dict(os.environ, **{DATA_PARALLEL_VARIABLE: "1"}))
-    if done.returncode != 0:
-        raise SystemExit(f"frost bench: the {args.nproc_per_node} data-parallel processes failed (status "
-                         f"{done.returncode}; their output is above)")
-    return json.loads(Path(args.out).read_text()) if args.out else {}
-
-
 def build(seed: int, device: str, channels_last: bool = False, weights: dict | None = None):
     """The seed ResNet and its AdamW, initialised from `seed` (or with the given state dict of arrays)."""
     from frost.optim import AdamW
@@ -570,7 +541,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
 
     channels_last = args.memory_format == "channels_last"
     model, opt = build(seed, device, channels_last, weights)
-    rank, world = data_parallel_rank()
+    rank, world = common.data_parallel_rank()
     if world > 1:
         model = DistributedDataParallel(model)
     t_built = sw.now()
@@ -686,25 +657,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.nproc_per_node > 1:
         if args.pipeline != "resident" or args.streams or args.save_streams:
             raise SystemExit("frost bench: --nproc-per-node needs --pipeline resident, without --streams")
-        if not os.environ.get(DATA_PARALLEL_VARIABLE):
-            return relaunch(args)
-        return run_as_rank(args)
+        return common.run_data_parallel(args, run_here)
     return run_here(args)
-
-
-def run_as_rank(args: argparse.Namespace) -> dict:
-    """One process of a --nproc-per-node run: rank 0 finds (or downloads) the data first, shows progress and
-    reports; the others wait for it, then train silently."""
-    dist.init_process_group()
-    try:
-        if dist.get_rank() == 0:
-            return run_here(args, data_ready=dist.barrier)
-        args.quiet, args.out = True, None
-        dist.barrier()
-        with contextlib.redirect_stdout(io.StringIO()):
-            return run_here(args, report=False)
-    finally:
-        dist.destroy_process_group()
 
 
 def run_here(args: argparse.Namespace, report: bool = True, data_ready=lambda: None) -> dict:

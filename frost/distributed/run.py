@@ -273,6 +273,9 @@ def run_mpi(args) -> int:
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1")
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root, which Open MPI refuses
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if args.nproc_per_node >= (os.cpu_count() or 1):
+        # as many ranks as cores or more: a rank waiting in a collective yields its core instead of spinning on it
+        env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
     command = [mpiexec(), "-n", str(args.nproc_per_node), "--oversubscribe", "--bind-to", "none",
                sys.executable, "-m", "frost.distributed.run", "--as-mpi-rank",
                "--master-addr", args.master_addr, "--master-port", str(args.master_port), *_target(args)]

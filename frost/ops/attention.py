@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from frost.ops import flash_attention
+from frost import dispatch
 from frost.ops.elementwise import cast, where
 from frost.ops.matmul import matmul
 from frost.ops.random import dropout
@@ -59,10 +59,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     masked give zeros, as PyTorch's math backend.
     """
     _check(query, key, value, attn_mask, is_causal, enable_gqa)
-    if flash_attention.supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
-        # the fused kernels (CUDA; FROST_FLASH_ATTENTION=0 switches them off): no L x S matrix in memory
-        mask = flash_attention.key_padding_mask(attn_mask, query, key)
-        return flash_attention.flash_attention(query, key, value, is_causal, scale, enable_gqa, mask)
+    # the acceleration layer's fused kernels where they apply (frost/accel/flash_attention.py): no L x S matrix
+    fast = dispatch.lookup("scaled_dot_product_attention", query, key, value, attn_mask=attn_mask,
+                           dropout_p=dropout_p, is_causal=is_causal, enable_gqa=enable_gqa)
+    if fast is not None:
+        return fast(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if enable_gqa:
         key = _repeat_heads(key, query.shape[-3] // key.shape[-3])
         value = _repeat_heads(value, query.shape[-3] // value.shape[-3])

@@ -22,3 +22,17 @@ def test_data_parallel_bench_refuses_the_loader_pipeline():
     with pytest.raises(SystemExit, match="--pipeline resident"):
         cli.main(["--verbose", "bench", "resnet-cifar10", "--device", "cpu", "--steps", "4", "--nproc-per-node", "2",
                   "--pipeline", "loader"])
+
+
+def test_gpt_bench_on_two_processes_trains_as_one_process_on_the_global_batch(tmp_path):
+    """2 processes of batch 2 take the steps of 1 process of batch 4 (dropout 0): the same held-out loss."""
+    pytest.importorskip("mpi4py")
+    sizes = ["--device", "cpu", "--steps", "4", "--block-size", "16", "--dropout", "0", "--eval-iters", "2", "--quiet"]
+    two, one = tmp_path / "two.json", tmp_path / "one.json"
+    assert cli.main(["bench", "gpt", *sizes, "--batch-size", "2", "--nproc-per-node", "2", "--out", str(two)]) == 0
+    assert cli.main(["bench", "gpt", *sizes, "--batch-size", "4", "--out", str(one)]) == 0
+    parallel, single = json.loads(two.read_text()), json.loads(one.read_text())
+    assert parallel["protocol"]["processes"] == 2 and single["protocol"]["processes"] == 1
+    (p,), (s,) = parallel["runs"], single["runs"]
+    assert p["val_loss"] == pytest.approx(s["val_loss"], rel=1e-5)  # float32: the averaging's rounding only
+    assert p["tokens_per_s"] > 0

@@ -129,22 +129,6 @@ def test_low_precision_matmul_keeps_dtype(dt):
     assert lin.dtype.name == dt
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [((5, 33), (33, 17)), ((3, 20, 7), (7, 18)), ((1, 4, 40), (2, 40, 3)),
-                                              ((16, 16), (16, 16)), ((2, 0), (0, 3))])
-def test_exact_float32_kernel_in_the_simulator_matches_float64(a_shape, b_shape):
-    from frost.ops.matmul import matmul_float32_exact
-    rng = np.random.default_rng(1)
-    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
-    got = matmul_float32_exact(np, a, b)
-    want = a.astype(np.float64) @ b.astype(np.float64)
-    assert got.shape == want.shape and got.dtype == np.float32
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    out = np.empty(want.shape, np.float32)
-    assert matmul_float32_exact(np, a, b, out=out) is out
-    with pytest.raises(ValueError, match="out must be a C-contiguous float32 array"):
-        matmul_float32_exact(np, a, b, out=np.empty((1, 1), np.float32))
-
-
 @pytest.mark.cuda
 def test_gpu_float32_matmul_without_tf32_is_exact(exact_gpu_math):
     import cupy as cp

@@ -1,6 +1,7 @@
 """Flash attention (FlashAttention-2) in the kernel language: fused forward and backward kernels on mma.sync tensor
-cores, the host functions that launch them, and the op `flash_attention` that scaled_dot_product_attention uses on
-CUDA when `supported` says it applies (FROST_FLASH_ATTENTION=0 switches it off).
+cores, the host functions that launch them, and the op `flash_attention`, registered with frost.dispatch for
+scaled_dot_product_attention (frost/ops/attention.py) on CUDA where `supported` says it applies
+(FROST_FLASH_ATTENTION=0 switches it off); the composed path (matmul, softmax, matmul) runs wherever it declines.
 
 Layout. q, k, v, o and their gradients are row-major (rows = batch x heads x sequence, D columns), bf16 or f16; D
 (the head dim, 64 or 128) is a compile-time constant. A block has WARPS = BR // 16 warps; each warp owns 16 rows of
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frost import dispatch
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
                           exp2, f16, f32, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local,
                           log, mma, shfl_xor, static_range, syncthreads, tx, u8, warp, warp_sum)
@@ -576,3 +578,13 @@ def applies(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None 
     except ValueError:
         return False
     return True
+
+
+@dispatch.register("scaled_dot_product_attention", device="cuda", dtypes=DTYPES, applies=supported)
+def scaled_dot_product_attention_flash(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                       dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                       enable_gqa: bool = False) -> Tensor:
+    """scaled_dot_product_attention by the fused kernels: no L x S matrix in memory (a boolean key-padding
+    attn_mask, no dropout: `supported` has checked)."""
+    mask = key_padding_mask(attn_mask, query, key)
+    return flash_attention(query, key, value, is_causal, scale, enable_gqa, mask)

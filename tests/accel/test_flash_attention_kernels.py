@@ -1,4 +1,4 @@
-"""The flash-attention kernels (frost/ops/flash_attention.py) in the kernel simulator at small sizes: O, the
+"""The flash-attention kernels (frost/accel/flash_attention.py) in the kernel simulator at small sizes: O, the
 log-sum-exp and dQ, dK, dV against PyTorch's float64 attention of the same bf16/f16 values and against Frost's
 composed path, for causal (top-left, also with Lq != Lk) and not, ragged lengths, grouped-query attention and
 key-padding masks with fully masked rows; the rules of `supported`; sm_90 compiles; and (on a GPU) the real kernels
@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import frost
-from frost.ops import flash_attention as fa
+from frost import dispatch
+from frost.accel import flash_attention as fa
 from frost.ops.attention import scaled_dot_product_attention as sdpa
 
 # Unit roundoff of the 16-bit types. O = sum_j P_j V_j with every P_j rounded to the input type (relative error u
@@ -212,3 +213,53 @@ def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, caus
     want = _reference(*arrays, causal, hq // hkv, mask)
     for name, got, comp, ref in zip(("O", "dQ", "dK", "dV"), results[0], results[1], want[:1] + want[2:]):
         _assert_close(name, got, ref, comp, UNIT[dtype])
+
+
+# ------------------------------------------------------------------ the registration with frost.dispatch
+def test_the_layer_registers_flash_attention_for_sdpa_on_cuda():
+    (path,) = dispatch.registered("scaled_dot_product_attention")
+    assert (path.fn, path.device, path.applies) == (fa.scaled_dot_product_attention_flash, "cuda", fa.supported)
+    assert path.dtypes == set(fa.DTYPES)
+
+
+@pytest.fixture
+def table(monkeypatch):
+    """An empty dispatch table for the test (the real one comes back afterwards)."""
+    monkeypatch.setattr(dispatch, "_table", {})
+
+
+def test_sdpa_asks_the_table_with_its_arguments_and_returns_the_fast_paths_answer(table):
+    asked, called = [], []
+    answer = frost.zeros(1)
+
+    @dispatch.register("scaled_dot_product_attention", device="cpu",
+                       applies=lambda *operands, **params: asked.append((operands, params)) or True)
+    def fake(*args):
+        called.append(args)
+        return answer
+    q, k, v = _tensors((1, 2, 8, 64), (1, 1, 8, 64), (1, 1, 8, 64))
+    assert sdpa(q, k, v, dropout_p=0.25, is_causal=True, scale=0.5, enable_gqa=True) is answer
+    assert asked == [((q, k, v), dict(attn_mask=None, dropout_p=0.25, is_causal=True, enable_gqa=True))]
+    assert called == [(q, k, v, None, 0.25, True, 0.5, True)]
+
+
+@pytest.mark.parametrize("causal, masked", [(True, False), (False, True)])
+def test_the_registered_path_behind_sdpa_matches_float64_and_composed(table, causal, masked):
+    """The registered function, taken for CPU tensors where the kernels' rules apply, runs the simulated kernels
+    (default tiles) behind scaled_dot_product_attention: the same values and gradients as without it."""
+    rng = np.random.default_rng(2)
+    q, k, v, do = _inputs(rng, 1, 2, 1, 12, 9, 64, "bfloat16")
+    mask = np.ones((1, 9), bool)
+    mask[0, 4:] = not masked
+    composed = _composed(q, k, v, do, causal, 2, mask if masked else None)
+    dispatch.register("scaled_dot_product_attention", device="cpu", applies=fa.applies)(
+        fa.scaled_dot_product_attention_flash)
+    tq, tk, tv = (frost.Tensor(a, requires_grad=True) for a in (q, k, v))
+    attn_mask = frost.Tensor(mask[:, None, None, :]) if masked else None
+    out = sdpa(tq, tk, tv, attn_mask=attn_mask, is_causal=causal, enable_gqa=True)
+    assert out.grad_fn.name == "flash_attention"
+    out.backward(frost.Tensor(do))
+    want = _reference(q, k, v, do, causal, 2, mask if masked else None)
+    for name, got, ref, comp in zip(("O", "dQ", "dK", "dV"), (out, tq.grad, tk.grad, tv.grad), want[:1] + want[2:],
+                                    composed):
+        _assert_close(name, got.detach().numpy(), ref, comp, UNIT["bfloat16"])
