@@ -21,7 +21,8 @@ reference code: a correct, slower Frost.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,13 +89,30 @@ def lookup(op: str, *operands, **params) -> Callable | None:
     dtype and layout) and params, or None: the op then runs its own reference code."""
     array = _array(operands[0])
     paths = _table.get((op, device_of(array)))
-    if not paths:
+    if not paths or op in _disabled:
         return None
     dtype = to_dtype(array.dtype).name
     for path in paths:
         if path.accepts(dtype, array, operands, params):
             return path.fn
     return None
+
+
+_disabled: set[str] = set()  # ops whose fast paths `disabled` switches off for a while
+
+
+@contextlib.contextmanager
+def disabled(*ops: str) -> Iterator[None]:
+    """Inside, these ops find no fast path and run their reference code (a benchmark's or a test's baseline)."""
+    unknown = [op for op in ops if not isinstance(op, str)]
+    if unknown:
+        raise TypeError(f"dispatch.disabled: ops are names (str), got {unknown!r}")
+    added = set(ops) - _disabled
+    _disabled.update(added)
+    try:
+        yield
+    finally:
+        _disabled.difference_update(added)
 
 
 def registered(op: str | None = None) -> list[FastPath]:

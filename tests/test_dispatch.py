@@ -50,6 +50,22 @@ def test_lookup_matches_device_dtype_and_layout(table):
     assert dispatch.lookup("other_op", as_channels_last(x)) is None
 
 
+def test_disabled_ops_find_no_fast_path_until_the_block_ends(table):
+    path = dispatch.register("op", device="cpu")(fast_path("a"))
+    other = dispatch.register("other_op", device="cpu")(fast_path("b"))
+    x = np.zeros(3, np.float32)
+    with dispatch.disabled("op"):
+        assert dispatch.lookup("op", x) is None
+        assert dispatch.lookup("other_op", x) is other
+        with dispatch.disabled("op", "other_op"):  # nested: the outer block's op stays off after the inner ends
+            assert dispatch.lookup("other_op", x) is None
+        assert dispatch.lookup("op", x) is None and dispatch.lookup("other_op", x) is other
+    assert dispatch.lookup("op", x) is path
+    with pytest.raises(TypeError, match="names"):
+        with dispatch.disabled(dispatch.lookup):
+            pass
+
+
 def test_layouts_are_contiguous_channels_last_or_strided():
     x = np.zeros((2, 3, 4, 5), np.float32)
     assert [dispatch.layout_of(a) for a in (x, as_channels_last(x), x[:, :, ::2], x.transpose(1, 0, 2, 3))] == \
