@@ -8,6 +8,7 @@ import numpy as np
 from frost import dispatch
 from frost.autograd import is_grad_enabled, unbroadcast
 from frost.autocast import float32_inputs
+from frost.ops.math import broadcasts_to
 from frost.tensor import Tensor, from_op, can_read_values
 
 _REDUCTIONS = ("none", "mean", "sum")
@@ -301,12 +302,9 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
         if t is None:
             continue
         _check_tensor(op, name, t, input)
-        try:
-            if np.broadcast_shapes(t.shape, input.shape) != input.shape:
-                raise ValueError
-        except ValueError:
+        if not broadcasts_to(t.shape, input.shape):
             raise RuntimeError(f"{op}: {name} of shape {t.shape} cannot be broadcast to input of shape "
-                               f"{input.shape}") from None
+                               f"{input.shape}")
     if pos_weight is not None and pos_weight.requires_grad and is_grad_enabled():
         raise RuntimeError(f"{op}: not differentiable with respect to pos_weight; pass a pos_weight that does not "
                            f"require grad (e.g. pos_weight.detach())")

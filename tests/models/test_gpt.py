@@ -12,6 +12,7 @@ from frost.models import GPT, GPTConfig, KVCache
 from frost.io import read_safetensors
 
 from .torch_gpt import TorchGPT
+from .twins import assert_same_parameter_grads, with_weights_of
 
 TINY = GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=2, n_embd=16, dropout=0.0, bias=True)
 
@@ -20,9 +21,8 @@ TINY = GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=2, n_embd=16, d
 
 
 def twin_of(model: GPT, dtype=torch.float64) -> TorchGPT:
-    twin = TorchGPT(model.config).to(dtype)
-    twin.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in model.state_dict().items()})
-    return twin
+    twin = with_weights_of(model, TorchGPT(model.config))
+    return twin if dtype == torch.float64 else twin.to(dtype)
 
 
 def tokens(shape, vocab: int, seed: int) -> np.ndarray:
@@ -50,10 +50,7 @@ def test_logits_loss_and_every_gradient_match_the_torch_twin(bias):
     np.testing.assert_allclose(loss.item(), t_loss.item(), rtol=1e-12)
     loss.backward()
     t_loss.backward()
-    ours, theirs = dict(model.named_parameters()), dict(twin.named_parameters())
-    assert sorted(ours) == sorted(theirs)
-    for name, p in ours.items():
-        np.testing.assert_allclose(p.grad.numpy(), theirs[name].grad.numpy(), rtol=1e-10, atol=1e-14, err_msg=name)
+    assert_same_parameter_grads(model, twin, rtol=1e-10, atol=1e-14)
 
 
 def test_forward_without_targets_gives_logits_only_and_checks_its_input():
