@@ -10,9 +10,11 @@ from frost import dispatch
 from frost.accel import batch_norm as accel_bn
 from frost.accel import conv as accel_conv
 from frost.accel import cross_entropy as accel_xent
+from frost.accel import head as accel_head
 from frost.backend import cudnn
 from frost.layout import as_channels_last
 from frost.ops import conv as conv_ops
+from frost.ops.head import avg_pool_linear
 from frost.ops.loss import cross_entropy
 from frost.ops.norm import batch_norm_act
 
@@ -164,6 +166,26 @@ def test_cross_entropy_picks_its_kernels_for_plain_mean_or_sum(monkeypatch):
     assert found(t=frost.tensor([0, 1, 2, 3], dtype="int32")) is found(x=x.double()) is None
 
 
+def test_the_layer_registers_avg_pool_linear_on_cuda():
+    assert [(p.fn, p.device) for p in dispatch.registered("avg_pool_linear")] == \
+        [(accel_head.avg_pool_linear_kernels, "cuda")]
+
+
+def test_avg_pool_linear_picks_its_kernels_by_dtype_layout_and_size(monkeypatch):
+    as_if_on_the_gpu(monkeypatch)
+    x, w = np.ones((2, 3, 4, 4), np.float32), frost.ones(5, 3)
+
+    def found(x=x, w=w):
+        return dispatch.lookup("avg_pool_linear", frost.Tensor(x), w)
+    assert found() is found(as_channels_last(x)) is found(x.astype(BF16)) is accel_head.avg_pool_linear_kernels
+    assert found(x.astype(np.float64)) is found(x.astype(np.float16)) is None     # no kernels of that dtype
+    assert found(x[:, :, ::2]) is None                                            # strided
+    assert found(w=frost.ones(5, 3, dtype="float64")) is None                     # the weight must be float32
+    assert found(np.ones((0, 3, 4, 4), np.float32)) is None                       # nothing to launch
+    wide = np.ones((1, accel_head.HEAD_MAX_FEATURES + 1, 1, 1), np.float32)       # more than shared memory holds
+    assert found(wide, frost.ones(5, wide.shape[1])) is None
+
+
 # ------------------------------------------------------------------ the core without the layer
 
 def torch_batch_norm_act(x, w, b, res):
@@ -210,6 +232,48 @@ def test_without_the_layer_cross_entropy_gives_pytorchs_answer(table, monkeypatc
     want.backward()
     np.testing.assert_allclose(out.item(), want.item(), rtol=1e-5)
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("gpu_like", [False, True])
+def test_without_the_layer_avg_pool_linear_gives_pytorchs_answer(table, monkeypatch, gpu_like, channels_last):
+    if gpu_like:
+        as_if_on_the_gpu(monkeypatch)
+    rng = np.random.default_rng(6)
+    x, w, b, g = (rng.standard_normal(shape) for shape in ((3, 5, 4, 2), (7, 5), (7,), (3, 7)))
+    tensors = [frost.tensor(x.astype(np.float32), requires_grad=True)] + \
+        [frost.tensor(a.astype(np.float32), requires_grad=True) for a in (w, b)]
+    if channels_last:
+        tensors[0] = frost.Tensor(as_channels_last(tensors[0].data), requires_grad=True)
+    out = avg_pool_linear(*tensors)
+    out.backward(frost.tensor(g.astype(np.float32)))
+    leaves = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    want = TF.linear(TF.adaptive_avg_pool2d(leaves[0], 1).flatten(1), leaves[1], leaves[2])
+    want.backward(torch.tensor(g))
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for got, leaf in zip(tensors, leaves):
+        np.testing.assert_allclose(got.grad.numpy(), leaf.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert dispatch.layout_of(tensors[0].grad.data) == ("channels_last" if channels_last else "contiguous")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_on_the_gpu_the_layers_avg_pool_linear_matches_the_core_alone(monkeypatch, dtype):
+    rng = np.random.default_rng(7)
+    x, w, g = rng.standard_normal((16, 64, 8, 8)), rng.standard_normal((10, 64)), rng.standard_normal((16, 10))
+
+    def run():
+        xt = frost.tensor(x, dtype=dtype, device="cuda", requires_grad=True).contiguous(frost.channels_last)
+        xt.retain_grad()
+        wt = frost.tensor(w, dtype="float32", device="cuda", requires_grad=True)
+        out = avg_pool_linear(xt, wt)
+        out.backward(frost.tensor(g, dtype="float32", device="cuda"))
+        return [a.float().cpu().numpy().astype(np.float64) for a in (out.detach(), xt.grad, wt.grad)]
+    layer = run()
+    monkeypatch.setattr(dispatch, "_table", {})
+    core = run()
+    for a, b in zip(layer, core):
+        assert np.abs(a - b).max() <= (2 ** -6 if dtype == "bfloat16" else 2 ** -9) * np.abs(b).max()  # TF32 dW
 
 
 # ------------------------------------------------------------------ convolution: cuDNN or our kernels, chosen per shape

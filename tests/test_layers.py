@@ -37,6 +37,8 @@ LAYER_CONTRACTS = [
     (("frost.ops.conv",), ("frost.backend.cudnn", "frost.backend.cuda", "frost.kernel")),
     # so do matmul's (cuDNN and the plain float32 kernel: frost/accel/matmul.py) and attention's (flash attention)
     (("frost.ops.matmul", "frost.ops.attention"), ("frost.backend.cudnn", "frost.backend.cuda", "frost.kernel")),
+    # and the classifier head's (frost/accel/head.py); pooling asks frost.backend only for its arrays' module
+    (("frost.ops.head", "frost.ops.pool"), ("frost.backend.cudnn", "frost.backend.cuda", "frost.kernel")),
     (("frost.dispatch",), ("frost.ops", "frost.tensor", "frost.autograd", "frost.nn", "frost.optim")),
 ]
 

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from frost.backend import device_of, xp_for
 from frost.ops.reduce import widened
 from frost.tensor import Tensor, from_op
 
@@ -87,10 +88,8 @@ def _window_slices(i: int, j: int, kernel, stride, dilation, out_hw):
 
 
 def _xp(array):
-    if isinstance(array, np.ndarray):
-        return np
-    from frost.backend import cuda
-    return cuda.cupy()
+    """The array module (NumPy or CuPy) of a raw array: the helpers above take arrays, not Tensors."""
+    return xp_for(device_of(array))
 
 
 def _unbatched(fn, x: Tensor, *args, **kwargs):

@@ -1,14 +1,15 @@
 """avg_pool_linear (frost/ops/head.py): the op against PyTorch float64 (values and gradients, both memory formats),
-its errors, its kernels in the simulator against NumPy float64 twins, their sm_90 compiles, and (on a GPU) the op
-against the same twins."""
+its errors, its kernels (frost/accel/head.py) in the simulator against NumPy float64 twins, their sm_90 compiles,
+and (on a GPU) the op against the same twins."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 import frost
+from frost import dispatch
+from frost.accel import head
 from frost.layout import as_channels_last, empty_like_format, is_channels_last
 from frost.nn import functional as F
-from frost.ops import head
 
 torch = pytest.importorskip("torch")
 
@@ -132,7 +133,7 @@ def test_gpu_op_matches_float64_twins(dtype, channels_last):
     xd = cp.asarray(x)
     X = frost.Tensor(as_channels_last(xd) if channels_last else xd, requires_grad=True)
     W = frost.Tensor(cp.asarray(w), requires_grad=True)
-    assert head._gpu_kernels(X.data, W.data)
+    assert dispatch.lookup("avg_pool_linear", X, W) is head.avg_pool_linear_kernels
     y = F.avg_pool_linear(X, W)
     assert y.dtype == frost.float32
     np.testing.assert_allclose(cp.asnumpy(y.data), want_y, rtol=1e-5, atol=1e-5)
