@@ -68,9 +68,10 @@ def array_module(a):
 def flat_view(a, channels_last: bool):
     """The 1-D view of a dense array's memory (no copy: a copy of `out` would lose the result)."""
     view = a.transpose(0, 2, 3, 1).reshape(-1) if channels_last else a.reshape(-1)
-    assert _data_ptr(view) == _data_ptr(a), "flat_view: a flat view of an array copied it"
+    assert data_ptr(view) == data_ptr(a), "flat_view: a flat view of an array copied it"
     return view
 
 
-def _data_ptr(a) -> int:
+def data_ptr(a) -> int:
+    """The address of an array's first element (NumPy or CuPy)."""
     return a.__array_interface__["data"][0] if array_module(a).__name__ == "numpy" else a.data.ptr

@@ -31,6 +31,7 @@ import time
 import traceback
 
 from frost.backend import cuda as cuda_backend
+from frost.distributed.store import connect_with_retries
 
 POLL_S = 0.05
 
@@ -201,16 +202,12 @@ class NodeLink:
 
     @staticmethod
     def _connect(host: str, port: int, timeout: float = 300.0) -> socket.socket:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                sock = socket.create_connection((host, port), timeout=5.0)
-                sock.setblocking(False)
-                return sock
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"frost run: node 0's launcher at {host}:{port} did not answer in {timeout} s")
-                time.sleep(0.2)
+        try:
+            sock = connect_with_retries(host, port, timeout, poll_s=0.2)
+        except OSError:
+            raise SystemExit(f"frost run: node 0's launcher at {host}:{port} did not answer in {timeout} s") from None
+        sock.setblocking(False)
+        return sock
 
     def failed(self) -> bool:
         """True once any node reported a failure or a peer launcher vanished before finishing."""

@@ -41,6 +41,19 @@ def _recv_field(sock: socket.socket) -> bytes:
     return _recv_exact(sock, n)
 
 
+def connect_with_retries(host: str, port: int, timeout: float, poll_s: float) -> socket.socket:
+    """A connection to host:port, tried every poll_s seconds until `timeout` seconds have passed (the listening side
+    may start later); then the last attempt's OSError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return socket.create_connection((host, port), timeout=min(5.0, timeout))
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(poll_s)
+
+
 class _Server:
     """Rank 0's side: one thread per connection; get() waits on a condition until the key is set."""
 
@@ -130,17 +143,13 @@ class TCPStore:
 
     @staticmethod
     def _connect(host: str, port: int, timeout: float) -> socket.socket:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                sock = socket.create_connection((host, port), timeout=min(5.0, timeout))
-                sock.settimeout(timeout)
-                return sock
-            except OSError as e:
-                if time.monotonic() > deadline:
-                    raise StoreError(f"store: could not reach rank 0's store at {host}:{port} within {timeout} s "
-                                     f"({e}); is MASTER_ADDR/MASTER_PORT right and rank 0 running?") from e
-                time.sleep(0.1)
+        try:
+            sock = connect_with_retries(host, port, timeout, poll_s=0.1)
+        except OSError as e:
+            raise StoreError(f"store: could not reach rank 0's store at {host}:{port} within {timeout} s "
+                             f"({e}); is MASTER_ADDR/MASTER_PORT right and rank 0 running?") from e
+        sock.settimeout(timeout)
+        return sock
 
     def set(self, key: str, value: bytes) -> None:
         if self._server is not None:

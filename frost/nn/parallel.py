@@ -10,14 +10,11 @@ import numpy as np
 
 from frost import distributed as dist
 from frost.autograd import complete_deferred_gradients, queue_callback, register_post_accumulate_grad_hook
+from frost.layout import data_ptr
 from frost.nn.module import Module, Parameter
 from frost.tensor import Tensor
 
 FIRST_BUCKET_MB = 1.0  # small, as PyTorch's: the last layers' gradients start travelling early in backward
-
-
-def _address(a) -> int:
-    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]
 
 
 def _span(arrays: list):
@@ -28,12 +25,12 @@ def _span(arrays: list):
                                                           for a in arrays):
         return None  # (a strided base's reshape(-1) would be a copy: the average would never reach the grads)
     flat = base.reshape(-1)
-    start = min(_address(a) for a in arrays)
+    start = min(data_ptr(a) for a in arrays)
     size = sum(a.size for a in arrays)
-    end = max(_address(a) + a.nbytes for a in arrays)
+    end = max(data_ptr(a) + a.nbytes for a in arrays)
     if end - start != size * flat.itemsize:
         return None
-    offset = (start - _address(flat)) // flat.itemsize
+    offset = (start - data_ptr(flat)) // flat.itemsize
     return flat[offset:offset + size]
 
 
