@@ -24,6 +24,7 @@ Not yet (each falls back to the composed path): float32 inputs, other head dims,
 masks. Performance is untuned: one shared-memory stage (the copies of the next tile do not overlap the math yet),
 padded shared rows rather than swizzled, no wgmma.
 """
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -400,7 +401,11 @@ class FlashKernels:
     dkdv: object
 
 
-KERNELS = {"bfloat16": _make_kernels(bf16), "float16": _make_kernels(f16)}
+@functools.cache
+def kernels_for(dtype: str) -> FlashKernels:
+    """The kernels of one input dtype, made on first use: checking their source costs ~50 ms, which `import frost`
+    should not pay for a program that never runs attention on a GPU."""
+    return _make_kernels({"bfloat16": bf16, "float16": f16}[dtype])
 
 
 # ------------------------------------------------------------------ host side: shapes, launches
@@ -459,7 +464,7 @@ def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = Non
     the log-sum-exp float32 (B, H, Lq). kmask: a boolean (B, Lk) key-padding mask (True = attend) or None."""
     tiles = dict(FORWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
-    kern = KERNELS[str(q.dtype)].forward
+    kern = kernels_for(str(q.dtype)).forward
     o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
     lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
     smem = (tiles["BR"] + 2 * tiles["BC"]) * _row_bytes(p.d)
@@ -475,7 +480,7 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
     kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped."""
     tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
-    kernels = KERNELS[str(q.dtype)]
+    kernels = kernels_for(str(q.dtype))
     br, bc = tiles["BR"], tiles["BC"]
     q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
     lse = xp.ascontiguousarray(lse).reshape(-1)

@@ -171,7 +171,7 @@ def test_bad_input_names_the_op_and_shapes():
 def test_kernels_compile_for_sm90(d, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    kernels = fa.KERNELS["bfloat16"]
+    kernels = fa.kernels_for("bfloat16")
     fwd, bwd = fa.FORWARD_TILES[d], fa.BACKWARD_TILES[d]
     flags = dict(D=d, CAUSAL=1, MASKED=1)
     for kern, tiles in ((kernels.forward, fwd), (kernels.dq, bwd), (kernels.dkdv, dict(BR=bwd["BC"], BC=bwd["BR"]))):
