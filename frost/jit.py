@@ -7,6 +7,7 @@ reuse (and clobber) it between replays. On the CPU, jit simply calls the functio
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -89,7 +90,8 @@ class Jitted:
             if entry.eager_calls < self.warmup or (entry.eager_calls == self.warmup and entry.asked & _pending()):
                 entry.eager_calls += 1
                 before = _pending()
-                out = self.fn(*args, **kwargs)
+                with _warm_up():
+                    out = self.fn(*args, **kwargs)
                 entry.asked |= _pending() - before   # kernel choices this step asked and left for a later call
                 return out
             self._capture(entry, args, kwargs)
@@ -199,7 +201,25 @@ def _refuse_host_sync(what: str) -> None:
                                  f"from the step and read it after the call instead.")
 
 
+_warming_up = 0  # jitted steps now in an eager warm-up call (see warming_up)
 _pending_sources: list[Callable[[], frozenset]] = []   # the acceleration layer's undecided kernel choices
+
+
+def warming_up() -> bool:
+    """True while a jitted step runs one of its eager calls before its capture. A fast path whose captured form
+    differs from its eager one (matmul: cuBLAS eagerly, cuDNN captured) takes the captured form here, so that its
+    plans are built and timed before the capture, where timing is refused."""
+    return _warming_up > 0
+
+
+@contextlib.contextmanager
+def _warm_up():
+    global _warming_up
+    _warming_up += 1
+    try:
+        yield
+    finally:
+        _warming_up -= 1
 
 
 def register_pending_choices(source: Callable[[], frozenset]) -> Callable[[], frozenset]:

@@ -17,6 +17,9 @@ def cudnn_args(geo: Geometry) -> tuple:
     return (geo.sh, geo.sw), (geo.ph[0], geo.pw[0]), (geo.dh, geo.dw)
 
 
+CUDNN_TYPES = ("float16", "bfloat16", "float32")  # float64: no cuDNN engine plans one here (H200, cuDNN 9.19)
+
+
 def cudnn_runs(*operands, geo: Geometry) -> bool:
     """Whether cuDNN can run this convolution (one group, the same padding on both sides of each axis) and is here.
     Our kernels are chosen only against cuDNN's plan, so they take no call that cuDNN does not."""
@@ -28,7 +31,7 @@ def _dense(array, xp):
     return array if array.flags.c_contiguous or is_channels_last(array) else xp.ascontiguousarray(array)
 
 
-@dispatch.register("conv2d_forward", device="cuda", applies=cudnn_runs)
+@dispatch.register("conv2d_forward", device="cuda", dtypes=CUDNN_TYPES, applies=cudnn_runs)
 def conv2d_forward_cuda(x, w, geo: Geometry, bias=None, stats: bool = True) -> tuple:
     """conv2d_forward_stats on the GPU: (y, conv_fprop_mma.ChannelStats of y or None); stats asks our forward kernel,
     where it runs (bias None), to make batch norm's partial statistics of y in its epilogue."""
@@ -49,7 +52,7 @@ def conv2d_forward_cuda(x, w, geo: Geometry, bias=None, stats: bool = True) -> t
     return out, made
 
 
-@dispatch.register("conv2d_backward_input", device="cuda", applies=cudnn_runs)
+@dispatch.register("conv2d_backward_input", device="cuda", dtypes=CUDNN_TYPES, applies=cudnn_runs)
 def conv2d_backward_input_cuda(g, w, x_shape: tuple, geo: Geometry):
     """conv2d_backward_input on the GPU: cuDNN's, or a forward convolution of ours turned (flipped weight) where it
     times faster (FROST_CONV_DGRAD_MMA=0: never)."""
@@ -64,7 +67,7 @@ def conv2d_backward_input_cuda(g, w, x_shape: tuple, geo: Geometry):
     return cudnn.conv2d_backward_input(g, w, x_shape, *args)
 
 
-@dispatch.register("conv2d_backward_weight", device="cuda", applies=cudnn_runs)
+@dispatch.register("conv2d_backward_weight", device="cuda", dtypes=CUDNN_TYPES, applies=cudnn_runs)
 def conv2d_backward_weight_cuda(g, x, w_shape: tuple, geo: Geometry, out=None, defer: bool = False):
     """conv2d_backward_weight on the GPU: our split-K kernel where it times faster than cuDNN's best plan (decided
     once per shape, remembered), else cuDNN's. `out` and `defer` as conv2d_backward_weight takes them: a float32 `out`
@@ -89,7 +92,7 @@ def conv2d_backward_weight_cuda(g, x, w_shape: tuple, geo: Geometry, out=None, d
     return with_cudnn()
 
 
-@dispatch.register("conv2d_prepare_backward", device="cuda", applies=cudnn_runs)
+@dispatch.register("conv2d_prepare_backward", device="cuda", dtypes=CUDNN_TYPES, applies=cudnn_runs)
 def conv2d_prepare_backward_cuda(y, x, w, geo: Geometry, weight_gradient: bool, input_gradient: bool) -> None:
     """Start compiling our gradient kernels' candidates for this shape in the background (dy will be shaped like y),
     so that the backward pass finds them built."""

@@ -1,5 +1,6 @@
-"""Matrix products on the GPU: cuDNN's matmul (capturable, where CuPy's cuBLAS calls are refused while frost.jit
-captures a step), or Frost's plain float32 kernel when frost.backends.allow_tf32 is off. Registered with
+"""Matrix products on the GPU: cuBLAS's strided-batched GEMM in eager code (microseconds of Python a call), cuDNN's
+matmul while a step is captured (capturable, where CuPy's cuBLAS calls are refused; its Python cost is paid once, at
+capture), or Frost's plain float32 kernel when frost.backends.allow_tf32 is off. Registered with
 frost.dispatch for frost/ops/matmul.py's `matmul_arrays`, whose xp.matmul runs wherever this declines (NumPy arrays,
 1-D operands, integer types)."""
 from __future__ import annotations
@@ -7,11 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from frost import backends, dispatch
-from frost.backend import cudnn
+from frost.backend import cublas, cudnn
+from frost.accel.conv_common import capturing
+from frost.jit import warming_up
 from frost.kernel import Array, bx, by, bz, f32, i32, kernel, shared, static_range, syncthreads, tx
 from frost.ops.matmul import fold_batch_dims
 
-FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
+FLOAT_TYPES = ("float16", "bfloat16", "float32")  # float64 stays with CuPy's cuBLAS: cuDNN's matmul has none
 
 
 def folds_or_fits(a, b) -> bool:
@@ -24,8 +27,9 @@ def folds_or_fits(a, b) -> bool:
 
 @dispatch.register("matmul_arrays", device="cuda", dtypes=FLOAT_TYPES, applies=folds_or_fits)
 def matmul_arrays_cuda(xp, a, b, out=None):
-    """matmul_arrays for CuPy matrices of a float type (the first operand's): cuDNN, or matmul_float32_exact for
-    float32 operands with TF32 switched off; xp.matmul where cuDNN is missing or an operand is empty."""
+    """matmul_arrays for CuPy matrices of a float type (the first operand's): cuBLAS; while a step is captured or
+    warms up for its capture, cuDNN, or matmul_float32_exact for float32 operands with TF32 switched off; xp.matmul
+    where neither library is there or an operand is empty."""
     if max(a.ndim, b.ndim) > 3:
         a3, b3, batch = fold_batch_dims(xp, a, b)
         product = matmul_arrays_cuda(xp, a3, b3).reshape(batch + (a.shape[-2], b.shape[-1]))
@@ -33,6 +37,8 @@ def matmul_arrays_cuda(xp, a, b, out=None):
             return product
         out[...] = product
         return out
+    if cublas.supports(a, b) and cublas.available() and not (capturing() or warming_up()):
+        return cublas.matmul(a, b, out=out)  # exact float32 too when TF32 is off
     if str(a.dtype) == "float32" and str(b.dtype) == "float32" and not backends.allow_tf32:
         # cuDNN's float32 matmul rounds like TF32 even with its tensor-core engines deselected (measured)
         return matmul_float32_exact(xp, a, b, out)

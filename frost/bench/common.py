@@ -509,9 +509,20 @@ DATA_PARALLEL_VARIABLE = "FROST_BENCH_DATA_PARALLEL"  # set in the processes tha
 
 
 def add_data_parallel_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nproc-per-node", type=int, default=1,
+    p.add_argument("--nproc-per-node", type=int, default=None,
                    help="data-parallel processes (frost run; DistributedDataParallel): each trains one batch of a "
-                        "global batch N times larger; rank 0 reports")
+                        "global batch N times larger; rank 0 reports. 1 runs the data-parallel path in one "
+                        "process (its cost against no DDP: the gradient averaging is skipped)")
+
+
+def processes(args: argparse.Namespace) -> int:
+    """The number of training processes: --nproc-per-node, 1 without it."""
+    return getattr(args, "nproc_per_node", None) or 1
+
+
+def is_data_parallel() -> bool:
+    """Whether this process is a rank of a --nproc-per-node run (its model is wrapped in DistributedDataParallel)."""
+    return dist.is_initialized()
 
 
 def data_parallel_rank() -> tuple[int, int]:

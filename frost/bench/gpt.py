@@ -170,7 +170,7 @@ def settle(args: argparse.Namespace, device: str, vocab_size: int) -> Settings:
         eval_interval=preset.eval_interval if args.eval_interval is None else args.eval_interval,
         eval_iters=given["eval_iters"] or preset.eval_iters, precision=args.precision or preset.precision,
         target_loss=preset.target_loss, log_every=args.log_every or max(1, steps // 200),
-        processes=getattr(args, "nproc_per_node", 1))
+        processes=common.processes(args))
 
 
 def check_arguments(args: argparse.Namespace, device: str) -> None:
@@ -422,8 +422,8 @@ class FrostTrainer:
         self.settings, self.device = settings, device
         self.model = build_model(settings.config, seed).to(device)
         self.opt = self.model.configure_optimizers(settings.weight_decay, settings.lr, settings.betas)
-        self.rank, world = common.data_parallel_rank()
-        self.net = DistributedDataParallel(self.model) if world > 1 else self.model
+        self.rank, _ = common.data_parallel_rank()
+        self.net = DistributedDataParallel(self.model) if common.is_data_parallel() else self.model
         self.tokens = {"train": frost.tensor(corpus.train, device=device).data,
                        "val": frost.tensor(corpus.val, device=device).data}
         self.offsets = frost.arange(settings.config.block_size + 1, device=device).data
@@ -471,7 +471,7 @@ class FrostTrainer:
 
 def run(args: argparse.Namespace) -> dict:
     """Train every seed; print the table; write JSON when --out is given. Returns the result."""
-    if args.nproc_per_node > 1:
+    if args.nproc_per_node is not None:
         return common.run_data_parallel(args, run_here)
     return run_here(args)
 

@@ -542,7 +542,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     channels_last = args.memory_format == "channels_last"
     model, opt = build(seed, device, channels_last, weights)
     rank, world = common.data_parallel_rank()
-    if world > 1:
+    if common.is_data_parallel():
         model = DistributedDataParallel(model)
     t_built = sw.now()
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
@@ -654,7 +654,7 @@ def run(args: argparse.Namespace) -> dict:
                          "own order)")
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
-    if args.nproc_per_node > 1:
+    if args.nproc_per_node is not None:
         if args.pipeline != "resident" or args.streams or args.save_streams:
             raise SystemExit("frost bench: --nproc-per-node needs --pipeline resident, without --streams")
         return common.run_data_parallel(args, run_here)
@@ -672,8 +672,8 @@ def run_here(args: argparse.Namespace, report: bool = True, data_ready=lambda: N
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format,
                    "tf32": args.tf32 == "on", "streams": str(args.streams) if args.streams else None,
-                   "world_size": args.nproc_per_node,
-                   "global_batch": args.nproc_per_node * common.PROTOCOL["batch_size"]})
+                   "world_size": common.processes(args),
+                   "global_batch": common.processes(args) * common.PROTOCOL["batch_size"]})
     data, data_load_s = load_into(result, args, root, device, args.pipeline, channels_last)
     if args.save_streams:
         save_streams(args.save_streams, args.seeds, data["n_train"], args.steps, device)

@@ -9,6 +9,7 @@ from frost import dispatch
 from frost.autocast import cast_inputs
 from frost.autograd import grad_destination, gradient_branch, is_grad_enabled
 from frost.layout import array_module, empty_like_format
+from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op
 
 # Layout note. Columns are built as (C, kh, kw, N, Ho, Wo): for each input channel and kernel offset, a
@@ -144,9 +145,15 @@ def _grouped_weight(w, geo: Geometry):
     return w.reshape(geo.groups, geo.cout // geo.groups, -1)
 
 
+def _product(xp, a, b, out=None):
+    """a @ b in a's dtype, through matmul_arrays (CuPy has no bfloat16 product; the GPU's is capturable)."""
+    product = matmul_arrays(xp, a, b, out)
+    return product if product.dtype == a.dtype else product.astype(a.dtype)
+
+
 def _forward_from_cols(cols, w, geo: Geometry, bias=None):
     xp = array_module(cols)
-    out = xp.matmul(_grouped_weight(w, geo), cols).reshape(geo.cout, geo.n, geo.ho, geo.wo)
+    out = _product(xp, _grouped_weight(w, geo), cols).reshape(geo.cout, geo.n, geo.ho, geo.wo)
     if bias is not None:
         out += bias.reshape(geo.cout, 1, 1, 1)
     return out.transpose(1, 0, 2, 3)
@@ -155,9 +162,9 @@ def _forward_from_cols(cols, w, geo: Geometry, bias=None):
 def _backward_weight_from_cols(g2, cols, geo: Geometry, out=None):
     xp = array_module(cols)
     if out is not None:  # a C-contiguous (Cout, C/groups, kh, kw) array, e.g. the weight's .grad buffer
-        xp.matmul(g2, cols.transpose(0, 2, 1), out=out.reshape(geo.groups, geo.cout // geo.groups, -1))
+        _product(xp, g2, cols.transpose(0, 2, 1), out=out.reshape(geo.groups, geo.cout // geo.groups, -1))
         return out
-    gw = xp.matmul(g2, cols.transpose(0, 2, 1))
+    gw = _product(xp, g2, cols.transpose(0, 2, 1))
     return gw.reshape(geo.cout, geo.c // geo.groups, geo.kh, geo.kw)
 
 
@@ -184,7 +191,7 @@ def _input_grad_is_a_conv(geo: Geometry) -> bool:
 def _backward_input_from_grad(g2, w, geo: Geometry):
     """col2im: scatter the column gradient back, one strided add per kernel offset."""
     xp = array_module(g2)
-    gcols = xp.matmul(_grouped_weight(w, geo).transpose(0, 2, 1), g2)
+    gcols = _product(xp, _grouped_weight(w, geo).transpose(0, 2, 1), g2)
     gcols = gcols.reshape(geo.c, geo.kh, geo.kw, geo.n, geo.ho, geo.wo)
     (pt, pb), (pl, pr) = geo.ph, geo.pw
     gx = xp.zeros((geo.c, geo.n, geo.h + pt + pb, geo.w + pl + pr), dtype=g2.dtype)

@@ -65,7 +65,8 @@ def _scatter_args(name: str, x: Tensor, dim, index, src):
 
 def _positions(xp, idx, axis: int) -> tuple:
     """The places of self that index (along `axis`) and its own coordinates (elsewhere) name."""
-    grids = list(xp.indices(idx.shape, sparse=True))
+    # open grids, as np.indices(sparse=True) gives (CuPy's indices has no sparse form)
+    grids = [xp.arange(n).reshape((1,) * d + (n,) + (1,) * (idx.ndim - d - 1)) for d, n in enumerate(idx.shape)]
     grids[axis] = idx
     return tuple(grids)
 

@@ -153,8 +153,11 @@ def lerp(input: Tensor, end: Tensor, weight: Tensor | float) -> Tensor:
     span = stop - start
     # from the nearer end, as PyTorch's, so that weight 1 gives exactly `end`
     # a number's side is picked on the host: xp.asarray(number) would copy it to the GPU, which a capture refuses
-    near_start = abs(w) < 0.5 if w_tensor is None else xp.abs(w) < 0.5
-    out = xp.where(near_start, start + w * span, stop - span * (1 - w)).astype(start.dtype)
+    if w_tensor is None:
+        out = start + w * span if abs(w) < 0.5 else stop - span * (1 - w)
+    else:
+        out = xp.where(xp.abs(w) < 0.5, start + w * span, stop - span * (1 - w))
+    out = out.astype(start.dtype, copy=False)
     parents = (input, end) if w_tensor is None else (input, end, w_tensor)
 
     def backward(g):

@@ -49,7 +49,7 @@ def fold_batch_dims(xp, a, b):
 
 def matmul_arrays(xp, a, b, out=None):
     """a @ b on raw arrays: a fast path where the acceleration layer registers one ("matmul_arrays": cuDNN for CUDA
-    matrices, capturable), else xp.matmul, in float32 BLAS for CPU half types.
+    matrices, capturable), else xp.matmul, in float32 BLAS for half types.
 
     Array code that may run inside a captured step (optimizers) multiplies through this, not xp.matmul:
     CuPy refuses cuBLAS calls during stream capture. `out` (C-contiguous, the result's shape, a's dtype)
@@ -57,8 +57,10 @@ def matmul_arrays(xp, a, b, out=None):
     fast = dispatch.lookup("matmul_arrays", a, b)
     if fast is not None:
         return fast(xp, a, b, out)
-    if xp is np and a.dtype.itemsize == 2 and a.dtype.kind != "i":
-        product = np.matmul(a.astype(np.float32), b.astype(np.float32))
+    if a.dtype.itemsize == 2 and a.dtype.kind not in "iu":
+        # NumPy's half types multiply in Python loops and CuPy has no bfloat16 product: float32 BLAS, rounded by
+        # the caller
+        product = xp.matmul(a.astype(np.float32), b.astype(np.float32))
         if out is None:
             return product
         out[...] = product

@@ -208,7 +208,7 @@ def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, caus
         attn_mask = None if mask is None else frost.Tensor(mask[:, None, None, :]).to("cuda")
         out = sdpa(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=hq != hkv)
         out.backward(do)
-        results.append([t.cpu().numpy().astype(np.float64) for t in (out, q.grad, k.grad, v.grad)])
+        results.append([t.detach().cpu().numpy().astype(np.float64) for t in (out, q.grad, k.grad, v.grad)])
     assert calls == [1]
     want = _reference(*arrays, causal, hq // hkv, mask)
     for name, got, comp, ref in zip(("O", "dQ", "dK", "dV"), results[0], results[1], want[:1] + want[2:]):

@@ -1,13 +1,15 @@
 """The GPU's matrix products (frost/accel/matmul.py), registered with frost.dispatch for the core's matmul_arrays: the
-registration, the routing (cuDNN, the plain float32 kernel with TF32 off, 4-D products folded to 3-D, the core's
-xp.matmul where the path declines) with NumPy arrays standing in for CuPy ones, the float32 kernel in the simulator
-against float64, and on a GPU the whole path against NumPy."""
+registration, the routing (cuBLAS in eager code, cuDNN while a step is captured, the plain float32 kernel with TF32
+off, 4-D products folded to 3-D, the core's xp.matmul where the path declines) with NumPy arrays standing in for
+CuPy ones, the float32 kernel in the simulator against float64, and on a GPU cuBLAS's layouts and the whole path
+against NumPy."""
+import ml_dtypes
 import numpy as np
 import pytest
 
 from frost import backends, dispatch
 from frost.accel import matmul as accel_matmul
-from frost.backend import cudnn
+from frost.backend import cublas, cudnn
 from frost.ops.matmul import matmul_arrays
 
 
@@ -15,20 +17,30 @@ def test_the_layer_registers_matmul_arrays_on_cuda_for_float_types():
     (path,) = dispatch.registered("matmul_arrays")
     assert (path.fn, path.device, path.applies) == (accel_matmul.matmul_arrays_cuda, "cuda",
                                                     accel_matmul.folds_or_fits)
-    assert path.dtypes == {"float16", "bfloat16", "float32", "float64"}
+    assert path.dtypes == {"float16", "bfloat16", "float32"}  # float64: CuPy's own cuBLAS call
+
+
+class Libraries(list):
+    """The calls made to the two libraries, as (library, a's shape, b's shape, out given?); `capturing` says
+    whether a call is eager (False), made while a step is "captured", or in a jitted step's "warming up" call."""
+    capturing: bool | str = False
 
 
 @pytest.fixture
 def on_a_gpu_with_cudnn(monkeypatch):
-    """NumPy arrays answered as CuPy ones (the CUDA path takes them); cuDNN's matmul recorded, computed by NumPy."""
-    calls = []
+    """NumPy arrays answered as CuPy ones (the CUDA path takes them); cuBLAS's and cuDNN's matmuls recorded,
+    computed by NumPy."""
+    calls = Libraries()
     monkeypatch.setattr(dispatch, "device_of", lambda array: "cuda")
-    monkeypatch.setattr(cudnn, "available", lambda: True)
+    monkeypatch.setattr(accel_matmul, "capturing", lambda: calls.capturing == "captured")
+    monkeypatch.setattr(accel_matmul, "warming_up", lambda: calls.capturing == "warming up")
+    for library in (cublas, cudnn):
+        monkeypatch.setattr(library, "available", lambda: True)
 
-    def cudnn_matmul(a, b, out=None):
-        calls.append((a.shape, b.shape, out is not None))
-        return np.matmul(a, b, out=out)
-    monkeypatch.setattr(cudnn, "matmul", cudnn_matmul)
+        def recorded(a, b, out=None, name=library.__name__.rsplit(".", 1)[1]):
+            calls.append((name, a.shape, b.shape, out is not None))
+            return np.matmul(a, b, out=out)
+        monkeypatch.setattr(library, "matmul", recorded)
     monkeypatch.setattr(backends, "allow_tf32", True)
     return calls
 
@@ -39,11 +51,19 @@ def _operands(a_shape, b_shape, dtype=np.float32, seed=0):
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((5, 7), (7, 3)), ((2, 5, 7), (7, 3)), ((2, 5, 7), (2, 7, 3))])
-def test_matrices_go_to_cudnn(on_a_gpu_with_cudnn, a_shape, b_shape):
+@pytest.mark.parametrize("capturing, library", [(False, "cublas"), ("captured", "cudnn"), ("warming up", "cudnn")])
+def test_matrices_go_to_cublas_or_while_captured_to_cudnn(on_a_gpu_with_cudnn, a_shape, b_shape, capturing, library):
+    on_a_gpu_with_cudnn.capturing = capturing
     a, b = _operands(a_shape, b_shape)
     got = matmul_arrays(np, a, b)
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
-    assert on_a_gpu_with_cudnn == [(a_shape, b_shape, False)]
+    assert on_a_gpu_with_cudnn == [(library, a_shape, b_shape, False)]
+
+
+def test_mixed_dtypes_skip_cublas(on_a_gpu_with_cudnn):
+    a, b = _operands((5, 7), (7, 3))
+    matmul_arrays(np, a, b.astype(np.float16))
+    assert [call[0] for call in on_a_gpu_with_cudnn] == ["cudnn"]
 
 
 def test_four_dimensional_products_fold_into_one_3d_cudnn_call_and_fill_out(on_a_gpu_with_cudnn):
@@ -51,10 +71,11 @@ def test_four_dimensional_products_fold_into_one_3d_cudnn_call_and_fill_out(on_a
     out = np.empty((2, 3, 4, 6), np.float32)
     assert matmul_arrays(np, a, b, out=out) is out
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
-    assert on_a_gpu_with_cudnn == [((6, 4, 5), (6, 5, 6), False)]
+    assert on_a_gpu_with_cudnn == [("cublas", (6, 4, 5), (6, 5, 6), False)]
 
 
-def test_float32_without_tf32_runs_the_plain_float32_kernel(on_a_gpu_with_cudnn, monkeypatch):
+def test_captured_float32_without_tf32_runs_the_plain_float32_kernel(on_a_gpu_with_cudnn, monkeypatch):
+    on_a_gpu_with_cudnn.capturing = "captured"  # eagerly, cuBLAS multiplies in float32 itself
     monkeypatch.setattr(backends, "allow_tf32", False)
     a, b = _operands((3, 20, 7), (7, 18))
     out = np.empty((3, 20, 18), np.float32)
@@ -72,9 +93,10 @@ def test_vectors_and_integer_types_stay_with_the_core(on_a_gpu_with_cudnn, a_sha
     assert on_a_gpu_with_cudnn == []
 
 
-def test_empty_operands_or_no_cudnn_multiply_with_xp(on_a_gpu_with_cudnn, monkeypatch):
+def test_empty_operands_or_no_library_multiply_with_xp(on_a_gpu_with_cudnn, monkeypatch):
     a, b = _operands((2, 0), (0, 3))
     np.testing.assert_array_equal(matmul_arrays(np, a, b), np.zeros((2, 3), np.float32))
+    monkeypatch.setattr(cublas, "available", lambda: False)
     monkeypatch.setattr(cudnn, "available", lambda: False)
     a, b = _operands((5, 7), (7, 3))
     np.testing.assert_allclose(matmul_arrays(np, a, b), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
@@ -100,6 +122,38 @@ def test_exact_float32_kernel_in_the_simulator_matches_float64(a_shape, b_shape)
         accel_matmul.matmul_float32_exact(np, a, b, out=np.empty((1, 1), np.float32))
     with pytest.raises(ValueError, match=r"matmul: shapes \(2, 3, 4\) and \(3, 4, 5\) do not fit"):
         accel_matmul.matmul_float32_exact(np, *_operands((2, 3, 4), (3, 4, 5)))
+
+
+def _layouts(cp, rng, dtype):
+    """(a, b) CuPy operands in the layouts cuBLAS reads in place or that must be copied first: row-major,
+    transposed views, a batch broadcast with stride 0, a sliced (strided) batch, a reversed batch, 2-D with 3-D."""
+    def arr(*shape):
+        return cp.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+    return [
+        (arr(4, 5, 7), arr(4, 7, 3)),
+        (arr(4, 7, 5).transpose(0, 2, 1), arr(4, 3, 7).transpose(0, 2, 1)),
+        (arr(1, 5, 7), arr(4, 7, 3)),
+        (arr(5, 7), arr(4, 7, 3)),
+        (cp.broadcast_to(arr(1, 5, 7), (4, 5, 7)), arr(4, 7, 3)),
+        (arr(8, 5, 7)[::2], arr(4, 7, 9)[:, :, 2:5]),
+        (arr(4, 5, 7)[::-1], arr(4, 7, 3)),
+        (arr(1, 7), arr(7, 1)),
+        (arr(6, 7)[:, ::2], arr(4, 3)),
+    ]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_on_the_gpu_cublas_reads_every_layout_like_numpy(monkeypatch, dtype):
+    cp = pytest.importorskip("cupy")
+    monkeypatch.setattr(backends, "allow_tf32", False)
+    dt = np.dtype(dtype) if dtype != "bfloat16" else ml_dtypes.bfloat16
+    for a, b in _layouts(cp, np.random.default_rng(0), dt):
+        assert cublas.supports(a, b)
+        expected = np.matmul(a.get().astype(np.float64), b.get().astype(np.float64))
+        got = cublas.matmul(a, b).get().astype(np.float64)
+        tolerance = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}[dtype]
+        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.cuda

@@ -36,3 +36,17 @@ def test_gpt_bench_on_two_processes_trains_as_one_process_on_the_global_batch(tm
     (p,), (s,) = parallel["runs"], single["runs"]
     assert p["val_loss"] == pytest.approx(s["val_loss"], rel=1e-5)  # float32: the averaging's rounding only
     assert p["tokens_per_s"] > 0
+
+
+def test_one_process_runs_the_data_parallel_path_and_trains_as_without_it(tmp_path):
+    """--nproc-per-node 1: one rank under frost run with DistributedDataParallel (no averaging at world size 1),
+    the same held-out loss as the plain run."""
+    pytest.importorskip("mpi4py")
+    sizes = ["--device", "cpu", "--steps", "3", "--block-size", "16", "--batch-size", "2", "--dropout", "0",
+             "--eval-iters", "2", "--quiet"]
+    ddp, plain = tmp_path / "ddp.json", tmp_path / "plain.json"
+    assert cli.main(["bench", "gpt", *sizes, "--nproc-per-node", "1", "--out", str(ddp)]) == 0
+    assert cli.main(["bench", "gpt", *sizes, "--out", str(plain)]) == 0
+    wrapped, single = json.loads(ddp.read_text()), json.loads(plain.read_text())
+    assert wrapped["protocol"]["processes"] == single["protocol"]["processes"] == 1
+    assert wrapped["runs"][0]["val_loss"] == single["runs"][0]["val_loss"]

@@ -256,8 +256,9 @@ def test_bad_loader_options_are_named(kwargs, match):
 @pytest.mark.cuda
 @pytest.mark.parametrize("prefetch_factor", [1, 3])
 def test_subset_and_concat_on_the_gpu_equal_the_cpu_batches(prefetch_factor):
-    values = np.arange(60, dtype=np.float32).reshape(30, 2)
-    data = ConcatDataset([Subset(TensorDataset(values), list(range(29, -1, -2))), Squares(5)])
+    # (an int64 and a float64 value) per sample, as Squares gives
+    firsts, seconds = np.arange(30, dtype=np.int64), np.arange(30, dtype=np.float64) * 0.5
+    data = ConcatDataset([Subset(TensorDataset(firsts, seconds), list(range(29, -1, -2))), Squares(5)])
     cpu = batches(DataLoader(data, batch_size=4, shuffle=True, seed=3))
     gpu = [[t.cpu().numpy() for t in batch] for batch in
            DataLoader(data, batch_size=4, shuffle=True, seed=3, num_workers=2, prefetch_factor=prefetch_factor,

@@ -151,11 +151,11 @@ def test_bad_arguments_are_refused_as_torch_refuses_them():
 
 @pytest.mark.cuda
 def test_stft_and_istft_on_cuda_match_the_cpu():
-    signal = frost.tensor(RNG.standard_normal((2, 100)))
+    signal = RNG.standard_normal((2, 100))
     window = frost.hann_window(16, dtype=frost.float64)
     results = []
     for device in ("cpu", "cuda"):
-        x = signal.to(device).requires_grad_()
+        x = frost.tensor(signal, device=device, requires_grad=True)
         spectrogram = frost.stft(x, 16, hop_length=4, window=window.to(device))
         restored = frost.istft(spectrogram * 2, 16, hop_length=4, window=window.to(device), length=100)
         restored.square().sum().backward()

@@ -2,6 +2,7 @@
 pad_sequence."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Iterable
 
@@ -36,6 +37,18 @@ def _norm_of(xp, g, norm_type: float):
     return (xp.abs(a) ** norm_type).sum() ** (1.0 / norm_type)
 
 
+def _joint_norm(xp, norms: list, norm_type: float):
+    """The norm of the vector of per-gradient norms, one elementwise op at a time: CuPy's stack copies its list of
+    addresses from the host, which a captured step refuses."""
+    if norm_type in (math.inf, -math.inf):
+        pick = xp.maximum if norm_type == math.inf else xp.minimum
+        return functools.reduce(pick, norms)
+    if norm_type == 0:  # the count of non-zero norms, as a vector norm of order 0 counts
+        return functools.reduce(xp.add, ((n != 0).astype(n.dtype) for n in norms))
+    total = functools.reduce(xp.add, (n ** norm_type for n in norms))
+    return xp.sqrt(total) if norm_type == 2.0 else total ** (1.0 / norm_type)
+
+
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                     foreach=None) -> Tensor:
     """Scale gradients in place so that their joint norm is at most max_norm; return that norm before clipping.
@@ -51,8 +64,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     device = grads[0].device
     xp = grads[0].xp
     norms = [backend.to_device(_norm_of(g.xp, g.data, norm_type), device) for g in grads]
-    stacked = xp.stack(norms)
-    total = _norm_of(xp, stacked, norm_type)
+    total = _joint_norm(xp, norms, norm_type)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
                            f"it cannot be clipped. To disable this error and scale the gradients by the non-finite "
