@@ -20,7 +20,15 @@ Backward: D = rowsum(dO * O) first, then one kernel per key tile accumulating dK
 under grouped-query attention, every query head of the group) and one kernel per query tile accumulating dQ over the
 key tiles: both recompute P = exp(S - L) from the saved log-sum-exp. No atomics, so the gradients are deterministic.
 
-Not yet (each falls back to the composed path): float32 inputs, other head dims, dropout, float or general boolean
+Dropout (on the attention weights, as PyTorch's dropout_p): element (bh, query, key) is kept when the uniform from
+word key % 2 of Philox4x32-10 at counter (key // 2, query, bh, offset) under the key (seed_lo, seed_hi ^ STREAM)
+is >= p, and kept weights are scaled by 1 / (1 - p). The forward reads seed and offset from a 4-word snapshot of the
+CUDA generator's state (frost/ops/philox.py) taken at the call, after which the generator's offset advances by one;
+the backward regenerates the same mask from the snapshot, so nothing L x S is stored. The row sums (and the saved
+log-sum-exp) are those of the undropped weights; D = rowsum(dO * O) holds as without dropout. `dropout_keep_numpy` is
+the NumPy twin of the mask.
+
+Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
 masks. Performance is untuned: one shared-memory stage (the copies of the next tile do not overlap the math yet),
 padded shared rows rather than swizzled, no wgmma.
 """
@@ -32,15 +40,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from frost import dispatch
+from frost.backend import cpu, cuda
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
                           exp2, f16, f32, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local,
-                          log, mma, shfl_xor, static_range, syncthreads, tx, u8, warp, warp_sum)
+                          log, mma, shfl_xor, static_range, syncthreads, tx, u8, u32, warp, warp_sum)
 from frost.kernel.compile import has_mma
+from frost.ops.philox import philox4x32, philox_advance, philox_block
 from frost.tensor import Tensor, from_op
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 HEAD_DIMS = (64, 128)
+STREAM = 0x464C4153   # xor-ed into the key's high word: dropout masks are a stream apart from the generator's draws
 DTYPES = ("bfloat16", "float16")
 PAD = 8   # elements after each shared row: the 8 rows an ldmatrix reads fall in 8 different bank groups
 # (BR, BC) per head dim, untuned (to be measured on the H200). The dK/dV kernel takes the backward's tiles swapped:
@@ -144,12 +155,23 @@ def saved_lse(lse, row: i32, n: i32) -> f32:
     return v
 
 
+@device
+def dropout_scale(rng, bh: i32, query: i32, key: i32, drop_p: f32, keep_scale: f32) -> f32:
+    """keep_scale (1 / (1 - p)) where dropout keeps the weight of (bh, query, key), else 0 (the module docstring
+    says how; dropout_keep_numpy is the twin)."""
+    w0, w1, w2, w3 = philox_block(u32(key // 2), u32(query), u32(bh), rng[2], rng[0], rng[1] ^ u32(STREAM))
+    w = w0 if key % 2 == 0 else w1
+    u = f32(w >> u32(8)) / 16777216.0
+    return keep_scale if u >= drop_p else 0.0
+
+
 # ------------------------------------------------------------------ kernels, one set per element type
 def _make_kernels(T):
     @kernel
     def flash_fwd(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], o: Array[T, 2], lse: Array[f32], kmask: Array[u8],
-                  lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, D: Const[int], BR: Const[int],
-                  BC: Const[int], CAUSAL: Const[int], MASKED: Const[int]):
+                  rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, drop_p: f32,
+                  keep_scale: f32, D: Const[int], BR: Const[int], BC: Const[int], CAUSAL: Const[int],
+                  MASKED: Const[int], DROPOUT: Const[int]):
         """O and the log-sum-exp of BR queries of one (batch, head): K/V tiles of BC keys streamed through shared
         memory, softmax online (running max m and sum l per row, in log2 units)."""
         THREADS: Const[int] = BR // 16 * 32
@@ -207,8 +229,10 @@ def _make_kernels(T):
                 for j in static_range(BC // 8):
                     for e in static_range(2):
                         p = exp2(s[j, 2 * h + e] - m_use)
+                        part += p   # the undropped weights' sum: softmax normalizes before dropout
+                        if DROPOUT:
+                            p *= dropout_scale(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t + e, drop_p, keep_scale)
                         s[j, 2 * h + e] = p
-                        part += p
                 lsum[h] = lsum[h] * alpha + part   # this lane's share; the quad's sum is taken at the end
                 m[h] = m_new
                 for d in static_range(D // 8):
@@ -242,9 +266,10 @@ def _make_kernels(T):
 
     @kernel
     def flash_bwd_dq(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], do: Array[T, 2], lse: Array[f32],
-                     delta: Array[f32], kmask: Array[u8], dq: Array[T, 2], lq: i32, lk: i32, heads: i32, group: i32,
-                     scale_log2: f32, scale: f32, D: Const[int], BR: Const[int], BC: Const[int], CAUSAL: Const[int],
-                     MASKED: Const[int]):
+                     delta: Array[f32], kmask: Array[u8], rng: Array[u32], dq: Array[T, 2], lq: i32, lk: i32,
+                     heads: i32, group: i32, scale_log2: f32, scale: f32, drop_p: f32, keep_scale: f32,
+                     D: Const[int], BR: Const[int], BC: Const[int], CAUSAL: Const[int], MASKED: Const[int],
+                     DROPOUT: Const[int]):
         """dQ of BR queries: over the K/V tiles, S = Q K^T and dP = dO V^T, P = exp(S - L), dS = P (dP - delta),
         dQ += dS K."""
         THREADS: Const[int] = BR // 16 * 32
@@ -300,7 +325,10 @@ def _make_kernels(T):
                         p = 0.0
                         if visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL, MASKED):
                             p = exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
-                        s[j, 2 * h + e] = p * (dp[j, 2 * h + e] - drow[h])
+                        dpv = dp[j, 2 * h + e]
+                        if DROPOUT:   # dP of the undropped weights: the dropped ones' times the mask's scale
+                            dpv *= dropout_scale(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t + e, drop_p, keep_scale)
+                        s[j, 2 * h + e] = p * (dpv - drow[h])
             to_a(dsf, s, BC)
             mma_cols(acc, dsf, sk, db, D, BC)
         for h in static_range(2):
@@ -312,9 +340,10 @@ def _make_kernels(T):
 
     @kernel
     def flash_bwd_dkdv(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], do: Array[T, 2], lse: Array[f32],
-                       delta: Array[f32], kmask: Array[u8], dk: Array[T, 2], dv: Array[T, 2], lq: i32, lk: i32,
-                       heads: i32, group: i32, scale_log2: f32, scale: f32, D: Const[int], BR: Const[int],
-                       BC: Const[int], CAUSAL: Const[int], MASKED: Const[int]):
+                       delta: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[T, 2], dv: Array[T, 2],
+                       lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32, drop_p: f32,
+                       keep_scale: f32, D: Const[int], BR: Const[int], BC: Const[int], CAUSAL: Const[int],
+                       MASKED: Const[int], DROPOUT: Const[int]):
         """dK and dV of BC keys of one (batch, kv head): over the query heads of its group and their query tiles,
         S^T = K Q^T and dP^T = V dO^T, P^T = exp(S^T - L), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q.
         Here each warp owns 16 keys and the queries are the columns."""
@@ -350,7 +379,8 @@ def _make_kernels(T):
         zero(dv_acc, D)
         first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
         for hq in range(group):
-            qbase = (b * heads + bx % kv_heads * group + hq) * lq
+            bh = b * heads + bx % kv_heads * group + hq   # the query head's (batch, head) row block
+            qbase = bh * lq
             for it in range(first, cdiv(lq, BR)):
                 q0 = it * BR
                 syncthreads()
@@ -376,8 +406,14 @@ def _make_kernels(T):
                             p = 0.0
                             if visible(q0 + col, key0 + 8 * h, lq, lk, kmask, b * lk, CAUSAL, MASKED):
                                 p = exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
-                            st[j, 2 * h + e] = p
-                            dpt[j, 2 * h + e] = p * (dpt[j, 2 * h + e] - sd[col])
+                            dpv = dpt[j, 2 * h + e]
+                            if DROPOUT:
+                                keep = dropout_scale(rng, bh, q0 + col, key0 + 8 * h, drop_p, keep_scale)
+                                st[j, 2 * h + e] = p * keep   # dV takes the dropped weights
+                                dpv *= keep
+                            else:
+                                st[j, 2 * h + e] = p
+                            dpt[j, 2 * h + e] = p * (dpv - sd[col])
                 to_a(pf, st, BR)
                 mma_cols(dv_acc, pf, sdo, db, D, BR)
                 to_a(pf, dpt, BR)
@@ -421,12 +457,22 @@ class Problem:
     causal: bool
     scale: float
     masked: bool
+    dropout_p: float = 0.0
 
     def consts(self, tiles: dict) -> dict:
-        return dict(D=self.d, BR=tiles["BR"], BC=tiles["BC"], CAUSAL=int(self.causal), MASKED=int(self.masked))
+        return dict(D=self.d, BR=tiles["BR"], BC=tiles["BC"], CAUSAL=int(self.causal), MASKED=int(self.masked),
+                    DROPOUT=int(self.dropout_p > 0.0))
+
+    def dropout_args(self) -> tuple:
+        return dropout_args(self.dropout_p)
 
     def sizes(self) -> tuple:
         return self.lq, self.lk, self.heads, self.group
+
+
+def dropout_args(p: float) -> tuple:
+    """(p, 1 / (1 - p)) in float32 as the kernels take them; 1 / (1 - p) is 0 at p = 1, where nothing is kept."""
+    return np.float32(p), np.float32(1.0 / (1.0 - p) if p < 1.0 else 0.0)
 
 
 def _row_bytes(d: int) -> int:
@@ -459,9 +505,21 @@ def _kmask(xp, mask):
     return xp.ones(1, np.uint8) if mask is None else xp.ascontiguousarray(mask).astype(np.uint8).reshape(-1)
 
 
-def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None):
+def _rng(xp, p: Problem, rng):
+    """The 4-word (key_lo, key_hi, offset_lo, offset_hi) uint32 state the dropout mask is drawn from."""
+    if rng is None:
+        if p.dropout_p > 0.0:
+            raise ValueError("flash_attention: dropout needs the generator state its mask is drawn from (rng)")
+        return xp.zeros(4, np.uint32)
+    if tuple(rng.shape) != (4,) or rng.dtype != np.uint32:
+        raise ValueError(f"flash_attention: rng must be 4 uint32 words, got {rng.dtype} {tuple(rng.shape)}")
+    return rng
+
+
+def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
     """(O, log-sum-exp) of the attention of q (B, H, Lq, D) over k, v (B, H // group, Lk, D): O in q's dtype,
-    the log-sum-exp float32 (B, H, Lq). kmask: a boolean (B, Lk) key-padding mask (True = attend) or None."""
+    the log-sum-exp float32 (B, H, Lq). kmask: a boolean (B, Lk) key-padding mask (True = attend) or None. rng:
+    with p.dropout_p > 0, the generator state snapshot (4 uint32 words) the dropout mask comes from."""
     tiles = dict(FORWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     kern = kernels_for(str(q.dtype)).forward
@@ -470,14 +528,14 @@ def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = Non
     smem = (tiles["BR"] + 2 * tiles["BC"]) * _row_bytes(p.d)
     grid = (p.batch * p.heads, cdiv(p.lq, tiles["BR"]))
     _launcher(kern, xp)[grid, tiles["BR"] * 2, smem](
-        _rows(xp, q, p.d), _rows(xp, k, p.d), _rows(xp, v, p.d), o, lse, _kmask(xp, kmask), *p.sizes(),
-        p.scale * LOG2E, **p.consts(tiles))
+        _rows(xp, q, p.d), _rows(xp, k, p.d), _rows(xp, v, p.d), o, lse, _kmask(xp, kmask), _rng(xp, p, rng),
+        *p.sizes(), p.scale * LOG2E, *p.dropout_args(), **p.consts(tiles))
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 
-def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict | None = None):
+def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
     """(dQ, dK, dV) in q's dtype, from the forward's O and log-sum-exp and the output's gradient dO. tiles: the dQ
-    kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped."""
+    kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped. rng: the forward's."""
     tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     kernels = kernels_for(str(q.dtype))
@@ -485,22 +543,24 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
     q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
     lse = xp.ascontiguousarray(lse).reshape(-1)
     mask = _kmask(xp, kmask)
+    state = _rng(xp, p, rng)
     delta = xp.empty(q2.shape[0], np.float32)
     _launcher(kernels.dot, xp)[cdiv(q2.shape[0], 4), 128](o2, do2, delta, q2.shape[0], D=p.d)
     dq, dk, dv = xp.empty_like(q2), xp.empty_like(k2), xp.empty_like(v2)
     scales = (p.scale * LOG2E, p.scale)
     _launcher(kernels.dq, xp)[(p.batch * p.heads, cdiv(p.lq, br)), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
-        q2, k2, v2, do2, lse, delta, mask, dq, *p.sizes(), *scales, **p.consts(tiles))
+        q2, k2, v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(), **p.consts(tiles))
     swapped = dict(BR=bc, BC=br)
     smem = (2 * br + 2 * bc) * _row_bytes(p.d) + 2 * bc * 4
     _launcher(kernels.dkdv, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, br)), br * 2, smem](
-        q2, k2, v2, do2, lse, delta, mask, dk, dv, *p.sizes(), *scales, **p.consts(swapped))
+        q2, k2, v2, do2, lse, delta, mask, state, dk, dv, *p.sizes(), *scales, *p.dropout_args(),
+        **p.consts(swapped))
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
 
 # ------------------------------------------------------------------ the op and when it applies
 def _problem(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, enable_gqa: bool,
-             masked: bool) -> Problem:
+             masked: bool, dropout_p: float = 0.0) -> Problem:
     op = "flash_attention"
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ValueError(f"{op}: query, key and value must be 4-D (batch, heads, length, head dim), got shapes "
@@ -518,27 +578,55 @@ def _problem(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: 
                          f"head dim in {HEAD_DIMS} (got {d})")
     if lq == 0 or lk == 0:
         raise ValueError(f"{op}: empty sequences (query {query.shape}, key {key.shape}) are the composed path's")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"{op}: dropout_p must be between 0 and 1, got {dropout_p}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    return Problem(b, h, h // hk, lq, lk, d, bool(is_causal), scale, masked)
+    return Problem(b, h, h // hk, lq, lk, d, bool(is_causal), scale, masked, float(dropout_p))
+
+
+def dropout_keep_numpy(rng, bh: int, lq: int, lk: int, p: float) -> np.ndarray:
+    """The kernels' dropout multipliers as a float32 (bh, lq, lk) array: 1 / (1 - p) where a weight is kept, else
+    0, from the 4-word state snapshot `rng` (the twin of dropout_scale)."""
+    key, query, head = np.arange(lk), np.arange(lq), np.arange(bh)
+    counters = ((key // 2)[None, None, :], query[None, :, None], head[:, None, None], np.uint64(rng[2]))
+    words = philox4x32(counters, (np.uint64(rng[0]), np.uint64(rng[1]) ^ np.uint64(STREAM)))
+    w = np.where(key % 2 == 0, words[0], words[1])
+    u = (w >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+    drop_p, keep_scale = dropout_args(p)
+    return np.where(u >= drop_p, keep_scale, np.float32(0.0))
+
+
+def dropout_state(xp):
+    """A snapshot of the generator's state to draw one call's dropout mask from, the generator then moved on by
+    one offset: on CUDA a device-to-device copy of the Philox state and its advance kernel (no host read, so a
+    captured step draws a new mask on each replay); on the CPU (the simulator) four words of NumPy's generator."""
+    if xp is np:
+        return cpu.generator().integers(0, 1 << 32, size=4, dtype=np.uint32)
+    generator = cuda.generator()
+    snapshot = generator.state.copy()
+    philox_advance[1, 32](generator.state, 1)
+    return snapshot
 
 
 def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False, scale: float | None = None,
                     enable_gqa: bool = False, key_padding_mask: Tensor | None = None,
-                    tiles: dict | None = None) -> Tensor:
-    """softmax(query @ key^T * scale) @ value by the fused kernels (on CUDA; in the kernel simulator for CPU
-    tensors, which is slow: tests only). query (B, H, Lq, D), key and value (B, H // group, Lk, D), bf16 or f16, D
-    64 or 128. key_padding_mask: a boolean (B, Lk) tensor, True = attend. tiles: {"BR": ..., "BC": ...}."""
+                    tiles: dict | None = None, dropout_p: float = 0.0) -> Tensor:
+    """dropout(softmax(query @ key^T * scale)) @ value by the fused kernels (on CUDA; in the kernel simulator for
+    CPU tensors, which is slow: tests only). query (B, H, Lq, D), key and value (B, H // group, Lk, D), bf16 or
+    f16, D 64 or 128. key_padding_mask: a boolean (B, Lk) tensor, True = attend. tiles: {"BR": ..., "BC": ...}.
+    dropout_p: the probability of dropping each attention weight (the mask from Frost's generator)."""
     mask = None if key_padding_mask is None else key_padding_mask.data
     if mask is not None and tuple(mask.shape) != (query.shape[0], key.shape[-2]):
         raise ValueError(f"flash_attention: key_padding_mask must have shape (batch, key length) = "
                          f"{(query.shape[0], key.shape[-2])}, got {tuple(mask.shape)}")
-    p = _problem(query, key, value, is_causal, scale, enable_gqa, mask is not None)
+    p = _problem(query, key, value, is_causal, scale, enable_gqa, mask is not None, dropout_p)
     xp = query.xp
     q, k, v = query.data, key.data, value.data
-    o, lse = forward_arrays(xp, q, k, v, p, mask, tiles)
+    rng = dropout_state(xp) if p.dropout_p > 0.0 else None
+    o, lse = forward_arrays(xp, q, k, v, p, mask, tiles, rng)
 
     def backward(g):
-        return backward_arrays(xp, q, k, v, o, lse, g, p, mask, tiles)
+        return backward_arrays(xp, q, k, v, o, lse, g, p, mask, tiles, rng)
 
     return from_op(o, (query, key, value), backward, "flash_attention")
 
@@ -571,10 +659,10 @@ def supported(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | Non
 def applies(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
             is_causal: bool = False, enable_gqa: bool = False) -> bool:
     """The kernels' own rules, on any device: q, k and v 4-D of one dtype (bf16 or f16), head dim 64 or 128 for all
-    three, no dropout, no mask or a boolean key-padding mask ((B or 1, 1, 1, Lk)), non-empty sequences, equal heads
-    or grouped ones with enable_gqa, fewer than 2^31 elements each."""
+    three, dropout_p in [0, 1], no mask or a boolean key-padding mask ((B or 1, 1, 1, Lk)), non-empty sequences,
+    equal heads or grouped ones with enable_gqa, fewer than 2^31 elements each."""
     tensors = (query, key, value)
-    if dropout_p > 0.0 or any(t.ndim != 4 or t.data.size >= 2**31 for t in tensors):
+    if not 0.0 <= dropout_p <= 1.0 or any(t.ndim != 4 or t.data.size >= 2**31 for t in tensors):
         return False
     if key_padding_mask(attn_mask, query, key) is False:
         return False
@@ -590,6 +678,6 @@ def scaled_dot_product_attention_flash(query: Tensor, key: Tensor, value: Tensor
                                        dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                        enable_gqa: bool = False) -> Tensor:
     """scaled_dot_product_attention by the fused kernels: no L x S matrix in memory (a boolean key-padding
-    attn_mask, no dropout: `supported` has checked)."""
+    attn_mask at most: `supported` has checked)."""
     mask = key_padding_mask(attn_mask, query, key)
-    return flash_attention(query, key, value, is_causal, scale, enable_gqa, mask)
+    return flash_attention(query, key, value, is_causal, scale, enable_gqa, mask, dropout_p=dropout_p)

@@ -137,7 +137,8 @@ def test_applies_covers_only_what_the_kernels_compute():
     q, k, v = _tensors((2, 4, 8, 64), (2, 2, 8, 64), (2, 2, 8, 64))
     assert fa.applies(q, k, v, enable_gqa=True)
     assert not fa.applies(q, k, v)                                    # grouped heads need enable_gqa
-    assert not fa.applies(q, k, v, dropout_p=0.1, enable_gqa=True)
+    assert fa.applies(q, k, v, dropout_p=0.1, enable_gqa=True)
+    assert not fa.applies(q, k, v, dropout_p=1.5, enable_gqa=True)
     assert fa.applies(q, q, q, attn_mask=frost.Tensor(np.ones((2, 1, 1, 8), bool)))   # key padding
     assert fa.applies(q, q, q, attn_mask=frost.Tensor(np.ones((1, 1, 1, 8), bool)))
     assert not fa.applies(q, q, q, attn_mask=frost.Tensor(np.ones((2, 1, 8, 8), bool)))  # per-query mask
@@ -147,6 +148,87 @@ def test_applies_covers_only_what_the_kernels_compute():
     assert not fa.applies(*_tensors((4, 8, 64), (4, 8, 64), (4, 8, 64)))                   # 3-D
     assert not fa.applies(*_tensors((2, 4, 8, 64), (2, 4, 8, 64), (2, 4, 8, 128)))         # Ev != E
     assert not fa.applies(*_tensors((2, 4, 0, 64), (2, 4, 8, 64), (2, 4, 8, 64)))          # empty
+
+
+def _reference_with_dropout(q, k, v, do, causal, group, keep):
+    """float64 attention with dropout multipliers `keep` (B, H, Lq, Lk) on the weights: (O, dQ, dK, dV), the
+    gradients by the chain rule written out (dropout's mask is not PyTorch's, so no PyTorch oracle here)."""
+    q, k, v, do = (a.astype(np.float64) for a in (q, k, v, do))
+    kr, vr = (np.repeat(a, group, axis=1) for a in (k, v))
+    scale = 1 / np.sqrt(q.shape[-1])
+    scores = q @ kr.transpose(0, 1, 3, 2) * scale
+    if causal:
+        scores = np.where(np.tri(q.shape[2], k.shape[2], dtype=bool), scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    dropped = weights * keep
+    out = dropped @ vr
+    dv = (dropped.transpose(0, 1, 3, 2) @ do).reshape(v.shape[0], v.shape[1], group, *v.shape[2:]).sum(2)
+    dweights = (do @ vr.transpose(0, 1, 3, 2)) * keep
+    dscores = weights * (dweights - (do * out).sum(-1, keepdims=True))
+    dq = dscores @ kr * scale
+    dk = (dscores.transpose(0, 1, 3, 2) @ q * scale).reshape(k.shape[0], k.shape[1], group, *k.shape[2:]).sum(2)
+    return out, dq, dk, dv
+
+
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,drop_p", [(1, 2, 2, 33, 33, True, 0.3), (1, 4, 2, 20, 37, False, 0.5),
+                                                         (1, 2, 2, 16, 16, False, 1.0)])
+def test_simulated_kernels_with_dropout_match_float64_with_the_twins_mask(b, hq, hkv, lq, lk, causal, drop_p):
+    rng = np.random.default_rng(7)
+    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, 64, "bfloat16")
+    state = np.array([0x12345678, 0x9ABCDEF0, 77, 0], np.uint32)
+    p = fa.Problem(b, hq, hq // hkv, lq, lk, 64, causal, 1 / 8, False, drop_p)
+    o, lse = fa.forward_arrays(np, q, k, v, p, None, TINY, rng=state)
+    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, None, TINY, rng=state)
+    keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
+    want = _reference_with_dropout(q, k, v, do, causal, hq // hkv, keep)
+    no_dropout = _reference(q, k, v, do, causal, hq // hkv, None)
+    np.testing.assert_allclose(lse, no_dropout[1], rtol=1e-5, atol=1e-5)   # the undropped weights' log-sum-exp
+    for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o, *grads), want):
+        # the kept weights are scaled by 1 / (1 - p) (up to 2) before rounding: twice the units of no dropout
+        _assert_close(name, got, ref, None, 2 * UNIT["bfloat16"])
+    if drop_p == 1.0:
+        assert not o.astype(np.float64).any() and not grads[2].astype(np.float64).any()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal, d", [(True, 64), (False, 128)])
+def test_gpu_kernels_with_dropout_match_float64_with_the_twins_mask(causal, d):
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(8)
+    q, k, v, do = _inputs(rng, 2, 4, 2, 200, 130, d, "bfloat16")
+    state = np.array([0xDEADBEEF, 5, 1 << 20, 0], np.uint32)
+    p = fa.Problem(2, 4, 2, 200, 130, d, causal, 1 / np.sqrt(d), False, 0.2)
+    arrays = [cp.asarray(a) for a in (q, k, v, do)]
+    o, lse = fa.forward_arrays(cp, *arrays[:3], p, rng=cp.asarray(state))
+    grads = fa.backward_arrays(cp, *arrays[:3], o, lse, arrays[3], p, rng=cp.asarray(state))
+    keep = fa.dropout_keep_numpy(state, 8, 200, 130, 0.2).reshape(2, 4, 200, 130).astype(np.float64)
+    want = _reference_with_dropout(q, k, v, do, causal, 2, keep)
+    for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o, *grads), want):
+        _assert_close(name, got.get(), ref, None, 2 * UNIT["bfloat16"])
+
+
+def test_the_dropout_twin_keeps_one_minus_p_and_depends_on_every_coordinate():
+    state = np.array([1, 2, 3, 0], np.uint32)
+    keep = fa.dropout_keep_numpy(state, 4, 200, 300, 0.25)
+    assert set(np.unique(keep)) == {0.0, np.float32(1 / 0.75)}
+    assert abs((keep > 0).mean() - 0.75) < 0.005                     # 240,000 draws: 5 sigma is 0.0044
+    for a, b in ((keep[0], keep[1]), (keep[0, 0], keep[0, 1]), (keep[0, :, 0::2], keep[0, :, 1::2])):
+        assert (a != b).any()                                         # heads, queries and the two words differ
+    moved = fa.dropout_keep_numpy(np.array([1, 2, 4, 0], np.uint32), 4, 200, 300, 0.25)
+    assert (moved != keep).mean() > 0.3                               # the next offset draws a new mask
+
+
+def test_the_op_with_dropout_draws_a_new_mask_each_call_and_follows_manual_seed():
+    rng = np.random.default_rng(3)
+    q, k, v, _ = _inputs(rng, 1, 2, 2, 16, 16, 64, "bfloat16")
+
+    def run():
+        return fa.flash_attention(*(frost.Tensor(a) for a in (q, k, v)), tiles=TINY, dropout_p=0.5).numpy()
+    frost.manual_seed(11)
+    first, second = run(), run()
+    frost.manual_seed(11)
+    assert np.array_equal(run(), first) and not np.array_equal(first, second)
 
 
 def test_supported_is_false_on_the_cpu_and_when_switched_off(monkeypatch):
@@ -173,9 +255,11 @@ def test_kernels_compile_for_sm90(d, tmp_path, monkeypatch):
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     kernels = fa.kernels_for("bfloat16")
     fwd, bwd = fa.FORWARD_TILES[d], fa.BACKWARD_TILES[d]
-    flags = dict(D=d, CAUSAL=1, MASKED=1)
-    for kern, tiles in ((kernels.forward, fwd), (kernels.dq, bwd), (kernels.dkdv, dict(BR=bwd["BC"], BC=bwd["BR"]))):
-        assert kern.compile("sm_90", **tiles, **flags)[:4] == b"\x7fELF"
+    for dropout in (0, 1):
+        flags = dict(D=d, CAUSAL=1, MASKED=1, DROPOUT=dropout)
+        for kern, tiles in ((kernels.forward, fwd), (kernels.dq, bwd),
+                            (kernels.dkdv, dict(BR=bwd["BC"], BC=bwd["BR"]))):
+            assert kern.compile("sm_90", **tiles, **flags)[:4] == b"\x7fELF"
     assert kernels.dot.compile("sm_90", D=d)[:4] == b"\x7fELF"
 
 
