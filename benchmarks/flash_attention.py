@@ -7,7 +7,8 @@ sizes take milliseconds, so launch overhead is small) of the forward alone (no a
 backward. TFLOP/s counts 4 B H L^2 D for the forward and 2.5 times that for the backward (FlashAttention's
 convention), halved when causal. The composed path is scaled_dot_product_attention with FROST_FLASH_ATTENTION=0. Each
 Frost row first checks its output against the composed path's. PyTorch rows need a CUDA build of torch (they are
-left out, with a line saying so, without one).
+left out, with a line saying so, without one). `--dropout P` times every row with attention dropout (Frost's
+kernels draw the mask inside; the output check against the composed path is skipped: the masks differ).
 """
 import argparse
 import contextlib
@@ -39,7 +40,7 @@ def flash_switch(on: bool):
             os.environ["FROST_FLASH_ATTENTION"] = before
 
 
-def frost_calls(batch: int, causal: bool, flash: bool):
+def frost_calls(batch: int, causal: bool, flash: bool, dropout: float = 0.0):
     """(forward, forward + backward) closures over fresh bf16 CUDA tensors, and the forward's output check."""
     rng = np.random.default_rng(0)
     shape = (batch, HEADS, LENGTH, HEAD_DIM)
@@ -49,18 +50,18 @@ def frost_calls(batch: int, causal: bool, flash: bool):
 
     def forward():
         with flash_switch(flash), frost.no_grad():
-            return sdpa(q, k, v, is_causal=causal)
+            return sdpa(q, k, v, is_causal=causal, dropout_p=dropout)
 
     def forward_backward():
         for t in (q, k, v):
             t.grad = None
         with flash_switch(flash):
-            sdpa(q, k, v, is_causal=causal).backward(do)
+            sdpa(q, k, v, is_causal=causal, dropout_p=dropout).backward(do)
 
     return forward, forward_backward
 
 
-def torch_calls(batch: int, causal: bool, backend):
+def torch_calls(batch: int, causal: bool, backend, dropout: float = 0.0):
     import torch
     from torch.nn.attention import sdpa_kernel
     shape = (batch, HEADS, LENGTH, HEAD_DIM)
@@ -71,13 +72,13 @@ def torch_calls(batch: int, causal: bool, backend):
 
     def forward():
         with sdpa_kernel(backend), torch.no_grad():
-            return attend(q, k, v, is_causal=causal)
+            return attend(q, k, v, is_causal=causal, dropout_p=dropout)
 
     def forward_backward():
         for t in (q, k, v):
             t.grad = None
         with sdpa_kernel(backend):
-            attend(q, k, v, is_causal=causal).backward(do)
+            attend(q, k, v, is_causal=causal, dropout_p=dropout).backward(do)
 
     return forward, forward_backward
 
@@ -109,6 +110,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="batch 8 and 16 only, fewer iterations")
     ap.add_argument("--iters", type=int, default=None, help="timed calls per row (default 20, 5 with --quick)")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--dropout", type=float, default=0.0, help="attention dropout probability of every row")
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     common.check_output_path("--out", args.out)
@@ -125,12 +127,12 @@ def main() -> None:
     for causal in (False, True):
         for batch in batches:
             flops = 4 * batch * HEADS * LENGTH ** 2 * HEAD_DIM * (0.5 if causal else 1.0)
-            error = check_against_composed(batch, causal)
-            impls = {"frost flash": frost_calls(batch, causal, True),
-                     "frost composed": frost_calls(batch, causal, False)}
+            error = check_against_composed(batch, causal) if args.dropout == 0.0 else None
+            impls = {"frost flash": frost_calls(batch, causal, True, args.dropout),
+                     "frost composed": frost_calls(batch, causal, False, args.dropout)}
             syncs = dict.fromkeys(impls, frost.cuda.synchronize)
             for name, backend in torch_rows.items():
-                impls[name] = torch_calls(batch, causal, backend)
+                impls[name] = torch_calls(batch, causal, backend, args.dropout)
                 syncs[name] = torch_sync
             for name, (forward, forward_backward) in impls.items():
                 fwd = common.seconds_per_call(forward, syncs[name], iters, args.warmup)
@@ -145,11 +147,13 @@ def main() -> None:
              for r in rows]
     import cupy as cp
     device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
-    print(f"Attention, bf16, H={HEADS} L={LENGTH} D={HEAD_DIM} on {device} ({iters} calls a row)")
+    print(f"Attention, bf16, H={HEADS} L={LENGTH} D={HEAD_DIM}, dropout {args.dropout} on {device} ({iters} calls a "
+          f"row)")
     print(common.format_table(table, header))
+    tiles = dict(forward=fa.FORWARD_TILES[HEAD_DIM], backward=fa.BACKWARD_TILES[HEAD_DIM])
     common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
-                                      iters=iters, warmup=args.warmup, tiles=dict(forward=fa.FORWARD_TILES[HEAD_DIM],
-                                      backward=fa.BACKWARD_TILES[HEAD_DIM]), results=rows))
+                                      iters=iters, warmup=args.warmup, dropout=args.dropout, tiles=tiles,
+                                      results=rows))
 
 
 if __name__ == "__main__":

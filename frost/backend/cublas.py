@@ -16,6 +16,7 @@ import numpy as np
 
 from frost import backends
 from frost.backend import cuda
+from frost.backend.batched import batched_product
 
 # cudaDataType and cublasComputeType_t values (library_types.h, cublas_api.h)
 _DATA_TYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}
@@ -80,24 +81,8 @@ def matmul(a, b, out=None):
 
     `out`, when given, is a C-contiguous array of the result's shape and a's dtype that receives the product."""
     cp = cuda.cupy()
-    squeeze = a.ndim == 2 and b.ndim == 2
-    a3 = a[None] if a.ndim == 2 else a
-    b3 = b[None] if b.ndim == 2 else b
-    if a3.shape[0] != b3.shape[0] and 1 not in (a3.shape[0], b3.shape[0]):
-        raise ValueError(f"matmul: batch dims {a3.shape[0]} and {b3.shape[0]} do not broadcast")
-    if a3.shape[2] != b3.shape[1]:
-        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply")
-    batch, m, k, n = max(a3.shape[0], b3.shape[0]), a3.shape[1], a3.shape[2], b3.shape[2]
-    shape3 = (batch, m, n)
-    result = out
-    if out is None:
-        out = cp.empty(shape3, dtype=a.dtype)
-    else:
-        expected = shape3[1:] if squeeze else shape3
-        if tuple(out.shape) != expected or out.dtype != a.dtype or not out.flags.c_contiguous:
-            raise ValueError(f"matmul: out must be a C-contiguous {a.dtype} array of shape {expected}, "
-                             f"got {out.dtype} {tuple(out.shape)}")
-        out = out.reshape(shape3)
+    a3, b3, out, result = batched_product(cp, a, b, out)
+    batch, m, k, n = out.shape[0], a3.shape[1], a3.shape[2], b3.shape[2]
     # C (row-major, m x n) is C^T (column-major, n x m) = B^T A^T: cuBLAS multiplies B's view by A's
     b3, b_t, ldb, stride_b = _operand(cp, b3)
     a3, a_t, lda, stride_a = _operand(cp, a3)
@@ -113,6 +98,4 @@ def matmul(a, b, out=None):
         _handle(), _OP_T if b_t else _OP_N, _OP_T if a_t else _OP_N, n, m, k, _scalar(name, 1.0),
         b3.data.ptr, dtype_code, ldb, stride_b, a3.data.ptr, dtype_code, lda, stride_a, _scalar(name, 0.0),
         out.data.ptr, dtype_code, n, m * n, batch, compute, _GEMM_DEFAULT)
-    if result is not None:
-        return result
-    return out[0] if squeeze else out
+    return result

@@ -12,6 +12,7 @@ import threading
 import time
 
 from frost.backend import cuda
+from frost.backend.batched import batched_product
 from frost.backend.remembered import RememberedTable
 from frost.layout import empty_like_format, is_channels_last
 
@@ -255,26 +256,14 @@ def matmul(a, b, out=None):
 
     `out`, when given, is a C-contiguous array of the result's shape and a's dtype that receives the product."""
     cp = cuda.cupy()
-    squeeze = a.ndim == 2 and b.ndim == 2
-    a3 = a[None] if a.ndim == 2 else a
-    b3 = b[None] if b.ndim == 2 else b
-    batch = max(a3.shape[0], b3.shape[0])
+    a3, b3, out, result = batched_product(cp, a, b, out)
+    batch = out.shape[0]
     if a3.shape[0] != batch:
         a3 = cp.ascontiguousarray(cp.broadcast_to(a3, (batch,) + a3.shape[1:]))
     if b3.shape[0] != batch:
         b3 = cp.ascontiguousarray(cp.broadcast_to(b3, (batch,) + b3.shape[1:]))
     # a broadcast matrix (stride 0 along a row or a column, as sum()'s gradient is) has no cuDNN plan: made dense
     a3, b3 = (m if 0 not in m.strides[1:] else cp.ascontiguousarray(m) for m in (a3, b3))
-    result = out
-    shape3 = (batch, a3.shape[1], b3.shape[2])
-    if out is None:
-        out = cp.empty(shape3, dtype=a.dtype)
-    else:
-        expected = shape3[1:] if squeeze else shape3
-        if tuple(out.shape) != expected or out.dtype != a.dtype or not out.flags.c_contiguous:
-            raise ValueError(f"matmul: out must be a C-contiguous {a.dtype} array of shape {expected}, "
-                             f"got {out.dtype} {tuple(out.shape)}")
-        out = out.reshape(shape3)
     from frost import backends
     key = json.dumps(["matmul", backends.allow_tf32, backends.deterministic, a3.shape, _elem_strides(a3), b3.shape,
                       _elem_strides(b3), str(a.dtype)])
@@ -287,6 +276,4 @@ def matmul(a, b, out=None):
                 g.tune(key, a3, b3, out, limit=2)  # many small shapes (Muon's): timing them all costs seconds
                 _graphs[key] = g
     g.run(a3, b3, out)
-    if result is not None:
-        return result
-    return out[0] if squeeze else out
+    return result
