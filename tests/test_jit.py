@@ -279,3 +279,31 @@ def test_captured_kernels_outrank_the_gradient_branch_and_keep_their_priority(mo
     # (asked after the captures: reading a stream's priority range needs the device's context, which they made)
     assert _stream_priority(cuda.kept_stream("graph", priority="greatest")) < 0
     assert _stream_priority(cuda.kept_stream("gradient branch")) == 0   # the lowest: CUDA's default
+
+
+class _LooksLikeCuda(frost.Tensor):
+    """A CPU tensor that says it lives on CUDA: enough for frost.jit to take its eager warm-up calls."""
+
+    @property
+    def device(self):
+        return frost.backend.Device("cuda")
+
+
+def test_warm_up_calls_say_so_to_the_acceleration_layer_and_nothing_else_does():
+    """frost.jit.warming_up() is true inside a jitted step's eager warm-up calls only (the acceleration layer plans
+    there what the capture will use: cuDNN's matmul rather than cuBLAS), also after a call that raised."""
+    seen = []
+
+    @frost.jit(warmup=2)
+    def step(x, fail=False):
+        seen.append(JIT_MODULE.warming_up())
+        if fail:
+            raise ValueError("a failing step")
+        return x
+
+    x = _LooksLikeCuda(np.ones(3, np.float32))
+    assert not JIT_MODULE.warming_up()
+    step(x)
+    with pytest.raises(ValueError, match="a failing step"):
+        step(x, fail=True)
+    assert seen == [True, True] and not JIT_MODULE.warming_up()
