@@ -6,6 +6,7 @@ mask on every replay (the same sequence as eager calls from the same seed).
 """
 from __future__ import annotations
 
+from frost import dispatch
 from frost.backend import Device
 from frost.tensor import Tensor, from_op
 
@@ -46,6 +47,10 @@ def dropout2d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = 
 
 
 def _apply_mask(x: Tensor, mask_shape: tuple, p: float, name: str) -> Tensor:
+    # the acceleration layer's fused kernel where it applies (frost/accel/dropout.py): the same draws, no mask stored
+    fast = dispatch.lookup("dropout", x, mask_shape=mask_shape, p=p)
+    if fast is not None:
+        return fast(x, mask_shape, p)
     xp = x.xp
     dt = x.data.dtype
     if p == 1.0:
