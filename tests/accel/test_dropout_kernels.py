@@ -94,3 +94,10 @@ def test_on_the_gpu_the_fast_path_equals_the_reference_from_the_same_seed(dtype)
         results.append([a.float().cpu().numpy() for a in (out.detach(), tx.grad, following)])
     for fast_result, reference in zip(*results):
         np.testing.assert_array_equal(fast_result, reference)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_kernel_compiles_for_sm90(dtype, tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings")
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    assert fused.DROPOUT_KERNELS[dtype].compile("sm_90")[:4] == b"\x7fELF"
