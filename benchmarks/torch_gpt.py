@@ -77,14 +77,19 @@ class TorchTrainer:
             group["lr"] = lr
 
     def step(self, starts: np.ndarray) -> torch.Tensor:
-        x, y = self.batch("train", starts)
-        with self.autocast():
-            _, loss = self.net(x, y)
+        """One update from the step's micro-batches (gpt.my_micro_batches); the mean loss."""
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        n = self.settings.grad_accum
+        losses = []
+        for micro in gpt.my_micro_batches(starts, self.settings, 0):
+            x, y = self.batch("train", micro)
+            with self.autocast():
+                _, loss = self.net(x, y)
+            (loss / n if n > 1 else loss).backward()
+            losses.append(loss.detach())
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
         self.opt.step()
-        return loss.detach()
+        return losses[0] if n == 1 else torch.stack(losses).mean()
 
     def eval_loss(self, split: str, starts: list[np.ndarray]) -> float:
         self.net.eval()

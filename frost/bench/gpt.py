@@ -112,6 +112,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
     p.add_argument("--warmup", type=int, default=5, help="first steps left out of the timing (they train)")
     p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches a step: the gradients of N batches of --batch-size windows accumulate (each "
+                        "loss divided by N) before clipping and the update, inside one captured step with --jit "
+                        "(nanoGPT's gradient_accumulation_steps)")
     p.add_argument("--block-size", type=int, default=None, help="context length (default: the preset's)")
     p.add_argument("--dropout", type=float, default=None, help="default: the preset's")
     p.add_argument("--eval-interval", type=int, default=None, help="steps between evaluations (0: at the end)")
@@ -135,10 +139,11 @@ class Settings(TrainingProtocol):
     warmup: int  # the first steps, left out of the timing
     log_every: int
     processes: int = 1  # data-parallel processes, each on batch_size windows of every global batch
+    grad_accum: int = 1  # micro-batches of batch_size windows per process and step
 
     def global_tokens(self) -> int:
-        """Tokens trained per step over all processes."""
-        return self.batch_size * self.processes * self.config.block_size
+        """Tokens trained per step over all processes and micro-batches."""
+        return self.batch_size * self.processes * self.grad_accum * self.config.block_size
 
     def lr_at(self, step: int) -> float:
         return warmup_cosine(step, self.lr_warmup, self.steps, self.lr, self.min_lr)
@@ -170,12 +175,12 @@ def settle(args: argparse.Namespace, device: str, vocab_size: int) -> Settings:
         eval_interval=preset.eval_interval if args.eval_interval is None else args.eval_interval,
         eval_iters=given["eval_iters"] or preset.eval_iters, precision=args.precision or preset.precision,
         target_loss=preset.target_loss, log_every=args.log_every or max(1, steps // 200),
-        processes=common.processes(args))
+        processes=common.processes(args), grad_accum=getattr(args, "grad_accum", 1))
 
 
 def check_arguments(args: argparse.Namespace, device: str) -> None:
     """Refuse what cannot run, before the data is read or a model built."""
-    for name in ("steps", "batch_size", "block_size", "eval_iters"):
+    for name in ("steps", "batch_size", "block_size", "eval_iters", "grad_accum"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise SystemExit(f"frost bench gpt: --{name.replace('_', '-')} must be at least 1, got {value}")
@@ -273,10 +278,16 @@ def check_corpus(corpus: Corpus, block_size: int) -> None:
                              f"than block_size + 1 = {block_size + 1}; use more text or a smaller --block-size")
 
 
-def draw_starts(rng: np.random.Generator, n_tokens: int, settings: Settings) -> np.ndarray:
-    """The global batch's random window starts, batch_size per process (nanoGPT's get_batch: randint(len(data) -
-    block_size))."""
-    return rng.integers(0, n_tokens - settings.config.block_size, size=settings.batch_size * settings.processes)
+def draw_starts(rng: np.random.Generator, n_tokens: int, settings: Settings, micro_batches: int = 1) -> np.ndarray:
+    """The global batch's random window starts (nanoGPT's get_batch: randint(len(data) - block_size)): micro-batch
+    after micro-batch, each batch_size windows per process in rank order."""
+    size = settings.batch_size * settings.processes * micro_batches
+    return rng.integers(0, n_tokens - settings.config.block_size, size=size)
+
+
+def my_micro_batches(starts: np.ndarray, settings: Settings, rank: int) -> np.ndarray:
+    """This process's windows of a step's starts, one row (batch_size windows) per micro-batch."""
+    return starts.reshape(settings.grad_accum, settings.processes, settings.batch_size)[:, rank]
 
 
 def eval_starts(corpus: Corpus, settings: Settings, seed: int) -> dict[str, list[np.ndarray]]:
@@ -317,7 +328,7 @@ def train_run(trainer: Trainer, corpus: Corpus, settings: Settings, seed: int, s
         if i == settings.warmup:
             t_timed = sw.now()
         trainer.set_lr(settings.lr_at(i))
-        starts = draw_starts(rng, len(corpus.train), settings)
+        starts = draw_starts(rng, len(corpus.train), settings, settings.grad_accum)
         t0 = sw.now()
         loss = trainer.step(starts)
         step_s.append(sw.now() - t0)
@@ -351,7 +362,7 @@ def run_record(seed: int, settings: Settings, step_s: list[float], curve: list, 
         "seed": seed, "steps_timed": len(timed), "warmup_steps": settings.warmup,
         "ms_per_step": 1000 * median, "ms_per_step_mean": 1000 * statistics.fmean(timed),
         "tokens_per_s": settings.global_tokens() / median,
-        "mfu": trainer.estimate_mfu(settings.batch_size, median) if with_mfu else None,
+        "mfu": trainer.estimate_mfu(settings.batch_size * settings.grad_accum, median) if with_mfu else None,
         "train_time_s": sum(timed), "startup_s": startup_s,
         "first_loss": curve[0][1], "final_loss": curve[-1][1],
         "train_loss": eval_curve[-1][1], "val_loss": eval_curve[-1][2],
@@ -437,15 +448,25 @@ class FrostTrainer:
         xp = starts.xp
         return Tensor(xp.ascontiguousarray(windows[:, :-1])), Tensor(xp.ascontiguousarray(windows[:, 1:]))
 
-    def _step(self, starts: Tensor) -> Tensor:
-        x, y = self.batch("train", starts)
-        with self.autocast():
-            _, loss = self.net(x, y)
+    def _step(self, micro_starts: Tensor) -> Tensor:
+        """One update from the micro-batches' windows (grad_accum rows of batch_size starts); the mean loss."""
         self.opt.zero_grad()
-        loss.backward()
+        n = self.settings.grad_accum
+        losses = []
+        for m in range(n):
+            x, y = self.batch("train", Tensor(micro_starts.data[m]))
+            # DDP averages over processes once, after the last micro-batch
+            with self._no_sync() if m < n - 1 else contextlib.nullcontext():
+                with self.autocast():
+                    _, loss = self.net(x, y)
+                (loss / n if n > 1 else loss).backward()
+            losses.append(loss.detach())
         clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
         self.opt.step()
-        return loss
+        return losses[0] if n == 1 else sum(losses[1:], losses[0]) / n
+
+    def _no_sync(self):
+        return self.net.no_sync() if isinstance(self.net, DistributedDataParallel) else contextlib.nullcontext()
 
     def set_lr(self, lr: float) -> None:
         for group in self.opt.param_groups:
@@ -453,7 +474,7 @@ class FrostTrainer:
 
     def step(self, starts: np.ndarray) -> Tensor:
         """One step on this process's windows of the global batch's `starts`."""
-        mine = starts[self.rank * self.settings.batch_size:(self.rank + 1) * self.settings.batch_size]
+        mine = my_micro_batches(starts, self.settings, self.rank)
         return self.train_step(frost.tensor(mine, device=self.device))
 
     def eval_loss(self, split: str, starts: list[np.ndarray]) -> float:

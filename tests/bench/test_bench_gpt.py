@@ -81,6 +81,26 @@ def test_the_pytorch_twin_starts_from_frosts_loss_on_the_same_weights_and_batch(
     assert json.loads((tmp_path / "torch.json").read_text())["runs"][0]["first_loss"] == theirs["runs"][0]["first_loss"]
 
 
+@pytest.mark.parametrize("framework", ["frost", "torch"])
+def test_two_micro_batches_train_as_one_batch_twice_as_large(framework):
+    """--grad-accum 2 of batch 2 takes the steps of batch 4 (dropout 0): the same windows and the same updates, so
+    the same training losses at the first and the last step (the held-out batches are batch_size windows each, so
+    they differ between the two runs)."""
+    if framework == "torch":
+        pytest.importorskip("torch")
+    run = gpt.run if framework == "frost" else load_script("torch_gpt").main
+    sizes = ["--device", "cpu", "--steps", "3", "--block-size", "16", "--dropout", "0", "--eval-iters", "2",
+             "--quiet"]
+    accumulated = run(parsed([*sizes, "--batch-size", "2", "--grad-accum", "2"]) if framework == "frost"
+                      else [*sizes, "--batch-size", "2", "--grad-accum", "2"])
+    single = run(parsed([*sizes, "--batch-size", "4"]) if framework == "frost" else [*sizes, "--batch-size", "4"])
+    assert accumulated["protocol"]["grad_accum"] == 2 and single["protocol"]["grad_accum"] == 1
+    (a,), (s,) = accumulated["runs"], single["runs"]
+    assert a["first_loss"] == pytest.approx(s["first_loss"], rel=1e-5)   # float32: the order of the sums only
+    assert a["final_loss"] == pytest.approx(s["final_loss"], rel=1e-5)
+    assert a["final_loss"] != pytest.approx(a["first_loss"], rel=1e-3)   # the updates changed the weights
+
+
 def test_the_side_by_side_script_prints_ratios(tmp_path, capsys):
     pytest.importorskip("torch")
     compare = load_script("gpt")
@@ -142,6 +162,7 @@ def test_a_cpu_run_without_steps_is_a_smoke_run(capsys):
     (["--jit", "--device", "cpu"], "--jit captures the step into a CUDA graph and needs --device cuda"),
     (["--device", "cpu", "--tokenizer", "gpt2.tiktoken"], "--tokenizer is for --preset gpt2-124m"),
     (["--device", "cpu", "--steps", "0"], "--steps must be at least 1"),
+    (["--device", "cpu", "--grad-accum", "0"], "--grad-accum must be at least 1"),
     (["--device", "cpu", "--dropout", "1.5"], "--dropout must be in"),
     (["--device", "cpu", "--data", "no/such/file.txt"], "--data no/such/file.txt is not a file"),
     (["--device", "cpu", "--steps", "2", "--block-size", "4000"], "fewer than block_size"),
