@@ -114,9 +114,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     common.check_output_path("--out", args.out)
-    if not frost.cuda.is_available():
-        raise SystemExit("benchmarks/flash_attention.py times CUDA kernels: it needs an NVIDIA GPU with CuPy "
-                         "(frost.cuda.is_available() is False here)")
+    common.require_cuda("benchmarks/flash_attention.py")
     iters = args.iters or (5 if args.quick else 20)
     batches = BATCHES[:2] if args.quick else BATCHES
     torch_rows = torch_backends()

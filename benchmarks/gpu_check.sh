@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One pass over what a GPU session checks first, on one CUDA machine, in about five minutes; each result lands in
-# OUTDIR (the first argument). Usage: bash benchmarks/gpu_check.sh OUTDIR [TEXT_FILE]
+# The first checks to make on a CUDA machine after changes that have not run on one, in about five minutes; each
+# result lands in OUTDIR (the first argument). Usage: bash benchmarks/gpu_check.sh OUTDIR [TEXT_FILE]
 #   1. the GPU test suite (pytest -m cuda), its summary in OUTDIR/gpu_tests.txt
 #   2. the seed ResNet's step time, fp32 and bf16, on the embedded CIFAR-10 sample (the resident pipeline's step
 #      does not depend on the dataset's size; accuracy there is not the protocol's)

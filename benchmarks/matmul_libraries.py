@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from frost.backend import cublas, cuda, cudnn
+from frost.bench import common
 
 # (name, batch, m, k, n): nanoGPT shakespeare-char (batch 64 x 256 tokens, width 384, 6 heads) and GPT-2 small
 # (batch 16 x 1024, width 768, 12 heads); attention's products are batched over batch x heads
@@ -74,6 +75,7 @@ def torch_events():
 
 def main(argv=None) -> None:
     args = parse(argv)
+    common.require_cuda("benchmarks/matmul_libraries.py")
     cp = cuda.cupy()
     shapes = SHAPES[:4] if args.quick else SHAPES
     iters = 10 if args.quick else args.iters

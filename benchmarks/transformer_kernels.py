@@ -142,9 +142,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     common.check_output_path("--out", args.out)
-    if not frost.cuda.is_available():
-        raise SystemExit("benchmarks/transformer_kernels.py times CUDA kernels: it needs an NVIDIA GPU with CuPy "
-                         "(frost.cuda.is_available() is False here)")
+    common.require_cuda("benchmarks/transformer_kernels.py")
     iters = args.iters or (10 if args.quick else 50)
     shapes = SHAPES[1:2] if args.quick else SHAPES
     with_torch = torch_available()

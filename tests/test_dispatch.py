@@ -28,9 +28,12 @@ def table(monkeypatch):
     return dispatch._table
 
 
-def as_if_on_the_gpu(monkeypatch) -> None:
-    """dispatch takes NumPy arrays for CuPy ones: the CUDA registrations answer for CPU operands."""
+def as_if_on_the_gpu(monkeypatch, with_cudnn: bool = False) -> None:
+    """dispatch takes NumPy arrays for CuPy ones: the CUDA registrations answer for CPU operands; with_cudnn: and
+    cuDNN says it is there."""
     monkeypatch.setattr(dispatch, "device_of", lambda array: "cuda")
+    if with_cudnn:
+        monkeypatch.setattr(cudnn, "available", lambda: True)
 
 
 def fast_path(name: str):
@@ -284,8 +287,7 @@ CONV_OPS = ("conv2d_forward", "conv2d_backward_input", "conv2d_backward_weight",
 @pytest.fixture
 def with_cudnn(monkeypatch):
     """CPU operands answered as if they were on a GPU with cuDNN: the conv registrations take them."""
-    as_if_on_the_gpu(monkeypatch)
-    monkeypatch.setattr(cudnn, "available", lambda: True)
+    as_if_on_the_gpu(monkeypatch, with_cudnn=True)
 
 
 def test_the_layer_registers_the_convolutions_array_functions_on_cuda():
@@ -416,8 +418,7 @@ def frost_conv2d(x, w, b, g, weight_grad: bool, **kwargs) -> list:
 @pytest.mark.parametrize("gpu_like", [False, True])
 def test_without_the_layer_conv2d_gives_pytorchs_answer(table, monkeypatch, gpu_like, kwargs):
     if gpu_like:
-        as_if_on_the_gpu(monkeypatch)
-        monkeypatch.setattr(cudnn, "available", lambda: True)
+        as_if_on_the_gpu(monkeypatch, with_cudnn=True)
     rng = np.random.default_rng(2)
     x, w, b = rng.standard_normal((3, 4, 9, 8)), rng.standard_normal((6, 4 // kwargs.get("groups", 1), 3, 3)), \
         rng.standard_normal(6)
@@ -483,8 +484,7 @@ def torch_matmul_and_attention(arrays: list, causal: bool) -> list:
 @pytest.mark.parametrize("gpu_like", [False, True])
 def test_without_the_layer_matmul_and_attention_give_pytorchs_answer(table, monkeypatch, gpu_like, causal):
     if gpu_like:
-        as_if_on_the_gpu(monkeypatch)
-        monkeypatch.setattr(cudnn, "available", lambda: True)
+        as_if_on_the_gpu(monkeypatch, with_cudnn=True)
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(shape) for shape in ((2, 3, 4, 5), (1, 3, 5, 6), (2, 2, 7, 64), (2, 2, 9, 64),
                                                        (2, 2, 9, 64))]

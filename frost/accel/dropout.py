@@ -16,7 +16,7 @@ import numpy as np
 from frost import dispatch
 from frost.backend import cuda
 from frost.kernel import Array, bdx, bf16, bx, cdiv, device, f16, f32, i32, kernel, tx, u32
-from frost.ops.philox import counters_for, draw_block, philox_advance, to_unit
+from frost.ops.philox import counters_for, draw_block, to_unit
 from frost.tensor import Tensor, from_op
 
 DROPOUT_THREADS = 256
@@ -73,10 +73,7 @@ def apply_mask(xp, x, rng, p: float):
 
 def _state_snapshot(n: int):
     """The CUDA generator's state before a draw of n values, the generator then moved past them."""
-    generator = cuda.generator()
-    snapshot = generator.state.copy()
-    philox_advance[1, 32](generator.state, counters_for(n))
-    return snapshot
+    return cuda.generator().reserve(counters_for(n))
 
 
 def _fits_kernels(x: Tensor, *, mask_shape: tuple, p: float) -> bool:

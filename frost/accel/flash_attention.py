@@ -45,7 +45,7 @@ from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commi
                           exp2, f16, f32, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local,
                           log, mma, shfl_xor, static_range, syncthreads, tx, u8, u32, warp, warp_sum)
 from frost.kernel.compile import has_mma
-from frost.ops.philox import philox4x32, philox_advance, philox_block
+from frost.ops.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
 
 LOG2E = math.log2(math.e)
@@ -71,6 +71,28 @@ def load_rows(src, dst, base: i32, r0: i32, n: i32, ROWS: Const[int], D: Const[i
         r = chunk // (D // 8)
         col = chunk % (D // 8) * 8
         cp_async16(dst, (r, col), src, (base + min(r0 + r, n - 1), col))
+
+
+@device
+def query_tile(lq: i32, lk: i32, heads: i32, group: i32, BR: Const[int]) -> (i32, i32, i32, i32, i32):
+    """For the block of BR queries of one (batch, head) that the forward and dQ kernels run: the batch, the first
+    row of the head's queries and of its key/value head (grouped-query attention), the block's first query, and
+    this lane's first row of the two it holds in C fragments (the other is 8 below)."""
+    b = bx // heads
+    q0 = by * BR
+    return b, bx * lq, (b * (heads // group) + bx % heads // group) * lk, q0, q0 + warp * 16 + lane // 4
+
+
+@device
+def load_kv_tile(k, v, sk, sv, kbase: i32, k0: i32, lk: i32, BC: Const[int], D: Const[int], THREADS: Const[int]):
+    """Keys and values k0 ... k0 + BC - 1 into the shared tiles sk and sv, once every warp is done with the
+    previous tile; returns with them in place for every warp."""
+    syncthreads()
+    load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
+    load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
+    cp_commit()
+    cp_wait(0)
+    syncthreads()
 
 
 @device
@@ -187,13 +209,8 @@ def _make_kernels(T):
         acc = local(f32, (D // 8, 4))
         m = local(f32, 2)
         lsum = local(f32, 2)
-        b = bx // heads
-        qbase = bx * lq
-        kbase = (b * (heads // group) + bx % heads // group) * lk
-        q0 = by * BR
-        g = lane // 4
+        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
         t = lane % 4
-        row0 = q0 + warp * 16 + g   # this lane's rows: row0 and row0 + 8
         load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
         cp_commit()
         zero(acc, D)
@@ -203,12 +220,7 @@ def _make_kernels(T):
         kv_end = min(lk, q0 + BR) if CAUSAL else lk
         for jt in range(cdiv(kv_end, BC)):
             k0 = jt * BC
-            syncthreads()   # every warp is done with the previous K/V tile
-            load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
-            load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
-            cp_commit()
-            cp_wait(0)
-            syncthreads()
+            load_kv_tile(k, v, sk, sv, kbase, k0, lk, BC, D, THREADS)
             if jt == 0:
                 load_a(qf, sq, warp * 16, D)
             zero(s, BC)
@@ -289,13 +301,8 @@ def _make_kernels(T):
         acc = local(f32, (D // 8, 4))
         lrow = local(f32, 2)
         drow = local(f32, 2)
-        b = bx // heads
-        qbase = bx * lq
-        kbase = (b * (heads // group) + bx % heads // group) * lk
-        q0 = by * BR
-        g = lane // 4
+        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
         t = lane % 4
-        row0 = q0 + warp * 16 + g
         load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
         load_rows(do, sdo, qbase, q0, lq, BR, D, THREADS)
         cp_commit()
@@ -306,12 +313,7 @@ def _make_kernels(T):
         kv_end = min(lk, q0 + BR) if CAUSAL else lk
         for jt in range(cdiv(kv_end, BC)):
             k0 = jt * BC
-            syncthreads()
-            load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
-            load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
-            cp_commit()
-            cp_wait(0)
-            syncthreads()
+            load_kv_tile(k, v, sk, sv, kbase, k0, lk, BC, D, THREADS)
             if jt == 0:
                 load_a(qf, sq, warp * 16, D)
                 load_a(dof, sdo, warp * 16, D)
@@ -602,10 +604,7 @@ def dropout_state(xp):
     captured step draws a new mask on each replay); on the CPU (the simulator) four words of NumPy's generator."""
     if xp is np:
         return cpu.generator().integers(0, 1 << 32, size=4, dtype=np.uint32)
-    generator = cuda.generator()
-    snapshot = generator.state.copy()
-    philox_advance[1, 32](generator.state, 1)
-    return snapshot
+    return cuda.generator().reserve(1)
 
 
 def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False, scale: float | None = None,

@@ -66,11 +66,10 @@ def _operand(cp, m):
     sb, sr, sc = (s // item for s in m.strides)
     if batch == 1:
         sb = 0
-    if sb < 0:
-        sr = sc = 0  # a reversed batch: copied below
-    if (sc == 1 or cols == 1) and sr >= max(1, cols):
+    in_place = sb >= 0  # a reversed batch is copied
+    if in_place and (sc == 1 or cols == 1) and sr >= max(1, cols):
         return m, False, sr if rows > 1 else max(1, cols), sb
-    if (sr == 1 or rows == 1) and sc >= max(1, rows):
+    if in_place and (sr == 1 or rows == 1) and sc >= max(1, rows):
         return m, True, sc if cols > 1 else max(1, rows), sb
     dense = cp.ascontiguousarray(m)
     return dense, False, max(1, cols), (rows * cols if batch > 1 else 0)

@@ -25,6 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from frost import distributed as dist
+from frost.backend import cuda as cuda_backend
 
 SCHEMA = "frost-bench/1"
 
@@ -247,6 +248,13 @@ def seconds_per_call(fn: Callable[[], object], synchronize: Callable[[], object]
     for _ in range(iters):
         fn()
     return (watch.now() - t0) / iters
+
+
+def require_cuda(script: str) -> None:
+    """Stop a script that times CUDA kernels, in words, where there is no GPU to run them on."""
+    if not cuda_backend.is_available():
+        raise SystemExit(f"{script} times CUDA kernels: it needs an NVIDIA GPU with CuPy (frost.cuda.is_available() "
+                         f"is False here)")
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:

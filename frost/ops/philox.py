@@ -321,6 +321,15 @@ class PhiloxGenerator:
                 philox_sort_keys[cdiv(n, 256), 256](words, keys, n)
             return cp.argsort(keys).astype(cp.int64, copy=False)
 
+    def reserve(self, blocks: int) -> Any:
+        """A copy of the state (4 uint32 words) for a kernel that draws `blocks` counters from it itself, the
+        generator moved past them: a device-to-device copy and the advance kernel, no host read, so a captured step
+        reserves new counters on every replay (frost/accel/dropout.py, frost/accel/flash_attention.py)."""
+        with self._on_device():
+            snapshot = self.state.copy()
+            philox_advance[1, 32](self.state, blocks)
+        return snapshot
+
     def bernoulli_mask(self, shape: int | tuple, p: float) -> Any:
         """A boolean mask, True with probability p (uniform float32 draws below p)."""
         return self.random(shape) < np.float32(p)

@@ -224,6 +224,17 @@ def test_gpu_state_save_restore_and_manual_seed():
 
 
 @pytest.mark.cuda
+def test_gpu_reserve_hands_out_the_state_and_moves_past_the_counters():
+    frost.manual_seed(5)
+    g = frost.backend.cuda.generator()
+    frost.rand(6, device="cuda")                     # two counters used
+    snapshot = g.reserve(10)
+    np.testing.assert_array_equal(_host(snapshot), [5, 0, 2, 0])
+    assert g.get_state() == (5, 12)
+    np.testing.assert_array_equal(_host(frost.rand(4, device="cuda")), P.uniform_numpy(5, 12, 4))
+
+
+@pytest.mark.cuda
 def test_gpu_dropout_mask_is_the_twin_uniform_compared_with_p():
     from frost.ops.random import dropout
     frost.manual_seed(4)
