@@ -247,6 +247,13 @@ def test_bad_input_names_the_op_and_shapes():
         fa.flash_attention(q, k, k, key_padding_mask=frost.Tensor(np.ones((1, 7), bool)))
     with pytest.raises(ValueError, match="tiles BR=24"):
         fa.check_tiles(dict(BR=24, BC=32), 64)
+    with pytest.raises(ValueError, match="flash_attention: dropout_p must be between 0 and 1, got 1.5"):
+        fa.flash_attention(q, k, k, dropout_p=1.5)
+    p = fa.Problem(1, 2, 1, 8, 8, 64, False, 0.125, False, 0.5)
+    with pytest.raises(ValueError, match="flash_attention: dropout needs the generator state"):
+        fa.forward_arrays(np, q.data, k.data, k.data, p)
+    with pytest.raises(ValueError, match=r"flash_attention: rng must be 4 uint32 words, got int64 \(4,\)"):
+        fa.forward_arrays(np, q.data, k.data, k.data, p, rng=np.zeros(4, np.int64))
 
 
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
