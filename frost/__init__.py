@@ -4,8 +4,9 @@ from frost.backend import Device
 from frost.dtype import (DType, bfloat16, bool_ as bool, float16, float32, float64, int8, int16, int32, int64,
                          uint8)
 from frost.tensor import (Tensor, arange, empty, empty_like, eye, from_numpy, full, full_like, linspace,
-                          manual_seed, ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm,
-                          tensor, zeros, zeros_like)
+                          manual_seed, ones, ones_like, tensor, zeros, zeros_like)
+from frost import tensor_methods  # noqa: F401 - adds the op methods (x + y, x.sum(), ...) to Tensor
+from frost.ops.draws import rand, rand_like, randint, randn, randn_like, randperm
 from frost.ops.elementwise import (abs, allclose, clamp, cos, exp, gelu, isfinite, isnan, log, maximum, minimum,
                                    relu, rsqrt, sigmoid, silu, sin, sqrt, tanh, where)
 from frost.ops.reduce import (amax, amin, argmax, argmin, logsumexp, log_softmax, mean, prod, softmax, std,

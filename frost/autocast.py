@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import Callable
 
-from frost.dtype import DType, float32, to_dtype
+from frost.dtype import DType, to_dtype
 
 _state = threading.local()
 
@@ -62,33 +63,18 @@ def _autocast_dtype(first) -> DType:
         raise ValueError(f"autocast: {first!r} is neither a device type ('cuda', 'cpu') nor a dtype") from None
 
 
-def cast_inputs(*tensors):
-    """Under autocast, float32 tensors become the autocast dtype (others pass through); else unchanged.
-
-    Parameters that live in an optimizer's flat buffer (frost.optim.flat) are cast with their whole buffer, once
-    per autocast region (one launch for all weights of a step, as PyTorch's autocast caches its weight casts for
-    the region): modifying those weights inside the region is not seen by later casts in it."""
-    dt = current()
-    if dt is None:
-        return tensors
-    from frost.ops.elementwise import cast
-    from frost.optim.flat import cast_in_one
-    from frost.tensor import Tensor
-    out = []
-    for t in tensors:
-        if isinstance(t, Tensor) and t.dtype == float32:
-            view = cast_in_one(t.data, dt.np, _state.casts) if t._ctx is None and t.requires_grad else None
-            t = cast(t, dt, out=view)
-        out.append(t)
-    return tuple(out)
+# frost.optim.flat's cast of a whole flat parameter buffer (a layer above: it registers itself here)
+_weight_cast: Callable | None = None
 
 
-def float32_inputs(*tensors):
-    """Under autocast, half-precision tensors go back to float32 (the losses, softmax and log_softmax call this: they
-    want the range, and PyTorch's autocast runs them in float32); else unchanged (None passes through)."""
-    if current() is None:
-        return tensors
-    from frost.ops.elementwise import cast
-    from frost.tensor import Tensor
-    return tuple(cast(t, float32) if isinstance(t, Tensor) and t.dtype.name in ("bfloat16", "float16") else t
-                 for t in tensors)
+def register_weight_cast(cast: Callable | None) -> None:
+    """Install `cast(array, dtype, casts) -> view or None`: a weight's cast as a view of one cast of the flat buffer it
+    lies in, made once per region (`casts`, the region's dict); None when the array is in no such buffer."""
+    global _weight_cast
+    _weight_cast = cast
+
+
+def weight_cast(array, dtype):
+    """The registered whole-buffer cast's view of `array` in `dtype` for this region, or None (cast it alone)."""
+    cast = _weight_cast
+    return None if cast is None else cast(array, dtype, _state.casts)

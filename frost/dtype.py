@@ -133,3 +133,13 @@ def scalar_result(t: DType, scalar) -> DType:
     if isinstance(scalar, int) and t == bool_:
         return int64
     return t
+
+
+def accumulator(dtype):
+    """The type to add up in: float16 and bfloat16 sums accumulate in float32, as PyTorch's do (None: dtype itself)."""
+    return np.float32 if dtype.itemsize == 2 and dtype.kind not in "iu" else None
+
+
+def widened(a):
+    """Array a in the type its sums accumulate in (accumulator): float16 and bfloat16 as float32, else a itself."""
+    return a if accumulator(a.dtype) is None else a.astype(np.float32)

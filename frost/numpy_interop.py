@@ -15,9 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 from frost.ops import elementwise, matmul, reduce, scan, shape as shape_ops
-from frost.tensor import Tensor
+from frost.tensor import GRAD_MESSAGE, Tensor
 
-GRAD_MESSAGE = "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
 
 
 class _Unmapped(Exception):

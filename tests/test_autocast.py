@@ -9,6 +9,7 @@ import frost
 import frost.nn as nn
 import frost.nn.functional as F
 import frost.autocast
+from frost.ops.autocast_inputs import cast_inputs
 ac = sys.modules["frost.autocast"]
 
 
@@ -27,7 +28,7 @@ def test_cpu_weights_are_cast_one_by_one_with_gradients_in_float32():
     x = frost.tensor(np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32))
     k = frost.tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
     with frost.autocast(frost.bfloat16):
-        (xc, wc) = ac.cast_inputs(x, w)
+        (xc, wc) = cast_inputs(x, w)
     assert xc.dtype == wc.dtype == frost.bfloat16 and not ac._state.casts  # no flat buffers on the CPU
     np.testing.assert_array_equal(wc.detach().numpy(), w.detach().numpy().astype(ml_dtypes.bfloat16))
     (wc.to(frost.float32) * k).sum().backward()
@@ -65,11 +66,10 @@ def test_flat_parameters_are_cast_with_their_whole_buffer_once_per_region():
 def test_training_under_autocast_equals_casting_each_weight(monkeypatch):
     """Ten AdamW steps under autocast with the whole-buffer casts and with one cast per weight: same losses and
     weights, bit for bit (the same bf16 values reach the same kernels)."""
-    import frost.optim.flat as flat
     runs = []
     for whole in (True, False):
         if not whole:
-            monkeypatch.setattr(flat, "cast_in_one", lambda *args: None)
+            monkeypatch.setattr(ac, "_weight_cast", None)  # no whole-buffer casts registered
         model = _cuda_model()
         opt = frost.optim.AdamW(model.parameters(), lr=1e-2)
         rng = np.random.default_rng(3)

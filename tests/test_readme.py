@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 CI = ROOT / ".ci" / "run"
-SECTIONS = ["Install", "The two commands", "Quick start", "Results", "More"]
+SECTIONS = ["Install", "The two commands", "Quick start", "Results", "How the code is laid out", "More"]
 TABLE_RULE = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$", re.M)  # the |---|---| line under a table's header
 
 

@@ -7,7 +7,8 @@ from typing import Any, Sequence
 from frost.autograd import no_grad
 from frost.distributions.distribution import Distribution, broadcast_all
 from frost.ops.elementwise import erf
-from frost.tensor import Tensor, randn
+from frost.ops.draws import randn
+from frost.tensor import Tensor
 
 __all__ = ["Normal"]
 

@@ -6,7 +6,8 @@ from typing import Any, Sequence
 from frost.autograd import no_grad
 from frost.distributions.distribution import Distribution, broadcast_all
 from frost.ops.elementwise import clamp
-from frost.tensor import Tensor, rand
+from frost.ops.draws import rand
+from frost.tensor import Tensor
 
 __all__ = ["Uniform"]
 

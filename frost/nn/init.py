@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from frost.autograd import no_grad
-from frost.tensor import Tensor, randn
+from frost.ops.draws import randn
+from frost.tensor import Tensor
 
 
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:

@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from frost import dispatch
-from frost.autocast import cast_inputs
+from frost.ops.autocast_inputs import cast_inputs
 from frost.autograd import grad_destination, gradient_branch, is_grad_enabled
 from frost.layout import array_module, empty_like_format
 from frost.ops.matmul import matmul_arrays

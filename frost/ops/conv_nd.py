@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from frost.autocast import cast_inputs
+from frost.ops.autocast_inputs import cast_inputs
 from frost.autograd import is_grad_enabled
 from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op

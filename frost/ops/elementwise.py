@@ -7,8 +7,7 @@ import numpy as np
 
 from frost import dispatch
 from frost.autograd import grad_destination, unbroadcast
-from frost.dtype import DType, default_float_dtype, result_type, scalar_result, to_dtype
-from frost.ops.reduce import widened
+from frost.dtype import DType, default_float_dtype, result_type, scalar_result, to_dtype, widened
 from frost.tensor import Tensor, from_op
 
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from frost import dispatch
 from frost.autograd import is_grad_enabled, unbroadcast
-from frost.autocast import float32_inputs
+from frost.ops.autocast_inputs import float32_inputs
 from frost.ops.math import broadcasts_to
 from frost.tensor import Tensor, from_op, can_read_values
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frost.autocast import float32_inputs
+from frost.ops.autocast_inputs import float32_inputs
 from frost.autograd import unbroadcast
 from frost.ops import elementwise, reduce
 from frost.ops.loss import _check_reduction, _check_tensor, _pair, _pair_grads, _reduce

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from frost import dispatch
-from frost.autocast import cast_inputs
+from frost.ops.autocast_inputs import cast_inputs
 from frost.autograd import grad_destination, gradient_branch, unbroadcast
 from frost.tensor import Tensor, from_op
 

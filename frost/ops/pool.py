@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from frost.backend import device_of, xp_for
-from frost.ops.reduce import widened
+from frost.dtype import widened
 from frost.tensor import Tensor, from_op
 
 

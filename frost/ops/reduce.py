@@ -8,8 +8,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from frost.autocast import float32_inputs
-from frost.dtype import default_float_dtype, to_dtype
+from frost.dtype import accumulator, default_float_dtype, to_dtype, widened
+from frost.ops.autocast_inputs import float32_inputs
+from frost.ops.elementwise import abs as abs_, maximum, minimum
 from frost.tensor import Tensor, from_op
 
 values_indices = namedtuple("values_indices", ["values", "indices"])
@@ -44,16 +45,6 @@ def _expand_back(g, axes: tuple, keepdim: bool, shape: tuple, xp):
     return xp.broadcast_to(g, shape)
 
 
-def _accumulator(dtype):
-    """The type to add up in: float16 and bfloat16 sums accumulate in float32, as PyTorch's do."""
-    return np.float32 if dtype.itemsize == 2 and dtype.kind not in "iu" else None
-
-
-def widened(a):
-    """Array a in the type its sums accumulate in (_accumulator): float16 and bfloat16 as float32, else a itself."""
-    return a if _accumulator(a.dtype) is None else a.astype(np.float32)
-
-
 def numpy_names(fn):
     """fn also taking NumPy's names axis= (for dim=) and keepdims= (for keepdim=), as PyTorch's reductions do."""
     signature = inspect.signature(fn)
@@ -84,7 +75,7 @@ def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
         out_dtype = np.dtype(np.int64)  # integer sums are int64, as in PyTorch
     else:
         out_dtype = a.dtype
-    acc = _accumulator(out_dtype) or out_dtype
+    acc = accumulator(out_dtype) or out_dtype
     out = a.sum(axis=axes, keepdims=keepdim, dtype=acc) if x.ndim else a.astype(acc)
     out = xp.asarray(out).astype(out_dtype, copy=False)
     shape, in_dtype = x.shape, x.data.dtype
@@ -99,7 +90,7 @@ def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     xp = x.xp
     axes = normalize_dims(dim, x.ndim, "mean")
     count = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
-    acc = _accumulator(x.data.dtype)
+    acc = accumulator(x.data.dtype)
     out = x.data.mean(axis=axes, keepdims=keepdim, dtype=acc) if x.ndim else x.data.copy()
     shape, in_dtype = x.shape, x.data.dtype
     return from_op(xp.asarray(out).astype(in_dtype, copy=False), (x,),
@@ -110,7 +101,6 @@ def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
 def _extreme(x: Tensor, dim, keepdim: bool, name: str, largest: bool):
     xp = x.xp
     if isinstance(dim, Tensor):  # max(a, b): the elementwise maximum, as torch.max(input, other)
-        from frost.ops.elementwise import maximum, minimum
         return (maximum if largest else minimum)(x, dim)
     if x.numel() == 0 and (dim is None or x.shape[normalize_dim(dim, x.ndim, name)] == 0):
         raise RuntimeError(f"{name}: cannot reduce an empty tensor of shape {x.shape} over a dimension of size 0")
@@ -339,7 +329,6 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
 @numpy_names
 def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
     """The vector p-norm over `dim` (all elements when None); its gradient at 0 is 0, as in PyTorch."""
-    from frost.ops.elementwise import abs as abs_
     if not x.dtype.is_floating_point:  # every p, as torch (p = 1 and inf used to answer integers)
         raise TypeError(f"norm: needs a floating-point tensor, got {x.dtype!r}")
     if p == "fro":

@@ -11,6 +11,7 @@ import weakref
 
 import numpy as np
 
+from frost.autocast import register_weight_cast
 from frost.autograd import mark_grad_zero
 from frost.backend import cuda
 from frost.kernel import Array, f32, kernel, tx
@@ -42,6 +43,9 @@ def cast_in_one(array, dtype, casts: dict):
     offset = (array.data.ptr - base.data.ptr) // base.itemsize
     return cp.ndarray(array.shape, dtype, memptr=whole.data + offset * size,
                       strides=tuple(st // base.itemsize * size for st in array.strides))
+
+
+register_weight_cast(cast_in_one)
 
 
 @kernel.warm
