@@ -1,4 +1,4 @@
-"""Images per second decoding CIFAR-10 PNGs: Frost's DataLoader (threads) vs PyTorch's (processes).
+"""Images per second decoding CIFAR-10 PNGs: Frost's DataLoader (threads and processes) vs PyTorch's (processes).
 
     python benchmarks/loader.py                      # 10,000 PNGs, 1/2/4/8/16 workers, median of 3
     python benchmarks/loader.py --n 2000 --repeats 3 --threads 1,2,4
@@ -9,10 +9,13 @@ parts (random images when they are absent), then reads one epoch of it with each
 both loaders use the same dataset object (frost.data.ImageList: frost.data.png's decoder -> uint8 HWC
 array per item; Frost's loader calls its get_batch once per batch, PyTorch's __getitem__ per sample),
 the same batch size and no shuffling; PyTorch also gets a row with plain Pillow decoding
-(Image.open + np.array, what ImageList did before) unless --no-torch-pillow. Frost's workers are
-threads filling ping-pong buffers; PyTorch's are processes (started anew each epoch, as without
-persistent_workers, unless --torch-persistent) with its default collate. A run counts from iter() to the last batch.
-Prints a table; --out FILE.json also writes the result as JSON.
+(Image.open + np.array, what ImageList did before) unless --no-torch-pillow. Frost runs twice: with
+worker threads filling ping-pong buffers (the per-image Python work holds the GIL, so they stop
+scaling), and with worker processes (worker_type="process", forkserver) writing into shared-memory
+ping-pong buffers. PyTorch's workers are processes (started anew each epoch, as without
+persistent_workers, unless --torch-persistent; Frost's are started each epoch too) with its default
+collate. A run counts from iter() to the last batch. Prints a table, then each CPU path's scaling
+(images/s at N workers over images/s at 1); --out FILE.json also writes the result as JSON.
 
 With a GPU (skip with --no-gpu) two more rows deliver the batches ON THE GPU, timed to a device
 synchronize at the end of each epoch:
@@ -115,9 +118,17 @@ class PillowImageList(ImageList):
         return pillow_decode(self.paths[index]), self.targets[index]
 
 
-def epoch_frost(ds, batch: int, workers: int) -> int:
+def epoch_frost(ds, batch: int, workers: int, worker_type: str = "thread") -> int:
     seen = 0
-    for x, _ in DataLoader(ds, batch_size=batch, num_workers=workers):
+    for x, _ in DataLoader(ds, batch_size=batch, num_workers=workers, worker_type=worker_type):
+        seen += x.shape[0]
+    return seen
+
+
+def epoch_frost_processes(ds, batch: int, workers: int, context: str | None = None) -> int:
+    seen = 0
+    for x, _ in DataLoader(ds, batch_size=batch, num_workers=workers, worker_type="process",
+                           multiprocessing_context=context):
         seen += x.shape[0]
     return seen
 
@@ -196,6 +207,8 @@ def main(argv=None) -> dict:
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--torch-persistent", action="store_true",
                    help="keep PyTorch's worker processes across epochs (their start-up is then not timed)")
+    p.add_argument("--frost-context", default=None, choices=["fork", "forkserver", "spawn"],
+                   help="start method of Frost's worker processes (default: the loader's, forkserver)")
     p.add_argument("--no-torch-pillow", action="store_true", help="skip the PyTorch row with plain Pillow decoding")
     p.add_argument("--no-gpu", action="store_true", help="skip the rows that deliver batches on the GPU")
     p.add_argument("--strategies", action="store_true", help="time raw decode strategies in plain threads instead")
@@ -213,67 +226,101 @@ def main(argv=None) -> dict:
     print(f"{len(ds)} PNGs from {origin} in {folder}; batch {args.batch}; median of {args.repeats}; "
           f"{os.cpu_count()} CPUs; Python {platform.python_version()}")
     epoch_frost(ds, args.batch, 1)  # warm the page cache
+    epoch_frost_processes(ds, args.batch, 1, args.frost_context)  # start the fork server (once per process)
     inline, inline_times = images_per_second(epoch_frost, ds, args.batch, 0, args.repeats)
     print(f"frost, loading in the calling thread: {inline:,.0f} images/s")
     frost_gpu, torch_gpu = gpu_rows_available(args)
     gpu_ds = DevicePNGList(files, labels) if frost_gpu else None
     if frost_gpu:
         epoch_frost_gpu(gpu_ds, args.batch, 1)  # load the kernels
-    print("delivered: frost, torch, torch+Pillow: uint8 batches in host memory; "
+    print("delivered: frost threads/processes, torch, torch+Pillow: uint8 batches in host memory; "
           "frost GPU-decode, torch+.cuda(): uint8 batches on the GPU (synchronized each epoch)")
-    print(f"{'workers':>7} {'frost img/s':>12} {'torch img/s':>12} {'frost/torch':>11} {'torch+Pillow img/s':>19} "
-          f"{'frost GPU-decode':>16} {'torch+.cuda()':>13} {'GPU ratio':>9}")
-    rows = []
-    torch_epoch = partial(epoch_torch, persistent=args.torch_persistent)
-    for w in workers:
-        f_rate, f_times = images_per_second(epoch_frost, ds, args.batch, w, args.repeats)
-        t_rate, t_times = None, []
-        if not args.no_torch:
-            if args.torch_persistent:
-                torch_epoch(ds, args.batch, w)  # start the workers outside the timing
-            t_rate, t_times = images_per_second(torch_epoch, ds, args.batch, w, args.repeats)
-        p_rate, p_times = None, []
-        if not args.no_torch and not args.no_torch_pillow:
-            if args.torch_persistent:
-                _torch_loaders.pop(w, None)
-                torch_epoch(pillow_ds, args.batch, w)
-            p_rate, p_times = images_per_second(torch_epoch, pillow_ds, args.batch, w, args.repeats)
-            if args.torch_persistent:
-                _torch_loaders.pop(w, None)
-        g_rate, g_times = images_per_second(epoch_frost_gpu, gpu_ds, args.batch, w, args.repeats) if frost_gpu \
-            else (None, [])
-        tc_rate, tc_times = images_per_second(epoch_torch_cuda, ds, args.batch, w, args.repeats) if torch_gpu \
-            else (None, [])
-        rows.append({"workers": w, "frost_images_per_s": f_rate, "torch_images_per_s": t_rate,
-                     "torch_pillow_images_per_s": p_rate,
-                     "frost_gpu_decode_images_per_s": g_rate, "torch_cuda_images_per_s": tc_rate,
-                     "frost_epoch_s": f_times, "torch_epoch_s": t_times, "torch_pillow_epoch_s": p_times,
-                     "frost_gpu_decode_epoch_s": g_times, "torch_cuda_epoch_s": tc_times})
-        ratio = f"{f_rate / t_rate:.2f}" if t_rate else "-"
-        t_cell = f"{t_rate:,.0f}" if t_rate else "-"
-        p_cell = f"{p_rate:,.0f}" if p_rate else "-"
-        g_cell = f"{g_rate:,.0f}" if g_rate else "-"
-        tc_cell = f"{tc_rate:,.0f}" if tc_rate else "-"
-        g_ratio = f"{g_rate / tc_rate:.2f}" if g_rate and tc_rate else "-"
-        print(f"{w:>7} {f_rate:>12,.0f} {t_cell:>12} {ratio:>11} {p_cell:>19} {g_cell:>16} {tc_cell:>13} {g_ratio:>9}",
-              flush=True)
+    print(f"{'workers':>7} {'frost threads':>13} {'frost procs':>11} {'torch img/s':>12} {'procs/torch':>11} "
+          f"{'torch+Pillow img/s':>19} {'frost GPU-decode':>16} {'torch+.cuda()':>13} {'GPU ratio':>9}")
+    rows = [measure_row(args, ds, pillow_ds, gpu_ds, w, frost_gpu, torch_gpu) for w in workers]
+    scaling = scaling_of(rows)
+    print_scaling(scaling)
     versions = _versions()
     if not args.no_torch:
         import torch
         versions["torch"] = torch.__version__
     result = {"benchmark": "loader", "images": len(ds), "source": origin, "batch_size": args.batch,
-              "repeats": args.repeats, "torch_persistent_workers": args.torch_persistent, "cpus": os.cpu_count(),
+              "repeats": args.repeats, "torch_persistent_workers": args.torch_persistent,
+              "frost_process_context": args.frost_context or "forkserver", "cpus": os.cpu_count(),
               "platform": platform.platform(),
               "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
               "frost_inline_images_per_s": inline, "frost_inline_epoch_s": inline_times,
               "delivers": {"frost": "uint8 batches in host memory (CPU decode in threads)",
+                           "frost_process": "uint8 batches in host memory (CPU decode in processes, shared memory)",
                            "torch": "uint8 batches in host memory (CPU decode in processes)",
                            "torch_pillow": "uint8 batches in host memory (plain Pillow decode in processes)",
                            "frost_gpu_decode": "uint8 batches on the GPU (threads read files, the GPU decodes)",
                            "torch_cuda": "uint8 batches on the GPU (CPU decode in processes, pinned, .cuda())"},
-              "rows": rows, "versions": versions, "command": _command()}
+              "rows": rows, "scaling": scaling, "versions": versions, "command": _command()}
     common.keep_result(args.out, result)
     return result
+
+
+def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu: bool) -> dict:
+    """One worker count: every path's images/s (None where skipped), printed as a table row."""
+    torch_epoch = partial(epoch_torch, persistent=args.torch_persistent)
+    f_rate, f_times = images_per_second(epoch_frost, ds, args.batch, w, args.repeats)
+    frost_processes = partial(epoch_frost_processes, context=args.frost_context)
+    fp_rate, fp_times = images_per_second(frost_processes, ds, args.batch, w, args.repeats)
+    t_rate, t_times = None, []
+    if not args.no_torch:
+        if args.torch_persistent:
+            torch_epoch(ds, args.batch, w)  # start the workers outside the timing
+        t_rate, t_times = images_per_second(torch_epoch, ds, args.batch, w, args.repeats)
+    p_rate, p_times = None, []
+    if not args.no_torch and not args.no_torch_pillow:
+        if args.torch_persistent:
+            _torch_loaders.pop(w, None)
+            torch_epoch(pillow_ds, args.batch, w)
+        p_rate, p_times = images_per_second(torch_epoch, pillow_ds, args.batch, w, args.repeats)
+        if args.torch_persistent:
+            _torch_loaders.pop(w, None)
+    g_rate, g_times = images_per_second(epoch_frost_gpu, gpu_ds, args.batch, w, args.repeats) if frost_gpu \
+        else (None, [])
+    tc_rate, tc_times = images_per_second(epoch_torch_cuda, ds, args.batch, w, args.repeats) if torch_gpu \
+        else (None, [])
+    row = {"workers": w, "frost_images_per_s": f_rate, "frost_process_images_per_s": fp_rate,
+           "torch_images_per_s": t_rate, "torch_pillow_images_per_s": p_rate,
+           "frost_gpu_decode_images_per_s": g_rate, "torch_cuda_images_per_s": tc_rate,
+           "frost_epoch_s": f_times, "frost_process_epoch_s": fp_times, "torch_epoch_s": t_times,
+           "torch_pillow_epoch_s": p_times, "frost_gpu_decode_epoch_s": g_times, "torch_cuda_epoch_s": tc_times}
+    print(f"{w:>7} {_cell(f_rate):>13} {_cell(fp_rate):>11} {_cell(t_rate):>12} {_ratio(fp_rate, t_rate):>11} "
+          f"{_cell(p_rate):>19} {_cell(g_rate):>16} {_cell(tc_rate):>13} {_ratio(g_rate, tc_rate):>9}", flush=True)
+    return row
+
+
+def _cell(rate: float | None) -> str:
+    return f"{rate:,.0f}" if rate else "-"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+SCALED = {"frost_threads": "frost_images_per_s", "frost_processes": "frost_process_images_per_s",
+          "torch": "torch_images_per_s", "torch_pillow": "torch_pillow_images_per_s"}
+
+
+def scaling_of(rows: list[dict]) -> dict:
+    """Per CPU path: {workers: images/s at that count over images/s at the smallest count measured}."""
+    out = {}
+    for name, field in SCALED.items():
+        base = rows[0][field] if rows else None
+        if base:
+            out[name] = {str(r["workers"]): r[field] / base for r in rows if r[field]}
+    return out
+
+
+def print_scaling(scaling: dict) -> None:
+    for name, ratios in scaling.items():
+        first = next(iter(ratios), "?")
+        print(f"scaling of {name} (over {first} worker(s)): " +
+              ", ".join(f"{w}: {r:.2f}x" for w, r in ratios.items()))
 
 
 def _versions() -> dict:

@@ -1,4 +1,4 @@
-"""Data loading: datasets, the threaded DataLoader, device-resident datasets, and transforms (CPU and GPU)."""
+"""Data loading: datasets, the DataLoader (worker threads or processes), device-resident datasets, transforms."""
 from frost.data.dataset import (ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, is_iterable_dataset,
                                  random_split)
 from frost.data.loader import DataLoader, DataLoaderTimeoutError, DataLoaderWorkerError, WorkerInfo, get_worker_info

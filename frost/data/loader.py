@@ -1,4 +1,4 @@
-"""DataLoader: batches from worker threads filling ping-pong buffers, in a deterministic order.
+"""DataLoader: batches from worker threads or processes filling ping-pong buffers, in a deterministic order.
 
 How it works (num_workers = W > 0):
 
@@ -60,22 +60,54 @@ How it works (num_workers = W > 0):
   generators are shared by all threads, so not reproducible with workers: draw from Frost's.
 
 Threads share the GIL: they speed up loading where the per-sample work releases it (Pillow's
-decoders, file reads, NumPy copies) and on free-threaded Python builds.
+decoders, file reads, NumPy copies) and on free-threaded Python builds. Where it does not (decoding
+small PNGs: ~15 us of Python per 32x32 image around a short GIL-free inflate), more threads give less.
+
+Worker processes (`worker_type="process"`) scale there instead. Everything above holds for them (the
+same batches bit for bit, batch i under its generator, failures in their place, timeout), except:
+- Each worker has `prefetch_factor` slots, each a POSIX shared-memory segment (frost.data.shm) that
+  the caller's process makes when the worker asks for one (its first batch, or a larger batch) and
+  unlinks when the epoch's run ends: a crashed caller's segments are removed by multiprocessing's
+  resource tracker, and a batch the caller still holds stays valid (its mapping outlives the name).
+  The worker builds a batch as num_workers=0 does (np.stack, or get_batch), copies it into a free
+  slot, and sends its layout (shapes, dtypes, offsets) on its pipe; the caller maps views of the slot
+  (CPU batches are zero-copy, as with threads) and hands the slot back at the next request. With
+  collate_fn, its result comes back pickled on the pipe.
+- Workers start in the forkserver context unless `multiprocessing_context` says otherwise: a forked
+  worker would inherit the caller's threads' locks and its GPU context (CuPy objects whose __del__
+  then fails in the child). The fork server has preloaded Frost, so a worker starts in milliseconds.
+  Outside fork the dataset, collate_fn and worker_init_fn are pickled to each worker (our own objects,
+  to our own child); the caller never unpickles anything but its workers' messages.
+- A worker's exception comes back as text (type names, message, traceback) and is rebuilt in the
+  caller: the same builtin class, or a class of the same name under its nearest builtin base, with
+  the worker's traceback as its __cause__. A worker that dies (a signal, os._exit) is a
+  DataLoaderWorkerError naming it and the batch and sample it was loading.
+- Stopping (the end, an error, a timeout, break, garbage collection, Ctrl-C in the caller) closes the
+  pipes, terminates the workers still running (a stuck one too: unlike a thread, it can be), joins
+  them and unlinks the segments. Workers ignore SIGINT: Ctrl-C is the caller's.
+- With device="cuda" batches are copied from the segments, which are not pinned.
+- Draws from NumPy's or Python's global generators in a worker process repeat across workers (with fork
+  they inherit the caller's state): as with threads, draw from Frost's.
 """
 from __future__ import annotations
 
+import builtins
 import collections
 import contextlib
 import inspect
 import itertools
 import math
+import multiprocessing
+import signal
 import threading
 import time
+import traceback
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from frost.backend import CPU, Device, cpu
+from frost.data import shm
 from frost.data.dataset import is_iterable_dataset
 from frost.parallel import Channel, ChannelClosed
 from frost.tensor import Tensor
@@ -238,19 +270,38 @@ class _BatchBuffers:
             self._field(slot, k, 0, np.shape(f)[1:], np.asarray(f).dtype)[:n] = f
 
 
-def _stack(samples: list[Any]) -> Any:
-    """Stack samples field by field into fresh arrays (the inline, W = 0 path)."""
+def _stacked_fields(samples: list[Any]) -> tuple[Any, list[np.ndarray]]:
+    """Samples stacked field by field into fresh arrays: (structure, arrays)."""
     kinds_fields = [_fields(s) for s in samples]
     kind = kinds_fields[0][0]
     for i, (other, _) in enumerate(kinds_fields):
         _check_structure(other, kind, f"sample {i} of the batch")
     columns = zip(*(f for _, f in kinds_fields))
-    return _restructure(kind, [np.stack([np.asarray(x) for x in col]) for col in columns])
+    return kind, [np.stack([np.asarray(x) for x in col]) for col in columns]
+
+
+def _stack(samples: list[Any]) -> Any:
+    """Stack samples field by field into fresh arrays (the inline, W = 0 path)."""
+    return _restructure(*_stacked_fields(samples))
+
+
+def _stream_groups(dataset: Any, batch_size: int, drop_last: bool,
+                   base_seed: int) -> Iterator[tuple[None, Iterator[Any], np.random.Generator]]:
+    """An IterableDataset's batches: (None, an iterator over its samples, its generator); each batch's samples are
+    read under that batch's generator."""
+    it = iter(dataset)
+    for i in itertools.count():
+        rng = _batch_generator(base_seed, i)
+        with cpu.use_generator(rng):
+            group = [s for _, s in zip(range(batch_size), it)]
+        if not group or (drop_last and len(group) < batch_size):
+            return
+        yield None, iter(group), rng
 
 
 # ---------------------------------------------------------------- the loader
 class DataLoader:
-    """Batches of a Dataset as frost Tensors, loaded by worker threads. See the module docstring.
+    """Batches of a Dataset as frost Tensors, loaded by worker threads or processes. See the module docstring.
 
     seed=None draws one from frost's CPU generator (so frost.manual_seed fixes it); generator (a NumPy Generator,
     instead of seed) gives each iteration's base seed and order instead, one draw per iteration, as PyTorch's.
@@ -267,7 +318,11 @@ class DataLoader:
     batches it may load ahead of the consumer. persistent_workers (worker threads only, as PyTorch checks) is
     accepted and has nothing to change: PyTorch keeps worker processes (and their copies of the dataset) alive
     between epochs to save their start-up; threads start in microseconds and share the one dataset, so its state
-    persists across epochs anyway. Each epoch starts fresh threads, and worker_init_fn runs in them each epoch."""
+    persists across epochs anyway. Each epoch starts fresh threads, and worker_init_fn runs in them each epoch.
+    Worker processes are started each epoch too (milliseconds each from the fork server; keeping them is not done
+    yet). worker_type: "thread" (the default) or "process" (see the module docstring: for per-sample Python work that
+    holds the GIL, such as decoding small images); multiprocessing_context (worker processes only; a start-method
+    name or a multiprocessing context, as PyTorch's; None: forkserver) says how worker processes start."""
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  num_workers: int = 0, seed: int | None = None, pin_memory: bool = False,
@@ -275,7 +330,8 @@ class DataLoader:
                  prefetch_to_device: int = 2, sampler: Iterable[int] | None = None,
                  batch_sampler: Iterable[Sequence[int]] | None = None, generator: np.random.Generator | None = None,
                  worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0,
-                 prefetch_factor: int | None = None, persistent_workers: bool = False) -> None:
+                 prefetch_factor: int | None = None, persistent_workers: bool = False, worker_type: str = "thread",
+                 multiprocessing_context: str | Any | None = None) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -304,6 +360,8 @@ class DataLoader:
         if worker_init_fn is not None and not callable(worker_init_fn):
             raise TypeError(f"DataLoader: worker_init_fn must be callable, got {worker_init_fn!r}")
         self.timeout = _check_timeout(timeout, num_workers)
+        self.worker_type = _check_worker_type(worker_type, multiprocessing_context)
+        self.multiprocessing_context = multiprocessing_context
         self.prefetch_factor = _check_prefetch_factor(prefetch_factor, num_workers)
         if persistent_workers and num_workers == 0:
             raise ValueError("DataLoader: persistent_workers=True needs num_workers > 0 (as in PyTorch)")
@@ -378,14 +436,7 @@ class DataLoader:
             for i, idx in enumerate(self._batch_indices(key)):
                 yield idx.tolist(), (self.dataset[int(j)] for j in idx), _batch_generator(base_seed, i)
             return
-        it = iter(self.dataset)
-        for i in itertools.count():
-            rng = _batch_generator(base_seed, i)
-            with cpu.use_generator(rng):
-                group = [s for _, s in zip(range(self.batch_size), it)]
-            if not group or (self.drop_last and len(group) < self.batch_size):
-                return
-            yield None, iter(group), rng
+        yield from _stream_groups(self.dataset, self.batch_size, self.drop_last, base_seed)
 
     def _batch_getter(self) -> Callable[[np.ndarray], Any] | None:
         """dataset.get_batch(indices), used instead of one __getitem__ per sample where it exists."""
@@ -426,7 +477,23 @@ class DataLoader:
 
     def _threaded(self, key: tuple) -> Iterator[Any]:
         workers = 1 if self.is_stream else self.num_workers  # a stream has one order: one reader
-        return _EpochIterator(_Run(self, key, workers))
+        run = _ProcessRun if self.worker_type == "process" else _Run
+        return _EpochIterator(run(self, key, workers))
+
+    def _mp_context(self) -> Any:
+        """The multiprocessing context worker processes start in: forkserver unless the caller chose one.
+
+        Not fork by default: a forked worker inherits the caller's threads' locks and its GPU context (CuPy objects
+        whose __del__ then fails in the child), and Python 3.12+ warns about fork with threads running. The fork
+        server forks workers from a clean process that has imported Frost once (preloaded below, with __main__ as
+        multiprocessing preloads it by default); spawn re-imports everything per worker."""
+        ctx = self.multiprocessing_context
+        if ctx is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["__main__", __name__])  # read only when the server starts
+        elif isinstance(ctx, str):
+            ctx = multiprocessing.get_context(ctx)
+        return ctx
 
     def __repr__(self) -> str:
         return (f"DataLoader({type(self.dataset).__name__}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
@@ -441,6 +508,19 @@ def _check_timeout(timeout: Any, num_workers: int) -> float:
         raise ValueError(f"DataLoader: timeout={timeout} needs num_workers > 0: with num_workers=0 the batches are "
                          f"loaded in the calling thread, which nothing can interrupt")
     return float(timeout)
+
+
+def _check_worker_type(worker_type: Any, context: Any) -> str:
+    """'thread' or 'process'; a multiprocessing context only with worker processes, which need shared memory."""
+    if worker_type not in ("thread", "process"):
+        raise ValueError(f"DataLoader: worker_type must be 'thread' or 'process', got {worker_type!r}")
+    if context is not None and worker_type != "process":
+        raise ValueError("DataLoader: multiprocessing_context needs worker_type='process' (worker threads start no "
+                         "processes)")
+    if worker_type == "process" and not shm.available():
+        raise RuntimeError("DataLoader: worker_type='process' needs POSIX shared memory, which this system lacks; "
+                           "use worker threads")
+    return worker_type
 
 
 def _check_prefetch_factor(prefetch_factor: Any, num_workers: int) -> int:
@@ -476,26 +556,105 @@ class _Where:
         self.index: Any = None
 
 
-class _Run:
-    """One epoch of a threaded DataLoader: the workers, their channels and the consumer."""
+class _Consumer:
+    """One epoch's consumer side, shared by worker threads (_Run) and worker processes (_ProcessRun): batches are
+    taken from worker i % W in order; a worker's message is (batch, slot, n, payload), _END, or (_FAILED, failure)
+    in the place of the batch that failed. Subclasses provide _wait, _poll, _give_back, shutdown, _join and
+    _position."""
+
+    stuck_note = "The other workers are stopped; the stuck thread cannot be killed and ends when its call returns"
 
     def __init__(self, loader: DataLoader, key: tuple, workers: int) -> None:
         self.loader, self.workers = loader, workers
         self.base_seed = _base_seed(key)
-        self.stop = threading.Event()
         self.error: tuple[int, int, Any, BaseException] | None = None  # worker, batch, sample, error
-        self.error_lock = threading.Lock()
         self.depth = loader.prefetch_factor  # batch buffers per worker: batches it may load ahead
+        self.plan = None if loader.is_stream else loader._batch_indices(key)
+        # rows of each batch buffer: a batch_sampler's batches may be larger than batch_size
+        self.rows = max([loader.batch_size, *(len(b) for b in self.plan or ())])
+        self.lookahead: _Lookahead | None = None  # the device path's bookkeeping, once it has started
+
+    def _raise_if_failed(self, failure: tuple | None = None) -> None:
+        failure = failure or self.error
+        if failure is not None:
+            w, batch, index, e = failure
+            raise DataLoaderWorkerError(f"DataLoader: worker {w} failed on {_place(batch, index)}: "
+                                        f"{type(e).__name__}: {e}") from e
+
+    def _timed_out(self, w: int) -> None:
+        """Raise the timeout of a wait for worker w's next batch, saying where that worker is."""
+        (batch, index), timeout = self._position(w), self.loader.timeout
+        doing = (f"loading {_place(batch, index)}" if batch >= 0 else
+                 "still before its first batch (in worker_init_fn?)")
+        raise DataLoaderTimeoutError(
+            f"DataLoader: worker {w} has delivered no batch within timeout={timeout:g} s; it is {doing}. "
+            f"{self.stuck_note}")
+
+    def batches(self) -> Iterator[Any]:
+        try:
+            if self.loader.device.type == "cuda" and self.loader.collate_fn is None:
+                yield from self._device_batches()
+            else:
+                yield from self._host_batches()
+        finally:
+            self.shutdown()
+            self._join()
+
+    def _host_batches(self) -> Iterator[Any]:
+        """CPU batches (views of the workers' buffers) or collate_fn results, in order."""
+        held: tuple[int, int] | None = None  # (worker, slot) of the batch the caller holds
+        i = 0
+        while True:
+            if held is not None:
+                self._give_back(*held)
+            held = None
+            msg = self._wait(i % self.workers)
+            if msg is _END:
+                return
+            if msg[0] is _FAILED:
+                self._raise_if_failed(msg[1])
+            batch, slot, n, payload = msg
+            held = (i % self.workers, slot)
+            if self.loader.collate_fn is not None:
+                yield payload
+            else:
+                yield _restructure(payload.kind, [Tensor(buf[:n]) for buf in payload.slots[slot]])
+            i += 1
+
+    def _device_batches(self) -> Iterator[Any]:
+        """GPU batches in order, up to prefetch_to_device of them queued on the copy stream (see _Lookahead)."""
+        copier = _GpuCopier(self.loader.device, self.loader._finisher(), streams=self.loader.prefetch_to_device)
+        self.lookahead = _Lookahead(self.workers, self.loader.prefetch_to_device, poll=self._poll, wait=self._wait,
+                                    issue=copier.issue, give_back=self._give_back, fail=self._raise_if_failed)
+        try:
+            while True:
+                copier.release_last()  # the caller is done with the previous batch
+                flight = self.lookahead.next()
+                if flight is None:
+                    return
+                yield copier.hand_over(flight)
+        finally:
+            self.lookahead.drain()
+
+    def check_handed_out(self) -> None:
+        """Run the deferred checks of the batches already handed out (the iterator's close)."""
+        if self.lookahead is not None:
+            self.lookahead.check_handed_out()
+
+
+class _Run(_Consumer):
+    """One epoch of a DataLoader with worker threads: the threads, their channels and the consumer."""
+
+    def __init__(self, loader: DataLoader, key: tuple, workers: int) -> None:
+        super().__init__(loader, key, workers)
+        self.stop = threading.Event()
+        self.error_lock = threading.Lock()
         self.ready = [Channel(self.depth) for _ in range(workers)]
         self.free = [Channel(self.depth) for _ in range(workers)]
         for ch in self.free:
             for slot in range(self.depth):
                 ch.send(slot)
-        self.plan = None if loader.is_stream else loader._batch_indices(key)
-        # rows of each batch buffer: a batch_sampler's batches may be larger than batch_size
-        self.rows = max([loader.batch_size, *(len(b) for b in self.plan or ())])
         self.groups = loader._sample_groups(key) if loader.is_stream else None  # read by its one worker
-        self.lookahead: _Lookahead | None = None  # the device path's bookkeeping, once it has started
         self.where = [_Where() for _ in range(workers)]  # what each worker loads now: errors and timeouts name it
         self.threads = [threading.Thread(target=self._work, args=(w,), daemon=True, name=f"frost-loader-{w}")
                         for w in range(workers)]
@@ -587,71 +746,15 @@ class _Run:
         for ch in (*self.ready, *self.free):
             ch.close()
 
+    def _join(self) -> None:
+        deadline = time.monotonic() + 0.25  # best effort: a worker mid-item ends on its own
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _position(self, w: int) -> tuple[int, Any]:
+        return self.where[w].batch, self.where[w].index
+
     # ------------------------------------------------------------ consumer
-    def _raise_if_failed(self, failure: tuple | None = None) -> None:
-        failure = failure or self.error
-        if failure is not None:
-            w, batch, index, e = failure
-            raise DataLoaderWorkerError(f"DataLoader: worker {w} failed on {_place(batch, index)}: "
-                                        f"{type(e).__name__}: {e}") from e
-
-    def _timed_out(self, w: int) -> None:
-        """Raise the timeout of a wait for worker w's next batch, saying where that worker is."""
-        where, timeout = self.where[w], self.loader.timeout
-        doing = (f"loading {_place(where.batch, where.index)}" if where.batch >= 0 else
-                 "still before its first batch (in worker_init_fn?)")
-        raise DataLoaderTimeoutError(
-            f"DataLoader: worker {w} has delivered no batch within timeout={timeout:g} s; it is {doing}. The other "
-            f"workers are stopped; the stuck thread cannot be killed and ends when its call returns")
-
-    def batches(self) -> Iterator[Any]:
-        try:
-            if self.loader.device.type == "cuda" and self.loader.collate_fn is None:
-                yield from self._device_batches()
-            else:
-                yield from self._host_batches()
-        finally:
-            self.shutdown()
-            deadline = time.monotonic() + 0.25  # best effort: a worker mid-item ends on its own
-            for t in self.threads:
-                t.join(max(0.0, deadline - time.monotonic()))
-
-    def _host_batches(self) -> Iterator[Any]:
-        """CPU batches (views of the workers' buffers) or collate_fn results, in order."""
-        held: tuple[int, int] | None = None  # (worker, slot) of the batch the caller holds
-        i = 0
-        while True:
-            if held is not None:
-                self._give_back(*held)
-            held = None
-            msg = self._wait(i % self.workers)
-            if msg is _END:
-                return
-            if msg[0] is _FAILED:
-                self._raise_if_failed(msg[1])
-            batch, slot, n, payload = msg
-            held = (i % self.workers, slot)
-            if self.loader.collate_fn is not None:
-                yield payload
-            else:
-                yield _restructure(payload.kind, [Tensor(buf[:n]) for buf in payload.slots[slot]])
-            i += 1
-
-    def _device_batches(self) -> Iterator[Any]:
-        """GPU batches in order, up to prefetch_to_device of them queued on the copy stream (see _Lookahead)."""
-        copier = _GpuCopier(self.loader.device, self.loader._finisher(), streams=self.loader.prefetch_to_device)
-        self.lookahead = _Lookahead(self.workers, self.loader.prefetch_to_device, poll=self._poll, wait=self._wait,
-                                    issue=copier.issue, give_back=self._give_back, fail=self._raise_if_failed)
-        try:
-            while True:
-                copier.release_last()  # the caller is done with the previous batch
-                flight = self.lookahead.next()
-                if flight is None:
-                    return
-                yield copier.hand_over(flight)
-        finally:
-            self.lookahead.drain()
-
     def _wait(self, w: int) -> Any:
         """Worker w's next message, waiting for it up to the loader's timeout: (batch, slot, n, payload), or _END
         (also when stopped)."""
@@ -678,10 +781,343 @@ class _Run:
         except ChannelClosed:
             self._raise_if_failed()
 
-    def check_handed_out(self) -> None:
-        """Run the deferred checks of the batches already handed out (the iterator's close)."""
-        if self.lookahead is not None:
-            self.lookahead.check_handed_out()
+# ---------------------------------------------------------------- worker processes
+class _SharedBatch:
+    """A batch in a worker's shared-memory slot, shaped as _BatchBuffers for the consumer: .kind, .slots[slot]."""
+
+    __slots__ = ("kind", "slots")
+
+    def __init__(self, kind: Any, slot: int, arrays: list[np.ndarray]) -> None:
+        self.kind, self.slots = kind, {slot: arrays}
+
+
+class _RemoteTraceback(Exception):
+    """A worker process's traceback, as text (the __cause__ of the error rebuilt in the caller)."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _rebuilt_error(names: list[str], module: str, message: str, text: str) -> BaseException:
+    """A worker process's exception in the caller, never unpickled: the same class where it is a builtin one, else
+    a class of the same name under its nearest builtin base (so `except ValueError` still catches it), with the
+    worker's traceback text chained as its cause."""
+    base = next((c for c in (getattr(builtins, n, None) for n in names)
+                 if isinstance(c, type) and issubclass(c, BaseException)), RuntimeError)
+    cls = base if base.__name__ == names[0] else type(names[0], (base,), {"__module__": module})
+    try:
+        error = cls(message)
+    except Exception:  # noqa: BLE001 - a builtin that takes other arguments (UnicodeDecodeError)
+        error = type(names[0], (RuntimeError,), {"__module__": module})(message)
+    error.__cause__ = _RemoteTraceback(f"\n\nThe worker process's traceback:\n{text}")
+    return error
+
+
+class _ProcessTask:
+    """What worker process w is given (pickled to it, except with fork): the dataset and hooks, its batches
+    (sample indices, drawn by the caller), the seeds and the name of the segment where it reports its place."""
+
+    def __init__(self, loader: DataLoader, run: "_ProcessRun", w: int) -> None:
+        self.id, self.workers, self.base_seed, self.depth = w, run.workers, run.base_seed, run.depth
+        self.dataset, self.collate_fn, self.worker_init_fn = loader.dataset, loader.collate_fn, loader.worker_init_fn
+        self.use_get_batch = loader._batch_getter() is not None
+        self.batch_size, self.drop_last = loader.batch_size, loader.drop_last
+        self.batches = None if run.plan is None else [(i, run.plan[i].tolist())
+                                                       for i in range(w, len(run.plan), run.workers)]
+        self.control = run.control.name
+
+
+class _Stopped(Exception):
+    """The caller closed the worker's pipe: it has stopped iterating."""
+
+
+class _WorkerProcess:
+    """The loop of a worker process: batch i under its generator, written into a free shared-memory slot and
+    announced on the pipe; segments are made by the caller on request ("grow"), slots come back as "free"."""
+
+    def __init__(self, task: _ProcessTask, conn: Any) -> None:
+        self.task, self.conn = task, conn
+        self.free = collections.deque(range(task.depth))
+        self.segments: dict[int, shm.Segment] = {}
+        self.where = shm.attach(task.control).view(0, (task.workers, 2), np.dtype(np.int64))[task.id]
+        self.kind: Any = _END  # the first batch's structure: every later one must match it
+
+    def run(self) -> None:
+        task = self.task
+        seed = task.base_seed + task.id
+        _this_worker.info = WorkerInfo(task.id, task.workers, seed, task.dataset)
+        try:
+            with cpu.use_generator(np.random.default_rng(seed)):  # the worker's own, as in a worker thread
+                if task.worker_init_fn is not None:
+                    task.worker_init_fn(task.id)
+                for i, idx, samples, rng in self._groups():
+                    slot = self._free_slot()
+                    with cpu.use_generator(rng):
+                        self._deliver(i, slot, idx, samples)
+        except _Stopped:
+            return
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            self._fail(e)
+            return
+        with contextlib.suppress(_Stopped):  # the caller may have stopped after its last batch
+            self._send(("end",))
+
+    def _groups(self) -> Iterator[tuple[int, list | None, Iterator[Any] | None, np.random.Generator]]:
+        task = self.task
+        if task.batches is not None:
+            for i, idx in task.batches:
+                yield i, idx, None, _batch_generator(task.base_seed, i)
+            return
+        for i, (_, samples, rng) in enumerate(_stream_groups(task.dataset, task.batch_size, task.drop_last,
+                                                             task.base_seed)):
+            yield i, None, samples, rng
+
+    def _samples(self, idx: list | None, stream: Iterator[Any] | None) -> list:
+        if idx is None:
+            self.where[1] = -2
+            return list(stream)
+        out = []
+        for j in idx:
+            self.where[1] = j  # known before loading, so that a failure names the sample
+            out.append(self.task.dataset[j])
+        return out
+
+    def _deliver(self, i: int, slot: int, idx: list | None, stream: Iterator[Any] | None) -> None:
+        task = self.task
+        self.where[0] = i
+        if task.collate_fn is not None:
+            samples = self._samples(idx, stream)
+            self._send(("object", i, slot, len(samples), task.collate_fn(samples)))
+            return
+        if task.use_get_batch:
+            self.where[1] = -1  # one of the batch's samples
+            kind, fields = _fields(task.dataset.get_batch(np.asarray(idx)))
+            for k, f in enumerate(fields):
+                if np.shape(f)[:1] != (len(idx),):
+                    raise ValueError(f"DataLoader: get_batch field {k} has shape {np.shape(f)}, expected {len(idx)} "
+                                     f"rows")
+        else:
+            kind, fields = _stacked_fields(self._samples(idx, stream))
+        if self.kind is _END:
+            self.kind = kind
+        _check_structure(kind, self.kind, f"batch {i}")
+        arrays = [np.asarray(f) for f in fields]
+        if any(a.dtype.hasobject for a in arrays):
+            raise TypeError("DataLoader: a batch field holds Python objects (dtype object), which cannot go "
+                            "through shared memory; return numbers and arrays, or pass collate_fn")
+        places, nbytes = shm.layout(arrays)
+        segment = self._segment(slot, nbytes)
+        for a, (shape, _, offset) in zip(arrays, places):
+            segment.view(offset, shape, a.dtype)[...] = a
+        self._send(("batch", i, slot, len(arrays[0]), kind, places))
+
+    def _segment(self, slot: int, nbytes: int) -> shm.Segment:
+        """Slot's segment, asking the caller for a larger one when the batch does not fit."""
+        segment = self.segments.get(slot)
+        if segment is None or segment.size < nbytes:
+            self._send(("grow", slot, nbytes))
+            name = self._receive("segment")
+            self.segments[slot] = segment = shm.attach(name)
+        return segment
+
+    def _free_slot(self) -> int:
+        while not self.free:
+            self._receive(None)
+        return self.free.popleft()
+
+    def _receive(self, wanted: str | None) -> Any:
+        """Read the caller's messages ("free", slot) until `wanted` comes (None: until one slot is free)."""
+        while True:
+            try:
+                kind, value = self.conn.recv()
+            except (EOFError, OSError) as e:
+                raise _Stopped() from e
+            if kind == "free":
+                self.free.append(value)
+                if wanted is None:
+                    return value
+            elif kind == wanted:
+                return value
+
+    def _send(self, msg: tuple) -> None:
+        try:
+            self.conn.send(msg)
+        except (EOFError, OSError) as e:
+            raise _Stopped() from e
+
+    def _fail(self, e: BaseException) -> None:
+        batch, index = int(self.where[0]), int(self.where[1])
+        names = [c.__name__ for c in type(e).__mro__]
+        text = "".join(traceback.format_exception(e))
+        with contextlib.suppress(_Stopped):
+            self._send(("fail", batch, index, names, type(e).__module__, str(e), text))
+
+
+def _process_worker(task: _ProcessTask, conn: Any) -> None:
+    """A worker process's entry point."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the caller, which then stops the workers
+    try:
+        worker = _WorkerProcess(task, conn)
+    except FileNotFoundError:  # the caller has ended already and unlinked the segments
+        conn.close()
+        return
+    try:
+        worker.run()
+    finally:
+        conn.close()
+
+
+class _ProcessRun(_Consumer):
+    """One epoch of a DataLoader with worker processes. Worker w has a pipe to the caller and `depth` slots, each a
+    shared-memory segment the caller made (on the worker's request, sized by its batch) and unlinks at the end."""
+
+    stuck_note = "The workers are stopped (the stuck process is terminated)"
+
+    def __init__(self, loader: DataLoader, key: tuple, workers: int) -> None:
+        super().__init__(loader, key, workers)
+        self.stopped = False
+        self.names: set[str] = set()  # every segment made, unlinked at shutdown
+        self.segments: list[list[shm.Segment | None]] = [[None] * self.depth for _ in range(workers)]
+        self.conns: list[Any] = []
+        self.procs: list[Any] = []
+        self.control = self._create(16 * workers)
+        self.positions = self.control.view(0, (workers, 2), np.dtype(np.int64))  # per worker: batch, sample
+        self.positions[:] = (-1, -2)
+        try:
+            self._start(loader._mp_context())
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _start(self, ctx: Any) -> None:
+        for w in range(self.workers):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_process_worker, args=(_ProcessTask(self.loader, self, w), theirs),
+                               daemon=True, name=f"frost-loader-{w}")
+            self.conns.append(mine)
+            try:
+                proc.start()
+            except Exception as e:  # noqa: BLE001 - pickling errors come in several types
+                raise TypeError(f"DataLoader: worker_type='process' could not start worker {w} "
+                                f"({ctx.get_start_method()} start method): {type(e).__name__}: {e}. Outside fork the "
+                                f"dataset, collate_fn and worker_init_fn are pickled to each worker: define them at "
+                                f"module level, or use worker threads") from e
+            finally:
+                theirs.close()
+            self.procs.append(proc)
+
+    def _create(self, nbytes: int) -> shm.Segment:
+        segment = shm.create(nbytes)
+        self.names.add(segment.name)
+        return segment
+
+    def _position(self, w: int) -> tuple[int, Any]:
+        batch, index = (int(v) for v in self.positions[w])
+        if index == -1:  # get_batch's samples
+            return batch, self.plan[batch].tolist()
+        return batch, (None if index == -2 else index)
+
+    # ------------------------------------------------------------ messages
+    def _wait(self, w: int) -> Any:
+        """Worker w's next message, waiting for it up to the loader's timeout: (batch, slot, n, payload), _END or
+        (_FAILED, failure)."""
+        timeout = self.loader.timeout or None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.stopped:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                if not self.conns[w].poll(left):
+                    self._timed_out(w)
+                msg = self.conns[w].recv()
+            except (EOFError, OSError):
+                return self._died(w)
+            out = self._handle(w, msg)
+            if out is not None:
+                return out
+        return _END
+
+    def _poll(self, w: int) -> Any:
+        """Worker w's next message if it is there now, else None (never waits for the worker)."""
+        while not self.stopped:
+            try:
+                if not self.conns[w].poll(0):
+                    return None
+                msg = self.conns[w].recv()
+            except (EOFError, OSError):
+                return self._died(w)
+            out = self._handle(w, msg)
+            if out is not None:
+                return out
+        return _END
+
+    def _handle(self, w: int, msg: tuple) -> Any:
+        """A worker's message as the consumer takes it; None for a request answered here (a larger segment)."""
+        kind = msg[0]
+        if kind == "grow":
+            self._grow(w, msg[1], msg[2])
+            return None
+        if kind == "batch":
+            _, batch, slot, n, structure, places = msg
+            segment = self.segments[w][slot]
+            arrays = [segment.view(offset, shape, np.dtype(dtype)) for shape, dtype, offset in places]
+            return batch, slot, n, _SharedBatch(structure, slot, arrays)
+        if kind == "object":
+            return msg[1:]
+        if kind == "fail":
+            _, batch, index, names, module, message, text = msg
+            index = None if index == -2 else (self.plan[batch].tolist() if index == -1 else index)
+            self.error = (w, batch, index, _rebuilt_error(names, module, message, text))
+            return _FAILED, self.error
+        return _END
+
+    def _grow(self, w: int, slot: int, nbytes: int) -> None:
+        old = self.segments[w][slot]
+        if old is not None:  # the slot is the worker's now: nobody reads the old segment any more
+            shm.unlink(old.name)
+            self.names.discard(old.name)
+        self.segments[w][slot] = segment = self._create(nbytes)
+        with contextlib.suppress(OSError):  # a worker that has ended: its pipe's end says so next
+            self.conns[w].send(("segment", segment.name))
+
+    def _died(self, w: int) -> Any:
+        """Worker w's pipe ended without its end mark."""
+        if self.stopped:
+            return _END
+        proc = self.procs[w]
+        proc.join(1.0)
+        batch, index = self._position(w)
+        where = f"while loading {_place(batch, index)}" if batch >= 0 else "before its first batch"
+        raise DataLoaderWorkerError(f"DataLoader: worker {w} (process {proc.pid}) exited unexpectedly with exit code "
+                                    f"{proc.exitcode} {where}")
+
+    def _give_back(self, w: int, slot: int) -> None:
+        with contextlib.suppress(OSError):  # a worker that has ended: its next message (or none) says why
+            self.conns[w].send(("free", slot))
+
+    # ------------------------------------------------------------ ending
+    def shutdown(self) -> None:
+        """Close the pipes, terminate the workers still running, join them, and unlink every segment (the caller's
+        batch views stay valid: the mappings outlive the names)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for conn in self.conns:
+            conn.close()
+        for proc in self.procs:  # at the end of an epoch they are ending already; else their work is not wanted
+            if proc.is_alive():
+                proc.terminate()  # a worker holds nothing to clean up: the caller unlinks the segments
+        for proc in self.procs:
+            proc.join(2.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            proc.close()
+        for name in self.names:
+            shm.unlink(name)
+        self.names.clear()
+
+    def _join(self) -> None:
+        pass  # shutdown has joined the workers
 
 
 class _EpochIterator:
