@@ -1,4 +1,9 @@
-"""Reverse-mode automatic differentiation: the tape node, grad mode, anomaly mode and backward()."""
+"""Reverse-mode automatic differentiation: the tape node, grad mode, anomaly mode and backward().
+
+Two walks over the tape: the one of every backward() runs each op's backward closure on raw arrays (fast; the
+gradients it makes have no graph), and the one of create_graph=True calls each op's Tensor-level backward, written
+with Frost's ops next to the op's forward, so that the gradients it makes are on the tape and can be differentiated
+again (a gradient penalty, a Hessian-vector product)."""
 from __future__ import annotations
 
 import contextlib
@@ -178,14 +183,17 @@ def check_forward(name: str, out, inputs: Sequence) -> None:
 
 
 class Node:
-    """How a tensor was made: its parent tensors and the function from output gradient to input gradients."""
+    """How a tensor was made: its parent tensors and the function from output gradient to input gradients (on arrays),
+    and, for the ops that have one, `tensor_backward(grad_out, out)`: the same on Tensors, with Frost's ops (None: the
+    op's gradient cannot be differentiated again; create_graph=True refuses it by name)."""
 
-    __slots__ = ("parents", "backward", "name", "versions")
+    __slots__ = ("parents", "backward", "name", "versions", "tensor_backward")
 
-    def __init__(self, parents: tuple, backward: Callable, name: str) -> None:
+    def __init__(self, parents: tuple, backward: Callable, name: str, tensor_backward: Callable | None = None) -> None:
         self.parents = parents
         self.backward = backward
         self.name = name
+        self.tensor_backward = tensor_backward
         # the parents' versions when the op read them: an in-place change after that (Tensor._values_change)
         # would feed backward values the op never saw
         self.versions = tuple(0 if (counter := p._version_counter) is None else counter[0] for p in parents)
@@ -219,8 +227,13 @@ def _topological_order(root) -> list:
     return order
 
 
-def backward(root, gradient=None, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf) into `.grad` of every leaf that requires grad."""
+def backward(root, gradient=None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into `.grad` of every leaf that requires grad.
+
+    create_graph=True: the gradients are made with Frost's ops and keep their graph (each leaf's .grad then has one,
+    as in PyTorch), so a second backward() can differentiate them; retain_graph defaults to create_graph. Every op
+    on the way needs a Tensor-level backward (HIGHER_ORDER_OPS); another is refused by name before anything runs.
+    """
     if not root.requires_grad:
         raise RuntimeError("backward: tensor does not require grad and has no grad_fn "
                            "(did you compute it under no_grad, or from tensors without requires_grad=True?)")
@@ -237,6 +250,10 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
         if tuple(g0.shape) != tuple(root.shape):
             raise RuntimeError(f"backward: gradient shape {tuple(g0.shape)} does not match "
                                f"tensor shape {tuple(root.shape)}")
+    if create_graph:
+        seed = gradient if isinstance(gradient, type(root)) and gradient.dtype == root.dtype else type(root)(g0)
+        _run_graph_backward((root,), [seed], retain_graph is not False, "backward")
+        return
     claims: dict = {}  # id(leaf) -> its .grad buffer, claimed by an op through grad_destination()
     stack = _claim_stack()
     stack.append(claims)
@@ -260,11 +277,12 @@ def backward(root, gradient=None, retain_graph: bool = False) -> None:
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
          allow_unused: bool | None = None, materialize_grads: bool = False) -> tuple:
     """The gradients of `outputs` with respect to `inputs` (leaves or tensors made by ops), as a tuple in the order
-    of `inputs`, without touching any .grad: torch.autograd.grad. Only the part of the graph between them runs."""
-    if create_graph:
-        raise NotImplementedError("frost.autograd.grad: create_graph=True (higher-order gradients) is not supported; "
-                                  "Frost's backward functions compute on raw arrays, so a gradient has no graph of "
-                                  "its own to differentiate again")
+    of `inputs`, without touching any .grad: torch.autograd.grad. Only the part of the graph between them runs.
+
+    create_graph=True: the gradients are made with Frost's ops and keep their graph, so that they can be
+    differentiated again (a WGAN-GP gradient penalty, a Hessian-vector product); retain_graph defaults to
+    create_graph, as in PyTorch. Every op on the way needs a Tensor-level backward (HIGHER_ORDER_OPS lists the ops
+    that have one); another is refused by name, with a RuntimeError, before anything runs."""
     if materialize_grads and allow_unused is False:
         raise ValueError("frost.autograd.grad: expected allow_unused to be True or not passed when "
                          "materialize_grads=True")
@@ -274,8 +292,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     for i, t in enumerate(inputs):
         if not t.requires_grad:
             raise RuntimeError(f"frost.autograd.grad: input {i} (shape {tuple(t.shape)}) does not require grad")
-    sink = _gradient_sink(outputs, _output_gradients(outputs, grad_outputs))
     capture = dict.fromkeys(map(id, inputs))
+    if create_graph:
+        seeds = _seed_tensors(outputs, grad_outputs)
+        _run_graph_backward(outputs, seeds, retain_graph is not False, "frost.autograd.grad", capture)
+        return tuple(_captured(t, i, capture[id(t)], allow_unused or materialize_grads, materialize_grads)
+                     for i, t in enumerate(inputs))
+    sink = _gradient_sink(outputs, _output_gradients(outputs, grad_outputs))
     stack = _claim_stack()
     stack.append(None)  # ops may not claim a .grad buffer: grad() leaves every .grad as it is
     outer_callbacks = _begin_callbacks()
@@ -371,6 +394,8 @@ def _captured(t, i: int, g, allow_unused: bool, materialize: bool):
             raise RuntimeError(f"frost.autograd.grad: input {i} (shape {tuple(t.shape)}) appears to not have been "
                                f"used in the graph; set allow_unused=True if this is the desired behavior")
         return Tensor(t.xp.zeros(t.data.shape, dtype=t.data.dtype)) if materialize else None
+    if isinstance(g, Tensor):  # create_graph: the gradient itself, with its graph
+        return g if g.dtype == t.dtype else g.to(t.dtype)
     return Tensor(g.astype(t.data.dtype, copy=True))
 
 
@@ -425,7 +450,7 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
             if not retain_graph:
                 # free the graph as we go, as PyTorch does: the closure's saved arrays, and the links to the
                 # parents, so that a loss kept alive (say until the next step) does not keep every activation
-                node.backward, node.parents = None, ()
+                node.backward, node.parents, node.tensor_backward = None, (), None
             for p, pg in zip(parents, in_grads):
                 if pg is None or not p.requires_grad:
                     continue
@@ -440,6 +465,104 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
                 k = id(p)
                 # out of place: grads[k] may be a claimed .grad buffer, which must keep its own contribution
                 grads[k] = pg if k not in grads else _combine(grads[k], pg, p)
+
+
+# ---------------------------------------------------------------- higher-order gradients (create_graph=True)
+
+# the ops whose gradient create_graph=True can make (their from_op is given a Tensor-level backward), for the error
+HIGHER_ORDER_OPS = ("abs", "add", "binary_cross_entropy_with_logits", "cast", "cat", "ceil", "clamp", "clone",
+                    "contiguous", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                    "conv_transpose3d", "cos", "cross_entropy", "div", "erf", "exp", "expand", "expm1", "flip",
+                    "floor", "gelu", "index", "index_backward", "leaky_relu", "linear", "log", "log1p", "log_softmax",
+                    "masked_fill", "matmul", "mean", "mse_loss", "mul", "neg", "nll_loss", "pad", "permute", "pow",
+                    "reciprocal", "relu", "reshape", "round", "rsqrt", "sigmoid", "sign", "silu", "sin", "softmax",
+                    "softplus", "sqrt", "sub", "sum", "tanh", "to_device", "where")
+
+
+def _seed_tensors(outputs: tuple, grad_outputs) -> list:
+    """The starting gradient of each output as a Tensor: a given Tensor itself (its graph kept, as PyTorch keeps
+    it), else ones or the given values."""
+    Tensor = _tensor_type()
+    arrays = _output_gradients(outputs, grad_outputs)
+    given = [None] * len(outputs) if grad_outputs is None else list(
+        (grad_outputs,) if isinstance(grad_outputs, Tensor) else grad_outputs)
+    return [g if isinstance(g, Tensor) and g.dtype == out.dtype else Tensor(a)
+            for g, out, a in zip(given, outputs, arrays)]
+
+
+def _run_graph_backward(outputs: tuple, seeds: list, retain_graph: bool, caller: str,
+                        capture: dict | None = None) -> None:
+    """_run_backward on Tensors, in grad mode: each node's tensor_backward makes its parents' gradients with Frost's
+    ops, summed with `+`, so every gradient has a graph. Into leaves' .grad (out of place, as PyTorch's does then),
+    or, with `capture`, into capture[id] only."""
+    Tensor = _tensor_type()
+    sink = Tensor(np.zeros(()))
+    sink._ctx = Node(tuple(outputs), None, "grad")
+    order = _topological_order(sink)[:-1]
+    leads = None if capture is None else _leading_to(order, capture)
+    _refuse_underivable(order, leads, caller)
+    grads: dict = {}
+    for out, seed in zip(outputs, seeds):
+        grads[id(out)] = seed if id(out) not in grads else grads[id(out)] + seed
+    with enable_grad():
+        for t in reversed(order):
+            g = grads.pop(id(t), None)
+            if g is None or (leads is not None and id(t) not in leads):
+                continue
+            node = t._ctx
+            for hook in list(t.__dict__.get("_grad_hooks", {}).values()):
+                result = hook(g)
+                g = g if result is None else result
+            if leads is not None:
+                if id(t) in capture:
+                    capture[id(t)] = g
+                if node is None or not any(id(p) in leads for p in node.parents):
+                    continue
+            elif node is None or t._retains_grad:
+                _accumulate_graph(t, g)
+            if node is None:
+                continue
+            _check_versions(node)
+            in_grads, parents = node.tensor_backward(g, t), node.parents
+            if not retain_graph:
+                node.backward, node.parents, node.tensor_backward = None, (), None
+            for p, pg in zip(parents, in_grads):
+                if pg is None or not p.requires_grad:
+                    continue
+                if tuple(pg.shape) != tuple(p.shape):
+                    raise RuntimeError(f"Tensor-level backward of '{node.name}': gradient shape {tuple(pg.shape)} "
+                                       f"does not match input shape {tuple(p.shape)} (a bug in that op)")
+                grads[id(p)] = pg if id(p) not in grads else grads[id(p)] + pg
+
+
+def _refuse_underivable(order: list, leads: set | None, caller: str) -> None:
+    """Before anything runs: every node the gradients will go through must still be there and have a tensor_backward."""
+    for t in order:
+        node = t._ctx
+        if node is None or (leads is not None and id(t) not in leads):
+            continue
+        if node.backward is None:
+            raise RuntimeError(f"{caller}: trying to go through the graph of '{node.name}' a second time; pass "
+                               f"retain_graph=True to the first backward()")
+        if leads is not None and not any(id(p) in leads for p in node.parents):
+            continue
+        if node.tensor_backward is None:
+            raise RuntimeError(f"{caller}(create_graph=True): the backward of '{node.name}' is not differentiable "
+                               f"in Frost yet (ops that are: {', '.join(HIGHER_ORDER_OPS)})")
+
+
+def _accumulate_graph(t, g) -> None:
+    """Leaf t's .grad = its gradient g with g's graph (a copy: g may be another tensor's gradient too), or the old
+    .grad + g (out of place, so the old .grad's graph is kept), as PyTorch's does under create_graph=True."""
+    if getattr(t, "_zero_grad_mark", None) is not None:
+        t._zero_grad_mark = None
+    if not t.dtype.is_floating_point:
+        raise RuntimeError(f"backward: a {t.dtype} tensor of shape {tuple(t.shape)} requires grad; only "
+                           f"floating-point tensors can")
+    g = g if g.dtype == t.dtype else g.to(t.dtype)
+    t.grad = g.clone() if t.grad is None else t.grad + g
+    for hook in t.__dict__.get("_post_accumulate_hooks", ()):
+        hook(t)
 
 
 def _begin_callbacks() -> list:

@@ -170,8 +170,10 @@ class Tensor:
                                f"one made by '{self._ctx.name}'; deep-copy x.detach() instead")
         return copy._reconstruct(self, memo, *self.__reduce_ex__(4))
 
-    def backward(self, gradient=None, retain_graph: bool = False) -> None:
-        autograd.backward(self, gradient, retain_graph)
+    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
+        """Accumulate this tensor's gradient into the leaves' .grad; create_graph=True: gradients with a graph of their
+        own (higher-order gradients; see frost.autograd.backward)."""
+        autograd.backward(self, gradient, retain_graph, create_graph)
 
     def detach(self) -> "Tensor":
         """The same data (shared, not copied, with its version counter), cut off from the tape."""
@@ -513,17 +515,28 @@ def _shape_args(args) -> tuple:
         raise TypeError(f"sizes must be integers, got {tuple(sizes)}") from None
 
 
-def from_op(out, parents: Sequence[Tensor], backward: Callable, name: str) -> Tensor:
+def from_op(out, parents: Sequence[Tensor], backward: Callable, name: str,
+            tensor_backward: Callable | None = None) -> Tensor:
     """Wrap an op's output array; record `backward` (grad_out -> grads of parents) when gradients are needed.
 
     Every differentiable op ends with this call: forward math, then its backward closure, side by side.
+    `tensor_backward(grad_out, out)`: the same on Tensors, written with Frost's ops (so itself on the tape); what
+    create_graph=True runs to make gradients that can be differentiated again. None: this op's cannot.
     """
     t = share_version(Tensor(out), parents)
     if autograd.is_anomaly_enabled():
         autograd.check_forward(name, t.data, parents)  # t.data: a NumPy scalar result is an array there
     if autograd.is_grad_enabled() and any(p.requires_grad for p in parents):
         t.requires_grad = True
-        t._ctx = autograd.Node(tuple(parents), backward, name)
+        t._ctx = autograd.Node(tuple(parents), backward, name, tensor_backward)
+    return t
+
+
+def record_tensor_backward(t: Tensor, tensor_backward: Callable) -> Tensor:
+    """t, made by a fast path (frost.dispatch) whose from_op records only the array backward, with the op's
+    Tensor-level backward on its node too: create_graph=True then works whichever path made t."""
+    if t._ctx is not None and t._ctx.tensor_backward is None:
+        t._ctx.tensor_backward = tensor_backward
     return t
 
 

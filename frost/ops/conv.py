@@ -9,6 +9,7 @@ from frost import dispatch
 from frost.ops.autocast_inputs import cast_inputs
 from frost.autograd import grad_destination, gradient_branch, is_grad_enabled
 from frost.layout import array_module, empty_like_format
+from frost.ops.conv_nd import convolution_derivative
 from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op
 
@@ -355,7 +356,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
             gw = conv2d_backward_weight(g, xa, wa.shape, *conv_args, out=dest, defer=claimed is not None)
         return gw if master is not None else gw.astype(out_dtype, copy=False)
 
-    result = from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d")
+    derivative = convolution_derivative(x, weight, bias, conv_args, 2, "conv2d")
+    result = from_op(out.astype(out_dtype, copy=False), parents, backward, "conv2d", derivative)
     if stats is not None and result.data is stats.y:
         result._channel_stats = stats   # batch_norm_act reads them (frost.accel.batch_norm.conv_stats_of)
     return result

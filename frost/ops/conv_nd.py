@@ -302,8 +302,64 @@ def _convolution(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding
         gw = _weight_gradient(xp, g, cols, geo).astype(out_dtype, copy=False) if weight.requires_grad else None
         return (gx, gw) if bias is None else (gx, gw, _bias_gradient(g, geo, bias, out_dtype))
     parents = (x, weight) if bias is None else (x, weight, bias)
-    result = from_op(out.astype(out_dtype, copy=False), parents, backward, name)
+    derivative = convolution_derivative(x, weight, bias, (stride, padding, dilation, groups), dims, name)
+    result = from_op(out.astype(out_dtype, copy=False), parents, backward, name, derivative)
     return result.squeeze(0) if unbatched else result
+
+
+# ------------------------------------------------------------------ Tensor-level backwards (create_graph=True)
+# A convolution's input gradient is a transposed convolution of g, and its weight gradient a convolution of x with
+# g (batch and channels swapped, stride and dilation swapped); a transposed convolution's, the other way round. Both
+# are these differentiable ops again, so gradients of gradients follow (groups=1 and symmetric padding only).
+
+
+def _symmetric_pads(geo: Geometry, groups: int, name: str) -> tuple:
+    if groups != 1 or any(lo != hi for lo, hi in geo.pads):
+        raise RuntimeError(f"create_graph=True: the backward of '{name}' is not differentiable in Frost yet with "
+                           f"groups={groups} or uneven padding {geo.pads}; only groups=1 and even padding are")
+    return tuple(lo for lo, _ in geo.pads)
+
+
+def weight_gradient(x: Tensor, g: Tensor, w_shape: tuple, stride: tuple, padding: tuple, dilation: tuple) -> Tensor:
+    """d(loss)/d(w) of the convolution of x (N, C, *size) giving g (N, Cout, *out), groups 1, as a convolution: x's
+    channels over g's, the batch summed as the channels are, cut to the kernel (a strided one reaches past it)."""
+    dims = len(w_shape) - 2
+    swap = (1, 0) + tuple(range(2, dims + 2))
+    full = _convolution(x.permute(swap), g.permute(swap), None, dilation, padding, stride, 1, dims, f"conv{dims}d")
+    corner = (slice(None), slice(None)) + tuple(slice(0, k) for k in w_shape[2:])
+    return full[corner].permute(swap)
+
+
+def convolution_derivative(x: Tensor, weight: Tensor, bias: Tensor | None, conv_args: tuple, dims: int, name: str):
+    """The Tensor-level backward of a convolution (conv_args: stride, padding, dilation, groups; x batched)."""
+    def tensor_backward(g: Tensor, out: Tensor) -> tuple:
+        geo = conv_geometry(x.shape, weight.shape, *conv_args, name=name)
+        pads = _symmetric_pads(geo, conv_args[3], name)
+        # the rows and columns past the last window reached (a stride that does not divide) come back as zeros
+        extra = tuple(s + 2 * p - (d * (k - 1) + 1) - st * (o - 1)
+                      for s, p, d, k, st, o in zip(geo.size, pads, geo.dilation, geo.kernel, geo.stride, geo.out))
+        gx = gw = None
+        if x.requires_grad:
+            gx = _transposed_convolution(g, weight, None, geo.stride, pads, extra, 1, geo.dilation, dims,
+                                         f"conv_transpose{dims}d")
+        if weight.requires_grad:
+            gw = weight_gradient(x, g, weight.shape, geo.stride, pads, geo.dilation)
+        return (gx, gw) if bias is None else (gx, gw, g.sum((0,) + geo.spatial_axes) if bias.requires_grad else None)
+    return tensor_backward
+
+
+def _transposed_derivative(x: Tensor, weight: Tensor, bias: Tensor | None, geo: Geometry, dims: int, name: str):
+    """The Tensor-level backward of a transposed convolution (the input gradient of the convolution `geo` from its
+    output back to x): g's convolution for x, and the convolution's weight gradient with g as its input."""
+    def tensor_backward(g: Tensor, out: Tensor) -> tuple:
+        pads = _symmetric_pads(geo, geo.groups, name)
+        gx = gw = None
+        if x.requires_grad:
+            gx = _convolution(g, weight, None, geo.stride, pads, geo.dilation, 1, dims, f"conv{dims}d")
+        if weight.requires_grad:
+            gw = weight_gradient(g, x, weight.shape, geo.stride, pads, geo.dilation)
+        return (gx, gw) if bias is None else (gx, gw, g.sum((0,) + geo.spatial_axes) if bias.requires_grad else None)
+    return tensor_backward
 
 
 def _transposed_convolution(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding, output_padding,
@@ -328,7 +384,8 @@ def _transposed_convolution(x: Tensor, weight: Tensor, bias: Tensor | None, stri
         gw = _weight_gradient(xp, xa, cols, geo).astype(out_dtype, copy=False) if weight.requires_grad else None
         return (gx, gw) if bias is None else (gx, gw, _bias_gradient(g, geo, bias, out_dtype))
     parents = (x, weight) if bias is None else (x, weight, bias)
-    result = from_op(out.astype(out_dtype, copy=False), parents, backward, name)
+    derivative = _transposed_derivative(x, weight, bias, geo, dims, name)
+    result = from_op(out.astype(out_dtype, copy=False), parents, backward, name, derivative)
     return result.squeeze(0) if unbatched else result
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from frost import dispatch
 from frost.autograd import grad_destination, unbroadcast
 from frost.dtype import DType, default_float_dtype, result_type, scalar_result, to_dtype, widened
-from frost.tensor import Tensor, from_op
+from frost.tensor import Tensor, from_op, record_tensor_backward
 
 
 def _describe(x) -> str:
@@ -74,8 +74,9 @@ def _quiet():
     return np.errstate(divide="ignore", invalid="ignore", over="ignore")
 
 
-def _binary(name: str, a, b, forward, backward, float_result: bool = False) -> Tensor:
-    """Run a broadcasting binary op; `backward(g, xa, xb, out)` returns full-shape (grad_a, grad_b)."""
+def _binary(name: str, a, b, forward, backward, float_result: bool = False, derivative: tuple | None = None) -> Tensor:
+    """Run a broadcasting binary op; `backward(g, xa, xb, out)` returns full-shape (grad_a, grad_b) arrays;
+    `derivative`: (d_a, d_b), each `(g, out, a, b) -> full-shape gradient` on Tensors (the Tensor-level backward)."""
     ta, tb, xa, xb, dt = _operands(a, b, name)
     if float_result and not dt.is_floating_point:
         dt = default_float_dtype()
@@ -99,11 +100,31 @@ def _binary(name: str, a, b, forward, backward, float_result: bool = False) -> T
             grads.append(None if gb is None else _cast(unbroadcast(gb, tb.shape), tb.dtype))
         return grads
 
-    return from_op(out, parents, grad_fn, name)
+    operands = (ta if ta is not None else xa, tb if tb is not None else xb)
+    return from_op(out, parents, grad_fn, name, derivative and _binary_derivative(derivative, operands))
 
 
-def _unary(name: str, x: Tensor, forward, backward) -> Tensor:
-    """Run an elementwise op on a float tensor; `backward(g, x_array, out)` gives the input gradient."""
+def _binary_derivative(derivative: tuple, operands: tuple):
+    """A binary op's tensor_backward: each Tensor operand's gradient from its half of `derivative`, summed down to
+    its shape (unbroadcast, on the tape) in its dtype; made only for an operand that requires grad."""
+    def tensor_backward(g: Tensor, out: Tensor) -> list:
+        return [sum_to(d(g, out, *operands), t.shape).to(t.dtype) if t.requires_grad else None
+                for d, t in zip(derivative, operands) if isinstance(t, Tensor)]
+    return tensor_backward
+
+
+def sum_to(g: Tensor, shape: tuple) -> Tensor:
+    """unbroadcast on Tensors: g summed down to `shape` with Frost's ops, so that the sum has a graph."""
+    if g.shape == tuple(shape):
+        return g
+    extra = g.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(shape) if n == 1 and g.shape[extra + i] != 1)
+    return g.sum(axes, keepdim=True).reshape(tuple(shape))
+
+
+def _unary(name: str, x: Tensor, forward, backward, derivative=None) -> Tensor:
+    """Run an elementwise op on a float tensor; `backward(g, x_array, out)` gives the input gradient, and
+    `derivative(g, out, x)` the same on Tensors (the Tensor-level backward)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: expected a Tensor, got {type(x).__name__}")
     xa = x.data if x.dtype.is_floating_point else x.data.astype(default_float_dtype().np)
@@ -113,21 +134,24 @@ def _unary(name: str, x: Tensor, forward, backward) -> Tensor:
     def grad_fn(g):
         with _quiet():
             return (backward(g, xa, out),)
-    return from_op(out, (x,), grad_fn, name)
+    return from_op(out, (x,), grad_fn, name, derivative and (lambda g, o: (derivative(g, o, x),)))
 
 
 # ------------------------------------------------------------------ arithmetic
 
 def add(a, b) -> Tensor:
-    return _binary("add", a, b, lambda x, y: x + y, lambda g, x, y, o: (g, g))
+    return _binary("add", a, b, lambda x, y: x + y, lambda g, x, y, o: (g, g),
+                   derivative=(lambda g, o, x, y: g, lambda g, o, x, y: g))
 
 
 def sub(a, b) -> Tensor:
-    return _binary("sub", a, b, lambda x, y: x - y, lambda g, x, y, o: (g, -g))
+    return _binary("sub", a, b, lambda x, y: x - y, lambda g, x, y, o: (g, -g),
+                   derivative=(lambda g, o, x, y: g, lambda g, o, x, y: -g))
 
 
 def mul(a, b) -> Tensor:
-    return _binary("mul", a, b, lambda x, y: x * y, lambda g, x, y, o: (g * y, g * x))
+    return _binary("mul", a, b, lambda x, y: x * y, lambda g, x, y, o: (g * y, g * x),
+                   derivative=(lambda g, o, x, y: g * y, lambda g, o, x, y: g * x))
 
 
 def div(a, b, rounding_mode: str | None = None) -> Tensor:
@@ -135,7 +159,8 @@ def div(a, b, rounding_mode: str | None = None) -> Tensor:
     0, as PyTorch's)."""
     if rounding_mode is None:
         return _binary("div", a, b, lambda x, y: x / y,
-                       lambda g, x, y, o: (g / y, -g * x / (y * y)), float_result=True)
+                       lambda g, x, y, o: (g / y, -g * x / (y * y)), float_result=True,
+                       derivative=(lambda g, o, x, y: g / y, lambda g, o, x, y: -g * o / y))
     if rounding_mode == "floor":
         return _binary("div", a, b, _integer_safe("div", lambda x, y: x // y), _no_grad)
     if rounding_mode == "trunc":
@@ -169,11 +194,24 @@ def pow(a, b) -> Tensor:
                 gy = xp.where((xp.asarray(x) == 0) & (xp.asarray(y) >= 0), 0,
                               g * out * xp.log(xp.asarray(x, dtype=out.dtype))).astype(g.dtype, copy=False)
         return gx, gy
-    return _binary("pow", a, b, lambda x, y: x ** y, backward)
+    return _binary("pow", a, b, lambda x, y: x ** y, backward, derivative=(_pow_base_grad, _pow_exponent_grad))
+
+
+def _pow_base_grad(g: Tensor, out: Tensor, x, y) -> Tensor:
+    if isinstance(y, Tensor):
+        return where(y == 0, 0.0, g * y * x ** (y - 1))
+    return g * 0 if y == 0 else g * y * x ** (y - 1)
+
+
+def _pow_exponent_grad(g: Tensor, out: Tensor, x, y) -> Tensor:
+    # PyTorch's rule: 0 where the base is 0 and the exponent >= 0, else out * log(base)
+    if not isinstance(x, Tensor):
+        return g * out * math.log(x) if x != 0 else where(y >= 0, 0.0, g * out * -math.inf)
+    return where((x == 0) & (y >= 0), 0.0, g * out * log(x))
 
 
 def neg(x: Tensor) -> Tensor:
-    return from_op(-x.data, (x,), lambda g: (-g,), "neg")
+    return from_op(-x.data, (x,), lambda g: (-g,), "neg", lambda g, o: (-g,))
 
 
 def floor_divide(a, b) -> Tensor:
@@ -295,31 +333,32 @@ def isclose(a: Tensor, b: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_
 # ------------------------------------------------------------------ unary math
 
 def exp(x: Tensor) -> Tensor:
-    return _unary("exp", x, lambda a: x.xp.exp(a), lambda g, a, o: g * o)
+    return _unary("exp", x, lambda a: x.xp.exp(a), lambda g, a, o: g * o, lambda g, o, x: g * o)
 
 
 def log(x: Tensor) -> Tensor:
-    return _unary("log", x, lambda a: x.xp.log(a), lambda g, a, o: g / a)
+    return _unary("log", x, lambda a: x.xp.log(a), lambda g, a, o: g / a, lambda g, o, x: g / x)
 
 
 def sqrt(x: Tensor) -> Tensor:
-    return _unary("sqrt", x, lambda a: x.xp.sqrt(a), lambda g, a, o: g / (2 * o))
+    return _unary("sqrt", x, lambda a: x.xp.sqrt(a), lambda g, a, o: g / (2 * o), lambda g, o, x: g / (o * 2))
 
 
 def rsqrt(x: Tensor) -> Tensor:
-    return _unary("rsqrt", x, lambda a: 1 / x.xp.sqrt(a), lambda g, a, o: -0.5 * g * o * o * o)
+    return _unary("rsqrt", x, lambda a: 1 / x.xp.sqrt(a), lambda g, a, o: -0.5 * g * o * o * o,
+                  lambda g, o, x: g * o * o * o * -0.5)
 
 
 def sin(x: Tensor) -> Tensor:
-    return _unary("sin", x, lambda a: x.xp.sin(a), lambda g, a, o: g * x.xp.cos(a))
+    return _unary("sin", x, lambda a: x.xp.sin(a), lambda g, a, o: g * x.xp.cos(a), lambda g, o, x: g * cos(x))
 
 
 def cos(x: Tensor) -> Tensor:
-    return _unary("cos", x, lambda a: x.xp.cos(a), lambda g, a, o: -g * x.xp.sin(a))
+    return _unary("cos", x, lambda a: x.xp.cos(a), lambda g, a, o: -g * x.xp.sin(a), lambda g, o, x: -g * sin(x))
 
 
 def tanh(x: Tensor) -> Tensor:
-    return _unary("tanh", x, lambda a: x.xp.tanh(a), lambda g, a, o: g * (1 - o * o))
+    return _unary("tanh", x, lambda a: x.xp.tanh(a), lambda g, a, o: g * (1 - o * o), lambda g, o, x: g * (1 - o * o))
 
 
 def _sigmoid_array(a):
@@ -330,15 +369,15 @@ def _sigmoid_array(a):
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    return _unary("sigmoid", x, _sigmoid_array, lambda g, a, o: g * o * (1 - o))
+    return _unary("sigmoid", x, _sigmoid_array, lambda g, a, o: g * o * (1 - o), lambda g, o, x: g * o * (1 - o))
 
 
 def abs(x: Tensor) -> Tensor:
-    return from_op(x.xp.abs(x.data), (x,), lambda g: (g * x.xp.sign(x.data),), "abs")
+    return from_op(x.xp.abs(x.data), (x,), lambda g: (g * x.xp.sign(x.data),), "abs", lambda g, o: (g * sign(x),))
 
 
 def sign(x: Tensor) -> Tensor:
-    return from_op(x.xp.sign(x.data), (x,), lambda g: (g * 0,), "sign")
+    return from_op(x.xp.sign(x.data), (x,), lambda g: (g * 0,), "sign", lambda g, o: (g * 0,))
 
 
 def sgn(x: Tensor) -> Tensor:
@@ -359,7 +398,8 @@ def relu(x: Tensor) -> Tensor:
     xa = x.data
     # maximum, not xa * (xa > 0), which would turn negatives into -0.0
     return from_op(x.xp.maximum(xa, 0).astype(xa.dtype, copy=False), (x,),
-                   lambda g: (x.xp.where(xa <= 0, 0, g).astype(g.dtype, copy=False),), "relu")
+                   lambda g: (x.xp.where(xa <= 0, 0, g).astype(g.dtype, copy=False),), "relu",
+                   lambda g, o: (where(x <= 0, 0.0, g),))
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
@@ -369,7 +409,7 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
     # x's dtype (a bfloat16 array times a Python float is float32 in NumPy)
     out = xp.where(positive, xa, widened(xa) * negative_slope).astype(xa.dtype, copy=False)
     return from_op(out, (x,), lambda g: (xp.where(positive, g, widened(g) * negative_slope).astype(
-        g.dtype, copy=False),), "leaky_relu")
+        g.dtype, copy=False),), "leaky_relu", lambda g, o: (where(x > 0, g, g * negative_slope),))
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -382,14 +422,22 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     def backward(g, a, o):
         z = beta * a
         return g * xp.where(z > threshold, 1, _sigmoid_array(z)).astype(a.dtype, copy=False)
-    return _unary("softplus", x, forward, backward)
+
+    def derivative(g, o, x):
+        z = x * beta
+        return where(z > threshold, g, g * sigmoid(z))
+    return _unary("softplus", x, forward, backward, derivative)
 
 
 def silu(x: Tensor) -> Tensor:
     def backward(g, a, o):
         s = _sigmoid_array(a)
         return g * s * (1 + a * (1 - s))
-    return _unary("silu", x, lambda a: a * _sigmoid_array(a), backward)
+
+    def derivative(g, o, x):
+        s = sigmoid(x)
+        return g * s * (1 + x * (1 - s))
+    return _unary("silu", x, lambda a: a * _sigmoid_array(a), backward, derivative)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -434,9 +482,10 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     xp = x.xp
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    derivative = _gelu_derivative(approximate)
     fast = dispatch.lookup("gelu", x, approximate=approximate)
     if fast is not None:
-        return fast(x, approximate)
+        return record_tensor_backward(fast(x, approximate), lambda g, o: (derivative(g, o, x),))
 
     def inner(a):  # the (1 + tanh(...)) or (1 + erf(...)) factor's argument and value, in float32 at least
         if approximate == "tanh":
@@ -455,7 +504,17 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         else:
             slope = 0.5 * (1 + inner(w)) + w * xp.exp(-0.5 * w * w) / math.sqrt(2 * math.pi)
         return (g.astype(w.dtype, copy=False) * slope).astype(a.dtype, copy=False)
-    return _unary("gelu", x, forward, backward)
+    return _unary("gelu", x, forward, backward, derivative)
+
+
+def _gelu_derivative(approximate: str):
+    """gelu's slope on Tensors (what its backward multiplies g by), for the Tensor-level backward."""
+    def derivative(g: Tensor, o: Tensor, x: Tensor) -> Tensor:
+        if approximate == "tanh":
+            t = tanh((x + x * x * x * 0.044715) * _SQRT_2_OVER_PI)
+            return g * ((t + 1) * 0.5 + x * (1 - t * t) * (x * x * (3 * 0.044715) + 1) * (0.5 * _SQRT_2_OVER_PI))
+        return g * ((erf(x / math.sqrt(2.0)) + 1) * 0.5 + x * exp(x * x * -0.5) / math.sqrt(2 * math.pi))
+    return derivative
 
 
 def clamp(x: Tensor, min=None, max=None) -> Tensor:
@@ -478,7 +537,7 @@ def clamp(x: Tensor, min=None, max=None) -> Tensor:
         inside = inside & (xa >= min)
     if max is not None:
         inside = inside & (xa <= max)
-    return from_op(out, (x,), lambda g: (g * inside,), "clamp")
+    return from_op(out, (x,), lambda g: (g * inside,), "clamp", lambda g, o: (where(Tensor(inside), g, 0.0),))
 
 
 def where(condition, a, b) -> Tensor:
@@ -514,7 +573,11 @@ def where(condition, a, b) -> Tensor:
         if tb is not None:
             grads.append(_cast(unbroadcast(xp.where(cond, zero, g), tb.shape), tb.dtype))
         return grads
-    return from_op(out, parents, backward, "where")
+
+    def tensor_backward(g, o):
+        return [sum_to(pick, t.shape).to(t.dtype) for pick, t in
+                ((where(condition, g, 0.0), ta), (where(condition, 0.0, g), tb)) if t is not None]
+    return from_op(out, parents, backward, "where", tensor_backward)
 
 
 def masked_fill(x: Tensor, mask, value) -> Tensor:
@@ -533,7 +596,12 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
             return (gx,)
         # the value fills every masked place (broadcast): its gradient is theirs, summed (as PyTorch)
         return gx, _cast(unbroadcast(xp.where(m, g, 0), tensor_value.shape), tensor_value.dtype)
-    return from_op(out, (x,) if tensor_value is None else (x, tensor_value), backward, "masked_fill")
+
+    def tensor_backward(g, o):
+        mask = Tensor(m)
+        gv = None if tensor_value is None else sum_to(where(mask, g, 0.0), tensor_value.shape).to(tensor_value.dtype)
+        return where(mask, 0.0, g), gv
+    return from_op(out, (x,) if tensor_value is None else (x, tensor_value), backward, "masked_fill", tensor_backward)
 
 
 # ------------------------------------------------------------------ dtype and device moves
@@ -556,7 +624,7 @@ def cast(x: Tensor, dtype: DType, out=None) -> Tensor:
         dest[...] = g
         return (dest,)
 
-    return from_op(out, (x,), backward, "cast")
+    return from_op(out, (x,), backward, "cast", lambda g, o: (cast(g, x.dtype),))
 
 
 def to_device(x: Tensor, device) -> Tensor:
@@ -565,33 +633,34 @@ def to_device(x: Tensor, device) -> Tensor:
         return x
     src = x.device
     out = backend.to_device(x.data, device)
-    return from_op(out, (x,), lambda g: (backend.to_device(g, src),), "to_device")
+    return from_op(out, (x,), lambda g: (backend.to_device(g, src),), "to_device", lambda g, o: (to_device(g, src),))
 
 
 # ------------------------------------------------------------------ more unary math
 
 def log1p(x: Tensor) -> Tensor:
-    return _unary("log1p", x, lambda a: x.xp.log1p(a), lambda g, a, o: g / (1 + a))
+    return _unary("log1p", x, lambda a: x.xp.log1p(a), lambda g, a, o: g / (1 + a), lambda g, o, x: g / (x + 1))
 
 
 def expm1(x: Tensor) -> Tensor:
-    return _unary("expm1", x, lambda a: x.xp.expm1(a), lambda g, a, o: g * (o + 1))
+    return _unary("expm1", x, lambda a: x.xp.expm1(a), lambda g, a, o: g * (o + 1), lambda g, o, x: g * (o + 1))
 
 
 def reciprocal(x: Tensor) -> Tensor:
-    return _unary("reciprocal", x, lambda a: 1 / a, lambda g, a, o: -g * o * o)
+    return _unary("reciprocal", x, lambda a: 1 / a, lambda g, a, o: -g * o * o, lambda g, o, x: -g * o * o)
 
 
 def erf(x: Tensor) -> Tensor:
     two_over_sqrt_pi = 2.0 / math.sqrt(math.pi)
-    return _unary("erf", x, erf_array, lambda g, a, o: g * two_over_sqrt_pi * x.xp.exp(-a * a))
+    return _unary("erf", x, erf_array, lambda g, a, o: g * two_over_sqrt_pi * x.xp.exp(-a * a),
+                  lambda g, o, x: g * exp(x * x * -1) * two_over_sqrt_pi)
 
 
 def _rounding(name: str, x: Tensor, fn) -> Tensor:
     # piecewise constant: the gradient is zero almost everywhere, as in PyTorch
     if not x.dtype.is_floating_point:
         return Tensor(x.data.copy())  # a new tensor, as PyTorch's: changing it leaves x
-    return from_op(fn(x.data), (x,), lambda g: (g * 0,), name)
+    return from_op(fn(x.data), (x,), lambda g: (g * 0,), name, lambda g, o: (g * 0,))
 
 
 def floor(x: Tensor) -> Tensor:

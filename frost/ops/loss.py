@@ -8,8 +8,10 @@ import numpy as np
 from frost import dispatch
 from frost.autograd import is_grad_enabled, unbroadcast
 from frost.ops.autocast_inputs import float32_inputs
+from frost.ops.elementwise import sigmoid, softplus, sum_to, where
 from frost.ops.math import broadcasts_to
-from frost.tensor import Tensor, from_op, can_read_values
+from frost.ops.reduce import softmax
+from frost.tensor import Tensor, from_op, can_read_values, record_tensor_backward
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -117,7 +119,9 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     _check_class_target(op, input, target, ignore_index)
     fast = dispatch.lookup("cross_entropy", input, target, weight, reduction=reduction, label_smoothing=label_smoothing)
     if fast is not None:
-        return fast(input, target, weight, ignore_index, reduction, label_smoothing)
+        return record_tensor_backward(fast(input, target, weight, ignore_index, reduction, label_smoothing),
+                                      _class_index_derivative(input, target, weight, ignore_index, reduction,
+                                                              label_smoothing, from_logits=True))
     return _class_index_loss(op, input, target, weight, ignore_index, reduction, label_smoothing, from_logits=True)
 
 
@@ -171,7 +175,39 @@ def _class_index_loss(op: str, input: Tensor, target: Tensor, weight: Tensor | N
         d *= coef[:, None]
         return (to_input_layout(d).astype(input.data.dtype, copy=False),)
 
-    return from_op(out.astype(input.data.dtype, copy=False), (input,), backward, op)
+    derivative = _class_index_derivative(input, target, weight, ignore_index, reduction, smoothing, from_logits)
+    return from_op(out.astype(input.data.dtype, copy=False), (input,), backward, op, derivative)
+
+
+def _class_index_derivative(input: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str,
+                            smoothing: float, from_logits: bool):
+    """The Tensor-level backward of cross_entropy (nll_loss) with class-index targets: the array backward's formula,
+    its probabilities a softmax of the input (on the tape), the one-hot rows and class weights constants."""
+    def tensor_backward(g: Tensor, out: Tensor) -> tuple:
+        xp, (rows, from_rows) = input.xp, _tensor_rows(input)
+        M, C = rows.shape
+        idx = target.data.reshape(-1).astype(xp.int64, copy=False)
+        valid = idx != ignore_index
+        safe = xp.where(valid, idx, 0)
+        w = xp.ones(C, input.data.dtype) if weight is None else weight.data.astype(input.data.dtype, copy=False)
+        tw = xp.where(valid, w[safe], 0).astype(w.dtype, copy=False)
+        picked = (1 - smoothing) * tw[:, None] * (safe[:, None] == xp.arange(C)) + (smoothing / C) * valid[:, None] * w
+        coef = g.reshape((M,)) if reduction == "none" else g.expand((M,))
+        coef = where(Tensor(valid), coef / float(tw.sum()) if reduction == "mean" else coef, 0.0).reshape((M, 1))
+        if not from_logits:
+            return (from_rows(coef * Tensor(-picked)),)
+        total = (1 - smoothing) * tw + (smoothing / C) * valid * w.sum()
+        return (from_rows(coef * (softmax(rows, 1) * Tensor(total[:, None]) - Tensor(picked))),)
+    return tensor_backward
+
+
+def _tensor_rows(x: Tensor) -> tuple:
+    """_rows on Tensors: x as (M, C) rows with Frost's ops, and the function that puts rows back in x's layout."""
+    if x.ndim == 1:
+        return x.reshape((1, x.shape[0])), lambda d: d.reshape(x.shape)
+    order = (0,) + tuple(range(2, x.ndim)) + (1,)
+    moved = x.permute(order)
+    return moved.reshape((-1, x.shape[1])), lambda d: d.reshape(moved.shape).permute(tuple(np.argsort(order)))
 
 
 def _cross_entropy_probs(input: Tensor, target: Tensor, weight: Tensor | None, reduction: str,
@@ -255,6 +291,19 @@ def _pair(op: str, input: Tensor, target: Tensor, reduction: str):
     return input.data.astype(dt, copy=False), target.data.astype(dt, copy=False)
 
 
+def _per_element(g: Tensor, reduction: str, shape: tuple) -> Tensor:
+    """_reduce's per-element gradient on Tensors."""
+    if reduction == "none":
+        return g
+    return (g if reduction == "sum" else g / max(int(np.prod(shape)), 1)).expand(shape)
+
+
+def _pair_derivative(input: Tensor, target: Tensor, d: Tensor) -> tuple:
+    """_pair_grads on Tensors."""
+    return (sum_to(d, input.shape).to(input.dtype) if input.requires_grad else None,
+            sum_to(-d, target.shape).to(target.dtype) if target.requires_grad else None)
+
+
 def _pair_grads(input: Tensor, target: Tensor, d):
     """Gradients for (input, target) from d(loss)/d(input) when the loss depends on input - target."""
     return (unbroadcast(d, input.shape).astype(input.data.dtype, copy=False),
@@ -269,7 +318,9 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     diff = x - t
     out, per_element = _reduce(xp, diff * diff, reduction)
     return from_op(out.astype(input.data.dtype, copy=False), (input, target),
-                   lambda g: _pair_grads(input, target, 2 * per_element(g) * diff), "mse_loss")
+                   lambda g: _pair_grads(input, target, 2 * per_element(g) * diff), "mse_loss",
+                   lambda g, o: _pair_derivative(input, target,
+                                                 _per_element(g, reduction, diff.shape) * (input - target) * 2))
 
 
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
@@ -332,4 +383,25 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
             grads.append(unbroadcast(ge * unweighted, weight.shape).astype(weight.data.dtype, copy=False))
         return grads
 
-    return from_op(out.astype(input.data.dtype, copy=False), parents, backward, op)
+    derivative = _bce_logits_derivative(input, target, weight, pos_weight, reduction)
+    return from_op(out.astype(input.data.dtype, copy=False), parents, backward, op, derivative)
+
+
+def _bce_logits_derivative(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None,
+                           reduction: str):
+    """binary_cross_entropy_with_logits' backward on Tensors (Frost's ops; pos_weight a constant, as in its
+    backward)."""
+    def tensor_backward(g: Tensor, out: Tensor) -> list:
+        ge = _per_element(g, reduction, input.shape)
+        gw = ge if weight is None else ge * weight
+        log_weight = 1 if pos_weight is None else (pos_weight - 1) * target + 1
+        grads = [(gw * ((1 - target) - log_weight * sigmoid(-input))).to(input.dtype) if input.requires_grad else None,
+                 None]
+        if target.requires_grad:
+            shift = -input if pos_weight is None else (pos_weight - 1) * softplus(-input) - input
+            grads[1] = (gw * shift).to(target.dtype)
+        if weight is not None:
+            unweighted = (1 - target) * input + log_weight * softplus(-input)
+            grads.append(sum_to(ge * unweighted, weight.shape).to(weight.dtype) if weight.requires_grad else None)
+        return grads
+    return tensor_backward

@@ -8,6 +8,7 @@ import numpy as np
 from frost import dispatch
 from frost.ops.autocast_inputs import cast_inputs
 from frost.autograd import grad_destination, gradient_branch, unbroadcast
+from frost.ops.elementwise import sum_to
 from frost.tensor import Tensor, from_op
 
 
@@ -104,7 +105,17 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
         ga = _same_dtype(unbroadcast(ga, A.shape).reshape(xa.shape), xa.dtype)
         gb = _same_dtype(unbroadcast(gb, B.shape).reshape(xb.shape), xb.dtype)
         return ga, gb
-    return from_op(out, (a, b), backward, "matmul")
+    return from_op(out, (a, b), backward, "matmul", lambda g, o: _matmul_derivative(g, a, b))
+
+
+def _matmul_derivative(g: Tensor, a: Tensor, b: Tensor) -> tuple:
+    """matmul's backward on Tensors (matmuls, on the tape): 1-D operands promoted to matrices, batch dims summed."""
+    A = a.reshape((1,) + a.shape) if a.ndim == 1 else a
+    B = b.reshape(b.shape + (1,)) if b.ndim == 1 else b
+    G = g.reshape(np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1]))
+    ga = sum_to(G @ B.mT, A.shape).reshape(a.shape) if a.requires_grad else None
+    gb = sum_to(A.mT @ G, B.shape).reshape(b.shape) if b.requires_grad else None
+    return ga, gb
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -144,4 +155,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             dest = grad_destination(bias) if sum_dtype is None else None
             grads.append(_same_dtype(g2.sum(axis=0, dtype=sum_dtype, out=dest), bias.data.dtype))
         return grads
-    return from_op(out, parents, backward, "linear")
+    return from_op(out, parents, backward, "linear", lambda g, o: _linear_derivative(g, x, weight, bias, rows))
+
+
+def _linear_derivative(g: Tensor, x: Tensor, weight: Tensor, bias: Tensor | None, rows: int) -> tuple:
+    """linear's backward on Tensors: g @ W, g^T x and g summed over the rows (matmuls and a sum, on the tape)."""
+    g2 = g.reshape((rows, weight.shape[0]))
+    gx = (g2 @ weight).reshape(x.shape) if x.requires_grad else None
+    gw = g2.mT @ x.reshape((rows, weight.shape[1])) if weight.requires_grad else None
+    return (gx, gw) if bias is None else (gx, gw, g2.sum(0) if bias.requires_grad else None)

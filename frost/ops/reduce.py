@@ -45,6 +45,13 @@ def _expand_back(g, axes: tuple, keepdim: bool, shape: tuple, xp):
     return xp.broadcast_to(g, shape)
 
 
+def _expand_back_tensor(g: Tensor, axes: tuple, keepdim: bool, shape: tuple) -> Tensor:
+    """_expand_back on Tensors (Frost's ops, on the tape): a reduced gradient broadcast back to the input's shape."""
+    if not keepdim:
+        g = g.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
+    return g.expand(shape)
+
+
 def numpy_names(fn):
     """fn also taking NumPy's names axis= (for dim=) and keepdims= (for keepdim=), as PyTorch's reductions do."""
     signature = inspect.signature(fn)
@@ -80,7 +87,8 @@ def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     out = xp.asarray(out).astype(out_dtype, copy=False)
     shape, in_dtype = x.shape, x.data.dtype
     return from_op(out, (x,),
-                   lambda g: (_expand_back(g, axes, keepdim, shape, xp).astype(in_dtype, copy=False),), "sum")
+                   lambda g: (_expand_back(g, axes, keepdim, shape, xp).astype(in_dtype, copy=False),), "sum",
+                   lambda g, o: (_expand_back_tensor(g, axes, keepdim, shape).to(x.dtype),))
 
 
 @numpy_names
@@ -95,7 +103,7 @@ def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     shape, in_dtype = x.shape, x.data.dtype
     return from_op(xp.asarray(out).astype(in_dtype, copy=False), (x,),
                    lambda g: ((_expand_back(g, axes, keepdim, shape, xp) / count).astype(in_dtype, copy=False),),
-                   "mean")
+                   "mean", lambda g, o: (_expand_back_tensor(g, axes, keepdim, shape) / count,))
 
 
 def _extreme(x: Tensor, dim, keepdim: bool, name: str, largest: bool):
@@ -302,13 +310,13 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "softmax")
     if x.numel() == 0:  # nothing to normalize (an empty dim has no max): an empty result, as PyTorch
-        return from_op(x.data.copy(), (x,), lambda g: (g,), "softmax")
+        return from_op(x.data.copy(), (x,), lambda g: (g,), "softmax", lambda g, o: (g,))
     e = xp.exp(x.data - x.data.max(axis=axis, keepdims=True))
     out = e / e.sum(axis=axis, keepdims=True)
 
     def backward(g):
         return (out * (g - (g * out).sum(axis=axis, keepdims=True)),)
-    return from_op(out, (x,), backward, "softmax")
+    return from_op(out, (x,), backward, "softmax", lambda g, o: (o * (g - (g * o).sum(axis, keepdim=True)),))
 
 
 def log_softmax(x: Tensor, dim: int) -> Tensor:
@@ -317,13 +325,13 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
     xp = x.xp
     axis = normalize_dim(dim, x.ndim, "log_softmax")
     if x.numel() == 0:
-        return from_op(x.data.copy(), (x,), lambda g: (g,), "log_softmax")
+        return from_op(x.data.copy(), (x,), lambda g: (g,), "log_softmax", lambda g, o: (g,))
     shifted = x.data - x.data.max(axis=axis, keepdims=True)
     out = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
 
     def backward(g):
         return (g - xp.exp(out) * g.sum(axis=axis, keepdims=True),)
-    return from_op(out, (x,), backward, "log_softmax")
+    return from_op(out, (x,), backward, "log_softmax", lambda g, o: (g - o.exp() * g.sum(axis, keepdim=True),))
 
 
 @numpy_names

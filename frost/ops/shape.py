@@ -9,6 +9,7 @@ import numpy as np
 from frost import layout
 from frost.autograd import unbroadcast
 from frost.dtype import promote
+from frost.ops.elementwise import cast, sum_to
 from frost.ops.reduce import normalize_dim, normalize_dims
 from frost.tensor import Tensor, from_op
 
@@ -53,7 +54,7 @@ def reshape(x: Tensor, shape: tuple) -> Tensor:
         raise RuntimeError(f"reshape: shape {shape} is invalid for a tensor of shape {x.shape} "
                            f"({x.numel()} elements)") from None
     src = x.shape
-    return from_op(out, (x,), lambda g: (g.reshape(src),), "reshape")
+    return from_op(out, (x,), lambda g: (g.reshape(src),), "reshape", lambda g, o: (reshape(g, src),))
 
 
 def view(x: Tensor, shape: tuple) -> Tensor:
@@ -98,7 +99,8 @@ def permute(x: Tensor, dims: tuple) -> Tensor:
     if sorted(dims) != list(range(x.ndim)):
         raise RuntimeError(f"permute: dims {dims} are not a permutation of the {x.ndim} dimensions of shape {x.shape}")
     inverse = tuple(np.argsort(dims))
-    return from_op(x.data.transpose(dims), (x,), lambda g: (g.transpose(inverse),), "permute")
+    return from_op(x.data.transpose(dims), (x,), lambda g: (g.transpose(inverse),), "permute",
+                   lambda g, o: (permute(g, inverse),))
 
 
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
@@ -147,7 +149,7 @@ def expand(x: Tensor, sizes: tuple) -> Tensor:
     except ValueError:
         raise RuntimeError(f"expand: shape {x.shape} cannot be expanded to {sizes}") from None
     src = x.shape
-    return from_op(out, (x,), lambda g: (unbroadcast(g, src),), "expand")
+    return from_op(out, (x,), lambda g: (unbroadcast(g, src),), "expand", lambda g, o: (sum_to(g, src),))
 
 
 def contiguous(x: Tensor, memory_format=None) -> Tensor:
@@ -161,7 +163,7 @@ def contiguous(x: Tensor, memory_format=None) -> Tensor:
         out = layout.in_format(x.data, memory_format)
     if out is x.data:
         return x
-    return from_op(out, (x,), lambda g: (g,), "contiguous")
+    return from_op(out, (x,), lambda g: (g,), "contiguous", lambda g, o: (g,))
 
 
 def repeat(x: Tensor, sizes: tuple) -> Tensor:
@@ -182,10 +184,11 @@ def repeat(x: Tensor, sizes: tuple) -> Tensor:
 
 def flip(x: Tensor, dims) -> Tensor:
     if dims is not None and not isinstance(dims, int) and len(dims) == 0:  # flip(()): a copy, as PyTorch's
-        return from_op(x.data.copy(), (x,), lambda g: (g,), "flip")
+        return from_op(x.data.copy(), (x,), lambda g: (g,), "flip", lambda g, o: (g,))
     axes = normalize_dims(dims, x.ndim, "flip")
     # a copy, as PyTorch's flip (NumPy's is a view: writes through it would reach x)
-    return from_op(x.xp.flip(x.data, axes).copy(), (x,), lambda g: (x.xp.flip(g, axes),), "flip")
+    return from_op(x.xp.flip(x.data, axes).copy(), (x,), lambda g: (x.xp.flip(g, axes),), "flip",
+                   lambda g, o: (flip(g, axes),))
 
 
 # ------------------------------------------------------------------ indexing
@@ -273,7 +276,20 @@ def getitem(x: Tensor, index) -> Tensor:
         else:
             gx[idx] = g
         return (gx,)
-    return from_op(out, (x,), backward, "index")
+    return from_op(out, (x,), backward, "index", lambda g, o: (_placed(g, x.shape, idx, advanced),))
+
+
+def _placed(g: Tensor, shape: tuple, idx, advanced: bool) -> Tensor:
+    """getitem's gradient as an op of its own (so that it can be differentiated again): g put (added, where an
+    advanced index repeats a place) into zeros of `shape` at the raw index idx; its gradient reads idx back."""
+    xp = g.xp
+    out = xp.zeros(shape, dtype=g.data.dtype)
+    if advanced:
+        scatter_at(xp, "add", out, idx, g.data)
+    else:
+        out[idx] = g.data
+    return from_op(out, (g,), lambda gg: (xp.asarray(gg[idx]),), "index_backward",
+                   lambda gg, o: (getitem(gg, idx),))
 
 
 def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
@@ -339,7 +355,12 @@ def cat(tensors, dim: int = 0) -> Tensor:
 
     def backward(g):
         return [p.astype(t.data.dtype, copy=False) for p, t in zip(xp.split(g, bounds, axis=axis), tensors)]
-    return from_op(out, tensors, backward, "cat")
+
+    def tensor_backward(g, o):
+        starts = (0, *bounds)
+        return [cast(getitem(g, (slice(None),) * axis + (slice(lo, lo + t.shape[axis]),)), t.dtype)
+                for lo, t in zip(starts, tensors)]
+    return from_op(out, tensors, backward, "cat", tensor_backward)
 
 
 def stack(tensors, dim: int = 0) -> Tensor:
@@ -447,7 +468,7 @@ def _pad_constant(x: Tensor, widths: list, value: float) -> Tensor:
     out = xp.pad(x.data[kept], added, constant_values=value)
     inner = tuple(slice(lo, out.shape[i] - hi) for i, (lo, hi) in enumerate(added))
     if all(lo >= 0 and hi >= 0 for lo, hi in widths):
-        return from_op(out, (x,), lambda g: (g[inner],), "pad")
+        return from_op(out, (x,), lambda g: (g[inner],), "pad", lambda g, o: (getitem(g, inner),))
 
     def backward(g):
         gx = xp.zeros(x.shape, dtype=g.dtype)
@@ -524,4 +545,4 @@ def unbind(x: Tensor, dim: int = 0) -> tuple:
 
 def clone(x: Tensor) -> Tensor:
     """A copy with its own memory that stays on the tape (its gradient passes straight through)."""
-    return from_op(x.data.copy(), (x,), lambda g: (g,), "clone")
+    return from_op(x.data.copy(), (x,), lambda g: (g,), "clone", lambda g, o: (g,))
