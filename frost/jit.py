@@ -96,9 +96,7 @@ class Jitted:
                 return out
             self._capture(entry, args, kwargs)
         from frost.backend import cuda
-        from frost.optim import flat
-        for optimizer in list(flat.live_optimizers):
-            optimizer.sync_device_hyperparameters()  # a schedule's new lr reaches the captured update kernel
+        _sync_optimizer_hyperparameters()
         current = cuda.current_stream()
         for static, t in zip(entry.static_inputs, tensors):
             static.data[...] = t.data  # an asynchronous device-to-device copy on the current stream
@@ -132,6 +130,9 @@ class Jitted:
         with cp.cuda.using_allocator(entry.pool.malloc):
             s_args = _replace_tensors(args, make_static)
             s_kwargs = _replace_tensors(kwargs, make_static)
+        # a schedule's lr changed since the warm-up is written now: inside the capture the write would be a
+        # host-to-device copy, which a capture refuses
+        _sync_optimizer_hyperparameters()
         cp.cuda.get_current_stream().synchronize()
         with cp.cuda.using_allocator(entry.pool.malloc), entry.stream:
             # a zero_grad() made before the capture is not replayed with it: only one inside the step may let
@@ -187,6 +188,14 @@ class _NodePriorityGraph:
     def __del__(self) -> None:
         if self.handle:
             self.driver.cuGraphExecDestroy(self.handle)
+
+
+def _sync_optimizer_hyperparameters() -> None:
+    """Write every flat optimizer's changed hyper-parameters (a schedule's lr) to the device, outside any capture:
+    a replay's update kernel reads them there, and a capture must not copy from the host."""
+    from frost.optim import flat
+    for optimizer in list(flat.live_optimizers):
+        optimizer.sync_device_hyperparameters()
 
 
 def _check(err: int, call: str) -> None:

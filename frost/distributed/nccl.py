@@ -30,8 +30,8 @@ def _nccl():
 
 
 def _pack_id(uid) -> bytes:
-    """The id's bytes, whichever sign the sending machine's chars have."""
-    return bytes(v & 0xFF for v in uid)
+    """The id's bytes, whichever sign the sending machine's chars have (CuPy 14 gives bytes already)."""
+    return bytes(uid) if isinstance(uid, bytes) else bytes(v & 0xFF for v in uid)
 
 
 def _unpack_id(raw: bytes) -> tuple:
@@ -39,6 +39,19 @@ def _unpack_id(raw: bytes) -> tuple:
     if len(raw) != UNIQUE_ID_BYTES:
         raise ValueError(f"nccl: the unique id from rank 0's store has {len(raw)} bytes, expected {UNIQUE_ID_BYTES}")
     return tuple(raw) if _UNSIGNED_CHAR else struct.unpack(f"{len(raw)}b", raw)
+
+
+def communicator(nccl, world_size: int, raw: bytes, rank: int):
+    """NCCL's communicator from the id's bytes: CuPy 14 takes the bytes, older CuPy a tuple of this machine's C
+    chars (it says which by refusing the other with a TypeError naming commId)."""
+    if len(raw) != UNIQUE_ID_BYTES:
+        raise ValueError(f"nccl: the unique id from rank 0's store has {len(raw)} bytes, expected {UNIQUE_ID_BYTES}")
+    try:
+        return nccl.NcclCommunicator(world_size, raw, rank)
+    except TypeError as e:
+        if "commId" not in str(e):
+            raise
+        return nccl.NcclCommunicator(world_size, _unpack_id(raw), rank)
 
 
 class NCCLWork:
@@ -62,8 +75,7 @@ class NCCLBackend:
         cp.cuda.Device(local_rank % cp.cuda.runtime.getDeviceCount()).use()
         if rank == 0:
             store.set("nccl_unique_id", _pack_id(nccl.get_unique_id()))
-        uid = _unpack_id(store.get("nccl_unique_id"))
-        self.comm = nccl.NcclCommunicator(world_size, uid, rank)
+        self.comm = communicator(nccl, world_size, store.get("nccl_unique_id"), rank)
         self.world_size = world_size
 
     @staticmethod

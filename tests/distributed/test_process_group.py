@@ -58,6 +58,35 @@ def test_the_nccl_unique_id_travels_between_machines_of_either_char_sign():
         nccl._unpack_id(raw[:127])
 
 
+class BytesCommunicator:
+    """CuPy 14's NcclCommunicator (Cython-typed `bytes commId`): the unique id as bytes only."""
+
+    def __init__(self, world_size, comm_id, rank):
+        if not isinstance(comm_id, bytes):
+            raise TypeError(f"Argument 'commId' has incorrect type (expected bytes, got {type(comm_id).__name__})")
+        self.comm_id = comm_id
+
+
+class CharsCommunicator:
+    """Older CuPy's (`tuple commId`): the id as a tuple of this machine's C chars."""
+
+    def __init__(self, world_size, comm_id, rank):
+        if not isinstance(comm_id, tuple):
+            raise TypeError(f"Argument 'commId' has incorrect type (expected tuple, got {type(comm_id).__name__})")
+        self.comm_id = comm_id
+
+
+@pytest.mark.parametrize("kind", [BytesCommunicator, CharsCommunicator])
+def test_the_communicator_takes_the_id_in_the_form_this_cupy_wants(kind):
+    raw = bytes(range(128))[::-1]
+    fake = type("FakeNccl", (), {"NcclCommunicator": kind})
+    expected = raw if kind is BytesCommunicator else nccl._unpack_id(raw)
+    assert nccl.communicator(fake, 1, raw, 0).comm_id == expected
+    assert nccl._pack_id(raw) == raw  # CuPy 14's get_unique_id() gives bytes: they travel as they are
+    with pytest.raises(ValueError, match="127 bytes, expected 128"):
+        nccl.communicator(fake, 1, raw[:127], 0)
+
+
 class SlowRequest:
     """An MPI request that completes at the third Test()."""
 
