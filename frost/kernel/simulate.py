@@ -33,9 +33,10 @@ import ml_dtypes
 import numpy as np
 
 from frost.kernel import frontend
-from frost.kernel.frontend import Checked, check_literal, matmul_call
-from frost.kernel.types import (ArrayType, Scalar, TupleType, Weak, bf16, boolean, f16, f32, f64, i32, i64,
-                                promote, strong, u32, u8)
+from frost.kernel.builder import Builder
+from frost.kernel.frontend import Checked, matmul_call
+from frost.kernel.types import (ArrayType, TupleType, bf16, boolean, f16, f32, f64, i32, i64,
+                                strong, u32, u8)
 
 
 step_limit: int = int(os.environ.get("FROST_KERNEL_STEP_LIMIT", 1_000_000))
@@ -424,11 +425,8 @@ NAMESPACE = {
 frontend.SIM_NAMES.update(NAMESPACE, {"_T", "_BF16", "_BF16_DT"})
 CONV = {f32: "_np.float32", f64: "_np.float64", f16: "_np.float16", i32: "_np.int32", i64: "_np.int64",
         u32: "_np.uint32", u8: "_np.uint8", boolean: "_np.bool_"}
-MATH_PY = {"sqrt": "_sqrt", "rsqrt": "_rsqrt", "exp": "_exp", "exp2": "_exp2", "log": "_log", "log2": "_log2",
-           "tanh": "_tanh", "sin": "_sin", "cos": "_cos", "floor": "_floor", "ceil": "_ceil", "erf": "_erf"}
 PYOPS = {"Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "LShift": "<<", "RShift": ">>", "BitAnd": "&",
          "BitOr": "|", "BitXor": "^"}
-CMP = {"Lt": "<", "LtE": "<=", "Gt": ">", "GtE": ">=", "Eq": "==", "NotEq": "!="}
 LINE_MAPS: dict[str, tuple[str, list[int]]] = {}  # generated filename -> (python file, line of each generated line)
 
 
@@ -445,20 +443,17 @@ def convert(code: str, src, dst) -> str:
     return f"{CONV[dst]}({code})"
 
 
-class PyGen:
+class PyGen(Builder):
     """Writes a checked function as Python source for the simulator."""
 
+    TARGET, AND, TMP, UNSUPPORTED = "sim", " and ", "_fk_t", "the simulator does not support {name}()"
+    convert = staticmethod(convert)
+
     def __init__(self, fn: Checked, namespace: dict) -> None:
-        self.fn = fn
-        self.src = fn.src
+        super().__init__(fn)
         self.ns = namespace
         self.out: list[str] = []
         self.lines: list[int] = []
-        self.indent = 1
-        self.tmp = 0
-
-    def type(self, node):
-        return self.fn.types[id(node)]
 
     def w(self, text, node):
         self.out.append("    " * self.indent + text)
@@ -476,9 +471,7 @@ class PyGen:
                 self.ns[key] = np.asarray(int(value)).astype(t.np)[()]
         return key
 
-    def new_tmp(self):
-        self.tmp += 1
-        return f"_fk_t{self.tmp}"
+    literal = const  # a number in the generated code is a constant of the namespace
 
     def generate(self) -> str:
         fn = self.fn
@@ -654,17 +647,6 @@ class PyGen:
             self.w(f"return {self.ex(s.value, ret)}", s)
 
     # -- expressions ------------------------------------------------------------------------------------
-    def ex(self, node, want=None) -> str:
-        t = self.type(node)
-        if isinstance(t, Weak):
-            lt = want if want is not None else t.strong
-            check_literal(self.src, node, self.fn.values[id(node)], lt)
-            return self.const(self.fn.values[id(node)], lt)
-        code = getattr(self, "e_" + type(node).__name__)(node)
-        if want is None or isinstance(t, (ArrayType, TupleType)) or t is None:
-            return code
-        return convert(code, t, want)
-
     def e_Constant(self, node):
         return "True" if node.value else "False"
 
@@ -672,9 +654,6 @@ class PyGen:
         if id(node) in self.fn.values:  # a Const[bool] or a global bool (other folded names are Weak, written above)
             return "True" if self.fn.values[id(node)] else "False"
         return node.id
-
-    def e_Attribute(self, node):
-        return self.fn.attr_names[id(node)]
 
     def binop(self, name, a, b, t):
         if name == "Pow":
@@ -685,30 +664,13 @@ class PyGen:
             return f"_fmod({a}, {b})" if t.is_float else f"_imod({a}, {b})"
         return f"({a} {PYOPS[name]} {b})"
 
-    def e_BinOp(self, node):
-        t = self.type(node)
-        return self.binop(type(node.op).__name__, self.ex(node.left, t), self.ex(node.right, t), t)
-
-    def e_UnaryOp(self, node):
-        t = self.type(node)
-        if isinstance(node.op, ast.Not):
-            return f"(not {self.ex(node.operand)})"
-        op = {"USub": "-", "UAdd": "+", "Invert": "~"}[type(node.op).__name__]
-        return f"({op}{self.ex(node.operand, t)})"
+    def negation(self, operand) -> str:
+        return f"(not {self.ex(operand)})"
 
     def e_BoolOp(self, node):
         op = " and " if isinstance(node.op, ast.And) else " or "
         parts = [self.ex(v) if self.type(v) is boolean else f"_B({self.ex(v)})" for v in node.values]
         return "(" + op.join(parts) + ")"
-
-    def e_Compare(self, node):
-        parts = []
-        left = node.left
-        for op, right in zip(node.ops, node.comparators):
-            ct = strong(promote(self.type(left), self.type(right)))
-            parts.append(f"({self.ex(left, ct)} {CMP[type(op).__name__]} {self.ex(right, ct)})")
-            left = right
-        return parts[0] if len(parts) == 1 else "(" + " and ".join(parts) + ")"
 
     def e_IfExp(self, node):
         t = self.type(node)
@@ -726,197 +688,23 @@ class PyGen:
             return f"{a}.ld({self.ex(idx[0])})"
         return f"{a}.ldn(({', '.join(self.ex(i) for i in idx)},))"
 
-    def e_Call(self, node):
-        f = node.func
-        if id(node) in self.fn.callees:
-            callee = self.fn.callees[id(node)]
-            args = []
-            for a, p in zip([node.args[k] for k in callee.param_positions], callee.params):
-                args.append(self.ex(a) if isinstance(p.type, ArrayType) else self.ex(a, p.type))
-            call = f"{callee.cname}(_T, {', '.join(args)})"
-            return f"(yield from {call})" if callee.has_yield else call
-        if isinstance(f, ast.Attribute) and f.attr == "tile":
-            r, c = self.type(node).shape
-            i, j = (self.ex(e) for e in node.args[1].elts)
-            return f"{self.ex(f.value)}.tile({r}, {c}, {i}, {j})"
-        name = _fname(node)
-        t = self.type(node)
-        if isinstance(t, Scalar) and id(node) in self.fn.casts:
-            return self.ex(node.args[0], t)
-        m = getattr(self, "p_" + name, None)
-        if m is not None:
-            return m(node, t)
-        if name in MATH_PY:
-            return f"{MATH_PY[name]}({self.ex(node.args[0], t)})"
-        raise self.src.error(node, f"the simulator does not support {name}()")
+    def call_device(self, node, callee: Checked) -> str:
+        args = []
+        for a, p in zip([node.args[k] for k in callee.param_positions], callee.params):
+            args.append(self.ex(a) if isinstance(p.type, ArrayType) else self.ex(a, p.type))
+        call = f"{callee.cname}(_T, {', '.join(args)})"
+        return f"(yield from {call})" if callee.has_yield else call
 
-    def p_abs(self, node, t):
-        return f"_abs({self.ex(node.args[0], t)})"
+    def tile(self, node) -> str:
+        r, c = self.type(node).shape
+        i, j = (self.ex(e) for e in node.args[1].elts)
+        return f"{self.ex(node.func.value)}.tile({r}, {c}, {i}, {j})"
 
-    def _minmax(self, node, t, which):
-        fn = ("_fmin" if which == "min" else "_fmax") if t.is_float else ("_" + which)
-        code = self.ex(node.args[0], t)
-        for a in node.args[1:]:
-            code = f"{fn}({code}, {self.ex(a, t)})"
-        return code
-
-    def p_min(self, node, t):
-        return self._minmax(node, t, "min")
-
-    def p_max(self, node, t):
-        return self._minmax(node, t, "max")
-
-    def p_fma(self, node, t):
-        return f"_fma({', '.join(self.ex(a, t) for a in node.args)})"
-
-    def p_pow(self, node, t):
-        return f"_pow({self.ex(node.args[0], t)}, {self.ex(node.args[1], t)})"
-
-    def p_mulhi(self, node, t):
-        return f"_mulhi({self.ex(node.args[0], t)}, {self.ex(node.args[1], t)})"
-
-    def p_cdiv(self, node, t):
-        a, b = (self.ex(x, t) for x in node.args)
-        return f"_idiv({a} + {b} - {self.const(1, t)}, {b})"
-
-    def p_len(self, node, t):
-        return f"{self.ex(node.args[0])}.len64"
-
-    def p_syncthreads(self, node, t):
-        return "(yield _SYNC)"
-
-    def p_grid_sync(self, node, t):
-        return f"((yield _GRID_SYNC) if {self.ex(node.args[0])}.ld(0) is not None else None)"
-
-    def p_shared(self, node, t):
-        return self.alloc(node, "shared")
-
-    def p_local(self, node, t):
-        return self.alloc(node, "local")
-
-    def p_dynamic_shared(self, node, t):
-        dtype = f"_np.dtype({t.elem.np.name!r})" if t.elem is not bf16 else "_BF16_DT"
-        if t.shape is None:
-            return f"_T.dynamic_shared({dtype})"
-        return f"_T.dynamic_shared({dtype}, {t.shape}, {self.fn.dyn_arrays[id(node)]})"
-
-    def _idx(self, node):
+    def index_tuple(self, node) -> str:
+        """Python code for a tuple of indices (one index node, or an ast.Tuple of them)."""
         idx = node.elts if isinstance(node, ast.Tuple) else [node]
         return "(" + ", ".join(self.ex(i) for i in idx) + ",)"
 
-    def p_atomic_add(self, node, t, op="add"):
-        return f"{self.ex(node.args[0])}.atomic({self._idx(node.args[1])}, {op!r}, {self.ex(node.args[2], t)})"
-
-    def p_atomic_max(self, node, t):
-        return self.p_atomic_add(node, t, "max")
-
-    def p_atomic_min(self, node, t):
-        return self.p_atomic_add(node, t, "min")
-
-    def p_atomic_cas(self, node, t):
-        return (f"{self.ex(node.args[0])}.atomic({self._idx(node.args[1])}, 'cas', {self.ex(node.args[2], t)}, "
-                f"{self.ex(node.args[3], t)})")
-
-    def p_launch_bounds(self, node, t):
-        return "None"
-
-    def p_load4(self, node, t):
-        return f"{self.ex(node.args[0])}.ld4({self.ex(node.args[1])})"
-
-    def p_load2(self, node, t):
-        return f"{self.ex(node.args[0])}.ld4({self.ex(node.args[1])}, 'load2', 2)"
-
-    def p_store2(self, node, t):
-        elem = self.type(node.args[0]).elem
-        vals = ", ".join(self.ex(v, elem) for v in node.args[2:])
-        return f"{self.ex(node.args[0])}.st4({self.ex(node.args[1])}, {vals}, what='store2')"
-
-    def p_ldg4(self, node, t):
-        return f"{self.ex(node.args[0])}.ld4({self.ex(node.args[1])}, 'ldg4')"
-
-    def p_store4(self, node, t):
-        elem = self.type(node.args[0]).elem
-        vals = ", ".join(self.ex(v, elem) for v in node.args[2:])
-        return f"{self.ex(node.args[0])}.st4({self.ex(node.args[1])}, {vals})"
-
-    def p_ldg(self, node, t):
-        return f"{self.ex(node.args[0])}.ld({self.ex(node.args[1])})"
-
-    def _shfl(self, node, t, kind):
-        return f"(yield ({kind!r}, {self.ex(node.args[0], t)}, int({self.ex(node.args[1])})))"
-
-    def p_shfl_xor(self, node, t):
-        return self._shfl(node, t, "shfl_xor")
-
-    def p_shfl_down(self, node, t):
-        return self._shfl(node, t, "shfl_down")
-
-    def p_shfl_up(self, node, t):
-        return self._shfl(node, t, "shfl_up")
-
-    def p_shfl_idx(self, node, t):
-        return self._shfl(node, t, "shfl_idx")
-
-    def p_ballot(self, node, t):
-        return f"(yield ('ballot', {self.ex(node.args[0])}, 0))"
-
-    def p_cp_async16(self, node, t):
-        return (f"_T.cp_async({self.ex(node.args[0])}, {self._idx(node.args[1])}, {self.ex(node.args[2])}, "
-                f"{self._idx(node.args[3])})")
-
-    def p_cp_commit(self, node, t):
-        return "_T.cp_commit()"
-
-    def p_cp_wait(self, node, t):
-        return f"_T.cp_wait({int(self.fn.values[id(node.args[0])])})"
-
-    def _ldmatrix(self, node, regs, trans):
-        return (f"(yield ('ldmatrix', ({self.ex(node.args[0])}, {self.ex(node.args[1])}, "
-                f"{self._idx(node.args[2])}, {regs}, {trans})))")
-
-    def p_ldmatrix_x4(self, node, t):
-        return self._ldmatrix(node, 4, False)
-
-    def p_ldmatrix_x2(self, node, t):
-        return self._ldmatrix(node, 2, False)
-
-    def p_ldmatrix_x4_trans(self, node, t):
-        return self._ldmatrix(node, 4, True)
-
-    def p_ldmatrix_x2_trans(self, node, t):
-        return self._ldmatrix(node, 2, True)
-
-    def p_mma_16x8x16(self, node, t):
-        c, a, b = (self.ex(x) for x in node.args)
-        return f"(yield ('mma', ({c}, {a}, {b})))"
-
-    p_mma = p_mma_16x8x16   # _mma reads the shape from the fragments' types
-
-    def p_wgmma_desc(self, node, t):
-        swz = self.fn.values[id(node.args[2])]
-        if len(node.args) == 5:
-            lbo, sbo = self.fn.values[id(node.args[3])], self.fn.values[id(node.args[4])]
-        else:
-            lbo, sbo = 16, 8 * swz
-        return f"_T.wgmma_desc({self.ex(node.args[0])}, {self._idx(node.args[1])}, {lbo}, {sbo}, {swz})"
-
-    def p_wgmma_bf16(self, node, t):
-        acc, da, db = (self.ex(x) for x in node.args[:3])
-        n = self.fn.values[id(node.args[3])]
-        scale = f"int({self.ex(node.args[4])})" if len(node.args) == 5 else "1"
-        return f"(yield ('wgmma', ({acc}, {da}, {db}, {n}, {scale})))"
-
-    def p_wgmma_fence(self, node, t):
-        return "_T.wgmma_fence()"
-
-    def p_wgmma_commit(self, node, t):
-        return "_T.wgmma_commit()"
-
-    def p_wgmma_wait(self, node, t):
-        return f"_T.wgmma_wait({int(self.fn.values[id(node.args[0])])})"
-
-    def p_fence_proxy_async(self, node, t):
-        return "None"
 
 
 def _fname(call) -> str:

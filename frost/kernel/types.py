@@ -198,3 +198,13 @@ Const = _ConstAnnotation()
 def np_scalar(value, t: Scalar):
     """A Python or NumPy value as a NumPy scalar of type t, converted as C converts."""
     return np.asarray(value).astype(t.np)[()]
+
+
+def c_div(a, b):
+    """Integer division as C truncates it (toward zero), on Python ints: constant folding and cdiv's."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def c_mod(a, b):
+    return a - b * c_div(a, b)

@@ -1,0 +1,171 @@
+"""Built-in Hopper warpgroup MMA (a kernel using any of these compiles for sm_90a): wgmma_desc, wgmma_bf16,
+wgmma_fence, wgmma_commit, wgmma_wait, fence_proxy_async. Encodings from the PTX ISA ("Asynchronous Warpgroup Level
+Matrix Instructions": wgmma.mma_async, the shared memory matrix descriptor) and CUTLASS
+cute/arch/mma_sm90_desc.hpp; the simulator performs a committed group when wgmma_wait retires it."""
+from __future__ import annotations
+
+import ast
+import math
+
+from frost.kernel.builtin_defs.base import BuiltinDef, Checking, CudaBuilding, SimBuilding, array_any
+from frost.kernel.types import ArrayType, Scalar, Weak, boolean, f32, i32, i64
+
+WGMMA_SWIZZLES = {0: 0, 128: 1, 64: 2, 32: 3}  # bytes -> the descriptor's 2-bit swizzle mode (PTX ISA)
+
+
+def _desc_offsets(values: dict, node, swz: int) -> tuple[int, int]:
+    """(LBO, SBO) of a checked wgmma_desc call: given, or the defaults of a tile with SWIZZLE-byte rows."""
+    if len(node.args) == 5:
+        return values[id(node.args[3])], values[id(node.args[4])]
+    return 16, 8 * swz
+
+
+class WgmmaDesc(BuiltinDef):
+    def check(self, ck: Checking, node):
+        """wgmma_desc(tile, (row, col), SWIZZLE[, LBO, SBO]) -> i64: the shared-memory matrix descriptor of the
+        K-major operand that starts at tile[row, col] (PTX ISA, "Matrix Descriptor Format"). SWIZZLE is 128, 64, 32
+        (bytes) or 0; LBO and SBO are byte offsets, defaulting for a swizzled row-major tile whose rows are SWIZZLE
+        bytes long (LBO unused = 16, SBO = 8 rows = 8 * SWIZZLE)."""
+        if len(node.args) not in (3, 5):
+            raise ck.src.error(node, "wgmma_desc(tile, (row, col), SWIZZLE[, LBO, SBO]) takes 3 or 5 arguments")
+        at = array_any(ck, node, node.args[0], node.args[1], "wgmma_desc")
+        if at.space != "shared":
+            raise ck.src.error(node, f"wgmma_desc() describes a tile in shared memory, got {at}")
+        swz = ck.const_int(node.args[2])
+        if swz not in WGMMA_SWIZZLES:
+            raise ck.src.error(node, f"wgmma_desc(): SWIZZLE must be 128, 64, 32 or 0 bytes, got {swz}")
+        if len(node.args) == 5:
+            lbo, sbo = ck.const_int(node.args[3]), ck.const_int(node.args[4])
+        else:
+            pitch = at.shape[-1] * at.elem.np.itemsize if at.shape is not None else None
+            if swz == 0 or pitch != swz:
+                raise ck.src.error(node, f"wgmma_desc() without LBO and SBO needs a swizzled tile whose rows are "
+                                         f"SWIZZLE={swz} bytes long, got {at}" + (f" ({pitch}-byte rows)" if pitch
+                                                                                  else "") + "; pass LBO, SBO")
+            lbo, sbo = 16, 8 * swz
+        for what, v in (("LBO", lbo), ("SBO", sbo)):
+            if v < 0 or v % 16 or v >> 4 >= 1 << 14:
+                raise ck.src.error(node, f"wgmma_desc(): {what}={v} must be a multiple of 16 below 2^18 bytes")
+        ck.out.uses_wgmma = True
+        return i64
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        swz = g.fn.values[id(node.args[2])]
+        lbo, sbo = _desc_offsets(g.fn.values, node, swz)
+        mode = WGMMA_SWIZZLES[swz]
+        return f"frost_wgmma_desc({g.elem_ptr(node.args[0], node.args[1])}, {lbo}u, {sbo}u, {mode}u)"
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        swz = g.fn.values[id(node.args[2])]
+        lbo, sbo = _desc_offsets(g.fn.values, node, swz)
+        return f"_T.wgmma_desc({g.ex(node.args[0])}, {g.index_tuple(node.args[1])}, {lbo}, {sbo}, {swz})"
+
+
+def fence_accs(g: CudaBuilding) -> list[str]:
+    """CUTLASS's warpgroup_fence_operand: an empty asm that reads and writes every accumulator register, so
+    the compiler neither reads an accumulator before wgmma_wait nor writes one after wgmma_fence."""
+    out = []
+    for name, n in g.fn.wgmma_accs.items():
+        at = g.fn.locals[name].type
+        flat = g.cname(name) if at.ndim == 1 else f"reinterpret_cast<float*>({g.cname(name)})"
+        out += [f'asm volatile("" : "+f"({flat}[{k}]) :: "memory")' for k in range(n)]
+    return out
+
+
+class WgmmaSync(BuiltinDef):
+    """wgmma_fence(), wgmma_commit(), fence_proxy_async(): no arguments, one PTX instruction; wgmma_fence (as
+    wgmma_wait after its instruction) also fences the accumulators."""
+
+    def __init__(self, name: str, ptx: str, sim_code: str, fences_accs: bool = False) -> None:
+        super().__init__(name)
+        self.ptx, self.sim_code, self.fences_accs = ptx, sim_code, fences_accs
+
+    def check(self, ck: Checking, node):
+        ck.args(node, 0, self.name)
+        ck.out.uses_wgmma = True
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        asm = f'asm volatile("{self.ptx};" ::: "memory")'
+        return "; ".join(fence_accs(g) + [asm]) if self.fences_accs else asm
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        return self.sim_code
+
+
+class WgmmaWait(BuiltinDef):
+    def check(self, ck: Checking, node):
+        if len(node.args) != 1:
+            raise ck.src.error(node, "wgmma_wait(n) takes the number of wgmma groups left in flight")
+        n = ck.const_int(node.args[0])
+        if not 0 <= n <= 7:
+            raise ck.src.error(node, f"wgmma_wait({n}): n must be 0..7")
+        ck.out.uses_wgmma = True
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        n = int(g.fn.values[id(node.args[0])])
+        return "; ".join([f'asm volatile("wgmma.wait_group.sync.aligned {n};" ::: "memory")'] + fence_accs(g))
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        return f"_T.wgmma_wait({int(g.fn.values[id(node.args[0])])})"
+
+
+class WgmmaBf16(BuiltinDef):
+    def check(self, ck: Checking, node):
+        """wgmma_bf16(acc, desc_a, desc_b, N[, scale_d]): acc (local f32, N/2 per thread) += A[64, 16] @ B[N, 16]^T,
+        both K-major in shared memory (wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16); scale_d 0 ignores acc."""
+        if len(node.args) not in (4, 5):
+            raise ck.src.error(node, "wgmma_bf16(acc, desc_a, desc_b, N[, scale_d]) takes 4 or 5 arguments")
+        n = ck.const_int(node.args[3])
+        if not (8 <= n <= 256 and n % 8 == 0):
+            raise ck.src.error(node, f"wgmma_bf16(): N={n} is not a wgmma shape (m64nNk16 has N = 8, 16, ..., 256)")
+        acc = ck.expr(node.args[0])
+        if not (isinstance(acc, ArrayType) and acc.space == "local" and acc.kind == "native" and acc.elem is f32):
+            raise ck.src.error(node.args[0], f"wgmma_bf16() accumulates into a local f32 array, got {acc}")
+        if math.prod(acc.shape) != n // 2:
+            raise ck.src.error(node.args[0], f"wgmma_bf16() with N={n} needs an accumulator of N/2 = {n // 2} f32 "
+                                             f"per thread, got {acc}")
+        for d in node.args[1:3]:
+            if ck.expr(d) is not i64:
+                raise ck.src.error(d, f"wgmma_bf16() takes descriptors made by wgmma_desc() (i64), got "
+                                      f"{ck.type(d)}")
+        if len(node.args) == 5:
+            t = ck.expr(node.args[4])
+            if not (isinstance(t, (Scalar, Weak)) and (t.is_int or t is boolean)):
+                raise ck.src.error(node.args[4], f"wgmma_bf16(): scale_d is an integer (0 or 1), got {t}")
+        if isinstance(node.args[0], ast.Name):
+            ck.out.wgmma_accs[node.args[0].id] = n // 2
+        ck.out.uses_wgmma = True
+        ck.out.has_yield = True
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        acc = g.array_ref(node.args[0])
+        n = g.fn.values[id(node.args[3])]
+        regs = n // 2
+        flat = acc if g.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({acc})"
+        da, db = g.ex(node.args[1]), g.ex(node.args[2])
+        scale = g.ex(node.args[4], i32) if len(node.args) == 5 else "1"
+        outs = ", ".join(f"%{k}" for k in range(regs))
+        # scale-d is a predicate operand (D = A*B + D when true, A*B when false); imm-scale-a/b = 1 (no negation);
+        # imm-trans-a/b = 0: both operands K-major.
+        return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n'
+                f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, %{regs}, %{regs + 1}, '
+                f'p, 1, 1, 0, 0;\\n}}" : '
+                + ", ".join(f'"+f"({flat}[{k}])' for k in range(regs))
+                + f' : "l"({da}), "l"({db}), "r"((int)({scale})) : "memory")')
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        acc, da, db = (g.ex(x) for x in node.args[:3])
+        n = g.fn.values[id(node.args[3])]
+        scale = f"int({g.ex(node.args[4])})" if len(node.args) == 5 else "1"
+        return f"(yield ('wgmma', ({acc}, {da}, {db}, {n}, {scale})))"
+
+
+DEFINITIONS = [
+    WgmmaDesc("wgmma_desc"), WgmmaBf16("wgmma_bf16"), WgmmaWait("wgmma_wait"),
+    WgmmaSync("wgmma_fence", "wgmma.fence.sync.aligned", "_T.wgmma_fence()", fences_accs=True),
+    WgmmaSync("wgmma_commit", "wgmma.commit_group.sync.aligned", "_T.wgmma_commit()"),
+    WgmmaSync("fence_proxy_async", "fence.proxy.async.shared::cta", "None"),
+]
