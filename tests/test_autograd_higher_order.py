@@ -182,23 +182,11 @@ def test_elementwise_second_derivatives_match_torch(f_op, t_op, arrays):
     check_second_order(f_op, t_op, arrays, rtol=1e-6 if f_op is ELEMENTWISE[-1][1] else RTOL)
 
 
-@pytest.mark.parametrize("f_op, t_op, arrays", [c[1:] for c in REDUCE_AND_SHAPE], ids=[c[0] for c in REDUCE_AND_SHAPE])
-def test_reduction_and_shape_second_derivatives_match_torch(f_op, t_op, arrays):
-    check_second_order(f_op, t_op, arrays)
+OTHER_OPS = REDUCE_AND_SHAPE + MATMUL + CONV + LOSSES  # reductions, shapes, matmul/linear, convolutions, losses
 
 
-@pytest.mark.parametrize("f_op, t_op, arrays", [c[1:] for c in MATMUL], ids=[c[0] for c in MATMUL])
-def test_matmul_and_linear_second_derivatives_match_torch(f_op, t_op, arrays):
-    check_second_order(f_op, t_op, arrays)
-
-
-@pytest.mark.parametrize("f_op, t_op, arrays", [c[1:] for c in CONV], ids=[c[0] for c in CONV])
-def test_convolution_second_derivatives_match_torch(f_op, t_op, arrays):
-    check_second_order(f_op, t_op, arrays)
-
-
-@pytest.mark.parametrize("f_op, t_op, arrays", [c[1:] for c in LOSSES], ids=[c[0] for c in LOSSES])
-def test_loss_second_derivatives_match_torch(f_op, t_op, arrays):
+@pytest.mark.parametrize("f_op, t_op, arrays", [c[1:] for c in OTHER_OPS], ids=[c[0] for c in OTHER_OPS])
+def test_second_derivatives_of_the_other_ops_match_torch(f_op, t_op, arrays):
     check_second_order(f_op, t_op, arrays)
 
 
