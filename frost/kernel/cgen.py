@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from frost.kernel import builtins as B
-from frost.kernel.builder import Builder
+from frost.kernel.builder import Bounds, Builder
 from frost.kernel.builtin_defs import DEFINITIONS
-from frost.kernel.frontend import INDEX_C, Checked, KernelError, matmul_call
+from frost.kernel.frontend import INDEX_C, Checked, KernelError
 from frost.kernel.types import (ArrayType, TupleType, bf16, boolean, f16, f32, f64, i32, i64,
                                 strong, u32, u8)
 
@@ -218,7 +218,6 @@ class CGen(Builder):
         self.lines: list[str] = []
         self.last_line = None
         self.label = 0
-        self.grid_exit: list[str | None] = []
 
     def err(self, node, msg):
         return self.src.error(node, msg)
@@ -304,184 +303,120 @@ class CGen(Builder):
         self.lines.append("}")
         return "\n".join(head + self.lines)
 
-    # -- statements -------------------------------------------------------------------------------------
-    def block(self, stmts):
-        for s in stmts:
-            getattr(self, "s_" + type(s).__name__)(s)
+    # -- statements: C++'s words for the shared walk (builder.Builder) ----------------------------------
+    def end(self, code: str) -> str:
+        return code + ";"
 
-    def s_Pass(self, s):
+    def pass_stmt(self, s) -> None:
         pass
 
-    def s_Expr(self, s):
-        if isinstance(s.value, ast.Constant) or _is_call_to(s.value, "launch_bounds"):
-            return
-        self.w(self.ex(s.value) + ";", s)
+    def omitted(self, expr) -> bool:
+        return _is_call_to(expr, "launch_bounds")
 
-    def s_Assign(self, s):
-        target = s.targets[0]
-        if isinstance(target, ast.Tuple):
-            if isinstance(s.value, ast.Tuple):
-                tmps = []
-                for t, v in zip(target.elts, s.value.elts):
-                    tmp = self.new_tmp()
-                    tt = self.type(t)
-                    self.w(f"const {tt.c} {tmp} = {self.ex(v, tt)};", s)
-                    tmps.append(tmp)
-                for t, tmp in zip(target.elts, tmps):
-                    self.w(f"{self.target_code(t)} = {tmp};", s)
-            else:
-                tmp = self.new_tmp()
-                self.w(f"const auto {tmp} = {self.ex(s.value)};", s)
-                items = self.type(s.value).items
-                for k, (t, it) in enumerate(zip(target.elts, items)):
-                    self.w(f"{self.target_code(t)} = {convert(f'{tmp}.v{k}', it, self.type(t))};", s)
-            return
-        if isinstance(target, ast.Name):
-            tt = self.type(target)
-            if isinstance(tt, ArrayType):
-                if tt.kind == "native":
-                    return  # declared at the top of the function
-                self.w(f"{cname(target.id)} = {self.array_view(s.value)};", s)
-                return
-            self.w(f"{cname(target.id)} = {self.ex(s.value, tt)};", s)
-            return
-        tt = self.type(target)
-        self.w(f"{self.ex(target)} = {self.ex(s.value, tt)};", s)
+    def assign(self, target, code: str) -> str:
+        lhs = cname(target.id) if isinstance(target, ast.Name) else self.ex(target)
+        return f"{lhs} = {code};"
 
-    def target_code(self, t) -> str:
-        """C code for an unpacking target: a local's name or an array element."""
-        return cname(t.id) if isinstance(t, ast.Name) else self.ex(t)
+    def element_store(self, target, value) -> str:
+        return f"{self.ex(target)} = {value()};"
 
-    def s_AnnAssign(self, s):
-        if s.target.id in self.fn.consts:
-            return
-        tt = self.type(s.target)
-        self.w(f"{cname(s.target.id)} = {self.ex(s.value, tt)};", s)
+    def array_value(self, value, target) -> str | None:
+        if self.type(target).kind == "native":
+            return None  # declared at the top of the function
+        return self.array_view(value)
 
-    def s_AugAssign(self, s):
-        if isinstance(s.op, ast.Add) and isinstance(s.value, ast.BinOp) and isinstance(s.value.op, ast.MatMult):
-            call = matmul_call(s)
-            self.w(self.ex(call) + ";", s)
-            return
-        tt = self.type(s.target) if isinstance(s.target, ast.Name) else self.type(s.target)
-        rt = self.fn.types[id(s)]
+    def bind_values(self, s, targets, values) -> list[str]:
+        tmps = []
+        for t, v in zip(targets, values):
+            tmp = self.new_tmp()
+            tt = self.type(t)
+            self.w(f"const {tt.c} {tmp} = {self.ex(v, tt)};", s)
+            tmps.append(tmp)
+        return tmps
+
+    def bind(self, tmp: str, code: str) -> str:
+        return f"const auto {tmp} = {code};"
+
+    def item(self, tmp: str, k: int) -> str:
+        return f"{tmp}.v{k}"
+
+    def update(self, s, tt, rt, op: str):
         target = self.ex(s.target)
-        op = type(s.op).__name__
         if rt == tt and op in ("Add", "Sub", "Mult", "BitAnd", "BitOr", "BitXor", "LShift", "RShift") or (
                 rt == tt and op == "Div" and tt.is_float):
             self.w(f"{target} {BINOPS[op]}= {self.ex(s.value, rt)};", s)
-            return
-        if isinstance(s.target, ast.Subscript):  # evaluate the index once (it may have side effects: atomic_add)
+            return None
+        if isinstance(s.target, ast.Subscript):  # a reference: the index is evaluated once
             ref = self.new_tmp()
-            value = self.binop_code(s.op, ref, tt, s.value, rt)
-            self.w(f"{{ auto& {ref} = {target}; {ref} = {convert(value, rt, tt)}; }}", s)
-            return
-        value = self.binop_code(s.op, target, tt, s.value, rt)
-        self.w(f"{target} = {convert(value, rt, tt)};", s)
+            return ref, lambda value: f"{{ auto& {ref} = {target}; {ref} = {value}; }}"
+        return target, lambda value: f"{target} = {value};"
 
-    def s_If(self, s, prefix="if"):
-        self.w(f"{prefix} ({self.cond(s.test)}) {{", s)
-        self.indent += 1
-        self.block(s.body)
-        self.indent -= 1
-        if len(s.orelse) == 1 and isinstance(s.orelse[0], ast.If):
-            self.s_If(s.orelse[0], prefix="} else if")
-            return
-        if s.orelse:
-            self.w("} else {")
-            self.indent += 1
-            self.block(s.orelse)
-            self.indent -= 1
+    def if_head(self, test, first: bool) -> str:
+        return f"{'if' if first else '} else if'} ({self.cond(test)}) {{"
+
+    def else_head(self, s) -> None:
+        self.w("} else {")
+
+    def close(self) -> None:
         self.w("}")
 
-    def s_While(self, s):
-        self.w(f"while ({self.cond(s.test)}) {{", s)
-        self.indent += 1
-        self.grid_exit.append(None)
-        self.block(s.body)
-        self.grid_exit.pop()
-        self.indent -= 1
-        self.w("}")
+    def while_head(self, test) -> str:
+        return f"while ({self.cond(test)}) {{"
 
-    def s_For(self, s):
-        it = s.iter
-        kind = it.func.id
-        if kind == "grid":
-            names = [cname(n.id) for n in s.target.elts]
-            label = f"frost_grid_end_{self.label}"
-            ends = [f"frost_{n}_end{self.label}" for n in names]
-            self.label += 1
-            for end, a, tnode in zip(ends, it.args, s.target.elts):
-                t = self.type(tnode)
-                self.w(f"const {t.c} {end} = {self.ex(a, t)};", s)
-            for n, end, tnode in zip(names, ends, s.target.elts):
-                self.w(f"for ({self.type(tnode).c} {n} = 0; {n} < {end}; ++{n}) {{", s)
-                self.indent += 1
-            self.grid_exit.append(label)
-            self.block(s.body)
-            self.grid_exit.pop()
-            for _ in names:
-                self.indent -= 1
-                self.w("}")
-            if any(isinstance(n, ast.Break) for n in _own_breaks(s.body)):
-                self.w(f"{label}:;")
-            return
+    def range_head(self, s, kind: str, bounds: Bounds) -> None:
         n = cname(s.target.id)
         t = self.type(s.target)
-        args = it.args
-        start, stop, step = (("0", args[0], None) if len(args) == 1 else
-                             (args[0], args[1], args[2] if len(args) == 3 else None))
-        start_c = start if isinstance(start, str) else self.ex(start, t)
-        stop_c = self.ex(stop, t)
-        vals = self.fn.values
+        start_c = "0" if bounds.start is None else bounds.start
+        stop_c = bounds.stop
         if kind == "static_range":
             self.w("#pragma unroll", s)
         end = f"frost_{n}_end"
-        if step is None:
+        if bounds.step is None:
             cond, inc = f"{n} < {end}", f"++{n}"
             init = f"{t.c} {n} = {start_c}, {end} = {stop_c}"
-        elif id(step) in vals:
-            sv = vals[id(step)]
-            cond = f"{n} < {end}" if sv > 0 else f"{n} > {end}"
-            inc = f"{n} += {self.ex(step, t)}"
+        elif bounds.step_value is not None:
+            cond = f"{n} < {end}" if bounds.step_value > 0 else f"{n} > {end}"
+            inc = f"{n} += {bounds.step}"
             init = f"{t.c} {n} = {start_c}, {end} = {stop_c}"
         else:
             st = f"frost_{n}_step"
-            init = f"{t.c} {n} = {start_c}, {end} = {stop_c}, {st} = {self.ex(step, t)}"
+            init = f"{t.c} {n} = {start_c}, {end} = {stop_c}, {st} = {bounds.step}"
             cond = f"({st} > 0 ? {n} < {end} : {n} > {end})"
             inc = f"{n} += {st}"
-        if kind == "static_range" and id(stop) in vals and (step is None or id(step) in vals) and (
-                isinstance(start, str) or id(start) in vals):
+        if kind == "static_range" and bounds.constant:
             init = f"{t.c} {n} = {start_c}"
             cond = cond.replace(end, stop_c)
         self.w(f"for ({init}; {cond}; {inc}) {{", s)
-        self.indent += 1
-        self.grid_exit.append(None)
-        self.block(s.body)
-        self.grid_exit.pop()
-        self.indent -= 1
-        self.w("}")
 
-    def s_Break(self, s):
-        label = self.grid_exit[-1] if self.grid_exit else None
-        self.w(f"goto {label};" if label else "break;", s)
+    def grid_head(self, s) -> tuple[str | None, int]:
+        it = s.iter
+        names = [cname(n.id) for n in s.target.elts]
+        label = f"frost_grid_end_{self.label}"
+        ends = [f"frost_{n}_end{self.label}" for n in names]
+        self.label += 1
+        for end, a, tnode in zip(ends, it.args, s.target.elts):
+            t = self.type(tnode)
+            self.w(f"const {t.c} {end} = {self.ex(a, t)};", s)
+        for n, end, tnode in zip(names, ends, s.target.elts):
+            self.w(f"for ({self.type(tnode).c} {n} = 0; {n} < {end}; ++{n}) {{", s)
+            self.indent += 1
+        return label, len(names)
 
-    def s_Continue(self, s):
-        self.w("continue;", s)
+    def grid_end(self, s, exit_label) -> None:
+        if any(isinstance(n, ast.Break) for n in _own_breaks(s.body)):
+            self.w(f"{exit_label}:;")
 
-    def s_Return(self, s):
-        if s.value is None:
-            self.w("return;", s)
-            return
-        ret = self.fn.ret
-        if isinstance(ret, TupleType):
-            if isinstance(s.value, ast.Tuple):
-                vals = [self.ex(e, t) for e, t in zip(s.value.elts, ret.items)]
-                self.w(f"return {{{', '.join(vals)}}};", s)
-            else:
-                self.w(f"return {self.ex(s.value)};", s)
-            return
-        self.w(f"return {self.ex(s.value, ret)};", s)
+    def count_iteration(self, loop) -> None:
+        pass
+
+    def break_word(self, exit_label: str | None) -> str:
+        return f"goto {exit_label}" if exit_label else "break"
+
+    def tuple_value(self, codes: list[str]) -> str:
+        return f"{{{', '.join(codes)}}}"
+
+    def return_stmt(self, code: str | None) -> str:
+        return "return;" if code is None else f"return {code};"
 
     # -- expressions ------------------------------------------------------------------------------------
     def cond(self, node) -> str:
@@ -504,13 +439,6 @@ class CGen(Builder):
         if id(node) in self.fn.values:  # a Const[bool] or a global bool (other folded names are Weak, written above)
             return literal(self.fn.values[id(node)], boolean)
         return cname(node.id)
-
-    def binop_code(self, op, left_code, left_t, right, t) -> str:
-        """Code for `left op right` in type t, where left is already C code of type left_t."""
-        name = type(op).__name__
-        a = convert(left_code, left_t, t)
-        b = self.ex(right, t)
-        return self.binop(name, a, b, t)
 
     def binop(self, name, a, b, t):
         sfx = "f" if t is f32 else ""

@@ -33,9 +33,9 @@ import ml_dtypes
 import numpy as np
 
 from frost.kernel import frontend
-from frost.kernel.builder import Builder
-from frost.kernel.frontend import Checked, matmul_call
-from frost.kernel.types import (ArrayType, TupleType, bf16, boolean, f16, f32, f64, i32, i64,
+from frost.kernel.builder import Bounds, Builder
+from frost.kernel.frontend import Checked
+from frost.kernel.types import (ArrayType, bf16, boolean, f16, f32, f64, i32, i64,
                                 strong, u32, u8)
 
 
@@ -491,48 +491,42 @@ class PyGen(Builder):
 
     def block(self, stmts):
         n = len(self.out)
-        for s in stmts:
-            getattr(self, "s_" + type(s).__name__)(s)
+        super().block(stmts)
         if len(self.out) == n:
             self.w("pass", stmts[0] if stmts else self.src.tree)
 
-    def s_Pass(self, s):
+    # -- statements: Python's words for the shared walk (builder.Builder) --------------------------------
+    def end(self, code: str) -> str:
+        return code
+
+    def pass_stmt(self, s) -> None:
         self.w("pass", s)
 
-    def s_Expr(self, s):
-        if isinstance(s.value, ast.Constant):
-            return
-        self.w(self.ex(s.value), s)
+    def omitted(self, expr) -> bool:
+        return False
 
-    def s_Assign(self, s):
-        target = s.targets[0]
-        if isinstance(target, ast.Tuple):
-            if isinstance(s.value, ast.Tuple):
-                vals = [self.ex(v, self.type(t)) for t, v in zip(target.elts, s.value.elts)]
-                tmps = [self.new_tmp() for _ in vals]
-                self.w(f"{', '.join(tmps)} = {', '.join(vals)}", s)
-                for t, tmp in zip(target.elts, tmps):
-                    self.w(self.unpack_into(t, tmp), s)
-            else:
-                tmp = self.new_tmp()
-                self.w(f"{tmp} = {self.ex(s.value)}", s)
-                for k, (t, it) in enumerate(zip(target.elts, self.type(s.value).items)):
-                    self.w(self.unpack_into(t, convert(f'{tmp}[{k}]', it, self.type(t))), s)
-            return
-        if isinstance(target, ast.Name):
-            tt = self.type(target)
-            if isinstance(tt, ArrayType):
-                if isinstance(s.value, ast.Call) and _fname(s.value) in ("shared", "local"):
-                    self.w(f"{target.id} = {self.alloc(s.value, target.id)}", s)
-                else:
-                    self.w(f"{target.id} = {self.ex(s.value)}", s)
-                return
-            self.w(f"{target.id} = {self.ex(s.value, tt)}", s)
-            return
-        self.w(self.store(target, self.ex(s.value, self.type(target))), s)
+    def assign(self, target, code: str) -> str:
+        return f"{target.id} = {code}" if isinstance(target, ast.Name) else self.store(target, code)
 
-    def unpack_into(self, t, value_code) -> str:
-        return f"{t.id} = {value_code}" if isinstance(t, ast.Name) else self.store(t, value_code)
+    def element_store(self, target, value) -> str:
+        return self.store(target, value())
+
+    def array_value(self, value, target) -> str:
+        if isinstance(value, ast.Call) and _fname(value) in ("shared", "local"):
+            return self.alloc(value, target.id)
+        return self.ex(value)
+
+    def bind_values(self, s, targets, values) -> list[str]:
+        vals = [self.ex(v, self.type(t)) for t, v in zip(targets, values)]
+        tmps = [self.new_tmp() for _ in vals]
+        self.w(f"{', '.join(tmps)} = {', '.join(vals)}", s)
+        return tmps
+
+    def bind(self, tmp: str, code: str) -> str:
+        return f"{tmp} = {code}"
+
+    def item(self, tmp: str, k: int) -> str:
+        return f"{tmp}[{k}]"
 
     def alloc(self, call, name):
         t = self.type(call)
@@ -549,25 +543,11 @@ class PyGen(Builder):
             return f"{a}.st({self.ex(idx[0])}, {value_code})"
         return f"{a}.stn(({', '.join(self.ex(i) for i in idx)},), {value_code})"
 
-    def s_AnnAssign(self, s):
-        if s.target.id in self.fn.consts:
-            return
-        self.w(f"{s.target.id} = {self.ex(s.value, self.type(s.target))}", s)
-
-    def s_AugAssign(self, s):
-        if isinstance(s.op, ast.Add) and isinstance(s.value, ast.BinOp) and isinstance(s.value.op, ast.MatMult):
-            call = matmul_call(s)
-            self.w(self.ex(call), s)
-            return
-        tt = self.type(s.target)
-        rt = self.fn.types[id(s)]
-        op = type(s.op).__name__
+    def update(self, s, tt, rt, op: str):
         if isinstance(s.target, ast.Name):
             cur = s.target.id
-            val = self.binop(op, convert(cur, tt, rt), self.ex(s.value, rt), rt)
-            self.w(f"{cur} = {convert(val, rt, tt)}", s)
-            return
-        arr, idx = s.target.value, _indices(s.target)
+            return cur, lambda value: f"{cur} = {value}"
+        arr, idx = s.target.value, _indices(s.target)  # array and indices into temporaries: evaluated once
         a = self.new_tmp()
         self.w(f"{a} = {self.ex(arr)}", s)
         tmps = []
@@ -576,75 +556,56 @@ class PyGen(Builder):
             self.w(f"{t} = {self.ex(i)}", s)
             tmps.append(t)
         if len(tmps) == 1:
-            load, store = f"{a}.ld({tmps[0]})", f"{a}.st({tmps[0]}, {{}})"
-        else:
-            load, store = f"{a}.ldn(({', '.join(tmps)},))", f"{a}.stn(({', '.join(tmps)},), {{}})"
-        val = self.binop(op, convert(load, tt, rt), self.ex(s.value, rt), rt)
-        self.w(store.format(convert(val, rt, tt)), s)
+            return f"{a}.ld({tmps[0]})", lambda value: f"{a}.st({tmps[0]}, {value})"
+        index = f"({', '.join(tmps)},)"
+        return f"{a}.ldn({index})", lambda value: f"{a}.stn({index}, {value})"
 
-    def s_If(self, s, kw="if"):
-        self.w(f"{kw} {self.ex(s.test)}:", s)
-        self.indent += 1
-        self.block(s.body)
-        self.indent -= 1
-        if len(s.orelse) == 1 and isinstance(s.orelse[0], ast.If):
-            self.s_If(s.orelse[0], "elif")
-        elif s.orelse:
-            self.w("else:", s)
-            self.indent += 1
-            self.block(s.orelse)
-            self.indent -= 1
+    def if_head(self, test, first: bool) -> str:
+        return f"{'if' if first else 'elif'} {self.ex(test)}:"
 
-    def s_While(self, s):
-        self.w(f"while {self.ex(s.test)}:", s)
-        self.indent += 1
-        self.tick(s)
-        self.block(s.body)
-        self.indent -= 1
+    def else_head(self, s) -> None:
+        self.w("else:", s)
 
-    def s_For(self, s):
+    def close(self) -> None:
+        pass  # Python's indentation ends the block
+
+    def while_head(self, test) -> str:
+        return f"while {self.ex(test)}:"
+
+    def range_head(self, s, kind: str, bounds: Bounds) -> None:
+        t = self.type(s.target)
+        step = bounds.step
+        if bounds.step_value is not None:
+            # a constant step keeps its sign (C++ picks `i > end` from it; a u32 step of -1 wraps to i - 1)
+            step = str(int(bounds.step_value))
+        args = ", ".join(a for a in (bounds.start, bounds.stop, step) if a is not None)
+        self.w(f"for {s.target.id} in _range({CONV[t]}, {args}):", s)
+
+    def grid_head(self, s) -> tuple[None, int]:
         it = s.iter
-        if it.func.id == "grid":
-            names = [n.id for n in s.target.elts]
-            types = ", ".join(CONV[self.type(n)] for n in s.target.elts)
-            ext = ", ".join(self.ex(a, self.type(n)) for a, n in zip(it.args, s.target.elts))
-            self.w(f"for {', '.join(names)} in _grid(({types},), {ext}):", s)
-        else:
-            t = self.type(s.target)
-            args = [self.ex(a, t) for a in it.args]
-            if len(it.args) == 3 and id(it.args[2]) in self.fn.values:
-                # a constant step keeps its sign (C++ picks `i > end` from it; a u32 step of -1 wraps to i - 1)
-                args[2] = str(int(self.fn.values[id(it.args[2])]))
-            args = ", ".join(args)
-            self.w(f"for {s.target.id} in _range({CONV[t]}, {args}):", s)
+        names = [n.id for n in s.target.elts]
+        types = ", ".join(CONV[self.type(n)] for n in s.target.elts)
+        ext = ", ".join(self.ex(a, self.type(n)) for a, n in zip(it.args, s.target.elts))
+        self.w(f"for {', '.join(names)} in _grid(({types},), {ext}):", s)
         self.indent += 1
-        self.tick(s)
-        self.block(s.body)
-        self.indent -= 1
+        return None, 1  # _grid yields the index tuples: a break leaves the whole grid
 
-    def tick(self, loop):
+    def grid_end(self, s, exit_label) -> None:
+        pass
+
+    def count_iteration(self, loop):
         """One step of the thread's budget per iteration, inline (a call would cost more than the count)."""
         self.w("_T.steps -= 1", loop)
         self.w("if _T.steps < 0: _T.out_of_steps()", loop)
 
-    def s_Break(self, s):
-        self.w("break", s)
+    def break_word(self, exit_label) -> str:
+        return "break"
 
-    def s_Continue(self, s):
-        self.w("continue", s)
+    def tuple_value(self, codes: list[str]) -> str:
+        return f"({', '.join(codes)},)"
 
-    def s_Return(self, s):
-        if s.value is None:
-            self.w("return None", s)
-            return
-        ret = self.fn.ret
-        if isinstance(ret, TupleType) and isinstance(s.value, ast.Tuple):
-            vals = [self.ex(e, t) for e, t in zip(s.value.elts, ret.items)]
-            self.w(f"return ({', '.join(vals)},)", s)
-        elif isinstance(ret, TupleType):
-            self.w(f"return {self.ex(s.value)}", s)
-        else:
-            self.w(f"return {self.ex(s.value, ret)}", s)
+    def return_stmt(self, code: str | None) -> str:
+        return "return None" if code is None else f"return {code}"
 
     # -- expressions ------------------------------------------------------------------------------------
     def e_Constant(self, node):
