@@ -2,6 +2,7 @@
 
     python benchmarks/loader.py                      # 10,000 PNGs, 1/2/4/8/16 workers, median of 3
     python benchmarks/loader.py --n 2000 --repeats 3 --threads 1,2,4
+    python benchmarks/loader.py --persistent         # worker processes kept across epochs, Frost's and PyTorch's
     python benchmarks/loader.py --strategies         # raw decode strategies in N plain threads
 
 Makes a PNG folder in the seed's layout (`train/<index>_<class>.png`) from the shared CIFAR-10 npz
@@ -12,10 +13,17 @@ the same batch size and no shuffling; PyTorch also gets a row with plain Pillow 
 (Image.open + np.array, what ImageList did before) unless --no-torch-pillow. Frost runs twice: with
 worker threads filling ping-pong buffers (the per-image Python work holds the GIL, so they stop
 scaling), and with worker processes (worker_type="process", forkserver) writing into shared-memory
-ping-pong buffers. PyTorch's workers are processes (started anew each epoch, as without
-persistent_workers, unless --torch-persistent; Frost's are started each epoch too) with its default
-collate. A run counts from iter() to the last batch. Prints a table, then each CPU path's scaling
-(images/s at N workers over images/s at 1); --out FILE.json also writes the result as JSON.
+ping-pong buffers. PyTorch's workers are processes with its default collate.
+
+Timing: each path and worker count gets one loader, which reads --repeats + 1 epochs; an epoch counts
+from iter() to the last batch. The first epoch (the workers' start-up, the page cache, lazy set-up) is
+reported apart; images/s is over the median of the epochs after it, so the scaling compares steady
+state. Without --persistent the worker processes (Frost's and PyTorch's) start anew each epoch, so
+every timed epoch includes their start-up, as a loader without persistent_workers does in training;
+with --persistent both keep them (persistent_workers=True) and only the first epoch starts them.
+Frost's worker threads start in microseconds either way. Prints a table and the first epochs' times,
+then each CPU path's scaling (steady images/s at N workers over images/s at the first count); --out
+FILE.json also writes the result as JSON.
 
 With a GPU (skip with --no-gpu) two more rows deliver the batches ON THE GPU, timed to a device
 synchronize at the end of each epoch:
@@ -48,7 +56,6 @@ import threading
 import time
 import warnings
 import zlib
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -118,41 +125,58 @@ class PillowImageList(ImageList):
         return pillow_decode(self.paths[index]), self.targets[index]
 
 
-def epoch_frost(ds, batch: int, workers: int, worker_type: str = "thread") -> int:
-    seen = 0
-    for x, _ in DataLoader(ds, batch_size=batch, num_workers=workers, worker_type=worker_type):
-        seen += x.shape[0]
-    return seen
+def frost_loader(ds, batch: int, workers: int, worker_type: str = "thread", context: str | None = None,
+                 persistent: bool = False, device: str | None = None) -> DataLoader:
+    """Frost's loader for one path; worker processes are kept across epochs when `persistent`."""
+    options = {}
+    if worker_type == "process":
+        options = {"multiprocessing_context": context, "persistent_workers": persistent and workers > 0}
+    return DataLoader(ds, batch_size=batch, num_workers=workers, worker_type=worker_type, device=device, **options)
 
 
-def epoch_frost_processes(ds, batch: int, workers: int, context: str | None = None) -> int:
-    seen = 0
-    for x, _ in DataLoader(ds, batch_size=batch, num_workers=workers, worker_type="process",
-                           multiprocessing_context=context):
-        seen += x.shape[0]
-    return seen
-
-
-def epoch_frost_gpu(ds, batch: int, workers: int) -> int:
-    """Frost's loader decoding on the GPU: uint8 (B, 32, 32, 3) batches on the device."""
-    from frost.backend import cuda
-    seen = 0
-    for x, _ in DataLoader(ds, batch_size=batch, num_workers=workers, device="cuda"):
-        seen += x.shape[0]
-    cuda.cupy().cuda.Device().synchronize()
-    return seen
-
-
-def epoch_torch_cuda(ds, batch: int, workers: int) -> int:
-    """PyTorch's loader (CPU decode in processes, pinned batches) with every batch moved to the GPU."""
-    import torch
+def torch_loader(ds, batch: int, workers: int, persistent: bool = False, pin_memory: bool = False):
+    """PyTorch's loader (worker processes, default collate)."""
     import torch.utils.data
-    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores
+    return torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=pin_memory,
+                                       persistent_workers=persistent and workers > 0)
+
+
+def one_epoch(loader, to_gpu=None, sync=None) -> int:
+    """Read one epoch (each batch moved with to_gpu when given, then sync()); the number of images seen."""
     seen = 0
-    for x, _ in torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=True):
-        seen += x.cuda(non_blocking=True).shape[0]
-    torch.cuda.synchronize()
+    for x, _ in loader:
+        seen += (to_gpu(x) if to_gpu is not None else x).shape[0]
+    if sync is not None:
+        sync()
     return seen
+
+
+def timed_epochs(loader, images: int, repeats: int, to_gpu=None, sync=None) -> dict:
+    """repeats + 1 epochs of one loader: the first (start-up, caches) reported apart, images/s over the median of
+    the others (steady state)."""
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        seen = one_epoch(loader, to_gpu, sync)
+        times.append(time.perf_counter() - t0)
+        if seen != images:
+            raise RuntimeError(f"loader: an epoch gave {seen} images, expected {images}")
+    return {"rate": images / statistics.median(times[1:]), "first_s": times[0], "epoch_s": times[1:]}
+
+
+def cuda_sync():
+    from frost.backend import cuda
+    cuda.cupy().cuda.Device().synchronize()
+
+
+def torch_to_gpu(x):
+    return x.cuda(non_blocking=True)
+
+
+def torch_sync():
+    import torch
+    torch.cuda.synchronize()
 
 
 def gpu_rows_available(args) -> tuple[bool, bool]:
@@ -168,35 +192,6 @@ def gpu_rows_available(args) -> tuple[bool, bool]:
     return frost_gpu, torch_gpu
 
 
-_torch_loaders: dict = {}
-
-
-def epoch_torch(ds, batch: int, workers: int, persistent: bool = False) -> int:
-    import torch.utils.data
-    warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores
-    loader = _torch_loaders.get(workers) if persistent else None
-    if loader is None:
-        loader = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
-                                             persistent_workers=persistent and workers > 0)
-        if persistent:
-            _torch_loaders[workers] = loader
-    seen = 0
-    for x, _ in loader:
-        seen += x.shape[0]
-    return seen
-
-
-def images_per_second(epoch, ds, batch: int, workers: int, repeats: int) -> tuple[float, list[float]]:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        seen = epoch(ds, batch, workers)
-        times.append(time.perf_counter() - t0)
-        if seen != len(ds):
-            raise RuntimeError(f"loader: an epoch gave {seen} images, expected {len(ds)}")
-    return len(ds) / statistics.median(times), times
-
-
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=10_000, help="images in the PNG folder")
@@ -205,8 +200,9 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dir", type=Path, default=None, help="where the PNG folder goes (default: a temp dir)")
     p.add_argument("--no-torch", action="store_true")
-    p.add_argument("--torch-persistent", action="store_true",
-                   help="keep PyTorch's worker processes across epochs (their start-up is then not timed)")
+    p.add_argument("--persistent", "--torch-persistent", dest="persistent", action="store_true",
+                   help="persistent_workers=True for Frost's worker processes and PyTorch's: started in the first "
+                        "epoch only, so the timed epochs exclude their start-up")
     p.add_argument("--frost-context", default=None, choices=["fork", "forkserver", "spawn"],
                    help="start method of Frost's worker processes (default: the loader's, forkserver)")
     p.add_argument("--no-torch-pillow", action="store_true", help="skip the PyTorch row with plain Pillow decoding")
@@ -223,16 +219,21 @@ def main(argv=None) -> dict:
     ds = ImageList(files, labels)
     pillow_ds = PillowImageList(files, labels)
     workers = [int(w) for w in args.threads.split(",")]
-    print(f"{len(ds)} PNGs from {origin} in {folder}; batch {args.batch}; median of {args.repeats}; "
-          f"{os.cpu_count()} CPUs; Python {platform.python_version()}")
-    epoch_frost(ds, args.batch, 1)  # warm the page cache
-    epoch_frost_processes(ds, args.batch, 1, args.frost_context)  # start the fork server (once per process)
-    inline, inline_times = images_per_second(epoch_frost, ds, args.batch, 0, args.repeats)
-    print(f"frost, loading in the calling thread: {inline:,.0f} images/s")
+    print(f"{len(ds)} PNGs from {origin} in {folder}; batch {args.batch}; {os.cpu_count()} CPUs; "
+          f"Python {platform.python_version()}")
+    print(f"images/s: median of {args.repeats} epochs after the first, read by one loader (steady state); the "
+          f"first epoch's seconds are printed apart. " + (
+              "--persistent: worker processes (Frost's and PyTorch's) start in the first epoch only" if args.persistent
+              else "Worker processes (Frost's and PyTorch's) start anew each epoch: every epoch includes their "
+                   "start-up (--persistent keeps them)"))
+    one_epoch(frost_loader(ds, args.batch, 1))  # warm the page cache
+    one_epoch(frost_loader(ds, args.batch, 1, "process", args.frost_context))  # start the fork server, once
+    inline = timed_epochs(frost_loader(ds, args.batch, 0), len(ds), args.repeats)
+    print(f"frost, loading in the calling thread: {inline['rate']:,.0f} images/s")
     frost_gpu, torch_gpu = gpu_rows_available(args)
     gpu_ds = DevicePNGList(files, labels) if frost_gpu else None
     if frost_gpu:
-        epoch_frost_gpu(gpu_ds, args.batch, 1)  # load the kernels
+        one_epoch(frost_loader(gpu_ds, args.batch, 1, device="cuda"), sync=cuda_sync)  # load the kernels
     print("delivered: frost threads/processes, torch, torch+Pillow: uint8 batches in host memory; "
           "frost GPU-decode, torch+.cuda(): uint8 batches on the GPU (synchronized each epoch)")
     print(f"{'workers':>7} {'frost threads':>13} {'frost procs':>11} {'torch img/s':>12} {'procs/torch':>11} "
@@ -245,11 +246,14 @@ def main(argv=None) -> dict:
         import torch
         versions["torch"] = torch.__version__
     result = {"benchmark": "loader", "images": len(ds), "source": origin, "batch_size": args.batch,
-              "repeats": args.repeats, "torch_persistent_workers": args.torch_persistent,
+              "repeats": args.repeats, "persistent_workers": args.persistent,
+              "timing": "images/s over the median of the epochs after the first, one loader per path and worker "
+                        "count; *_first_epoch_s: the first epoch (workers' start-up, caches)",
               "frost_process_context": args.frost_context or "forkserver", "cpus": os.cpu_count(),
               "platform": platform.platform(),
               "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
-              "frost_inline_images_per_s": inline, "frost_inline_epoch_s": inline_times,
+              "frost_inline_images_per_s": inline["rate"], "frost_inline_epoch_s": inline["epoch_s"],
+              "frost_inline_first_epoch_s": inline["first_s"],
               "delivers": {"frost": "uint8 batches in host memory (CPU decode in threads)",
                            "frost_process": "uint8 batches in host memory (CPU decode in processes, shared memory)",
                            "torch": "uint8 batches in host memory (CPU decode in processes)",
@@ -262,36 +266,40 @@ def main(argv=None) -> dict:
 
 
 def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu: bool) -> dict:
-    """One worker count: every path's images/s (None where skipped), printed as a table row."""
-    torch_epoch = partial(epoch_torch, persistent=args.torch_persistent)
-    f_rate, f_times = images_per_second(epoch_frost, ds, args.batch, w, args.repeats)
-    frost_processes = partial(epoch_frost_processes, context=args.frost_context)
-    fp_rate, fp_times = images_per_second(frost_processes, ds, args.batch, w, args.repeats)
-    t_rate, t_times = None, []
+    """One worker count: every path's steady images/s (None where skipped), printed as a table row, then the
+    first epochs' seconds."""
+    n, repeats, persistent = len(ds), args.repeats, args.persistent
+    runs = {"frost": lambda: timed_epochs(frost_loader(ds, args.batch, w), n, repeats),
+            "frost_process": lambda: timed_epochs(frost_loader(ds, args.batch, w, "process", args.frost_context,
+                                                               persistent), n, repeats)}
     if not args.no_torch:
-        if args.torch_persistent:
-            torch_epoch(ds, args.batch, w)  # start the workers outside the timing
-        t_rate, t_times = images_per_second(torch_epoch, ds, args.batch, w, args.repeats)
-    p_rate, p_times = None, []
+        runs["torch"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent), n, repeats)
     if not args.no_torch and not args.no_torch_pillow:
-        if args.torch_persistent:
-            _torch_loaders.pop(w, None)
-            torch_epoch(pillow_ds, args.batch, w)
-        p_rate, p_times = images_per_second(torch_epoch, pillow_ds, args.batch, w, args.repeats)
-        if args.torch_persistent:
-            _torch_loaders.pop(w, None)
-    g_rate, g_times = images_per_second(epoch_frost_gpu, gpu_ds, args.batch, w, args.repeats) if frost_gpu \
-        else (None, [])
-    tc_rate, tc_times = images_per_second(epoch_torch_cuda, ds, args.batch, w, args.repeats) if torch_gpu \
-        else (None, [])
-    row = {"workers": w, "frost_images_per_s": f_rate, "frost_process_images_per_s": fp_rate,
-           "torch_images_per_s": t_rate, "torch_pillow_images_per_s": p_rate,
-           "frost_gpu_decode_images_per_s": g_rate, "torch_cuda_images_per_s": tc_rate,
-           "frost_epoch_s": f_times, "frost_process_epoch_s": fp_times, "torch_epoch_s": t_times,
-           "torch_pillow_epoch_s": p_times, "frost_gpu_decode_epoch_s": g_times, "torch_cuda_epoch_s": tc_times}
-    print(f"{w:>7} {_cell(f_rate):>13} {_cell(fp_rate):>11} {_cell(t_rate):>12} {_ratio(fp_rate, t_rate):>11} "
-          f"{_cell(p_rate):>19} {_cell(g_rate):>16} {_cell(tc_rate):>13} {_ratio(g_rate, tc_rate):>9}", flush=True)
+        runs["torch_pillow"] = lambda: timed_epochs(torch_loader(pillow_ds, args.batch, w, persistent), n, repeats)
+    if frost_gpu:
+        runs["frost_gpu_decode"] = lambda: timed_epochs(frost_loader(gpu_ds, args.batch, w, device="cuda"), n,
+                                                        repeats, sync=cuda_sync)
+    if torch_gpu:
+        runs["torch_cuda"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent, pin_memory=True), n,
+                                                  repeats, to_gpu=torch_to_gpu, sync=torch_sync)
+    got = {name: run() for name, run in runs.items()}  # each loader (and its workers) is dropped after its run
+    row = {"workers": w}
+    for name in PATHS:
+        run = got.get(name)
+        row[f"{name}_images_per_s"] = run["rate"] if run else None
+        row[f"{name}_epoch_s"] = run["epoch_s"] if run else []
+        row[f"{name}_first_epoch_s"] = run["first_s"] if run else None
+    rate = {name: row[f"{name}_images_per_s"] for name in PATHS}
+    print(f"{w:>7} {_cell(rate['frost']):>13} {_cell(rate['frost_process']):>11} {_cell(rate['torch']):>12} "
+          f"{_ratio(rate['frost_process'], rate['torch']):>11} {_cell(rate['torch_pillow']):>19} "
+          f"{_cell(rate['frost_gpu_decode']):>16} {_cell(rate['torch_cuda']):>13} "
+          f"{_ratio(rate['frost_gpu_decode'], rate['torch_cuda']):>9}", flush=True)
+    print("        first epoch, s: " + ", ".join(f"{name} {run['first_s']:.2f}" for name, run in got.items()),
+          flush=True)
     return row
+
+
+PATHS = ("frost", "frost_process", "torch", "torch_pillow", "frost_gpu_decode", "torch_cuda")
 
 
 def _cell(rate: float | None) -> str:
@@ -319,7 +327,7 @@ def scaling_of(rows: list[dict]) -> dict:
 def print_scaling(scaling: dict) -> None:
     for name, ratios in scaling.items():
         first = next(iter(ratios), "?")
-        print(f"scaling of {name} (over {first} worker(s)): " +
+        print(f"scaling of {name} (steady-state images/s over {first} worker(s)): " +
               ", ".join(f"{w}: {r:.2f}x" for w, r in ratios.items()))
 
 

@@ -67,12 +67,27 @@ Worker processes (`worker_type="process"`) scale there instead. Everything above
 same batches bit for bit, batch i under its generator, failures in their place, timeout), except:
 - Each worker has `prefetch_factor` slots, each a POSIX shared-memory segment (frost.data.shm) that
   the caller's process makes when the worker asks for one (its first batch, or a larger batch) and
-  unlinks when the epoch's run ends: a crashed caller's segments are removed by multiprocessing's
+  unlinks when the workers end: a crashed caller's segments are removed by multiprocessing's
   resource tracker, and a batch the caller still holds stays valid (its mapping outlives the name).
-  The worker builds a batch as num_workers=0 does (np.stack, or get_batch), copies it into a free
-  slot, and sends its layout (shapes, dtypes, offsets) on its pipe; the caller maps views of the slot
-  (CPU batches are zero-copy, as with threads) and hands the slot back at the next request. With
-  collate_fn, its result comes back pickled on the pipe.
+  Each epoch the caller sends every worker its share (its batches' sample indices, the epoch's base
+  seed, its free slots) on its pipe. The worker builds a batch as num_workers=0 does (np.stack, or
+  get_batch), copies it into a free slot, and sends its layout (shapes, dtypes, offsets) on its pipe;
+  the caller maps views of the slot (CPU batches are zero-copy, as with threads) and hands the slot
+  back at the next request. With collate_fn, its result comes back pickled on the pipe.
+- Without persistent_workers the workers (and their slots) last one epoch. With persistent_workers=True
+  they serve every epoch of the loader, keeping their copy of the dataset and their slots: each new
+  iter() first ends the epoch before (an iterator not finished is ended: reading it further raises),
+  then reads each worker's remaining messages up to its end mark and drops them, so no batch of an
+  abandoned epoch is ever handed out; a worker told to stop mid-epoch does so before its next batch (a
+  flag in shared memory, and a pipe message for one waiting for a slot). The batch held when an epoch
+  was abandoned keeps its slot until the next request, as within an epoch. worker_init_fn runs once per
+  worker process, as PyTorch's with persistent workers, and get_worker_info().seed stays the first
+  epoch's base seed + id (PyTorch's too); each batch's generator is still (base seed of its epoch, i).
+  A worker's exception ends the epoch as above and the workers stay for the next one; a timeout, a dead
+  worker or Ctrl-C ends them at once (a pipe may be mid-message), and the next epoch starts new ones (so
+  worker_init_fn runs again, in the new processes). A new epoch that waits more than `timeout` (5 s when
+  0) for a worker to finish its old batch also starts new ones. The workers end when the loader is
+  collected (or at the interpreter's exit).
 - Workers start in the forkserver context unless `multiprocessing_context` says otherwise: a forked
   worker would inherit the caller's threads' locks and its GPU context (CuPy objects whose __del__
   then fails in the child). The fork server has preloaded Frost, so a worker starts in milliseconds.
@@ -82,9 +97,10 @@ same batches bit for bit, batch i under its generator, failures in their place, 
   caller: the same builtin class, or a class of the same name under its nearest builtin base, with
   the worker's traceback as its __cause__. A worker that dies (a signal, os._exit) is a
   DataLoaderWorkerError naming it and the batch and sample it was loading.
-- Stopping (the end, an error, a timeout, break, garbage collection, Ctrl-C in the caller) closes the
-  pipes, terminates the workers still running (a stuck one too: unlike a thread, it can be), joins
-  them and unlinks the segments. Workers ignore SIGINT: Ctrl-C is the caller's.
+- Stopping (the end, an error, a timeout, break, garbage collection, Ctrl-C in the caller; with
+  persistent_workers, a timeout, a dead worker, Ctrl-C, or the loader's collection) closes the pipes,
+  terminates the workers still running (a stuck one too: unlike a thread, it can be), joins them and
+  unlinks the segments. Workers ignore SIGINT: Ctrl-C is the caller's.
 - With device="cuda" batches are copied from the segments, which are not pinned.
 - Draws from NumPy's or Python's global generators in a worker process repeat across workers (with fork
   they inherit the caller's state): as with threads, draw from Frost's.
@@ -98,10 +114,12 @@ import inspect
 import itertools
 import math
 import multiprocessing
+import os
 import signal
 import threading
 import time
 import traceback
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -315,14 +333,15 @@ class DataLoader:
     iterable of index lists, one per batch) replaces batch_size, shuffle, sampler and drop_last. timeout (seconds,
     with worker threads; 0 waits for ever): the longest wait for a batch before DataLoaderTimeoutError.
     prefetch_factor (worker threads only; None: 2, as PyTorch's): each worker's number of batch buffers, so the
-    batches it may load ahead of the consumer. persistent_workers (worker threads only, as PyTorch checks) is
-    accepted and has nothing to change: PyTorch keeps worker processes (and their copies of the dataset) alive
-    between epochs to save their start-up; threads start in microseconds and share the one dataset, so its state
-    persists across epochs anyway. Each epoch starts fresh threads, and worker_init_fn runs in them each epoch.
-    Worker processes are started each epoch too (milliseconds each from the fork server; keeping them is not done
-    yet). worker_type: "thread" (the default) or "process" (see the module docstring: for per-sample Python work that
-    holds the GIL, such as decoding small images); multiprocessing_context (worker processes only; a start-method
-    name or a multiprocessing context, as PyTorch's; None: forkserver) says how worker processes start."""
+    batches it may load ahead of the consumer. persistent_workers (num_workers > 0, as PyTorch checks): with worker
+    processes, as PyTorch's, the workers (their copies of the dataset, their slots) serve every epoch instead of
+    starting anew each epoch (hundreds of ms for 8 workers from the fork server, which a short epoch notices), and
+    worker_init_fn runs once per process; see the module docstring. With worker threads it has nothing to change:
+    threads start in microseconds and share the one dataset, so its state persists across epochs anyway; each
+    epoch starts fresh threads, and worker_init_fn runs in them each epoch. worker_type: "thread" (the default) or
+    "process" (see the module docstring: for per-sample Python work that holds the GIL, such as decoding small
+    images); multiprocessing_context (worker processes only; a start-method name or a multiprocessing context, as
+    PyTorch's; None: forkserver) says how worker processes start."""
 
     def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  num_workers: int = 0, seed: int | None = None, pin_memory: bool = False,
@@ -375,6 +394,7 @@ class DataLoader:
             self.dataset = dataset.for_device(self.device)
         self.pin_memory = pin_memory or self.device.type == "cuda"
         self._pinned_device = self._pinned_target()
+        self._pool: _WorkerPool | None = None  # persistent worker processes, from the first epoch on
 
     def _pinned_target(self) -> Device | None:
         if not self.pin_memory:
@@ -477,8 +497,23 @@ class DataLoader:
 
     def _threaded(self, key: tuple) -> Iterator[Any]:
         workers = 1 if self.is_stream else self.num_workers  # a stream has one order: one reader
-        run = _ProcessRun if self.worker_type == "process" else _Run
-        return _EpochIterator(run(self, key, workers))
+        if self.worker_type == "process":
+            return _EpochIterator(_ProcessRun(self, key, workers))
+        return _EpochIterator(_Run(self, key, workers))
+
+    def _worker_pool(self, workers: int, base_seed: int) -> _WorkerPool:
+        """The worker processes for this epoch: the persistent ones, once the epoch before has ended (its unread
+        batches dropped), or new ones (each epoch's without persistent_workers; after a timeout, a dead worker or
+        Ctrl-C, which leave the workers unusable)."""
+        pool, self._pool = self._pool, None
+        if pool is not None and not pool.settle(self.timeout or _SETTLE_WAIT):
+            pool.close()
+            pool = None
+        if pool is None:
+            pool = _WorkerPool(self, workers, base_seed)  # each worker's own seed: base seed + its id
+        if self.persistent_workers:
+            self._pool = pool
+        return pool
 
     def _mp_context(self) -> Any:
         """The multiprocessing context worker processes start in: forkserver unless the caller chose one.
@@ -538,6 +573,8 @@ def _check_prefetch_factor(prefetch_factor: Any, num_workers: int) -> int:
 
 def _place(batch: int, index: Any) -> str:
     """Where a worker is, in words: 'batch 3, sample 17', or get_batch's samples."""
+    if batch < 0:
+        return "its start (worker_init_fn, or before its first batch)"
     where = f"batch {batch}"
     if isinstance(index, list):  # get_batch's: one of these samples
         where += ", samples " + ", ".join(map(str, index[:8])) + (", ..." if len(index) > 8 else "")
@@ -573,6 +610,7 @@ class _Consumer:
         # rows of each batch buffer: a batch_sampler's batches may be larger than batch_size
         self.rows = max([loader.batch_size, *(len(b) for b in self.plan or ())])
         self.lookahead: _Lookahead | None = None  # the device path's bookkeeping, once it has started
+        self.held: tuple[int, int] | None = None  # (worker, slot) of the CPU batch the caller holds
 
     def _raise_if_failed(self, failure: tuple | None = None) -> None:
         failure = failure or self.error
@@ -596,25 +634,30 @@ class _Consumer:
                 yield from self._device_batches()
             else:
                 yield from self._host_batches()
+        except BaseException as e:
+            self._interrupted(e)
+            raise
         finally:
             self.shutdown()
             self._join()
 
+    def _interrupted(self, error: BaseException) -> None:
+        """The epoch's reading ended by `error` (GeneratorExit: the iterator was closed or dropped)."""
+
     def _host_batches(self) -> Iterator[Any]:
         """CPU batches (views of the workers' buffers) or collate_fn results, in order."""
-        held: tuple[int, int] | None = None  # (worker, slot) of the batch the caller holds
         i = 0
         while True:
-            if held is not None:
-                self._give_back(*held)
-            held = None
+            if self.held is not None:  # the caller asks for the next batch: it is done with this one
+                self._give_back(*self.held)
+            self.held = None
             msg = self._wait(i % self.workers)
             if msg is _END:
                 return
             if msg[0] is _FAILED:
                 self._raise_if_failed(msg[1])
             batch, slot, n, payload = msg
-            held = (i % self.workers, slot)
+            self.held = (i % self.workers, slot)
             if self.loader.collate_fn is not None:
                 yield payload
             else:
@@ -813,63 +856,102 @@ def _rebuilt_error(names: list[str], module: str, message: str, text: str) -> Ba
     return error
 
 
-class _ProcessTask:
-    """What worker process w is given (pickled to it, except with fork): the dataset and hooks, its batches
-    (sample indices, drawn by the caller), the seeds and the name of the segment where it reports its place."""
+_CONTROL = 3  # int64s per worker in the control segment: the batch and sample it loads, the last epoch cancelled
+_SETTLE_WAIT = 5.0  # seconds a new epoch waits for a persistent worker to finish the batch it was building
 
-    def __init__(self, loader: DataLoader, run: "_ProcessRun", w: int) -> None:
-        self.id, self.workers, self.base_seed, self.depth = w, run.workers, run.base_seed, run.depth
+
+class _ProcessTask:
+    """What worker process w is given once (pickled to it, except with fork): the dataset and hooks, its id and seed,
+    and the control segment where it reports its place. Each epoch's batches come later, over its pipe."""
+
+    def __init__(self, loader: DataLoader, w: int, workers: int, seed: int, control: str) -> None:
+        self.id, self.workers, self.seed, self.control = w, workers, seed, control
         self.dataset, self.collate_fn, self.worker_init_fn = loader.dataset, loader.collate_fn, loader.worker_init_fn
         self.use_get_batch = loader._batch_getter() is not None
         self.batch_size, self.drop_last = loader.batch_size, loader.drop_last
-        self.batches = None if run.plan is None else [(i, run.plan[i].tolist())
-                                                       for i in range(w, len(run.plan), run.workers)]
-        self.control = run.control.name
+
+
+def _worker_plan(plan: list[np.ndarray] | None, w: int, workers: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Worker w's share of an epoch (batches w, w + W, ...) as two arrays, the sample indices end to end and each
+    batch's length: one small pickle, however many batches. None for a stream (the worker reads it itself)."""
+    if plan is None:
+        return None
+    mine = plan[w::workers]
+    flat = np.concatenate(mine) if mine else np.zeros(0, np.int64)
+    return flat.astype(np.int64, copy=False), np.array([len(b) for b in mine], np.int64)
 
 
 class _Stopped(Exception):
-    """The caller closed the worker's pipe: it has stopped iterating."""
+    """The caller closed the worker's pipe: the worker ends."""
+
+
+class _Cancelled(Exception):
+    """The caller ended the worker's epoch early (break, an error elsewhere): the worker waits for the next one."""
 
 
 class _WorkerProcess:
-    """The loop of a worker process: batch i under its generator, written into a free shared-memory slot and
-    announced on the pipe; segments are made by the caller on request ("grow"), slots come back as "free"."""
+    """The loop of a worker process: worker_init_fn once, then epoch after epoch as the caller sends them; in each,
+    batch i under its generator, written into a free shared-memory slot and announced on the pipe, then an end mark.
+    Segments are made by the caller on request ("grow") and kept across epochs; slots come back as "free"."""
 
     def __init__(self, task: _ProcessTask, conn: Any) -> None:
         self.task, self.conn = task, conn
-        self.free = collections.deque(range(task.depth))
+        self.free: collections.deque[int] = collections.deque()
         self.segments: dict[int, shm.Segment] = {}
-        self.where = shm.attach(task.control).view(0, (task.workers, 2), np.dtype(np.int64))[task.id]
-        self.kind: Any = _END  # the first batch's structure: every later one must match it
+        control = shm.attach(task.control).view(0, (task.workers, _CONTROL), np.dtype(np.int64))
+        self.where = control[task.id]  # batch, sample (so that the caller can say where a failure was), cancelled
+        self.epoch = -1
+        self.kind: Any = _END  # the epoch's first batch's structure: every later one must match it
 
     def run(self) -> None:
         task = self.task
-        seed = task.base_seed + task.id
-        _this_worker.info = WorkerInfo(task.id, task.workers, seed, task.dataset)
-        try:
-            with cpu.use_generator(np.random.default_rng(seed)):  # the worker's own, as in a worker thread
+        _this_worker.info = WorkerInfo(task.id, task.workers, task.seed, task.dataset)
+        with cpu.use_generator(np.random.default_rng(task.seed)):  # the worker's own, as in a worker thread
+            try:
                 if task.worker_init_fn is not None:
                     task.worker_init_fn(task.id)
-                for i, idx, samples, rng in self._groups():
-                    slot = self._free_slot()
-                    with cpu.use_generator(rng):
-                        self._deliver(i, slot, idx, samples)
-        except _Stopped:
-            return
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
-            self._fail(e)
-            return
-        with contextlib.suppress(_Stopped):  # the caller may have stopped after its last batch
-            self._send(("end",))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                self._fail(e, goes_on=False)
+                return
+            with contextlib.suppress(_Stopped):  # the caller closed the pipe: no more epochs
+                while True:
+                    self._epoch(*self._next_epoch())
 
-    def _groups(self) -> Iterator[tuple[int, list | None, Iterator[Any] | None, np.random.Generator]]:
+    def _next_epoch(self) -> tuple:
+        """Wait for the caller's next epoch; what comes before it ("free", "cancel") is of an epoch already over."""
+        while True:
+            msg = self._recv()
+            if msg[0] == "epoch":
+                return msg[1:]
+
+    def _epoch(self, epoch: int, base_seed: int, free: list[int], plan: tuple | None) -> None:
+        self.epoch, self.free, self.kind = epoch, collections.deque(free), _END
+        try:
+            for i, idx, samples, rng in self._groups(base_seed, plan):
+                slot = self._free_slot()
+                with cpu.use_generator(rng):
+                    self._deliver(i, slot, idx, samples)
+        except _Cancelled:
+            pass
+        except _Stopped:
+            raise
+        except BaseException as e:  # noqa: BLE001 - handed to the caller; the worker waits for the next epoch
+            self._fail(e, goes_on=True)
+            return
+        self._send(("end",))
+
+    def _groups(self, base_seed: int,
+                plan: tuple | None) -> Iterator[tuple[int, list | None, Iterator[Any] | None, np.random.Generator]]:
         task = self.task
-        if task.batches is not None:
-            for i, idx in task.batches:
-                yield i, idx, None, _batch_generator(task.base_seed, i)
+        if plan is not None:
+            flat, lengths = plan
+            ends = np.cumsum(lengths).tolist()
+            for k, (start, stop) in enumerate(zip([0, *ends], ends)):
+                i = task.id + k * task.workers
+                yield i, flat[start:stop].tolist(), None, _batch_generator(base_seed, i)
             return
         for i, (_, samples, rng) in enumerate(_stream_groups(task.dataset, task.batch_size, task.drop_last,
-                                                             task.base_seed)):
+                                                             base_seed)):
             yield i, None, samples, rng
 
     def _samples(self, idx: list | None, stream: Iterator[Any] | None) -> list:
@@ -921,23 +1003,33 @@ class _WorkerProcess:
         return segment
 
     def _free_slot(self) -> int:
+        # the caller marks a cancelled epoch in shared memory too: seen here without a system call per batch
+        if self.where[2] == self.epoch:
+            raise _Cancelled()
         while not self.free:
             self._receive(None)
         return self.free.popleft()
 
     def _receive(self, wanted: str | None) -> Any:
-        """Read the caller's messages ("free", slot) until `wanted` comes (None: until one slot is free)."""
+        """Read the caller's messages until `wanted` comes (None: until one slot is free); this epoch's cancel
+        ends the epoch here."""
         while True:
-            try:
-                kind, value = self.conn.recv()
-            except (EOFError, OSError) as e:
-                raise _Stopped() from e
+            kind, value = self._recv()
             if kind == "free":
                 self.free.append(value)
                 if wanted is None:
                     return value
+            elif kind == "cancel":
+                if value == self.epoch:  # else one sent after an epoch that had ended by itself
+                    raise _Cancelled()
             elif kind == wanted:
                 return value
+
+    def _recv(self) -> tuple:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as e:
+            raise _Stopped() from e
 
     def _send(self, msg: tuple) -> None:
         try:
@@ -945,12 +1037,13 @@ class _WorkerProcess:
         except (EOFError, OSError) as e:
             raise _Stopped() from e
 
-    def _fail(self, e: BaseException) -> None:
+    def _fail(self, e: BaseException, goes_on: bool) -> None:
+        """Report e; goes_on: whether this worker takes further epochs (not after a failed worker_init_fn)."""
         batch, index = int(self.where[0]), int(self.where[1])
         names = [c.__name__ for c in type(e).__mro__]
         text = "".join(traceback.format_exception(e))
         with contextlib.suppress(_Stopped):
-            self._send(("fail", batch, index, names, type(e).__module__, str(e), text))
+            self._send(("fail", batch, index, names, type(e).__module__, str(e), text, goes_on))
 
 
 def _process_worker(task: _ProcessTask, conn: Any) -> None:
@@ -967,33 +1060,61 @@ def _process_worker(task: _ProcessTask, conn: Any) -> None:
         conn.close()
 
 
-class _ProcessRun(_Consumer):
-    """One epoch of a DataLoader with worker processes. Worker w has a pipe to the caller and `depth` slots, each a
-    shared-memory segment the caller made (on the worker's request, sized by its batch) and unlinks at the end."""
+def _release_workers(creator: int, procs: list, conns: list, names: set[str]) -> None:
+    """Close the pipes, terminate the workers still running (a stuck one too), join them, unlink every segment (the
+    caller's batch views stay valid: the mappings outlive the names). A weakref.finalize of the pool: it runs once,
+    at close(), when the pool is collected, or at the interpreter's exit."""
+    if os.getpid() != creator:  # a forked worker collecting its copy of a pool: the workers and names are not its
+        return
+    for conn in conns:
+        conn.close()
+    for proc in procs:  # idle or ending already, or their work is not wanted
+        if proc.is_alive():
+            proc.terminate()  # a worker holds nothing to clean up: the caller unlinks the segments
+    for proc in procs:
+        proc.join(2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        proc.close()
+    for name in names:
+        shm.unlink(name)
+    names.clear()
 
-    stuck_note = "The workers are stopped (the stuck process is terminated)"
 
-    def __init__(self, loader: DataLoader, key: tuple, workers: int) -> None:
-        super().__init__(loader, key, workers)
-        self.stopped = False
-        self.names: set[str] = set()  # every segment made, unlinked at shutdown
-        self.segments: list[list[shm.Segment | None]] = [[None] * self.depth for _ in range(workers)]
-        self.conns: list[Any] = []
+class _WorkerPool:
+    """Worker processes, their pipes and their shared-memory slots (worker w has `depth` of them, each a segment the
+    caller made on the worker's request, sized by its batch): for one epoch, or with persistent_workers for every
+    epoch of a loader, one epoch at a time. An epoch is one ("epoch", number, base seed, free slots, plan) message
+    per worker; each answers with its batches, then "end" (or "fail"). `busy[w]`: worker w's end mark for the last
+    epoch has not been read yet."""
+
+    def __init__(self, loader: DataLoader, workers: int, seed: int) -> None:
+        self.workers, self.depth = workers, loader.prefetch_factor
+        self.names: set[str] = set()  # every segment made, unlinked when the pool is released
         self.procs: list[Any] = []
-        self.control = self._create(16 * workers)
-        self.positions = self.control.view(0, (workers, 2), np.dtype(np.int64))  # per worker: batch, sample
-        self.positions[:] = (-1, -2)
+        self.conns: list[Any] = []
+        self._release = weakref.finalize(self, _release_workers, os.getpid(), self.procs, self.conns, self.names)
+        self.segments: list[list[shm.Segment | None]] = [[None] * self.depth for _ in range(workers)]
+        self.busy = [False] * workers
+        self.epochs = 0  # epochs begun; each worker's cancel check compares with the number of its epoch
+        self.owner: _ProcessRun | None = None  # the run reading the workers now
+        self.held: tuple[int, int] | None = None  # (worker, slot) of the batch an ended run handed out last
+        self.control = self.create(8 * _CONTROL * workers)
+        self.positions = self.control.view(0, (workers, _CONTROL), np.dtype(np.int64))
+        self.positions[:] = (-1, -2, -1)
         try:
-            self._start(loader._mp_context())
+            self._start(loader, seed)
         except BaseException:
-            self.shutdown()
+            self.close()
             raise
 
-    def _start(self, ctx: Any) -> None:
+    def _start(self, loader: DataLoader, seed: int) -> None:
+        ctx = loader._mp_context()
         for w in range(self.workers):
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_process_worker, args=(_ProcessTask(self.loader, self, w), theirs),
-                               daemon=True, name=f"frost-loader-{w}")
+            task = _ProcessTask(loader, w, self.workers, seed + w, self.control.name)
+            proc = ctx.Process(target=_process_worker, args=(task, theirs), daemon=True, name=f"frost-loader-{w}")
             self.conns.append(mine)
             try:
                 proc.start()
@@ -1006,16 +1127,114 @@ class _ProcessRun(_Consumer):
                 theirs.close()
             self.procs.append(proc)
 
-    def _create(self, nbytes: int) -> shm.Segment:
+    @property
+    def closed(self) -> bool:
+        return not self._release.alive
+
+    def close(self) -> None:
+        self._release()
+
+    def create(self, nbytes: int) -> shm.Segment:
         segment = shm.create(nbytes)
         self.names.add(segment.name)
         return segment
 
+    def grow(self, w: int, slot: int, nbytes: int) -> None:
+        """A larger segment for worker w's slot, made and named to it."""
+        old = self.segments[w][slot]
+        if old is not None:  # the slot is the worker's now: nobody reads the old segment any more
+            shm.unlink(old.name)
+            self.names.discard(old.name)
+        self.segments[w][slot] = segment = self.create(nbytes)
+        with contextlib.suppress(OSError):  # a worker that has ended: its pipe's end says so next
+            self.conns[w].send(("segment", segment.name))
+
+    def begin(self, base_seed: int, plans: list) -> tuple[int, int] | None:
+        """Send every worker its share of a new epoch; returns the slot still held from the epoch before (the
+        caller's last batch, valid until its next request), which its worker gets back at that request."""
+        self.epochs += 1
+        self.positions[:, :2] = (-1, -2)
+        held, self.held = self.held, None
+        for w in range(self.workers):
+            free = [s for s in range(self.depth) if (w, s) != held]
+            self.busy[w] = True
+            with contextlib.suppress(OSError):  # a worker that has died: reading its pipe says so
+                self.conns[w].send(("epoch", self.epochs, base_seed, free, plans[w]))
+        return held
+
+    def cancel(self) -> None:
+        """End the current epoch early: each busy worker stops before its next batch (or at its next wait)."""
+        for w in range(self.workers):
+            if self.busy[w]:
+                self.positions[w, 2] = self.epochs
+                with contextlib.suppress(OSError):
+                    self.conns[w].send(("cancel", self.epochs))
+
+    def settle(self, wait: float) -> bool:
+        """Make the workers ready for a new epoch: end the run still reading them (an iterator not finished), then
+        read every busy worker's messages up to its end mark, dropping them: no batch of the old epoch is ever
+        handed out in the new one. False when the workers cannot be reused: closed, one has exited, or one is still
+        busy after `wait` seconds (a batch that takes that long: starting anew is cheaper than waiting)."""
+        if self.owner is not None:
+            self.owner.supersede()
+        deadline = time.monotonic() + wait
+        for w in range(self.workers):
+            while self.busy[w] and not self.closed:
+                if not self._drop_one(w, deadline):
+                    return False
+        return not self.closed
+
+    def _drop_one(self, w: int, deadline: float) -> bool:
+        try:
+            if not self.conns[w].poll(max(0.0, deadline - time.monotonic())):
+                return False
+            msg = self.conns[w].recv()
+        except (EOFError, OSError):
+            return False
+        if msg[0] in ("end", "fail"):
+            self.busy[w] = False
+        return msg[0] != "fail" or msg[-1]  # a worker whose worker_init_fn failed has exited
+
+
+class _ProcessRun(_Consumer):
+    """One epoch of a DataLoader with worker processes, read from a _WorkerPool: the pool's own (closed at the end)
+    or, with persistent_workers, the loader's (kept: the workers wait for the next epoch)."""
+
+    stuck_note = "The workers are stopped (the stuck process is terminated)"
+
+    def __init__(self, loader: DataLoader, key: tuple, workers: int) -> None:
+        super().__init__(loader, key, workers)  # the plan first: a sampler that raises starts no process
+        self.pool = pool = loader._worker_pool(workers, self.base_seed)
+        self.stopped = False
+        self.broken = False  # a pipe may be mid-message or a worker gone: the pool cannot be reused
+        self.failed = False  # a worker's exception ended the epoch: the pool is fine
+        self.completed = False  # every batch was delivered: no worker has anything left to cancel
+        self.superseded = False  # a later iter() of the loader took the workers
+        pool.owner = self
+        try:
+            self.held = pool.begin(self.base_seed, [_worker_plan(self.plan, w, workers) for w in range(workers)])
+        except BaseException:  # Ctrl-C mid-send: a pipe may hold half a message
+            self.broken = True
+            self.shutdown()
+            raise
+
     def _position(self, w: int) -> tuple[int, Any]:
-        batch, index = (int(v) for v in self.positions[w])
+        batch, index = (int(v) for v in self.pool.positions[w, :2])
         if index == -1:  # get_batch's samples
             return batch, self.plan[batch].tolist()
         return batch, (None if index == -2 else index)
+
+    def _interrupted(self, error: BaseException) -> None:
+        if not isinstance(error, GeneratorExit) and not self.failed:
+            self.broken = True  # Ctrl-C mid-recv, a timeout, a dead worker, a bug: no reuse
+
+    def _raise_if_failed(self, failure: tuple | None = None) -> None:
+        self.failed = self.failed or (failure or self.error) is not None
+        super()._raise_if_failed(failure)
+
+    def _timed_out(self, w: int) -> None:
+        self.broken = True
+        super()._timed_out(w)
 
     # ------------------------------------------------------------ messages
     def _wait(self, w: int) -> Any:
@@ -1023,67 +1242,69 @@ class _ProcessRun(_Consumer):
         (_FAILED, failure)."""
         timeout = self.loader.timeout or None
         deadline = None if timeout is None else time.monotonic() + timeout
+        conn = self.pool.conns[w]
         while not self.stopped:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                if not self.conns[w].poll(left):
+                # without a timeout recv waits by itself: no poll (a system call) per batch
+                if deadline is not None and not conn.poll(max(0.0, deadline - time.monotonic())):
                     self._timed_out(w)
-                msg = self.conns[w].recv()
+                msg = conn.recv()
             except (EOFError, OSError):
                 return self._died(w)
             out = self._handle(w, msg)
             if out is not None:
                 return out
-        return _END
+        return self._after_stop()
 
     def _poll(self, w: int) -> Any:
         """Worker w's next message if it is there now, else None (never waits for the worker)."""
         while not self.stopped:
             try:
-                if not self.conns[w].poll(0):
+                if not self.pool.conns[w].poll(0):
                     return None
-                msg = self.conns[w].recv()
+                msg = self.pool.conns[w].recv()
             except (EOFError, OSError):
                 return self._died(w)
             out = self._handle(w, msg)
             if out is not None:
                 return out
+        return self._after_stop()
+
+    def _after_stop(self) -> Any:
+        if self.superseded:
+            raise RuntimeError("DataLoader: this iterator's epoch was ended by a later iter() of the same loader "
+                               "(persistent worker processes serve one epoch at a time)")
         return _END
 
     def _handle(self, w: int, msg: tuple) -> Any:
         """A worker's message as the consumer takes it; None for a request answered here (a larger segment)."""
         kind = msg[0]
         if kind == "grow":
-            self._grow(w, msg[1], msg[2])
+            self.pool.grow(w, msg[1], msg[2])
             return None
         if kind == "batch":
             _, batch, slot, n, structure, places = msg
-            segment = self.segments[w][slot]
+            segment = self.pool.segments[w][slot]
             arrays = [segment.view(offset, shape, np.dtype(dtype)) for shape, dtype, offset in places]
             return batch, slot, n, _SharedBatch(structure, slot, arrays)
         if kind == "object":
             return msg[1:]
+        self.pool.busy[w] = False
         if kind == "fail":
-            _, batch, index, names, module, message, text = msg
+            _, batch, index, names, module, message, text, goes_on = msg
+            self.broken = self.broken or not goes_on
             index = None if index == -2 else (self.plan[batch].tolist() if index == -1 else index)
             self.error = (w, batch, index, _rebuilt_error(names, module, message, text))
             return _FAILED, self.error
+        self.completed = True  # an end mark is read only once every batch has been
         return _END
-
-    def _grow(self, w: int, slot: int, nbytes: int) -> None:
-        old = self.segments[w][slot]
-        if old is not None:  # the slot is the worker's now: nobody reads the old segment any more
-            shm.unlink(old.name)
-            self.names.discard(old.name)
-        self.segments[w][slot] = segment = self._create(nbytes)
-        with contextlib.suppress(OSError):  # a worker that has ended: its pipe's end says so next
-            self.conns[w].send(("segment", segment.name))
 
     def _died(self, w: int) -> Any:
         """Worker w's pipe ended without its end mark."""
         if self.stopped:
-            return _END
-        proc = self.procs[w]
+            return self._after_stop()
+        self.broken = True
+        proc = self.pool.procs[w]
         proc.join(1.0)
         batch, index = self._position(w)
         where = f"while loading {_place(batch, index)}" if batch >= 0 else "before its first batch"
@@ -1091,33 +1312,38 @@ class _ProcessRun(_Consumer):
                                     f"{proc.exitcode} {where}")
 
     def _give_back(self, w: int, slot: int) -> None:
+        if self.stopped:  # the slots are the next epoch's now (or gone)
+            return
         with contextlib.suppress(OSError):  # a worker that has ended: its next message (or none) says why
-            self.conns[w].send(("free", slot))
+            self.pool.conns[w].send(("free", slot))
 
     # ------------------------------------------------------------ ending
     def shutdown(self) -> None:
-        """Close the pipes, terminate the workers still running, join them, and unlink every segment (the caller's
-        batch views stay valid: the mappings outlive the names)."""
+        """The end of this epoch's reading: a pool of its own, or one that cannot be reused, is released (workers
+        terminated and joined, segments unlinked); a persistent one is told to end the epoch and kept."""
         if self.stopped:
             return
         self.stopped = True
-        for conn in self.conns:
-            conn.close()
-        for proc in self.procs:  # at the end of an epoch they are ending already; else their work is not wanted
-            if proc.is_alive():
-                proc.terminate()  # a worker holds nothing to clean up: the caller unlinks the segments
-        for proc in self.procs:
-            proc.join(2.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-            proc.close()
-        for name in self.names:
-            shm.unlink(name)
-        self.names.clear()
+        if self.lookahead is not None:
+            self.lookahead.drain()  # no copy out of a slot may still run when its worker is given it again
+        pool = self.pool
+        if pool.owner is not self:
+            return
+        pool.owner = None
+        if self.broken or not self.loader.persistent_workers:
+            pool.close()
+            return
+        pool.held = self.held  # the caller's last batch: its slot stays out until the next request
+        if not self.completed:
+            pool.cancel()
+
+    def supersede(self) -> None:
+        """A later iter() of the loader takes the workers: this iterator ends (reading it further raises)."""
+        self.superseded = True
+        self.shutdown()
 
     def _join(self) -> None:
-        pass  # shutdown has joined the workers
+        pass  # the pool's release joins the workers
 
 
 class _EpochIterator:

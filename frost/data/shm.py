@@ -5,11 +5,13 @@ attaching a segment registers it with the resource tracker again (from a worker,
 unlinks can then be reported as leaked, or unlinked behind the loader's back), and close() raises BufferError
 while NumPy views of it exist (the caller may still hold the last batch). Here the loader's process creates each
 segment (registered with the resource tracker, so a crashed loader's segments are still removed), unlinks it
-when its run ends, and lets the mapping go when the last view of it does; workers attach without registering.
+when its workers end (after one epoch, or with persistent workers when the loader goes), and lets the mapping go
+when the last view of it does; workers attach without registering.
 The segments are the same POSIX objects (shm_open) that SharedMemory makes.
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import secrets
@@ -43,7 +45,7 @@ class Segment:
 
     def view(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """An array of this shape and dtype at `offset` bytes into the segment (no copy)."""
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)  # np.prod costs microseconds per call; this runs per field per batch
         return self.array[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
 
 

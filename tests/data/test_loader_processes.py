@@ -241,7 +241,8 @@ def test_arguments_and_unpicklable_datasets_are_refused_clearly():
         list(DataLoader(Local(), batch_size=4, num_workers=1, worker_type="process"))
 
 
-def test_ctrl_c_in_the_caller_stops_the_workers_without_hanging(tmp_path):
+@pytest.mark.parametrize("persistent_workers", [False, True])
+def test_ctrl_c_in_the_caller_stops_the_workers_without_hanging(tmp_path, persistent_workers):
     """SIGINT to the whole process group (as a terminal's Ctrl-C): the caller gets KeyboardInterrupt, the workers
     ignore it and are stopped by the caller; nothing is printed by them and the process ends."""
     code = textwrap.dedent("""
@@ -259,11 +260,12 @@ def test_ctrl_c_in_the_caller_stops_the_workers_without_hanging(tmp_path):
 
         if __name__ == "__main__":
             try:
-                for _ in DataLoader(Slow(), batch_size=2, num_workers=2, worker_type="process"):
+                for _ in DataLoader(Slow(), batch_size=2, num_workers=2, worker_type="process",
+                                    persistent_workers=PERSISTENT):
                     print("batch", flush=True)
             except KeyboardInterrupt:
                 print("interrupted", flush=True)
-    """)
+    """).replace("PERSISTENT", str(persistent_workers))
     script = tmp_path / "ctrl_c.py"
     script.write_text(code)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
@@ -282,11 +284,184 @@ def test_ctrl_c_in_the_caller_stops_the_workers_without_hanging(tmp_path):
 
 
 @pytest.mark.cuda
-def test_cuda_batches_from_worker_processes_match_the_cpu_loader():
-    """device="cuda" with worker processes: each batch copied from its shared-memory slot, kept batches intact."""
+@pytest.mark.parametrize("persistent_workers", [False, True])
+def test_cuda_batches_from_worker_processes_match_the_cpu_loader(persistent_workers):
+    """device="cuda" with worker processes: each batch copied from its shared-memory slot, kept batches intact;
+    with persistent workers, epoch after epoch, after a break too."""
     ds = Augmented()
-    cpu = collect(DataLoader(ds, batch_size=8, shuffle=True, seed=4))
-    gpu = DataLoader(ds, batch_size=8, shuffle=True, seed=4, num_workers=2, worker_type="process", device="cuda")
-    kept = [list(batch.values()) for batch in gpu]
-    assert kept[0][0].device == "cuda:0"
-    assert_same([[t.numpy() for t in batch] for batch in kept], cpu)
+    inline = DataLoader(ds, batch_size=8, shuffle=True, seed=4)
+    gpu = DataLoader(ds, batch_size=8, shuffle=True, seed=4, num_workers=2, worker_type="process", device="cuda",
+                     persistent_workers=persistent_workers)
+    for epoch in range(3):
+        cpu = collect(inline)
+        kept = [list(batch.values()) for batch in gpu]
+        assert kept[0][0].device == "cuda:0"
+        assert_same([[t.numpy() for t in batch] for batch in kept], cpu)
+        if epoch == 0:
+            for i, _ in enumerate(gpu):  # an epoch left after two batches
+                if i == 1:
+                    break
+            collect(inline)
+
+
+# ---------------------------------------------------------------- persistent_workers=True
+INITS = []  # in a worker process: the worker ids its worker_init_fn has run for
+
+
+def count_init(worker_id):
+    INITS.append(worker_id)
+
+
+class WhoLoads(Dataset):
+    """Each sample says which process loaded it, how often worker_init_fn ran there, and the worker's seed."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        from frost.data import get_worker_info
+        return np.array([os.getpid(), len(INITS), get_worker_info().seed, i], np.int64)
+
+
+class FailsOnce(Dataset):
+    """Each worker's copy counts its reads (it lives across epochs): the 9th read of worker 1's copy fails, which
+    is in epoch 2 (6 reads per worker per epoch)."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        from frost.data import get_worker_info
+        self.reads += 1
+        if get_worker_info().id == 1 and self.reads == 9:
+            raise ValueError(f"second-epoch trouble at {i}")
+        return np.full(2, i, np.int32)
+
+
+def persistent(ds, **kwargs):
+    return DataLoader(ds, num_workers=kwargs.pop("num_workers", 2), worker_type="process", persistent_workers=True,
+                      **kwargs)
+
+
+@pytest.mark.parametrize("dataset", [Augmented, Batched])
+def test_persistent_workers_give_every_epoch_of_num_workers_0_bit_for_bit(dataset):
+    ds = dataset()
+    inline = DataLoader(ds, batch_size=4, shuffle=True, seed=3)
+    loader = persistent(ds, batch_size=4, shuffle=True, seed=3, num_workers=3)
+    for _ in range(3):
+        assert_same(collect(loader), collect(inline))
+    assert len(children()) == 3  # the same workers wait for the next epoch
+    loader.set_epoch(7)
+    inline.set_epoch(7)
+    assert_same(collect(loader), collect(inline))
+
+
+def test_persistent_workers_with_fork_a_stream_and_collate_fn():
+    ds = Augmented()
+    loader = persistent(ds, batch_size=5, shuffle=True, seed=1, multiprocessing_context="fork", prefetch_factor=3)
+    inline = DataLoader(ds, batch_size=5, shuffle=True, seed=1)
+    stream, inline_stream = persistent(Stream(), batch_size=4, seed=2), DataLoader(Stream(), batch_size=4, seed=2)
+    collated = persistent(Failing(10, bad=-1), batch_size=4, collate_fn=collate_sum)
+    for _ in range(2):
+        assert_same(collect(loader), collect(inline))
+        assert_same(collect(stream), collect(inline_stream))
+        assert list(collated) == [sum(range(4)) * 2, sum(range(4, 8)) * 2, (8 + 9) * 2]
+
+
+def test_worker_init_fn_runs_once_per_persistent_worker_process():
+    loader = persistent(WhoLoads(), batch_size=2, worker_init_fn=count_init, seed=5)
+    epochs = [np.concatenate([b.numpy().copy() for b in loader]) for _ in range(3)]
+    pids = {int(p) for p in epochs[0][:, 0]}
+    assert len(pids) == 2
+    for rows in epochs:
+        assert {int(p) for p in rows[:, 0]} == pids  # the same two processes every epoch
+        assert (rows[:, 1] == 1).all()  # worker_init_fn has run once in each, before its first epoch
+        assert len(set(rows[:, 2].tolist())) == 2  # a seed per worker: the first epoch's base seed + id (PyTorch's)
+        np.testing.assert_array_equal(rows[:, 2], epochs[0][:, 2])
+        np.testing.assert_array_equal(rows[:, 3], np.arange(16))
+
+
+def test_break_mid_epoch_then_full_epochs_with_no_batch_of_the_old_epoch():
+    ds = Augmented(60)
+    inline = DataLoader(ds, batch_size=4, shuffle=True, seed=2)
+    reference = [collect(inline) for _ in range(4)]
+    loader = persistent(ds, batch_size=4, shuffle=True, seed=2, num_workers=3)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert_same(collect(loader), reference[1])
+    abandoned = iter(loader)  # an epoch begun, then taken over by a later iter()
+    next(abandoned)
+    assert_same(collect(loader), reference[3])
+    with pytest.raises(RuntimeError, match="ended by a later iter"):
+        next(abandoned)
+    assert len(children()) == 3  # drained, not restarted
+
+
+def test_the_batch_held_at_a_break_stays_intact_until_the_next_request():
+    """One worker with one slot: the batch held at the break is in the only slot, which the next epoch's worker
+    gets back only when the caller asks for the next batch."""
+    ds = Augmented(20)
+    loader = persistent(ds, batch_size=4, num_workers=1, prefetch_factor=1, seed=1)
+    for batch in loader:
+        break
+    kept = batch["x"].numpy().copy()
+    it = iter(loader)
+    time.sleep(0.3)  # time enough for the worker to overwrite the slot, were it free
+    np.testing.assert_array_equal(batch["x"].numpy(), kept)
+    first = next(it)
+    assert first["y"].numpy().tolist() == [0, 1, 2, 3]
+
+
+def test_a_failure_in_epoch_2_is_raised_in_its_place_and_epoch_3_works_with_the_same_workers():
+    loader = persistent(FailsOnce(), batch_size=2, num_workers=2)
+    expected = [[2 * b, 2 * b + 1] for b in range(6)]
+    assert [x.numpy()[:, 0].tolist() for x in loader] == expected
+    pids = {p.pid for p in children()}
+    got = []
+    with pytest.raises(DataLoaderWorkerError, match=r"worker 1 failed on batch 3, sample 6: ValueError: "
+                                                     r"second-epoch trouble at 6"):
+        for x in loader:
+            got.append(x.numpy()[:, 0].tolist())
+    assert got == expected[:3]
+    assert [x.numpy()[:, 0].tolist() for x in loader] == expected
+    assert {p.pid for p in children()} == pids
+
+
+def test_a_timeout_or_a_dead_worker_ends_persistent_workers_at_once():
+    with pytest.raises(DataLoaderTimeoutError, match=r"worker 0 has delivered no batch within timeout=1 s"):
+        list(persistent(Hangs(), batch_size=2, timeout=1))
+    assert wait_no_children() == []  # terminated by the error, not when the loader is collected
+    loader = persistent(Dies(), batch_size=2, num_workers=1)
+    for _ in range(2):  # each epoch starts new workers, which die again
+        with pytest.raises(DataLoaderWorkerError, match=r"worker 0 \(process \d+\) exited unexpectedly"):
+            list(loader)
+        assert wait_no_children() == []
+
+
+def failing_init(worker_id):
+    raise KeyError(f"no setup for worker {worker_id}")
+
+
+def test_a_failing_worker_init_fn_ends_the_persistent_workers_and_the_next_epoch_starts_new_ones():
+    loader = persistent(Augmented(), batch_size=4, worker_init_fn=failing_init)
+    for _ in range(2):
+        with pytest.raises(DataLoaderWorkerError, match=r"worker 0 failed on its start \(worker_init_fn, or before "
+                                                         r"its first batch\): KeyError"):
+            list(loader)
+        assert wait_no_children() == []
+
+
+def test_persistent_workers_end_with_their_loader():
+    loader = persistent(Augmented(), batch_size=4, num_workers=2)
+    list(loader)
+    list(loader)
+    assert len(children()) == 2 and frost_segments()
+    it = iter(loader)
+    next(it)
+    del loader, it  # mid-epoch
+    gc.collect()
+    assert wait_no_children() == []
