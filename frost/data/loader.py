@@ -1243,26 +1243,27 @@ class _ProcessRun(_Consumer):
         timeout = self.loader.timeout or None
         deadline = None if timeout is None else time.monotonic() + timeout
         conn = self.pool.conns[w]
-        while not self.stopped:
-            try:
-                # without a timeout recv waits by itself: no poll (a system call) per batch
-                if deadline is not None and not conn.poll(max(0.0, deadline - time.monotonic())):
-                    self._timed_out(w)
-                msg = conn.recv()
-            except (EOFError, OSError):
-                return self._died(w)
-            out = self._handle(w, msg)
-            if out is not None:
-                return out
-        return self._after_stop()
+
+        def ready() -> bool:
+            # without a timeout recv waits by itself: no poll (a system call) per batch
+            if deadline is not None and not conn.poll(max(0.0, deadline - time.monotonic())):
+                self._timed_out(w)
+            return True
+        return self._receive(w, ready)
 
     def _poll(self, w: int) -> Any:
         """Worker w's next message if it is there now, else None (never waits for the worker)."""
+        return self._receive(w, lambda: self.pool.conns[w].poll(0))
+
+    def _receive(self, w: int, ready: Callable[[], bool]) -> Any:
+        """Worker w's next message as the consumer takes it, read while ready() says one can be (None once it
+        says not); a message answered here (a larger segment) is followed by the next."""
+        conn = self.pool.conns[w]
         while not self.stopped:
             try:
-                if not self.pool.conns[w].poll(0):
+                if not ready():
                     return None
-                msg = self.pool.conns[w].recv()
+                msg = conn.recv()
             except (EOFError, OSError):
                 return self._died(w)
             out = self._handle(w, msg)
