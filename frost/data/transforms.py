@@ -13,16 +13,19 @@ The float math is fixed so that it can be matched exactly: in float32,
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from PIL import Image
 
 from frost.backend import cpu, cuda
 from frost.dtype import to_dtype
 from frost.kernel import Array, bdx, bf16, bx, f32, i32, i64, kernel, tx, u8
 from frost.tensor import Tensor
 
-__all__ = ["ToFloat", "Normalize", "RandomCrop", "RandomHorizontalFlip", "Compose",
+__all__ = ["ToFloat", "Normalize", "RandomCrop", "RandomHorizontalFlip", "Compose", "Resize", "CenterCrop",
+           "RandomResizedCrop", "resized_crop",
            "crop", "hflip", "to_float", "normalize", "augment", "draw_augment_gpu"]
 
 
@@ -154,6 +157,108 @@ class RandomHorizontalFlip:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         batch, _ = _as_batch(np.asarray(x), "RandomHorizontalFlip")
         return hflip(x, self.draw(len(batch)))
+
+
+# ---------------------------------------------------------------- sizes (ImageNet-style folders of JPEGs)
+def _pair(size: int | Sequence[int], what: str) -> tuple[int, int]:
+    pair = (size, size) if isinstance(size, int) else tuple(int(v) for v in size)
+    if len(pair) != 2 or min(pair) < 1:
+        raise ValueError(f"{what}: size must be a positive int or (height, width), got {size!r}")
+    return pair
+
+
+def _image(x: np.ndarray, what: str) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 3 or x.dtype != np.uint8 or x.shape[2] not in (1, 3, 4):
+        raise ValueError(f"{what}: expected a uint8 HWC image with 1, 3 or 4 channels, got {x.dtype} {x.shape}")
+    return x
+
+
+def resized_crop(image: np.ndarray, top: int, left: int, height: int, width: int, size: tuple[int, int]) -> np.ndarray:
+    """The (top, left, height, width) window of a uint8 HWC image resized to size (h, w), bilinear with
+    antialiasing (Pillow's filter, as torchvision's on PIL images)."""
+    image = _image(image, "resized_crop")
+    squeeze = image.shape[2] == 1
+    pil = Image.fromarray(image[:, :, 0] if squeeze else image)
+    out = np.asarray(pil.resize((size[1], size[0]), Image.BILINEAR, box=(left, top, left + width, top + height)))
+    return out[:, :, None] if squeeze else out
+
+
+class Resize:
+    """An int: the shorter side to `size`, keeping the aspect ratio (torchvision's rule: the longer side is
+    int(size * long / short)); (h, w): exactly that size. Bilinear with antialiasing."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        self.size = size if isinstance(size, int) else _pair(size, "Resize")
+        if isinstance(size, int) and size < 1:
+            raise ValueError(f"Resize: size must be positive, got {size}")
+
+    def target(self, height: int, width: int) -> tuple[int, int]:
+        if not isinstance(self.size, int):
+            return self.size
+        if height <= width:
+            return self.size, int(self.size * width / height)
+        return int(self.size * height / width), self.size
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        h, w = _image(x, "Resize").shape[:2]
+        return resized_crop(x, 0, 0, h, w, self.target(h, w))
+
+
+class CenterCrop:
+    """The central size window (torchvision's rounding of the offsets); an image smaller than it is refused."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        self.size = _pair(size, "CenterCrop")
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        h, w = _image(x, "CenterCrop").shape[:2]
+        ch, cw = self.size
+        if ch > h or cw > w:
+            raise ValueError(f"CenterCrop: the crop {self.size} is larger than the image ({h}, {w})")
+        top, left = int(round((h - ch) / 2.0)), int(round((w - cw) / 2.0))
+        return np.ascontiguousarray(x[top:top + ch, left:left + cw])
+
+
+class RandomResizedCrop:
+    """A random window of a random area fraction in `scale` and aspect ratio (w / h) in `ratio` (log-uniform),
+    resized to size: torchvision's RandomResizedCrop, the same window for the same uniform draws (ten tries, then
+    the central crop clamped to `ratio`)."""
+
+    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3 / 4, 4 / 3), rng: np.random.Generator | None = None) -> None:
+        self.size = _pair(size, "RandomResizedCrop")
+        if not (0 < scale[0] <= scale[1]) or not (0 < ratio[0] <= ratio[1]):
+            raise ValueError(f"RandomResizedCrop: scale and ratio must be increasing positive pairs, got {scale!r} "
+                             f"and {ratio!r}")
+        self.scale, self.ratio, self.rng = tuple(scale), tuple(ratio), rng
+
+    def draw(self, height: int, width: int, rng: np.random.Generator | None = None) -> tuple[int, int, int, int]:
+        """(top, left, height, width) of the window for one image of height x width."""
+        rng = _generator(rng or self.rng)
+        area = height * width
+        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for _ in range(10):
+            target_area = area * rng.uniform(self.scale[0], self.scale[1])
+            aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+            w = int(round(math.sqrt(target_area * aspect)))
+            h = int(round(math.sqrt(target_area / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+        return self._central(height, width)
+
+    def _central(self, height: int, width: int) -> tuple[int, int, int, int]:
+        in_ratio = width / height
+        w, h = width, height
+        if in_ratio < self.ratio[0]:
+            h = int(round(w / self.ratio[0]))
+        elif in_ratio > self.ratio[1]:
+            w = int(round(h * self.ratio[1]))
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        h, w = _image(x, "RandomResizedCrop").shape[:2]
+        return resized_crop(x, *self.draw(h, w), self.size)
 
 
 class Compose:

@@ -170,3 +170,65 @@ def test_random_crop_larger_than_the_padded_image_is_refused():
                                          r"by 2"):
         T.RandomCrop(32, padding=2)(np.zeros((24, 24, 3), np.uint8))
     assert T.RandomCrop(28, padding=2)(np.zeros((24, 24, 3), np.uint8)).shape == (28, 28, 3)
+
+
+# ---------------------------------------------------------------- Resize, CenterCrop, RandomResizedCrop
+def smooth_image(h, w, seed=0):
+    """A smooth image (sums of low-frequency waves): resampling filters agree on it up to their rounding."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w] / max(h, w)
+    waves = [np.sin(2 * np.pi * (rng.uniform(0.5, 3) * yy + rng.uniform(0.5, 3) * xx + rng.uniform()))
+             for _ in range(3)]
+    return np.clip(np.stack(waves, -1) * 100 + 128, 0, 255).astype(np.uint8)
+
+
+def torch_resized_crop(x, top, left, h, w, size):
+    window = torch.tensor(x[top:top + h, left:left + w]).permute(2, 0, 1)[None].double()
+    out = torch.nn.functional.interpolate(window, size=size, mode="bilinear", antialias=True, align_corners=False)
+    return out[0].permute(1, 2, 0).numpy()
+
+
+@pytest.mark.parametrize("box, size", [((0, 0, 300, 400), (150, 200)), ((17, 33, 211, 160), (224, 224)),
+                                       ((5, 9, 40, 30), (120, 90)), ((0, 0, 300, 400), (256, 341))])
+def test_resized_crop_matches_torch_antialiased_bilinear_to_rounding(box, size):
+    x = smooth_image(300, 400)
+    ours = T.resized_crop(x, *box, size).astype(np.float64)
+    theirs = torch_resized_crop(x, *box, size)
+    assert ours.shape == theirs.shape
+    # Pillow resamples in 8-bit fixed point with its own coefficient rounding: a level or two, never a bias
+    assert np.abs(ours - theirs).max() <= 2 and np.abs(ours - theirs).mean() < 0.5
+
+
+def test_resize_keeps_the_aspect_ratio_as_torchvision_and_center_crop_takes_the_middle():
+    x = smooth_image(300, 400)
+    assert T.Resize(256)(x).shape == (256, 341, 3) and T.Resize(256)(x.transpose(1, 0, 2)).shape == (341, 256, 3)
+    assert T.Resize((100, 50))(x).shape == (100, 50, 3)
+    np.testing.assert_array_equal(T.CenterCrop((100, 101))(x), x[100:200, 150:251])
+    with pytest.raises(ValueError, match=r"CenterCrop: the crop \(400, 400\) is larger than the image \(300, 400\)"):
+        T.CenterCrop(400)(x)
+    with pytest.raises(ValueError, match="Resize: expected a uint8 HWC image"):
+        T.Resize(10)(x.astype(np.float32))
+
+
+def test_random_resized_crop_windows_keep_to_scale_and_ratio_and_repeat_with_the_seed():
+    t = T.RandomResizedCrop(64, scale=(0.2, 0.9), ratio=(0.5, 2.0))
+    windows = [t.draw(300, 400, np.random.default_rng(s)) for s in range(300)]
+    for top, left, h, w in windows:
+        assert 0 <= top and top + h <= 300 and 0 <= left and left + w <= 400
+        assert 0.2 * 0.98 <= h * w / (300 * 400) <= 0.9 * 1.02 and 0.5 * 0.97 <= w / h <= 2.0 * 1.03
+    assert len(set(windows)) > 290  # they vary
+    assert t.draw(300, 400, np.random.default_rng(7)) == windows[7]
+    x = smooth_image(300, 400)
+    top, left, h, w = windows[3]
+    np.testing.assert_array_equal(
+        T.RandomResizedCrop(64, scale=(0.2, 0.9), ratio=(0.5, 2.0), rng=np.random.default_rng(3))(x),
+        T.resized_crop(x, top, left, h, w, (64, 64)))
+
+
+def test_random_resized_crop_falls_back_to_the_central_crop_clamped_to_the_ratio():
+    # no window of 90 % or more of a 10 x 1000 image has an aspect ratio within 3/4..4/3: ten tries fail
+    t = T.RandomResizedCrop(8, scale=(0.9, 1.0))
+    assert t.draw(10, 1000, np.random.default_rng(0)) == (0, (1000 - 13) // 2, 10, 13)  # w = round(10 * 4/3)
+    assert t.draw(1000, 10, np.random.default_rng(0)) == ((1000 - 13) // 2, 0, 13, 10)  # h = round(10 / (3/4))
+    with pytest.raises(ValueError, match="scale and ratio must be increasing positive pairs"):
+        T.RandomResizedCrop(8, scale=(1.0, 0.5))
