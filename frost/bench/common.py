@@ -521,6 +521,16 @@ def add_data_parallel_argument(p: argparse.ArgumentParser) -> None:
                    help="data-parallel processes (frost run; DistributedDataParallel): each trains one batch of a "
                         "global batch N times larger; rank 0 reports. 1 runs the data-parallel path in one "
                         "process (its cost against no DDP: the gradient averaging is skipped)")
+    p.add_argument("--scaling-baseline", type=Path, default=None, metavar="JSON",
+                   help="with --nproc-per-node and --out: the result (--out) of the same benchmark in one process; "
+                        "adds the throughput ratio and the scaling efficiency (ratio / N) to the result")
+
+
+def check_data_parallel_arguments(args: argparse.Namespace) -> None:
+    """--scaling-baseline compares an N-process run with one process's: it needs --nproc-per-node."""
+    if getattr(args, "scaling_baseline", None) is not None and args.nproc_per_node is None:
+        raise SystemExit("frost bench: --scaling-baseline needs --nproc-per-node N (the run it compares with one "
+                         "process's)")
 
 
 def processes(args: argparse.Namespace) -> int:
@@ -546,7 +556,9 @@ def run_data_parallel(args: argparse.Namespace, run_here: Callable[..., dict]) -
     first, then calls data_ready() (a barrier the others wait at), shows progress and reports; the others train
     silently (report=False)."""
     if not os.environ.get(DATA_PARALLEL_VARIABLE):
-        return _relaunch(args)
+        baseline = _read_baseline(args)
+        result = _relaunch(args)
+        return result if baseline is None else _add_scaling(args, baseline)
     dist.init_process_group()
     try:
         if dist.get_rank() == 0:
@@ -557,6 +569,58 @@ def run_data_parallel(args: argparse.Namespace, run_here: Callable[..., dict]) -
             return run_here(args, report=False)
     finally:
         dist.destroy_process_group()
+
+
+THROUGHPUT_KEYS = ("images_per_s", "tokens_per_s")  # each benchmark's throughput per run, whichever it reports
+
+
+def mean_throughput(result: dict, where: str) -> tuple[str, float]:
+    """(key, mean over runs) of the throughput a benchmark result reports; `where` names it in errors."""
+    runs = result.get("runs") or []
+    for key in THROUGHPUT_KEYS:
+        values = [run[key] for run in runs if run.get(key)]
+        if values:
+            return key, sum(values) / len(values)
+    raise SystemExit(f"frost bench: {where} has no runs with a throughput ({' or '.join(THROUGHPUT_KEYS)})")
+
+
+def scaling(result: dict, baseline: dict, world_size: int, where: str = "the baseline") -> dict:
+    """The N-process result's throughput against one process's: the ratio and the efficiency (ratio / N)."""
+    key, many = mean_throughput(result, "the data-parallel result")
+    base_key, one = mean_throughput(baseline, where)
+    if base_key != key or baseline.get("benchmark") != result.get("benchmark") or _processes_of(baseline) != 1:
+        raise SystemExit(f"frost bench: {where} is not a one-process result of the same benchmark "
+                         f"({baseline.get('benchmark')!r} on {_processes_of(baseline)} processes)")
+    return {"throughput_key": key, "world_size": world_size, "throughput": many, "baseline_throughput": one,
+            "ratio": many / one, "efficiency": many / (one * world_size)}
+
+
+def _processes_of(result: dict) -> int:
+    """The processes a result was trained on (resnet-cifar10 says world_size, gpt its protocol's processes)."""
+    return result.get("world_size") or result.get("protocol", {}).get("processes") or 1
+
+
+def _read_baseline(args: argparse.Namespace) -> dict | None:
+    """--scaling-baseline's result, read before the run so that a wrong path fails at once."""
+    if getattr(args, "scaling_baseline", None) is None:
+        return None
+    if not args.out:
+        raise SystemExit("frost bench: --scaling-baseline needs --out (the result it is added to)")
+    try:
+        return json.loads(Path(args.scaling_baseline).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"frost bench: --scaling-baseline {args.scaling_baseline}: {e}") from None
+
+
+def _add_scaling(args: argparse.Namespace, baseline: dict) -> dict:
+    """--scaling-baseline: the scaling of the run just written to --out, added to it and printed."""
+    result = json.loads(Path(args.out).read_text())
+    result["scaling"] = scaling(result, baseline, args.nproc_per_node, str(args.scaling_baseline))
+    write_json(args.out, result)
+    s = result["scaling"]
+    print(f"scaling over {s['world_size']} processes: {s['ratio']:.2f}x one process's {s['throughput_key']}, "
+          f"efficiency {100 * s['efficiency']:.1f} %")
+    return result
 
 
 def _relaunch(args: argparse.Namespace) -> dict:

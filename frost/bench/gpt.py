@@ -492,6 +492,7 @@ class FrostTrainer:
 
 def run(args: argparse.Namespace) -> dict:
     """Train every seed; print the table; write JSON when --out is given. Returns the result."""
+    common.check_data_parallel_arguments(args)
     if args.nproc_per_node is not None:
         return common.run_data_parallel(args, run_here)
     return run_here(args)

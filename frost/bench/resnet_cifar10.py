@@ -654,6 +654,7 @@ def run(args: argparse.Namespace) -> dict:
                          "own order)")
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
+    common.check_data_parallel_arguments(args)
     if args.nproc_per_node is not None:
         if args.pipeline != "resident" or args.streams or args.save_streams:
             raise SystemExit("frost bench: --nproc-per-node needs --pipeline resident, without --streams")

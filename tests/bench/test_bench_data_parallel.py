@@ -50,3 +50,38 @@ def test_one_process_runs_the_data_parallel_path_and_trains_as_without_it(tmp_pa
     wrapped, single = json.loads(ddp.read_text()), json.loads(plain.read_text())
     assert wrapped["protocol"]["processes"] == single["protocol"]["processes"] == 1
     assert wrapped["runs"][0]["val_loss"] == single["runs"][0]["val_loss"]
+
+
+def test_the_scaling_against_a_one_process_baseline_is_added_to_the_result(tmp_path, capsys):
+    """--scaling-baseline: the N-process run's throughput over one process's, and over N times it (efficiency)."""
+    pytest.importorskip("mpi4py")
+    sizes = ["--device", "cpu", "--steps", "3", "--block-size", "16", "--batch-size", "2", "--dropout", "0",
+             "--eval-iters", "1", "--quiet"]
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert cli.main(["bench", "gpt", *sizes, "--out", str(one)]) == 0
+    assert cli.main(["bench", "gpt", *sizes, "--nproc-per-node", "2", "--out", str(two),
+                     "--scaling-baseline", str(one)]) == 0
+    baseline, result = json.loads(one.read_text()), json.loads(two.read_text())
+    s = result["scaling"]
+    assert s["throughput_key"] == "tokens_per_s" and s["world_size"] == 2
+    assert s["throughput"] == pytest.approx(result["runs"][0]["tokens_per_s"])
+    assert s["baseline_throughput"] == pytest.approx(baseline["runs"][0]["tokens_per_s"])
+    assert s["ratio"] == pytest.approx(s["throughput"] / s["baseline_throughput"])
+    assert s["efficiency"] == pytest.approx(s["ratio"] / 2)
+    assert "scaling over 2 processes" in capsys.readouterr().out
+
+
+def test_scaling_refuses_a_baseline_of_another_benchmark_or_of_several_processes():
+    from frost.bench import common
+    gpt_one = {"benchmark": "gpt", "protocol": {"processes": 1}, "runs": [{"tokens_per_s": 100.0}]}
+    gpt_two = {"benchmark": "gpt", "protocol": {"processes": 2}, "runs": [{"tokens_per_s": 150.0}]}
+    resnet = {"benchmark": "resnet-cifar10", "world_size": 1, "runs": [{"images_per_s": 80.0}]}
+    assert common.scaling(gpt_two, gpt_one, 2)["efficiency"] == pytest.approx(0.75)
+    for bad in (gpt_two, resnet):
+        with pytest.raises(SystemExit, match="not a one-process result of the same benchmark"):
+            common.scaling(gpt_two, bad, 2)
+    with pytest.raises(SystemExit, match="--scaling-baseline needs --nproc-per-node"):
+        cli.main(["--verbose", "bench", "gpt", "--device", "cpu", "--scaling-baseline", "x.json"])
+    with pytest.raises(SystemExit, match="--scaling-baseline needs --out"):
+        cli.main(["--verbose", "bench", "gpt", "--device", "cpu", "--nproc-per-node", "2", "--scaling-baseline",
+                  "x.json"])
