@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from frost.backend import Device, cpu, cuda
+from frost.backend import Device
 from frost.dtype import DType, default_float_dtype, to_dtype
 from frost.generator import engine
 from frost.tensor import Tensor, _resolve, _shape_args
-
-
-def _generator(device: Device, generator=None, who: str = "random"):
-    if generator is not None:  # a frost.Generator of the caller's
-        return engine(generator, device, who)
-    return cpu.generator() if device.type == "cpu" else cuda.generator()
 
 
 def _draw_dtype(dt: DType):
@@ -22,11 +16,11 @@ def _draw_dtype(dt: DType):
 
 
 def _random_normal(shape, device: Device, dtype=np.float32, generator=None, who: str = "randn"):
-    return _generator(device, generator, who).standard_normal(shape, dtype=dtype)
+    return engine(generator, device, who).standard_normal(shape, dtype=dtype)
 
 
 def _random_uniform(shape, low, high, device: Device, dtype=np.float32, generator=None, who: str = "rand"):
-    return _generator(device, generator, who).random(shape, dtype=dtype) * (high - low) + low
+    return engine(generator, device, who).random(shape, dtype=dtype) * (high - low) + low
 
 
 def _floating(name: str, dt: DType) -> DType:
@@ -61,7 +55,7 @@ def randint(low: int, high: int | None = None, size=(), *, generator=None, dtype
         raise RuntimeError(f"randint: high ({high}) must be larger than low ({low})")
     if dt.np.kind in "iu" and not (np.iinfo(dt.np).min <= low and high - 1 <= np.iinfo(dt.np).max):
         raise RuntimeError(f"randint: [{low}, {high}) does not fit {dt} (values would wrap)")
-    return Tensor(_generator(dev, generator, "randint").integers(low, high, size=tuple(size)).astype(dt.np))
+    return Tensor(engine(generator, dev, "randint").integers(low, high, size=tuple(size)).astype(dt.np))
 
 
 def randperm(n: int, *, generator=None, dtype=None, device=None) -> Tensor:
@@ -69,7 +63,7 @@ def randperm(n: int, *, generator=None, dtype=None, device=None) -> Tensor:
     if n < 0:
         raise RuntimeError(f"randperm: n must be non-negative, got {n}")
     dev, dt = _resolve(device, dtype, to_dtype("int64"))
-    g = _generator(dev, generator, "randperm")
+    g = engine(generator, dev, "randperm")
     if hasattr(g, "permutation"):
         return Tensor(g.permutation(n).astype(dt.np, copy=False))
     return Tensor(g.random(n).argsort().astype(dt.np))  # a generator without permutation(): sort uniform draws

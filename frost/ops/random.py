@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from frost import dispatch
 from frost.backend import Device
+from frost.generator import engine
 from frost.tensor import Tensor, from_op
 
 
 def generator_for(device: Device):
     """Frost's random generator for a device: NumPy's on the CPU, Philox on CUDA (both reseeded by manual_seed)."""
-    from frost.backend import cpu, cuda
-    return cpu.generator() if device.type == "cpu" else cuda.generator()
+    return engine(None, device, "random")
 
 
 def _check_p(p: float, name: str) -> None:
