@@ -554,11 +554,8 @@ def _refuse_underivable(order: list, leads: set | None, caller: str) -> None:
 def _accumulate_graph(t, g) -> None:
     """Leaf t's .grad = its gradient g with g's graph (a copy: g may be another tensor's gradient too), or the old
     .grad + g (out of place, so the old .grad's graph is kept), as PyTorch's does under create_graph=True."""
-    if getattr(t, "_zero_grad_mark", None) is not None:
-        t._zero_grad_mark = None
-    if not t.dtype.is_floating_point:
-        raise RuntimeError(f"backward: a {t.dtype} tensor of shape {tuple(t.shape)} requires grad; only "
-                           f"floating-point tensors can")
+    _spend_zero_mark(t)
+    _check_float_leaf(t)
     g = g if g.dtype == t.dtype else g.to(t.dtype)
     t.grad = g.clone() if t.grad is None else t.grad + g
     for hook in t.__dict__.get("_post_accumulate_hooks", ()):
@@ -665,17 +662,14 @@ def _sum_of_gradients(a, b, c=None):
 
 
 def _accumulate(Tensor, t, g, claimed=None) -> None:
-    if getattr(t, "_zero_grad_mark", None) is not None:
-        t._zero_grad_mark = None
+    _spend_zero_mark(t)
     if claimed is not None:
         # the .grad buffer was zero and an op wrote its contribution straight into it: nothing to add when
         # that is the whole gradient; when other contributions were summed with it, the sum replaces it
         if g is not claimed:
             claimed[...] = g
         return
-    if t.data.dtype.kind in "iub":  # requires_grad set on an integer tensor by assignment (requires_grad_ refuses)
-        raise RuntimeError(f"backward: a {t.data.dtype} tensor of shape {tuple(t.shape)} requires grad; only "
-                           f"floating-point tensors can (its gradient would be truncated to integers)")
+    _check_float_leaf(t)
     if g.dtype != t.data.dtype:
         g = g.astype(t.data.dtype)
     if t.grad is None:
@@ -684,6 +678,19 @@ def _accumulate(Tensor, t, g, claimed=None) -> None:
         t.grad = Tensor(g.copy(order="K"))  # keeps a channels-last gradient channels-last
     else:
         t.grad.data += g
+
+
+def _spend_zero_mark(t) -> None:
+    """The zero_grad() mark of leaf t is used up by the first gradient written into its .grad (mark_grad_zero)."""
+    if getattr(t, "_zero_grad_mark", None) is not None:
+        t._zero_grad_mark = None
+
+
+def _check_float_leaf(t) -> None:
+    """A gradient goes into leaf t's .grad only if t is of a float type."""
+    if t.data.dtype.kind in "iub":  # requires_grad set on an integer tensor by assignment (requires_grad_ refuses)
+        raise RuntimeError(f"backward: a {t.data.dtype} tensor of shape {tuple(t.shape)} requires grad; only "
+                           f"floating-point tensors can (its gradient would be truncated to integers)")
 
 
 # ---------------------------------------------------------------- gradients completed by a later launch
