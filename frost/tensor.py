@@ -25,7 +25,8 @@ GRAD_MESSAGE = "Can't call numpy() on Tensor that requires grad. Use tensor.deta
 
 
 class Tensor:
-    """An n-dimensional array with reverse-mode autograd."""
+    """An n-dimensional array with reverse-mode autograd. Its methods that are ops (x + y, x.sum(), x.view(...),
+    x.to(...)) are in frost/tensor_methods.py, which adds them to this class when frost is imported."""
 
     __slots__ = ("data", "grad", "requires_grad", "_ctx", "_retains_grad", "_is_param", "__weakref__", "__dict__")
     __array_priority__ = 1000  # for array libraries that look at it; NumPy asks __array_ufunc__ (ndarray + t, ...)
@@ -84,7 +85,6 @@ class Tensor:
     @property
     def grad_fn(self):
         return self._ctx
-
 
     def dim(self) -> int:
         return self.data.ndim
@@ -222,13 +222,11 @@ class Tensor:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
-
     def tolist(self):
         a = self._host()
         if a.dtype.kind not in "biuf":  # bfloat16: tolist() would give ml_dtypes scalars
             a = a.astype(np.float32)
         return a.tolist()
-
 
     def cuda(self, index: int = 0) -> "Tensor":
         return self.to(f"cuda:{index}")
@@ -369,7 +367,6 @@ class Tensor:
             return self
         return self._assign_result(what, lambda x, o: op(x, scaled(o)), other)
 
-
     def __pos__(self): return self
 
     def _inplace_records(self, o) -> bool:
@@ -384,16 +381,12 @@ class Tensor:
             return op(self, o)
         return self._update(what, in_place, op, o) if in_place else self._assign_result(what, op, o)
 
-
-
-
     def is_contiguous(self, memory_format=None) -> bool:
         from frost.layout import channels_last, is_channels_last
         if memory_format is channels_last:
             return is_channels_last(self.data) or (self.ndim == 4 and self.data.flags.c_contiguous and
                                                    (self.shape[1] == 1 or self.shape[2] * self.shape[3] == 1))
         return bool(self.data.flags.c_contiguous)
-
 
     # new tensors like this one (same dtype and device unless given)
     def new_zeros(self, *size, dtype=None): return zeros(*size, dtype=dtype or self.dtype, device=self.device)
