@@ -222,8 +222,8 @@ class CenterCrop:
 
 class RandomResizedCrop:
     """A random window of a random area fraction in `scale` and aspect ratio (w / h) in `ratio` (log-uniform),
-    resized to size: torchvision's RandomResizedCrop, the same window for the same uniform draws (ten tries, then
-    the central crop clamped to `ratio`)."""
+    resized to size, by torchvision's RandomResizedCrop rule as its get_params reads (ten tries, then the central
+    crop clamped to `ratio`); the draws come from Frost's generator, so the windows are not torchvision's."""
 
     def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
                  ratio: Sequence[float] = (3 / 4, 4 / 3), rng: np.random.Generator | None = None) -> None:
