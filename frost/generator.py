@@ -102,4 +102,7 @@ def engine(generator: Any, device: Device, who: str) -> Any:
 
 
 def _global_engine(device: Device) -> Any:
-    return cpu.generator() if device.type == "cpu" else backend_cuda.generator(device.index)
+    if device.type == "cpu":
+        return cpu.generator()
+    backend_cuda.gpu_cupy()  # Frost's message where there is no usable GPU, not CuPy's from inside a new generator
+    return backend_cuda.generator(device.index)
