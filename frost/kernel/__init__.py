@@ -21,10 +21,11 @@ Semantics (the simulator implements these; float results can differ from the GPU
   2^32). Signed overflow (i32, i64) is undefined in the generated C++: the simulator wraps, but the GPU compiler
   may assume it never happens (an H200 found `j * 1000000000 < 0` false for j = 3); compute in u32 or i64.
 - `mulhi(a, b)`: the high 32 bits of the exact 64-bit product of two u32 (CUDA's `__umulhi`) or two i32 (`__mulhi`).
-- 16-byte vector access on 1-D f32/i32/u32 arrays: `a, b, c, d = load4(x, i)`, `store4(x, i, a, b, c, d)`,
-  `ldg4(x, i)` (read-only cache); i % 4 == 0 and a 16-byte aligned array (the simulator checks both, the launch
-  checks the pointers). `a, b = load2(x, i)` and `store2(x, i, a, b)` are the 8-byte pairs (i % 2 == 0, 8-byte
-  aligned). `ldg(x, i)` is a scalar read-only load. Unpacking may target elements: `r[0], r[1] = f(...)`.
+- Vector access on 1-D arrays: `a, b, c, d = load4(x, i)` and `store4(x, i, a, b, c, d)` move 4 elements in one
+  access (16 bytes of f32/i32/u32, 8 of bf16/f16), `load2`/`store2` two, `load8`/`store8` eight bf16/f16 (16
+  bytes); `ldg4(x, i)` is load4 of 4-byte elements through the read-only cache. i must be a multiple of the count
+  and the array aligned to the access's bytes (the simulator checks both, the launch checks the pointers).
+  `ldg(x, i)` is a scalar read-only load. Unpacking may target elements: `r[0], r[1] = f(...)`.
 - `launch_bounds(MAX_THREADS[, MIN_BLOCKS])` as a statement of a kernel's body is CUDA's `__launch_bounds__`;
   `swizzle(row, col, COLS)` is the XOR-swizzled column of a 16-bit shared tile (conflict-free ldmatrix, no padding).
 - `k.inspect(arch, **consts)` returns the PTX and ptxas's registers/spills/stack; `k.ptx(arch, **consts)` the PTX.

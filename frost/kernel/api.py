@@ -346,7 +346,7 @@ def _int_overflow(kname, name, t, bounds, v):
 def _gpu_args(kname, runtime, aligned=None):
     """Kernel arguments as CuPy expects them: pointers and sizes as NumPy scalars, in signature order.
 
-    `aligned` maps arrays read or written as vectors (load4/store4: 16 bytes, load2/store2: 8) to the alignment
+    `aligned` maps arrays read or written as vectors (load4 of f32: 16 bytes, of bf16: 8; ...) to the alignment
     their pointers need.
     """
     import cupy
@@ -364,7 +364,7 @@ def _gpu_args(kname, runtime, aligned=None):
             need = aligned.get(name, 0) if aligned else 0
             if need and a.data.ptr % need:
                 raise ValueError(f"{kname}: argument {name!r} is accessed {need} bytes at a time "
-                                 f"({'load4/store4' if need == 16 else 'load2/store2'}) but starts "
+                                 f"(vector loads and stores) but starts "
                                  f"{a.data.ptr % need} bytes past a {need}-byte boundary (an offset view?)")
             if t.ndim == 1:
                 if not a.flags.c_contiguous:

@@ -83,6 +83,28 @@ template <typename T> __device__ __forceinline__ frost_vec2<T> frost_load2(const
     return *reinterpret_cast<const frost_vec2<T>*>(p); }
 template <typename T> __device__ __forceinline__ void frost_store2(T* p, T a, T b) {
     frost_vec2<T> v = {a, b}; *reinterpret_cast<frost_vec2<T>*>(p) = v; }
+// 16-bit elements (frost_bf16, frost_f16) move as 32-bit words, element i in the low half of its word
+template <typename T> struct frost_vec8 { T v0, v1, v2, v3, v4, v5, v6, v7; };
+template <typename T> __device__ __forceinline__ T frost_lo(unsigned w) { T r; r.x = (unsigned short)w; return r; }
+template <typename T> __device__ __forceinline__ T frost_hi(unsigned w) {
+    T r; r.x = (unsigned short)(w >> 16); return r; }
+template <typename T> __device__ __forceinline__ unsigned frost_pack(T a, T b) {
+    return (unsigned)a.x | ((unsigned)b.x << 16); }
+template <typename T> __device__ __forceinline__ frost_vec2<T> frost_load2h(const T* p) {
+    unsigned w = *reinterpret_cast<const unsigned*>(p); return {frost_lo<T>(w), frost_hi<T>(w)}; }
+template <typename T> __device__ __forceinline__ frost_vec4<T> frost_load4h(const T* p) {
+    uint2 w = *reinterpret_cast<const uint2*>(p);
+    return {frost_lo<T>(w.x), frost_hi<T>(w.x), frost_lo<T>(w.y), frost_hi<T>(w.y)}; }
+template <typename T> __device__ __forceinline__ frost_vec8<T> frost_load8h(const T* p) {
+    uint4 w = *reinterpret_cast<const uint4*>(p);
+    return {frost_lo<T>(w.x), frost_hi<T>(w.x), frost_lo<T>(w.y), frost_hi<T>(w.y),
+            frost_lo<T>(w.z), frost_hi<T>(w.z), frost_lo<T>(w.w), frost_hi<T>(w.w)}; }
+template <typename T> __device__ __forceinline__ void frost_store2h(T* p, T a, T b) {
+    *reinterpret_cast<unsigned*>(p) = frost_pack(a, b); }
+template <typename T> __device__ __forceinline__ void frost_store4h(T* p, T a, T b, T c, T d) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(frost_pack(a, b), frost_pack(c, d)); }
+template <typename T> __device__ __forceinline__ void frost_store8h(T* p, T a, T b, T c, T d, T e, T f, T g, T h) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(frost_pack(a, b), frost_pack(c, d), frost_pack(e, f), frost_pack(g, h)); }
 __device__ __forceinline__ frost_vec4<float> frost_ldg4(const float* p) {
     float4 v = __ldg(reinterpret_cast<const float4*>(p)); return {v.x, v.y, v.z, v.w}; }
 __device__ __forceinline__ frost_vec4<int> frost_ldg4(const int* p) {

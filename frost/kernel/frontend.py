@@ -78,7 +78,7 @@ class Checked:
         self.dyn_arrays: dict[int, int] = {}  # id(dynamic_shared call with a shape) -> byte offset
         self.shared_ids: dict[int, int] = {}
         self.launch_bounds: tuple | None = None  # (max threads per block, min blocks per SM) from launch_bounds()
-        self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4: 16, load2: 8)
+        self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4 of f32: 16)
         self.uses_wgmma = False  # uses a Hopper warpgroup instruction: compiled for sm_90a
         self.uses_grid_sync = False  # waits for the whole grid (grid_sync): the simulator runs all blocks at once
         self.wgmma_accs: dict[str, int] = {}  # accumulator local -> floats, fenced at wgmma_fence/wgmma_wait

@@ -130,7 +130,7 @@ class SimArray:
 
     def ld4(self, i, what="load4", width=4):
         """`width` consecutive elements from i as one vector access: i % width == 0, the array aligned to
-        4 * width bytes, all in bounds."""
+        width x the element's bytes, all in bounds."""
         return tuple(self._vector(i, what, width))
 
     def st4(self, i, *values, what="store4"):
@@ -139,7 +139,7 @@ class SimArray:
     def _vector(self, i, what, width):
         i = int(i)
         n = min(self.shape[0], self.data.shape[0])
-        nbytes = 4 * width
+        nbytes = self.data.itemsize * width
         if i % width:
             raise _OutOfBounds(f"{what}: index {i} into array {self.name!r} is not a multiple of {width} "
                                f"({nbytes}-byte vector accesses need i % {width} == 0)")

@@ -139,8 +139,8 @@ def test_vector_access_arguments_must_be_16_byte_aligned(fake_cupy):
     assert base.ctypes.data % 16 == 0
     k[1, 4](FakeArray(base[:16]), FakeArray(base[16:32]), FakeArray(base[33:37]))  # z may be misaligned
     assert len(fake_cupy.launches) == 1
-    with pytest.raises(ValueError, match=r"k: argument 'x' is accessed 16 bytes at a time \(load4/store4\) but "
-                                         r"starts 4 bytes past a 16-byte boundary"):
+    with pytest.raises(ValueError, match=r"k: argument 'x' is accessed 16 bytes at a time \(vector loads and "
+                                         r"stores\) but starts 4 bytes past a 16-byte boundary"):
         k[1, 4](FakeArray(base[1:17]), FakeArray(base[16:32]), FakeArray(base[32:36]))
     with pytest.raises(ValueError, match=r"argument 'y' .* starts 8 bytes past"):
         k[1, 4](FakeArray(base[:16]), FakeArray(base[18:34]), FakeArray(base[32:36]))

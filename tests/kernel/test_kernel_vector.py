@@ -1,10 +1,10 @@
-"""16-byte vector loads and stores (load4, store4, ldg4) and read-only loads (ldg): codegen, simulation, errors."""
+"""Vector loads and stores (load2/4/8, store2/4/8, ldg4) and read-only loads (ldg): codegen, simulation, errors."""
 import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, KernelError, SimulationError, bf16, bx, f32, i32, kernel, ldg, ldg4, load4, local,
-                          shared, static_range, store4, syncthreads, tx, u32)
+from frost.kernel import (Array, KernelError, SimulationError, bf16, bx, f16, f32, i32, kernel, ldg, ldg4, load2, load4,
+                          load8, local, shared, static_range, store2, store4, store8, syncthreads, tx, u32)
 
 ARCH = "sm_90"
 
@@ -119,15 +119,20 @@ def test_vector_out_of_bounds_checks_all_four_elements():
 
 
 @pytest.mark.parametrize("body, message", [
-    ("a, b, c, d = load4(xd, tx * 4)", r"load4\(\) moves 16 bytes as 4 elements of f32, i32 or u32, not f64"),
-    ("a, b, c, d = load4(xb, tx * 4)", r"load4\(\) moves 16 bytes as 4 elements of f32, i32 or u32, not bf16"),
+    ("a, b, c, d = load4(xd, tx * 4)", r"load4\(\) moves 4 elements of f32, i32, u32, bf16, f16 in one access, "
+                                       r"not f64"),
+    ("a, b, c, d = ldg4(xb, tx * 4)", r"ldg4\(\) moves 4 elements of f32, i32, u32 in one access, not bf16"),
+    ("a, b, c, d, e, f, g, h = load8(x, 0)", r"load8\(\) moves 8 elements of bf16, f16 in one access, not f32"),
+    ("store8(xb, 0, 1.0, 2.0, 3.0, 4.0)", r"store8\(array, index, a, b, c, d, e, f, g, h\) takes 10 arguments, "
+                                          r"got 6"),
     ("a, b, c, d = load4(x, 1.5)", r"load4\(\) index must be an integer, got float literal"),
     ("a, b, c, d = load4(x)", r"load4\(array, index\) takes 2 arguments, got 1"),
     ("a, b, c = load4(x, 0)", r"unpacking 4 values into 3 names"),
     ("a = load4(x, 0)", r"cannot assign a tuple"),
     ("store4(x, 0, 1.0, 2.0, 3.0)", r"store4\(array, index, a, b, c, d\) takes 6 arguments, got 5"),
     ("store4(xi, 0, 1.0, 2, 3, 4)", r"storing a float literal into a i32 element truncates"),
-    ("store4(n, 0, 1.0, 2.0, 3.0, 4.0)", r"store4\(\) needs a 1-D global or shared array of f32, i32 or u32, got i32"),
+    ("store4(n, 0, 1.0, 2.0, 3.0, 4.0)", r"store4\(\) needs a 1-D global or shared array of f32, i32, u32, bf16, "
+                                         r"f16, got i32"),
     ("s = shared(f32, 8); a, b, c, d = ldg4(s, 0)", r"ldg4\(\) needs a 1-D global array"),
     ("y = ldg(xb, 0)", r"ldg\(\) needs a 1-D global array of f32, f64, i32, u32 or i64"),
 ])
@@ -172,8 +177,6 @@ def test_unpacking_into_array_elements():
 
 
 def test_load2_store2_move_8_bytes():
-    from frost.kernel import load2, store2
-
     @kernel
     def swap_pairs(x: Array[f32], y: Array[f32]):
         a, b = load2(x, 2 * tx)
@@ -190,3 +193,52 @@ def test_load2_store2_move_8_bytes():
     swap_pairs.simulate[1, 8](base[2:18], y)  # 8-byte aligned is enough
     with pytest.raises(SimulationError, match=r"store2: elements 14\.\.15 are out of bounds for array 'y'"):
         swap_pairs.simulate[1, 8](x, np.zeros(14, np.float32))
+
+
+@kernel
+def halves(x: Array[bf16], y: Array[bf16], h: Array[f16], out_h: Array[f16]):
+    """bf16: eight reversed per thread (16 bytes), then scaled pairs; f16: four at a time through shared memory."""
+    i = tx * 8
+    a, b, c, d, e, f, g, k = load8(x, i)
+    store8(y, i, k, g, f, e, d, c, b, a)
+    buf = shared(f16, 64)
+    p, q, r, s = load4(h, tx * 4)
+    store4(buf, 60 - tx * 4, s, r, q, p)
+    syncthreads()
+    u, v = load2(buf, tx * 2)
+    store2(out_h, tx * 2, f16(f32(u) * 2.0), v)
+
+
+def test_16_bit_vectors_simulated_bit_for_bit():
+    x = np.random.default_rng(3).standard_normal(128).astype(ml_dtypes.bfloat16)
+    h = np.random.default_rng(4).standard_normal(64).astype(np.float16)
+    y, out_h = np.zeros_like(x), np.zeros(32, np.float16)
+    halves.simulate[1, 16](x, y, h, out_h)
+    np.testing.assert_array_equal(y.view(np.uint16), x.reshape(16, 8)[:, ::-1].reshape(-1).view(np.uint16))
+    want = h[::-1][:32].copy()  # shared holds h reversed; thread t reads its pair from the front
+    want[0::2] = (want[0::2].astype(np.float32) * 2).astype(np.float16)
+    np.testing.assert_array_equal(out_h.view(np.uint16), want.view(np.uint16))
+
+
+def test_16_bit_vectors_compile_to_32_bit_word_accesses():
+    ptx = halves.ptx(ARCH)
+    assert "ld.global.v4.u32" in ptx and "st.global.v4.u32" in ptx  # load8/store8: 16 bytes
+    assert "ld.global.v2.u32" in ptx  # load4 of f16: 8 bytes
+    assert "st.shared.v2.u32" in ptx and "ld.shared.u32" in ptx and "st.global.u32" in ptx
+    assert "ld.global.u16" not in ptx and "st.global.u16" not in ptx
+
+
+def test_16_bit_vectors_check_index_alignment_and_bounds():
+    @kernel
+    def copy8(x: Array[bf16], y: Array[bf16]):
+        a, b, c, d, e, f, g, h = load8(x, tx * 8)
+        store8(y, tx * 8, a, b, c, d, e, f, g, h)
+    base = np.zeros(40, ml_dtypes.bfloat16)
+    assert base.ctypes.data % 16 == 0
+    with pytest.raises(SimulationError, match=r"load8: array 'x' \(index 0\) does not start at a 16-byte aligned "
+                                              r"address \(it is 8 bytes past one\)"):
+        copy8.simulate[1, 1](base[4:12], np.zeros(8, ml_dtypes.bfloat16))
+    with pytest.raises(SimulationError, match=r"store8: elements 8\.\.15 are out of bounds for array 'y' of shape "
+                                              r"\(12,\)"):
+        copy8.simulate[1, 2](base[:16], base[16:28])
+    assert copy8.specialize().checked.vector_params == {"x": 16, "y": 16}

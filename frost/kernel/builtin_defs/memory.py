@@ -140,52 +140,65 @@ class AtomicCas(BuiltinDef):
                 f"{g.ex(node.args[3], t)})")
 
 
-# -- vector (16- and 8-byte) and read-only loads -------------------------------------------------------------
-VECTOR_ELEMS = ("f32", "i32", "u32")
+# -- vector and read-only loads: loadN/storeN move N elements in one access of N x the element's bytes ---------
+WORD_ELEMS = ("f32", "i32", "u32")  # 4-byte elements: load2/store2 (8 bytes), load4/store4 (16)
+HALF_ELEMS = ("bf16", "f16")        # 2-byte elements: load2/store2 (4 bytes), load4/store4 (8), load8/store8 (16)
 
 
-def vector_array(ck: Checking, node, name, spaces=("global", "shared"), width=4):
-    """The array of load4/store4/ldg4(a, i, ...): 1-D, 4-byte elements, i an integer; an array parameter is
-    noted with the alignment the launch checks its pointer for."""
+def vector_elems(width: int) -> tuple:
+    return HALF_ELEMS if width == 8 else WORD_ELEMS + HALF_ELEMS
+
+
+def vector_array(ck: Checking, node, name, spaces=("global", "shared"), width=4, elems=None):
+    """The array of loadN/storeN/ldg4(a, i, ...): 1-D, elements of a type that width allows, i an integer; an
+    array parameter is noted with the alignment (the access's bytes) the launch checks its pointer for."""
+    elems = elems or vector_elems(width)
     at = ck.expr(node.args[0])
     if not (isinstance(at, ArrayType) and at.ndim == 1 and at.space in spaces):
         where = " or ".join(spaces)
-        raise ck.src.error(node, f"{name}() needs a 1-D {where} array of f32, i32 or u32, got {at}")
-    if at.elem.name not in VECTOR_ELEMS:
-        raise ck.src.error(node, f"{name}() moves {16 if name[-1] == '4' else 8} bytes as {name[-1]} elements of "
-                                 f"f32, i32 or u32, not {at.elem}")
+        raise ck.src.error(node, f"{name}() needs a 1-D {where} array of {', '.join(elems)}, got {at}")
+    if at.elem.name not in elems:
+        raise ck.src.error(node, f"{name}() moves {width} elements of {', '.join(elems)} in one access, "
+                                 f"not {at.elem}")
     it = ck.expr(node.args[1])
     if not (isinstance(it, (Scalar, Weak)) and it.is_int):
         raise ck.src.error(node.args[1], f"{name}() index must be an integer, got {it}")
     if isinstance(node.args[0], ast.Name) and node.args[0].id in {p.name for p in ck.out.params}:
         name = node.args[0].id
-        ck.out.vector_params[name] = max(ck.out.vector_params.get(name, 0), 4 * width)
+        need = at.elem.np.itemsize * width
+        ck.out.vector_params[name] = max(ck.out.vector_params.get(name, 0), need)
     return at
 
 
-class VectorLoad(BuiltinDef):
-    """a, b, c, d = load4(x, i): x[i:i+4] in one 16-byte load (i % 4 == 0, x 16-byte aligned); ldg4 through the
-    read-only cache; a, b = load2(x, i) in one 8-byte load (i % 2 == 0)."""
+def vector_function(g: CudaBuilding, node, name: str) -> str:
+    """The prelude's function for a vector access: 16-bit elements move as 32-bit words (frost_load8h, ...)."""
+    return f"frost_{name}h" if g.type(node.args[0]).elem.np.itemsize == 2 else f"frost_{name}"
 
-    def __init__(self, name: str, spaces: tuple, width: int, sim_args: str) -> None:
+
+class VectorLoad(BuiltinDef):
+    """a, b, c, d = load4(x, i): x[i:i+4] in one load of 4 elements (16 bytes of f32/i32/u32, 8 of bf16/f16;
+    i % 4 == 0, x aligned to the access); ldg4 through the read-only cache (4-byte elements); load2 takes two
+    elements, load8 eight of bf16/f16 (16 bytes)."""
+
+    def __init__(self, name: str, spaces: tuple, width: int, sim_args: str, elems: tuple | None = None) -> None:
         super().__init__(name)
-        self.spaces, self.width, self.sim_args = spaces, width, sim_args
+        self.spaces, self.width, self.sim_args, self.elems = spaces, width, sim_args, elems
 
     def check(self, ck: Checking, node):
         if len(node.args) != 2:
             raise ck.src.error(node, f"{self.name}(array, index) takes 2 arguments, got {len(node.args)}")
-        at = vector_array(ck, node, self.name, self.spaces, self.width)
+        at = vector_array(ck, node, self.name, self.spaces, self.width, self.elems)
         return TupleType((at.elem,) * self.width)
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
-        return f"frost_{self.name}({g.elem_ptr(node.args[0], node.args[1])})"
+        return f"{vector_function(g, node, self.name)}({g.elem_ptr(node.args[0], node.args[1])})"
 
     def sim(self, g: SimBuilding, node, t) -> str:
         return f"{g.ex(node.args[0])}.ld4({g.ex(node.args[1])}{self.sim_args})"
 
 
 class VectorStore(BuiltinDef):
-    """store4(x, i, a, b, c, d): x[i:i+4] = a, b, c, d in one 16-byte store; store2(x, i, a, b) in 8 bytes."""
+    """store4(x, i, a, b, c, d): x[i:i+4] = a, b, c, d in one store; store2 and store8 move 2 and 8 elements."""
 
     def __init__(self, name: str, width: int, sim_args: str) -> None:
         super().__init__(name)
@@ -194,7 +207,7 @@ class VectorStore(BuiltinDef):
     def check(self, ck: Checking, node):
         name, width = self.name, self.width
         if len(node.args) != 2 + width:
-            vals = ", ".join("abcd"[:width])
+            vals = ", ".join("abcdefgh"[:width])
             raise ck.src.error(node, f"{name}(array, index, {vals}) takes {2 + width} arguments, "
                                      f"got {len(node.args)}")
         at = vector_array(ck, node, name, width=width)
@@ -207,7 +220,7 @@ class VectorStore(BuiltinDef):
     def cuda(self, g: CudaBuilding, node, t) -> str:
         elem = g.type(node.args[0]).elem
         vals = ", ".join(g.ex(v, elem) for v in node.args[2:])
-        return f"frost_{self.name}({g.elem_ptr(node.args[0], node.args[1])}, {vals})"
+        return f"{vector_function(g, node, self.name)}({g.elem_ptr(node.args[0], node.args[1])}, {vals})"
 
     def sim(self, g: SimBuilding, node, t) -> str:
         elem = g.type(node.args[0]).elem
@@ -294,8 +307,10 @@ DEFINITIONS = [
     Atomic("atomic_max", "atomicMax", "max", ("f32", "i32", "u32", "i64")),
     Atomic("atomic_min", "atomicMin", "min", ("f32", "i32", "u32", "i64")),
     AtomicCas("atomic_cas"),
-    VectorLoad("load4", ("global", "shared"), 4, ""), VectorLoad("ldg4", ("global",), 4, ", 'ldg4'"),
+    VectorLoad("load4", ("global", "shared"), 4, ""), VectorLoad("ldg4", ("global",), 4, ", 'ldg4'", WORD_ELEMS),
     VectorLoad("load2", ("global", "shared"), 2, ", 'load2', 2"),
+    VectorLoad("load8", ("global", "shared"), 8, ", 'load8', 8"),
     VectorStore("store4", 4, ""), VectorStore("store2", 2, ", what='store2'"),
+    VectorStore("store8", 8, ", what='store8'"),
     Ldg("ldg"), CpAsync16("cp_async16"), CpCommit("cp_commit"), CpWait("cp_wait"),
 ]
