@@ -3,10 +3,13 @@ Frost's reference path (frost/ops: the same ops with the fast paths switched off
 torch.compile, forward + backward, float32 and bf16.
 
 Run on a CUDA machine:  python benchmarks/transformer_kernels.py [--quick] [--out FILE.json]
-Each row times `--iters` calls of forward + backward after `--warmup` (wall clock between device synchronizations)
-and reports milliseconds and the effective bandwidth: the bytes a fused implementation must move (LayerNorm: read x,
+Each row times `--iters` calls of forward + backward after `--warmup` (wall clock between device synchronizations,
+host time included) and, where the calls can be captured, the GPU time of the same calls replayed from a CUDA graph
+(Frost: frost.backend.cuda.graph_time_us; PyTorch eager: torch.cuda.CUDAGraph), and reports milliseconds and the
+effective bandwidth: the bytes a fused implementation must move (LayerNorm: read x,
 write out, read x and dout, write dx; GELU: read x, write out, read x and dout, write dx) over the time. Each Frost
-kernel row first checks its output and input gradient against the reference path. PyTorch rows need a CUDA build of
+kernel row first checks its output and input gradient against the reference path. For bf16, "one value a thread"
+is the A/B of the 16-bit vector accesses (load8/store8: the kernels before them). PyTorch rows need a CUDA build of
 torch (they are left out, with a line saying so, without one).
 """
 import argparse
@@ -17,6 +20,7 @@ import numpy as np
 
 import frost
 from frost import dispatch
+from frost.accel import gelu as gelu_accel, layer_norm as ln_accel
 from frost.backend import cuda as cuda_backend
 from frost.bench import common
 from frost.ops.elementwise import gelu
@@ -40,6 +44,21 @@ def reference_path():
     return dispatch.disabled(*FAST_OPS)
 
 
+@contextlib.contextmanager
+def one_value_kernels():
+    """The kernels as they were before 16-bit vector accesses: bf16/fp16 rows and elements one value a thread (the
+    A/B of load8/store8; float32 keeps its 16-byte kernels)."""
+    saved_vec8, saved_gelu = ln_accel._takes_vec8, dict(gelu_accel.GELU_VECTOR_KERNELS)
+    ln_accel._takes_vec8 = lambda C, *arrays: False
+    for name in ("bfloat16", "float16"):
+        gelu_accel.GELU_VECTOR_KERNELS[name] = (1, *gelu_accel.GELU_KERNELS[name])
+    try:
+        yield
+    finally:
+        ln_accel._takes_vec8 = saved_vec8
+        gelu_accel.GELU_VECTOR_KERNELS.update(saved_gelu)
+
+
 def frost_inputs(op: str, rows: int, C: int, dtype: str) -> list:
     """x (rows, C) for layer_norm, (rows, 4C) for gelu (the MLP's hidden width), its parameters and dout."""
     rng = np.random.default_rng(0)
@@ -54,10 +73,11 @@ def frost_inputs(op: str, rows: int, C: int, dtype: str) -> list:
     return [x, w, b, dout]
 
 
-def frost_step(op: str, tensors: list, reference: bool):
-    """A forward + backward closure of the Frost op (reference: with the fast paths switched off)."""
+def frost_step(op: str, tensors: list, reference: bool, switch=None):
+    """A forward + backward closure of the Frost op (reference: with the fast paths switched off; switch: another
+    context for the calls)."""
     *leaves, dout = tensors
-    switch = reference_path if reference else contextlib.nullcontext
+    switch = switch or (reference_path if reference else contextlib.nullcontext)
 
     def step():
         for t in leaves:
@@ -116,20 +136,65 @@ def bytes_moved(op: str, rows: int, C: int, dtype: str) -> int:
     return 5 * rows * width * frost.dtype.to_dtype(dtype).np.itemsize
 
 
+def frost_graph_ms(step) -> float | None:
+    """GPU milliseconds of one call, its launches captured in a CUDA graph (no host time); None where the capture
+    fails (the reference path's host reads)."""
+    try:
+        return cuda_backend.graph_time_us(step) / 1e3
+    except Exception as exc:  # a benchmark row, not a result: say why and go on
+        print(f"(graph timing failed: {type(exc).__name__}: {str(exc)[:120]})")
+        return None
+
+
+def torch_graph_ms(step) -> float | None:
+    """The same for a PyTorch step: torch.cuda.CUDAGraph over 10 calls after a warm-up on a side stream."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(10):
+                step()
+        graph.replay()
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(10):
+            start.record()
+            graph.replay()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) / 10)
+        return float(np.median(times))
+    except Exception as exc:
+        print(f"(torch graph timing failed: {type(exc).__name__}: {str(exc)[:120]})")
+        return None
+
+
 def time_shape(op: str, name: str, rows: int, C: int, dtype: str, with_torch: bool, iters: int,
                warmup: int) -> list[dict]:
     error = check_against_reference(op, rows, C, dtype)
-    impls = {"frost kernel": (frost_step(op, frost_inputs(op, rows, C, dtype), False), frost.cuda.synchronize),
-             "frost reference": (frost_step(op, frost_inputs(op, rows, C, dtype), True), frost.cuda.synchronize)}
+    frost_impls = {"frost kernel": None, "frost reference": reference_path}
+    if dtype != "float32":
+        frost_impls["frost kernel, one value a thread"] = one_value_kernels
+    impls = {label: (frost_step(op, frost_inputs(op, rows, C, dtype), False, switch), frost.cuda.synchronize,
+                     frost_graph_ms) for label, switch in frost_impls.items()}
     if with_torch:
         for label, compiled in (("torch eager", False), ("torch.compile", True)):
-            impls[label] = (torch_step(op, rows, C, dtype, compiled), torch.cuda.synchronize)
+            impls[label] = (torch_step(op, rows, C, dtype, compiled), torch.cuda.synchronize,
+                            torch_graph_ms if not compiled else lambda step: None)
     rows_out = []
-    for impl, (step, sync) in impls.items():
+    for impl, (step, sync, graph_ms) in impls.items():
         seconds = common.seconds_per_call(step, sync, iters, warmup)
+        gpu_ms = graph_ms(step)
         rows_out.append(dict(op=op, shape=name, rows=rows, width=C if op == "layer_norm" else 4 * C, dtype=dtype,
                              impl=impl, forward_backward_ms=1e3 * seconds,
-                             gb_per_s=bytes_moved(op, rows, C, dtype) / seconds / 1e9,
+                             gb_per_s=bytes_moved(op, rows, C, dtype) / seconds / 1e9, graph_ms=gpu_ms,
+                             graph_gb_per_s=None if gpu_ms is None else bytes_moved(op, rows, C, dtype) / gpu_ms / 1e6,
                              max_abs_diff_vs_reference=error if impl == "frost kernel" else None))
     return rows_out
 
@@ -148,9 +213,12 @@ def main() -> None:
     with_torch = torch_available()
     results = [row for op in FAST_OPS for dtype in DTYPES for name, rows, C in shapes
                for row in time_shape(op, name, rows, C, dtype, with_torch, iters, args.warmup)]
-    header = ["op", "shape", "rows x width", "dtype", "impl", "fwd+bwd ms", "GB/s", "max |diff| vs ref"]
+    header = ["op", "shape", "rows x width", "dtype", "impl", "fwd+bwd ms", "GB/s", "graph ms", "graph GB/s",
+              "max |diff| vs ref"]
     table = [[r["op"], r["shape"], f"{r['rows']} x {r['width']}", r["dtype"], r["impl"],
               f"{r['forward_backward_ms']:.3f}", f"{r['gb_per_s']:.0f}",
+              "" if r["graph_ms"] is None else f"{r['graph_ms']:.3f}",
+              "" if r["graph_gb_per_s"] is None else f"{r['graph_gb_per_s']:.0f}",
               "" if r["max_abs_diff_vs_reference"] is None else f"{r['max_abs_diff_vs_reference']:.2e}"]
              for r in results]
     device = cuda_backend.device_name()

@@ -3,14 +3,16 @@ frost.dispatch as gelu's fast path. The reference math, and the op that asks for
 import math
 
 from frost import dispatch
-from frost.kernel import Array, Const, bdx, bf16, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, store4, \
-    tanh, tx
+from frost.backend import address
+from frost.kernel import Array, Const, bdx, bf16, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, load8, \
+    local, static_range, store4, store8, tanh, tx
 from frost.tensor import Tensor, from_op
 
 # The reference path makes half a dozen full-size temporaries per direction (and widens bf16 to float32 in memory);
 # here each element is read once, computed in float32 in registers and rounded once into the input's dtype.
-# float32 arrays move 16 bytes per access (4 values a thread, load4/store4); the language has no bit casts yet, so
-# bf16/fp16 are read one value per thread. The backward recomputes the inner tanh/erf from x instead of keeping it.
+# Aligned arrays move 16 bytes per access: 4 float32 values a thread (load4/store4) or 8 bf16/fp16 (load8/store8);
+# the one-value-per-thread kernels take the rest. The backward recomputes the inner tanh/erf from x instead of
+# keeping it.
 
 GELU_THREADS = 256
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -86,19 +88,51 @@ def gelu_backward_vec4(g: Array[f32], x: Array[f32], dx: Array[f32], n: i32, TAN
             dx[k] = g[k] * _gelu_slope(x[k], TANH)
 
 
+def _kernels_vec8(T):
+    @kernel
+    def gelu_forward_vec8(x: Array[T], y: Array[T], n: i32, TANH: Const[bool]):
+        """gelu_forward of 16-byte aligned bf16/fp16 arrays, 8 values per thread (the last n % 8 one by one)."""
+        i = (bx * bdx + tx) * 8
+        if i + 8 <= n:
+            v = local(f32, 8)
+            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, i)
+            for k in static_range(8):
+                v[k] = _gelu(v[k], TANH)
+            store8(y, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+        elif i < n:
+            for k in range(i, n):
+                y[k] = _gelu(f32(x[k]), TANH)
+
+    @kernel
+    def gelu_backward_vec8(g: Array[T], x: Array[T], dx: Array[T], n: i32, TANH: Const[bool]):
+        """gelu_backward of 16-byte aligned bf16/fp16 arrays, 8 values per thread (the last n % 8 one by one)."""
+        i = (bx * bdx + tx) * 8
+        if i + 8 <= n:
+            v = local(f32, 8)
+            d = local(f32, 8)
+            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, i)
+            d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7] = load8(g, i)
+            for k in static_range(8):
+                d[k] = d[k] * _gelu_slope(v[k], TANH)
+            store8(dx, i, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7])
+        elif i < n:
+            for k in range(i, n):
+                dx[k] = f32(g[k]) * _gelu_slope(f32(x[k]), TANH)
+    return gelu_forward_vec8, gelu_backward_vec8
+
+
 GELU_KERNELS = {name: _kernels(T) for name, T in (("float32", f32), ("bfloat16", bf16), ("float16", f16))}
 gelu_forward, gelu_backward = GELU_KERNELS["float32"]
+# the 16-byte kernels per dtype: (values a thread, forward, backward)
+GELU_VECTOR_KERNELS = {"float32": (4, gelu_forward_vec4, gelu_backward_vec4),
+                       "bfloat16": (8, *_kernels_vec8(bf16)), "float16": (8, *_kernels_vec8(f16))}
 
 
-def _pointer(a) -> int:
-    """The address of an array's first element: CuPy's device pointer, NumPy's host one (the simulator's)."""
-    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
-
-
-def _launch(scalar, vec4, *arrays, n: int, tanh_form: bool) -> None:
-    """The vec4 kernel when every array is float32 and 16-byte aligned, else the one-value-per-thread kernel."""
-    if all(a.dtype.itemsize == 4 and _pointer(a) % 16 == 0 for a in arrays):
-        vec4[cdiv(n, 4 * GELU_THREADS), GELU_THREADS](*arrays, n, TANH=tanh_form)
+def _launch(scalar, vector, per_thread: int, *arrays, n: int, tanh_form: bool) -> None:
+    """The 16-byte kernel (per_thread values a thread) when every array is 16-byte aligned, else the
+    one-value-per-thread kernel."""
+    if all(address(a) % 16 == 0 for a in arrays):
+        vector[cdiv(n, per_thread * GELU_THREADS), GELU_THREADS](*arrays, n, TANH=tanh_form)
     else:
         scalar[cdiv(n, GELU_THREADS), GELU_THREADS](*arrays, n, TANH=tanh_form)
 
@@ -115,16 +149,17 @@ def gelu_kernels(x: Tensor, approximate: str) -> Tensor:
     above."""
     xp = x.xp
     forward, backward_kernel = GELU_KERNELS[x.dtype.name]
+    per_thread, forward_vector, backward_vector = GELU_VECTOR_KERNELS[x.dtype.name]
     xa = x.data.reshape(-1)
     n = xa.size
     tanh_form = approximate == "tanh"
     y = xp.empty_like(xa)
-    _launch(forward, gelu_forward_vec4, xa, y, n=n, tanh_form=tanh_form)
+    _launch(forward, forward_vector, per_thread, xa, y, n=n, tanh_form=tanh_form)
 
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)
         dx = xp.empty_like(xa)
-        _launch(backward_kernel, gelu_backward_vec4, g, xa, dx, n=n, tanh_form=tanh_form)
+        _launch(backward_kernel, backward_vector, per_thread, g, xa, dx, n=n, tanh_form=tanh_form)
         return (dx.reshape(x.shape),)
 
     return from_op(y.reshape(x.shape), (x,), backward, "gelu")

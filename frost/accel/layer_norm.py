@@ -4,27 +4,35 @@ frost/ops/norm.py."""
 import math
 
 from frost import dispatch
+from frost.backend import address
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
-                          load4, local, shared, sqrt, static_range, store4, syncthreads, tx, warp, warp_sum)
+                          load4, load8, local, shared, sqrt, static_range, store4, store8, syncthreads, tx, warp,
+                          warp_sum)
 from frost.tensor import Tensor, from_op
 
 # A transformer normalizes rows of C = 384 ... 1600 values some B*T = 16k times per layer; the reference path
 # spends a dozen array ops (and as many full-size temporaries) on it. Forward (after llm.c's layernorm_forward
 # kernel3): one warp per row, lanes striding over the row; an exact two-pass mean and variance in float32 (the row
 # is read three times, the second and third from L1/L2), one rounding into the output's dtype, and the row's mean
-# and 1/std kept for the backward. float32 rows of a multiple of 4 move 16 bytes per access (load4/store4); the
-# language has no bit casts yet, so bf16/fp16 rows are read one value per lane. Backward: a block per group of
-# rows, each thread owning columns tx, tx + bdx, ... (K of them, in registers) of every row it visits: the two row
-# sums of dx's formula are block sums, and the thread's dweight/dbias partials stay in registers over its rows,
-# written once per block; a second kernel adds the blocks' partials per column in a fixed order. No float atomics
-# and a grid that depends only on the shape: repeated runs are bit-identical. Nothing reads back to the host, so
-# a step can be captured in a CUDA graph. RMSNorm is the same kernels without the mean (RMS: Const[bool]).
+# and 1/std kept for the backward. Aligned rows move 16 bytes per access: float32 rows of a multiple of 4 values
+# (load4/store4), bf16/fp16 rows of a multiple of 8 (load8/store8); other rows one value per lane. Backward: a block
+# per group of rows, each thread owning columns tx, tx + bdx, ... (K of them, in registers) of every row it visits:
+# the two row sums of dx's formula are block sums, and the thread's dweight/dbias partials stay in registers over its
+# rows, written once per block; a second kernel adds the blocks' partials per column in a fixed order. The bf16/fp16
+# backward of aligned rows of a multiple of 8 (layer_norm_backward_vec8) takes a warp per row instead: lane l owns
+# the 8-column chunks l, l + 32, ... (K of them), the row sums are warp sums (no block barrier per row), x and dout
+# are read twice (the second time from L1) rather than held, and the warps' dweight/dbias partials are added in
+# shared memory in warp order at the end. No float atomics and a grid that depends only on the shape: repeated runs
+# are bit-identical. Nothing reads back to the host, so a step can be captured in a CUDA graph. RMSNorm is the same
+# kernels without the mean (RMS: Const[bool]).
 
 LN_FORWARD_THREADS = 256   # threads per block of the forward: a warp per row, 8 rows per block
 LN_BACKWARD_BLOCKS = 512   # blocks of the backward at most (each loops over rows bx, bx + gdx, ...); all resident
 LN_MAX_PER_THREAD = 8      # columns one backward thread holds in registers (K): rows up to 8 * 1024 wide
 LN_FINALIZE_THREADS = 256  # threads of the partials' sum: 32 columns per block, 8 warps splitting the partials
 LN_MAX_WIDTH = LN_MAX_PER_THREAD * 1024
+LN_WARP_ROWS_THREADS = 256   # the vec8 backward: 8 warps a block, a warp per row
+LN_WARP_ROWS_MAX_CHUNKS = 8  # 8-column chunks a lane owns (K) in the vec8 backward: rows up to 2048 wide
 
 
 @device
@@ -71,6 +79,32 @@ def _row_stats4(x, base, C, eps, RMS: Const[bool]):
     return m, 1.0 / sqrt(v + eps)
 
 
+@device
+def _row_stats8(x, base, C, eps, RMS: Const[bool]):
+    """_row_stats of a bf16/fp16 row whose length and start are multiples of 8, 16 bytes per load."""
+    v = local(f32, 8)
+    m = 0.0
+    if not RMS:
+        for c in range(lane * 8, C, 256):
+            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, base + c)
+            m += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))
+        m = warp_sum(m) / f32(C)
+    q = 0.0
+    for c in range(lane * 8, C, 256):
+        v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, base + c)
+        for k in static_range(8):
+            v[k] = (v[k] - m) * (v[k] - m)
+        q += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))
+    q = warp_sum(q) / f32(C)
+    return m, 1.0 / sqrt(q + eps)
+
+
+@device
+def _load_chunk(v, a, i):
+    """v[0:8] = a[i:i + 8] as float32 (one 16-byte load)."""
+    v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(a, i)
+
+
 def _forward_kernel(T):
     @kernel
     def layer_norm_forward(x: Array[T], w: Array[T], b: Array[T], out: Array[T], mean: Array[f32],
@@ -111,6 +145,113 @@ def layer_norm_forward_vec4(x: Array[f32], w: Array[f32], b: Array[f32], out: Ar
         if lane == 0:
             mean[r] = m
             rstd[r] = s
+
+
+def _forward_kernel_vec8(T):
+    @kernel
+    def layer_norm_forward_vec8(x: Array[T], w: Array[T], b: Array[T], out: Array[T], mean: Array[f32],
+                                rstd: Array[f32], n: i32, C: i32, eps: f32, WEIGHT: Const[bool], BIAS: Const[bool],
+                                RMS: Const[bool]):
+        """layer_norm_forward of bf16/fp16 rows of a multiple of 8 values (16-byte aligned arrays), 16 bytes per
+        access."""
+        v = local(f32, 8)
+        p = local(f32, 8)
+        r = bx * (bdx // 32) + warp
+        if r < n:
+            base = r * C
+            m, s = _row_stats8(x, base, C, eps, RMS)
+            for c in range(lane * 8, C, 256):
+                _load_chunk(v, x, base + c)
+                for k in static_range(8):
+                    v[k] = (v[k] - m) * s
+                if WEIGHT:
+                    _load_chunk(p, w, c)
+                    for k in static_range(8):
+                        v[k] = v[k] * p[k]
+                if BIAS:
+                    _load_chunk(p, b, c)
+                    for k in static_range(8):
+                        v[k] = v[k] + p[k]
+                store8(out, base + c, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+            if lane == 0:
+                mean[r] = m
+                rstd[r] = s
+    return layer_norm_forward_vec8
+
+
+@device
+def _dxhat_chunk(xv, gv, wv, w, x, g, base: i32, c: i32, m: f32, s: f32, WEIGHT: Const[bool]):
+    """For the 8 columns c ... c + 7 of a row: xv = xhat, gv = dout, wv = dout * weight (all float32)."""
+    _load_chunk(xv, x, base + c)
+    _load_chunk(gv, g, base + c)
+    if WEIGHT:
+        _load_chunk(wv, w, c)
+    for e in static_range(8):
+        xv[e] = (xv[e] - m) * s
+        wv[e] = gv[e] * wv[e] if WEIGHT else gv[e]
+
+
+def _backward_kernel_vec8(T):
+    @kernel
+    def layer_norm_backward_vec8(g: Array[T], x: Array[T], w: Array[T], mean: Array[f32], rstd: Array[f32],
+                                 dx: Array[T], part_dw: Array[f32], part_db: Array[f32], n: i32, C: i32,
+                                 K: Const[int], WEIGHT: Const[bool], RMS: Const[bool]):
+        """layer_norm_backward of bf16/fp16 rows of a multiple of 8 values (16-byte aligned arrays): warp `warp`
+        takes rows bx * 8 + warp, then gdx * 8 further; lane l owns columns 8 (l + 32 k) ... + 7, k < K. part_dw[bx,
+        c] and part_db[bx, c] are the block's sums over its rows, its 8 warps added in order."""
+        sums = shared(f32, (8, 256))
+        xv = local(f32, 8)
+        gv = local(f32, 8)
+        wv = local(f32, 8)
+        dw = local(f32, (K, 8))
+        db = local(f32, (K, 8))
+        for k in static_range(K):
+            for e in static_range(8):
+                dw[k, e] = 0.0
+                db[k, e] = 0.0
+        for r in range(bx * 8 + warp, n, gdx * 8):
+            base = r * C
+            m = 0.0 if RMS else mean[r]
+            s = rstd[r]
+            sum_d = 0.0
+            sum_dx = 0.0
+            for k in static_range(K):
+                c = (lane + 32 * k) * 8
+                if c < C:
+                    _dxhat_chunk(xv, gv, wv, w, x, g, base, c, m, s, WEIGHT)
+                    for e in static_range(8):
+                        dw[k, e] += gv[e] * xv[e]
+                        db[k, e] += gv[e]
+                        sum_d += wv[e]
+                        sum_dx += wv[e] * xv[e]
+            mean_d = 0.0 if RMS else warp_sum(sum_d) / f32(C)
+            mean_dx = warp_sum(sum_dx) / f32(C)
+            for k in static_range(K):
+                c = (lane + 32 * k) * 8
+                if c < C:
+                    _dxhat_chunk(xv, gv, wv, w, x, g, base, c, m, s, WEIGHT)
+                    for e in static_range(8):
+                        xv[e] = (wv[e] - mean_d - xv[e] * mean_dx) * s
+                    store8(dx, base + c, xv[0], xv[1], xv[2], xv[3], xv[4], xv[5], xv[6], xv[7])
+        for k in static_range(K):
+            _block_partial(sums, dw, part_dw, k, C)
+            _block_partial(sums, db, part_db, k, C)
+    return layer_norm_backward_vec8
+
+
+@device
+def _block_partial(sums, acc, part, k: i32, C: i32):
+    """part[bx, chunk columns of round k] = the sum of the 8 warps' acc[k, :], added in warp order."""
+    for e in static_range(8):
+        sums[warp, lane * 8 + e] = acc[k, e]
+    syncthreads()
+    c = 256 * k + tx
+    if c < C:
+        total = 0.0
+        for q in static_range(8):
+            total += sums[q, tx]
+        part[bx * C + c] = total
+    syncthreads()
 
 
 def _backward_kernel(T):
@@ -196,7 +337,15 @@ def _param_grads_kernel(T):
     return layer_norm_param_grads
 
 
-LN_KERNELS = {name: dict(forward=_forward_kernel(T), backward=_backward_kernel(T), param_grads=_param_grads_kernel(T))
+def _vec8_kernels(T) -> dict:
+    """The 16-byte kernels of 16-bit rows (none for float32, whose forward has layer_norm_forward_vec4)."""
+    if T is f32:
+        return {}
+    return dict(forward_vec8=_forward_kernel_vec8(T), backward_vec8=_backward_kernel_vec8(T))
+
+
+LN_KERNELS = {name: dict(forward=_forward_kernel(T), backward=_backward_kernel(T), param_grads=_param_grads_kernel(T),
+                         **_vec8_kernels(T))
               for name, T in (("float32", f32), ("bfloat16", bf16), ("float16", f16))}
 layer_norm_forward = LN_KERNELS["float32"]["forward"]
 layer_norm_backward = LN_KERNELS["float32"]["backward"]
@@ -210,13 +359,20 @@ def ln_backward_plan(n: int, C: int) -> tuple[int, int, int]:
     return min(n, LN_BACKWARD_BLOCKS), threads, cdiv(C, threads)
 
 
-def _pointer(a) -> int:
-    """The address of an array's first element: CuPy's device pointer, NumPy's host one (the simulator's)."""
-    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
-
 
 def _takes_vec4(C: int, *arrays) -> bool:
-    return C % 4 == 0 and all(a is None or (a.dtype.itemsize == 4 and _pointer(a) % 16 == 0) for a in arrays)
+    return C % 4 == 0 and all(a is None or (a.dtype.itemsize == 4 and address(a) % 16 == 0) for a in arrays)
+
+
+def _takes_vec8(C: int, *arrays) -> bool:
+    """Whether 16-bit rows of C values can move 8 values (16 bytes) per access."""
+    return C % 8 == 0 and all(a is None or (a.dtype.itemsize == 2 and address(a) % 16 == 0) for a in arrays)
+
+
+def ln_backward_vec8_plan(n: int, C: int) -> tuple[int, int]:
+    """(blocks, K) of layer_norm_backward_vec8: 8 rows a block at a time, up to LN_BACKWARD_BLOCKS blocks; K chunks
+    of 8 columns a lane."""
+    return min(cdiv(n, LN_WARP_ROWS_THREADS // 32), LN_BACKWARD_BLOCKS), cdiv(cdiv(C, 8), 32)
 
 
 def _fits_kernels(x: Tensor, *params: Tensor | None, shape: tuple) -> bool:
@@ -240,18 +396,28 @@ def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Te
     out = xp.empty_like(xa)
     mean, rstd = xp.empty(n, xp.float32), xp.empty(n, xp.float32)
     rows_per_block = LN_FORWARD_THREADS // 32
-    vec4 = _takes_vec4(C, xa, out, None if weight is None else w, None if bias is None else b)
-    forward = layer_norm_forward_vec4 if vec4 else kernels["forward"]
+    params = (None if weight is None else w, None if bias is None else b)
+    forward = kernels["forward"]
+    if _takes_vec4(C, xa, out, *params):
+        forward = layer_norm_forward_vec4
+    elif _takes_vec8(C, xa, out, *params):
+        forward = kernels["forward_vec8"]
     forward[cdiv(n, rows_per_block), LN_FORWARD_THREADS](xa, w, b, out, mean, rstd, n, C, eps, **flags)
     parents = [t for t in (x, weight, bias) if t is not None]
 
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)
-        blocks, threads, K = ln_backward_plan(n, C)
         dx = xp.empty_like(xa)
+        warp_rows = _takes_vec8(C, g, xa, dx, params[0]) and cdiv(C, 8) <= 32 * LN_WARP_ROWS_MAX_CHUNKS
+        if warp_rows:
+            blocks, K = ln_backward_vec8_plan(n, C)
+            kernel, threads = kernels["backward_vec8"], LN_WARP_ROWS_THREADS
+        else:
+            blocks, threads, K = ln_backward_plan(n, C)
+            kernel = kernels["backward"]
         part_dw, part_db = xp.empty(blocks * C, xp.float32), xp.empty(blocks * C, xp.float32)
-        kernels["backward"][blocks, threads](g, xa, w, mean, rstd, dx, part_dw, part_db, n, C, K=K,
-                                             WEIGHT=flags["WEIGHT"], RMS=rms)
+        kernel[blocks, threads](g, xa, w, mean, rstd, dx, part_dw, part_db, n, C, K=K, WEIGHT=flags["WEIGHT"],
+                                RMS=rms)
         grads = [dx.reshape(x.shape)]
         if weight is None and bias is None:
             return grads

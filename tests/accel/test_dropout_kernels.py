@@ -29,8 +29,11 @@ def _twin(x: np.ndarray, seed: int, offset: int, p: float) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n, offset", [(1001, 5), (64, (1 << 32) - 3)])   # a ragged end; the offset's low word wraps
-def test_the_simulated_kernel_draws_the_generators_mask_bit_for_bit(dtype, n, offset):
-    x = np.random.default_rng(1).standard_normal(n).astype(DTYPES[dtype])
+@pytest.mark.parametrize("aligned", [True, False])   # load4/store4, or one element at a time
+def test_the_simulated_kernel_draws_the_generators_mask_bit_for_bit(dtype, n, offset, aligned):
+    x = np.empty(n + 1, DTYPES[dtype])[0 if aligned else 1:][:n]   # the view is 2 or 4 bytes past the allocation
+    x[...] = np.random.default_rng(1).standard_normal(n)
+    assert (x.ctypes.data % (4 * x.itemsize) == 0) == aligned
     seed = 0x1234_5678_9ABC
     got = fused.apply_mask(np, x, _state(seed, offset), 0.3)
     want = _twin(x, seed, offset, 0.3)
@@ -100,4 +103,7 @@ def test_on_the_gpu_the_fast_path_equals_the_reference_from_the_same_seed(dtype)
 def test_the_kernel_compiles_for_sm90(dtype, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    assert fused.DROPOUT_KERNELS[dtype].compile("sm_90")[:4] == b"\x7fELF"
+    for vector in (False, True):
+        assert fused.DROPOUT_KERNELS[dtype].compile("sm_90", VECTOR=vector)[:4] == b"\x7fELF"
+    ptx = fused.DROPOUT_KERNELS[dtype].ptx("sm_90", VECTOR=True)
+    assert ("ld.global.v4.f32" if dtype == "float32" else "ld.global.v2.u32") in ptx

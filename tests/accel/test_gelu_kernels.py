@@ -78,19 +78,36 @@ def test_float32_matches_torch_float64(simulated_gpu, shape, approximate):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_half_precision_matches_torch_float64(simulated_gpu, dtype, approximate):
-    x, g = _inputs((7, 45), dtype, seed=3)
+    x, g = _inputs((7, 45), dtype, seed=3)  # 315 values: 39 threads of 8 and a tail of 3
     _assert_close(_run_frost(x, g, approximate), _run_torch(x, g, approximate), dtype)
-    assert [name for name, _ in simulated_gpu] == ["gelu_forward", "gelu_backward"]
+    assert [name for name, _ in simulated_gpu] == ["gelu_forward_vec8", "gelu_backward_vec8"]
 
 
-def test_unaligned_float32_takes_the_one_value_kernels(simulated_gpu):
-    x, g = _inputs((65,), "float32", seed=4)
-    tx = frost.Tensor(x[1:], requires_grad=True)  # a view 4 bytes past a 16-byte boundary: no 16-byte loads
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_unaligned_arrays_take_the_one_value_kernels(simulated_gpu, dtype):
+    x, g = _inputs((65,), dtype, seed=4)
+    tx = frost.Tensor(x[1:], requires_grad=True)  # a view 2 or 4 bytes past a 16-byte boundary: no 16-byte loads
     assert tx.data.ctypes.data % 16 != 0
     out = gelu(tx, "tanh")
     out.backward(frost.tensor(g[1:]))
     assert [name for name, _ in simulated_gpu] == ["gelu_forward", "gelu_backward"]
-    _assert_close((out.detach().numpy(), tx.grad.numpy()), _run_torch(x[1:], g[1:], "tanh"), "float32")
+    _assert_close((out.detach().numpy().astype(np.float64), tx.grad.numpy().astype(np.float64)),
+                  _run_torch(x[1:], g[1:], "tanh"), dtype)
+
+
+def test_half_precision_vector_and_one_value_kernels_agree_bit_for_bit(simulated_gpu):
+    x, g = _inputs((8 * 37 + 5,), "bfloat16", seed=6)
+    aligned = _run_frost(x, g, "none")
+    shifted = np.empty(x.size + 1, x.dtype)[1:]  # 2 bytes past a 16-byte boundary
+    shifted[...] = x
+    tx = frost.Tensor(shifted, requires_grad=True)
+    out = gelu(tx, "none")
+    out.backward(frost.tensor(g))
+    one_value = out.detach().numpy().astype(np.float64), tx.grad.numpy().astype(np.float64)
+    assert [name for name, _ in simulated_gpu] == ["gelu_forward_vec8", "gelu_backward_vec8", "gelu_forward",
+                                                   "gelu_backward"]
+    for a, e in zip(aligned, one_value):
+        assert np.array_equal(a, e)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -129,8 +146,8 @@ def test_bad_approximate_is_refused_before_the_fast_path(simulated_gpu):
         gelu(frost.randn(4), "fast")
 
 
-KERNELS = [k for pair in gelu_accel.GELU_KERNELS.values() for k in pair] + [gelu_accel.gelu_forward_vec4,
-                                                                             gelu_accel.gelu_backward_vec4]
+KERNELS = ([k for pair in gelu_accel.GELU_KERNELS.values() for k in pair]
+           + [k for _, *pair in gelu_accel.GELU_VECTOR_KERNELS.values() for k in pair])
 
 
 def test_kernels_compile_for_sm90_without_spills(tmp_path, monkeypatch):

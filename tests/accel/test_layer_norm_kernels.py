@@ -109,6 +109,51 @@ def test_half_precision_matches_torch_float64(simulated_gpu, op, dtype):
     _assert_close(got, _run_torch(op, x, w, b, g, 1), dtype, 6)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("shape", [(5, 44), (17, 264), (9, 768)])
+def test_half_precision_rows_of_every_kind(simulated_gpu, op, dtype, shape):
+    """44: no 16-byte accesses (one-value kernels); 264 = 33 chunks of 8: a second round of chunks that only lane 0
+    holds; 768: three rounds. Two backward blocks, so warps loop over rows and blocks add their partials."""
+    simulated_gpu.setattr(ln, "LN_BACKWARD_BLOCKS", 2)
+    x, w, b, g = _inputs(shape, 1, dtype, seed=shape[1])
+    b = b if op == "layer_norm" else None
+    launches = []
+    record = Kernel.__getitem__
+
+    def recording(self, cfg):
+        launches.append(self.__name__)
+        return record(self, cfg)
+    simulated_gpu.setattr(Kernel, "__getitem__", recording)
+    got = _run_frost(op, x, w, b, g, 1)
+    _assert_close(got, _run_torch(op, x, w, b, g, 1), dtype, shape[0])
+    vec8 = shape[1] % 8 == 0
+    assert launches[:2] == (["layer_norm_forward_vec8", "layer_norm_backward_vec8"] if vec8 else
+                            ["layer_norm_forward", "layer_norm_backward"])
+    for a, e in zip(_run_frost(op, x, w, b, g, 1), got):
+        assert np.array_equal(a, e)
+
+
+def test_half_precision_backward_plan():
+    assert ln.ln_backward_vec8_plan(16384, 384) == (ln.LN_BACKWARD_BLOCKS, 2)  # 48 chunks: lanes 0-15 take two
+    assert ln.ln_backward_vec8_plan(20, 768) == (3, 3)
+    assert ln.ln_backward_vec8_plan(1, 2048) == (1, ln.LN_WARP_ROWS_MAX_CHUNKS)
+
+
+def test_half_precision_rows_too_wide_for_the_warp_kernel_take_the_block_kernel(simulated_gpu):
+    C = 8 * 32 * ln.LN_WARP_ROWS_MAX_CHUNKS + 8
+    x, w, b, g = _inputs((2, C), 1, "bfloat16", seed=2)
+    launches = []
+    record = Kernel.__getitem__
+
+    def recording(self, cfg):
+        launches.append(self.__name__)
+        return record(self, cfg)
+    simulated_gpu.setattr(Kernel, "__getitem__", recording)
+    _assert_close(_run_frost("layer_norm", x, w, b, g, 1), _run_torch("layer_norm", x, w, b, g, 1), "bfloat16", 2)
+    assert launches[:2] == ["layer_norm_forward_vec8", "layer_norm_backward"]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fast_path_matches_the_reference_path(simulated_gpu, dtype):
     x, w, b, g = _inputs((4, 3, 40), 1, dtype, seed=11)
@@ -185,6 +230,11 @@ SPECS += [(ln.layer_norm_forward_vec4, dict(WEIGHT=w, BIAS=b, RMS=r)) for w in (
           for r in (False, True)]
 SPECS += [(kernels["backward"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in ln.LN_KERNELS.values()
           for k in (1, 4, ln.LN_MAX_PER_THREAD) for w in (False, True) for r in (False, True)]
+HALF_KERNELS = [ln.LN_KERNELS["bfloat16"], ln.LN_KERNELS["float16"]]
+SPECS += [(kernels["forward_vec8"], dict(WEIGHT=w, BIAS=b, RMS=r)) for kernels in HALF_KERNELS
+          for w in (False, True) for b in (False, True) for r in (False, True)]
+SPECS += [(kernels["backward_vec8"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in HALF_KERNELS
+          for k in (1, 3, ln.LN_WARP_ROWS_MAX_CHUNKS) for w in (False, True) for r in (False, True)]
 
 
 def test_kernels_compile_for_sm90_without_spills(tmp_path, monkeypatch):

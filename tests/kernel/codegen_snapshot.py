@@ -42,6 +42,9 @@ REPRESENTATIVE: dict[str, list[dict]] = {
     "layer_norm_forward_vec4": [dict(WEIGHT=True, BIAS=True, RMS=False)],
     "layer_norm_backward": [dict(K=4, WEIGHT=True, RMS=False), dict(K=1, WEIGHT=False, RMS=True)],
     "layer_norm_param_grads": [dict(WEIGHT=True, BIAS=True)],
+    "layer_norm_forward_vec8": [dict(WEIGHT=True, BIAS=True, RMS=False)],
+    "layer_norm_backward_vec8": [dict(K=2, WEIGHT=True, RMS=False), dict(K=1, WEIGHT=False, RMS=True)],
+    "dropout_apply": [dict(VECTOR=True), dict(VECTOR=False)],
     "batch_norm_stats_partial": [dict(U=4)],
     "batch_norm_stats_partial_nhwc": [dict(U=4)],
     "batch_norm_apply": [dict(relu=True, add_residual=True, fused=True), dict(relu=False, add_residual=False,
@@ -55,6 +58,8 @@ REPRESENTATIVE: dict[str, list[dict]] = {
     "gelu_backward": [dict(TANH=True), dict(TANH=False)],
     "gelu_forward_vec4": [dict(TANH=True)],
     "gelu_backward_vec4": [dict(TANH=True)],
+    "gelu_forward_vec8": [dict(TANH=True)],
+    "gelu_backward_vec8": [dict(TANH=True)],
 }
 
 
