@@ -1,11 +1,12 @@
-"""Cross-entropy of (N, C) float32 logits on the GPU: one launch each way, registered with frost.dispatch as
-cross_entropy's fast path. The reference math, and the op that asks for this, is frost/ops/loss.py."""
+"""Cross-entropy of (N, C) float32, bf16 or fp16 logits on the GPU: one launch each way, registered with
+frost.dispatch as cross_entropy's fast path. The reference math, and the op that asks for this, is
+frost/ops/loss.py."""
 from frost import dispatch
-from frost.kernel import (Array, bdx, block_sum, bx, cdiv, device, exp, f32, gdx, i32, i64, inf, kernel, lane, log,
-                          shared, tx, warp, warp_max, warp_sum)
+from frost.kernel import (Array, bdx, bf16, block_sum, bx, cdiv, device, exp, f16, f32, gdx, i32, i64, inf, kernel,
+                          lane, log, shared, tx, warp, warp_max, warp_sum)
 from frost.tensor import Tensor, from_op
 
-# The common classifier loss (float32 logits, int64 class indices, no weight or smoothing, mean or sum) in one
+# The common classifier loss (float32 or 16-bit logits, int64 class indices, no weight or smoothing, mean or sum) in one
 # launch each way instead of a dozen array ops. Forward: one warp per row (lanes loop over the classes) finds the
 # row's max and sum of exp, keeps its log-sum-exp for backward and adds lse - x[target] to its lane 0's running
 # sum; the block then block_sums the losses and the count of counted rows in a fixed order (deterministic). Up
@@ -24,14 +25,14 @@ XENT_BACKWARD_THREADS = 256  # threads per block of the backward (one per logit)
 
 @device
 def _row_lse(x, base, C):
-    """log(sum(exp(x[base:base + C]))) in every lane of one warp: max first, so that no exp overflows."""
+    """log(sum(exp(x[base:base + C]))) in every lane of one warp, in float32: max first, so that no exp overflows."""
     m = -inf
     for c in range(lane, C, 32):
-        m = max(m, x[base + c])
+        m = max(m, f32(x[base + c]))
     m = warp_max(m)
     s = 0.0
     for c in range(lane, C, 32):
-        s += exp(x[base + c] - m)
+        s += exp(f32(x[base + c]) - m)
     return m + log(warp_sum(s))
 
 
@@ -51,37 +52,6 @@ def _store_total(total, rows, loss, count, mean):
     count[0] = rows
 
 
-@kernel.warm
-@kernel
-def cross_entropy_forward(x: Array[f32], target: Array[i64], lse: Array[f32], loss: Array[f32], count: Array[f32],
-                          part_loss: Array[f32], part_count: Array[f32], n: i32, C: i32, ignore_index: i64,
-                          mean: i32):
-    """Warp w of block b takes rows b*W + w, then a grid stride on: lse[r] = log-sum-exp of row r, and the sum of
-    lse[r] - x[r, target[r]] and the count of rows whose target is not ignore_index. One block (gdx == 1) stores
-    the loss (sum, or sum / count when mean != 0) and the count; several store their sums in part_loss[b] and
-    part_count[b] for cross_entropy_finalize."""
-    warps = bdx // 32
-    acc = 0.0
-    rows = 0.0
-    for r in range(bx * warps + warp, n, gdx * warps):
-        row_lse = _row_lse(x, r * C, C)
-        t = target[r]
-        if lane == 0:
-            lse[r] = row_lse
-            if t != ignore_index:
-                acc += row_lse - x[r * C + _target_column(t, C)]
-                rows += 1.0
-    scratch = shared(f32, 32)
-    total = block_sum(acc, scratch)  # lane 0 of each warp holds its rows' sums, the other lanes 0
-    rows = block_sum(rows, scratch)
-    if tx == 0:
-        if gdx == 1:
-            _store_total(total, rows, loss, count, mean)
-        else:
-            part_loss[bx] = total
-            part_count[bx] = rows
-
-
 @kernel
 def cross_entropy_finalize(part_loss: Array[f32], part_count: Array[f32], loss: Array[f32], count: Array[f32],
                            parts: i32, mean: i32):
@@ -98,22 +68,57 @@ def cross_entropy_finalize(part_loss: Array[f32], part_count: Array[f32], loss: 
         _store_total(total, rows, loss, count, mean)
 
 
-@kernel.warm
-@kernel
-def cross_entropy_backward(x: Array[f32], target: Array[i64], lse: Array[f32], count: Array[f32], g: Array[f32],
-                           dx: Array[f32], n: i32, C: i32, ignore_index: i64, mean: i32):
-    """dx[r, c] = coef * (exp(x[r, c] - lse[r]) - [c == target[r]]), 0 in ignored rows; coef = g[0] / count[0]
-    (mean != 0) or g[0]: one thread per logit."""
-    i = bx * bdx + tx
-    if i < n * C:
-        r = i // C
-        t = target[r]
-        d = 0.0
-        if t != ignore_index:
-            coef = g[0] / count[0] if mean != 0 else g[0]
-            hit = 1.0 if i - r * C == _target_column(t, C) else 0.0
-            d = coef * (exp(x[i] - lse[r]) - hit)
-        dx[i] = d
+def _kernels(T):
+    """The forward and backward for logits of type T (computed in float32; dx rounded once into T)."""
+    @kernel
+    def cross_entropy_forward(x: Array[T], target: Array[i64], lse: Array[f32], loss: Array[f32], count: Array[f32],
+                              part_loss: Array[f32], part_count: Array[f32], n: i32, C: i32, ignore_index: i64,
+                              mean: i32):
+        """Warp w of block b takes rows b*W + w, then a grid stride on: lse[r] = log-sum-exp of row r, and the sum of
+        lse[r] - x[r, target[r]] and the count of rows whose target is not ignore_index. One block (gdx == 1) stores
+        the loss (sum, or sum / count when mean != 0) and the count; several store their sums in part_loss[b] and
+        part_count[b] for cross_entropy_finalize."""
+        warps = bdx // 32
+        acc = 0.0
+        rows = 0.0
+        for r in range(bx * warps + warp, n, gdx * warps):
+            row_lse = _row_lse(x, r * C, C)
+            t = target[r]
+            if lane == 0:
+                lse[r] = row_lse
+                if t != ignore_index:
+                    acc += row_lse - f32(x[r * C + _target_column(t, C)])
+                    rows += 1.0
+        scratch = shared(f32, 32)
+        total = block_sum(acc, scratch)  # lane 0 of each warp holds its rows' sums, the other lanes 0
+        rows = block_sum(rows, scratch)
+        if tx == 0:
+            if gdx == 1:
+                _store_total(total, rows, loss, count, mean)
+            else:
+                part_loss[bx] = total
+                part_count[bx] = rows
+
+    @kernel
+    def cross_entropy_backward(x: Array[T], target: Array[i64], lse: Array[f32], count: Array[f32], g: Array[f32],
+                               dx: Array[T], n: i32, C: i32, ignore_index: i64, mean: i32):
+        """dx[r, c] = coef * (exp(x[r, c] - lse[r]) - [c == target[r]]), 0 in ignored rows; coef = g[0] / count[0]
+        (mean != 0) or g[0]: one thread per logit."""
+        i = bx * bdx + tx
+        if i < n * C:
+            r = i // C
+            t = target[r]
+            d = 0.0
+            if t != ignore_index:
+                coef = g[0] / count[0] if mean != 0 else g[0]
+                hit = 1.0 if i - r * C == _target_column(t, C) else 0.0
+                d = coef * (exp(f32(x[i]) - lse[r]) - hit)
+            dx[i] = d
+    return cross_entropy_forward, cross_entropy_backward
+
+
+XENT_KERNELS = {name: _kernels(T) for name, T in (("float32", f32), ("bfloat16", bf16), ("float16", f16))}
+cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32"])
 
 
 def xent_blocks(n: int, rows_per_block: int | None = None) -> int:
@@ -130,12 +135,16 @@ def _fits_kernels(input: Tensor, target: Tensor, weight: Tensor | None, *, reduc
             and input.numel() < 2**31 - XENT_BACKWARD_THREADS)
 
 
-@dispatch.register("cross_entropy", device="cuda", dtypes=("float32",), applies=_fits_kernels)
+@dispatch.register("cross_entropy", device="cuda", dtypes=("float32", "bfloat16", "float16"), applies=_fits_kernels)
 def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str,
-                          label_smoothing: float) -> Tensor:
-    """cross_entropy of (N, C) float32 logits and (N,) int64 class targets (checked by the op) by the kernels above
-    (see _fits_kernels: no weight or smoothing, mean or sum)."""
+                          label_smoothing: float, loss_dtype: str | None = None) -> Tensor:
+    """cross_entropy of (N, C) float32/bf16/fp16 logits and (N,) int64 class targets (checked by the op) by the
+    kernels above (see _fits_kernels: no weight or smoothing, mean or sum), computed in float32; the loss in
+    loss_dtype (the logits' by default; float32 under autocast), the gradient rounded once into the logits' dtype.
+    Reading 16-bit logits as they are saves the float32 copy of them, and of their gradient, that a cast before
+    the loss would make (two passes over N x C float32 values each way for a 50k vocabulary)."""
     xp = input.xp
+    forward, backward_kernel = XENT_KERNELS[input.dtype.name]
     x = xp.ascontiguousarray(input.data)
     t = xp.ascontiguousarray(target.data)
     N, C = x.shape
@@ -145,17 +154,17 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     loss, count = xp.empty(1, xp.float32), xp.empty(1, xp.float32)
     part_loss, part_count = (xp.empty(blocks, xp.float32), xp.empty(blocks, xp.float32)) if blocks > 1 \
         else (loss, count)  # not written by a single block
-    cross_entropy_forward[blocks, XENT_FORWARD_THREADS](x, t, lse, loss, count, part_loss, part_count, N, C,
-                                                        ignore_index, mean)
+    forward[blocks, XENT_FORWARD_THREADS](x, t, lse, loss, count, part_loss, part_count, N, C, ignore_index, mean)
     if blocks > 1:
         cross_entropy_finalize[1, XENT_THREADS](part_loss, part_count, loss, count, blocks, mean)
 
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xp.float32).reshape(1)
         dx = xp.empty_like(x)
-        cross_entropy_backward[cdiv(N * C, XENT_BACKWARD_THREADS), XENT_BACKWARD_THREADS](
+        backward_kernel[cdiv(N * C, XENT_BACKWARD_THREADS), XENT_BACKWARD_THREADS](
             x, t, lse, count, g, dx, N, C, ignore_index, mean)
         return (dx,)
 
-    return from_op(loss.reshape(()), (input,), backward, "cross_entropy")
+    out = loss.reshape(()).astype(loss_dtype or x.dtype, copy=False)
+    return from_op(out, (input,), backward, "cross_entropy")
 

@@ -7,8 +7,9 @@ import numpy as np
 
 from frost import dispatch
 from frost.autograd import is_grad_enabled, unbroadcast
+from frost.dtype import float32
 from frost.ops.autocast_inputs import float32_inputs
-from frost.ops.elementwise import sigmoid, softplus, sum_to, where
+from frost.ops.elementwise import cast, sigmoid, softplus, sum_to, where
 from frost.ops.math import broadcasts_to
 from frost.ops.reduce import softmax
 from frost.tensor import Tensor, from_op, can_read_values, record_tensor_backward
@@ -109,6 +110,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     `target` holds class indices (shape (N, d1, ...), integer) or class probabilities (the input's shape, float).
     """
     op = "cross_entropy"
+    logits = input
     (input,) = float32_inputs(input)  # under autocast the loss is computed in float32, as PyTorch does
     _check_reduction(op, reduction)
     _check_class_input(op, input, target, weight)
@@ -117,11 +119,15 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     if target.dtype.is_floating_point and target.shape == input.shape:
         return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
     _check_class_target(op, input, target, ignore_index)
-    fast = dispatch.lookup("cross_entropy", input, target, weight, reduction=reduction, label_smoothing=label_smoothing)
+    # a fast path computes in float32 whatever the logits' dtype: under autocast it takes them as they are, without
+    # the float32 copy (the same values: one rounding of the gradient into their dtype either way)
+    fast = dispatch.lookup("cross_entropy", logits, target, weight, reduction=reduction,
+                           label_smoothing=label_smoothing)
     if fast is not None:
-        return record_tensor_backward(fast(input, target, weight, ignore_index, reduction, label_smoothing),
-                                      _class_index_derivative(input, target, weight, ignore_index, reduction,
-                                                              label_smoothing, from_logits=True))
+        loss = fast(logits, target, weight, ignore_index, reduction, label_smoothing, loss_dtype=input.dtype.name)
+        return record_tensor_backward(loss, _class_index_derivative(logits, target, weight, ignore_index, reduction,
+                                                                    label_smoothing, from_logits=True,
+                                                                    in_float32=logits is not input))
     return _class_index_loss(op, input, target, weight, ignore_index, reduction, label_smoothing, from_logits=True)
 
 
@@ -180,9 +186,15 @@ def _class_index_loss(op: str, input: Tensor, target: Tensor, weight: Tensor | N
 
 
 def _class_index_derivative(input: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str,
-                            smoothing: float, from_logits: bool):
+                            smoothing: float, from_logits: bool, in_float32: bool = False):
     """The Tensor-level backward of cross_entropy (nll_loss) with class-index targets: the array backward's formula,
-    its probabilities a softmax of the input (on the tape), the one-hot rows and class weights constants."""
+    its probabilities a softmax of the input (on the tape), the one-hot rows and class weights constants.
+    in_float32: 16-bit logits that the loss computes in float32 (autocast), the gradient cast back to theirs."""
+    if in_float32:
+        inner = _class_index_derivative(cast(input, float32), target, weight, ignore_index, reduction, smoothing,
+                                        from_logits)
+        return lambda g, out: tuple(cast(d, input.dtype) for d in inner(g, out))
+
     def tensor_backward(g: Tensor, out: Tensor) -> tuple:
         xp, (rows, from_rows) = input.xp, _tensor_rows(input)
         M, C = rows.shape

@@ -136,10 +136,10 @@ def test_seed_shape_takes_one_launch_each_way():
     assert xent.xent_blocks(10**7) == xent.XENT_MAX_BLOCKS
 
 
-KERNELS = [xent.cross_entropy_forward, xent.cross_entropy_finalize, xent.cross_entropy_backward]
+KERNELS = [xent.cross_entropy_finalize] + [k for pair in xent.XENT_KERNELS.values() for k in pair]
 
 
-@pytest.mark.parametrize("kern", KERNELS, ids=[k.__name__ for k in KERNELS])
+@pytest.mark.parametrize("kern", KERNELS, ids=[f"{k.__name__}-{i}" for i, k in enumerate(KERNELS)])
 def test_kernels_compile_for_sm90(kern, tmp_path, monkeypatch):
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     cubin = kern.compile("sm_90")
@@ -190,6 +190,51 @@ def test_fast_path_in_the_simulator_matches_the_generic_path(simulated_launches,
     np.testing.assert_allclose(fast.detach().numpy(), generic.detach().numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
     assert fast_grad.dtype == frost.float32 and fast_grad.shape == (N, C)
     np.testing.assert_allclose(fast_grad.numpy(), generic_grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("autocast", [True, False])
+def test_half_precision_logits_are_read_as_they_are(simulated_launches, dtype, autocast):
+    """Under autocast the loss is float32 and the kernels read the 16-bit logits, not a float32 copy; without it the
+    loss has the logits' dtype. Either way the values are the generic path's (which computes in float32 too): the
+    loss to float32 rounding, the gradient rounded once into the logits' dtype (one unit of it where the two
+    float32 values straddle a rounding boundary)."""
+    launched = []
+    simulated_launches.setattr(xent.XENT_KERNELS[dtype][0].__class__, "__getitem__",
+                               lambda self, cfg: launched.append(self) or self.simulate[cfg])
+    x, t, g = _inputs(37, 48, "some", seed=5)
+    x = x.astype(frost.dtype.to_dtype(dtype).np)
+    results = []
+    for fast in (True, False):
+        _as_if_on_the_gpu(simulated_launches, fast)
+        tx = frost.tensor(x, requires_grad=True)
+        with frost.autocast(dtype) if autocast else frost.autocast(dtype, enabled=False):
+            out = cross_entropy(tx, frost.tensor(t), ignore_index=IGNORE)
+        out.backward(frost.tensor(np.asarray(g, out.dtype.np)))
+        assert out.dtype.name == ("float32" if autocast else dtype) and tx.grad.dtype.name == dtype
+        results.append((out.detach().numpy().astype(np.float64), tx.grad.numpy().astype(np.float64)))
+    assert launched[:2] == list(xent.XENT_KERNELS[dtype])  # the 16-bit kernels, given the logits themselves
+    (fast_loss, fast_grad), (loss, grad) = results
+    np.testing.assert_allclose(fast_loss, loss, rtol=1e-5 if autocast else 2 * 2.0**-8)
+    unit = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
+    np.testing.assert_allclose(fast_grad, grad, rtol=unit, atol=1e-7)
+
+
+def test_higher_order_gradients_through_the_half_precision_fast_path(simulated_launches):
+    x, t, _ = _inputs(6, 16, "none", seed=8)
+    x = x.astype(frost.dtype.to_dtype("bfloat16").np)
+    grads = []
+    for fast in (True, False):
+        _as_if_on_the_gpu(simulated_launches, fast)
+        tx = frost.tensor(x, requires_grad=True)
+        with frost.autocast("bfloat16"):
+            loss = cross_entropy(tx, frost.tensor(t))
+        (dx,) = frost.autograd.grad(loss, tx, create_graph=True)
+        assert dx.dtype == frost.bfloat16
+        (dx.float() ** 2).sum().backward()
+        grads.append((dx.detach().float().numpy(), tx.grad.float().numpy()))
+    for a, e in zip(*grads):
+        np.testing.assert_allclose(a, e, rtol=2 * 2.0**-8, atol=1e-6)
 
 
 def test_fast_path_keeps_the_target_checks(simulated_launches):
