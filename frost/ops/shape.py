@@ -16,17 +16,19 @@ from frost.tensor import Tensor, from_op
 builtins_max = max
 
 
-# the dtypes CuPy's add.at and maximum.at / minimum.at take (its atomics); others go through a wider or reordered type
+# the dtypes CuPy's add.at and maximum.at / minimum.at take (its atomics); others go through a wider or reordered type.
+# Floats' extremes never use CuPy's: its float64 atomicMax/atomicMin compare through fmaxf/fminf, which rounds every
+# value to float32, and both drop NaN (NumPy's maximum.at keeps it)
 _CUPY_ADD_AT = frozenset(("int32", "uint32", "uint64", "float16", "float32", "float64"))
-_CUPY_EXTREME_AT = frozenset(("int32", "uint32", "uint64", "float32", "float64"))
+_CUPY_EXTREME_AT = frozenset(("int32", "uint32", "uint64"))
 _SIGN_BIT = np.uint64(1 << 63)
 
 
 def scatter_at(xp, ufunc: str, target, pos, values) -> None:
     """xp.<ufunc>.at(target, pos, values) for ufunc "add", "maximum" or "minimum", in place, on any dtype. CuPy's
     atomics take only some types: int64 adds as uint64 (the same bits modulo 2^64), bfloat16 and the small integers
-    in float32 / int32 (rounded once at the end), and int64 extremes as uint64 with the sign bit flipped (which
-    keeps the order)."""
+    in float32 / int32 (rounded once at the end), int64 extremes as uint64 with the sign bit flipped (which keeps
+    the order), and floats' extremes as unsigned keys in the floats' order (float_extreme_at)."""
     op = getattr(xp, ufunc)
     dtype = str(target.dtype)
     if xp is np or dtype in (_CUPY_ADD_AT if ufunc == "add" else _CUPY_EXTREME_AT):
@@ -39,11 +41,36 @@ def scatter_at(xp, ufunc: str, target, pos, values) -> None:
         flipped = target.view(xp.uint64) ^ _SIGN_BIT
         op.at(flipped, pos, values.astype(xp.int64, copy=False).view(xp.uint64) ^ _SIGN_BIT)
         target[...] = (flipped ^ _SIGN_BIT).view(xp.int64)
+    elif ufunc != "add" and (target.dtype.kind == "f" or dtype == "bfloat16"):
+        float_extreme_at(xp, ufunc, target, pos, values)
     else:
         wide = xp.float32 if target.dtype.kind == "f" or dtype == "bfloat16" else xp.int32
         widened = target.astype(wide)
         op.at(widened, pos, values.astype(wide, copy=False))
         target[...] = widened.astype(target.dtype, copy=False)
+
+
+def float_extreme_at(xp, ufunc: str, target, pos, values) -> None:
+    """maximum.at / minimum.at of floats with unsigned-integer atomics, exactly as NumPy's: each float as the
+    unsigned key that sorts as the float does (sign bit set for positives, every bit flipped for negatives), float64
+    in uint64 and the narrower floats in float32's uint32; a NaN in the target or among a place's values makes that
+    place NaN."""
+    wide, bits, sign = (np.float64, np.uint64, 1 << 63) if target.dtype == np.float64 else (np.float32, np.uint32,
+                                                                                           1 << 31)
+    start = target.astype(wide, copy=False)
+    values = xp.asarray(values).astype(wide, copy=False)
+    keys = _order_keys(xp, start, bits, sign)
+    getattr(xp, ufunc).at(keys, pos, _order_keys(xp, values, bits, sign))
+    nans = xp.isnan(start).astype(np.int32)
+    xp.add.at(nans, pos, xp.isnan(values).astype(np.int32))
+    unsigned = xp.where((keys & bits(sign)) != 0, keys ^ bits(sign), ~keys)
+    target[...] = xp.where(nans > 0, wide(np.nan), unsigned.view(wide)).astype(target.dtype, copy=False)
+
+
+def _order_keys(xp, a, bits, sign: int):
+    """The unsigned integers (of type `bits`) whose order is the order of the floats `a` (NaN aside)."""
+    b = xp.ascontiguousarray(a).view(bits)
+    return xp.where((b & bits(sign)) != 0, ~b, b | bits(sign))
 
 
 def reshape(x: Tensor, shape: tuple) -> Tensor:

@@ -1,5 +1,7 @@
 """frost.ops.shape.scatter_at's GPU path, run on a NumPy stand-in whose add.at / maximum.at / minimum.at refuse the
-dtypes CuPy's atomics refuse (int64, bfloat16, float16 extremes, small integers), against NumPy's own ufunc.at."""
+dtypes CuPy's atomics refuse (int64, bfloat16, float16 extremes, small integers) or get wrong (float32 and float64
+extremes: CuPy compares through fmaxf/fminf, rounding float64 to float32 and dropping NaN), against NumPy's own
+ufunc.at."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -7,7 +9,7 @@ import pytest
 from frost.ops.shape import scatter_at
 
 _ADD_OK = {"int32", "uint32", "uint64", "float16", "float32", "float64"}
-_EXTREME_OK = {"int32", "uint32", "uint64", "float32", "float64"}
+_EXTREME_OK = {"int32", "uint32", "uint64"}
 
 
 class _StrictAt:
@@ -66,3 +68,21 @@ def test_negative_int64_extremes_keep_their_order():
     np.testing.assert_array_equal(got, [-3, 7, 0])
     scatter_at(_CupyLike(), "minimum", got, np.array([1, 2]), np.array([-2 ** 63, 2 ** 62], dtype=np.int64))
     np.testing.assert_array_equal(got, [-3, -2 ** 63, 0])
+
+
+@pytest.mark.parametrize("ufunc", ["maximum", "minimum"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+def test_float_extremes_are_exact_with_nan_infinities_and_signed_zeros(ufunc, dtype):
+    np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    # float64 values that float32 cannot tell apart (1 + 1e-12 and 1): CuPy's own atomics would return 1
+    target = np.array([1.0, np.nan, -np.inf, 0.0, -0.0, 5.0, -2.5]).astype(np_dtype)
+    values = np.array([1 + 1e-12, 3.0, -1e4, -0.0, 0.0, np.nan, np.inf, -7.0]).astype(np_dtype)
+    idx = np.array([0, 1, 2, 3, 4, 5, 6, 6])
+    expected = target.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # NumPy warns of the NaN it keeps
+        getattr(np, ufunc).at(expected, idx, values.astype(np.float64))
+    got = target.copy()
+    scatter_at(_CupyLike(), ufunc, got, idx, values)
+    np.testing.assert_array_equal(got.astype(np.float64), expected.astype(np_dtype).astype(np.float64))
+    if dtype == "float64" and ufunc == "maximum":
+        assert got[0] == 1 + 1e-12
