@@ -134,12 +134,21 @@ def frost_loader(ds, batch: int, workers: int, worker_type: str = "thread", cont
     return DataLoader(ds, batch_size=batch, num_workers=workers, worker_type=worker_type, device=device, **options)
 
 
-def torch_loader(ds, batch: int, workers: int, persistent: bool = False, pin_memory: bool = False):
-    """PyTorch's loader (worker processes, default collate)."""
+def torch_loader(ds, batch: int, workers: int, persistent: bool = False, pin_memory: bool = False,
+                 context: str | None = None):
+    """PyTorch's loader (worker processes, default collate; `context` None: PyTorch's default start method)."""
     import torch.utils.data
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores
     return torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=pin_memory,
-                                       persistent_workers=persistent and workers > 0)
+                                       persistent_workers=persistent and workers > 0,
+                                       multiprocessing_context=context if workers > 0 else None)
+
+
+def torch_context(frost_gpu: bool) -> str | None:
+    """The start method of PyTorch's workers: its default (fork) unless Frost's GPU rows run in this process, whose
+    CuPy streams, events and memory a forked worker would inherit and whose finalizers then fail in it
+    (cudaErrorInitializationError tracebacks, seen on the H200); forkserver then, as Frost's process workers use."""
+    return "forkserver" if frost_gpu else None
 
 
 def one_epoch(loader, to_gpu=None, sync=None) -> int:
@@ -249,7 +258,8 @@ def main(argv=None) -> dict:
               "repeats": args.repeats, "persistent_workers": args.persistent,
               "timing": "images/s over the median of the epochs after the first, one loader per path and worker "
                         "count; *_first_epoch_s: the first epoch (workers' start-up, caches)",
-              "frost_process_context": args.frost_context or "forkserver", "cpus": os.cpu_count(),
+              "frost_process_context": args.frost_context or "forkserver",
+              "torch_context": torch_context(frost_gpu) or "PyTorch's default (fork)", "cpus": os.cpu_count(),
               "platform": platform.platform(),
               "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
               "frost_inline_images_per_s": inline["rate"], "frost_inline_epoch_s": inline["epoch_s"],
@@ -269,19 +279,23 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
     """One worker count: every path's steady images/s (None where skipped), printed as a table row, then the
     first epochs' seconds."""
     n, repeats, persistent = len(ds), args.repeats, args.persistent
+    context = torch_context(frost_gpu)
     runs = {"frost": lambda: timed_epochs(frost_loader(ds, args.batch, w), n, repeats),
             "frost_process": lambda: timed_epochs(frost_loader(ds, args.batch, w, "process", args.frost_context,
                                                                persistent), n, repeats)}
     if not args.no_torch:
-        runs["torch"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent), n, repeats)
+        runs["torch"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent, context=context), n,
+                                             repeats)
     if not args.no_torch and not args.no_torch_pillow:
-        runs["torch_pillow"] = lambda: timed_epochs(torch_loader(pillow_ds, args.batch, w, persistent), n, repeats)
+        runs["torch_pillow"] = lambda: timed_epochs(torch_loader(pillow_ds, args.batch, w, persistent,
+                                                                 context=context), n, repeats)
     if frost_gpu:
         runs["frost_gpu_decode"] = lambda: timed_epochs(frost_loader(gpu_ds, args.batch, w, device="cuda"), n,
                                                         repeats, sync=cuda_sync)
     if torch_gpu:
-        runs["torch_cuda"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent, pin_memory=True), n,
-                                                  repeats, to_gpu=torch_to_gpu, sync=torch_sync)
+        runs["torch_cuda"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent, pin_memory=True,
+                                                               context=context), n, repeats, to_gpu=torch_to_gpu,
+                                                  sync=torch_sync)
     got = {name: run() for name, run in runs.items()}  # each loader (and its workers) is dropped after its run
     row = {"workers": w}
     for name in PATHS:
