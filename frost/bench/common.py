@@ -238,6 +238,28 @@ class Stopwatch:
         return time.perf_counter()
 
 
+NVTX_STEPS = "FROST_NVTX_STEPS"  # set to 1: each timed training step inside an NVTX range named "step"
+
+
+def step_range(timed: bool):
+    """An NVTX range named "step" around a timed step when FROST_NVTX_STEPS=1, so that a profiler keeps only the
+    steady steps (`ncu --nvtx --nvtx-include step/`; benchmarks/kernel_profile.py sums them); else nothing. NVTX is
+    process-wide: CuPy's binding marks PyTorch's kernels too."""
+    if not timed or os.environ.get(NVTX_STEPS) != "1":
+        return contextlib.nullcontext()
+    return _nvtx_range("step")
+
+
+@contextlib.contextmanager
+def _nvtx_range(name: str):
+    nvtx = cuda_backend.cupy().cuda.nvtx
+    nvtx.RangePush(name)
+    try:
+        yield
+    finally:
+        nvtx.RangePop()
+
+
 def seconds_per_call(fn: Callable[[], object], synchronize: Callable[[], object], iters: int, warmup: int) -> float:
     """The mean wall time of `iters` calls of fn after `warmup` untimed ones, the device synchronized before each
     clock read only: the calls queue back to back, as in a training loop."""

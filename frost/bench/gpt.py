@@ -330,7 +330,8 @@ def train_run(trainer: Trainer, corpus: Corpus, settings: Settings, seed: int, s
         trainer.set_lr(settings.lr_at(i))
         starts = draw_starts(rng, len(corpus.train), settings, settings.grad_accum)
         t0 = sw.now()
-        loss = trainer.step(starts)
+        with common.step_range(timed=i >= settings.warmup):
+            loss = trainer.step(starts)
         step_s.append(sw.now() - t0)
         if i == 0 or (i + 1) % settings.log_every == 0 or i == settings.steps - 1:
             curve.append([i + 1, float(loss.item())])
