@@ -28,9 +28,15 @@ the backward regenerates the same mask from the snapshot, so nothing L x S is st
 log-sum-exp) are those of the undropped weights; D = rowsum(dO * O) holds as without dropout. `dropout_keep_numpy` is
 the NumPy twin of the mask.
 
+Speed. The forward copies K and V in turns, as FlashAttention-2 does: V(j) while S = Q K(j)^T and the softmax run,
+K(j + 1) while O += P V(j), one buffer each. Tiles whose every key is visible to every query of the block (no mask,
+in range, wholly before the block's first query when causal) skip the per-element visibility test. Dropout draws
+one Philox block per pair of keys in the forward and dQ kernels (the pair shares it); the dK/dV kernel, whose
+threads hold queries in pairs, draws one per weight. Untuned: the backward kernels' copies do not overlap their
+math, padded shared rows rather than swizzled, no wgmma.
+
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
-masks. Performance is untuned: one shared-memory stage (the copies of the next tile do not overlap the math yet),
-padded shared rows rather than swizzled, no wgmma.
+masks.
 """
 import functools
 import math
@@ -178,6 +184,27 @@ def saved_lse(lse, row: i32, n: i32) -> f32:
 
 
 @device
+def dropout_pair(rng, bh: i32, query: i32, key: i32, drop_p: f32, keep_scale: f32) -> (f32, f32):
+    """dropout_scale of keys `key` (even) and key + 1 of one query, which share their Philox block: one draw for
+    both (the forward and dQ kernels hold their keys in such pairs)."""
+    w0, w1, w2, w3 = philox_block(u32(key // 2), u32(query), u32(bh), rng[2], rng[0], rng[1] ^ u32(STREAM))
+    keep0 = keep_scale if f32(w0 >> u32(8)) / 16777216.0 >= drop_p else 0.0
+    keep1 = keep_scale if f32(w1 >> u32(8)) / 16777216.0 >= drop_p else 0.0
+    return keep0, keep1
+
+
+@device
+def whole_tile(q0: i32, k0: i32, lk: i32, BC: Const[int], CAUSAL: Const[int], MASKED: Const[int]) -> bool:
+    """Whether every key of the tile k0 ... k0 + BC - 1 is visible to every query from q0 on (in range, no padding
+    mask, not after the first query when causal): the per-element checks can be skipped. Rows past the end are
+    never written by the forward and dQ kernels, so they need no check."""
+    whole = k0 + BC <= lk and not MASKED
+    if CAUSAL:
+        whole = whole and k0 + BC - 1 <= q0
+    return whole
+
+
+@device
 def dropout_scale(rng, bh: i32, query: i32, key: i32, drop_p: f32, keep_scale: f32) -> f32:
     """keep_scale (1 / (1 - p)) where dropout keeps the weight of (bh, query, key), else 0 (the module docstring
     says how; dropout_keep_numpy is the twin)."""
@@ -212,25 +239,34 @@ def _make_kernels(T):
         b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
         t = lane % 4
         load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
+        load_rows(k, sk, kbase, 0, lk, BC, D, THREADS)
         cp_commit()
         zero(acc, D)
         for h in static_range(2):
             m[h] = -inf
             lsum[h] = 0.0
         kv_end = min(lk, q0 + BR) if CAUSAL else lk
-        for jt in range(cdiv(kv_end, BC)):
+        tiles = cdiv(kv_end, BC)
+        for jt in range(tiles):
+            # K and V take turns (FlashAttention-2's order): V(jt) is copied while S = Q K(jt)^T and the softmax
+            # run, K(jt + 1) while O += P V(jt); a barrier before each copy keeps it off a tile still being read
             k0 = jt * BC
-            load_kv_tile(k, v, sk, sv, kbase, k0, lk, BC, D, THREADS)
+            cp_wait(0)
+            syncthreads()
+            load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
+            cp_commit()
             if jt == 0:
                 load_a(qf, sq, warp * 16, D)
             zero(s, BC)
             mma_rows(s, qf, sk, kb, BC, D)
+            whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
             for h in static_range(2):
                 top = -inf
                 for j in static_range(BC // 8):
                     for e in static_range(2):
                         x = -inf
-                        if visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL, MASKED):
+                        if whole or visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL,
+                                            MASKED):
                             x = s[j, 2 * h + e] * scale_log2
                         s[j, 2 * h + e] = x
                         top = max(top, x)
@@ -239,11 +275,15 @@ def _make_kernels(T):
                 alpha = exp2(m[h] - m_use)
                 part = 0.0
                 for j in static_range(BC // 8):
+                    keep0 = keep_scale
+                    keep1 = keep_scale
+                    if DROPOUT:
+                        keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
                     for e in static_range(2):
                         p = exp2(s[j, 2 * h + e] - m_use)
                         part += p   # the undropped weights' sum: softmax normalizes before dropout
                         if DROPOUT:
-                            p *= dropout_scale(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t + e, drop_p, keep_scale)
+                            p *= keep0 if e == 0 else keep1
                         s[j, 2 * h + e] = p
                 lsum[h] = lsum[h] * alpha + part   # this lane's share; the quad's sum is taken at the end
                 m[h] = m_new
@@ -251,6 +291,11 @@ def _make_kernels(T):
                     acc[d, 2 * h] *= alpha
                     acc[d, 2 * h + 1] *= alpha
             to_a(pf, s, BC)
+            cp_wait(0)
+            syncthreads()
+            if jt + 1 < tiles:
+                load_rows(k, sk, kbase, k0 + BC, lk, BC, D, THREADS)
+                cp_commit()
             mma_cols(acc, pf, sv, vb, D, BC)
         for h in static_range(2):
             total = quad_sum(lsum[h])
@@ -321,15 +366,21 @@ def _make_kernels(T):
             zero(dp, BC)
             mma_rows(s, qf, sk, kb, BC, D)
             mma_rows(dp, dof, sv, kb, BC, D)
+            whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
             for h in static_range(2):
                 for j in static_range(BC // 8):
+                    keep0 = keep_scale
+                    keep1 = keep_scale
+                    if DROPOUT:
+                        keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
                     for e in static_range(2):
                         p = 0.0
-                        if visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL, MASKED):
+                        if whole or visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL,
+                                            MASKED):
                             p = exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
                         dpv = dp[j, 2 * h + e]
                         if DROPOUT:   # dP of the undropped weights: the dropped ones' times the mask's scale
-                            dpv *= dropout_scale(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t + e, drop_p, keep_scale)
+                            dpv *= keep0 if e == 0 else keep1
                         s[j, 2 * h + e] = p * (dpv - drow[h])
             to_a(dsf, s, BC)
             mma_cols(acc, dsf, sk, db, D, BC)
@@ -401,12 +452,14 @@ def _make_kernels(T):
                 zero(dpt, BR)
                 mma_rows(st, kf, sq, qb, BR, D)
                 mma_rows(dpt, vf, sdo, qb, BR, D)
+                # queries past the end would add to dK and dV here: the tile is whole only with all of them in range
+                whole = q0 + BR <= lq and whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
                 for h in static_range(2):
                     for j in static_range(BR // 8):
                         for e in static_range(2):
                             col = j * 8 + 2 * t + e
                             p = 0.0
-                            if visible(q0 + col, key0 + 8 * h, lq, lk, kmask, b * lk, CAUSAL, MASKED):
+                            if whole or visible(q0 + col, key0 + 8 * h, lq, lk, kmask, b * lk, CAUSAL, MASKED):
                                 p = exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
                             dpv = dpt[j, 2 * h + e]
                             if DROPOUT:
