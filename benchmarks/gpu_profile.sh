@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Where the GPT's step spends its GPU time, kernel by kernel, Frost (frost.jit) against torch.compile, and the
-# transformer kernels' A/B, each result in OUTDIR. Usage: bash benchmarks/gpu_profile.sh OUTDIR [TEXT_FILE]
+# transformer kernels' A/B, each result in OUTDIR. Usage: bash benchmarks/gpu_profile.sh OUTDIR [TEXT_FILE] [BASE_TREE]
 #   1. Nsight Compute over two steady steps of each (NVTX-marked: FROST_NVTX_STEPS=1), summed per kernel by
 #      benchmarks/kernel_profile.py (OUTDIR/gpt_kernels.json; the raw CSVs beside it)
 #   2. benchmarks/transformer_kernels.py --quick: LayerNorm and GELU, with the GPU time of graph replays and the
 #      one-value-a-thread A/B of the 16-bit vector accesses
 #   3. benchmarks/flash_attention.py --quick
-# Each step has its own time limit; the whole fits one ten-minute device call.
+#   With BASE_TREE (a checkout of an earlier commit), 2 and 3 also run from that tree, in the same call.
+# Each step has its own time limit (140 + 140 + 90 + 70 + 80 + 60 s at most): one ten-minute device call.
 set -u
-out=${1:?usage: bash benchmarks/gpu_profile.sh OUTDIR [TEXT_FILE]}
+out=${1:?usage: bash benchmarks/gpu_profile.sh OUTDIR [TEXT_FILE] [BASE_TREE]}
 text=${2:-}
+base=${3:-}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+outer_path=${PYTHONPATH:-}
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"  # benchmarks/*.py import frost from this tree
 data=()
 [ -n "$text" ] && data=(--data "$text")
@@ -20,14 +23,21 @@ gpt=(--preset shakespeare-char ${data[@]+"${data[@]}"} --precision bf16 --steps 
 ncu_args=(--clock-control none --nvtx --nvtx-include "step/" --metrics gpu__time_duration.sum --csv
           --print-units base)
 if command -v ncu > /dev/null; then
-    FROST_NVTX_STEPS=1 timeout 200 ncu "${ncu_args[@]}" python3 -m frost bench gpt "${gpt[@]}" --jit \
+    FROST_NVTX_STEPS=1 timeout 140 ncu "${ncu_args[@]}" python3 -m frost bench gpt "${gpt[@]}" --jit \
         > "$out/ncu_gpt_frost.csv" 2>&1
-    FROST_NVTX_STEPS=1 timeout 200 ncu "${ncu_args[@]}" python3 benchmarks/torch_gpt.py "${gpt[@]}" --mode compile \
+    FROST_NVTX_STEPS=1 timeout 140 ncu "${ncu_args[@]}" python3 benchmarks/torch_gpt.py "${gpt[@]}" --mode compile \
         > "$out/ncu_gpt_torch.csv" 2>&1
     python3 benchmarks/kernel_profile.py "$out/ncu_gpt_frost.csv" "$out/ncu_gpt_torch.csv" --steps 2 \
         --labels frost_jit,torch_compile --top 45 --out "$out/gpt_kernels.json" 2>&1 | tail -50
 else
     echo "(no ncu on this machine: the kernel profile is left out)"
 fi
-timeout 120 python3 benchmarks/transformer_kernels.py --quick --out "$out/transformer_kernels.json" 2>&1 | tail -14
-timeout 90 python3 benchmarks/flash_attention.py --quick --out "$out/flash_attention.json" 2>&1 | tail -12
+timeout 90 python3 benchmarks/transformer_kernels.py --quick --out "$out/transformer_kernels.json" 2>&1 | tail -14
+timeout 70 python3 benchmarks/flash_attention.py --quick --out "$out/flash_attention.json" 2>&1 | tail -12
+if [ -n "$base" ]; then
+    (cd "$base" && export PYTHONPATH="${outer_path:+$outer_path:}$PWD" \
+        && timeout 80 python3 benchmarks/transformer_kernels.py --quick --out "$out/transformer_kernels_base.json" \
+            2>&1 | tail -10 \
+        && timeout 60 python3 benchmarks/flash_attention.py --quick --out "$out/flash_attention_base.json" 2>&1 \
+            | tail -12)
+fi
