@@ -2,8 +2,9 @@
 frost.dispatch as cross_entropy's fast path. The reference math, and the op that asks for this, is
 frost/ops/loss.py."""
 from frost import dispatch
-from frost.kernel import (Array, bdx, bf16, block_sum, bx, cdiv, device, exp, f16, f32, gdx, i32, i64, inf, kernel,
-                          lane, log, shared, tx, warp, warp_max, warp_sum)
+from frost.backend import address
+from frost.kernel import (Array, bdx, bf16, block_sum, bx, cdiv, device, exp, f16, f32, gdx, i32, i64, inf,
+                          kernel, lane, load8, local, log, shared, static_range, store8, tx, warp, warp_max, warp_sum)
 from frost.tensor import Tensor, from_op
 
 # The common classifier loss (float32 or 16-bit logits, int64 class indices, no weight or smoothing, mean or sum) in one
@@ -33,6 +34,24 @@ def _row_lse(x, base, C):
     s = 0.0
     for c in range(lane, C, 32):
         s += exp(f32(x[base + c]) - m)
+    return m + log(warp_sum(s))
+
+
+@device
+def _row_lse8(x, base, C):
+    """_row_lse of a 16-bit row whose start and length are multiples of 8, eight values (16 bytes) per load."""
+    v = local(f32, 8)
+    m = -inf
+    for c in range(lane * 8, C, 256):
+        v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, base + c)
+        for e in static_range(8):
+            m = max(m, v[e])
+    m = warp_max(m)
+    s = 0.0
+    for c in range(lane * 8, C, 256):
+        v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, base + c)
+        for e in static_range(8):
+            s += exp(v[e] - m)
     return m + log(warp_sum(s))
 
 
@@ -68,8 +87,9 @@ def cross_entropy_finalize(part_loss: Array[f32], part_count: Array[f32], loss: 
         _store_total(total, rows, loss, count, mean)
 
 
-def _kernels(T):
-    """The forward and backward for logits of type T (computed in float32; dx rounded once into T)."""
+def _kernels(T, VEC: int):
+    """The forward and backward for logits of type T (computed in float32; dx rounded once into T); VEC = 8: the
+    16-byte variants for 16-bit rows of a multiple of 8 values (VEC is folded where the kernels are checked)."""
     @kernel
     def cross_entropy_forward(x: Array[T], target: Array[i64], lse: Array[f32], loss: Array[f32], count: Array[f32],
                               part_loss: Array[f32], part_count: Array[f32], n: i32, C: i32, ignore_index: i64,
@@ -77,12 +97,13 @@ def _kernels(T):
         """Warp w of block b takes rows b*W + w, then a grid stride on: lse[r] = log-sum-exp of row r, and the sum of
         lse[r] - x[r, target[r]] and the count of rows whose target is not ignore_index. One block (gdx == 1) stores
         the loss (sum, or sum / count when mean != 0) and the count; several store their sums in part_loss[b] and
-        part_count[b] for cross_entropy_finalize."""
+        part_count[b] for cross_entropy_finalize. VEC = 8: 16-bit rows read 8 values a load (C % 8 == 0, x
+        16-byte aligned)."""
         warps = bdx // 32
         acc = 0.0
         rows = 0.0
         for r in range(bx * warps + warp, n, gdx * warps):
-            row_lse = _row_lse(x, r * C, C)
+            row_lse = lse_of_row(x, r * C, C)
             t = target[r]
             if lane == 0:
                 lse[r] = row_lse
@@ -103,22 +124,50 @@ def _kernels(T):
     def cross_entropy_backward(x: Array[T], target: Array[i64], lse: Array[f32], count: Array[f32], g: Array[f32],
                                dx: Array[T], n: i32, C: i32, ignore_index: i64, mean: i32):
         """dx[r, c] = coef * (exp(x[r, c] - lse[r]) - [c == target[r]]), 0 in ignored rows; coef = g[0] / count[0]
-        (mean != 0) or g[0]: one thread per logit."""
-        i = bx * bdx + tx
+        (mean != 0) or g[0]: one thread per logit, or per 8 logits of one row with VEC = 8 (16-bit rows, C % 8 ==
+        0, x and dx 16-byte aligned: one load and one store of 16 bytes)."""
+        i = (bx * bdx + tx) * VEC
         if i < n * C:
             r = i // C
             t = target[r]
-            d = 0.0
+            coef = 0.0
+            col = -1
             if t != ignore_index:
                 coef = g[0] / count[0] if mean != 0 else g[0]
-                hit = 1.0 if i - r * C == _target_column(t, C) else 0.0
-                d = coef * (exp(f32(x[i]) - lse[r]) - hit)
-            dx[i] = d
+                col = r * C + _target_column(t, C)
+            write_grad(x, dx, i, col, coef, lse[r])
+    lse_of_row, write_grad = (_row_lse8, _grad8) if VEC == 8 else (_row_lse, _grad1)
     return cross_entropy_forward, cross_entropy_backward
 
 
-XENT_KERNELS = {name: _kernels(T) for name, T in (("float32", f32), ("bfloat16", bf16), ("float16", f16))}
-cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32"])
+@device
+def _grad1(x, dx, i, col, coef, row_lse):
+    """dx[i] = coef * (softmax - onehot) at logit i, col the row's target logit; 0 in an ignored row (col < 0),
+    whatever its logits hold."""
+    d = 0.0
+    if col >= 0:
+        hit = 1.0 if i == col else 0.0
+        d = coef * (exp(f32(x[i]) - row_lse) - hit)
+    dx[i] = d
+
+
+@device
+def _grad8(x, dx, i, col, coef, row_lse):
+    """_grad1 of logits i ... i + 7 (one row), one 16-byte load and store."""
+    v = local(f32, 8)
+    v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, i)
+    for e in static_range(8):
+        d = 0.0
+        if col >= 0:
+            d = coef * (exp(v[e] - row_lse) - (1.0 if i + e == col else 0.0))
+        v[e] = d
+    store8(dx, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+
+
+# (dtype, values a thread) -> (forward, backward): float32 one at a time; bf16/fp16 also 8 at a time
+XENT_KERNELS = {(name, vec): _kernels(T, vec) for name, T, vecs in (("float32", f32, (1,)), ("bfloat16", bf16, (1, 8)),
+                                                                    ("float16", f16, (1, 8))) for vec in vecs}
+cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32", 1])
 
 
 def xent_blocks(n: int, rows_per_block: int | None = None) -> int:
@@ -144,7 +193,6 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     Reading 16-bit logits as they are saves the float32 copy of them, and of their gradient, that a cast before
     the loss would make (two passes over N x C float32 values each way for a 50k vocabulary)."""
     xp = input.xp
-    forward, backward_kernel = XENT_KERNELS[input.dtype.name]
     x = xp.ascontiguousarray(input.data)
     t = xp.ascontiguousarray(target.data)
     N, C = x.shape
@@ -154,6 +202,8 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     loss, count = xp.empty(1, xp.float32), xp.empty(1, xp.float32)
     part_loss, part_count = (xp.empty(blocks, xp.float32), xp.empty(blocks, xp.float32)) if blocks > 1 \
         else (loss, count)  # not written by a single block
+    vec = 8 if x.dtype.itemsize == 2 and C % 8 == 0 and address(x) % 16 == 0 else 1
+    forward = XENT_KERNELS[input.dtype.name, vec][0]
     forward[blocks, XENT_FORWARD_THREADS](x, t, lse, loss, count, part_loss, part_count, N, C, ignore_index, mean)
     if blocks > 1:
         cross_entropy_finalize[1, XENT_THREADS](part_loss, part_count, loss, count, blocks, mean)
@@ -161,8 +211,10 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xp.float32).reshape(1)
         dx = xp.empty_like(x)
-        backward_kernel[cdiv(N * C, XENT_BACKWARD_THREADS), XENT_BACKWARD_THREADS](
-            x, t, lse, count, g, dx, N, C, ignore_index, mean)
+        per_thread = vec if address(dx) % 16 == 0 else 1
+        XENT_KERNELS[input.dtype.name, per_thread][1][cdiv(N * C, XENT_BACKWARD_THREADS * per_thread),
+                                                      XENT_BACKWARD_THREADS](x, t, lse, count, g, dx, N, C,
+                                                                             ignore_index, mean)
         return (dx,)
 
     out = loss.reshape(()).astype(loss_dtype or x.dtype, copy=False)

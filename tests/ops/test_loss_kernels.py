@@ -194,15 +194,16 @@ def test_fast_path_in_the_simulator_matches_the_generic_path(simulated_launches,
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("autocast", [True, False])
-def test_half_precision_logits_are_read_as_they_are(simulated_launches, dtype, autocast):
+@pytest.mark.parametrize("classes", [48, 45])   # 8 logits a load and a thread; one at a time
+def test_half_precision_logits_are_read_as_they_are(simulated_launches, dtype, autocast, classes):
     """Under autocast the loss is float32 and the kernels read the 16-bit logits, not a float32 copy; without it the
     loss has the logits' dtype. Either way the values are the generic path's (which computes in float32 too): the
     loss to float32 rounding, the gradient rounded once into the logits' dtype (one unit of it where the two
     float32 values straddle a rounding boundary)."""
     launched = []
-    simulated_launches.setattr(xent.XENT_KERNELS[dtype][0].__class__, "__getitem__",
+    simulated_launches.setattr(xent.XENT_KERNELS[dtype, 1][0].__class__, "__getitem__",
                                lambda self, cfg: launched.append(self) or self.simulate[cfg])
-    x, t, g = _inputs(37, 48, "some", seed=5)
+    x, t, g = _inputs(37, classes, "some", seed=5)
     x = x.astype(frost.dtype.to_dtype(dtype).np)
     results = []
     for fast in (True, False):
@@ -213,11 +214,24 @@ def test_half_precision_logits_are_read_as_they_are(simulated_launches, dtype, a
         out.backward(frost.tensor(np.asarray(g, out.dtype.np)))
         assert out.dtype.name == ("float32" if autocast else dtype) and tx.grad.dtype.name == dtype
         results.append((out.detach().numpy().astype(np.float64), tx.grad.numpy().astype(np.float64)))
-    assert launched[:2] == list(xent.XENT_KERNELS[dtype])  # the 16-bit kernels, given the logits themselves
+    # the 16-bit kernels, given the logits themselves
+    assert launched[:2] == list(xent.XENT_KERNELS[dtype, 8 if classes % 8 == 0 else 1])
     (fast_loss, fast_grad), (loss, grad) = results
     np.testing.assert_allclose(fast_loss, loss, rtol=1e-5 if autocast else 2 * 2.0**-8)
     unit = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
     np.testing.assert_allclose(fast_grad, grad, rtol=unit, atol=1e-7)
+
+
+def test_ignored_rows_get_zero_gradients_whatever_their_logits(simulated_launches):
+    _as_if_on_the_gpu(simulated_launches)
+    for classes in (16, 15):   # the 8-a-thread and the one-a-thread backward
+        x = np.ones((3, classes), np.float32)
+        x[1] = np.nan   # a padded position's logits may hold anything
+        tx = frost.tensor(x.astype(frost.dtype.to_dtype("bfloat16").np), requires_grad=True)
+        with frost.autocast("bfloat16"):
+            cross_entropy(tx, frost.tensor(np.array([0, IGNORE, 2]))).backward()
+        grad = tx.grad.float().numpy()
+        assert np.array_equal(grad[1], np.zeros(classes)) and np.isfinite(grad).all()
 
 
 def test_higher_order_gradients_through_the_half_precision_fast_path(simulated_launches):
