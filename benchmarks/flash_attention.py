@@ -1,5 +1,7 @@
 """Flash attention: Frost's kernels (frost/accel/flash_attention.py) against Frost's composed path and PyTorch's SDPA
-(flash and cuDNN backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64), causal and not.
+(flash and cuDNN backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
+--head-dim change them), causal and not. On a Hopper GPU "frost flash wgmma" is the same with the forward on warpgroup
+MMA (FROST_FLASH_WGMMA=1; the backward is mma.sync's in both rows).
 
 Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick] [--out FILE.json]
 Each row times `--iters` calls after `--warmup` (wall clock between device synchronizations; the calls at these
@@ -27,20 +29,29 @@ BATCHES = (8, 16, 32, 64)
 
 
 @contextlib.contextmanager
-def flash_switch(on: bool):
-    """FROST_FLASH_ATTENTION for the duration (the op reads it at each call)."""
-    before = os.environ.get("FROST_FLASH_ATTENTION")
-    os.environ["FROST_FLASH_ATTENTION"] = "1" if on else "0"
+def environment(name: str, value: str):
+    """An environment variable for the duration (the op reads FROST_FLASH_ATTENTION and FROST_FLASH_WGMMA at each
+    call)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if before is None:
-            del os.environ["FROST_FLASH_ATTENTION"]
+            del os.environ[name]
         else:
-            os.environ["FROST_FLASH_ATTENTION"] = before
+            os.environ[name] = before
 
 
-def frost_calls(batch: int, causal: bool, flash: bool, dropout: float = 0.0):
+def flash_switch(on: bool, wgmma: bool = False):
+    """Frost's flash kernels on or off (the composed path), and the Hopper forward (wgmma) or mma.sync's."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(environment("FROST_FLASH_ATTENTION", "1" if on else "0"))
+    stack.enter_context(environment("FROST_FLASH_WGMMA", "1" if wgmma else "0"))
+    return stack
+
+
+def frost_calls(batch: int, causal: bool, flash: bool, dropout: float = 0.0, wgmma: bool = False):
     """(forward, forward + backward) closures over fresh bf16 CUDA tensors, and the forward's output check."""
     rng = np.random.default_rng(0)
     shape = (batch, HEADS, LENGTH, HEAD_DIM)
@@ -49,13 +60,13 @@ def frost_calls(batch: int, causal: bool, flash: bool, dropout: float = 0.0):
         t.requires_grad = True
 
     def forward():
-        with flash_switch(flash), frost.no_grad():
+        with flash_switch(flash, wgmma), frost.no_grad():
             return sdpa(q, k, v, is_causal=causal, dropout_p=dropout)
 
     def forward_backward():
         for t in (q, k, v):
             t.grad = None
-        with flash_switch(flash):
+        with flash_switch(flash, wgmma):
             sdpa(q, k, v, is_causal=causal, dropout_p=dropout).backward(do)
 
     return forward, forward_backward
@@ -97,25 +108,34 @@ def torch_backends() -> dict:
     return {"torch flash": SDPBackend.FLASH_ATTENTION, "torch cuDNN": SDPBackend.CUDNN_ATTENTION}
 
 
-def check_against_composed(batch: int, causal: bool) -> float:
+def check_against_composed(batch: int, causal: bool, wgmma: bool = False) -> float:
     """The largest |flash - composed| of the forward at this shape (bf16 outputs: expect ~1e-2 at most)."""
-    flash, _ = frost_calls(batch, causal, True)
+    flash, _ = frost_calls(batch, causal, True, wgmma=wgmma)
     composed, _ = frost_calls(batch, causal, False)
     a, b = (f().cpu().numpy().astype(np.float32) for f in (flash, composed))
     return float(np.abs(a - b).max())
 
 
 def main() -> None:
+    global HEADS, HEAD_DIM, LENGTH  # the shape every row uses (--heads, --head-dim, --length)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="batch 8 and 16 only, fewer iterations")
     ap.add_argument("--iters", type=int, default=None, help="timed calls per row (default 20, 5 with --quick)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--dropout", type=float, default=0.0, help="attention dropout probability of every row")
+    ap.add_argument("--heads", type=int, default=HEADS)
+    ap.add_argument("--head-dim", type=int, default=HEAD_DIM, choices=fa.HEAD_DIMS)
+    ap.add_argument("--length", type=int, default=LENGTH)
+    ap.add_argument("--no-wgmma", action="store_true", help="leave out the Hopper forward's row (frost flash wgmma)")
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     common.check_output_path("--out", args.out)
     common.require_cuda("benchmarks/flash_attention.py")
+    HEADS, HEAD_DIM, LENGTH = args.heads, args.head_dim, args.length
     iters = args.iters or (5 if args.quick else 20)
+    import cupy as cp
+    hopper = cp.cuda.Device().compute_capability == "90"
+    with_wgmma = hopper and not args.no_wgmma
     batches = BATCHES[:2] if args.quick else BATCHES
     torch_rows = torch_backends()
     if torch_rows:
@@ -125,9 +145,13 @@ def main() -> None:
     for causal in (False, True):
         for batch in batches:
             flops = 4 * batch * HEADS * LENGTH ** 2 * HEAD_DIM * (0.5 if causal else 1.0)
-            error = check_against_composed(batch, causal) if args.dropout == 0.0 else None
-            impls = {"frost flash": frost_calls(batch, causal, True, args.dropout),
-                     "frost composed": frost_calls(batch, causal, False, args.dropout)}
+            errors = {"frost flash": check_against_composed(batch, causal) if args.dropout == 0.0 else None}
+            impls = {"frost flash": frost_calls(batch, causal, True, args.dropout)}
+            if with_wgmma:   # the Hopper forward; the backward is the mma.sync kernels' either way
+                impls["frost flash wgmma"] = frost_calls(batch, causal, True, args.dropout, wgmma=True)
+                errors["frost flash wgmma"] = (check_against_composed(batch, causal, wgmma=True)
+                                               if args.dropout == 0.0 else None)
+            impls["frost composed"] = frost_calls(batch, causal, False, args.dropout)
             syncs = dict.fromkeys(impls, frost.cuda.synchronize)
             for name, backend in torch_rows.items():
                 impls[name] = torch_calls(batch, causal, backend, args.dropout)
@@ -138,17 +162,17 @@ def main() -> None:
                 rows.append(dict(impl=name, batch=batch, heads=HEADS, length=LENGTH, head_dim=HEAD_DIM, causal=causal,
                                  forward_ms=1e3 * fwd, forward_backward_ms=1e3 * both,
                                  forward_tflops=flops / fwd / 1e12, forward_backward_tflops=3.5 * flops / both / 1e12,
-                                 max_abs_diff_vs_composed=error if name == "frost flash" else None))
+                                 max_abs_diff_vs_composed=errors.get(name)))
     header = ["impl", "batch", "causal", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s"]
     table = [[r["impl"], str(r["batch"]), "yes" if r["causal"] else "no", f"{r['forward_ms']:.3f}",
               f"{r['forward_tflops']:.1f}", f"{r['forward_backward_ms']:.3f}", f"{r['forward_backward_tflops']:.1f}"]
              for r in rows]
-    import cupy as cp
     device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
     print(f"Attention, bf16, H={HEADS} L={LENGTH} D={HEAD_DIM}, dropout {args.dropout} on {device} ({iters} calls a "
           f"row)")
     print(common.format_table(table, header))
-    tiles = dict(forward=fa.FORWARD_TILES[HEAD_DIM], backward=fa.BACKWARD_TILES[HEAD_DIM])
+    tiles = dict(forward=fa.FORWARD_TILES[HEAD_DIM], backward=fa.BACKWARD_TILES[HEAD_DIM],
+                 forward_wgmma=fa.wgmma_tiles(HEAD_DIM, args.dropout > 0.0))
     common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
                                       iters=iters, warmup=args.warmup, dropout=args.dropout, tiles=tiles,
                                       results=rows))

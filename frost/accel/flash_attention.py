@@ -33,7 +33,14 @@ K(j + 1) while O += P V(j), one buffer each. Tiles whose every key is visible to
 in range, wholly before the block's first query when causal) skip the per-element visibility test. Dropout draws
 one Philox block per pair of keys in the forward and dQ kernels (the pair shares it); the dK/dV kernel, whose
 threads hold queries in pairs, draws one per weight. Untuned: the backward kernels' copies do not overlap their
-math, padded shared rows rather than swizzled, no wgmma.
+math, padded shared rows rather than swizzled.
+
+Hopper. `flash_fwd_wgmma` is the forward on warpgroup MMA (bf16): warpgroups of 64 query rows, S = Q K^T and O += P V
+as wgmmas on 128-byte-swizzled shared panels (V transposed into shared memory on the way, P stored there as bf16),
+the softmax, masks, dropout stream and output the mma.sync forward's (shared device functions), so the mma.sync
+backward follows it unchanged. It is off by default (FROST_FLASH_WGMMA=1 turns it on for bf16 on sm_90) until
+benchmarks/flash_attention.py has timed it against the mma.sync forward on the H200; the simulator and the tests
+check it against float64 and against the mma.sync forward.
 
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
 masks.
@@ -48,9 +55,10 @@ import numpy as np
 from frost import dispatch
 from frost.backend import cpu, cuda
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
-                          exp2, f16, f32, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local,
-                          log, mma, shfl_xor, static_range, syncthreads, tx, u8, u32, warp, warp_sum)
-from frost.kernel.compile import has_mma
+                          exp2, f16, f32, fence_proxy_async, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4,
+                          ldmatrix_x4_trans, load8, local, log, mma, shfl_xor, static_range, swizzle, syncthreads, tx,
+                          u8, u32, warp, warp_sum, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+from frost.kernel.compile import device_arch, has_mma
 from frost.ops.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
 
@@ -65,6 +73,14 @@ PAD = 8   # elements after each shared row: the 8 rows an ldmatrix reads fall in
 # score tiles (64-column ones spill there: dK, dV and the K, V fragments already take ~190 registers a thread).
 FORWARD_TILES = {64: dict(BR=64, BC=64), 128: dict(BR=64, BC=64)}
 BACKWARD_TILES = {64: dict(BR=64, BC=64), 128: dict(BR=64, BC=32)}
+# the Hopper forward's (warpgroups of 64 query rows, keys a tile), untimed. S and O take BC / 2 + D / 2 registers a
+# thread: at head dim 128 BC is 64; at 64, with dropout's Philox on top, BC = 128 spills (12 bytes), so 64 there too
+WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
+
+
+def wgmma_tiles(d: int, dropout: bool) -> dict:
+    """The wgmma forward's default tiles for head dim d."""
+    return dict(WGMMA_TILES[d], BC=64) if dropout else dict(WGMMA_TILES[d])
 
 
 # ------------------------------------------------------------------ device functions (fragments and tiles)
@@ -214,6 +230,61 @@ def dropout_scale(rng, bh: i32, query: i32, key: i32, drop_p: f32, keep_scale: f
     return keep_scale if u >= drop_p else 0.0
 
 
+@device
+def softmax_tile(s, acc, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
+                 scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], BC: Const[int], CAUSAL: Const[int],
+                 MASKED: Const[int], DROPOUT: Const[int]):
+    """The forward's online softmax over one tile of scores s (C fragments: this lane's rows row0 and row0 + 8,
+    keys k0 + 8j + 2t + e): invisible scores to -inf, the running max m and sum lsum (log2 units) updated, the
+    output accumulator acc rescaled, and s turned into the (dropped) weights P of this tile."""
+    t = lane % 4
+    for h in static_range(2):
+        top = -inf
+        for j in static_range(BC // 8):
+            for e in static_range(2):
+                x = -inf
+                if whole or visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, mbase, CAUSAL, MASKED):
+                    x = s[j, 2 * h + e] * scale_log2
+                s[j, 2 * h + e] = x
+                top = max(top, x)
+        m_new = max(m[h], quad_max(top))
+        m_use = 0.0 if m_new == -inf else m_new   # no visible key yet: exp2(-inf - 0) = 0 everywhere
+        alpha = exp2(m[h] - m_use)
+        part = 0.0
+        for j in static_range(BC // 8):
+            keep0 = keep_scale
+            keep1 = keep_scale
+            if DROPOUT:
+                keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
+            for e in static_range(2):
+                p = exp2(s[j, 2 * h + e] - m_use)
+                part += p   # the undropped weights' sum: softmax normalizes before dropout
+                if DROPOUT:
+                    p *= keep0 if e == 0 else keep1
+                s[j, 2 * h + e] = p
+        lsum[h] = lsum[h] * alpha + part   # this lane's share; the quad's sum is taken at the end
+        m[h] = m_new
+        for d in static_range(D // 8):
+            acc[d, 2 * h] *= alpha
+            acc[d, 2 * h + 1] *= alpha
+
+
+@device
+def write_rows(o, lse, acc, m, lsum, qbase: i32, row0: i32, lq: i32, D: Const[int]):
+    """This lane's two rows of O (acc over the row's sum) and their log-sum-exp (natural log), rows in range only."""
+    t = lane % 4
+    for h in static_range(2):
+        total = quad_sum(lsum[h])
+        row = row0 + 8 * h
+        if row < lq:
+            inv = 1.0 / total if total > 0.0 else 0.0
+            for d in static_range(D // 8):
+                for e in static_range(2):
+                    o[qbase + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * inv
+            if t == 0:
+                lse[qbase + row] = m[h] * LN2 + log(total) if total > 0.0 else -inf
+
+
 # ------------------------------------------------------------------ kernels, one set per element type
 def _make_kernels(T):
     @kernel
@@ -237,7 +308,6 @@ def _make_kernels(T):
         m = local(f32, 2)
         lsum = local(f32, 2)
         b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
-        t = lane % 4
         load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
         load_rows(k, sk, kbase, 0, lk, BC, D, THREADS)
         cp_commit()
@@ -260,36 +330,8 @@ def _make_kernels(T):
             zero(s, BC)
             mma_rows(s, qf, sk, kb, BC, D)
             whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
-            for h in static_range(2):
-                top = -inf
-                for j in static_range(BC // 8):
-                    for e in static_range(2):
-                        x = -inf
-                        if whole or visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL,
-                                            MASKED):
-                            x = s[j, 2 * h + e] * scale_log2
-                        s[j, 2 * h + e] = x
-                        top = max(top, x)
-                m_new = max(m[h], quad_max(top))
-                m_use = 0.0 if m_new == -inf else m_new   # no visible key yet: exp2(-inf - 0) = 0 everywhere
-                alpha = exp2(m[h] - m_use)
-                part = 0.0
-                for j in static_range(BC // 8):
-                    keep0 = keep_scale
-                    keep1 = keep_scale
-                    if DROPOUT:
-                        keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
-                    for e in static_range(2):
-                        p = exp2(s[j, 2 * h + e] - m_use)
-                        part += p   # the undropped weights' sum: softmax normalizes before dropout
-                        if DROPOUT:
-                            p *= keep0 if e == 0 else keep1
-                        s[j, 2 * h + e] = p
-                lsum[h] = lsum[h] * alpha + part   # this lane's share; the quad's sum is taken at the end
-                m[h] = m_new
-                for d in static_range(D // 8):
-                    acc[d, 2 * h] *= alpha
-                    acc[d, 2 * h + 1] *= alpha
+            softmax_tile(s, acc, m, lsum, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
+                         keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
             to_a(pf, s, BC)
             cp_wait(0)
             syncthreads()
@@ -297,16 +339,7 @@ def _make_kernels(T):
                 load_rows(k, sk, kbase, k0 + BC, lk, BC, D, THREADS)
                 cp_commit()
             mma_cols(acc, pf, sv, vb, D, BC)
-        for h in static_range(2):
-            total = quad_sum(lsum[h])
-            row = row0 + 8 * h
-            if row < lq:
-                inv = 1.0 / total if total > 0.0 else 0.0
-                for d in static_range(D // 8):
-                    for e in static_range(2):
-                        o[qbase + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * inv
-                if t == 0:
-                    lse[qbase + row] = m[h] * LN2 + log(total) if total > 0.0 else -inf
+        write_rows(o, lse, acc, m, lsum, qbase, row0, lq, D)
 
     @kernel
     def flash_bwd_dot(o: Array[T, 2], do: Array[T, 2], delta: Array[f32], rows: i32, D: Const[int]):
@@ -484,6 +517,127 @@ def _make_kernels(T):
     return FlashKernels(flash_fwd, flash_bwd_dot, flash_bwd_dq, flash_bwd_dkdv)
 
 
+# ------------------------------------------------------------------ the forward on Hopper's warpgroup MMA
+@device
+def load_panels(src, dst, first: i32, base: i32, r0: i32, n: i32, ROWS: Const[int], D: Const[int],
+                THREADS: Const[int]):
+    """Start copying rows base + r0 ... base + r0 + ROWS - 1 of src (D columns; a row at or past n repeats row
+    n - 1) into the 128-byte-swizzled ROWS x 64 panels dst[first], dst[first + 1], ... (columns 64p ... 64p + 63
+    in panel p): the K-major layout a wgmma descriptor reads."""
+    for u in static_range(ROWS * D // 8 // THREADS):
+        chunk = tx + u * THREADS
+        r = chunk // (D // 8)
+        col = chunk % (D // 8) * 8
+        cp_async16(dst, (first + col // 64, r, swizzle(r, col % 64, 64)), src, (base + min(r0 + r, n - 1), col))
+
+
+@device
+def load_transposed(v, dst, first: i32, base: i32, k0: i32, n: i32, BC: Const[int], D: Const[int],
+                    THREADS: Const[int]):
+    """Rows k0 ... k0 + BC - 1 of V (flat, D a row; past n: row n - 1) transposed into the swizzled D x 64 panels
+    dst[first + key // 64]: element (key, d) at row d, column key % 64, so that P V is a wgmma whose B operand (V^T)
+    is K-major. Consecutive threads take consecutive keys of one 8-column chunk: 16-byte loads, and 2-byte stores
+    that fall in different banks."""
+    vals = local(bf16, 8)
+    for u in static_range(BC * D // 8 // THREADS):
+        chunk = tx + u * THREADS
+        key = chunk % BC
+        d0 = chunk // BC * 8
+        vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7] = load8(
+            v, (base + min(k0 + key, n - 1)) * D + d0)
+        for e in static_range(8):
+            dst[first + key // 64, d0 + e, swizzle(d0 + e, key % 64, 64)] = vals[e]
+
+
+@device
+def store_weights(sp, s, row: i32, BC: Const[int]):
+    """This lane's weights P (C fragments of block rows row and row + 8) as bf16 into the swizzled panels sp (keys
+    64p ... 64p + 63 in panel p): the A operand of P V."""
+    t = lane % 4
+    for h in static_range(2):
+        r = row + 8 * h
+        for j in static_range(BC // 8):
+            for e in static_range(2):
+                col = j * 8 + 2 * t + e
+                sp[col // 64, r, swizzle(r, col % 64, 64)] = s[j, 2 * h + e]
+
+
+@functools.cache
+def wgmma_forward():
+    """The Hopper forward (bf16): made on first use, as kernels_for's."""
+    @kernel
+    def flash_fwd_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16], o: Array[bf16, 2], lse: Array[f32],
+                        kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32,
+                        scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
+                        BC: Const[int], CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
+        """flash_fwd with warpgroup MMA: WGS warpgroups of 64 query rows each share K and V tiles of BC keys. S = Q
+        K^T and O += P V are wgmmas on 128-byte-swizzled shared panels (Q, K, P and V^T, all K-major); the
+        softmax, masking, dropout and the output are flash_fwd's, on the same fragment layout (each warp's 16 rows
+        as mma.sync's C fragments), so the dropout mask and the log-sum-exp are those its backward expects. K(j + 1)
+        is copied (cp.async) while S(j) and the softmax run, V(j + 1) transposed into shared memory while P V(j)
+        runs; two buffers each."""
+        BR: Const[int] = 64 * WGS
+        THREADS: Const[int] = 128 * WGS
+        DP: Const[int] = D // 64   # panels of a Q or K tile
+        CP: Const[int] = BC // 64  # panels of a V^T or P tile
+        launch_bounds(THREADS)
+        sq = dynamic_shared(bf16, (DP, BR, 64))
+        sk = dynamic_shared(bf16, (2 * DP, BC, 64), BR * D * 2)
+        svt = dynamic_shared(bf16, (2 * CP, D, 64), (BR + 2 * BC) * D * 2)
+        sp = dynamic_shared(bf16, (CP, BR, 64), (BR + 4 * BC) * D * 2)
+        s = local(f32, (BC // 8, 4))
+        acc = local(f32, (D // 8, 4))
+        m = local(f32, 2)
+        lsum = local(f32, 2)
+        wg = warp // 4
+        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
+        load_panels(q, sq, 0, qbase, q0, lq, BR, D, THREADS)
+        load_panels(k, sk, 0, kbase, 0, lk, BC, D, THREADS)
+        cp_commit()
+        load_transposed(v, svt, 0, kbase, 0, lk, BC, D, THREADS)
+        zero(acc, D)
+        for h in static_range(2):
+            m[h] = -inf
+            lsum[h] = 0.0
+        kv_end = min(lk, q0 + BR) if CAUSAL else lk
+        tiles = cdiv(kv_end, BC)
+        jt = 0
+        while True:   # a do-while (at least one tile): see examples/kernels/gemm_wgmma.py on ptxas and wgmma
+            buf = jt % 2
+            k0 = jt * BC
+            cp_wait(0)
+            fence_proxy_async()   # K(jt) (cp.async) and V^T(jt) (stores) visible to wgmma ...
+            syncthreads()         # ... from every thread; every warpgroup is done with tile jt - 1
+            if jt + 1 < tiles:
+                load_panels(k, sk, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
+                cp_commit()
+            wgmma_fence()
+            for kk in static_range(D // 16):
+                wgmma_bf16(s, wgmma_desc(sq[kk // 4], (wg * 64, kk % 4 * 16), 128),
+                           wgmma_desc(sk[buf * DP + kk // 4], (0, kk % 4 * 16), 128), BC, kk)
+            wgmma_commit()
+            wgmma_wait(0)
+            whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
+            softmax_tile(s, acc, m, lsum, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
+                         keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
+            store_weights(sp, s, warp * 16 + lane // 4, BC)
+            fence_proxy_async()
+            syncthreads()
+            wgmma_fence()
+            for kk in static_range(BC // 16):
+                wgmma_bf16(acc, wgmma_desc(sp[kk // 4], (wg * 64, kk % 4 * 16), 128),
+                           wgmma_desc(svt[buf * CP + kk // 4], (0, kk % 4 * 16), 128), D)
+            wgmma_commit()
+            if jt + 1 < tiles:
+                load_transposed(v, svt, (1 - buf) * CP, kbase, k0 + BC, lk, BC, D, THREADS)
+            wgmma_wait(0)
+            jt += 1
+            if jt >= tiles:
+                break
+        write_rows(o, lse, acc, m, lsum, qbase, row0, lq, D)
+    return flash_fwd_wgmma
+
+
 @dataclass(frozen=True)
 class FlashKernels:
     forward: object
@@ -571,10 +725,46 @@ def _rng(xp, p: Problem, rng):
     return rng
 
 
-def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
+def uses_wgmma(xp, q, variant: str | None) -> bool:
+    """Whether the forward runs flash_fwd_wgmma: asked for (variant "wgmma"), or by default with
+    FROST_FLASH_WGMMA=1 for bf16 on a Hopper GPU. Off by default until it is timed against the mma.sync forward
+    (benchmarks/flash_attention.py --wgmma)."""
+    if variant is not None:
+        if variant not in ("wgmma", "mma"):
+            raise ValueError(f"flash_attention: variant must be 'wgmma' or 'mma', got {variant!r}")
+        return variant == "wgmma"
+    return (os.environ.get("FROST_FLASH_WGMMA") == "1" and xp is not np and str(q.dtype) == "bfloat16"
+            and device_arch(q.device.id).startswith("sm_90"))
+
+
+def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
+    """forward_arrays by flash_fwd_wgmma (bf16; tiles: {"WGS": warpgroups, "BC": keys a tile})."""
+    if str(q.dtype) != "bfloat16":
+        raise ValueError(f"flash_attention: the wgmma forward takes bf16, got {q.dtype}")
+    tiles = dict(wgmma_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
+    wgs, bc = tiles["WGS"], tiles["BC"]
+    if wgs not in (1, 2) or bc not in (64, 128):
+        raise ValueError(f"flash_attention: the wgmma forward takes WGS 1 or 2 and BC 64 or 128, got {tiles}")
+    br = 64 * wgs
+    o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
+    lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
+    smem = (br + 4 * bc) * p.d * 2 + br * bc * 2
+    grid = (p.batch * p.heads, cdiv(p.lq, br))
+    _launcher(wgmma_forward(), xp)[grid, 128 * wgs, smem](
+        _rows(xp, q, p.d), _rows(xp, k, p.d), _rows(xp, v, p.d).reshape(-1), o, lse, _kmask(xp, kmask),
+        _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E, *p.dropout_args(), D=p.d, WGS=wgs, BC=bc,
+        CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
+    return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
+
+
+def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None,
+                   variant: str | None = None):
     """(O, log-sum-exp) of the attention of q (B, H, Lq, D) over k, v (B, H // group, Lk, D): O in q's dtype,
     the log-sum-exp float32 (B, H, Lq). kmask: a boolean (B, Lk) key-padding mask (True = attend) or None. rng:
-    with p.dropout_p > 0, the generator state snapshot (4 uint32 words) the dropout mask comes from."""
+    with p.dropout_p > 0, the generator state snapshot (4 uint32 words) the dropout mask comes from. variant:
+    "wgmma" or "mma" (mma.sync) for the forward kernel, None for the default (uses_wgmma)."""
+    if uses_wgmma(xp, q, variant):
+        return forward_wgmma(xp, q, k, v, p, kmask, tiles, rng)
     tiles = dict(FORWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     kern = kernels_for(str(q.dtype)).forward

@@ -270,6 +270,103 @@ def test_kernels_compile_for_sm90(d, tmp_path, monkeypatch):
     assert kernels.dot.compile("sm_90", D=d)[:4] == b"\x7fELF"
 
 
+# ------------------------------------------------------------------ the Hopper forward (warpgroup MMA)
+WG_SMALL = dict(WGS=1, BC=64)   # one warpgroup of 64 rows: the smallest wgmma tile, quick in the simulator
+
+
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,masked,tiles", [
+    (1, 2, 1, 70, 100, 64, True, False, WG_SMALL),      # GQA 2, causal with Lq != Lk, ragged rows and keys
+    (2, 2, 2, 40, 90, 64, False, True, WG_SMALL),       # key-padding mask, two key tiles
+    (1, 1, 1, 50, 70, 128, True, False, WG_SMALL),      # head dim 128: two 64-column panels of Q and K
+    (1, 1, 1, 130, 140, 64, False, False, dict(WGS=2, BC=128)),   # the default shape: two warpgroups, 128 keys
+])
+def test_wgmma_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
+    rng = np.random.default_rng(lq + lk)
+    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
+    mask = None
+    if masked:
+        mask = rng.random((b, lk)) > 0.3
+        mask[1, :] = False   # a batch entry that attends nothing: O = 0, log-sum-exp -inf
+    p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), masked)
+    o, lse = fa.forward_arrays(np, q, k, v, p, mask, tiles, variant="wgmma")
+    o_mma, lse_mma = fa.forward_arrays(np, q, k, v, p, mask, TINY, variant="mma")
+    want = _reference(q, k, v, do, causal, hq // hkv, mask)
+    assert o.dtype == q.dtype and lse.dtype == np.float32
+    np.testing.assert_allclose(lse, want[1], rtol=1e-5, atol=1e-5)
+    _assert_close("O", o, want[0], o_mma.astype(np.float64), UNIT["bfloat16"])
+    if masked:
+        assert (o[1] == 0).all() and np.isneginf(lse[1]).all()
+
+
+def test_wgmma_forward_with_dropout_draws_the_mma_forwards_mask():
+    """The same mask (the backward regenerates it from the mma.sync kernels' stream), so the two forwards agree to
+    rounding: the wgmma forward can sit in front of the existing backward."""
+    rng = np.random.default_rng(9)
+    q, k, v, do = _inputs(rng, 1, 2, 2, 70, 80, 64, "bfloat16")
+    state = np.array([0x1234, 0x5678, 9, 0], np.uint32)
+    p = fa.Problem(1, 2, 1, 70, 80, 64, True, 1 / 8, False, 0.3)
+    o, lse = fa.forward_arrays(np, q, k, v, p, None, WG_SMALL, rng=state, variant="wgmma")
+    keep = fa.dropout_keep_numpy(state, 2, 70, 80, 0.3).reshape(1, 2, 70, 80).astype(np.float64)
+    want = _reference_with_dropout(q, k, v, do, True, 1, keep)
+    _assert_close("O", o, want[0], None, 2 * UNIT["bfloat16"])
+    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, None, TINY, rng=state)
+    for name, got, ref in zip(("dQ", "dK", "dV"), grads, want[1:]):
+        _assert_close(name, got, ref, None, 2 * UNIT["bfloat16"])
+
+
+def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatch):
+    rng = np.random.default_rng(1)
+    q, k, v, _ = _inputs(rng, 1, 1, 1, 16, 16, 64, "float16")
+    p = fa.Problem(1, 1, 1, 16, 16, 64, False, 1 / 8, False)
+    monkeypatch.setenv("FROST_FLASH_WGMMA", "1")
+    assert not fa.uses_wgmma(np, q, None)   # the simulator runs it only when asked by name
+    assert fa.uses_wgmma(np, q, "wgmma") and not fa.uses_wgmma(np, q, "mma")
+    with pytest.raises(ValueError, match=r"flash_attention: variant must be 'wgmma' or 'mma', got 'tma'"):
+        fa.uses_wgmma(np, q, "tma")
+    with pytest.raises(ValueError, match=r"the wgmma forward takes bf16, got float16"):
+        fa.forward_arrays(np, q, k, v, p, variant="wgmma")
+    qb, kb, vb = (a.astype(ml_dtypes.bfloat16) for a in (q, k, v))
+    with pytest.raises(ValueError, match=r"the wgmma forward takes WGS 1 or 2 and BC 64 or 128"):
+        fa.forward_arrays(np, qb, kb, vb, p, tiles=dict(BC=32), variant="wgmma")
+    assert fa.wgmma_tiles(64, dropout=True)["BC"] == 64 and fa.wgmma_tiles(64, dropout=False)["BC"] == 128
+
+
+@pytest.mark.parametrize("d", fa.HEAD_DIMS)
+def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings")
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    kern = fa.wgmma_forward()
+    for dropout in (False, True):
+        tiles = fa.wgmma_tiles(d, dropout)
+        info = kern.inspect("sm_90", D=d, CAUSAL=1, MASKED=1, DROPOUT=int(dropout), **tiles)
+        assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (d, dropout, info["registers"])
+        assert "C7515" not in info["log"]   # ptxas would serialize the wgmmas
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,drop_p", [(2, 4, 4, 300, 300, 64, False, 0.0),
+                                                           (2, 8, 2, 257, 300, 128, True, 0.0),
+                                                           (2, 4, 2, 200, 130, 64, True, 0.2)])
+def test_gpu_wgmma_forward_matches_float64(b, hq, hkv, lq, lk, d, causal, drop_p):
+    cp = pytest.importorskip("cupy")
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the wgmma forward needs a Hopper GPU")
+    rng = np.random.default_rng(4)
+    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
+    state = np.array([3, 1, 4, 0], np.uint32)
+    p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), False, drop_p)
+    arrays = [cp.asarray(a) for a in (q, k, v)]
+    o, lse = fa.forward_arrays(cp, *arrays, p, rng=cp.asarray(state), variant="wgmma")
+    if drop_p:
+        keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
+        _assert_close("O", o.get(), _reference_with_dropout(q, k, v, do, causal, hq // hkv, keep)[0], None,
+                      2 * UNIT["bfloat16"])
+    else:
+        want = _reference(q, k, v, do, causal, hq // hkv, None)
+        np.testing.assert_allclose(lse.get(), want[1], rtol=1e-5, atol=1e-5)
+        _assert_close("O", o.get(), want[0], None, UNIT["bfloat16"])
+
+
 # ------------------------------------------------------------------ on the GPU: the real kernels behind SDPA
 GPU_CASES = [
     (2, 4, 4, 300, 300, 64, False, "bfloat16", False),
