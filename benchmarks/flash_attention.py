@@ -1,7 +1,7 @@
 """Flash attention: Frost's kernels (frost/accel/flash_attention.py) against Frost's composed path and PyTorch's SDPA
 (flash and cuDNN backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
---head-dim change them), causal and not. On a Hopper GPU "frost flash wgmma" is the same with the forward on warpgroup
-MMA (FROST_FLASH_WGMMA=1; the backward is mma.sync's in both rows).
+--head-dim change them), causal and not. On a Hopper GPU "frost flash wgmma" is the same on warpgroup MMA
+(FROST_FLASH_WGMMA=1: the forward, and at head dim 64 the backward; frost/accel/flash_attention.py says which).
 
 Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick] [--out FILE.json]
 Each row times `--iters` calls after `--warmup` (wall clock between device synchronizations; the calls at these
@@ -147,7 +147,7 @@ def main() -> None:
             flops = 4 * batch * HEADS * LENGTH ** 2 * HEAD_DIM * (0.5 if causal else 1.0)
             errors = {"frost flash": check_against_composed(batch, causal) if args.dropout == 0.0 else None}
             impls = {"frost flash": frost_calls(batch, causal, True, args.dropout)}
-            if with_wgmma:   # the Hopper forward; the backward is the mma.sync kernels' either way
+            if with_wgmma:   # the Hopper kernels (the backward at head dim 64)
                 impls["frost flash wgmma"] = frost_calls(batch, causal, True, args.dropout, wgmma=True)
                 errors["frost flash wgmma"] = (check_against_composed(batch, causal, wgmma=True)
                                                if args.dropout == 0.0 else None)

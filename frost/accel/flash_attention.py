@@ -37,10 +37,14 @@ math, padded shared rows rather than swizzled.
 
 Hopper. `flash_fwd_wgmma` is the forward on warpgroup MMA (bf16): warpgroups of 64 query rows, S = Q K^T and O += P V
 as wgmmas on 128-byte-swizzled shared panels (V transposed into shared memory on the way, P stored there as bf16),
-the softmax, masks, dropout stream and output the mma.sync forward's (shared device functions), so the mma.sync
-backward follows it unchanged. It is off by default (FROST_FLASH_WGMMA=1 turns it on for bf16 on sm_90) until
-benchmarks/flash_attention.py has timed it against the mma.sync forward on the H200; the simulator and the tests
-check it against float64 and against the mma.sync forward.
+the softmax, masks, dropout stream and output the mma.sync forward's (shared device functions). `wgmma_backward`'s
+dQ kernel (S, dP, then dQ += dS K with K transposed) and dK/dV kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q
+with Q and dO transposed) do the same for the backward at head dim 64 (at 128 their accumulators spill; the dK/dV
+kernel with dropout spills too: the mma.sync kernels take those). Every operand is K-major: the only wgmma layout
+checked on the H200 so far (examples/kernels/gemm_wgmma.py). All of it is off by default (FROST_FLASH_WGMMA=1 turns
+it on for bf16 on sm_90) until benchmarks/flash_attention.py has timed it against the mma.sync kernels on the H200;
+the simulator and the tests check it against float64 and against the mma.sync kernels (the backward's gradients
+agree bit for bit in the simulator at equal key order).
 
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
 masks.
@@ -76,6 +80,11 @@ BACKWARD_TILES = {64: dict(BR=64, BC=64), 128: dict(BR=64, BC=32)}
 # the Hopper forward's (warpgroups of 64 query rows, keys a tile), untimed. S and O take BC / 2 + D / 2 registers a
 # thread: at head dim 128 BC is 64; at 64, with dropout's Philox on top, BC = 128 spills (12 bytes), so 64 there too
 WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
+
+
+# the Hopper backward's, head dim 64 only: dQ blocks of 64 WGS queries stepping over BC keys, dK/dV blocks of 64 WGS
+# keys stepping over BR queries (at head dim 128 the accumulators of either kernel spill past 255 registers)
+WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64)}
 
 
 def wgmma_tiles(d: int, dropout: bool) -> dict:
@@ -270,6 +279,53 @@ def softmax_tile(s, acc, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32, lk: 
 
 
 @device
+def ds_tile(s, dp, lrow, drow, row0: i32, k0: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
+            scale_log2: f32, drop_p: f32, keep_scale: f32, BC: Const[int], CAUSAL: Const[int], MASKED: Const[int],
+            DROPOUT: Const[int]):
+    """The dQ kernels' step from S and dP (C fragments, this lane's rows row0 and row0 + 8, keys k0 + 8j + 2t + e)
+    to dS = P (dP - delta) in s, P = exp2(S - L) recomputed from the saved log-sum-exp lrow (log2 units)."""
+    t = lane % 4
+    for h in static_range(2):
+        for j in static_range(BC // 8):
+            keep0 = keep_scale
+            keep1 = keep_scale
+            if DROPOUT:
+                keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
+            for e in static_range(2):
+                p = 0.0
+                if whole or visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, mbase, CAUSAL, MASKED):
+                    p = exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
+                dpv = dp[j, 2 * h + e]
+                if DROPOUT:   # dP of the undropped weights: the dropped ones' times the mask's scale
+                    dpv *= keep0 if e == 0 else keep1
+                s[j, 2 * h + e] = p * (dpv - drow[h])
+
+
+@device
+def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
+             scale_log2: f32, drop_p: f32, keep_scale: f32, BR: Const[int], CAUSAL: Const[int], MASKED: Const[int],
+             DROPOUT: Const[int]):
+    """The dK/dV kernels' step from S^T and dP^T (C fragments: this lane's keys key0 and key0 + 8, queries q0 + 8j +
+    2t + e, whose log-sum-exp and delta are sl[] and sd[]): st becomes the dropped P^T (for dV), dpt dS^T."""
+    t = lane % 4
+    for h in static_range(2):
+        for j in static_range(BR // 8):
+            for e in static_range(2):
+                col = j * 8 + 2 * t + e
+                p = 0.0
+                if whole or visible(q0 + col, key0 + 8 * h, lq, lk, kmask, mbase, CAUSAL, MASKED):
+                    p = exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
+                dpv = dpt[j, 2 * h + e]
+                if DROPOUT:
+                    keep = dropout_scale(rng, bh, q0 + col, key0 + 8 * h, drop_p, keep_scale)
+                    st[j, 2 * h + e] = p * keep   # dV takes the dropped weights
+                    dpv *= keep
+                else:
+                    st[j, 2 * h + e] = p
+                dpt[j, 2 * h + e] = p * (dpv - sd[col])
+
+
+@device
 def write_rows(o, lse, acc, m, lsum, qbase: i32, row0: i32, lq: i32, D: Const[int]):
     """This lane's two rows of O (acc over the row's sum) and their log-sum-exp (natural log), rows in range only."""
     t = lane % 4
@@ -400,21 +456,8 @@ def _make_kernels(T):
             mma_rows(s, qf, sk, kb, BC, D)
             mma_rows(dp, dof, sv, kb, BC, D)
             whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
-            for h in static_range(2):
-                for j in static_range(BC // 8):
-                    keep0 = keep_scale
-                    keep1 = keep_scale
-                    if DROPOUT:
-                        keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
-                    for e in static_range(2):
-                        p = 0.0
-                        if whole or visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, b * lk, CAUSAL,
-                                            MASKED):
-                            p = exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
-                        dpv = dp[j, 2 * h + e]
-                        if DROPOUT:   # dP of the undropped weights: the dropped ones' times the mask's scale
-                            dpv *= keep0 if e == 0 else keep1
-                        s[j, 2 * h + e] = p * (dpv - drow[h])
+            ds_tile(s, dp, lrow, drow, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p, keep_scale,
+                    BC, CAUSAL, MASKED, DROPOUT)
             to_a(dsf, s, BC)
             mma_cols(acc, dsf, sk, db, D, BC)
         for h in static_range(2):
@@ -487,21 +530,8 @@ def _make_kernels(T):
                 mma_rows(dpt, vf, sdo, qb, BR, D)
                 # queries past the end would add to dK and dV here: the tile is whole only with all of them in range
                 whole = q0 + BR <= lq and whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
-                for h in static_range(2):
-                    for j in static_range(BR // 8):
-                        for e in static_range(2):
-                            col = j * 8 + 2 * t + e
-                            p = 0.0
-                            if whole or visible(q0 + col, key0 + 8 * h, lq, lk, kmask, b * lk, CAUSAL, MASKED):
-                                p = exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
-                            dpv = dpt[j, 2 * h + e]
-                            if DROPOUT:
-                                keep = dropout_scale(rng, bh, q0 + col, key0 + 8 * h, drop_p, keep_scale)
-                                st[j, 2 * h + e] = p * keep   # dV takes the dropped weights
-                                dpv *= keep
-                            else:
-                                st[j, 2 * h + e] = p
-                            dpt[j, 2 * h + e] = p * (dpv - sd[col])
+                dst_tile(st, dpt, sl, sd, q0, key0, bh, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
+                         keep_scale, BR, CAUSAL, MASKED, DROPOUT)
                 to_a(pf, st, BR)
                 mma_cols(dv_acc, pf, sdo, db, D, BR)
                 to_a(pf, dpt, BR)
@@ -636,6 +666,203 @@ def wgmma_forward():
                 break
         write_rows(o, lse, acc, m, lsum, qbase, row0, lq, D)
     return flash_fwd_wgmma
+
+
+@device
+def wgmma_rows(acc, a_tiles, a_first: i32, a_row: i32, b_tiles, b_first: i32, N: Const[int], K: Const[int],
+               ACCUMULATE: Const[int]):
+    """acc (64 x N) = or += A[a_row: a_row + 64, 0:K] @ B[0:N, 0:K]^T, both K-major swizzled 64-column panels
+    (a_tiles[a_first + k // 64], b_tiles[b_first + k // 64]): K / 16 wgmmas, issued (wgmma_fence before them) and
+    committed as one group; the caller waits."""
+    wgmma_fence()
+    for kk in static_range(K // 16):
+        wgmma_bf16(acc, wgmma_desc(a_tiles[a_first + kk // 4], (a_row, kk % 4 * 16), 128),
+                   wgmma_desc(b_tiles[b_first + kk // 4], (0, kk % 4 * 16), 128), N, 1 if ACCUMULATE else kk)
+    wgmma_commit()
+
+
+@device
+def row_stats(sl, sd, lse, delta, qbase: i32, q0: i32, lq: i32, ROWS: Const[int], THREADS: Const[int]):
+    """The saved log-sum-exp (log2 units) and delta of queries q0 ... q0 + ROWS - 1 into shared sl, sd."""
+    for r in range(tx, ROWS, THREADS):
+        sl[r] = saved_lse(lse, qbase + q0 + r, qbase + lq)
+        sd[r] = delta[qbase + q0 + r] if q0 + r < lq else 0.0
+
+
+@functools.cache
+def wgmma_backward():
+    """The Hopper backward (bf16): (dQ kernel, dK/dV kernel), made on first use."""
+    @kernel
+    def flash_bwd_dq_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], kflat: Array[bf16], v: Array[bf16, 2],
+                           do: Array[bf16, 2], lse: Array[f32], delta: Array[f32], kmask: Array[u8], rng: Array[u32],
+                           dq: Array[bf16, 2], lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32,
+                           drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int], BC: Const[int],
+                           CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
+        """flash_bwd_dq with warpgroup MMA: S = Q K^T, dP = dO V^T, dQ += dS K (K transposed into shared memory for
+        it), the element-wise step flash_bwd_dq's (ds_tile). K(j + 1) and V(j + 1) are copied while S, dP and dS
+        run, K(j + 1)^T written while dQ's wgmmas run; two buffers each."""
+        BR: Const[int] = 64 * WGS
+        THREADS: Const[int] = 128 * WGS
+        DP: Const[int] = D // 64
+        CP: Const[int] = BC // 64
+        TILE: Const[int] = BC * D * 2
+        launch_bounds(THREADS)
+        sq = dynamic_shared(bf16, (DP, BR, 64))
+        sdo = dynamic_shared(bf16, (DP, BR, 64), BR * D * 2)
+        sk = dynamic_shared(bf16, (2 * DP, BC, 64), 2 * BR * D * 2)
+        sv = dynamic_shared(bf16, (2 * DP, BC, 64), 2 * BR * D * 2 + 2 * TILE)
+        skt = dynamic_shared(bf16, (2 * CP, D, 64), 2 * BR * D * 2 + 4 * TILE)
+        sds = dynamic_shared(bf16, (CP, BR, 64), 2 * BR * D * 2 + 6 * TILE)
+        s = local(f32, (BC // 8, 4))
+        dp = local(f32, (BC // 8, 4))
+        acc = local(f32, (D // 8, 4))
+        lrow = local(f32, 2)
+        drow = local(f32, 2)
+        wg = warp // 4
+        t = lane % 4
+        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
+        load_panels(q, sq, 0, qbase, q0, lq, BR, D, THREADS)
+        load_panels(do, sdo, 0, qbase, q0, lq, BR, D, THREADS)
+        load_panels(k, sk, 0, kbase, 0, lk, BC, D, THREADS)
+        load_panels(v, sv, 0, kbase, 0, lk, BC, D, THREADS)
+        cp_commit()
+        load_transposed(kflat, skt, 0, kbase, 0, lk, BC, D, THREADS)
+        for h in static_range(2):
+            lrow[h] = saved_lse(lse, qbase + row0 + 8 * h, qbase + lq)
+            drow[h] = delta[qbase + row0 + 8 * h] if row0 + 8 * h < lq else 0.0
+        zero(acc, D)
+        kv_end = min(lk, q0 + BR) if CAUSAL else lk
+        tiles = cdiv(kv_end, BC)
+        jt = 0
+        while True:
+            buf = jt % 2
+            k0 = jt * BC
+            cp_wait(0)
+            fence_proxy_async()
+            syncthreads()
+            if jt + 1 < tiles:
+                load_panels(k, sk, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
+                load_panels(v, sv, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
+                cp_commit()
+            wgmma_rows(s, sq, 0, wg * 64, sk, buf * DP, BC, D, 0)
+            wgmma_rows(dp, sdo, 0, wg * 64, sv, buf * DP, BC, D, 0)
+            wgmma_wait(0)
+            whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
+            ds_tile(s, dp, lrow, drow, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p, keep_scale,
+                    BC, CAUSAL, MASKED, DROPOUT)
+            store_weights(sds, s, warp * 16 + lane // 4, BC)
+            fence_proxy_async()
+            syncthreads()
+            wgmma_rows(acc, sds, 0, wg * 64, skt, buf * CP, D, BC, 1)
+            if jt + 1 < tiles:
+                load_transposed(kflat, skt, (1 - buf) * CP, kbase, k0 + BC, lk, BC, D, THREADS)
+            wgmma_wait(0)
+            jt += 1
+            if jt >= tiles:
+                break
+        for h in static_range(2):
+            row = row0 + 8 * h
+            if row < lq:
+                for d in static_range(D // 8):
+                    for e in static_range(2):
+                        dq[qbase + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * scale
+
+    @kernel
+    def flash_bwd_dkdv_wgmma(q: Array[bf16, 2], qflat: Array[bf16], k: Array[bf16, 2], v: Array[bf16, 2],
+                             do: Array[bf16, 2], doflat: Array[bf16], lse: Array[f32], delta: Array[f32],
+                             kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2], dv: Array[bf16, 2], lq: i32,
+                             lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32, drop_p: f32,
+                             keep_scale: f32, D: Const[int], WGS: Const[int], BR: Const[int], CAUSAL: Const[int],
+                             MASKED: Const[int], DROPOUT: Const[int]):
+        """flash_bwd_dkdv with warpgroup MMA: warpgroup w owns keys k0 + 64w ... + 63 of the block's 64 WGS; over the
+        query heads of the group and their tiles of BR queries, S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and
+        dK += dS^T Q with Q and dO transposed into shared memory; the element-wise step flash_bwd_dkdv's
+        (dst_tile). The next tile's Q and dO are copied while S^T, dP^T and the element-wise step run, their
+        transposes and statistics written while dV's and dK's wgmmas run; two buffers each."""
+        BK: Const[int] = 64 * WGS
+        THREADS: Const[int] = 128 * WGS
+        DP: Const[int] = D // 64
+        RP: Const[int] = BR // 64
+        TILE: Const[int] = BR * D * 2
+        launch_bounds(THREADS)
+        sk = dynamic_shared(bf16, (DP, BK, 64))
+        sv = dynamic_shared(bf16, (DP, BK, 64), BK * D * 2)
+        sq = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2)
+        sdo = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2 + 2 * TILE)
+        sqt = dynamic_shared(bf16, (2 * RP, D, 64), 2 * BK * D * 2 + 4 * TILE)
+        sdot = dynamic_shared(bf16, (2 * RP, D, 64), 2 * BK * D * 2 + 6 * TILE)
+        spt = dynamic_shared(bf16, (RP, BK, 64), 2 * BK * D * 2 + 8 * TILE)
+        sdst = dynamic_shared(bf16, (RP, BK, 64), 2 * BK * D * 2 + 8 * TILE + BK * BR * 2)
+        stats = dynamic_shared(f32, (4, BR), 2 * BK * D * 2 + 8 * TILE + 2 * BK * BR * 2)  # lse, delta; 2 buffers
+        st = local(f32, (BR // 8, 4))
+        dpt = local(f32, (BR // 8, 4))
+        dk_acc = local(f32, (D // 8, 4))
+        dv_acc = local(f32, (D // 8, 4))
+        wg = warp // 4
+        t = lane % 4
+        kv_heads = heads // group
+        b = bx // kv_heads
+        kbase = bx * lk
+        k0 = by * BK
+        key0 = k0 + warp * 16 + lane // 4   # this lane's keys: key0 and key0 + 8
+        first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
+        per_head = cdiv(lq, BR) - first
+        steps = group * per_head
+        head0 = b * heads + bx % kv_heads * group   # the group's first query head's (batch, head) row block
+        load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
+        load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
+        load_panels(q, sq, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        load_panels(do, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        cp_commit()
+        load_transposed(qflat, sqt, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        load_transposed(doflat, sdot, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        row_stats(stats[0], stats[1], lse, delta, head0 * lq, first * BR, lq, BR, THREADS)
+        zero(dk_acc, D)
+        zero(dv_acc, D)
+        step = 0
+        if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
+            while True:   # over (query head, query tile) of the group
+                buf = step % 2
+                bh = head0 + step // per_head
+                q0 = (first + step % per_head) * BR
+                nbase = (head0 + (step + 1) // per_head) * lq   # the next step's query rows
+                nq0 = (first + (step + 1) % per_head) * BR
+                cp_wait(0)
+                fence_proxy_async()
+                syncthreads()
+                if step + 1 < steps:
+                    load_panels(q, sq, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
+                    load_panels(do, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
+                    cp_commit()
+                wgmma_rows(st, sk, 0, wg * 64, sq, buf * DP, BR, D, 0)
+                wgmma_rows(dpt, sv, 0, wg * 64, sdo, buf * DP, BR, D, 0)
+                wgmma_wait(0)
+                # queries past the end would add to dK and dV here: the tile is whole only with all of them in range
+                whole = q0 + BR <= lq and whole_tile(q0, k0, lk, BK, CAUSAL, MASKED)
+                dst_tile(st, dpt, stats[2 * buf], stats[2 * buf + 1], q0, key0, bh, whole, lq, lk, kmask, b * lk, rng,
+                         scale_log2, drop_p, keep_scale, BR, CAUSAL, MASKED, DROPOUT)
+                store_weights(spt, st, warp * 16 + lane // 4, BR)
+                store_weights(sdst, dpt, warp * 16 + lane // 4, BR)
+                fence_proxy_async()
+                syncthreads()
+                wgmma_rows(dv_acc, spt, 0, wg * 64, sdot, buf * RP, D, BR, 1)
+                wgmma_rows(dk_acc, sdst, 0, wg * 64, sqt, buf * RP, D, BR, 1)
+                if step + 1 < steps:
+                    load_transposed(qflat, sqt, (1 - buf) * RP, nbase, nq0, lq, BR, D, THREADS)
+                    load_transposed(doflat, sdot, (1 - buf) * RP, nbase, nq0, lq, BR, D, THREADS)
+                    row_stats(stats[2 - 2 * buf], stats[3 - 2 * buf], lse, delta, nbase, nq0, lq, BR, THREADS)
+                wgmma_wait(0)
+                step += 1
+                if step >= steps:
+                    break
+        for h in static_range(2):
+            key = key0 + 8 * h
+            if key < lk:
+                for d in static_range(D // 8):
+                    for e in static_range(2):
+                        dk[kbase + key, d * 8 + 2 * t + e] = dk_acc[d, 2 * h + e] * scale
+                        dv[kbase + key, d * 8 + 2 * t + e] = dv_acc[d, 2 * h + e]
+    return flash_bwd_dq_wgmma, flash_bwd_dkdv_wgmma
 
 
 @dataclass(frozen=True)
@@ -778,9 +1005,13 @@ def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = Non
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 
-def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
+def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict | None = None, rng=None,
+                    variant: str | None = None):
     """(dQ, dK, dV) in q's dtype, from the forward's O and log-sum-exp and the output's gradient dO. tiles: the dQ
-    kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped. rng: the forward's."""
+    kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped. rng: the forward's.
+    variant: as forward_arrays'; the wgmma kernels take head dim 64 (at 128 their accumulators spill), and the
+    wgmma dK/dV kernel no dropout (its per-weight Philox spills): the mma.sync kernels do the rest."""
+    wgmma = uses_wgmma(xp, q, variant) and p.d in WGMMA_BACKWARD_TILES
     tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     kernels = kernels_for(str(q.dtype))
@@ -793,13 +1024,30 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
     _launcher(kernels.dot, xp)[cdiv(q2.shape[0], 4), 128](o2, do2, delta, q2.shape[0], D=p.d)
     dq, dk, dv = xp.empty_like(q2), xp.empty_like(k2), xp.empty_like(v2)
     scales = (p.scale * LOG2E, p.scale)
-    _launcher(kernels.dq, xp)[(p.batch * p.heads, cdiv(p.lq, br)), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
-        q2, k2, v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(), **p.consts(tiles))
-    swapped = dict(BR=bc, BC=br)
-    smem = (2 * br + 2 * bc) * _row_bytes(p.d) + 2 * bc * 4
-    _launcher(kernels.dkdv, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, br)), br * 2, smem](
-        q2, k2, v2, do2, lse, delta, mask, state, dk, dv, *p.sizes(), *scales, *p.dropout_args(),
-        **p.consts(swapped))
+    flags = dict(CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
+    if wgmma:
+        wt = WGMMA_BACKWARD_TILES[p.d]
+        dq_wgmma, dkdv_wgmma = wgmma_backward()
+        wbr, wbc = 64 * wt["WGS"], wt["BC"]
+        smem = (2 * wbr + 4 * wbc) * p.d * 2 + 2 * wbc * p.d * 2 + wbr * wbc * 2
+        _launcher(dq_wgmma, xp)[(p.batch * p.heads, cdiv(p.lq, wbr)), 128 * wt["WGS"], smem](
+            q2, k2, k2.reshape(-1), v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(),
+            D=p.d, WGS=wt["WGS"], BC=wbc, **flags)
+    else:
+        _launcher(kernels.dq, xp)[(p.batch * p.heads, cdiv(p.lq, br)), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
+            q2, k2, v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(), **p.consts(tiles))
+    if wgmma and p.dropout_p == 0.0:
+        bk, wbr = 64 * wt["WGS"], wt["BR"]
+        smem = 2 * bk * p.d * 2 + 8 * wbr * p.d * 2 + 2 * bk * wbr * 2 + 4 * wbr * 4
+        _launcher(dkdv_wgmma, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, bk)), 128 * wt["WGS"], smem](
+            q2, q2.reshape(-1), k2, v2, do2, do2.reshape(-1), lse, delta, mask, state, dk, dv, *p.sizes(), *scales,
+            *p.dropout_args(), D=p.d, WGS=wt["WGS"], BR=wbr, **flags)
+    else:
+        swapped = dict(BR=bc, BC=br)
+        smem = (2 * br + 2 * bc) * _row_bytes(p.d) + 2 * bc * 4
+        _launcher(kernels.dkdv, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, br)), br * 2, smem](
+            q2, k2, v2, do2, lse, delta, mask, state, dk, dv, *p.sizes(), *scales, *p.dropout_args(),
+            **p.consts(swapped))
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
 

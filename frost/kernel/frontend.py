@@ -851,6 +851,9 @@ class Checker:
             if p.name in checked.vector_params and isinstance(a, ast.Name) and a.id in params:
                 need = max(self.out.vector_params.get(a.id, 0), checked.vector_params[p.name])
                 self.out.vector_params[a.id] = need  # the launch checks the pointer's alignment
+            if p.name in checked.wgmma_accs and isinstance(a, ast.Name) and a.id in self.out.locals:
+                # a wgmma issued in the callee writes this array: the caller's wgmma_wait and wgmma_fence fence it
+                self.out.wgmma_accs[a.id] = checked.wgmma_accs[p.name]
         if checked.has_yield:
             self.out.has_yield = True
         if checked.uses_dyn_smem:

@@ -314,6 +314,40 @@ def test_wgmma_forward_with_dropout_draws_the_mma_forwards_mask():
         _assert_close(name, got, ref, None, 2 * UNIT["bfloat16"])
 
 
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,masked,drop_p,wgs", [
+    (1, 2, 1, 40, 150, True, False, 0.0, 1),    # GQA; causal with Lk > Lq: key blocks after every query get zeros
+    (2, 1, 1, 40, 70, False, True, 0.0, 1),     # key-padding mask with an empty row
+    (1, 1, 1, 130, 130, True, False, 0.0, 2),   # the default two warpgroups
+    (1, 1, 1, 80, 80, True, False, 0.3, 1),     # dropout: the wgmma dQ kernel, the mma.sync dK/dV kernel
+])
+def test_wgmma_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk, causal, masked, drop_p, wgs,
+                                                             monkeypatch):
+    monkeypatch.setitem(fa.WGMMA_BACKWARD_TILES, 64, dict(fa.WGMMA_BACKWARD_TILES[64], WGS=wgs))
+    rng = np.random.default_rng(lq * 7 + lk)
+    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, 64, "bfloat16")
+    mask = None
+    if masked:
+        mask = rng.random((b, lk)) > 0.3
+        mask[1, :] = False
+    group = hq // hkv
+    p = fa.Problem(b, hq, group, lq, lk, 64, causal, 1 / 8, masked, drop_p)
+    state = np.array([0x9E37, 0x79B9, 3, 0], np.uint32)
+    o, lse = fa.forward_arrays(np, q, k, v, p, mask, SMALL, rng=state, variant="mma")
+    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="wgmma")
+    mma = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="mma")
+    if drop_p:
+        keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
+        want = _reference_with_dropout(q, k, v, do, causal, group, keep)[1:]
+        unit = 2 * UNIT["bfloat16"]
+    else:
+        want = _reference(q, k, v, do, causal, group, mask)[2:]
+        unit = UNIT["bfloat16"]
+    for name, got, ref, other in zip(("dQ", "dK", "dV"), grads, want, mma):
+        _assert_close(name, got, ref, other.astype(np.float64), unit)
+    if masked:
+        assert (grads[0][1] == 0).all() and (grads[1][1] == 0).all()
+
+
 def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatch):
     rng = np.random.default_rng(1)
     q, k, v, _ = _inputs(rng, 1, 1, 1, 16, 16, 64, "float16")
@@ -343,11 +377,24 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
         assert "C7515" not in info["log"]   # ptxas would serialize the wgmmas
 
 
+def test_wgmma_backward_compiles_for_sm90a_without_spills(tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings")
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    dq, dkdv = fa.wgmma_backward()
+    tiles = fa.WGMMA_BACKWARD_TILES[64]
+    for kern, consts, dropouts in ((dq, dict(WGS=tiles["WGS"], BC=tiles["BC"]), (0, 1)),
+                                   (dkdv, dict(WGS=tiles["WGS"], BR=tiles["BR"]), (0,))):
+        for dropout in dropouts:
+            info = kern.inspect("sm_90", D=64, CAUSAL=1, MASKED=1, DROPOUT=dropout, **consts)
+            assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (kern.__name__, dropout, info["registers"])
+            assert "C7515" not in info["log"]
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,drop_p", [(2, 4, 4, 300, 300, 64, False, 0.0),
                                                            (2, 8, 2, 257, 300, 128, True, 0.0),
                                                            (2, 4, 2, 200, 130, 64, True, 0.2)])
-def test_gpu_wgmma_forward_matches_float64(b, hq, hkv, lq, lk, d, causal, drop_p):
+def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p):
     cp = pytest.importorskip("cupy")
     if cp.cuda.Device().compute_capability != "90":
         pytest.skip("the wgmma forward needs a Hopper GPU")
@@ -355,16 +402,18 @@ def test_gpu_wgmma_forward_matches_float64(b, hq, hkv, lq, lk, d, causal, drop_p
     q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
     state = np.array([3, 1, 4, 0], np.uint32)
     p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), False, drop_p)
-    arrays = [cp.asarray(a) for a in (q, k, v)]
-    o, lse = fa.forward_arrays(cp, *arrays, p, rng=cp.asarray(state), variant="wgmma")
+    arrays = [cp.asarray(a) for a in (q, k, v, do)]
+    o, lse = fa.forward_arrays(cp, *arrays[:3], p, rng=cp.asarray(state), variant="wgmma")
+    grads = fa.backward_arrays(cp, *arrays[:3], o, lse, arrays[3], p, rng=cp.asarray(state), variant="wgmma")
     if drop_p:
         keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
-        _assert_close("O", o.get(), _reference_with_dropout(q, k, v, do, causal, hq // hkv, keep)[0], None,
-                      2 * UNIT["bfloat16"])
+        want, unit = _reference_with_dropout(q, k, v, do, causal, hq // hkv, keep), 2 * UNIT["bfloat16"]
     else:
-        want = _reference(q, k, v, do, causal, hq // hkv, None)
-        np.testing.assert_allclose(lse.get(), want[1], rtol=1e-5, atol=1e-5)
-        _assert_close("O", o.get(), want[0], None, UNIT["bfloat16"])
+        full = _reference(q, k, v, do, causal, hq // hkv, None)
+        np.testing.assert_allclose(lse.get(), full[1], rtol=1e-5, atol=1e-5)
+        want, unit = full[:1] + full[2:], UNIT["bfloat16"]
+    for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o, *grads), want):
+        _assert_close(name, got.get(), ref, None, unit)
 
 
 # ------------------------------------------------------------------ on the GPU: the real kernels behind SDPA
