@@ -4,9 +4,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, KernelError, SimulationError, bf16, device, dynamic_shared, f32, i64, kernel, local,
-                          shared, static_range, syncthreads, tx, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence,
-                          wgmma_wait)
+from frost.kernel import (Array, KernelError, SimulationError, bf16, device, dynamic_shared, f32, fence_proxy_async,
+                          i64, kernel, lane, local, shared, static_range, swizzle, syncthreads, tx, wgmma_bf16,
+                          wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.simulate import decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index, wgmma_operand_addresses
 
 from examples_loader import load_example
@@ -105,6 +105,47 @@ def test_gemm_example_compiles_unserialized():
         info = mod.gemm_wgmma.inspect("sm_90", **cfg)
         assert "for 'sm_90a'" in info["log"]
         assert info["spill_stores"] == 0 and "serialized" not in info["log"], info["log"]
+
+
+@device
+def _tile_product(acc, sa, sb):
+    """acc = sa @ sb^T (64 x 64 each, 128B-swizzled): the wgmmas issued in a device function, waited for by the
+    caller."""
+    wgmma_fence()
+    for kk in static_range(4):
+        wgmma_bf16(acc, wgmma_desc(sa, (0, kk * 16), 128), wgmma_desc(sb, (0, kk * 16), 128), 64, kk)
+    wgmma_commit()
+
+
+@kernel
+def _product_in_a_device_function(a: Array[bf16, 2], b: Array[bf16, 2], c: Array[f32, 2]):
+    sa = dynamic_shared(bf16, (64, 64))
+    sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
+    for u in static_range(64 * 64 // 128):
+        e = tx + u * 128
+        sa[e // 64, swizzle(e // 64, e % 64, 64)] = a[e // 64, e % 64]
+        sb[e // 64, swizzle(e // 64, e % 64, 64)] = b[e // 64, e % 64]
+    fence_proxy_async()
+    syncthreads()
+    acc = local(f32, 32)
+    _tile_product(acc, sa, sb)
+    wgmma_wait(0)
+    for i in static_range(32):
+        c[tx // 32 * 16 + lane // 4 + 8 * (i % 4 // 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2] = acc[i]
+
+
+def test_the_caller_fences_accumulators_a_device_function_hands_to_wgmma():
+    """wgmma_wait in the kernel must fence `acc` (an empty asm that reads and writes each register), or the compiler
+    may read the accumulator before the wgmma has written it: the device function's accumulator is the caller's."""
+    src = _product_in_a_device_function.source
+    wait = src.index("wgmma.wait_group.sync.aligned 0")
+    fences = src[wait:].split("\n", 1)[0]
+    assert fences.count('asm volatile("" : "+f"(acc[') == 32, fences
+    a, b, want = _operands(64)
+    got = np.full((64, 64), np.nan, np.float32)
+    _product_in_a_device_function.simulate[1, 128, 2 * 64 * 64 * 2](a, b, got)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert "serialized" not in _product_in_a_device_function.inspect("sm_90")["log"]
 
 
 # -- the simulator -------------------------------------------------------------------------------------------
