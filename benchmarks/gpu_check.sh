@@ -6,7 +6,7 @@
 #      does not depend on the dataset's size; accuracy there is not the protocol's); with BASE_TREE (a checkout of
 #      an earlier commit), its eager step (--jit off) against that tree's in the same call
 #   3. the GPT (shakespeare-char, bf16, frost.jit) against torch.compile (TEXT_FILE: tinyshakespeare's input.txt;
-#      the embedded sample without it)
+#      the embedded sample without it), and Frost's again with the Hopper flash-attention kernels (FROST_FLASH_WGMMA=1)
 #   4. the loader's worker scaling with persistent workers, flash attention with dropout, matrix products per
 #      library, and data-parallel at world size 1
 # Each step has its own time limit, so a hang or a failure costs that step only. The whole takes about eight
@@ -45,6 +45,10 @@ fi
 timeout 150 python3 benchmarks/gpt.py --preset shakespeare-char ${data[@]+"${data[@]}"} --precision bf16 --jit --steps 300 \
     --warmup 30 --eval-interval 0 --eval-iters 10 --torch-modes compile --quiet --out "$out/gpt_bf16_jit.json" 2>&1 \
     | tail -6
+# the Hopper flash-attention kernels (off by default until timed) in the same training run
+FROST_FLASH_WGMMA=1 timeout 90 python3 -m frost bench gpt --preset shakespeare-char ${data[@]+"${data[@]}"} \
+    --precision bf16 --jit --steps 200 --warmup 30 --eval-interval 0 --eval-iters 10 --quiet \
+    --out "$out/gpt_bf16_jit_wgmma.json" 2>&1 | tail -3
 timeout 60 python3 benchmarks/loader.py --n 10000 --threads 1,8 --repeats 2 --persistent --no-torch-pillow --no-gpu \
     --out "$out/loader_persistent.json" 2>&1 | grep -E "scaling|first"
 timeout 60 python3 benchmarks/flash_attention.py --quick --dropout 0.2 --out "$out/flash_dropout.json" 2>&1 | tail -12
