@@ -21,8 +21,10 @@ under grouped-query attention, every query head of the group) and one kernel per
 key tiles: both recompute P = exp(S - L) from the saved log-sum-exp. No atomics, so the gradients are deterministic.
 
 Dropout (on the attention weights, as PyTorch's dropout_p): element (bh, query, key) is kept when the uniform from
-word key % 2 of Philox4x32-10 at counter (key // 2, query, bh, offset) under the key (seed_lo, seed_hi ^ STREAM)
-is >= p, and kept weights are scaled by 1 / (1 - p). The forward reads seed and offset from a 4-word snapshot of the
+word 2 (query % 2) + key % 2 of Philox4x32-10 at counter (key // 2, query // 2, bh, offset) under the key (seed_lo,
+seed_hi ^ STREAM) is >= p, and kept weights are scaled by 1 / (1 - p). One block covers two queries by two keys,
+so every kernel draws one block for two weights (the forward and dQ kernels hold pairs of keys, the dK/dV kernels
+pairs of queries). The forward reads seed and offset from a 4-word snapshot of the
 CUDA generator's state (frost/ops/philox.py) taken at the call, after which the generator's offset advances by one;
 the backward regenerates the same mask from the snapshot, so nothing L x S is stored. The row sums (and the saved
 log-sum-exp) are those of the undropped weights; D = rowsum(dO * O) holds as without dropout. `dropout_keep_numpy` is
@@ -31,16 +33,15 @@ the NumPy twin of the mask.
 Speed. The forward copies K and V in turns, as FlashAttention-2 does: V(j) while S = Q K(j)^T and the softmax run,
 K(j + 1) while O += P V(j), one buffer each. Tiles whose every key is visible to every query of the block (no mask,
 in range, wholly before the block's first query when causal) skip the per-element visibility test. Dropout draws
-one Philox block per pair of keys in the forward and dQ kernels (the pair shares it); the dK/dV kernel, whose
-threads hold queries in pairs, draws one per weight. Untuned: the backward kernels' copies do not overlap their
+one Philox block per pair of weights in every kernel. Untuned: the backward kernels' copies do not overlap their
 math, padded shared rows rather than swizzled.
 
 Hopper. `flash_fwd_wgmma` is the forward on warpgroup MMA (bf16): warpgroups of 64 query rows, S = Q K^T and O += P V
 as wgmmas on 128-byte-swizzled shared panels (V transposed into shared memory on the way, P stored there as bf16),
 the softmax, masks, dropout stream and output the mma.sync forward's (shared device functions). `wgmma_backward`'s
 dQ kernel (S, dP, then dQ += dS K with K transposed) and dK/dV kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q
-with Q and dO transposed) do the same for the backward at head dim 64 (at 128 their accumulators spill; the dK/dV
-kernel with dropout spills too: the mma.sync kernels take those). Every operand is K-major: the only wgmma layout
+with Q and dO transposed) do the same for the backward at head dim 64 (at 128 their accumulators spill: the mma.sync
+kernels take it). Every operand is K-major: the only wgmma layout
 checked on the H200 so far (examples/kernels/gemm_wgmma.py). All of it is off by default (FROST_FLASH_WGMMA=1 turns
 it on for bf16 on sm_90) until benchmarks/flash_attention.py has timed it against the mma.sync kernels on the H200;
 the simulator and the tests check it against float64 and against the mma.sync kernels (the backward's gradients
@@ -209,13 +210,29 @@ def saved_lse(lse, row: i32, n: i32) -> f32:
 
 
 @device
+def _keep(w: u32, drop_p: f32, keep_scale: f32) -> f32:
+    """keep_scale where the uniform of word w (its top 24 bits) is at least drop_p, else 0."""
+    return keep_scale if f32(w >> u32(8)) / 16777216.0 >= drop_p else 0.0
+
+
+@device
 def dropout_pair(rng, bh: i32, query: i32, key: i32, drop_p: f32, keep_scale: f32) -> (f32, f32):
-    """dropout_scale of keys `key` (even) and key + 1 of one query, which share their Philox block: one draw for
-    both (the forward and dQ kernels hold their keys in such pairs)."""
-    w0, w1, w2, w3 = philox_block(u32(key // 2), u32(query), u32(bh), rng[2], rng[0], rng[1] ^ u32(STREAM))
-    keep0 = keep_scale if f32(w0 >> u32(8)) / 16777216.0 >= drop_p else 0.0
-    keep1 = keep_scale if f32(w1 >> u32(8)) / 16777216.0 >= drop_p else 0.0
-    return keep0, keep1
+    """The dropout multipliers of keys `key` (even) and key + 1 of one query: words 2 (query % 2) and 2 (query % 2)
+    + 1 of their block, one draw for both (the forward and dQ kernels hold keys in such pairs)."""
+    w0, w1, w2, w3 = philox_block(u32(key // 2), u32(query // 2), u32(bh), rng[2], rng[0], rng[1] ^ u32(STREAM))
+    if query % 2 == 0:
+        return _keep(w0, drop_p, keep_scale), _keep(w1, drop_p, keep_scale)
+    return _keep(w2, drop_p, keep_scale), _keep(w3, drop_p, keep_scale)
+
+
+@device
+def dropout_pair_of_queries(rng, bh: i32, query: i32, key: i32, drop_p: f32, keep_scale: f32) -> (f32, f32):
+    """The dropout multipliers of queries `query` (even) and query + 1 for one key: words key % 2 and 2 + key % 2
+    of their block, one draw for both (the dK/dV kernels hold queries in such pairs)."""
+    w0, w1, w2, w3 = philox_block(u32(key // 2), u32(query // 2), u32(bh), rng[2], rng[0], rng[1] ^ u32(STREAM))
+    if key % 2 == 0:
+        return _keep(w0, drop_p, keep_scale), _keep(w2, drop_p, keep_scale)
+    return _keep(w1, drop_p, keep_scale), _keep(w3, drop_p, keep_scale)
 
 
 @device
@@ -227,16 +244,6 @@ def whole_tile(q0: i32, k0: i32, lk: i32, BC: Const[int], CAUSAL: Const[int], MA
     if CAUSAL:
         whole = whole and k0 + BC - 1 <= q0
     return whole
-
-
-@device
-def dropout_scale(rng, bh: i32, query: i32, key: i32, drop_p: f32, keep_scale: f32) -> f32:
-    """keep_scale (1 / (1 - p)) where dropout keeps the weight of (bh, query, key), else 0 (the module docstring
-    says how; dropout_keep_numpy is the twin)."""
-    w0, w1, w2, w3 = philox_block(u32(key // 2), u32(query), u32(bh), rng[2], rng[0], rng[1] ^ u32(STREAM))
-    w = w0 if key % 2 == 0 else w1
-    u = f32(w >> u32(8)) / 16777216.0
-    return keep_scale if u >= drop_p else 0.0
 
 
 @device
@@ -310,6 +317,11 @@ def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32,
     t = lane % 4
     for h in static_range(2):
         for j in static_range(BR // 8):
+            keep0 = keep_scale
+            keep1 = keep_scale
+            if DROPOUT:
+                keep0, keep1 = dropout_pair_of_queries(rng, bh, q0 + j * 8 + 2 * t, key0 + 8 * h, drop_p,
+                                                       keep_scale)
             for e in static_range(2):
                 col = j * 8 + 2 * t + e
                 p = 0.0
@@ -317,7 +329,7 @@ def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32,
                     p = exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
                 dpv = dpt[j, 2 * h + e]
                 if DROPOUT:
-                    keep = dropout_scale(rng, bh, q0 + col, key0 + 8 * h, drop_p, keep_scale)
+                    keep = keep0 if e == 0 else keep1
                     st[j, 2 * h + e] = p * keep   # dV takes the dropped weights
                     dpv *= keep
                 else:
@@ -1009,8 +1021,8 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
                     variant: str | None = None):
     """(dQ, dK, dV) in q's dtype, from the forward's O and log-sum-exp and the output's gradient dO. tiles: the dQ
     kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped. rng: the forward's.
-    variant: as forward_arrays'; the wgmma kernels take head dim 64 (at 128 their accumulators spill), and the
-    wgmma dK/dV kernel no dropout (its per-weight Philox spills): the mma.sync kernels do the rest."""
+    variant: as forward_arrays'; the wgmma kernels take head dim 64 (at 128 their accumulators spill): the
+    mma.sync kernels take 128."""
     wgmma = uses_wgmma(xp, q, variant) and p.d in WGMMA_BACKWARD_TILES
     tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
@@ -1036,7 +1048,7 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
     else:
         _launcher(kernels.dq, xp)[(p.batch * p.heads, cdiv(p.lq, br)), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
             q2, k2, v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(), **p.consts(tiles))
-    if wgmma and p.dropout_p == 0.0:
+    if wgmma:
         bk, wbr = 64 * wt["WGS"], wt["BR"]
         smem = 2 * bk * p.d * 2 + 8 * wbr * p.d * 2 + 2 * bk * wbr * 2 + 4 * wbr * 4
         _launcher(dkdv_wgmma, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, bk)), 128 * wt["WGS"], smem](
@@ -1079,11 +1091,12 @@ def _problem(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: 
 
 def dropout_keep_numpy(rng, bh: int, lq: int, lk: int, p: float) -> np.ndarray:
     """The kernels' dropout multipliers as a float32 (bh, lq, lk) array: 1 / (1 - p) where a weight is kept, else
-    0, from the 4-word state snapshot `rng` (the twin of dropout_scale)."""
+    0, from the 4-word state snapshot `rng` (the twin of dropout_pair and dropout_pair_of_queries)."""
     key, query, head = np.arange(lk), np.arange(lq), np.arange(bh)
-    counters = ((key // 2)[None, None, :], query[None, :, None], head[:, None, None], np.uint64(rng[2]))
+    counters = ((key // 2)[None, None, :], (query // 2)[None, :, None], head[:, None, None], np.uint64(rng[2]))
     words = philox4x32(counters, (np.uint64(rng[0]), np.uint64(rng[1]) ^ np.uint64(STREAM)))
-    w = np.where(key % 2 == 0, words[0], words[1])
+    word = 2 * (query % 2)[:, None] + (key % 2)[None, :]   # which of the block's four words, per (query, key)
+    w = np.choose(word[None], words)
     u = (w >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
     drop_p, keep_scale = dropout_args(p)
     return np.where(u >= drop_p, keep_scale, np.float32(0.0))
