@@ -338,6 +338,19 @@ def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32,
 
 
 @device
+def write_scaled_rows(out, acc, base: i32, row0: i32, n: i32, scale: f32, D: Const[int]):
+    """out[base + r] = acc's rows times scale for this lane's rows r = row0 and row0 + 8 (C fragments of D columns),
+    rows past n left alone: the backward kernels' dQ, dK and dV."""
+    t = lane % 4
+    for h in static_range(2):
+        row = row0 + 8 * h
+        if row < n:
+            for d in static_range(D // 8):
+                for e in static_range(2):
+                    out[base + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * scale
+
+
+@device
 def write_rows(o, lse, acc, m, lsum, qbase: i32, row0: i32, lq: i32, D: Const[int]):
     """This lane's two rows of O (acc over the row's sum) and their log-sum-exp (natural log), rows in range only."""
     t = lane % 4
@@ -448,7 +461,6 @@ def _make_kernels(T):
         lrow = local(f32, 2)
         drow = local(f32, 2)
         b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
-        t = lane % 4
         load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
         load_rows(do, sdo, qbase, q0, lq, BR, D, THREADS)
         cp_commit()
@@ -472,12 +484,7 @@ def _make_kernels(T):
                     BC, CAUSAL, MASKED, DROPOUT)
             to_a(dsf, s, BC)
             mma_cols(acc, dsf, sk, db, D, BC)
-        for h in static_range(2):
-            row = row0 + 8 * h
-            if row < lq:
-                for d in static_range(D // 8):
-                    for e in static_range(2):
-                        dq[qbase + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * scale
+        write_scaled_rows(dq, acc, qbase, row0, lq, scale, D)
 
     @kernel
     def flash_bwd_dkdv(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], do: Array[T, 2], lse: Array[f32],
@@ -511,7 +518,6 @@ def _make_kernels(T):
         kbase = bx * lk
         k0 = by * BC
         g = lane // 4
-        t = lane % 4
         key0 = k0 + warp * 16 + g   # this lane's keys: key0 and key0 + 8
         load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
         load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
@@ -548,13 +554,8 @@ def _make_kernels(T):
                 mma_cols(dv_acc, pf, sdo, db, D, BR)
                 to_a(pf, dpt, BR)
                 mma_cols(dk_acc, pf, sq, db, D, BR)
-        for h in static_range(2):
-            key = key0 + 8 * h
-            if key < lk:
-                for d in static_range(D // 8):
-                    for e in static_range(2):
-                        dk[kbase + key, d * 8 + 2 * t + e] = dk_acc[d, 2 * h + e] * scale
-                        dv[kbase + key, d * 8 + 2 * t + e] = dv_acc[d, 2 * h + e]
+        write_scaled_rows(dk, dk_acc, kbase, key0, lk, scale, D)
+        write_scaled_rows(dv, dv_acc, kbase, key0, lk, 1.0, D)
 
     return FlashKernels(flash_fwd, flash_bwd_dot, flash_bwd_dq, flash_bwd_dkdv)
 
@@ -731,7 +732,6 @@ def wgmma_backward():
         lrow = local(f32, 2)
         drow = local(f32, 2)
         wg = warp // 4
-        t = lane % 4
         b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
         load_panels(q, sq, 0, qbase, q0, lq, BR, D, THREADS)
         load_panels(do, sdo, 0, qbase, q0, lq, BR, D, THREADS)
@@ -772,12 +772,7 @@ def wgmma_backward():
             jt += 1
             if jt >= tiles:
                 break
-        for h in static_range(2):
-            row = row0 + 8 * h
-            if row < lq:
-                for d in static_range(D // 8):
-                    for e in static_range(2):
-                        dq[qbase + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * scale
+        write_scaled_rows(dq, acc, qbase, row0, lq, scale, D)
 
     @kernel
     def flash_bwd_dkdv_wgmma(q: Array[bf16, 2], qflat: Array[bf16], k: Array[bf16, 2], v: Array[bf16, 2],
@@ -811,7 +806,6 @@ def wgmma_backward():
         dk_acc = local(f32, (D // 8, 4))
         dv_acc = local(f32, (D // 8, 4))
         wg = warp // 4
-        t = lane % 4
         kv_heads = heads // group
         b = bx // kv_heads
         kbase = bx * lk
@@ -867,13 +861,8 @@ def wgmma_backward():
                 step += 1
                 if step >= steps:
                     break
-        for h in static_range(2):
-            key = key0 + 8 * h
-            if key < lk:
-                for d in static_range(D // 8):
-                    for e in static_range(2):
-                        dk[kbase + key, d * 8 + 2 * t + e] = dk_acc[d, 2 * h + e] * scale
-                        dv[kbase + key, d * 8 + 2 * t + e] = dv_acc[d, 2 * h + e]
+        write_scaled_rows(dk, dk_acc, kbase, key0, lk, scale, D)
+        write_scaled_rows(dv, dv_acc, kbase, key0, lk, 1.0, D)
     return flash_bwd_dq_wgmma, flash_bwd_dkdv_wgmma
 
 

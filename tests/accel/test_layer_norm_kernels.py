@@ -109,6 +109,18 @@ def test_half_precision_matches_torch_float64(simulated_gpu, op, dtype):
     _assert_close(got, _run_torch(op, x, w, b, g, 1), dtype, 6)
 
 
+def _record_launches(monkeypatch) -> list:
+    """The names of the kernels launched from here on (the simulated GPU's launches go on as before)."""
+    launches = []
+    launch = Kernel.__getitem__
+
+    def recording(self, cfg):
+        launches.append(self.__name__)
+        return launch(self, cfg)
+    monkeypatch.setattr(Kernel, "__getitem__", recording)
+    return launches
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("shape", [(5, 44), (17, 264), (9, 768)])
@@ -118,13 +130,7 @@ def test_half_precision_rows_of_every_kind(simulated_gpu, op, dtype, shape):
     simulated_gpu.setattr(ln, "LN_BACKWARD_BLOCKS", 2)
     x, w, b, g = _inputs(shape, 1, dtype, seed=shape[1])
     b = b if op == "layer_norm" else None
-    launches = []
-    record = Kernel.__getitem__
-
-    def recording(self, cfg):
-        launches.append(self.__name__)
-        return record(self, cfg)
-    simulated_gpu.setattr(Kernel, "__getitem__", recording)
+    launches = _record_launches(simulated_gpu)
     got = _run_frost(op, x, w, b, g, 1)
     _assert_close(got, _run_torch(op, x, w, b, g, 1), dtype, shape[0])
     vec8 = shape[1] % 8 == 0
@@ -143,13 +149,7 @@ def test_half_precision_backward_plan():
 def test_half_precision_rows_too_wide_for_the_warp_kernel_take_the_block_kernel(simulated_gpu):
     C = 8 * 32 * ln.LN_WARP_ROWS_MAX_CHUNKS + 8
     x, w, b, g = _inputs((2, C), 1, "bfloat16", seed=2)
-    launches = []
-    record = Kernel.__getitem__
-
-    def recording(self, cfg):
-        launches.append(self.__name__)
-        return record(self, cfg)
-    simulated_gpu.setattr(Kernel, "__getitem__", recording)
+    launches = _record_launches(simulated_gpu)
     _assert_close(_run_frost("layer_norm", x, w, b, g, 1), _run_torch("layer_norm", x, w, b, g, 1), "bfloat16", 2)
     assert launches[:2] == ["layer_norm_forward_vec8", "layer_norm_backward"]
 
