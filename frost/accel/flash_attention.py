@@ -593,6 +593,15 @@ def load_transposed(v, dst, first: i32, base: i32, k0: i32, n: i32, BC: Const[in
 
 
 @device
+def publish_tiles():
+    """This thread's copies landed (cp.async) and its stores and theirs visible to wgmma (the async proxy), for every
+    thread of the block: the tiles just written are ready to multiply, and every warpgroup is past its last wgmma."""
+    cp_wait(0)
+    fence_proxy_async()
+    syncthreads()
+
+
+@device
 def store_weights(sp, s, row: i32, BC: Const[int]):
     """This lane's weights P (C fragments of block rows row and row + 8) as bf16 into the swizzled panels sp (keys
     64p ... 64p + 63 in panel p): the A operand of P V."""
@@ -648,9 +657,7 @@ def wgmma_forward():
         while True:   # a do-while (at least one tile): see examples/kernels/gemm_wgmma.py on ptxas and wgmma
             buf = jt % 2
             k0 = jt * BC
-            cp_wait(0)
-            fence_proxy_async()   # K(jt) (cp.async) and V^T(jt) (stores) visible to wgmma ...
-            syncthreads()         # ... from every thread; every warpgroup is done with tile jt - 1
+            publish_tiles()   # K(jt) (cp.async) and V^T(jt) (stores) in place; every warpgroup done with tile jt - 1
             if jt + 1 < tiles:
                 load_panels(k, sk, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
                 cp_commit()
@@ -749,9 +756,7 @@ def wgmma_backward():
         while True:
             buf = jt % 2
             k0 = jt * BC
-            cp_wait(0)
-            fence_proxy_async()
-            syncthreads()
+            publish_tiles()
             if jt + 1 < tiles:
                 load_panels(k, sk, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
                 load_panels(v, sv, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
@@ -833,9 +838,7 @@ def wgmma_backward():
                 q0 = (first + step % per_head) * BR
                 nbase = (head0 + (step + 1) // per_head) * lq   # the next step's query rows
                 nq0 = (first + (step + 1) % per_head) * BR
-                cp_wait(0)
-                fence_proxy_async()
-                syncthreads()
+                publish_tiles()
                 if step + 1 < steps:
                     load_panels(q, sq, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
                     load_panels(do, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
