@@ -40,8 +40,8 @@ Hopper. `flash_fwd_wgmma` is the forward on warpgroup MMA (bf16): warpgroups of 
 as wgmmas on 128-byte-swizzled shared panels (V transposed into shared memory on the way, P stored there as bf16),
 the softmax, masks, dropout stream and output the mma.sync forward's (shared device functions). `wgmma_backward`'s
 dQ kernel (S, dP, then dQ += dS K with K transposed) and dK/dV kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q
-with Q and dO transposed) do the same for the backward at head dim 64 (at 128 their accumulators spill: the mma.sync
-kernels take it). Every operand is K-major: the only wgmma layout
+with Q and dO transposed) do the same for the backward (at head dim 128 in steps of 32 keys or queries, half a panel:
+steps of 64 spill). Every operand is K-major: the only wgmma layout
 checked on the H200 so far (examples/kernels/gemm_wgmma.py). All of it is off by default (FROST_FLASH_WGMMA=1 turns
 it on for bf16 on sm_90) until benchmarks/flash_attention.py has timed it against the mma.sync kernels on the H200;
 the simulator and the tests check it against float64 and against the mma.sync kernels (the backward's gradients
@@ -83,9 +83,24 @@ BACKWARD_TILES = {64: dict(BR=64, BC=64), 128: dict(BR=64, BC=32)}
 WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
 
 
-# the Hopper backward's, head dim 64 only: dQ blocks of 64 WGS queries stepping over BC keys, dK/dV blocks of 64 WGS
-# keys stepping over BR queries (at head dim 128 the accumulators of either kernel spill past 255 registers)
-WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64)}
+# the Hopper backward's: dQ blocks of 64 WGS queries stepping over BC keys, dK/dV blocks of 64 WGS keys stepping over
+# BR queries. At head dim 128 steps of 64 spill (S, dP and two D-wide accumulators pass 255 registers a thread);
+# steps of 32, half a 64-column panel each, fit: 184-249 registers, no spills (ptxas, sm_90a)
+WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=32, BR=32)}
+
+
+def wgmma_dq_smem(d: int, br: int, bc: int) -> int:
+    """Bytes of shared memory of flash_bwd_dq_wgmma: Q and dO, two K and two V tiles, two K^T and one dS in panels
+    of 64 columns (a 32-key step uses half of each)."""
+    panels = -(-bc // 64)
+    return 4 * br * d + 8 * bc * d + 2 * panels * d * 128 + panels * br * 128
+
+
+def wgmma_dkdv_smem(d: int, bk: int, br: int) -> int:
+    """Bytes of shared memory of flash_bwd_dkdv_wgmma: K and V, two Q and two dO tiles, two Q^T and two dO^T, P^T
+    and dS^T (in panels of 64 columns), and two buffers of the queries' log-sum-exp and delta."""
+    panels = -(-br // 64)
+    return 4 * bk * d + 8 * br * d + 4 * panels * d * 128 + 2 * panels * bk * 128 + 16 * br
 
 
 def wgmma_tiles(d: int, dropout: bool) -> dict:
@@ -724,15 +739,16 @@ def wgmma_backward():
         BR: Const[int] = 64 * WGS
         THREADS: Const[int] = 128 * WGS
         DP: Const[int] = D // 64
-        CP: Const[int] = BC // 64
+        CP: Const[int] = (BC + 63) // 64   # panels along the keys (BC = 32 uses half of one)
         TILE: Const[int] = BC * D * 2
+        AT_KT: Const[int] = 4 * BR * D + 4 * TILE   # byte offsets (wgmma_dq_smem adds them up for the launch)
         launch_bounds(THREADS)
         sq = dynamic_shared(bf16, (DP, BR, 64))
         sdo = dynamic_shared(bf16, (DP, BR, 64), BR * D * 2)
         sk = dynamic_shared(bf16, (2 * DP, BC, 64), 2 * BR * D * 2)
         sv = dynamic_shared(bf16, (2 * DP, BC, 64), 2 * BR * D * 2 + 2 * TILE)
-        skt = dynamic_shared(bf16, (2 * CP, D, 64), 2 * BR * D * 2 + 4 * TILE)
-        sds = dynamic_shared(bf16, (CP, BR, 64), 2 * BR * D * 2 + 6 * TILE)
+        skt = dynamic_shared(bf16, (2 * CP, D, 64), AT_KT)
+        sds = dynamic_shared(bf16, (CP, BR, 64), AT_KT + 2 * CP * D * 128)
         s = local(f32, (BC // 8, 4))
         dp = local(f32, (BC // 8, 4))
         acc = local(f32, (D // 8, 4))
@@ -794,18 +810,21 @@ def wgmma_backward():
         BK: Const[int] = 64 * WGS
         THREADS: Const[int] = 128 * WGS
         DP: Const[int] = D // 64
-        RP: Const[int] = BR // 64
+        RP: Const[int] = (BR + 63) // 64   # panels along the queries (BR = 32 uses half of one)
         TILE: Const[int] = BR * D * 2
+        AT_QT: Const[int] = 4 * BK * D + 4 * TILE   # byte offsets (wgmma_dkdv_smem adds them up for the launch)
+        AT_PT: Const[int] = AT_QT + 4 * RP * D * 128
+        AT_STATS: Const[int] = AT_PT + 2 * RP * BK * 128
         launch_bounds(THREADS)
         sk = dynamic_shared(bf16, (DP, BK, 64))
         sv = dynamic_shared(bf16, (DP, BK, 64), BK * D * 2)
         sq = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2)
         sdo = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2 + 2 * TILE)
-        sqt = dynamic_shared(bf16, (2 * RP, D, 64), 2 * BK * D * 2 + 4 * TILE)
-        sdot = dynamic_shared(bf16, (2 * RP, D, 64), 2 * BK * D * 2 + 6 * TILE)
-        spt = dynamic_shared(bf16, (RP, BK, 64), 2 * BK * D * 2 + 8 * TILE)
-        sdst = dynamic_shared(bf16, (RP, BK, 64), 2 * BK * D * 2 + 8 * TILE + BK * BR * 2)
-        stats = dynamic_shared(f32, (4, BR), 2 * BK * D * 2 + 8 * TILE + 2 * BK * BR * 2)  # lse, delta; 2 buffers
+        sqt = dynamic_shared(bf16, (2 * RP, D, 64), AT_QT)
+        sdot = dynamic_shared(bf16, (2 * RP, D, 64), AT_QT + 2 * RP * D * 128)
+        spt = dynamic_shared(bf16, (RP, BK, 64), AT_PT)
+        sdst = dynamic_shared(bf16, (RP, BK, 64), AT_PT + RP * BK * 128)
+        stats = dynamic_shared(f32, (4, BR), AT_STATS)  # lse and delta, two buffers
         st = local(f32, (BR // 8, 4))
         dpt = local(f32, (BR // 8, 4))
         dk_acc = local(f32, (D // 8, 4))
@@ -1013,9 +1032,8 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
                     variant: str | None = None):
     """(dQ, dK, dV) in q's dtype, from the forward's O and log-sum-exp and the output's gradient dO. tiles: the dQ
     kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped. rng: the forward's.
-    variant: as forward_arrays'; the wgmma kernels take head dim 64 (at 128 their accumulators spill): the
-    mma.sync kernels take 128."""
-    wgmma = uses_wgmma(xp, q, variant) and p.d in WGMMA_BACKWARD_TILES
+    variant: as forward_arrays'."""
+    wgmma = uses_wgmma(xp, q, variant)
     tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     kernels = kernels_for(str(q.dtype))
@@ -1033,7 +1051,7 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
         wt = WGMMA_BACKWARD_TILES[p.d]
         dq_wgmma, dkdv_wgmma = wgmma_backward()
         wbr, wbc = 64 * wt["WGS"], wt["BC"]
-        smem = (2 * wbr + 4 * wbc) * p.d * 2 + 2 * wbc * p.d * 2 + wbr * wbc * 2
+        smem = wgmma_dq_smem(p.d, wbr, wbc)
         _launcher(dq_wgmma, xp)[(p.batch * p.heads, cdiv(p.lq, wbr)), 128 * wt["WGS"], smem](
             q2, k2, k2.reshape(-1), v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(),
             D=p.d, WGS=wt["WGS"], BC=wbc, **flags)
@@ -1042,7 +1060,7 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
             q2, k2, v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(), **p.consts(tiles))
     if wgmma:
         bk, wbr = 64 * wt["WGS"], wt["BR"]
-        smem = 2 * bk * p.d * 2 + 8 * wbr * p.d * 2 + 2 * bk * wbr * 2 + 4 * wbr * 4
+        smem = wgmma_dkdv_smem(p.d, bk, wbr)
         _launcher(dkdv_wgmma, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, bk)), 128 * wt["WGS"], smem](
             q2, q2.reshape(-1), k2, v2, do2, do2.reshape(-1), lse, delta, mask, state, dk, dv, *p.sizes(), *scales,
             *p.dropout_args(), D=p.d, WGS=wt["WGS"], BR=wbr, **flags)
