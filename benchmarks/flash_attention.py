@@ -3,7 +3,10 @@
 --head-dim change them), causal and not. On a Hopper GPU "frost flash wgmma" is the same on warpgroup MMA
 (FROST_FLASH_WGMMA=1: the forward, and at head dim 64 the backward; frost/accel/flash_attention.py says which).
 
-Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick] [--out FILE.json]
+Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep] [--out FILE.json]
+--sweep times FlashAttention's own shapes (the issue's): head dims 64 and 128, lengths 512 to 16k at batch x length =
+16k tokens and heads x dim = 2048, against PyTorch's flash and cuDNN backends, with the peak memory of Frost's
+forward + backward (no L x S matrix: it would take gigabytes at 16k).
 Each row times `--iters` calls after `--warmup` (wall clock between device synchronizations; the calls at these
 sizes take milliseconds, so launch overhead is small) of the forward alone (no autograd graph) and of forward +
 backward. TFLOP/s counts 4 B H L^2 D for the forward and 2.5 times that for the backward (FlashAttention's
@@ -51,10 +54,9 @@ def flash_switch(on: bool, wgmma: bool = False):
     return stack
 
 
-def frost_calls(batch: int, causal: bool, flash: bool, dropout: float = 0.0, wgmma: bool = False):
-    """(forward, forward + backward) closures over fresh bf16 CUDA tensors, and the forward's output check."""
+def frost_calls(shape: tuple, causal: bool, flash: bool, dropout: float = 0.0, wgmma: bool = False):
+    """(forward, forward + backward) closures over fresh bf16 CUDA tensors of shape (batch, heads, length, dim)."""
     rng = np.random.default_rng(0)
-    shape = (batch, HEADS, LENGTH, HEAD_DIM)
     q, k, v, do = (frost.Tensor(rng.standard_normal(shape).astype(frost.bfloat16.np)).to("cuda") for _ in range(4))
     for t in (q, k, v):
         t.requires_grad = True
@@ -72,10 +74,9 @@ def frost_calls(batch: int, causal: bool, flash: bool, dropout: float = 0.0, wgm
     return forward, forward_backward
 
 
-def torch_calls(batch: int, causal: bool, backend, dropout: float = 0.0):
+def torch_calls(shape: tuple, causal: bool, backend, dropout: float = 0.0):
     import torch
     from torch.nn.attention import sdpa_kernel
-    shape = (batch, HEADS, LENGTH, HEAD_DIM)
     q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     for t in (q, k, v):
         t.requires_grad_(True)
@@ -108,71 +109,97 @@ def torch_backends() -> dict:
     return {"torch flash": SDPBackend.FLASH_ATTENTION, "torch cuDNN": SDPBackend.CUDNN_ATTENTION}
 
 
-def check_against_composed(batch: int, causal: bool, wgmma: bool = False) -> float:
+def check_against_composed(shape: tuple, causal: bool, wgmma: bool = False) -> float:
     """The largest |flash - composed| of the forward at this shape (bf16 outputs: expect ~1e-2 at most)."""
-    flash, _ = frost_calls(batch, causal, True, wgmma=wgmma)
-    composed, _ = frost_calls(batch, causal, False)
+    flash, _ = frost_calls(shape, causal, True, wgmma=wgmma)
+    composed, _ = frost_calls(shape, causal, False)
     a, b = (f().cpu().numpy().astype(np.float32) for f in (flash, composed))
     return float(np.abs(a - b).max())
 
 
+SWEEP_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
+
+
+def sweep_shapes() -> list[tuple]:
+    """FlashAttention's benchmark shapes (the issue's): batch x length = 16k tokens, heads x dim = 2048."""
+    return [(16384 // length, 2048 // d, length, d) for d in fa.HEAD_DIMS for length in SWEEP_LENGTHS]
+
+
+def peak_mib(forward_backward) -> float:
+    """The most GPU memory one forward + backward holds at once, MiB (frost.cuda.max_memory_allocated)."""
+    frost.cuda.synchronize()
+    frost.cuda.reset_peak_memory_stats()
+    forward_backward()
+    frost.cuda.synchronize()
+    return frost.cuda.max_memory_allocated() / 2**20
+
+
+def time_shape(shape: tuple, causal: bool, args, with_wgmma: bool, torch_rows: dict, iters: int,
+               composed: bool) -> list[dict]:
+    """Every implementation's row at one shape: forward and forward + backward times and TFLOP/s."""
+    batch, heads, length, d = shape
+    flops = 4 * batch * heads * length ** 2 * d * (0.5 if causal else 1.0)
+    check = composed and args.dropout == 0.0
+    errors = {"frost flash": check_against_composed(shape, causal) if check else None}
+    impls = {"frost flash": frost_calls(shape, causal, True, args.dropout)}
+    if with_wgmma:
+        impls["frost flash wgmma"] = frost_calls(shape, causal, True, args.dropout, wgmma=True)
+        errors["frost flash wgmma"] = check_against_composed(shape, causal, wgmma=True) if check else None
+    if composed:
+        impls["frost composed"] = frost_calls(shape, causal, False, args.dropout)
+    syncs = dict.fromkeys(impls, frost.cuda.synchronize)
+    for name, backend in torch_rows.items():
+        import torch
+        impls[name] = torch_calls(shape, causal, backend, args.dropout)
+        syncs[name] = torch.cuda.synchronize
+    rows = []
+    for name, (forward, forward_backward) in impls.items():
+        fwd = common.seconds_per_call(forward, syncs[name], iters, args.warmup)
+        both = common.seconds_per_call(forward_backward, syncs[name], iters, args.warmup)
+        peak = peak_mib(forward_backward) if name.startswith("frost flash") else None
+        rows.append(dict(impl=name, batch=batch, heads=heads, length=length, head_dim=d, causal=causal,
+                         forward_ms=1e3 * fwd, forward_backward_ms=1e3 * both, forward_tflops=flops / fwd / 1e12,
+                         forward_backward_tflops=3.5 * flops / both / 1e12, peak_mib=peak,
+                         max_abs_diff_vs_composed=errors.get(name)))
+    return rows
+
+
 def main() -> None:
-    global HEADS, HEAD_DIM, LENGTH  # the shape every row uses (--heads, --head-dim, --length)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="batch 8 and 16 only, fewer iterations")
+    ap.add_argument("--sweep", action="store_true",
+                    help="FlashAttention's shapes instead: head dims 64 and 128, lengths 512 to 16k at 16k tokens "
+                         "and heads x dim = 2048 (no composed rows: its L x S matrices do not fit at 16k)")
     ap.add_argument("--iters", type=int, default=None, help="timed calls per row (default 20, 5 with --quick)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--dropout", type=float, default=0.0, help="attention dropout probability of every row")
     ap.add_argument("--heads", type=int, default=HEADS)
     ap.add_argument("--head-dim", type=int, default=HEAD_DIM, choices=fa.HEAD_DIMS)
     ap.add_argument("--length", type=int, default=LENGTH)
-    ap.add_argument("--no-wgmma", action="store_true", help="leave out the Hopper forward's row (frost flash wgmma)")
+    ap.add_argument("--no-wgmma", action="store_true", help="leave out the Hopper kernels' row (frost flash wgmma)")
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     common.check_output_path("--out", args.out)
     common.require_cuda("benchmarks/flash_attention.py")
-    HEADS, HEAD_DIM, LENGTH = args.heads, args.head_dim, args.length
-    iters = args.iters or (5 if args.quick else 20)
+    iters = args.iters or (5 if args.quick or args.sweep else 20)
     import cupy as cp
-    hopper = cp.cuda.Device().compute_capability == "90"
-    with_wgmma = hopper and not args.no_wgmma
+    with_wgmma = cp.cuda.Device().compute_capability == "90" and not args.no_wgmma
     batches = BATCHES[:2] if args.quick else BATCHES
+    shapes = sweep_shapes() if args.sweep else [(b, args.heads, args.length, args.head_dim) for b in batches]
     torch_rows = torch_backends()
-    if torch_rows:
-        import torch
-        torch_sync = torch.cuda.synchronize
-    rows = []
-    for causal in (False, True):
-        for batch in batches:
-            flops = 4 * batch * HEADS * LENGTH ** 2 * HEAD_DIM * (0.5 if causal else 1.0)
-            errors = {"frost flash": check_against_composed(batch, causal) if args.dropout == 0.0 else None}
-            impls = {"frost flash": frost_calls(batch, causal, True, args.dropout)}
-            if with_wgmma:   # the Hopper kernels (the backward at head dim 64)
-                impls["frost flash wgmma"] = frost_calls(batch, causal, True, args.dropout, wgmma=True)
-                errors["frost flash wgmma"] = (check_against_composed(batch, causal, wgmma=True)
-                                               if args.dropout == 0.0 else None)
-            impls["frost composed"] = frost_calls(batch, causal, False, args.dropout)
-            syncs = dict.fromkeys(impls, frost.cuda.synchronize)
-            for name, backend in torch_rows.items():
-                impls[name] = torch_calls(batch, causal, backend, args.dropout)
-                syncs[name] = torch_sync
-            for name, (forward, forward_backward) in impls.items():
-                fwd = common.seconds_per_call(forward, syncs[name], iters, args.warmup)
-                both = common.seconds_per_call(forward_backward, syncs[name], iters, args.warmup)
-                rows.append(dict(impl=name, batch=batch, heads=HEADS, length=LENGTH, head_dim=HEAD_DIM, causal=causal,
-                                 forward_ms=1e3 * fwd, forward_backward_ms=1e3 * both,
-                                 forward_tflops=flops / fwd / 1e12, forward_backward_tflops=3.5 * flops / both / 1e12,
-                                 max_abs_diff_vs_composed=errors.get(name)))
-    header = ["impl", "batch", "causal", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s"]
-    table = [[r["impl"], str(r["batch"]), "yes" if r["causal"] else "no", f"{r['forward_ms']:.3f}",
-              f"{r['forward_tflops']:.1f}", f"{r['forward_backward_ms']:.3f}", f"{r['forward_backward_tflops']:.1f}"]
+    rows = [row for shape in shapes for causal in (False, True)
+            for row in time_shape(shape, causal, args, with_wgmma, torch_rows, iters, composed=not args.sweep)]
+    header = ["impl", "B x H x L x D", "causal", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s", "peak MiB"]
+    table = [[r["impl"], f"{r['batch']}x{r['heads']}x{r['length']}x{r['head_dim']}", "yes" if r["causal"] else "no",
+              f"{r['forward_ms']:.3f}", f"{r['forward_tflops']:.1f}", f"{r['forward_backward_ms']:.3f}",
+              f"{r['forward_backward_tflops']:.1f}", "" if r["peak_mib"] is None else f"{r['peak_mib']:.0f}"]
              for r in rows]
     device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
-    print(f"Attention, bf16, H={HEADS} L={LENGTH} D={HEAD_DIM}, dropout {args.dropout} on {device} ({iters} calls a "
-          f"row)")
+    print(f"Attention, bf16, dropout {args.dropout} on {device} ({iters} calls a row)")
     print(common.format_table(table, header))
-    tiles = dict(forward=fa.FORWARD_TILES[HEAD_DIM], backward=fa.BACKWARD_TILES[HEAD_DIM],
-                 forward_wgmma=fa.wgmma_tiles(HEAD_DIM, args.dropout > 0.0))
+    tiles = {d: dict(forward=fa.FORWARD_TILES[d], backward=fa.BACKWARD_TILES[d],
+                     forward_wgmma=fa.wgmma_tiles(d, args.dropout > 0.0), backward_wgmma=fa.WGMMA_BACKWARD_TILES[d])
+             for d in sorted({shape[3] for shape in shapes})}
     common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
                                       iters=iters, warmup=args.warmup, dropout=args.dropout, tiles=tiles,
                                       results=rows))
