@@ -111,11 +111,14 @@ def launch_node(job, node_rank: int, port: int) -> subprocess.Popen:
 def test_two_nodes_on_loopback_meet_through_the_store(tmp_path):
     body = """
         import os
+        import sys
         from frost.distributed import TCPStore
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=rank == 0, timeout=60)
         store.set(f"rank{rank}", os.environ["GROUP_RANK"].encode())
-        print(rank, [store.get(f"rank{r}").decode() for r in range(world)], flush=True)
+        # one write of the whole line: the launcher runs ranks unbuffered (PYTHONUNBUFFERED=1), where print's pieces
+        # are separate writes that two ranks sharing the node's pipe interleave
+        sys.stdout.write(f"{rank} {[store.get(f'rank{r}').decode() for r in range(world)]}\\n")
         store.set(f"done{rank}", b"1")
         if rank == 0:  # the server lives in rank 0: it stays until everybody has read
             [store.get(f"done{r}") for r in range(world)]
