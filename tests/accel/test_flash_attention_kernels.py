@@ -431,7 +431,17 @@ GPU_CASES = [
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,dtype,masked", GPU_CASES)
-def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, causal, dtype, masked, monkeypatch):
+@pytest.mark.parametrize("wgmma", ["0", "1"])   # FROST_FLASH_WGMMA: the Hopper kernels for bf16 on sm_90
+def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, causal, dtype, masked, wgmma,
+                                                     monkeypatch):
+    monkeypatch.setenv("FROST_FLASH_WGMMA", wgmma)
+    wgmma_calls = []
+    if wgmma == "1":
+        cp = pytest.importorskip("cupy")
+        if dtype != "bfloat16" or cp.cuda.Device().compute_capability != "90":
+            pytest.skip("the wgmma kernels take bf16 on a Hopper GPU")
+        forward_wgmma = fa.forward_wgmma
+        monkeypatch.setattr(fa, "forward_wgmma", lambda *a, **kw: wgmma_calls.append(1) or forward_wgmma(*a, **kw))
     rng = np.random.default_rng(0)
     arrays = _inputs(rng, b, hq, hkv, lq, lk, d, dtype)
     mask = rng.random((b, lk)) > 0.3 if masked else None
@@ -450,7 +460,7 @@ def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, caus
         out = sdpa(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=hq != hkv)
         out.backward(do)
         results.append([t.detach().cpu().numpy().astype(np.float64) for t in (out, q.grad, k.grad, v.grad)])
-    assert calls == [1]
+    assert calls == [1] and wgmma_calls == ([1] if wgmma == "1" else [])
     want = _reference(*arrays, causal, hq // hkv, mask)
     for name, got, comp, ref in zip(("O", "dQ", "dK", "dV"), results[0], results[1], want[:1] + want[2:]):
         _assert_close(name, got, ref, comp, UNIT[dtype])
