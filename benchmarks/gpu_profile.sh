@@ -41,7 +41,7 @@ python3 -c "import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats('tottime').
 timeout 90 python3 benchmarks/transformer_kernels.py --quick --out "$out/transformer_kernels.json" 2>&1 | tail -14
 timeout 70 python3 benchmarks/flash_attention.py --quick --out "$out/flash_attention.json" 2>&1 | tail -12
 if [ -n "$base" ]; then
-    (cd "$base" && export PYTHONPATH="${outer_path:+$outer_path:}$PWD" \
+    (cd "$base" && export PYTHONPATH="$PWD${outer_path:+:$outer_path}" \
         && timeout 80 python3 benchmarks/transformer_kernels.py --quick --out "$out/transformer_kernels_base.json" \
             2>&1 | tail -10 \
         && timeout 60 python3 benchmarks/flash_attention.py --quick --out "$out/flash_attention_base.json" 2>&1 \
