@@ -48,14 +48,14 @@ def reference_path():
 def one_value_kernels():
     """The kernels as they were before 16-bit vector accesses: bf16/fp16 rows and elements one value a thread (the
     A/B of load8/store8; float32 keeps its 16-byte kernels)."""
-    saved_vec8, saved_gelu = ln_accel._takes_vec8, dict(gelu_accel.GELU_VECTOR_KERNELS)
-    ln_accel._takes_vec8 = lambda C, *arrays: False
+    saved_moves, saved_gelu = ln_accel.moves_16_bytes, dict(gelu_accel.GELU_VECTOR_KERNELS)
+    ln_accel.moves_16_bytes = lambda C, itemsize, *arrays: itemsize == 4 and saved_moves(C, itemsize, *arrays)
     for name in ("bfloat16", "float16"):
         gelu_accel.GELU_VECTOR_KERNELS[name] = (1, *gelu_accel.GELU_KERNELS[name])
     try:
         yield
     finally:
-        ln_accel._takes_vec8 = saved_vec8
+        ln_accel.moves_16_bytes = saved_moves
         gelu_accel.GELU_VECTOR_KERNELS.update(saved_gelu)
 
 

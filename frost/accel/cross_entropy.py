@@ -2,9 +2,10 @@
 frost.dispatch as cross_entropy's fast path. The reference math, and the op that asks for this, is
 frost/ops/loss.py."""
 from frost import dispatch
-from frost.backend import address
+from frost.layout import data_ptr
 from frost.kernel import (Array, bdx, bf16, block_sum, bx, cdiv, device, exp, f16, f32, gdx, i32, i64, inf,
-                          kernel, lane, load8, local, log, shared, static_range, store8, tx, warp, warp_max, warp_sum)
+                          kernel, lane, load8_into, local, log, shared, static_range, store8, tx, warp, warp_max,
+                          warp_sum)
 from frost.tensor import Tensor, from_op
 
 # The common classifier loss (float32 or 16-bit logits, int64 class indices, no weight or smoothing, mean or sum) in one
@@ -43,13 +44,13 @@ def _row_lse8(x, base, C):
     v = local(f32, 8)
     m = -inf
     for c in range(lane * 8, C, 256):
-        v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, base + c)
+        load8_into(v, x, base + c)
         for e in static_range(8):
             m = max(m, v[e])
     m = warp_max(m)
     s = 0.0
     for c in range(lane * 8, C, 256):
-        v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, base + c)
+        load8_into(v, x, base + c)
         for e in static_range(8):
             s += exp(v[e] - m)
     return m + log(warp_sum(s))
@@ -155,7 +156,7 @@ def _grad1(x, dx, i, col, coef, row_lse):
 def _grad8(x, dx, i, col, coef, row_lse):
     """_grad1 of logits i ... i + 7 (one row), one 16-byte load and store."""
     v = local(f32, 8)
-    v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, i)
+    load8_into(v, x, i)
     for e in static_range(8):
         d = 0.0
         if col >= 0:
@@ -202,7 +203,7 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     loss, count = xp.empty(1, xp.float32), xp.empty(1, xp.float32)
     part_loss, part_count = (xp.empty(blocks, xp.float32), xp.empty(blocks, xp.float32)) if blocks > 1 \
         else (loss, count)  # not written by a single block
-    vec = 8 if x.dtype.itemsize == 2 and C % 8 == 0 and address(x) % 16 == 0 else 1
+    vec = 8 if x.dtype.itemsize == 2 and C % 8 == 0 and data_ptr(x) % 16 == 0 else 1
     forward = XENT_KERNELS[input.dtype.name, vec][0]
     forward[blocks, XENT_FORWARD_THREADS](x, t, lse, loss, count, part_loss, part_count, N, C, ignore_index, mean)
     if blocks > 1:
@@ -211,7 +212,7 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xp.float32).reshape(1)
         dx = xp.empty_like(x)
-        per_thread = vec if address(dx) % 16 == 0 else 1
+        per_thread = vec if data_ptr(dx) % 16 == 0 else 1
         XENT_KERNELS[input.dtype.name, per_thread][1][cdiv(N * C, XENT_BACKWARD_THREADS * per_thread),
                                                       XENT_BACKWARD_THREADS](x, t, lse, count, g, dx, N, C,
                                                                              ignore_index, mean)

@@ -15,7 +15,8 @@ the scaled mask and the product; here one read of x and one write of y.
 import numpy as np
 
 from frost import dispatch
-from frost.backend import address, cuda
+from frost.backend import cuda
+from frost.layout import data_ptr
 from frost.kernel import Array, Const, bdx, bf16, bx, cdiv, device, f16, f32, i32, kernel, load4, store4, tx, u32
 from frost.ops.philox import counters_for, draw_block, to_unit
 from frost.tensor import Tensor, from_op
@@ -75,7 +76,7 @@ def apply_mask(xp, x, rng, p: float):
     y = xp.empty_like(x)
     kern = DROPOUT_KERNELS[str(x.dtype)]
     launch = kern.simulate if xp is np else kern
-    vector = address(x) % (4 * x.itemsize) == 0 and address(y) % (4 * x.itemsize) == 0
+    vector = data_ptr(x) % (4 * x.itemsize) == 0 and data_ptr(y) % (4 * x.itemsize) == 0
     launch[cdiv(blocks, DROPOUT_THREADS), DROPOUT_THREADS](x, y, rng, n, blocks, np.float32(p), scale_for(p, x.dtype),
                                                            VECTOR=vector)
     return y

@@ -61,8 +61,8 @@ from frost import dispatch
 from frost.backend import cpu, cuda
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
                           exp2, f16, f32, fence_proxy_async, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4,
-                          ldmatrix_x4_trans, load8, local, log, mma, shfl_xor, static_range, swizzle, syncthreads, tx,
-                          u8, u32, warp, warp_sum, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+                          ldmatrix_x4_trans, load8_into, local, log, mma, shfl_xor, static_range, swizzle, syncthreads,
+                          tx, u8, u32, warp, warp_sum, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.ops.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
@@ -601,8 +601,7 @@ def load_transposed(v, dst, first: i32, base: i32, k0: i32, n: i32, BC: Const[in
         chunk = tx + u * THREADS
         key = chunk % BC
         d0 = chunk // BC * 8
-        vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7] = load8(
-            v, (base + min(k0 + key, n - 1)) * D + d0)
+        load8_into(vals, v, (base + min(k0 + key, n - 1)) * D + d0)
         for e in static_range(8):
             dst[first + key // 64, d0 + e, swizzle(d0 + e, key % 64, 64)] = vals[e]
 
@@ -627,6 +626,19 @@ def store_weights(sp, s, row: i32, BC: Const[int]):
             for e in static_range(2):
                 col = j * 8 + 2 * t + e
                 sp[col // 64, r, swizzle(r, col % 64, 64)] = s[j, 2 * h + e]
+
+
+@device
+def wgmma_rows(acc, a_tiles, a_first: i32, a_row: i32, b_tiles, b_first: i32, N: Const[int], K: Const[int],
+               ACCUMULATE: Const[int]):
+    """acc (64 x N) = or += A[a_row: a_row + 64, 0:K] @ B[0:N, 0:K]^T, both K-major swizzled 64-column panels
+    (a_tiles[a_first + k // 64], b_tiles[b_first + k // 64]): K / 16 wgmmas, issued (wgmma_fence before them) and
+    committed as one group; the caller waits."""
+    wgmma_fence()
+    for kk in static_range(K // 16):
+        wgmma_bf16(acc, wgmma_desc(a_tiles[a_first + kk // 4], (a_row, kk % 4 * 16), 128),
+                   wgmma_desc(b_tiles[b_first + kk // 4], (0, kk % 4 * 16), 128), N, 1 if ACCUMULATE else kk)
+    wgmma_commit()
 
 
 @functools.cache
@@ -676,11 +688,7 @@ def wgmma_forward():
             if jt + 1 < tiles:
                 load_panels(k, sk, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
                 cp_commit()
-            wgmma_fence()
-            for kk in static_range(D // 16):
-                wgmma_bf16(s, wgmma_desc(sq[kk // 4], (wg * 64, kk % 4 * 16), 128),
-                           wgmma_desc(sk[buf * DP + kk // 4], (0, kk % 4 * 16), 128), BC, kk)
-            wgmma_commit()
+            wgmma_rows(s, sq, 0, wg * 64, sk, buf * DP, BC, D, 0)
             wgmma_wait(0)
             whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
             softmax_tile(s, acc, m, lsum, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
@@ -688,11 +696,7 @@ def wgmma_forward():
             store_weights(sp, s, warp * 16 + lane // 4, BC)
             fence_proxy_async()
             syncthreads()
-            wgmma_fence()
-            for kk in static_range(BC // 16):
-                wgmma_bf16(acc, wgmma_desc(sp[kk // 4], (wg * 64, kk % 4 * 16), 128),
-                           wgmma_desc(svt[buf * CP + kk // 4], (0, kk % 4 * 16), 128), D)
-            wgmma_commit()
+            wgmma_rows(acc, sp, 0, wg * 64, svt, buf * CP, D, BC, 1)
             if jt + 1 < tiles:
                 load_transposed(v, svt, (1 - buf) * CP, kbase, k0 + BC, lk, BC, D, THREADS)
             wgmma_wait(0)
@@ -701,19 +705,6 @@ def wgmma_forward():
                 break
         write_rows(o, lse, acc, m, lsum, qbase, row0, lq, D)
     return flash_fwd_wgmma
-
-
-@device
-def wgmma_rows(acc, a_tiles, a_first: i32, a_row: i32, b_tiles, b_first: i32, N: Const[int], K: Const[int],
-               ACCUMULATE: Const[int]):
-    """acc (64 x N) = or += A[a_row: a_row + 64, 0:K] @ B[0:N, 0:K]^T, both K-major swizzled 64-column panels
-    (a_tiles[a_first + k // 64], b_tiles[b_first + k // 64]): K / 16 wgmmas, issued (wgmma_fence before them) and
-    committed as one group; the caller waits."""
-    wgmma_fence()
-    for kk in static_range(K // 16):
-        wgmma_bf16(acc, wgmma_desc(a_tiles[a_first + kk // 4], (a_row, kk % 4 * 16), 128),
-                   wgmma_desc(b_tiles[b_first + kk // 4], (0, kk % 4 * 16), 128), N, 1 if ACCUMULATE else kk)
-    wgmma_commit()
 
 
 @device
@@ -976,9 +967,9 @@ def _rng(xp, p: Problem, rng):
 
 
 def uses_wgmma(xp, q, variant: str | None) -> bool:
-    """Whether the forward runs flash_fwd_wgmma: asked for (variant "wgmma"), or by default with
-    FROST_FLASH_WGMMA=1 for bf16 on a Hopper GPU. Off by default until it is timed against the mma.sync forward
-    (benchmarks/flash_attention.py --wgmma)."""
+    """Whether attention runs the warpgroup-MMA kernels (forward and backward): asked for (variant "wgmma"), or by
+    default with FROST_FLASH_WGMMA=1 for bf16 on a Hopper GPU. Off by default until they are timed against the
+    mma.sync kernels (benchmarks/flash_attention.py's "frost flash wgmma" rows)."""
     if variant is not None:
         if variant not in ("wgmma", "mma"):
             raise ValueError(f"flash_attention: variant must be 'wgmma' or 'mma', got {variant!r}")

@@ -3,9 +3,9 @@ frost.dispatch as gelu's fast path. The reference math, and the op that asks for
 import math
 
 from frost import dispatch
-from frost.backend import address
-from frost.kernel import Array, Const, bdx, bf16, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, load8, \
-    local, static_range, store4, store8, tanh, tx
+from frost.layout import data_ptr
+from frost.kernel import Array, Const, bdx, bf16, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, \
+    load8_into, local, static_range, store4, store8, tanh, tx
 from frost.tensor import Tensor, from_op
 
 # The reference path makes half a dozen full-size temporaries per direction (and widens bf16 to float32 in memory);
@@ -95,7 +95,7 @@ def _kernels_vec8(T):
         i = (bx * bdx + tx) * 8
         if i + 8 <= n:
             v = local(f32, 8)
-            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, i)
+            load8_into(v, x, i)
             for k in static_range(8):
                 v[k] = _gelu(v[k], TANH)
             store8(y, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
@@ -110,8 +110,8 @@ def _kernels_vec8(T):
         if i + 8 <= n:
             v = local(f32, 8)
             d = local(f32, 8)
-            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, i)
-            d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7] = load8(g, i)
+            load8_into(v, x, i)
+            load8_into(d, g, i)
             for k in static_range(8):
                 d[k] = d[k] * _gelu_slope(v[k], TANH)
             store8(dx, i, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7])
@@ -131,7 +131,7 @@ GELU_VECTOR_KERNELS = {"float32": (4, gelu_forward_vec4, gelu_backward_vec4),
 def _launch(scalar, vector, per_thread: int, *arrays, n: int, tanh_form: bool) -> None:
     """The 16-byte kernel (per_thread values a thread) when every array is 16-byte aligned, else the
     one-value-per-thread kernel."""
-    if all(address(a) % 16 == 0 for a in arrays):
+    if all(data_ptr(a) % 16 == 0 for a in arrays):
         vector[cdiv(n, per_thread * GELU_THREADS), GELU_THREADS](*arrays, n, TANH=tanh_form)
     else:
         scalar[cdiv(n, GELU_THREADS), GELU_THREADS](*arrays, n, TANH=tanh_form)

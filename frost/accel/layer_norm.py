@@ -4,9 +4,9 @@ frost/ops/norm.py."""
 import math
 
 from frost import dispatch
-from frost.backend import address
+from frost.layout import data_ptr
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
-                          load4, load8, local, shared, sqrt, static_range, store4, store8, syncthreads, tx, warp,
+                          load4, load8_into, local, shared, sqrt, static_range, store4, store8, syncthreads, tx, warp,
                           warp_sum)
 from frost.tensor import Tensor, from_op
 
@@ -86,23 +86,17 @@ def _row_stats8(x, base, C, eps, RMS: Const[bool]):
     m = 0.0
     if not RMS:
         for c in range(lane * 8, C, 256):
-            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, base + c)
+            load8_into(v, x, base + c)
             m += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))
         m = warp_sum(m) / f32(C)
     q = 0.0
     for c in range(lane * 8, C, 256):
-        v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(x, base + c)
+        load8_into(v, x, base + c)
         for k in static_range(8):
             v[k] = (v[k] - m) * (v[k] - m)
         q += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))
     q = warp_sum(q) / f32(C)
     return m, 1.0 / sqrt(q + eps)
-
-
-@device
-def _load_chunk(v, a, i):
-    """v[0:8] = a[i:i + 8] as float32 (one 16-byte load)."""
-    v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(a, i)
 
 
 def _forward_kernel(T):
@@ -161,15 +155,15 @@ def _forward_kernel_vec8(T):
             base = r * C
             m, s = _row_stats8(x, base, C, eps, RMS)
             for c in range(lane * 8, C, 256):
-                _load_chunk(v, x, base + c)
+                load8_into(v, x, base + c)
                 for k in static_range(8):
                     v[k] = (v[k] - m) * s
                 if WEIGHT:
-                    _load_chunk(p, w, c)
+                    load8_into(p, w, c)
                     for k in static_range(8):
                         v[k] = v[k] * p[k]
                 if BIAS:
-                    _load_chunk(p, b, c)
+                    load8_into(p, b, c)
                     for k in static_range(8):
                         v[k] = v[k] + p[k]
                 store8(out, base + c, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
@@ -182,10 +176,10 @@ def _forward_kernel_vec8(T):
 @device
 def _dxhat_chunk(xv, gv, wv, w, x, g, base: i32, c: i32, m: f32, s: f32, WEIGHT: Const[bool]):
     """For the 8 columns c ... c + 7 of a row: xv = xhat, gv = dout, wv = dout * weight (all float32)."""
-    _load_chunk(xv, x, base + c)
-    _load_chunk(gv, g, base + c)
+    load8_into(xv, x, base + c)
+    load8_into(gv, g, base + c)
     if WEIGHT:
-        _load_chunk(wv, w, c)
+        load8_into(wv, w, c)
     for e in static_range(8):
         xv[e] = (xv[e] - m) * s
         wv[e] = gv[e] * wv[e] if WEIGHT else gv[e]
@@ -359,14 +353,11 @@ def ln_backward_plan(n: int, C: int) -> tuple[int, int, int]:
     return min(n, LN_BACKWARD_BLOCKS), threads, cdiv(C, threads)
 
 
-
-def _takes_vec4(C: int, *arrays) -> bool:
-    return C % 4 == 0 and all(a is None or (a.dtype.itemsize == 4 and address(a) % 16 == 0) for a in arrays)
-
-
-def _takes_vec8(C: int, *arrays) -> bool:
-    """Whether 16-bit rows of C values can move 8 values (16 bytes) per access."""
-    return C % 8 == 0 and all(a is None or (a.dtype.itemsize == 2 and address(a) % 16 == 0) for a in arrays)
+def moves_16_bytes(C: int, itemsize: int, *arrays) -> bool:
+    """Whether rows of C values of `itemsize` bytes can move 16 bytes per access (4 float32 or 8 bf16/fp16 values):
+    every array (None: not passed) of that element size and 16-byte aligned, C a multiple of the values moved."""
+    return C % (16 // itemsize) == 0 and all(a is None or (a.dtype.itemsize == itemsize and data_ptr(a) % 16 == 0)
+                                             for a in arrays)
 
 
 def ln_backward_vec8_plan(n: int, C: int) -> tuple[int, int]:
@@ -398,9 +389,9 @@ def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Te
     rows_per_block = LN_FORWARD_THREADS // 32
     params = (None if weight is None else w, None if bias is None else b)
     forward = kernels["forward"]
-    if _takes_vec4(C, xa, out, *params):
+    if moves_16_bytes(C, 4, xa, out, *params):
         forward = layer_norm_forward_vec4
-    elif _takes_vec8(C, xa, out, *params):
+    elif moves_16_bytes(C, 2, xa, out, *params):
         forward = kernels["forward_vec8"]
     forward[cdiv(n, rows_per_block), LN_FORWARD_THREADS](xa, w, b, out, mean, rstd, n, C, eps, **flags)
     parents = [t for t in (x, weight, bias) if t is not None]
@@ -408,7 +399,7 @@ def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Te
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)
         dx = xp.empty_like(xa)
-        warp_rows = _takes_vec8(C, g, xa, dx, params[0]) and cdiv(C, 8) <= 32 * LN_WARP_ROWS_MAX_CHUNKS
+        warp_rows = moves_16_bytes(C, 2, g, xa, dx, params[0]) and cdiv(C, 8) <= 32 * LN_WARP_ROWS_MAX_CHUNKS
         if warp_rows:
             blocks, K = ln_backward_vec8_plan(n, C)
             kernel, threads = kernels["backward_vec8"], LN_WARP_ROWS_THREADS

@@ -61,14 +61,6 @@ def device_of(array) -> Device:
     return cuda.device_of(array)
 
 
-def address(array) -> int:
-    """The address of an array's first element: NumPy's host pointer or CuPy's device pointer (for the alignment
-    a kernel's vector accesses need)."""
-    if isinstance(array, np.ndarray):
-        return array.ctypes.data
-    return array.data.ptr
-
-
 def to_device(array, device: Device):
     """Copy an array to a device (a no-op when it is already there)."""
     src = device_of(array)

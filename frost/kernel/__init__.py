@@ -25,7 +25,8 @@ Semantics (the simulator implements these; float results can differ from the GPU
   access (16 bytes of f32/i32/u32, 8 of bf16/f16), `load2`/`store2` two, `load8`/`store8` eight bf16/f16 (16
   bytes); `ldg4(x, i)` is load4 of 4-byte elements through the read-only cache. i must be a multiple of the count
   and the array aligned to the access's bytes (the simulator checks both, the launch checks the pointers).
-  `ldg(x, i)` is a scalar read-only load. Unpacking may target elements: `r[0], r[1] = f(...)`.
+  `ldg(x, i)` is a scalar read-only load. Unpacking may target elements: `r[0], r[1] = f(...)`; `load8_into(v, x, i)`
+  unpacks load8 into the local array v (converting to its elements).
 - `launch_bounds(MAX_THREADS[, MIN_BLOCKS])` as a statement of a kernel's body is CUDA's `__launch_bounds__`;
   `swizzle(row, col, COLS)` is the XOR-swizzled column of a 16-bit shared tile (conflict-free ldmatrix, no padding).
 - `k.inspect(arch, **consts)` returns the PTX and ptxas's registers/spills/stack; `k.ptx(arch, **consts)` the PTX.
@@ -91,7 +92,7 @@ from frost.kernel.api import (CudaSource, DeviceFunction, Kernel, cuda_source, d
 from frost.kernel.builtins import *  # noqa: F401,F403 (tx, bx, sqrt, shared, ...: the language's names)
 from frost.kernel.compile import stats as compile_stats
 from frost.kernel.frontend import KernelError
-from frost.kernel.lib import block_max, block_sum, mma_tile, swizzle, warp_max, warp_min, warp_sum
+from frost.kernel.lib import block_max, block_sum, load8_into, mma_tile, swizzle, warp_max, warp_min, warp_sum
 from frost.kernel.simulate import SimulationError
 from frost.kernel.types import Array, Const, bf16, f16, f32, f64, i32, i64, u32, u8
 from frost.kernel.types import boolean as bool_
@@ -102,7 +103,7 @@ kernel.warm = warm
 __all__ = ["kernel", "device", "warm", "cuda_source", "grid_sync_counter", "Kernel", "DeviceFunction", "CudaSource",
            "KernelError", "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32",
            "i64", "u32", "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile",
-           "swizzle"] + list(_builtins.__all__)
+           "swizzle", "load8_into"] + list(_builtins.__all__)
 
 
 class _CallableModule(_types.ModuleType):

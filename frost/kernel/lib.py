@@ -1,6 +1,7 @@
-"""Device functions in the kernel language itself: warp and block reductions, tile matmul, shared tiles' swizzle."""
+"""Device functions in the kernel language itself: warp and block reductions, tile matmul, shared tiles' swizzle,
+the eight-value load of 16-bit data."""
 from frost.kernel.api import device
-from frost.kernel.builtins import (bdx, inf, lane, mma_16x8x16, register_library, shfl_xor, static_range,
+from frost.kernel.builtins import (bdx, inf, lane, load8, mma_16x8x16, register_library, shfl_xor, static_range,
                                    syncthreads, warp)
 from frost.kernel.types import Const
 
@@ -79,5 +80,12 @@ def swizzle(row, col, COLS: Const[int]):
     return ((col // 8) ^ key) * 8 + col % 8
 
 
+@device
+def load8_into(v, a, i):
+    """v[0:8] = a[i:i + 8] in one 16-byte load of eight bf16/f16 values (i % 8 == 0), converted to v's elements:
+    the unpacking that a kernel over 16-bit data writes for every chunk it reads."""
+    v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(a, i)
+
+
 # what a kernel may call without importing it (block_sum and block_max stay explicit imports)
-register_library(warp_sum, warp_max, warp_min, mma_tile, swizzle)
+register_library(warp_sum, warp_max, warp_min, mma_tile, swizzle, load8_into)
