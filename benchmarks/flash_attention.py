@@ -1,7 +1,7 @@
 """Flash attention: Frost's kernels (frost/accel/flash_attention.py) against Frost's composed path and PyTorch's SDPA
 (flash and cuDNN backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
 --head-dim change them), causal and not. On a Hopper GPU "frost flash wgmma" is the same on warpgroup MMA
-(FROST_FLASH_WGMMA=1: the forward, and at head dim 64 the backward; frost/accel/flash_attention.py says which).
+(FROST_FLASH_WGMMA=1: the forward and backward kernels of frost/accel/flash_attention.py's Hopper section).
 
 Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep] [--out FILE.json]
 --sweep times FlashAttention's own shapes (the issue's): head dims 64 and 128, lengths 512 to 16k at batch x length =
@@ -47,7 +47,7 @@ def environment(name: str, value: str):
 
 
 def flash_switch(on: bool, wgmma: bool = False):
-    """Frost's flash kernels on or off (the composed path), and the Hopper forward (wgmma) or mma.sync's."""
+    """Frost's flash kernels on or off (the composed path), and the Hopper kernels (wgmma) or the mma.sync ones."""
     stack = contextlib.ExitStack()
     stack.enter_context(environment("FROST_FLASH_ATTENTION", "1" if on else "0"))
     stack.enter_context(environment("FROST_FLASH_WGMMA", "1" if wgmma else "0"))
@@ -126,7 +126,9 @@ def sweep_shapes() -> list[tuple]:
 
 
 def peak_mib(forward_backward) -> float:
-    """The most GPU memory one forward + backward holds at once, MiB (frost.cuda.max_memory_allocated)."""
+    """MiB the memory pool holds at its peak over one forward + backward (frost.cuda.max_memory_allocated): an upper
+    bound, counting every live Frost tensor of the process too (the other rows' inputs); enough to show that no
+    L x S matrix (16 GiB in bf16 at 32 heads of 16k) was made."""
     frost.cuda.synchronize()
     frost.cuda.reset_peak_memory_stats()
     forward_backward()

@@ -17,7 +17,6 @@ import argparse
 import csv
 import io
 import re
-import sys
 from pathlib import Path
 
 from frost.bench import common
@@ -110,4 +109,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main() and 0)
+    main()
