@@ -420,7 +420,7 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
     # inf - inf in a sum of gradients is nan without a NumPy warning, as in PyTorch (anomaly mode finds it)
     with no_grad(), np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for t in reversed(order):
-            g = grads.pop(id(t), None)
+            g = _read(grads.pop(id(t), None))
             if g is None or (leads is not None and id(t) not in leads):
                 continue
             node = t._ctx
@@ -456,6 +456,7 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
                     continue
                 if anomaly:
                     complete_deferred_gradients()  # the check reads every gradient as it is produced
+                    pg = _read(pg)
                 if anomaly and _has_nan(pg) and not any(map(_has_nan, _parts(g))):
                     raise AnomalyError(f"anomaly: backward of '{node.name}' produced NaN in the gradient of an "
                                        f"input of shape {tuple(p.shape)}")
@@ -635,12 +636,78 @@ class GradientPair(tuple):
     last batch norm adds them as it loads them: a residual block's input gradient without an add kernel)."""
 
 
+class PlacedGradient:
+    """Gradient contributions g_i, each placed at a basic index idx_i (slices, integers) of zeros of one shape, not
+    yet summed: the gradients of slices of one tensor (split, chunk, getitem). Read (array) when the tensor's own
+    backward runs: slices that tile one dim join (a view, where the contributions lie side by side in one block,
+    as flash attention writes the gradients of q, k and v; else one concatenation), others are added into zeros.
+    Without it, each slice's gradient is a full-size array of zeros and the sum of them one more full-size pass
+    per slice."""
+    __slots__ = ("xp", "shape", "dtype", "parts")
+
+    def __init__(self, xp, shape: tuple, dtype, parts: list) -> None:
+        self.xp, self.shape, self.dtype, self.parts = xp, tuple(shape), dtype, parts
+
+    def joins(self, other: PlacedGradient) -> bool:
+        return self.xp is other.xp and self.shape == other.shape and self.dtype == other.dtype
+
+    def joined(self, other: PlacedGradient) -> PlacedGradient:
+        return PlacedGradient(self.xp, self.shape, self.dtype, self.parts + other.parts)
+
+    def array(self):
+        xp = self.xp
+        tiles = _tiling(self.parts, self.shape)
+        if tiles is not None:
+            axis, pieces = tiles
+            if len(pieces) == 1:
+                return pieces[0]
+            joined = layout.joined_view(pieces, axis)
+            return joined if joined is not None else xp.concatenate(pieces, axis=axis)
+        out = xp.zeros(self.shape, dtype=self.dtype)
+        for idx, g in self.parts:
+            out[idx] += g
+        return out
+
+
+def _tiling(parts: list, shape: tuple):
+    """(axis, contributions in order) where the parts' indices are slices of one dim (every other dim whole) that
+    cover it once, from 0 to its end, with contributions of the full shape; else None."""
+    spans = []
+    for idx, g in parts:
+        if not isinstance(idx, tuple) or len(idx) > len(shape) or not all(isinstance(i, slice) for i in idx):
+            return None
+        ranges = [i.indices(n) for i, n in zip(idx, shape)]
+        cut = [d for d, (lo, hi, step) in enumerate(ranges) if (lo, hi, step) != (0, shape[d], 1)]
+        if len(cut) > 1 or g.ndim != len(shape) or (cut and ranges[cut[0]][2] != 1):
+            return None
+        spans.append((cut[0] if cut else None, ranges[cut[0]][:2] if cut else (0, 0), g))
+    axes = {a for a, _, _ in spans}
+    if len(axes) != 1 or None in axes:
+        return None
+    spans.sort(key=lambda s: s[1][0])
+    end = 0
+    axis = spans[0][0]
+    for _, (lo, hi), g in spans:
+        if lo != end or g.shape[axis] != hi - lo:
+            return None
+        end = hi
+    return (axis, [g for _, _, g in spans]) if end == shape[axis] else None
+
+
+def _read(g):
+    """A PlacedGradient summed into its array; any other gradient as it is."""
+    return g.array() if isinstance(g, PlacedGradient) else g
+
+
 def _parts(g) -> tuple:
     return tuple(g) if isinstance(g, GradientPair) else (g,)
 
 
 def _combine(a, b, p):
     """The gradient so far plus contribution b: a GradientPair where p's op takes pairs and a and b are alike."""
+    if isinstance(a, PlacedGradient) and isinstance(b, PlacedGradient) and a.joins(b):
+        return a.joined(b)
+    a, b = _read(a), _read(b)
     ctx = p._ctx
     if ctx is None:
         complete_deferred_gradients()  # a leaf's second contribution: the sum reads the first

@@ -75,3 +75,30 @@ def flat_view(a, channels_last: bool):
 def data_ptr(a) -> int:
     """The address of an array's first element (NumPy or CuPy)."""
     return a.__array_interface__["data"][0] if array_module(a).__name__ == "numpy" else a.data.ptr
+
+
+def allocation(a):
+    """The object that owns a's memory: the ndarray at the root of a NumPy view chain, CuPy's Memory."""
+    if array_module(a).__name__ != "numpy":
+        return a.data.mem
+    while getattr(a, "base", None) is not None:
+        a = a.base
+    return a
+
+
+def joined_view(pieces: list, axis: int):
+    """The array that `pieces` make when joined along `axis`, as a view of their memory, where they lie side by
+    side there (one allocation, one layout, each starting where the one before ends along `axis`): the gradients
+    of q, k and v written into one block join into the gradient of the projection they were split from without
+    a copy. None where they do not."""
+    first = pieces[0]
+    if any(p.ndim != first.ndim or p.strides != first.strides or p.dtype != first.dtype
+           or p.shape[:axis] + p.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:] for p in pieces):
+        return None
+    owner, start, offset = allocation(first), data_ptr(first), 0
+    for p in pieces:
+        if allocation(p) is not owner or data_ptr(p) != start + offset * first.strides[axis]:
+            return None
+        offset += p.shape[axis]
+    shape = first.shape[:axis] + (offset,) + first.shape[axis + 1:]
+    return array_module(first).lib.stride_tricks.as_strided(first, shape, first.strides)

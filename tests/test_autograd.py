@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import frost
+from frost import autograd
 from frost.autograd import AnomalyError, GradientPair, unbroadcast
 from frost.tensor import from_op
 
@@ -609,3 +610,31 @@ def test_gradient_pairs_are_summed_for_other_ops_retained_grads_and_a_third_cont
     w = frost.tensor(np.arange(4.0), requires_grad=True)
     (w * 3.0 + w * 5.0).sum().backward()  # a leaf: summed into .grad as before
     np.testing.assert_array_equal(w.grad.numpy(), np.full(4, 8.0))
+
+
+def test_gradients_of_slices_that_tile_a_dim_join_into_one_array():
+    x = frost.Tensor(np.arange(24.0).reshape(2, 12), requires_grad=True)
+    q, k, v = x.split(4, dim=1)
+    (q * 1 + k * 2 + v * 3).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.repeat([[1.0] * 4 + [2.0] * 4 + [3.0] * 4], 2, axis=0))
+
+
+def test_gradients_of_overlapping_and_partial_slices_add_up_in_zeros():
+    x = frost.Tensor(np.arange(24.0).reshape(2, 12), requires_grad=True)
+    (x[:, :5].sum() + 2 * x[:, 3:].sum() + 4 * x[0, 1:2].sum()).backward()
+    want = np.zeros((2, 12))
+    want[:, :5] += 1
+    want[:, 3:] += 2
+    want[0, 1:2] += 4
+    np.testing.assert_array_equal(x.grad.numpy(), want)
+
+
+def test_placed_gradient_joins_contributions_lying_side_by_side_as_a_view():
+    block = np.arange(24.0).reshape(2, 12)
+    parts = [((slice(None), slice(4 * i, 4 * i + 4)), block[:, 4 * i:4 * i + 4]) for i in (2, 0, 1)]
+    placed = autograd.PlacedGradient(np, (2, 12), block.dtype, parts[:1])
+    for p in parts[1:]:
+        placed = placed.joined(autograd.PlacedGradient(np, (2, 12), block.dtype, [p]))
+    joined = placed.array()
+    np.testing.assert_array_equal(joined, block)
+    assert np.shares_memory(joined, block)   # the three pieces were one block: no copy

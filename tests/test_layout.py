@@ -162,3 +162,20 @@ def test_flat_group_keeps_channels_last_parameters_gradients_and_state_channels_
     # element i of every buffer belongs to the same weight entry: the flat kernels index them alike
     np.testing.assert_array_equal(group.params[:48], values.transpose(0, 2, 3, 1).reshape(-1))
     np.testing.assert_array_equal(group.state["exp_avg"][:48], avg_values.transpose(0, 2, 3, 1).reshape(-1))
+
+
+def test_joined_view_joins_pieces_side_by_side_in_one_block_without_a_copy():
+    block = np.arange(2 * 12, dtype=np.float32).reshape(2, 12)
+    pieces = [block[:, 0:4], block[:, 4:8], block[:, 8:12]]
+    joined = layout.joined_view(pieces, 1)
+    assert joined is not None and np.shares_memory(joined, block)
+    np.testing.assert_array_equal(joined, block)
+
+
+def test_joined_view_declines_gaps_other_orders_and_other_blocks():
+    block = np.arange(2 * 12, dtype=np.float32).reshape(2, 12)
+    assert layout.joined_view([block[:, 0:4], block[:, 8:12]], 1) is None          # a gap
+    assert layout.joined_view([block[:, 4:8], block[:, 0:4]], 1) is None           # out of order
+    other = block.copy()
+    assert layout.joined_view([block[:, 0:4], other[:, 4:8]], 1) is None            # two allocations
+    assert layout.joined_view([block[:, 0:4], block[:, 4:8].astype(np.float64)], 1) is None

@@ -3,10 +3,14 @@ cores, the host functions that launch them, and the op `flash_attention`, regist
 scaled_dot_product_attention (frost/ops/attention.py) on CUDA where `supported` says it applies
 (FROST_FLASH_ATTENTION=0 switches it off); the composed path (matmul, softmax, matmul) runs wherever it declines.
 
-Layout. q, k, v, o and their gradients are row-major (rows = batch x heads x sequence, D columns), bf16 or f16; D
-(the head dim, 64 or 128) is a compile-time constant. A block has WARPS = BR // 16 warps; each warp owns 16 rows of
-the block's tile (queries in the forward and dQ kernels, keys in the dK/dV kernel) and every column of D, so the
-softmax statistics of a row stay within the 4 lanes of a quad (two shuffles). Scores live in mma C fragments and are
+Layout. q, k, v, o and their gradients are rows of D values (D, the head dim, 64 or 128, a compile-time constant),
+bf16 or f16: (batch b, head h, position t) is row b * sb + h * sh + t * st of its tensor's layout, so heads sliced
+out of one (B, T, 3 x C) projection are read where they lie, O is written (B, T, H, D) (as PyTorch's flash
+attention writes it: transpose(1, 2).reshape(B, T, C) is then a view), and the gradients of q, k and v sliced
+out of one tensor are written into one buffer of that tensor's layout (the backward of the split a view too).
+A block has WARPS = BR // 16 warps; each warp owns 16 rows of the block's tile (queries in the forward and dQ
+kernels, keys in the dK/dV kernel) and every column of D, so the softmax statistics of a row stay within the 4 lanes
+of a quad (two shuffles). Scores live in mma C fragments and are
 turned into the A fragments of the next mma in registers (P @ V, dS @ K, ...), never through shared memory.
 
 Masking: key j is visible to query i when j < Lk, the key-padding mask keeps j, and (causal) j <= i: top-left
@@ -57,7 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from frost import dispatch
+from frost import dispatch, layout
 from frost.backend import cpu, cuda
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
                           exp2, f16, f32, fence_proxy_async, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4,
@@ -110,14 +114,15 @@ def wgmma_tiles(d: int, dropout: bool) -> dict:
 
 # ------------------------------------------------------------------ device functions (fragments and tiles)
 @device
-def load_rows(src, dst, base: i32, r0: i32, n: i32, ROWS: Const[int], D: Const[int], THREADS: Const[int]):
-    """Start copying rows base + r0 ... base + r0 + ROWS - 1 of src into the shared tile dst (16 bytes per
-    cp.async); a row at or past n (the sequence length) repeats row n - 1, which the softmax masks out."""
+def load_rows(src, dst, base: i32, st: i32, r0: i32, n: i32, ROWS: Const[int], D: Const[int], THREADS: Const[int]):
+    """Start copying positions r0 ... r0 + ROWS - 1 of one head of src (rows base + position * st) into the shared
+    tile dst (16 bytes per cp.async); a position at or past n (the sequence length) repeats n - 1, which the softmax
+    masks out."""
     for u in static_range(ROWS * D // 8 // THREADS):
         chunk = tx + u * THREADS
         r = chunk // (D // 8)
         col = chunk % (D // 8) * 8
-        cp_async16(dst, (r, col), src, (base + min(r0 + r, n - 1), col))
+        cp_async16(dst, (r, col), src, (base + min(r0 + r, n - 1) * st, col))
 
 
 @device
@@ -131,12 +136,26 @@ def query_tile(lq: i32, lk: i32, heads: i32, group: i32, BR: Const[int]) -> (i32
 
 
 @device
-def load_kv_tile(k, v, sk, sv, kbase: i32, k0: i32, lk: i32, BC: Const[int], D: Const[int], THREADS: Const[int]):
+def head_rows(lq: i32, heads: i32, group: i32, qsb: i32, qsh: i32, ksb: i32, ksh: i32, osb: i32, osh: i32,
+              BR: Const[int]) -> (i32, i32, i32, i32, i32, i32, i32):
+    """query_tile for the mma.sync kernels, whose q, k/v and o (dO) rows have layouts of their own: the batch, the
+    head's first log-sum-exp entry, the block's first query, this lane's first row, and the first rows of q, of
+    the key/value head (grouped-query attention) and of o."""
+    b = bx // heads
+    h = bx % heads
+    q0 = by * BR
+    return (b, bx * lq, q0, q0 + warp * 16 + lane // 4, b * qsb + h * qsh, b * ksb + h // group * ksh,
+            b * osb + h * osh)
+
+
+@device
+def load_kv_tile(k, v, sk, sv, kbase: i32, kst: i32, k0: i32, lk: i32, BC: Const[int], D: Const[int],
+                 THREADS: Const[int]):
     """Keys and values k0 ... k0 + BC - 1 into the shared tiles sk and sv, once every warp is done with the
     previous tile; returns with them in place for every warp."""
     syncthreads()
-    load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
-    load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
+    load_rows(k, sk, kbase, kst, k0, lk, BC, D, THREADS)
+    load_rows(v, sv, kbase, kst, k0, lk, BC, D, THREADS)
     cp_commit()
     cp_wait(0)
     syncthreads()
@@ -353,21 +372,22 @@ def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32,
 
 
 @device
-def write_scaled_rows(out, acc, base: i32, row0: i32, n: i32, scale: f32, D: Const[int]):
-    """out[base + r] = acc's rows times scale for this lane's rows r = row0 and row0 + 8 (C fragments of D columns),
-    rows past n left alone: the backward kernels' dQ, dK and dV."""
+def write_scaled_rows(out, acc, base: i32, st: i32, row0: i32, n: i32, scale: f32, D: Const[int]):
+    """out[base + r * st] = acc's rows times scale for this lane's positions r = row0 and row0 + 8 (C fragments of D
+    columns), positions past n left alone: the backward kernels' dQ, dK and dV."""
     t = lane % 4
     for h in static_range(2):
         row = row0 + 8 * h
         if row < n:
             for d in static_range(D // 8):
                 for e in static_range(2):
-                    out[base + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * scale
+                    out[base + row * st, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * scale
 
 
 @device
-def write_rows(o, lse, acc, m, lsum, qbase: i32, row0: i32, lq: i32, D: Const[int]):
-    """This lane's two rows of O (acc over the row's sum) and their log-sum-exp (natural log), rows in range only."""
+def write_rows(o, lse, acc, m, lsum, obase: i32, ost: i32, lbase: i32, row0: i32, lq: i32, D: Const[int]):
+    """This lane's two positions of O (acc over the row's sum; rows obase + position * ost) and their log-sum-exp
+    (natural log; lse[lbase + position]), positions in range only."""
     t = lane % 4
     for h in static_range(2):
         total = quad_sum(lsum[h])
@@ -376,20 +396,23 @@ def write_rows(o, lse, acc, m, lsum, qbase: i32, row0: i32, lq: i32, D: Const[in
             inv = 1.0 / total if total > 0.0 else 0.0
             for d in static_range(D // 8):
                 for e in static_range(2):
-                    o[qbase + row, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * inv
+                    o[obase + row * ost, d * 8 + 2 * t + e] = acc[d, 2 * h + e] * inv
             if t == 0:
-                lse[qbase + row] = m[h] * LN2 + log(total) if total > 0.0 else -inf
+                lse[lbase + row] = m[h] * LN2 + log(total) if total > 0.0 else -inf
 
 
 # ------------------------------------------------------------------ kernels, one set per element type
 def _make_kernels(T):
     @kernel
     def flash_fwd(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], o: Array[T, 2], lse: Array[f32], kmask: Array[u8],
-                  rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, drop_p: f32,
+                  rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32, qsb: i32, qsh: i32, qst: i32, ksb: i32,
+                  ksh: i32, kst: i32, osb: i32, osh: i32, ost: i32, scale_log2: f32, drop_p: f32,
                   keep_scale: f32, D: Const[int], BR: Const[int], BC: Const[int], CAUSAL: Const[int],
                   MASKED: Const[int], DROPOUT: Const[int]):
         """O and the log-sum-exp of BR queries of one (batch, head): K/V tiles of BC keys streamed through shared
-        memory, softmax online (running max m and sum l per row, in log2 units)."""
+        memory, softmax online (running max m and sum l per row, in log2 units). q, k, v and o are rows of D
+        values: (batch b, head h, position t) is row b * sb + h * sh + t * st of its layout (qs*, ks* for k and v,
+        os*), so that heads sliced out of one projection are read, and O written, where they lie."""
         THREADS: Const[int] = BR // 16 * 32
         launch_bounds(THREADS)
         sq = dynamic_shared(T, (BR, D + PAD))
@@ -403,9 +426,9 @@ def _make_kernels(T):
         acc = local(f32, (D // 8, 4))
         m = local(f32, 2)
         lsum = local(f32, 2)
-        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
-        load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
-        load_rows(k, sk, kbase, 0, lk, BC, D, THREADS)
+        b, lbase, q0, row0, qbase, kbase, obase = head_rows(lq, heads, group, qsb, qsh, ksb, ksh, osb, osh, BR)
+        load_rows(q, sq, qbase, qst, q0, lq, BR, D, THREADS)
+        load_rows(k, sk, kbase, kst, 0, lk, BC, D, THREADS)
         cp_commit()
         zero(acc, D)
         for h in static_range(2):
@@ -419,7 +442,7 @@ def _make_kernels(T):
             k0 = jt * BC
             cp_wait(0)
             syncthreads()
-            load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
+            load_rows(v, sv, kbase, kst, k0, lk, BC, D, THREADS)
             cp_commit()
             if jt == 0:
                 load_a(qf, sq, warp * 16, D)
@@ -432,20 +455,24 @@ def _make_kernels(T):
             cp_wait(0)
             syncthreads()
             if jt + 1 < tiles:
-                load_rows(k, sk, kbase, k0 + BC, lk, BC, D, THREADS)
+                load_rows(k, sk, kbase, kst, k0 + BC, lk, BC, D, THREADS)
                 cp_commit()
             mma_cols(acc, pf, sv, vb, D, BC)
-        write_rows(o, lse, acc, m, lsum, qbase, row0, lq, D)
+        write_rows(o, lse, acc, m, lsum, obase, ost, lbase, row0, lq, D)
 
     @kernel
-    def flash_bwd_dot(o: Array[T, 2], do: Array[T, 2], delta: Array[f32], rows: i32, D: Const[int]):
-        """delta[r] = sum over the head dim of dO[r] * O[r] (float32): one warp per row."""
+    def flash_bwd_dot(o: Array[T, 2], do: Array[T, 2], delta: Array[f32], rows: i32, lq: i32, heads: i32, osb: i32,
+                      osh: i32, ost: i32, D: Const[int]):
+        """delta[r] = sum over the head dim of dO[r] * O[r] (float32) for r = (batch, head, position) in that order,
+        O and dO rows of the layout os*: one warp per row."""
         r = bx * 4 + warp
         if r >= rows:
             return
+        bh = r // lq
+        row = bh // heads * osb + bh % heads * osh + r % lq * ost
         acc = 0.0
         for c in static_range(D // 32):
-            acc += f32(o[r, lane + 32 * c]) * f32(do[r, lane + 32 * c])
+            acc += f32(o[row, lane + 32 * c]) * f32(do[row, lane + 32 * c])
         acc = warp_sum(acc)
         if lane == 0:
             delta[r] = acc
@@ -453,11 +480,12 @@ def _make_kernels(T):
     @kernel
     def flash_bwd_dq(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], do: Array[T, 2], lse: Array[f32],
                      delta: Array[f32], kmask: Array[u8], rng: Array[u32], dq: Array[T, 2], lq: i32, lk: i32,
-                     heads: i32, group: i32, scale_log2: f32, scale: f32, drop_p: f32, keep_scale: f32,
+                     heads: i32, group: i32, qsb: i32, qsh: i32, qst: i32, ksb: i32, ksh: i32, kst: i32, osb: i32,
+                     osh: i32, ost: i32, scale_log2: f32, scale: f32, drop_p: f32, keep_scale: f32,
                      D: Const[int], BR: Const[int], BC: Const[int], CAUSAL: Const[int], MASKED: Const[int],
                      DROPOUT: Const[int]):
         """dQ of BR queries: over the K/V tiles, S = Q K^T and dP = dO V^T, P = exp(S - L), dS = P (dP - delta),
-        dQ += dS K."""
+        dQ += dS K. Layouts as flash_fwd's: dq q's, dO o's."""
         THREADS: Const[int] = BR // 16 * 32
         launch_bounds(THREADS)
         ROW: Const[int] = (D + PAD) * 2
@@ -475,18 +503,18 @@ def _make_kernels(T):
         acc = local(f32, (D // 8, 4))
         lrow = local(f32, 2)
         drow = local(f32, 2)
-        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
-        load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
-        load_rows(do, sdo, qbase, q0, lq, BR, D, THREADS)
+        b, lbase, q0, row0, qbase, kbase, obase = head_rows(lq, heads, group, qsb, qsh, ksb, ksh, osb, osh, BR)
+        load_rows(q, sq, qbase, qst, q0, lq, BR, D, THREADS)
+        load_rows(do, sdo, obase, ost, q0, lq, BR, D, THREADS)
         cp_commit()
         for h in static_range(2):
-            lrow[h] = saved_lse(lse, qbase + row0 + 8 * h, qbase + lq)
-            drow[h] = delta[qbase + row0 + 8 * h] if row0 + 8 * h < lq else 0.0
+            lrow[h] = saved_lse(lse, lbase + row0 + 8 * h, lbase + lq)
+            drow[h] = delta[lbase + row0 + 8 * h] if row0 + 8 * h < lq else 0.0
         zero(acc, D)
         kv_end = min(lk, q0 + BR) if CAUSAL else lk
         for jt in range(cdiv(kv_end, BC)):
             k0 = jt * BC
-            load_kv_tile(k, v, sk, sv, kbase, k0, lk, BC, D, THREADS)
+            load_kv_tile(k, v, sk, sv, kbase, kst, k0, lk, BC, D, THREADS)
             if jt == 0:
                 load_a(qf, sq, warp * 16, D)
                 load_a(dof, sdo, warp * 16, D)
@@ -499,12 +527,13 @@ def _make_kernels(T):
                     BC, CAUSAL, MASKED, DROPOUT)
             to_a(dsf, s, BC)
             mma_cols(acc, dsf, sk, db, D, BC)
-        write_scaled_rows(dq, acc, qbase, row0, lq, scale, D)
+        write_scaled_rows(dq, acc, qbase, qst, row0, lq, scale, D)
 
     @kernel
     def flash_bwd_dkdv(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], do: Array[T, 2], lse: Array[f32],
                        delta: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[T, 2], dv: Array[T, 2],
-                       lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32, drop_p: f32,
+                       lq: i32, lk: i32, heads: i32, group: i32, qsb: i32, qsh: i32, qst: i32, ksb: i32, ksh: i32,
+                       kst: i32, osb: i32, osh: i32, ost: i32, scale_log2: f32, scale: f32, drop_p: f32,
                        keep_scale: f32, D: Const[int], BR: Const[int], BC: Const[int], CAUSAL: Const[int],
                        MASKED: Const[int], DROPOUT: Const[int]):
         """dK and dV of BC keys of one (batch, kv head): over the query heads of its group and their query tiles,
@@ -530,28 +559,31 @@ def _make_kernels(T):
         dv_acc = local(f32, (D // 8, 4))
         kv_heads = heads // group
         b = bx // kv_heads
-        kbase = bx * lk
+        kbase = b * ksb + bx % kv_heads * ksh
         k0 = by * BC
         g = lane // 4
         key0 = k0 + warp * 16 + g   # this lane's keys: key0 and key0 + 8
-        load_rows(k, sk, kbase, k0, lk, BC, D, THREADS)
-        load_rows(v, sv, kbase, k0, lk, BC, D, THREADS)
+        load_rows(k, sk, kbase, kst, k0, lk, BC, D, THREADS)
+        load_rows(v, sv, kbase, kst, k0, lk, BC, D, THREADS)
         cp_commit()
         zero(dk_acc, D)
         zero(dv_acc, D)
         first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
         for hq in range(group):
-            bh = b * heads + bx % kv_heads * group + hq   # the query head's (batch, head) row block
-            qbase = bh * lq
+            h = bx % kv_heads * group + hq   # the query head
+            bh = b * heads + h
+            lbase = bh * lq
+            qbase = b * qsb + h * qsh
+            obase = b * osb + h * osh
             for it in range(first, cdiv(lq, BR)):
                 q0 = it * BR
                 syncthreads()
-                load_rows(q, sq, qbase, q0, lq, BR, D, THREADS)
-                load_rows(do, sdo, qbase, q0, lq, BR, D, THREADS)
+                load_rows(q, sq, qbase, qst, q0, lq, BR, D, THREADS)
+                load_rows(do, sdo, obase, ost, q0, lq, BR, D, THREADS)
                 cp_commit()
                 for r in range(tx, BR, THREADS):
-                    sl[r] = saved_lse(lse, qbase + q0 + r, qbase + lq)
-                    sd[r] = delta[qbase + q0 + r] if q0 + r < lq else 0.0
+                    sl[r] = saved_lse(lse, lbase + q0 + r, lbase + lq)
+                    sd[r] = delta[lbase + q0 + r] if q0 + r < lq else 0.0
                 cp_wait(0)
                 syncthreads()
                 if hq == 0 and it == first:
@@ -569,8 +601,8 @@ def _make_kernels(T):
                 mma_cols(dv_acc, pf, sdo, db, D, BR)
                 to_a(pf, dpt, BR)
                 mma_cols(dk_acc, pf, sq, db, D, BR)
-        write_scaled_rows(dk, dk_acc, kbase, key0, lk, scale, D)
-        write_scaled_rows(dv, dv_acc, kbase, key0, lk, 1.0, D)
+        write_scaled_rows(dk, dk_acc, kbase, kst, key0, lk, scale, D)
+        write_scaled_rows(dv, dv_acc, kbase, kst, key0, lk, 1.0, D)
 
     return FlashKernels(flash_fwd, flash_bwd_dot, flash_bwd_dq, flash_bwd_dkdv)
 
@@ -703,7 +735,7 @@ def wgmma_forward():
             jt += 1
             if jt >= tiles:
                 break
-        write_rows(o, lse, acc, m, lsum, qbase, row0, lq, D)
+        write_rows(o, lse, acc, m, lsum, qbase, 1, qbase, row0, lq, D)
     return flash_fwd_wgmma
 
 
@@ -784,7 +816,7 @@ def wgmma_backward():
             jt += 1
             if jt >= tiles:
                 break
-        write_scaled_rows(dq, acc, qbase, row0, lq, scale, D)
+        write_scaled_rows(dq, acc, qbase, 1, row0, lq, scale, D)
 
     @kernel
     def flash_bwd_dkdv_wgmma(q: Array[bf16, 2], qflat: Array[bf16], k: Array[bf16, 2], v: Array[bf16, 2],
@@ -874,8 +906,8 @@ def wgmma_backward():
                 step += 1
                 if step >= steps:
                     break
-        write_scaled_rows(dk, dk_acc, kbase, key0, lk, scale, D)
-        write_scaled_rows(dv, dv_acc, kbase, key0, lk, 1.0, D)
+        write_scaled_rows(dk, dk_acc, kbase, 1, key0, lk, scale, D)
+        write_scaled_rows(dv, dv_acc, kbase, 1, key0, lk, 1.0, D)
     return flash_bwd_dq_wgmma, flash_bwd_dkdv_wgmma
 
 
@@ -951,6 +983,66 @@ def _rows(xp, a, d: int):
     return xp.ascontiguousarray(a).reshape(-1, d)
 
 
+def _row_strides(a, d: int) -> tuple | None:
+    """The (batch, head, position) strides of a (B, H, L, d) array in rows of d values (0 for a dim of size 1), or
+    None where its rows are not whole, 16-byte aligned runs of d values the kernels can copy."""
+    row = d * a.itemsize
+    if a.size == 0 or a.strides[3] != a.itemsize or layout.data_ptr(a) % 16 or any(
+            s < 0 or s % row for s, n in zip(a.strides[:3], a.shape[:3]) if n > 1):
+        return None
+    return tuple(s // row if n > 1 else 0 for s, n in zip(a.strides[:3], a.shape[:3]))
+
+
+def _row_view(xp, a, d: int) -> tuple:
+    """(rows, layout): a (B, H, L, d) array as the 2-D array of rows (d values each) from its first element to its
+    last, and the (batch, head, position) strides of its rows; a layout the kernels cannot read is copied into
+    C order first."""
+    layout = _row_strides(a, d)
+    if layout is None:
+        a = xp.ascontiguousarray(a)
+        layout = _row_strides(a, d)
+    count = 1 + sum((n - 1) * s for n, s in zip(a.shape[:3], layout))
+    return xp.lib.stride_tricks.as_strided(a, (count, d), (d * a.itemsize, a.itemsize)), layout
+
+
+def _dense(shape: tuple, strides: tuple, item: int) -> bool:
+    """Whether (shape, strides) covers one gap-free block of memory (C order up to a permutation of the dims)."""
+    expected = item
+    for s, n in sorted((s, n) for s, n in zip(strides, shape) if n > 1):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _output_like(xp, a):
+    """An uninitialized array of a's shape, dtype and (where a covers a gap-free block) memory layout."""
+    if _dense(a.shape, a.strides, a.itemsize) and all(s >= 0 for s in a.strides):
+        return xp.lib.stride_tricks.as_strided(xp.empty(a.size, a.dtype), a.shape, a.strides)
+    return xp.empty(a.shape, a.dtype)
+
+
+def gradients_like(xp, arrays: tuple) -> tuple:
+    """Uninitialized gradients for `arrays`, each in its array's layout. Arrays of one shape and strides at equal
+    steps through memory that together cover one gap-free block (q, k and v split out of one projection) get views
+    of one new block laid out alike: the gradient of the projection is then that block, no copy."""
+    first = arrays[0]
+    step = layout.data_ptr(arrays[1]) - layout.data_ptr(first) if len(arrays) > 1 else 0
+    alike = all(a.shape == first.shape and a.strides == first.strides and a.dtype == first.dtype and
+                layout.data_ptr(a) - layout.data_ptr(first) == i * step for i, a in enumerate(arrays))
+    tiles = _dense((len(arrays), *first.shape), (step, *first.strides), first.itemsize)
+    if alike and step > 0 and step % 16 == 0 and tiles and all(s >= 0 for s in first.strides):
+        block = xp.empty(len(arrays) * first.size, first.dtype)
+        return tuple(xp.lib.stride_tricks.as_strided(block[i * step // first.itemsize:], first.shape, first.strides)
+                     for i in range(len(arrays)))
+    return tuple(_output_like(xp, a) for a in arrays)
+
+
+def _blhd(xp, p: "Problem", dtype):
+    """O's (B, H, L, D) array laid out (B, L, H, D)."""
+    return xp.empty((p.batch, p.lq, p.heads, p.d), dtype).transpose(0, 2, 1, 3)
+
+
 def _kmask(xp, mask):
     return xp.ones(1, np.uint8) if mask is None else xp.ascontiguousarray(mask).astype(np.uint8).reshape(-1)
 
@@ -1009,58 +1101,101 @@ def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = Non
     tiles = dict(FORWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     kern = kernels_for(str(q.dtype)).forward
-    o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
+    o = _blhd(xp, p, q.dtype)
     lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
     smem = (tiles["BR"] + 2 * tiles["BC"]) * _row_bytes(p.d)
     grid = (p.batch * p.heads, cdiv(p.lq, tiles["BR"]))
+    (q2, q_layout), (o2, o_layout) = _row_view(xp, q, p.d), _row_view(xp, o, p.d)
+    k, v = _readable_pair(xp, k, v, p.d)
+    (k2, k_layout), (v2, _) = _row_view(xp, k, p.d), _row_view(xp, v, p.d)
     _launcher(kern, xp)[grid, tiles["BR"] * 2, smem](
-        _rows(xp, q, p.d), _rows(xp, k, p.d), _rows(xp, v, p.d), o, lse, _kmask(xp, kmask), _rng(xp, p, rng),
-        *p.sizes(), p.scale * LOG2E, *p.dropout_args(), **p.consts(tiles))
-    return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
+        q2, k2, v2, o2, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), *q_layout, *k_layout, *o_layout,
+        p.scale * LOG2E, *p.dropout_args(), **p.consts(tiles))
+    return o, lse.reshape(p.batch, p.heads, p.lq)
 
 
 def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict | None = None, rng=None,
                     variant: str | None = None):
     """(dQ, dK, dV) in q's dtype, from the forward's O and log-sum-exp and the output's gradient dO. tiles: the dQ
     kernel's (BR queries a block, BC keys a step); the dK/dV kernel's are these swapped. rng: the forward's.
-    variant: as forward_arrays'."""
-    wgmma = uses_wgmma(xp, q, variant)
+    variant: as forward_arrays'. Each gradient has its input's layout (gradients_like)."""
     tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
+    lse = xp.ascontiguousarray(lse).reshape(-1)
+    if uses_wgmma(xp, q, variant):
+        return _backward_wgmma(xp, q, k, v, o, lse, do, p, _kmask(xp, kmask), _rng(xp, p, rng))
     kernels = kernels_for(str(q.dtype))
     br, bc = tiles["BR"], tiles["BC"]
-    q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
-    lse = xp.ascontiguousarray(lse).reshape(-1)
+    q, k, v = _readable(xp, q, p.d), *_readable_pair(xp, k, v, p.d)
+    grads = gradients_like(xp, (q, k, v))
+    q, k, v = (_in_layout_of(xp, a, g) for a, g in zip((q, k, v), grads))
+    do = _in_layout_of(xp, do, o)
+    (q2, q_layout), (o2, o_layout), (do2, _) = (_row_view(xp, a, p.d) for a in (q, o, do))
+    (k2, k_layout), (v2, _) = _row_view(xp, k, p.d), _row_view(xp, v, p.d)
+    dq2, dk2, dv2 = (_row_view(xp, g, p.d)[0] for g in grads)
     mask = _kmask(xp, kmask)
     state = _rng(xp, p, rng)
+    rows = p.batch * p.heads * p.lq
+    delta = xp.empty(rows, np.float32)
+    _launcher(kernels.dot, xp)[cdiv(rows, 4), 128](o2, do2, delta, rows, p.lq, p.heads, *o_layout, D=p.d)
+    layouts = (*q_layout, *k_layout, *o_layout)
+    scales = (p.scale * LOG2E, p.scale)
+    _launcher(kernels.dq, xp)[(p.batch * p.heads, cdiv(p.lq, br)), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
+        q2, k2, v2, do2, lse, delta, mask, state, dq2, *p.sizes(), *layouts, *scales, *p.dropout_args(),
+        **p.consts(tiles))
+    smem = (2 * br + 2 * bc) * _row_bytes(p.d) + 2 * bc * 4
+    _launcher(kernels.dkdv, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, br)), br * 2, smem](
+        q2, k2, v2, do2, lse, delta, mask, state, dk2, dv2, *p.sizes(), *layouts, *scales, *p.dropout_args(),
+        **p.consts(dict(BR=bc, BC=br)))
+    return grads
+
+
+def _readable(xp, a, d: int):
+    """a, or a copy in C order where the kernels cannot read its rows where they lie."""
+    return a if _row_strides(a, d) is not None else xp.ascontiguousarray(a)
+
+
+def _readable_pair(xp, k, v, d: int) -> tuple:
+    """k and v readable with one layout (the kernels take one for both)."""
+    k, v = _readable(xp, k, d), _readable(xp, v, d)
+    if k.strides != v.strides:
+        return xp.ascontiguousarray(k), xp.ascontiguousarray(v)
+    return k, v
+
+
+def _in_layout_of(xp, a, like):
+    """a, or a copy of it laid out as `like` (whose rows the kernels read): an input and its gradient, O and dO,
+    share their layout arguments."""
+    if a.strides == like.strides:
+        return a
+    out = _output_like(xp, like)
+    out[...] = a
+    return out
+
+
+def _backward_wgmma(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
+    """backward_arrays by the warpgroup-MMA kernels (C-order rows throughout)."""
+    q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
+    kernels = kernels_for(str(q.dtype))
     delta = xp.empty(q2.shape[0], np.float32)
-    _launcher(kernels.dot, xp)[cdiv(q2.shape[0], 4), 128](o2, do2, delta, q2.shape[0], D=p.d)
+    c_order = (p.heads * p.lq, p.lq, 1)
+    _launcher(kernels.dot, xp)[cdiv(q2.shape[0], 4), 128](o2, do2, delta, q2.shape[0], p.lq, p.heads, *c_order,
+                                                          D=p.d)
     dq, dk, dv = xp.empty_like(q2), xp.empty_like(k2), xp.empty_like(v2)
     scales = (p.scale * LOG2E, p.scale)
     flags = dict(CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
-    if wgmma:
-        wt = WGMMA_BACKWARD_TILES[p.d]
-        dq_wgmma, dkdv_wgmma = wgmma_backward()
-        wbr, wbc = 64 * wt["WGS"], wt["BC"]
-        smem = wgmma_dq_smem(p.d, wbr, wbc)
-        _launcher(dq_wgmma, xp)[(p.batch * p.heads, cdiv(p.lq, wbr)), 128 * wt["WGS"], smem](
-            q2, k2, k2.reshape(-1), v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(),
-            D=p.d, WGS=wt["WGS"], BC=wbc, **flags)
-    else:
-        _launcher(kernels.dq, xp)[(p.batch * p.heads, cdiv(p.lq, br)), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
-            q2, k2, v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(), **p.consts(tiles))
-    if wgmma:
-        bk, wbr = 64 * wt["WGS"], wt["BR"]
-        smem = wgmma_dkdv_smem(p.d, bk, wbr)
-        _launcher(dkdv_wgmma, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, bk)), 128 * wt["WGS"], smem](
-            q2, q2.reshape(-1), k2, v2, do2, do2.reshape(-1), lse, delta, mask, state, dk, dv, *p.sizes(), *scales,
-            *p.dropout_args(), D=p.d, WGS=wt["WGS"], BR=wbr, **flags)
-    else:
-        swapped = dict(BR=bc, BC=br)
-        smem = (2 * br + 2 * bc) * _row_bytes(p.d) + 2 * bc * 4
-        _launcher(kernels.dkdv, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, br)), br * 2, smem](
-            q2, k2, v2, do2, lse, delta, mask, state, dk, dv, *p.sizes(), *scales, *p.dropout_args(),
-            **p.consts(swapped))
+    wt = WGMMA_BACKWARD_TILES[p.d]
+    dq_wgmma, dkdv_wgmma = wgmma_backward()
+    wbr, wbc = 64 * wt["WGS"], wt["BC"]
+    smem = wgmma_dq_smem(p.d, wbr, wbc)
+    _launcher(dq_wgmma, xp)[(p.batch * p.heads, cdiv(p.lq, wbr)), 128 * wt["WGS"], smem](
+        q2, k2, k2.reshape(-1), v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(),
+        D=p.d, WGS=wt["WGS"], BC=wbc, **flags)
+    bk, wbr = 64 * wt["WGS"], wt["BR"]
+    smem = wgmma_dkdv_smem(p.d, bk, wbr)
+    _launcher(dkdv_wgmma, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, bk)), 128 * wt["WGS"], smem](
+        q2, q2.reshape(-1), k2, v2, do2, do2.reshape(-1), lse, delta, mask, state, dk, dv, *p.sizes(), *scales,
+        *p.dropout_args(), D=p.d, WGS=wt["WGS"], BR=wbr, **flags)
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
 

@@ -18,13 +18,13 @@ from frost.tensor import Tensor, from_op
 # (load4/store4), bf16/fp16 rows of a multiple of 8 (load8/store8); other rows one value per lane. Backward: a block
 # per group of rows, each thread owning columns tx, tx + bdx, ... (K of them, in registers) of every row it visits:
 # the two row sums of dx's formula are block sums, and the thread's dweight/dbias partials stay in registers over its
-# rows, written once per block; a second kernel adds the blocks' partials per column in a fixed order. The bf16/fp16
-# backward of aligned rows of a multiple of 8 (layer_norm_backward_vec8) takes a warp per row instead: lane l owns
-# the 8-column chunks l, l + 32, ... (K of them), the row sums are warp sums (no block barrier per row), x and dout
-# are read twice (the second time from L1) rather than held, and the warps' dweight/dbias partials are added in
-# shared memory in warp order at the end. No float atomics and a grid that depends only on the shape: repeated runs
-# are bit-identical. Nothing reads back to the host, so a step can be captured in a CUDA graph. RMSNorm is the same
-# kernels without the mean (RMS: Const[bool]).
+# rows, written once per block; a second kernel adds the blocks' partials per column in a fixed order. The backward
+# of aligned rows of a multiple of 8 (layer_norm_backward_vec8, any of the dtypes) takes a warp per row instead: lane
+# l owns the 8-column chunks l, l + 32, ... (K of them), the row sums are warp sums (no block barrier per row), x
+# and dout are read twice (the second time from L1) rather than held, and the warps' dweight/dbias partials are
+# added in shared memory in warp order at the end. No float atomics and a grid that depends only on the shape:
+# repeated runs are bit-identical. Nothing reads back to the host, so a step can be captured in a CUDA graph.
+# RMSNorm is the same kernels without the mean (RMS: Const[bool]).
 
 LN_FORWARD_THREADS = 256   # threads per block of the forward: a warp per row, 8 rows per block
 LN_BACKWARD_BLOCKS = 512   # blocks of the backward at most (each loops over rows bx, bx + gdx, ...); all resident
@@ -174,23 +174,47 @@ def _forward_kernel_vec8(T):
 
 
 @device
-def _dxhat_chunk(xv, gv, wv, w, x, g, base: i32, c: i32, m: f32, s: f32, WEIGHT: Const[bool]):
-    """For the 8 columns c ... c + 7 of a row: xv = xhat, gv = dout, wv = dout * weight (all float32)."""
-    load8_into(xv, x, base + c)
-    load8_into(gv, g, base + c)
-    if WEIGHT:
-        load8_into(wv, w, c)
-    for e in static_range(8):
-        xv[e] = (xv[e] - m) * s
-        wv[e] = gv[e] * wv[e] if WEIGHT else gv[e]
+def _load8_f32(v, a, i):
+    """v[0:8] = a[i:i + 8] of a float32 array in two 16-byte loads (i % 4 == 0)."""
+    v[0], v[1], v[2], v[3] = load4(a, i)
+    v[4], v[5], v[6], v[7] = load4(a, i + 4)
+
+
+@device
+def _store8_f32(a, i, v):
+    store4(a, i, v[0], v[1], v[2], v[3])
+    store4(a, i + 4, v[4], v[5], v[6], v[7])
+
+
+@device
+def _store8_16(a, i, v):
+    store8(a, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+
+
+def _dxhat_chunk_for(load8):
+    @device
+    def _dxhat_chunk(xv, gv, wv, w, x, g, base: i32, c: i32, m: f32, s: f32, WEIGHT: Const[bool]):
+        """For the 8 columns c ... c + 7 of a row: xv = xhat, gv = dout, wv = dout * weight (all float32)."""
+        load8(xv, x, base + c)
+        load8(gv, g, base + c)
+        if WEIGHT:
+            load8(wv, w, c)
+        for e in static_range(8):
+            xv[e] = (xv[e] - m) * s
+            wv[e] = gv[e] * wv[e] if WEIGHT else gv[e]
+    return _dxhat_chunk
 
 
 def _backward_kernel_vec8(T):
+    # the 8 values of a chunk move in one 16-byte access of 16-bit rows, in two of float32 ones
+    load8, store8_of = (_load8_f32, _store8_f32) if T is f32 else (load8_into, _store8_16)
+    _dxhat_chunk = _dxhat_chunk_for(load8)
+
     @kernel
     def layer_norm_backward_vec8(g: Array[T], x: Array[T], w: Array[T], mean: Array[f32], rstd: Array[f32],
                                  dx: Array[T], part_dw: Array[f32], part_db: Array[f32], n: i32, C: i32,
                                  K: Const[int], WEIGHT: Const[bool], RMS: Const[bool]):
-        """layer_norm_backward of bf16/fp16 rows of a multiple of 8 values (16-byte aligned arrays): warp `warp`
+        """layer_norm_backward of rows of a multiple of 8 values (16-byte aligned arrays): warp `warp`
         takes rows bx * 8 + warp, then gdx * 8 further; lane l owns columns 8 (l + 32 k) ... + 7, k < K. part_dw[bx,
         c] and part_db[bx, c] are the block's sums over its rows, its 8 warps added in order."""
         sums = shared(f32, (8, 256))
@@ -226,7 +250,7 @@ def _backward_kernel_vec8(T):
                     _dxhat_chunk(xv, gv, wv, w, x, g, base, c, m, s, WEIGHT)
                     for e in static_range(8):
                         xv[e] = (wv[e] - mean_d - xv[e] * mean_dx) * s
-                    store8(dx, base + c, xv[0], xv[1], xv[2], xv[3], xv[4], xv[5], xv[6], xv[7])
+                    store8_of(dx, base + c, xv)
         for k in static_range(K):
             _block_partial(sums, dw, part_dw, k, C)
             _block_partial(sums, db, part_db, k, C)
@@ -332,9 +356,9 @@ def _param_grads_kernel(T):
 
 
 def _vec8_kernels(T) -> dict:
-    """The 16-byte kernels of 16-bit rows (none for float32, whose forward has layer_norm_forward_vec4)."""
+    """The 16-byte kernels of rows of a multiple of 8 values (float32's forward is layer_norm_forward_vec4)."""
     if T is f32:
-        return {}
+        return dict(backward_vec8=_backward_kernel_vec8(T))
     return dict(forward_vec8=_forward_kernel_vec8(T), backward_vec8=_backward_kernel_vec8(T))
 
 
@@ -399,7 +423,8 @@ def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Te
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)
         dx = xp.empty_like(xa)
-        warp_rows = moves_16_bytes(C, 2, g, xa, dx, params[0]) and cdiv(C, 8) <= 32 * LN_WARP_ROWS_MAX_CHUNKS
+        warp_rows = (C % 8 == 0 and moves_16_bytes(C, xa.dtype.itemsize, g, xa, dx, params[0])
+                     and cdiv(C, 8) <= 32 * LN_WARP_ROWS_MAX_CHUNKS)
         if warp_rows:
             blocks, K = ln_backward_vec8_plan(n, C)
             kernel, threads = kernels["backward_vec8"], LN_WARP_ROWS_THREADS

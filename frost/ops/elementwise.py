@@ -65,7 +65,7 @@ def _wrapped(scalar, dt: DType):
 
 
 def _cast(array, dt: DType):
-    return array if array.dtype == dt.np else array.astype(dt.np)
+    return array if array.dtype == dt.np else converted(array, dt.np)
 
 
 def _quiet():
@@ -606,13 +606,19 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
 
 # ------------------------------------------------------------------ dtype and device moves
 
+def converted(a, dtype):
+    """Array a in dtype (a NumPy dtype): the acceleration layer's cast where one registers for it, else astype."""
+    fast = dispatch.lookup("cast", a, dtype=dtype)
+    return fast(a, dtype) if fast is not None else a.astype(dtype)
+
+
 def cast(x: Tensor, dtype: DType, out=None) -> Tensor:
     """x in dtype; `out`: x's values already in dtype (autocast's view of a whole flat buffer cast at once)."""
     dtype = to_dtype(dtype)
     if x.dtype == dtype:
         return x
     src = x.data.dtype
-    out = x.data.astype(dtype.np) if out is None else out
+    out = converted(x.data, dtype.np) if out is None else out
     if not dtype.is_floating_point:
         return Tensor(out)
 
@@ -620,7 +626,7 @@ def cast(x: Tensor, dtype: DType, out=None) -> Tensor:
         # autocast's weight casts: the float32 gradient goes straight into the parameter's zeroed .grad buffer
         dest = grad_destination(x)
         if dest is None:  # (also when g is already x's float32 gradient, which conv2d wrote into x's .grad)
-            return (g.astype(src, copy=False),)
+            return (g if g.dtype == src else converted(g, src),)
         dest[...] = g
         return (dest,)
 

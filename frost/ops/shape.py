@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from frost import layout
-from frost.autograd import unbroadcast
+from frost.autograd import PlacedGradient, unbroadcast
 from frost.dtype import promote
 from frost.ops.elementwise import cast, sum_to
 from frost.ops.reduce import normalize_dim, normalize_dims
@@ -297,11 +297,10 @@ def getitem(x: Tensor, index) -> Tensor:
         out = out if hasattr(out, "shape") and not np.isscalar(out) else xp.asarray(out)
 
     def backward(g):
+        if not advanced:  # summed with the other slices' gradients when read (split's pieces join)
+            return (PlacedGradient(xp, x.shape, g.dtype, [(idx, g)]),)
         gx = xp.zeros(x.shape, dtype=g.dtype)
-        if advanced:
-            scatter_at(xp, "add", gx, idx, g)  # repeated indices accumulate
-        else:
-            gx[idx] = g
+        scatter_at(xp, "add", gx, idx, g)  # repeated indices accumulate
         return (gx,)
     return from_op(out, (x,), backward, "index", lambda g, o: (_placed(g, x.shape, idx, advanced),))
 

@@ -7,15 +7,18 @@ graph keeps counting steps and follows a learning-rate schedule on replay withou
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import numpy as np
 
+from frost import dispatch
 from frost.autocast import register_weight_cast
 from frost.autograd import mark_grad_zero
 from frost.backend import cuda
 from frost.kernel import Array, f32, kernel, tx
-from frost.layout import is_channels_last
+from frost.layout import array_module, is_channels_last
+from frost.ops.elementwise import converted
 from frost.tensor import Tensor
 
 STEP = 0  # slot of the step counter in `hyper`; slots 1.. are the optimizer's own hyper-parameters
@@ -24,6 +27,8 @@ STEP = 0  # slot of the step counter in `hyper`; slots 1.. are the optimizer's o
 live_optimizers: "weakref.WeakSet" = weakref.WeakSet()
 # id(flat parameter buffer) -> its FlatGroup (weakly): autocast casts a whole buffer at once (cast_in_one)
 _groups_by_buffer: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+# id(flat gradient buffer) -> its FlatGroup (weakly): clip_grad_norm_ reads and scales whole buffers
+_groups_by_grads: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def cast_in_one(array, dtype, casts: dict):
@@ -37,7 +42,7 @@ def cast_in_one(array, dtype, casts: dict):
     key = (id(base), np.dtype(dtype).str)
     whole = casts.get(key)
     if whole is None:
-        whole = casts[key] = base.astype(dtype)
+        whole = casts[key] = converted(base, dtype)
     cp = cuda.cupy()
     size = np.dtype(dtype).itemsize
     offset = (array.data.ptr - base.data.ptr) // base.itemsize
@@ -54,6 +59,43 @@ def advance_step(hyper: Array[f32]):
     """hyper[STEP] += 1 on the device, before each step's update launch (a captured step keeps counting)."""
     if tx == 0:
         hyper[0] += 1
+
+
+def groups_of(grads: list) -> list | None:
+    """The flat groups whose gradient buffers hold exactly `grads` (each group's every member's .grad, nothing
+    else), or None."""
+    groups = {}
+    for g in grads:
+        group = _groups_by_grads.get(id(getattr(g.data, "base", None)))
+        if group is None:
+            return None
+        groups[id(group)] = group
+    members = {id(t) for group in groups.values() for t in group.grad_tensors}
+    return list(groups.values()) if members == {id(g) for g in grads} and len(members) == len(grads) else None
+
+
+def clips_whole_buffers(grad, grads: list, norm_type: float) -> bool:
+    """clip_grad_norm_ over whole flat gradient buffers: their gaps hold zeros, which leave a norm of positive
+    order (and the infinity norm) as it is."""
+    return norm_type > 0 and groups_of(grads) is not None
+
+
+@dispatch.register("clip_grad_norm_", device="cuda", dtypes=("float32",), applies=clips_whole_buffers)
+def clip_grad_norm_flat(grads: list, max_norm: float, norm_type: float):
+    """clip_grad_norm_ in a few launches per flat group (one norm over its buffer, one scale) instead of several
+    per parameter; the total norm as a 0-d device array."""
+    buffers = [group.grads for group in groups_of(grads)]
+    xp = array_module(buffers[0])
+    if norm_type == np.inf:
+        total = functools.reduce(xp.maximum, (xp.abs(b).max() for b in buffers))
+    else:
+        total = functools.reduce(xp.add, ((b * b).sum() if norm_type == 2.0 else (xp.abs(b) ** norm_type).sum()
+                                          for b in buffers))
+        total = xp.sqrt(total) if norm_type == 2.0 else total ** (1.0 / norm_type)
+    coef = xp.minimum(max_norm / (total + 1e-6), 1.0).astype(xp.float32)
+    for b in buffers:
+        b *= coef
+    return total
 
 
 def eligible(params: list[Tensor]) -> bool:
@@ -103,6 +145,7 @@ class FlatGroup:
         self.params = xp.zeros(self.numel, dtype=xp.float32)
         _groups_by_buffer[id(self.params)] = self
         self.grads = xp.zeros(self.numel, dtype=xp.float32)
+        _groups_by_grads[id(self.grads)] = self
         self.hyper = xp.zeros(1 + n_hyper, dtype=xp.float32)
         # [offset, numel] of each parameter, for kernels that work per parameter (one block each, e.g. LAMB's norms)
         self.segments = xp.asarray([[o, p.numel()] for p, o in zip(params, offsets)], dtype=xp.int32).reshape(-1)

@@ -129,6 +129,89 @@ def test_the_op_runs_forward_and_backward_through_autograd():
         _assert_close(name, got.detach().numpy(), ref, None, unit)
 
 
+def _projection_heads(rng, b, h, lq, d, parts=3):
+    """q, k, v (B, H, L, D) sliced out of one (B, L, parts x H x D) projection, as a GPT's attention takes them."""
+    proj = rng.standard_normal((b, lq, parts * h * d)).astype(ml_dtypes.bfloat16)
+    c = h * d
+    return proj, [proj[..., i * c:(i + 1) * c].reshape(b, lq, h, d).transpose(0, 2, 1, 3) for i in range(parts)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_heads_read_where_they_lie_give_the_results_of_contiguous_copies(causal):
+    # the kernels read q, k, v strided out of the projection and write O laid out (B, L, H, D); the gradients of
+    # q, k, v are views of one block laid out as the projection: bit for bit the contiguous inputs' results
+    rng = np.random.default_rng(3)
+    b, h, lq, d = 2, 2, 17, 64
+    proj, (q, k, v) = _projection_heads(rng, b, h, lq, d)
+    do = rng.standard_normal((b, h, lq, d)).astype(ml_dtypes.bfloat16)
+    p = fa.Problem(b, h, 1, lq, lq, d, causal, 1 / np.sqrt(d), False)
+    o, lse = fa.forward_arrays(np, q, k, v, p, tiles=TINY)
+    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, tiles=TINY)
+    contiguous = [np.ascontiguousarray(a) for a in (q, k, v)]
+    o_c, lse_c = fa.forward_arrays(np, *contiguous, p, tiles=TINY)
+    grads_c = fa.backward_arrays(np, *contiguous, o_c, lse_c, np.ascontiguousarray(do), p, tiles=TINY)
+    np.testing.assert_array_equal(o.astype(np.float32), o_c.astype(np.float32))
+    np.testing.assert_array_equal(lse, lse_c)
+    for got, want in zip(grads, grads_c):
+        np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    assert o.transpose(0, 2, 1, 3).flags.c_contiguous   # (B, L, H, D): O.transpose(1, 2).reshape(B, L, C) a view
+    assert [g.strides for g in grads] == [q.strides] * 3
+    step = q.shape[1] * d * 2   # one head group (C values) apart, as q, k and v in the projection
+    assert [g.ctypes.data - grads[0].ctypes.data for g in grads] == [0, step, 2 * step]
+
+
+def test_keys_and_values_of_different_layouts_and_unaligned_rows_are_copied_first():
+    rng = np.random.default_rng(4)
+    b, h, lq, d = 1, 2, 17, 64
+    _, (q, k, v) = _projection_heads(rng, b, h, lq, d)
+    wide = rng.standard_normal((b, h, lq, d + 1)).astype(ml_dtypes.bfloat16)
+    unaligned = wide[..., 1:]   # rows 2 bytes past 16-byte boundaries: the kernels' 16-byte copies cannot read them
+    v_c = np.ascontiguousarray(v)
+    do = rng.standard_normal((b, h, lq, d)).astype(ml_dtypes.bfloat16)
+    p = fa.Problem(b, h, 1, lq, lq, d, True, 1 / np.sqrt(d), False)
+    o, lse = fa.forward_arrays(np, unaligned, k, v_c, p, tiles=TINY)
+    grads = fa.backward_arrays(np, unaligned, k, v_c, o, lse, do, p, tiles=TINY)
+    contiguous = [np.ascontiguousarray(a) for a in (unaligned, k, v_c)]
+    o_c, lse_c = fa.forward_arrays(np, *contiguous, p, tiles=TINY)
+    grads_c = fa.backward_arrays(np, *contiguous, o_c, lse_c, do, p, tiles=TINY)
+    for got, want in zip((o, *grads), (o_c, *grads_c)):
+        np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+def test_gradients_like_shares_one_block_only_for_slices_that_tile_one():
+    proj = np.zeros((2, 5, 3 * 4 * 8), np.float32)
+    heads = [proj[..., i * 32:(i + 1) * 32].reshape(2, 5, 4, 8).transpose(0, 2, 1, 3) for i in range(3)]
+    shared = fa.gradients_like(np, tuple(heads))
+    assert [g.strides for g in shared] == [heads[0].strides] * 3
+    assert shared[2].ctypes.data - shared[0].ctypes.data == 2 * 32 * 4
+    two_of_three = fa.gradients_like(np, (heads[0], heads[2]))   # a gap between them: each its own C-order array
+    assert all(g.flags.c_contiguous for g in two_of_three)
+    dense = np.zeros((2, 5, 4, 8), np.float32).transpose(0, 2, 1, 3)
+    (like,) = fa.gradients_like(np, (dense,))
+    assert like.strides == dense.strides and like.shape == dense.shape
+
+
+def test_a_gpt_attention_through_autograd_matches_float64_and_joins_the_gradient_of_the_projection():
+    # split, heads (B, H, T, D) as views, flash attention, back to (B, T, C): the gradient of the projection is the
+    # block the kernels wrote dQ, dK and dV into (a view), and matches PyTorch float64
+    rng = np.random.default_rng(5)
+    b, h, t, d = 1, 2, 17, 64
+    c = h * d
+    proj = rng.standard_normal((b, t, 3 * c)).astype(ml_dtypes.bfloat16)
+    dy = rng.standard_normal((b, t, c)).astype(ml_dtypes.bfloat16)
+    x = frost.Tensor(proj, requires_grad=True)
+    q, k, v = (u.reshape(b, t, h, d).transpose(1, 2) for u in x.split(c, dim=2))
+    y = fa.flash_attention(q, k, v, is_causal=True, tiles=TINY).transpose(1, 2).reshape(b, t, c)
+    y.backward(frost.Tensor(dy))
+    tx = torch.tensor(proj.astype(np.float64), requires_grad=True)
+    tq, tk, tv = (u.reshape(b, t, h, d).transpose(1, 2) for u in tx.split(c, dim=2))
+    ty = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True).transpose(1, 2).reshape(b, t, c)
+    ty.backward(torch.tensor(dy.astype(np.float64)))
+    unit = UNIT["bfloat16"]
+    _assert_close("y", y.detach().numpy(), ty.detach().numpy(), None, unit)
+    _assert_close("dx", x.grad.numpy(), tx.grad.numpy(), None, unit)
+
+
 def _tensors(*shapes, dtype="bfloat16"):
     return [frost.Tensor(np.zeros(s, DTYPES.get(dtype, dtype))) for s in shapes]
 

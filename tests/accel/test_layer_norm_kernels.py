@@ -140,6 +140,21 @@ def test_half_precision_rows_of_every_kind(simulated_gpu, op, dtype, shape):
         assert np.array_equal(a, e)
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("shape", [(5, 44), (17, 264), (9, 768)])
+def test_float32_rows_of_a_multiple_of_8_take_the_warp_backward(simulated_gpu, op, shape):
+    """44: the block backward; 264 and 768: a warp a row, 8 values a lane a chunk in two 16-byte accesses."""
+    simulated_gpu.setattr(ln, "LN_BACKWARD_BLOCKS", 2)
+    x, w, b, g = _inputs(shape, 1, "float32", seed=shape[1])
+    b = b if op == "layer_norm" else None
+    launches = _record_launches(simulated_gpu)
+    got = _run_frost(op, x, w, b, g, 1)
+    _assert_close(got, _run_torch(op, x, w, b, g, 1), "float32", shape[0])
+    assert launches[1] == ("layer_norm_backward_vec8" if shape[1] % 8 == 0 else "layer_norm_backward")
+    for a, e in zip(_run_frost(op, x, w, b, g, 1), got):
+        assert np.array_equal(a, e)
+
+
 def test_half_precision_backward_plan():
     assert ln.ln_backward_vec8_plan(16384, 384) == (ln.LN_BACKWARD_BLOCKS, 2)  # 48 chunks: lanes 0-15 take two
     assert ln.ln_backward_vec8_plan(20, 768) == (3, 3)
@@ -185,8 +200,14 @@ def test_kernels_launch_with_the_planned_grids(simulated_gpu):
     simulated_gpu.setattr(Kernel, "__getitem__", recording)
     x, w, b, g = _inputs((18, 64), 1, "float32", seed=1)
     _run_frost("layer_norm", x, w, b, g, 1)
-    blocks, threads, _ = ln.ln_backward_plan(18, 64)
+    x, w, b, g = _inputs((18, 60), 1, "float32", seed=1)   # 60: 16-byte accesses forward, not chunks of 8 backward
+    _run_frost("layer_norm", x, w, b, g, 1)
+    blocks, threads, _ = ln.ln_backward_plan(18, 60)
+    warp_blocks, _ = ln.ln_backward_vec8_plan(18, 64)
     assert launches == [("layer_norm_forward_vec4", (3, ln.LN_FORWARD_THREADS)),
+                        ("layer_norm_backward_vec8", (warp_blocks, ln.LN_WARP_ROWS_THREADS)),
+                        ("layer_norm_param_grads", (2, ln.LN_FINALIZE_THREADS)),
+                        ("layer_norm_forward_vec4", (3, ln.LN_FORWARD_THREADS)),
                         ("layer_norm_backward", (blocks, threads)),
                         ("layer_norm_param_grads", (2, ln.LN_FINALIZE_THREADS))]
 
@@ -233,7 +254,7 @@ SPECS += [(kernels["backward"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in ln.LN
 HALF_KERNELS = [ln.LN_KERNELS["bfloat16"], ln.LN_KERNELS["float16"]]
 SPECS += [(kernels["forward_vec8"], dict(WEIGHT=w, BIAS=b, RMS=r)) for kernels in HALF_KERNELS
           for w in (False, True) for b in (False, True) for r in (False, True)]
-SPECS += [(kernels["backward_vec8"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in HALF_KERNELS
+SPECS += [(kernels["backward_vec8"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in ln.LN_KERNELS.values()
           for k in (1, 3, ln.LN_WARP_ROWS_MAX_CHUNKS) for w in (False, True) for r in (False, True)]
 
 

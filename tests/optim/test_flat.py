@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import frost
+from frost import dispatch
 from frost.optim import SGD, AdamW, flat
 from frost.optim.flat import advance_step
 
@@ -221,3 +222,58 @@ def test_gpu_flat_groups_follow_the_cpu_run():
         assert steps == [5, 3], device
     for a, b in zip(results["cuda"], results["cpu"]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _two_flat_groups(device: str = "cpu", groups: int = 2):
+    """Parameters in two AdamW groups (or one), flat after one step, with fresh gradients in the buffers."""
+    arrays, inputs = start(9)
+    params = [frost.Tensor(a.copy()).to(device).requires_grad_() for a in arrays]
+    split = [{"params": params[:1]}, {"params": params[1:], "weight_decay": 0.0}] if groups == 2 else params
+    opt = AdamW(split, lr=0.05, weight_decay=0.1)
+    for xs in inputs[:2]:
+        opt.zero_grad()
+        loss(params, [frost.tensor(x, device=device) for x in xs], frost, [0, 1]).backward()
+        opt.step()
+    return params, opt
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 3.0, float("inf")])
+def test_clip_grad_norm_over_whole_flat_buffers_matches_torch(simulated_flat, norm_type):
+    params, opt = _two_flat_groups()
+    assert len(opt._flat) == 2
+    grads = [p.grad for p in params]
+    assert len(flat.groups_of(grads)) == 2
+    want = [torch.tensor(g.numpy().astype(np.float64), requires_grad=False) for g in grads]
+    holders = [torch.zeros_like(w, requires_grad=True) for w in want]
+    for h, w in zip(holders, want):
+        h.grad = w.clone()
+    total_want = torch.nn.utils.clip_grad_norm_(holders, 0.5, norm_type)
+    total = flat.clip_grad_norm_flat(grads, 0.5, norm_type)
+    np.testing.assert_allclose(float(total), float(total_want), rtol=1e-6)
+    for g, h in zip(grads, holders):
+        np.testing.assert_allclose(g.numpy(), h.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_the_whole_buffer_clip_takes_exactly_the_groups_gradients(simulated_flat):
+    params, opt = _two_flat_groups()
+    grads = [p.grad for p in params]
+    assert len(flat.groups_of(grads[:1])) == 1                     # one whole group
+    one_group, _ = _two_flat_groups(groups=1)
+    assert flat.groups_of([p.grad for p in one_group][:1]) is None    # half a group: its other gradient left out
+    assert flat.groups_of(grads + [frost.zeros(3)]) is None        # a gradient outside every buffer
+    assert not flat.clips_whole_buffers(grads[0], grads, norm_type=-float("inf"))   # the gaps' zeros would count
+
+
+@pytest.mark.cuda
+def test_gpu_clip_grad_norm_of_flat_groups_matches_the_per_parameter_path():
+    results = []
+    for off in ((), ("clip_grad_norm_",)):
+        params, _ = _two_flat_groups("cuda")
+        grads = [p.grad for p in params]
+        with dispatch.disabled(*off):
+            assert (dispatch.lookup("clip_grad_norm_", grads[0], grads=grads, norm_type=2.0) is None) == bool(off)
+            total = frost.nn.utils.clip_grad_norm_(params, 0.5)
+        results.append((float(total), [p.grad.numpy() for p in params]))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
+    for a, b in zip(results[0][1], results[1][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

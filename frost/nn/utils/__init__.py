@@ -8,7 +8,7 @@ from typing import Iterable
 
 import numpy as np
 
-from frost import backend
+from frost import backend, dispatch
 from frost.autograd import no_grad
 from frost.ops.shape import cat
 from frost.tensor import Tensor
@@ -63,6 +63,10 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
         return Tensor(backend.xp_for(params[0].device if params else backend.CPU).zeros((), dtype="float32"))
     device = grads[0].device
     xp = grads[0].xp
+    fast = None if error_if_nonfinite else dispatch.lookup("clip_grad_norm_", grads[0], grads=grads,
+                                                             norm_type=norm_type)
+    if fast is not None:
+        return Tensor(fast(grads, max_norm, norm_type))
     norms = [backend.to_device(_norm_of(g.xp, g.data, norm_type), device) for g in grads]
     total = _joint_norm(xp, norms, norm_type)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
