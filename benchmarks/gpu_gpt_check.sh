@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# After a change to the GPT's step: the GPU test suite, the seed ResNet's step (fp32 and bf16: no regression), the
-# GPT (shakespeare-char, bf16, frost.jit) against torch.compile, and where the GPT's step spends its GPU time kernel
-# by kernel (Nsight Compute over the two timed steps), each result in OUTDIR. About five minutes.
+# After a change to the GPT's step: the GPU test suite, the GPT (shakespeare-char, bf16, frost.jit) against
+# torch.compile, the seed ResNet's step (fp32 and bf16: no regression), and where the GPT's step spends its GPU
+# time kernel by kernel (Nsight Compute over the two timed steps), each result in OUTDIR. About five minutes.
 # Usage: bash benchmarks/gpu_gpt_check.sh OUTDIR [TEXT_FILE]
 set -u
 out=${1:?usage: bash benchmarks/gpu_gpt_check.sh OUTDIR [TEXT_FILE]}
@@ -14,13 +14,13 @@ data=()
 timeout 150 python3 -m pytest -m cuda -n 8 tests -p no:cacheprovider -o addopts="" -q --timeout 100 -rfE \
     > "$out/gpu_tests.txt" 2>&1
 grep -E "^FAILED|^ERROR|passed|failed" "$out/gpu_tests.txt" | tail -25
+timeout 150 python3 benchmarks/gpt.py --preset shakespeare-char ${data[@]+"${data[@]}"} --precision bf16 --jit --steps 300 \
+    --warmup 30 --eval-interval 0 --eval-iters 10 --torch-modes compile --quiet --out "$out/gpt_bf16_jit.json" 2>&1 \
+    | tail -6
 for precision in fp32 bf16; do
     timeout 60 python3 -m frost bench resnet-cifar10 --sample --steps 20000 --seeds 0 --quiet --precision "$precision" \
         --out "$out/seed_$precision.json" 2>&1 | tail -1
 done
-timeout 150 python3 benchmarks/gpt.py --preset shakespeare-char ${data[@]+"${data[@]}"} --precision bf16 --jit --steps 300 \
-    --warmup 30 --eval-interval 0 --eval-iters 10 --torch-modes compile --quiet --out "$out/gpt_bf16_jit.json" 2>&1 \
-    | tail -6
 if command -v ncu > /dev/null; then
     FROST_NVTX_STEPS=1 timeout 120 ncu --clock-control none --nvtx --nvtx-include "step/" \
         --metrics gpu__time_duration.sum --csv --print-units base python3 -m frost bench gpt --preset shakespeare-char \
