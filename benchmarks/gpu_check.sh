@@ -35,11 +35,11 @@ for s in 'abcde': np.savez(f'{d}/train_x_{s}.npz', x=r.integers(0, 256, (10000, 
 np.save(f'{d}/train_y.npy', r.integers(0, 10, 50000).astype(np.uint8))
 np.savez(f'{d}/test_x.npz', x=r.integers(0, 256, (10000, 32, 32, 3), dtype=np.uint8))
 np.save(f'{d}/test_y.npy', r.integers(0, 10, 10000).astype(np.uint8))" "$synth"
-    eager=(bench resnet-cifar10 --data "$synth" --steps 2000 --seeds 0 --quiet --jit off)
-    timeout 45 python3 -m frost "${eager[@]}" --out "$out/seed_eager.json" 2>&1 | tail -1
+    eager=(bench resnet-cifar10 --data "$synth" --steps 400 --seeds 0 --quiet --jit off)
+    timeout 100 python3 -m frost "${eager[@]}" --out "$out/seed_eager.json" 2>&1 | tail -1
     # python -c puts the current folder first on sys.path: the base tree's frost, not this one (an older tree may
     # have no frost/__main__.py)
-    (cd "$base" && timeout 45 python3 -c "import sys, frost.cli; sys.exit(frost.cli.main(sys.argv[1:]))" \
+    (cd "$base" && timeout 100 python3 -c "import sys, frost.cli; sys.exit(frost.cli.main(sys.argv[1:]))" \
         "${eager[@]}" --out "$out/seed_eager_base.json" 2>&1 | tail -1)
 fi
 timeout 150 python3 benchmarks/gpt.py --preset shakespeare-char ${data[@]+"${data[@]}"} --precision bf16 --jit --steps 300 \
