@@ -136,6 +136,20 @@ def _projection_heads(rng, b, h, lq, d, parts=3):
     return proj, [proj[..., i * c:(i + 1) * c].reshape(b, lq, h, d).transpose(0, 2, 1, 3) for i in range(parts)]
 
 
+def _as_laid_out_and_contiguous(q, k, v, do, p):
+    """(O, log-sum-exp, dQ, dK, dV) of q, k, v as they are, and of C-order copies of them; the first asserted equal,
+    bit for bit, to the second."""
+    o, lse = fa.forward_arrays(np, q, k, v, p, tiles=TINY)
+    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, tiles=TINY)
+    contiguous = [np.ascontiguousarray(a) for a in (q, k, v)]
+    o_c, lse_c = fa.forward_arrays(np, *contiguous, p, tiles=TINY)
+    grads_c = fa.backward_arrays(np, *contiguous, o_c, lse_c, np.ascontiguousarray(do), p, tiles=TINY)
+    np.testing.assert_array_equal(lse, lse_c)
+    for got, want in zip((o, *grads), (o_c, *grads_c)):
+        np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    return o, grads
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_heads_read_where_they_lie_give_the_results_of_contiguous_copies(causal):
     # the kernels read q, k, v strided out of the projection and write O laid out (B, L, H, D); the gradients of
@@ -144,16 +158,7 @@ def test_heads_read_where_they_lie_give_the_results_of_contiguous_copies(causal)
     b, h, lq, d = 2, 2, 17, 64
     proj, (q, k, v) = _projection_heads(rng, b, h, lq, d)
     do = rng.standard_normal((b, h, lq, d)).astype(ml_dtypes.bfloat16)
-    p = fa.Problem(b, h, 1, lq, lq, d, causal, 1 / np.sqrt(d), False)
-    o, lse = fa.forward_arrays(np, q, k, v, p, tiles=TINY)
-    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, tiles=TINY)
-    contiguous = [np.ascontiguousarray(a) for a in (q, k, v)]
-    o_c, lse_c = fa.forward_arrays(np, *contiguous, p, tiles=TINY)
-    grads_c = fa.backward_arrays(np, *contiguous, o_c, lse_c, np.ascontiguousarray(do), p, tiles=TINY)
-    np.testing.assert_array_equal(o.astype(np.float32), o_c.astype(np.float32))
-    np.testing.assert_array_equal(lse, lse_c)
-    for got, want in zip(grads, grads_c):
-        np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    o, grads = _as_laid_out_and_contiguous(q, k, v, do, fa.Problem(b, h, 1, lq, lq, d, causal, 1 / np.sqrt(d), False))
     assert o.transpose(0, 2, 1, 3).flags.c_contiguous   # (B, L, H, D): O.transpose(1, 2).reshape(B, L, C) a view
     assert [g.strides for g in grads] == [q.strides] * 3
     step = q.shape[1] * d * 2   # one head group (C values) apart, as q, k and v in the projection
@@ -166,16 +171,9 @@ def test_keys_and_values_of_different_layouts_and_unaligned_rows_are_copied_firs
     _, (q, k, v) = _projection_heads(rng, b, h, lq, d)
     wide = rng.standard_normal((b, h, lq, d + 1)).astype(ml_dtypes.bfloat16)
     unaligned = wide[..., 1:]   # rows 2 bytes past 16-byte boundaries: the kernels' 16-byte copies cannot read them
-    v_c = np.ascontiguousarray(v)
     do = rng.standard_normal((b, h, lq, d)).astype(ml_dtypes.bfloat16)
     p = fa.Problem(b, h, 1, lq, lq, d, True, 1 / np.sqrt(d), False)
-    o, lse = fa.forward_arrays(np, unaligned, k, v_c, p, tiles=TINY)
-    grads = fa.backward_arrays(np, unaligned, k, v_c, o, lse, do, p, tiles=TINY)
-    contiguous = [np.ascontiguousarray(a) for a in (unaligned, k, v_c)]
-    o_c, lse_c = fa.forward_arrays(np, *contiguous, p, tiles=TINY)
-    grads_c = fa.backward_arrays(np, *contiguous, o_c, lse_c, do, p, tiles=TINY)
-    for got, want in zip((o, *grads), (o_c, *grads_c)):
-        np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    _as_laid_out_and_contiguous(unaligned, k, np.ascontiguousarray(v), do, p)
 
 
 def test_gradients_like_shares_one_block_only_for_slices_that_tile_one():
