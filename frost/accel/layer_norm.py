@@ -6,8 +6,8 @@ import math
 from frost import dispatch
 from frost.layout import data_ptr
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
-                          load4, load8_into, local, shared, sqrt, static_range, store4, store8, syncthreads, tx, warp,
-                          warp_sum)
+                          load4, load8_f32_into, load8_into, local, shared, sqrt, static_range, store4, store8,
+                          store8_f32_from, store8_from, syncthreads, tx, warp, warp_sum)
 from frost.tensor import Tensor, from_op
 
 # A transformer normalizes rows of C = 384 ... 1600 values some B*T = 16k times per layer; the reference path
@@ -173,24 +173,6 @@ def _forward_kernel_vec8(T):
     return layer_norm_forward_vec8
 
 
-@device
-def _load8_f32(v, a, i):
-    """v[0:8] = a[i:i + 8] of a float32 array in two 16-byte loads (i % 4 == 0)."""
-    v[0], v[1], v[2], v[3] = load4(a, i)
-    v[4], v[5], v[6], v[7] = load4(a, i + 4)
-
-
-@device
-def _store8_f32(a, i, v):
-    store4(a, i, v[0], v[1], v[2], v[3])
-    store4(a, i + 4, v[4], v[5], v[6], v[7])
-
-
-@device
-def _store8_16(a, i, v):
-    store8(a, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
-
-
 def _dxhat_chunk_for(load8):
     @device
     def _dxhat_chunk(xv, gv, wv, w, x, g, base: i32, c: i32, m: f32, s: f32, WEIGHT: Const[bool]):
@@ -207,7 +189,7 @@ def _dxhat_chunk_for(load8):
 
 def _backward_kernel_vec8(T):
     # the 8 values of a chunk move in one 16-byte access of 16-bit rows, in two of float32 ones
-    load8, store8_of = (_load8_f32, _store8_f32) if T is f32 else (load8_into, _store8_16)
+    load8, store8_of = (load8_f32_into, store8_f32_from) if T is f32 else (load8_into, store8_from)
     _dxhat_chunk = _dxhat_chunk_for(load8)
 
     @kernel

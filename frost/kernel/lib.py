@@ -1,8 +1,8 @@
 """Device functions in the kernel language itself: warp and block reductions, tile matmul, shared tiles' swizzle,
-the eight-value load of 16-bit data."""
+eight-value loads and stores (16 bytes of 16-bit data, 32 of float32)."""
 from frost.kernel.api import device
-from frost.kernel.builtins import (bdx, inf, lane, load8, mma_16x8x16, register_library, shfl_xor, static_range,
-                                   syncthreads, warp)
+from frost.kernel.builtins import (bdx, inf, lane, load4, load8, mma_16x8x16, register_library, shfl_xor,
+                                   static_range, store4, store8, syncthreads, warp)
 from frost.kernel.types import Const
 
 
@@ -87,5 +87,27 @@ def load8_into(v, a, i):
     v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] = load8(a, i)
 
 
+@device
+def load8_f32_into(v, a, i):
+    """v[0:8] = a[i:i + 8] of a float32 array in two 16-byte loads (i % 4 == 0): load8_into's float32 twin, for
+    kernels that take either (chosen in Python, as the array's type is)."""
+    v[0], v[1], v[2], v[3] = load4(a, i)
+    v[4], v[5], v[6], v[7] = load4(a, i + 4)
+
+
+@device
+def store8_from(a, i, v):
+    """a[i:i + 8] = v[0:8] rounded to a's bf16/f16, one 16-byte store (i % 8 == 0)."""
+    store8(a, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+
+
+@device
+def store8_f32_from(a, i, v):
+    """a[i:i + 8] = v[0:8] into a float32 array, two 16-byte stores (i % 4 == 0): store8_from's float32 twin."""
+    store4(a, i, v[0], v[1], v[2], v[3])
+    store4(a, i + 4, v[4], v[5], v[6], v[7])
+
+
 # what a kernel may call without importing it (block_sum and block_max stay explicit imports)
-register_library(warp_sum, warp_max, warp_min, mma_tile, swizzle, load8_into)
+register_library(warp_sum, warp_max, warp_min, mma_tile, swizzle, load8_into, load8_f32_into, store8_from,
+                 store8_f32_from)
