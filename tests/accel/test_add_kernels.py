@@ -10,23 +10,8 @@ import pytest
 import frost
 from frost import dispatch
 from frost.accel import add as add_accel
-from frost.kernel.api import Kernel
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
-
-
-@pytest.fixture
-def simulated_gpu(monkeypatch):
-    """dispatch takes NumPy arrays for CuPy ones and launches run in the simulator: the CUDA fast path on the CPU.
-    Returns the names of the kernels launched."""
-    launches = []
-
-    def simulate(self, cfg):
-        launches.append(self.__name__)
-        return self.simulate[cfg]
-    monkeypatch.setattr(Kernel, "__getitem__", simulate)
-    monkeypatch.setattr(dispatch, "device_of", lambda array: "cuda")
-    return launches
 
 
 def _operand(n: int, dtype: str, seed: int) -> np.ndarray:

@@ -8,24 +8,9 @@ import pytest
 import frost
 from frost import dispatch
 from frost.accel import cast as cast_accel
-from frost.kernel.api import Kernel
 from frost.ops.elementwise import cast
 
 SIXTEEN = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
-
-
-@pytest.fixture
-def simulated_gpu(monkeypatch):
-    """dispatch takes NumPy arrays for CuPy ones and launches run in the simulator: the CUDA fast path on the CPU.
-    Returns the names of the kernels launched."""
-    launches = []
-
-    def simulate(self, cfg):
-        launches.append(self.__name__)
-        return self.simulate[cfg]
-    monkeypatch.setattr(Kernel, "__getitem__", simulate)
-    monkeypatch.setattr(dispatch, "device_of", lambda array: "cuda")
-    return launches
 
 
 def _values(n: int, seed: int = 0) -> np.ndarray:
