@@ -226,6 +226,19 @@ def philox_advance(state: Array[u32], blocks: u32):
 
 @kernel.warm
 @kernel
+def philox_reserve(state: Array[u32], snapshot: Array[u32], blocks: u32):
+    """snapshot = state, then the offset moved past `blocks` counters: reserve's copy and advance in one launch."""
+    if bx == 0 and tx == 0:
+        for w in range(4):
+            snapshot[w] = state[w]
+        lo = state[2] + blocks
+        if lo < blocks:
+            state[3] += u32(1)
+        state[2] = lo
+
+
+@kernel.warm
+@kernel
 def philox_set_state(state: Array[u32], k0: u32, k1: u32, lo: u32, hi: u32):
     """Write key and offset: a kernel rather than a host copy, so that it is legal anywhere a launch is."""
     if bx == 0 and tx == 0:
@@ -323,11 +336,11 @@ class PhiloxGenerator:
 
     def reserve(self, blocks: int) -> Any:
         """A copy of the state (4 uint32 words) for a kernel that draws `blocks` counters from it itself, the
-        generator moved past them: a device-to-device copy and the advance kernel, no host read, so a captured step
-        reserves new counters on every replay (frost/accel/dropout.py, frost/accel/flash_attention.py)."""
+        generator moved past them: one launch that copies and advances (philox_reserve), no host read, so a captured
+        step reserves new counters on every replay (frost/accel/dropout.py, frost/accel/flash_attention.py)."""
         with self._on_device():
-            snapshot = self.state.copy()
-            philox_advance[1, 32](self.state, blocks)
+            snapshot = self._cp().empty(4, np.uint32)
+            philox_reserve[1, 32](self.state, snapshot, blocks)
         return snapshot
 
     def bernoulli_mask(self, shape: int | tuple, p: float) -> Any:

@@ -148,6 +148,13 @@ def test_advance_and_set_state_kernels_in_the_simulator():
     np.testing.assert_array_equal(state, [1, 2, 3, 4])
 
 
+def test_reserve_kernel_snapshots_then_advances_in_one_launch():
+    state, snapshot = _state(SEED, NEAR_WRAP), np.zeros(4, np.uint32)
+    P.philox_reserve.simulate[1, 32](state, snapshot, 7)
+    np.testing.assert_array_equal(snapshot, _state(SEED, NEAR_WRAP))
+    np.testing.assert_array_equal(state, _state(SEED, NEAR_WRAP + 7))   # the low word wrapped and carried
+
+
 def test_successive_simulated_draws_continue_the_stream():
     state = _state(5, 0)
     first, second = np.zeros(10, np.uint32), np.zeros(7, np.uint32)
@@ -161,11 +168,11 @@ def test_successive_simulated_draws_continue_the_stream():
 
 
 @pytest.mark.parametrize("k", [P.philox_bits_kernel, P.philox_uniform_kernel, P.philox_normal_kernel,
-                               P.philox_advance, P.philox_set_state, philox_kat_kernel])
+                               P.philox_advance, P.philox_reserve, P.philox_set_state, philox_kat_kernel])
 def test_kernels_compile_for_sm90_with_nvrtc(k, tmp_path, monkeypatch):
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     assert k.compile("sm_90")[:4] == b"\x7fELF"
-    assert "__umulhi" in k.source or k in (P.philox_advance, P.philox_set_state)
+    assert "__umulhi" in k.source or k in (P.philox_advance, P.philox_reserve, P.philox_set_state)
 
 
 # ---------------------------------------------------------------- on the GPU (the lead runs these)
