@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# After a change to the GPT's step: the GPU test suite, the GPT (shakespeare-char, bf16, frost.jit) against
-# torch.compile, the seed ResNet's step (fp32 and bf16: no regression), and where the GPT's step spends its GPU
-# time kernel by kernel (Nsight Compute over the two timed steps), each result in OUTDIR. About five minutes.
+# After a change to the GPT's step: the GPU test suite, the GPT (shakespeare-char, then GPT-2 124M; bf16,
+# frost.jit) against torch.compile, the seed ResNet's step (fp32 and bf16: no regression), and where the GPT's
+# step spends its GPU time kernel by kernel (Nsight Compute over the two timed steps), each result in OUTDIR.
+# About seven minutes.
 # Usage: bash benchmarks/gpu_gpt_check.sh OUTDIR [TEXT_FILE]
 set -u
 out=${1:?usage: bash benchmarks/gpu_gpt_check.sh OUTDIR [TEXT_FILE]}
@@ -17,6 +18,9 @@ grep -E "^FAILED|^ERROR|passed|failed" "$out/gpu_tests.txt" | tail -25
 timeout 150 python3 benchmarks/gpt.py --preset shakespeare-char ${data[@]+"${data[@]}"} --precision bf16 --jit --steps 300 \
     --warmup 30 --eval-interval 0 --eval-iters 10 --torch-modes compile --quiet --out "$out/gpt_bf16_jit.json" 2>&1 \
     | tail -6
+# GPT-2 124M (random tokens: throughput only), batch 16 x 1024 as issue 30 measures torch.compile
+timeout 240 python3 benchmarks/gpt.py --preset gpt2-124m --batch-size 16 --precision bf16 --jit --steps 40 --warmup 15 \
+    --eval-interval 0 --eval-iters 2 --torch-modes compile --quiet --out "$out/gpt2_124m_bf16_jit.json" 2>&1 | tail -6
 for precision in fp32 bf16; do
     timeout 60 python3 -m frost bench resnet-cifar10 --sample --steps 20000 --seeds 0 --quiet --precision "$precision" \
         --out "$out/seed_$precision.json" 2>&1 | tail -1
