@@ -26,7 +26,9 @@ Semantics (the simulator implements these; float results can differ from the GPU
   bytes); `ldg4(x, i)` is load4 of 4-byte elements through the read-only cache. i must be a multiple of the count
   and the array aligned to the access's bytes (the simulator checks both, the launch checks the pointers).
   `ldg(x, i)` is a scalar read-only load. Unpacking may target elements: `r[0], r[1] = f(...)`; `load8_into(v, x, i)`
-  unpacks load8 into the local array v (converting to its elements).
+  unpacks load8 into the local array v (converting to its elements); `load8_f32_into` is its float32 twin (two
+  load4), `store8_from(x, i, v)` / `store8_f32_from` store v's eight values; a kernel made for either type picks
+  the pair in Python (frost/accel/add.py).
 - `launch_bounds(MAX_THREADS[, MIN_BLOCKS])` as a statement of a kernel's body is CUDA's `__launch_bounds__`;
   `swizzle(row, col, COLS)` is the XOR-swizzled column of a 16-bit shared tile (conflict-free ldmatrix, no padding).
 - `k.inspect(arch, **consts)` returns the PTX and ptxas's registers/spills/stack; `k.ptx(arch, **consts)` the PTX.
