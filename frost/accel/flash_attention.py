@@ -127,20 +127,20 @@ def load_rows(src, dst, base: i32, st: i32, r0: i32, n: i32, ROWS: Const[int], D
 
 @device
 def query_tile(lq: i32, lk: i32, heads: i32, group: i32, BR: Const[int]) -> (i32, i32, i32, i32, i32):
-    """For the block of BR queries of one (batch, head) that the forward and dQ kernels run: the batch, the first
-    row of the head's queries and of its key/value head (grouped-query attention), the block's first query, and
-    this lane's first row of the two it holds in C fragments (the other is 8 below)."""
-    b = bx // heads
-    q0 = by * BR
-    return b, bx * lq, (b * (heads // group) + bx % heads // group) * lk, q0, q0 + warp * 16 + lane // 4
+    """head_rows for the wgmma kernels' C-order q and k/v: the batch, the first row of the head's queries and of its
+    key/value head, the block's first query, and this lane's first row."""
+    b, lbase, q0, row0, qbase, kbase, obase = head_rows(lq, heads, group, heads * lq, lq, heads // group * lk, lk,
+                                                        heads * lq, lq, BR)
+    return b, qbase, kbase, q0, row0
 
 
 @device
 def head_rows(lq: i32, heads: i32, group: i32, qsb: i32, qsh: i32, ksb: i32, ksh: i32, osb: i32, osh: i32,
               BR: Const[int]) -> (i32, i32, i32, i32, i32, i32, i32):
-    """query_tile for the mma.sync kernels, whose q, k/v and o (dO) rows have layouts of their own: the batch, the
-    head's first log-sum-exp entry, the block's first query, this lane's first row, and the first rows of q, of
-    the key/value head (grouped-query attention) and of o."""
+    """For the block of BR queries of one (batch, head) that the forward and dQ kernels run, q, k/v and o (dO) rows
+    each of its own layout: the batch, the head's first log-sum-exp entry, the block's first query, this lane's first
+    row of the two it holds in C fragments (the other is 8 below), and the first rows of q, of the key/value head
+    (grouped-query attention) and of o."""
     b = bx // heads
     h = bx % heads
     q0 = by * BR
@@ -997,12 +997,10 @@ def _row_view(xp, a, d: int) -> tuple:
     """(rows, layout): a (B, H, L, d) array as the 2-D array of rows (d values each) from its first element to its
     last, and the (batch, head, position) strides of its rows; a layout the kernels cannot read is copied into
     C order first."""
-    layout = _row_strides(a, d)
-    if layout is None:
-        a = xp.ascontiguousarray(a)
-        layout = _row_strides(a, d)
-    count = 1 + sum((n - 1) * s for n, s in zip(a.shape[:3], layout))
-    return xp.lib.stride_tricks.as_strided(a, (count, d), (d * a.itemsize, a.itemsize)), layout
+    a = _readable(xp, a, d)
+    strides = _row_strides(a, d)
+    count = 1 + sum((n - 1) * s for n, s in zip(a.shape[:3], strides))
+    return xp.lib.stride_tricks.as_strided(a, (count, d), (d * a.itemsize, a.itemsize)), strides
 
 
 def _dense(shape: tuple, strides: tuple, item: int) -> bool:
