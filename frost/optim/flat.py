@@ -7,7 +7,6 @@ graph keeps counting steps and follows a learning-rate schedule on replay withou
 """
 from __future__ import annotations
 
-import functools
 import weakref
 
 import numpy as np
@@ -17,7 +16,7 @@ from frost.autocast import register_weight_cast
 from frost.autograd import mark_grad_zero
 from frost.backend import cuda
 from frost.kernel import Array, f32, kernel, tx
-from frost.layout import array_module, is_channels_last
+from frost.layout import is_channels_last
 from frost.ops.elementwise import converted
 from frost.tensor import Tensor
 
@@ -74,28 +73,16 @@ def groups_of(grads: list) -> list | None:
     return list(groups.values()) if members == {id(g) for g in grads} and len(members) == len(grads) else None
 
 
-def clips_whole_buffers(grad, grads: list, norm_type: float) -> bool:
-    """clip_grad_norm_ over whole flat gradient buffers: their gaps hold zeros, which leave a norm of positive
-    order (and the infinity norm) as it is."""
-    return norm_type > 0 and groups_of(grads) is not None
+def in_whole_buffers(grad, grads: list) -> bool:
+    """Whether `grads` (on one device) are exactly the members' gradients of some flat groups."""
+    return len({str(g.device) for g in grads}) == 1 and groups_of(grads) is not None
 
 
-@dispatch.register("clip_grad_norm_", device="cuda", dtypes=("float32",), applies=clips_whole_buffers)
-def clip_grad_norm_flat(grads: list, max_norm: float, norm_type: float):
-    """clip_grad_norm_ in a few launches per flat group (one norm over its buffer, one scale) instead of several
-    per parameter; the total norm as a 0-d device array."""
-    buffers = [group.grads for group in groups_of(grads)]
-    xp = array_module(buffers[0])
-    if norm_type == np.inf:
-        total = functools.reduce(xp.maximum, (xp.abs(b).max() for b in buffers))
-    else:
-        total = functools.reduce(xp.add, ((b * b).sum() if norm_type == 2.0 else (xp.abs(b) ** norm_type).sum()
-                                          for b in buffers))
-        total = xp.sqrt(total) if norm_type == 2.0 else total ** (1.0 / norm_type)
-    coef = xp.minimum(max_norm / (total + 1e-6), 1.0).astype(xp.float32)
-    for b in buffers:
-        b *= coef
-    return total
+@dispatch.register("gradient_buffers", device="cuda", dtypes=("float32",), applies=in_whole_buffers)
+def gradient_buffers(grads: list) -> list:
+    """The flat gradient buffers holding exactly `grads`, zeros in the gaps between them: clip_grad_norm_ takes one
+    norm and one scale per buffer instead of several launches per parameter."""
+    return [group.grads for group in groups_of(grads)]
 
 
 def eligible(params: list[Tensor]) -> bool:

@@ -237,8 +237,8 @@ def _two_flat_groups(device: str = "cpu", groups: int = 2):
     return params, opt
 
 
-@pytest.mark.parametrize("norm_type", [2.0, 3.0, float("inf")])
-def test_clip_grad_norm_over_whole_flat_buffers_matches_torch(simulated_flat, norm_type):
+@pytest.mark.parametrize("norm_type", [2.0, 3.0, float("inf"), -float("inf")])
+def test_clip_grad_norm_over_whole_flat_buffers_matches_torch(simulated_flat, monkeypatch, norm_type):
     params, opt = _two_flat_groups()
     assert len(opt._flat) == 2
     grads = [p.grad for p in params]
@@ -248,30 +248,33 @@ def test_clip_grad_norm_over_whole_flat_buffers_matches_torch(simulated_flat, no
     for h, w in zip(holders, want):
         h.grad = w.clone()
     total_want = torch.nn.utils.clip_grad_norm_(holders, 0.5, norm_type)
-    total = flat.clip_grad_norm_flat(grads, 0.5, norm_type)
+    monkeypatch.setattr(dispatch, "device_of", lambda array: "cuda")   # the buffers' fast path on NumPy buffers
+    assert dispatch.lookup("gradient_buffers", grads[0], grads=grads) is flat.gradient_buffers
+    total = frost.nn.utils.clip_grad_norm_(params, 0.5, norm_type)   # -inf: the gaps' zeros would count, not asked
     np.testing.assert_allclose(float(total), float(total_want), rtol=1e-6)
     for g, h in zip(grads, holders):
         np.testing.assert_allclose(g.numpy(), h.grad.numpy(), rtol=1e-6, atol=1e-7)
 
 
-def test_the_whole_buffer_clip_takes_exactly_the_groups_gradients(simulated_flat):
+def test_the_whole_buffers_hold_exactly_the_groups_gradients(simulated_flat):
     params, opt = _two_flat_groups()
     grads = [p.grad for p in params]
     assert len(flat.groups_of(grads[:1])) == 1                     # one whole group
     one_group, _ = _two_flat_groups(groups=1)
     assert flat.groups_of([p.grad for p in one_group][:1]) is None    # half a group: its other gradient left out
     assert flat.groups_of(grads + [frost.zeros(3)]) is None        # a gradient outside every buffer
-    assert not flat.clips_whole_buffers(grads[0], grads, norm_type=-float("inf"))   # the gaps' zeros would count
+    buffers = flat.gradient_buffers(grads)
+    assert len(buffers) == 2 and all(any(b is group.grads for group in opt._flat.values()) for b in buffers)
 
 
 @pytest.mark.cuda
 def test_gpu_clip_grad_norm_of_flat_groups_matches_the_per_parameter_path():
     results = []
-    for off in ((), ("clip_grad_norm_",)):
+    for off in ((), ("gradient_buffers",)):
         params, _ = _two_flat_groups("cuda")
         grads = [p.grad for p in params]
         with dispatch.disabled(*off):
-            assert (dispatch.lookup("clip_grad_norm_", grads[0], grads=grads, norm_type=2.0) is None) == bool(off)
+            assert (dispatch.lookup("gradient_buffers", grads[0], grads=grads) is None) == bool(off)
             total = frost.nn.utils.clip_grad_norm_(params, 0.5)
         results.append((float(total), [p.grad.numpy() for p in params]))
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)

@@ -63,20 +63,22 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
         return Tensor(backend.xp_for(params[0].device if params else backend.CPU).zeros((), dtype="float32"))
     device = grads[0].device
     xp = grads[0].xp
-    fast = None if error_if_nonfinite else dispatch.lookup("clip_grad_norm_", grads[0], grads=grads,
-                                                             norm_type=norm_type)
-    if fast is not None:
-        return Tensor(fast(grads, max_norm, norm_type))
-    norms = [backend.to_device(_norm_of(g.xp, g.data, norm_type), device) for g in grads]
+    arrays = [(g.data, g.device) for g in grads]
+    buffers = dispatch.lookup("gradient_buffers", grads[0], grads=grads) if norm_type > 0 else None
+    if buffers is not None:
+        # flat buffers holding exactly these gradients and zeros between them, which leave a norm of positive order
+        # (and the infinity norm) as it is: a few launches per buffer instead of several per parameter
+        arrays = [(b, device) for b in buffers(grads)]
+    norms = [backend.to_device(_norm_of(backend.xp_for(d), a, norm_type), device) for a, d in arrays]
     total = _joint_norm(xp, norms, norm_type)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
                            f"it cannot be clipped. To disable this error and scale the gradients by the non-finite "
                            f"norm anyway, set `error_if_nonfinite=False`")
     coef = xp.minimum(max_norm / (total + 1e-6), 1.0)
-    for g in grads:
-        c = backend.to_device(coef, g.device) if g.device != device else coef
-        g.data *= c.astype(g.data.dtype)
+    for a, d in arrays:
+        c = backend.to_device(coef, d) if d != device else coef
+        a *= c.astype(a.dtype)
     out_dtype = grads[0].data.dtype if all(g.data.dtype == grads[0].data.dtype for g in grads) else total.dtype
     return Tensor(xp.asarray(total, dtype=out_dtype))
 
