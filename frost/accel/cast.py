@@ -5,8 +5,8 @@ these kernels move eight, so a cast runs near the memory's bandwidth."""
 import numpy as np
 
 from frost import dispatch
-from frost.kernel import Array, bdx, bf16, bx, cdiv, f16, f32, i32, kernel, load4, load8_into, local, store4, \
-    store8, tx
+from frost.kernel import (Array, bdx, bf16, bx, cdiv, f16, f32, i32, kernel, load8_f32_into, load8_into, local,
+                          store8_f32_from, store8_from, tx)
 from frost.layout import data_ptr
 
 CAST_THREADS = 256
@@ -19,9 +19,9 @@ def _kernels(T):
         """y = x rounded to the 16-bit type (to nearest even), 8 values a thread (the last n % 8 one by one)."""
         i = (bx * bdx + tx) * 8
         if i + 8 <= n:
-            a0, a1, a2, a3 = load4(x, i)
-            a4, a5, a6, a7 = load4(x, i + 4)
-            store8(y, i, a0, a1, a2, a3, a4, a5, a6, a7)
+            v = local(f32, 8)
+            load8_f32_into(v, x, i)
+            store8_from(y, i, v)
         elif i < n:
             for k in range(i, n):
                 y[k] = x[k]
@@ -33,8 +33,7 @@ def _kernels(T):
         if i + 8 <= n:
             v = local(f32, 8)
             load8_into(v, x, i)
-            store4(y, i, v[0], v[1], v[2], v[3])
-            store4(y, i + 4, v[4], v[5], v[6], v[7])
+            store8_f32_from(y, i, v)
         elif i < n:
             for k in range(i, n):
                 y[k] = f32(x[k])

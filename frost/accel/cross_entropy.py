@@ -4,7 +4,7 @@ frost/ops/loss.py."""
 from frost import dispatch
 from frost.layout import data_ptr
 from frost.kernel import (Array, bdx, bf16, block_sum, bx, cdiv, device, exp, f16, f32, gdx, i32, i64, inf,
-                          kernel, lane, load8_into, local, log, shared, static_range, store8, tx, warp, warp_max,
+                          kernel, lane, load8_into, local, log, shared, static_range, store8_from, tx, warp, warp_max,
                           warp_sum)
 from frost.tensor import Tensor, from_op
 
@@ -162,7 +162,7 @@ def _grad8(x, dx, i, col, coef, row_lse):
         if col >= 0:
             d = coef * (exp(v[e] - row_lse) - (1.0 if i + e == col else 0.0))
         v[e] = d
-    store8(dx, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+    store8_from(dx, i, v)
 
 
 # (dtype, values a thread) -> (forward, backward): float32 one at a time; bf16/fp16 also 8 at a time

@@ -5,7 +5,7 @@ import math
 from frost import dispatch
 from frost.layout import data_ptr
 from frost.kernel import Array, Const, bdx, bf16, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, \
-    load8_into, local, static_range, store4, store8, tanh, tx
+    load8_into, local, static_range, store4, store8_from, tanh, tx
 from frost.tensor import Tensor, from_op
 
 # The reference path makes half a dozen full-size temporaries per direction (and widens bf16 to float32 in memory);
@@ -98,7 +98,7 @@ def _kernels_vec8(T):
             load8_into(v, x, i)
             for k in static_range(8):
                 v[k] = _gelu(v[k], TANH)
-            store8(y, i, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+            store8_from(y, i, v)
         elif i < n:
             for k in range(i, n):
                 y[k] = _gelu(f32(x[k]), TANH)
@@ -114,7 +114,7 @@ def _kernels_vec8(T):
             load8_into(d, g, i)
             for k in static_range(8):
                 d[k] = d[k] * _gelu_slope(v[k], TANH)
-            store8(dx, i, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7])
+            store8_from(dx, i, d)
         elif i < n:
             for k in range(i, n):
                 dx[k] = f32(g[k]) * _gelu_slope(f32(x[k]), TANH)

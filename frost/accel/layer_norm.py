@@ -6,7 +6,7 @@ import math
 from frost import dispatch
 from frost.layout import data_ptr
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
-                          load4, load8_f32_into, load8_into, local, shared, sqrt, static_range, store4, store8,
+                          load4, load8_f32_into, load8_into, local, shared, sqrt, static_range, store4,
                           store8_f32_from, store8_from, syncthreads, tx, warp, warp_sum)
 from frost.tensor import Tensor, from_op
 
@@ -166,7 +166,7 @@ def _forward_kernel_vec8(T):
                     load8_into(p, b, c)
                     for k in static_range(8):
                         v[k] = v[k] + p[k]
-                store8(out, base + c, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+                store8_from(out, base + c, v)
             if lane == 0:
                 mean[r] = m
                 rstd[r] = s
