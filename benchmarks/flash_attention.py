@@ -1,5 +1,6 @@
-"""Flash attention: Frost's kernels (frost/accel/flash_attention.py) against Frost's composed path and PyTorch's SDPA
-(flash and cuDNN backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
+"""Flash attention: Frost's kernels (frost/accel/flash_attention.py) and Frost's path through cuDNN's graphs
+(frost/accel/cudnn_attention.py, "frost cuDNN") against Frost's composed path and PyTorch's SDPA (flash and cuDNN
+backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
 --head-dim change them), causal and not. On a Hopper GPU "frost flash wgmma" is the same on warpgroup MMA
 (FROST_FLASH_WGMMA=1: the forward and backward kernels of frost/accel/flash_attention.py's Hopper section).
 
@@ -10,10 +11,11 @@ forward + backward (no L x S matrix: it would take gigabytes at 16k).
 Each row times `--iters` calls after `--warmup` (wall clock between device synchronizations; the calls at these
 sizes take milliseconds, so launch overhead is small) of the forward alone (no autograd graph) and of forward +
 backward. TFLOP/s counts 4 B H L^2 D for the forward and 2.5 times that for the backward (FlashAttention's
-convention), halved when causal. The composed path is scaled_dot_product_attention with FROST_FLASH_ATTENTION=0. Each
-Frost row first checks its output against the composed path's. PyTorch rows need a CUDA build of torch (they are
-left out, with a line saying so, without one). `--dropout P` times every row with attention dropout (Frost's
-kernels draw the mask inside; the output check against the composed path is skipped: the masks differ).
+convention), halved when causal. The composed path is scaled_dot_product_attention with FROST_CUDNN_ATTENTION=0
+and FROST_FLASH_ATTENTION=0. Each Frost row first checks its output against the composed path's. PyTorch rows need a
+CUDA build of torch (they are left out, with a line saying so, without one). `--dropout P` times every row with
+attention dropout (Frost's kernels and cuDNN draw the mask inside; the output check against the composed path is
+skipped: the masks differ).
 """
 import argparse
 import contextlib
@@ -46,29 +48,37 @@ def environment(name: str, value: str):
             os.environ[name] = before
 
 
-def flash_switch(on: bool, wgmma: bool = False):
-    """Frost's flash kernels on or off (the composed path), and the Hopper kernels (wgmma) or the mma.sync ones."""
+PATHS = ("cudnn", "flash", "wgmma", "composed")
+
+
+def attention_switch(path: str):
+    """Which of Frost's attention paths runs: cuDNN's graphs (frost/accel/cudnn_attention.py), the flash kernels on
+    mma.sync or on wgmma (the Hopper ones), or the composed path."""
+    if path not in PATHS:
+        raise ValueError(f"attention_switch: path must be one of {PATHS}, got {path!r}")
     stack = contextlib.ExitStack()
-    stack.enter_context(environment("FROST_FLASH_ATTENTION", "1" if on else "0"))
-    stack.enter_context(environment("FROST_FLASH_WGMMA", "1" if wgmma else "0"))
+    stack.enter_context(environment("FROST_CUDNN_ATTENTION", "1" if path == "cudnn" else "0"))
+    stack.enter_context(environment("FROST_FLASH_ATTENTION", "0" if path == "composed" else "1"))
+    stack.enter_context(environment("FROST_FLASH_WGMMA", "1" if path == "wgmma" else "0"))
     return stack
 
 
-def frost_calls(shape: tuple, causal: bool, flash: bool, dropout: float = 0.0, wgmma: bool = False):
-    """(forward, forward + backward) closures over fresh bf16 CUDA tensors of shape (batch, heads, length, dim)."""
+def frost_calls(shape: tuple, causal: bool, path: str, dropout: float = 0.0):
+    """(forward, forward + backward) closures over fresh bf16 CUDA tensors of shape (batch, heads, length, dim), by
+    one of Frost's attention paths (attention_switch)."""
     rng = np.random.default_rng(0)
     q, k, v, do = (frost.Tensor(rng.standard_normal(shape).astype(frost.bfloat16.np)).to("cuda") for _ in range(4))
     for t in (q, k, v):
         t.requires_grad = True
 
     def forward():
-        with flash_switch(flash, wgmma), frost.no_grad():
+        with attention_switch(path), frost.no_grad():
             return sdpa(q, k, v, is_causal=causal, dropout_p=dropout)
 
     def forward_backward():
         for t in (q, k, v):
             t.grad = None
-        with flash_switch(flash, wgmma):
+        with attention_switch(path):
             sdpa(q, k, v, is_causal=causal, dropout_p=dropout).backward(do)
 
     return forward, forward_backward
@@ -109,11 +119,11 @@ def torch_backends() -> dict:
     return {"torch flash": SDPBackend.FLASH_ATTENTION, "torch cuDNN": SDPBackend.CUDNN_ATTENTION}
 
 
-def check_against_composed(shape: tuple, causal: bool, wgmma: bool = False) -> float:
-    """The largest |flash - composed| of the forward at this shape (bf16 outputs: expect ~1e-2 at most)."""
-    flash, _ = frost_calls(shape, causal, True, wgmma=wgmma)
-    composed, _ = frost_calls(shape, causal, False)
-    a, b = (f().cpu().numpy().astype(np.float32) for f in (flash, composed))
+def check_against_composed(shape: tuple, causal: bool, path: str) -> float:
+    """The largest |path - composed| of the forward at this shape (bf16 outputs: expect ~1e-2 at most)."""
+    fused, _ = frost_calls(shape, causal, path)
+    composed, _ = frost_calls(shape, causal, "composed")
+    a, b = (f().cpu().numpy().astype(np.float32) for f in (fused, composed))
     return float(np.abs(a - b).max())
 
 
@@ -142,13 +152,13 @@ def time_shape(shape: tuple, causal: bool, args, with_wgmma: bool, torch_rows: d
     batch, heads, length, d = shape
     flops = 4 * batch * heads * length ** 2 * d * (0.5 if causal else 1.0)
     check = composed and args.dropout == 0.0
-    errors = {"frost flash": check_against_composed(shape, causal) if check else None}
-    impls = {"frost flash": frost_calls(shape, causal, True, args.dropout)}
+    paths = {"frost cuDNN": "cudnn", "frost flash": "flash"}
     if with_wgmma:
-        impls["frost flash wgmma"] = frost_calls(shape, causal, True, args.dropout, wgmma=True)
-        errors["frost flash wgmma"] = check_against_composed(shape, causal, wgmma=True) if check else None
+        paths["frost flash wgmma"] = "wgmma"
+    impls = {name: frost_calls(shape, causal, path, args.dropout) for name, path in paths.items()}
+    errors = {name: check_against_composed(shape, causal, path) if check else None for name, path in paths.items()}
     if composed:
-        impls["frost composed"] = frost_calls(shape, causal, False, args.dropout)
+        impls["frost composed"] = frost_calls(shape, causal, "composed", args.dropout)
     syncs = dict.fromkeys(impls, frost.cuda.synchronize)
     for name, backend in torch_rows.items():
         import torch
@@ -158,7 +168,7 @@ def time_shape(shape: tuple, causal: bool, args, with_wgmma: bool, torch_rows: d
     for name, (forward, forward_backward) in impls.items():
         fwd = common.seconds_per_call(forward, syncs[name], iters, args.warmup)
         both = common.seconds_per_call(forward_backward, syncs[name], iters, args.warmup)
-        peak = peak_mib(forward_backward) if name.startswith("frost flash") else None
+        peak = peak_mib(forward_backward) if name in paths else None
         rows.append(dict(impl=name, batch=batch, heads=heads, length=length, head_dim=d, causal=causal,
                          forward_ms=1e3 * fwd, forward_backward_ms=1e3 * both, forward_tflops=flops / fwd / 1e12,
                          forward_backward_tflops=3.5 * flops / both / 1e12, peak_mib=peak,

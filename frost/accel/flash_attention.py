@@ -1036,7 +1036,7 @@ def gradients_like(xp, arrays: tuple) -> tuple:
     return tuple(_output_like(xp, a) for a in arrays)
 
 
-def _blhd(xp, p: "Problem", dtype):
+def output_blhd(xp, p: "Problem", dtype):
     """O's (B, H, L, D) array laid out (B, L, H, D)."""
     return xp.empty((p.batch, p.lq, p.heads, p.d), dtype).transpose(0, 2, 1, 3)
 
@@ -1099,7 +1099,7 @@ def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = Non
     tiles = dict(FORWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     kern = kernels_for(str(q.dtype)).forward
-    o = _blhd(xp, p, q.dtype)
+    o = output_blhd(xp, p, q.dtype)
     lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
     smem = (tiles["BR"] + 2 * tiles["BC"]) * _row_bytes(p.d)
     grid = (p.batch * p.heads, cdiv(p.lq, tiles["BR"]))
@@ -1198,9 +1198,9 @@ def _backward_wgmma(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
 
 
 # ------------------------------------------------------------------ the op and when it applies
-def _problem(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, enable_gqa: bool,
-             masked: bool, dropout_p: float = 0.0) -> Problem:
-    op = "flash_attention"
+def problem(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None, enable_gqa: bool,
+            masked: bool, dropout_p: float = 0.0, op: str = "flash_attention") -> Problem:
+    """The call's Problem, or a ValueError naming `op` and the shapes or dtypes it does not take."""
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ValueError(f"{op}: query, key and value must be 4-D (batch, heads, length, head dim), got shapes "
                          f"{query.shape}, {key.shape}, {value.shape}")
@@ -1256,7 +1256,7 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
     if mask is not None and tuple(mask.shape) != (query.shape[0], key.shape[-2]):
         raise ValueError(f"flash_attention: key_padding_mask must have shape (batch, key length) = "
                          f"{(query.shape[0], key.shape[-2])}, got {tuple(mask.shape)}")
-    p = _problem(query, key, value, is_causal, scale, enable_gqa, mask is not None, dropout_p)
+    p = problem(query, key, value, is_causal, scale, enable_gqa, mask is not None, dropout_p)
     xp = query.xp
     q, k, v = query.data, key.data, value.data
     rng = dropout_state(xp) if p.dropout_p > 0.0 else None
@@ -1304,7 +1304,7 @@ def applies(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None 
     if key_padding_mask(attn_mask, query, key) is False:
         return False
     try:
-        _problem(query, key, value, is_causal, None, enable_gqa, attn_mask is not None)
+        problem(query, key, value, is_causal, None, enable_gqa, attn_mask is not None)
     except ValueError:
         return False
     return True

@@ -18,6 +18,8 @@ from frost.layout import empty_like_format, is_channels_last
 
 _lock = threading.Lock()
 _graphs: dict = {}
+_untuned: dict = {}   # key -> a graph built (by attention_supported) before its first call chose its plan
+_refused: dict = {}   # key -> why cuDNN could not build that attention graph
 _handles: dict = {}
 _tuned = RememberedTable("cudnn_plans.json")  # plan index chosen per graph key
 _workspace: dict = {}  # (device, stream) -> that stream's scratch (see _workspace_for)
@@ -48,14 +50,32 @@ def _handle():
     return h
 
 
-def _data_type(dtype):
+def _data_type(dtype, op: str = "conv2d"):
     import cudnn
     name = str(dtype)
     table = {"float32": cudnn.data_type.FLOAT, "float16": cudnn.data_type.HALF,
              "bfloat16": cudnn.data_type.BFLOAT16, "float64": cudnn.data_type.DOUBLE}
     if name not in table:
-        raise TypeError(f"conv2d on CUDA: dtype {name} is not supported by cuDNN")
+        raise TypeError(f"{op} on CUDA: dtype {name} is not supported by cuDNN")
     return table[name]
+
+
+def _new_graph(dtype, op: str) -> tuple:
+    """(graph, cuDNN data type): an empty graph for `dtype` inputs and outputs, computing in float32."""
+    import cudnn
+    dt = _data_type(dtype, op)
+    return cudnn.pygraph(io_data_type=dt, intermediate_data_type=cudnn.data_type.FLOAT,
+                         compute_data_type=cudnn.data_type.FLOAT, handle=_handle()), dt
+
+
+def _declare(g, name: str, a, dt):
+    """An input tensor of the graph laid out as array `a`."""
+    return g.tensor(name=name, dim=list(a.shape), stride=_elem_strides(a), data_type=dt)
+
+
+def _output(t, a, dt) -> None:
+    """Make t an output of the graph laid out as array `a`."""
+    t.set_output(True).set_dim(list(a.shape)).set_stride(_elem_strides(a)).set_data_type(dt)
 
 
 def _elem_strides(a) -> list:
@@ -92,43 +112,31 @@ def _create_plans(g, dtype) -> None:
     g.check_support()
 
 
-class _ConvGraph:
-    """A built cuDNN graph for one convolution kind and geometry, with its plan chosen."""
+class _Graph:
+    """A built cuDNN graph (self.graph) over its tensors (self.tensors), with its plan chosen (tune)."""
 
-    def __init__(self, kind: str, a, b, out, stride, padding, dilation) -> None:
-        import cudnn
-        dt = _data_type(a.dtype)
-        self.graph = g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=cudnn.data_type.FLOAT,
-                                       compute_data_type=cudnn.data_type.FLOAT, handle=_handle())
-        A = g.tensor(name="A", dim=list(a.shape), stride=_elem_strides(a), data_type=dt)
-        B = g.tensor(name="B", dim=list(b.shape), stride=_elem_strides(b), data_type=dt)
-        conv = dict(padding=list(padding), stride=list(stride), dilation=list(dilation),
-                    compute_data_type=cudnn.data_type.FLOAT)
-        if kind == "fprop":      # a = image, b = weight
-            Y = g.conv_fprop(image=A, weight=B, **conv)
-        elif kind == "dgrad":    # a = loss, b = filter
-            Y = g.conv_dgrad(loss=A, filter=B, **conv)
-        else:                    # wgrad: a = image, b = loss
-            Y = g.conv_wgrad(image=A, loss=B, **conv)
-        Y.set_output(True).set_dim(list(out.shape)).set_stride(_elem_strides(out)).set_data_type(dt)
+    def _finish(self, tensors: tuple, dtype) -> None:
+        """Validate and lower the graph declared over `tensors` and list its candidate plans."""
+        g = self.graph
         g.validate()
         g.build_operation_graph()
-        _create_plans(g, a.dtype)
-        self.tensors = (A, B, Y)
+        _create_plans(g, dtype)
+        self.tensors = tensors
         self.plan_count = g.get_execution_plan_count()
 
-    def pack(self, a, b, out) -> dict:
+    def pack(self, arrays: tuple) -> dict:
+        """The variant pack: each of the graph's tensors (self.tensors) and the address of its array."""
         # bare device addresses: handed an array, the frontend asks whether it is a torch tensor, which imports
         # torch where it is installed (seconds at a cold start-up); an address is taken as the graph declares it
-        A, B, Y = self.tensors
-        return {A: a.data.ptr, B: b.data.ptr, Y: out.data.ptr}
+        return {t: a.data.ptr for t, a in zip(self.tensors, arrays)}
 
-    def tune(self, key: str, a, b, out, limit: int | None = None) -> None:
-        """Time the first `limit` admissible plans (a few runs each) and select the fastest; remembered on disk."""
+    def tune(self, key: str, arrays: tuple, limit: int | None = None) -> None:
+        """Time the first `limit` admissible plans (a few runs each) on `arrays` (self.tensors' arrays, in order) and
+        select the fastest; remembered on disk."""
         tuned = _tuned.load()
         if key in tuned and tuned[key] < self.plan_count and self._select(tuned[key]):
             return
-        pack, best, best_time = self.pack(a, b, out), 0, float("inf")
+        pack, best, best_time = self.pack(arrays), 0, float("inf")
         # the heuristics rank the plans; the best measured one is nearly always among their first few
         if limit is None:
             limit = int(os.environ.get("FROST_CUDNN_TUNE_PLANS", "8"))
@@ -186,30 +194,60 @@ class _ConvGraph:
         self.index = index
         return True
 
-    def run(self, a, b, out) -> None:
-        self.graph.execute_plan_at_index(self.pack(a, b, out), _workspace_for(self.workspace_size), self.index,
+    def run(self, arrays: tuple) -> None:
+        self.graph.execute_plan_at_index(self.pack(arrays), _workspace_for(self.workspace_size), self.index,
                                          handle=_handle())
 
 
-def _run(kind: str, a, b, out, stride, padding, dilation):
-    from frost import backends
-    key = json.dumps([kind, backends.allow_tf32, backends.deterministic, a.shape, _elem_strides(a), b.shape,
-                      _elem_strides(b), out.shape, _elem_strides(out), str(a.dtype), list(stride), list(padding),
-                      list(dilation)])
+class _ConvGraph(_Graph):
+    """A cuDNN graph for one convolution kind and geometry."""
+
+    def __init__(self, kind: str, a, b, out, stride, padding, dilation) -> None:
+        import cudnn
+        g, dt = _new_graph(a.dtype, "conv2d")
+        self.graph = g
+        A, B = _declare(g, "A", a, dt), _declare(g, "B", b, dt)
+        conv = dict(padding=list(padding), stride=list(stride), dilation=list(dilation),
+                    compute_data_type=cudnn.data_type.FLOAT)
+        if kind == "fprop":      # a = image, b = weight
+            Y = g.conv_fprop(image=A, weight=B, **conv)
+        elif kind == "dgrad":    # a = loss, b = filter
+            Y = g.conv_dgrad(loss=A, filter=B, **conv)
+        else:                    # wgrad: a = image, b = loss
+            Y = g.conv_wgrad(image=A, loss=B, **conv)
+        _output(Y, out, dt)
+        self._finish((A, B, Y), a.dtype)
+
+
+
+def _built(key: str, build, arrays: tuple, limit: int | None = None) -> "_Graph":
+    """The graph remembered under `key`, or a new one (build()) with its plan chosen on `arrays`."""
     g = _graphs.get(key)
     if g is None:
         with _lock:
             g = _graphs.get(key)
             if g is None:
                 start = time.perf_counter()
-                g = _ConvGraph(kind, a, b, out, stride, padding, dilation)
+                g = _untuned.pop(key, None) or build()
                 built = time.perf_counter()
-                g.tune(key, a, b, out)
+                g.tune(key, arrays, limit)
                 stats["graphs"] += 1
                 stats["graph_seconds"] += built - start
                 stats["tune_seconds"] += time.perf_counter() - built
                 _graphs[key] = g
-    g.run(a, b, out)
+    return g
+
+
+def _key(kind: str, arrays: tuple, *params) -> str:
+    from frost import backends
+    return json.dumps([kind, backends.allow_tf32, backends.deterministic, str(arrays[0].dtype),
+                       *([list(a.shape), _elem_strides(a)] for a in arrays), *params])
+
+
+def _run(kind: str, a, b, out, stride, padding, dilation):
+    arrays = (a, b, out)
+    key = _key(kind, arrays, list(stride), list(padding), list(dilation))
+    _built(key, lambda: _ConvGraph(kind, a, b, out, stride, padding, dilation), arrays).run(arrays)
     return out
 
 
@@ -232,23 +270,17 @@ def conv2d_backward_weight(g, x, w_shape, stride, padding, dilation, out=None):
     return _run("wgrad", x, g, out, stride, padding, dilation)
 
 
-class _MatmulGraph(_ConvGraph):
+class _MatmulGraph(_Graph):
     """C = A @ B for 3-D (batch, m, k) x (batch, k, n) arrays with any real strides."""
 
-    def __init__(self, a, b, out) -> None:  # super().__init__ builds a convolution; this builds a matmul
+    def __init__(self, a, b, out) -> None:
         import cudnn
-        dt = _data_type(a.dtype)
-        self.graph = g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=cudnn.data_type.FLOAT,
-                                       compute_data_type=cudnn.data_type.FLOAT, handle=_handle())
-        A = g.tensor(name="A", dim=list(a.shape), stride=_elem_strides(a), data_type=dt)
-        B = g.tensor(name="B", dim=list(b.shape), stride=_elem_strides(b), data_type=dt)
+        g, dt = _new_graph(a.dtype, "matmul")
+        self.graph = g
+        A, B = _declare(g, "A", a, dt), _declare(g, "B", b, dt)
         C = g.matmul(A, B, compute_data_type=cudnn.data_type.FLOAT)
-        C.set_output(True).set_dim(list(out.shape)).set_stride(_elem_strides(out)).set_data_type(dt)
-        g.validate()
-        g.build_operation_graph()
-        _create_plans(g, a.dtype)
-        self.tensors = (A, B, C)
-        self.plan_count = g.get_execution_plan_count()
+        _output(C, out, dt)
+        self._finish((A, B, C), a.dtype)
 
 
 def matmul(a, b, out=None):
@@ -264,16 +296,129 @@ def matmul(a, b, out=None):
         b3 = cp.ascontiguousarray(cp.broadcast_to(b3, (batch,) + b3.shape[1:]))
     # a broadcast matrix (stride 0 along a row or a column, as sum()'s gradient is) has no cuDNN plan: made dense
     a3, b3 = (m if 0 not in m.strides[1:] else cp.ascontiguousarray(m) for m in (a3, b3))
-    from frost import backends
-    key = json.dumps(["matmul", backends.allow_tf32, backends.deterministic, a3.shape, _elem_strides(a3), b3.shape,
-                      _elem_strides(b3), str(a.dtype)])
-    g = _graphs.get(key)
-    if g is None:
-        with _lock:
-            g = _graphs.get(key)
-            if g is None:
-                g = _MatmulGraph(a3, b3, out)
-                g.tune(key, a3, b3, out, limit=2)  # many small shapes (Muon's): timing them all costs seconds
-                _graphs[key] = g
-    g.run(a3, b3, out)
+    arrays = (a3, b3, out)
+    # many small shapes (Muon's): timing every plan of each costs seconds
+    _built(_key("matmul", arrays), lambda: _MatmulGraph(a3, b3, out), arrays, limit=2).run(arrays)
     return result
+
+
+# ------------------------------------------------------------------ fused attention (cuDNN's SDPA graphs)
+def _seed_and_offset(g) -> tuple:
+    """The dropout's Philox seed and offset: one int64 each, read from device memory at every run (so a captured
+    step draws a new mask on each replay)."""
+    import cudnn
+    return tuple(g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT64)
+                 for name in ("Seed", "Offset"))
+
+
+def _attention_options(scale: float, causal: bool, dropout_p: float, rng: tuple) -> dict:
+    import cudnn
+    options = dict(attn_scale=scale, compute_data_type=cudnn.data_type.FLOAT)
+    if causal:   # top-left aligned (key j visible to query i when j <= i), as PyTorch's is_causal
+        options.update(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+    if dropout_p > 0.0:
+        options["dropout"] = (dropout_p, *rng)
+    return options
+
+
+class _AttentionGraph(_Graph):
+    """O, Stats = softmax(Q K^T scale) V for (B, H, L, D) arrays of any strides (K and V may have fewer heads: grouped
+    queries); Stats is each query row's float32 log-sum-exp (B, H, Lq, 1), which the backward reads."""
+
+    def __init__(self, arrays: tuple, scale: float, causal: bool, dropout_p: float) -> None:
+        import cudnn
+        q, k, v, o, lse = arrays[:5]
+        g, dt = _new_graph(q.dtype, "scaled_dot_product_attention")
+        self.graph = g
+        Q, K, V = (_declare(g, name, a, dt) for name, a in zip(("Q", "K", "V"), (q, k, v)))
+        rng = _seed_and_offset(g) if dropout_p > 0.0 else ()
+        O, S = g.sdpa(q=Q, k=K, v=V, generate_stats=True, name="attention",
+                      **_attention_options(scale, causal, dropout_p, rng))
+        _output(O, o, dt)
+        _output(S, lse, cudnn.data_type.FLOAT)
+        self._finish((Q, K, V, O, S, *rng), q.dtype)
+
+
+class _AttentionBackwardGraph(_Graph):
+    """dQ, dK, dV of _AttentionGraph's O from dO, recomputing the weights from Q, K and its Stats."""
+
+    def __init__(self, arrays: tuple, scale: float, causal: bool, dropout_p: float, deterministic: bool) -> None:
+        import cudnn
+        q, k, v, o, do, lse, dq, dk, dv = arrays[:9]
+        g, dt = _new_graph(q.dtype, "scaled_dot_product_attention")
+        self.graph = g
+        Q, K, V, O, dO = (_declare(g, name, a, dt) for name, a in zip(("Q", "K", "V", "O", "dO"), (q, k, v, o, do)))
+        S = _declare(g, "Stats", lse, cudnn.data_type.FLOAT)
+        rng = _seed_and_offset(g) if dropout_p > 0.0 else ()
+        dQ, dK, dV = g.sdpa_backward(q=Q, k=K, v=V, o=O, dO=dO, stats=S, use_deterministic_algorithm=deterministic,
+                                     name="attention_backward", **_attention_options(scale, causal, dropout_p, rng))
+        for t, a in zip((dQ, dK, dV), (dq, dk, dv)):
+            _output(t, a, dt)
+        self._finish((Q, K, V, O, dO, S, dQ, dK, dV, *rng), q.dtype)
+
+
+def _rng_words(rng) -> tuple:
+    """(seed, offset) as two one-element int64 arrays over a 4-word uint32 generator snapshot; () without one."""
+    if rng is None:
+        return ()
+    words = rng.view("int64")
+    return words[0:1], words[1:2]
+
+
+def _attention_keys(q, k, v, o, lse, do, dq, dk, dv, scale: float, causal: bool, dropout_p: float, rng) -> tuple:
+    """The keys of the forward and backward graphs of one attention call, and the arrays of each."""
+    words = _rng_words(rng)
+    forward, backward = (q, k, v, o, lse, *words), (q, k, v, o, do, lse, dq, dk, dv, *words)
+    return ((_key("attention", forward, scale, causal, dropout_p), forward),
+            (_key("attention_backward", backward, scale, causal, dropout_p), backward))
+
+
+def _attention_graphs(scale: float, causal: bool, dropout_p: float) -> tuple:
+    """The constructors of the forward and backward graphs, each taking its arrays."""
+    from frost import backends
+    return (lambda arrays: _AttentionGraph(arrays, scale, causal, dropout_p),
+            lambda arrays: _AttentionBackwardGraph(arrays, scale, causal, dropout_p, backends.deterministic))
+
+
+def attention_supported(q, k, v, o, lse, do, dq, dk, dv, scale: float, causal: bool, dropout_p: float = 0.0) -> bool:
+    """Whether cuDNN builds both graphs of this attention call (arrays laid out as attention_forward and
+    attention_backward will get them; their values are not read). The graphs are built once per layout and kept
+    for the first calls; a refusal is remembered (`refusals()` says why)."""
+    rng = cuda.cupy().zeros(4, "uint32") if dropout_p > 0.0 else None
+    keys = _attention_keys(q, k, v, o, lse, do, dq, dk, dv, scale, causal, dropout_p, rng)
+    with _lock:
+        for (key, arrays), build in zip(keys, _attention_graphs(scale, causal, dropout_p)):
+            if key in _refused:
+                return False
+            if key in _graphs or key in _untuned:
+                continue
+            try:
+                _untuned[key] = build(arrays)
+            except Exception as e:  # cuDNN has no engine for it here (shape, layout, GPU, version): not this path
+                _refused[key] = f"{type(e).__name__}: {e}"
+                return False
+    return True
+
+
+def refusals() -> dict:
+    """The attention graphs cuDNN could not build: key -> the error."""
+    return dict(_refused)
+
+
+def attention_forward(q, k, v, o, lse, scale: float, causal: bool, dropout_p: float = 0.0, rng=None) -> None:
+    """Write O (o) and the log-sum-exp (lse, float32 (B, H, Lq, 1), C order) of attention over CuPy arrays q
+    (B, H, Lq, D), k and v (B, H // group, Lk, D), bf16 or f16, last dim dense. Dropout (on the weights) draws from
+    rng, a 4-word uint32 device snapshot (seed words 0-1, offset words 2-3), as the backward must again."""
+    arrays = (q, k, v, o, lse, *_rng_words(rng))
+    key = _key("attention", arrays, scale, causal, dropout_p)
+    build = _attention_graphs(scale, causal, dropout_p)[0]
+    _built(key, lambda: build(arrays), arrays).run(arrays)
+
+
+def attention_backward(q, k, v, o, do, lse, dq, dk, dv, scale: float, causal: bool, dropout_p: float = 0.0,
+                       rng=None) -> None:
+    """Write the gradients dq, dk, dv (each laid out as the caller chose) of attention_forward's O given dO (do)."""
+    arrays = (q, k, v, o, do, lse, dq, dk, dv, *_rng_words(rng))
+    key = _key("attention_backward", arrays, scale, causal, dropout_p)
+    build = _attention_graphs(scale, causal, dropout_p)[1]
+    _built(key, lambda: build(arrays), arrays).run(arrays)

@@ -226,11 +226,13 @@ def philox_advance(state: Array[u32], blocks: u32):
 
 @kernel.warm
 @kernel
-def philox_reserve(state: Array[u32], snapshot: Array[u32], blocks: u32):
-    """snapshot = state, then the offset moved past `blocks` counters: reserve's copy and advance in one launch."""
+def philox_reserve(state: Array[u32], snapshot: Array[u32], blocks: u32, stream: u32):
+    """snapshot = state with `stream` xor-ed into the key's high word, then the offset moved past `blocks` counters:
+    reserve's copy and advance in one launch."""
     if bx == 0 and tx == 0:
         for w in range(4):
             snapshot[w] = state[w]
+        snapshot[1] = state[1] ^ stream
         lo = state[2] + blocks
         if lo < blocks:
             state[3] += u32(1)
@@ -334,13 +336,15 @@ class PhiloxGenerator:
                 philox_sort_keys[cdiv(n, 256), 256](words, keys, n)
             return cp.argsort(keys).astype(cp.int64, copy=False)
 
-    def reserve(self, blocks: int) -> Any:
+    def reserve(self, blocks: int, stream: int = 0) -> Any:
         """A copy of the state (4 uint32 words) for a kernel that draws `blocks` counters from it itself, the
         generator moved past them: one launch that copies and advances (philox_reserve), no host read, so a captured
-        step reserves new counters on every replay (frost/accel/dropout.py, frost/accel/flash_attention.py)."""
+        step reserves new counters on every replay (frost/accel/dropout.py, frost/accel/flash_attention.py).
+        `stream`, xor-ed into the copy's key (high word), keeps a consumer with its own counter scheme (cuDNN's
+        attention dropout) off the counters of the generator's own draws."""
         with self._on_device():
             snapshot = self._cp().empty(4, np.uint32)
-            philox_reserve[1, 32](self.state, snapshot, blocks)
+            philox_reserve[1, 32](self.state, snapshot, blocks, stream)
         return snapshot
 
     def bernoulli_mask(self, shape: int | tuple, p: float) -> Any:

@@ -11,36 +11,14 @@ import torch.nn.functional as F
 
 import frost
 from frost import dispatch
+from frost.accel import cudnn_attention
 from frost.accel import flash_attention as fa
 from frost.ops.attention import scaled_dot_product_attention as sdpa
 
-# Unit roundoff of the 16-bit types. O = sum_j P_j V_j with every P_j rounded to the input type (relative error u
-# each) and O rounded once more: |O - O64| <= ~2u max|V|; the gradients are sums of products of one or two rounded
-# factors (P or dS) with the inputs, then rounded: a few u of their own size. ERR_UNITS is that allowance.
-UNIT = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
-DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
-ERR_UNITS = 4
+from attention_reference import DTYPES, UNIT, assert_close, inputs, reference, reference_with_dropout
+
 SMALL = dict(BR=32, BC=32)   # 2 warps a block: quick in the simulator, and several tiles at these lengths
 TINY = dict(BR=16, BC=16)    # 1 warp
-
-
-def _inputs(rng, b, hq, hkv, lq, lk, d, dtype):
-    make = lambda *shape: rng.standard_normal(shape).astype(DTYPES[dtype])   # noqa: E731
-    return make(b, hq, lq, d), make(b, hkv, lk, d), make(b, hkv, lk, d), make(b, hq, lq, d)
-
-
-def _reference(q, k, v, do, causal, group, mask):
-    """PyTorch float64 on the same 16-bit values: (O, log-sum-exp, dQ, dK, dV)."""
-    tq, tk, tv = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (q, k, v))
-    lq, lk = q.shape[2], k.shape[2]
-    keep = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else torch.ones(lq, lk, dtype=torch.bool)
-    if mask is not None:
-        keep = keep & torch.tensor(mask)[:, None, None, :]
-    out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=keep, enable_gqa=group > 1)
-    scores = tq @ tk.repeat_interleave(group, dim=1).transpose(-1, -2) / np.sqrt(q.shape[-1])
-    lse = torch.logsumexp(scores.masked_fill(~keep, -np.inf), dim=-1)
-    out.backward(torch.tensor(do.astype(np.float64)))
-    return [t.detach().numpy() for t in (out, lse, tq.grad, tk.grad, tv.grad)]
 
 
 def _composed(q, k, v, do, causal, group, mask):
@@ -52,32 +30,20 @@ def _composed(q, k, v, do, causal, group, mask):
     return [t.detach().numpy().astype(np.float64) for t in (out, tq.grad, tk.grad, tv.grad)]
 
 
-def _assert_close(name, got, want, composed, unit):
-    """got within ERR_UNITS u of the values' size of the float64 reference, and no worse than twice the composed
-    path's own error (plus one u)."""
-    got = got.astype(np.float64)
-    size = max(np.abs(want).max(), 1.0)
-    err = np.abs(got - want).max()
-    assert np.isfinite(got).all(), f"{name}: non-finite values"
-    assert err <= ERR_UNITS * unit * size, f"{name}: error {err:.3g} > {ERR_UNITS} u x {size:.3g}"
-    if composed is not None:
-        assert err <= 2 * np.abs(composed - want).max() + unit * size, f"{name}: error {err:.3g} vs composed"
-
-
 def _check(b, hq, hkv, lq, lk, d, causal, dtype="bfloat16", mask=None, tiles=SMALL, seed=0):
     rng = np.random.default_rng(seed)
-    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, d, dtype)
+    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, dtype)
     group = hq // hkv
     p = fa.Problem(b, hq, group, lq, lk, d, causal, 1 / np.sqrt(d), mask is not None)
     o, lse = fa.forward_arrays(np, q, k, v, p, mask, tiles)
     grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, tiles)
-    want = _reference(q, k, v, do, causal, group, mask)
+    want = reference(q, k, v, do, causal, group, mask)
     composed = _composed(q, k, v, do, causal, group, mask)
     assert o.dtype == q.dtype and lse.dtype == np.float32 and [g.shape for g in grads] == [q.shape, k.shape, v.shape]
     np.testing.assert_allclose(lse, want[1], rtol=1e-5, atol=1e-5)   # float32 sums of exact bf16 products
     unit = UNIT[dtype]
     for name, got, ref, comp in zip(("O", "dQ", "dK", "dV"), (o, *grads), want[:1] + want[2:], composed):
-        _assert_close(name, got, ref, comp, unit)
+        assert_close(name, got, ref, comp, unit)
     return o, lse, grads
 
 
@@ -119,14 +85,14 @@ def test_default_tiles_at_a_ragged_length():
 
 def test_the_op_runs_forward_and_backward_through_autograd():
     rng = np.random.default_rng(1)
-    q, k, v, do = _inputs(rng, 1, 2, 1, 17, 17, 64, "bfloat16")
+    q, k, v, do = inputs(rng, 1, 2, 1, 17, 17, 64, "bfloat16")
     tq, tk, tv = (frost.Tensor(a, requires_grad=True) for a in (q, k, v))
     out = fa.flash_attention(tq, tk, tv, is_causal=True, enable_gqa=True, tiles=TINY)
     out.backward(frost.Tensor(do))
-    want = _reference(q, k, v, do, True, 2, None)
+    want = reference(q, k, v, do, True, 2, None)
     unit = UNIT["bfloat16"]
     for name, got, ref in zip(("O", "dQ", "dK", "dV"), (out, tq.grad, tk.grad, tv.grad), want[:1] + want[2:]):
-        _assert_close(name, got.detach().numpy(), ref, None, unit)
+        assert_close(name, got.detach().numpy(), ref, None, unit)
 
 
 def _projection_heads(rng, b, h, lq, d, parts=3):
@@ -206,8 +172,8 @@ def test_a_gpt_attention_through_autograd_matches_float64_and_joins_the_gradient
     ty = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True).transpose(1, 2).reshape(b, t, c)
     ty.backward(torch.tensor(dy.astype(np.float64)))
     unit = UNIT["bfloat16"]
-    _assert_close("y", y.detach().numpy(), ty.detach().numpy(), None, unit)
-    _assert_close("dx", x.grad.numpy(), tx.grad.numpy(), None, unit)
+    assert_close("y", y.detach().numpy(), ty.detach().numpy(), None, unit)
+    assert_close("dx", x.grad.numpy(), tx.grad.numpy(), None, unit)
 
 
 def _tensors(*shapes, dtype="bfloat16"):
@@ -231,43 +197,22 @@ def test_applies_covers_only_what_the_kernels_compute():
     assert not fa.applies(*_tensors((2, 4, 0, 64), (2, 4, 8, 64), (2, 4, 8, 64)))          # empty
 
 
-def _reference_with_dropout(q, k, v, do, causal, group, keep):
-    """float64 attention with dropout multipliers `keep` (B, H, Lq, Lk) on the weights: (O, dQ, dK, dV), the
-    gradients by the chain rule written out (dropout's mask is not PyTorch's, so no PyTorch oracle here)."""
-    q, k, v, do = (a.astype(np.float64) for a in (q, k, v, do))
-    kr, vr = (np.repeat(a, group, axis=1) for a in (k, v))
-    scale = 1 / np.sqrt(q.shape[-1])
-    scores = q @ kr.transpose(0, 1, 3, 2) * scale
-    if causal:
-        scores = np.where(np.tri(q.shape[2], k.shape[2], dtype=bool), scores, -np.inf)
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
-    dropped = weights * keep
-    out = dropped @ vr
-    dv = (dropped.transpose(0, 1, 3, 2) @ do).reshape(v.shape[0], v.shape[1], group, *v.shape[2:]).sum(2)
-    dweights = (do @ vr.transpose(0, 1, 3, 2)) * keep
-    dscores = weights * (dweights - (do * out).sum(-1, keepdims=True))
-    dq = dscores @ kr * scale
-    dk = (dscores.transpose(0, 1, 3, 2) @ q * scale).reshape(k.shape[0], k.shape[1], group, *k.shape[2:]).sum(2)
-    return out, dq, dk, dv
-
-
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,drop_p", [(1, 2, 2, 33, 33, True, 0.3), (1, 4, 2, 20, 37, False, 0.5),
                                                          (1, 2, 2, 16, 16, False, 1.0)])
 def test_simulated_kernels_with_dropout_match_float64_with_the_twins_mask(b, hq, hkv, lq, lk, causal, drop_p):
     rng = np.random.default_rng(7)
-    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, 64, "bfloat16")
+    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, 64, "bfloat16")
     state = np.array([0x12345678, 0x9ABCDEF0, 77, 0], np.uint32)
     p = fa.Problem(b, hq, hq // hkv, lq, lk, 64, causal, 1 / 8, False, drop_p)
     o, lse = fa.forward_arrays(np, q, k, v, p, None, TINY, rng=state)
     grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, None, TINY, rng=state)
     keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
-    want = _reference_with_dropout(q, k, v, do, causal, hq // hkv, keep)
-    no_dropout = _reference(q, k, v, do, causal, hq // hkv, None)
+    want = reference_with_dropout(q, k, v, do, causal, hq // hkv, keep)
+    no_dropout = reference(q, k, v, do, causal, hq // hkv, None)
     np.testing.assert_allclose(lse, no_dropout[1], rtol=1e-5, atol=1e-5)   # the undropped weights' log-sum-exp
     for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o, *grads), want):
         # the kept weights are scaled by 1 / (1 - p) (up to 2) before rounding: twice the units of no dropout
-        _assert_close(name, got, ref, None, 2 * UNIT["bfloat16"])
+        assert_close(name, got, ref, None, 2 * UNIT["bfloat16"])
     if drop_p == 1.0:
         assert not o.astype(np.float64).any() and not grads[2].astype(np.float64).any()
 
@@ -277,16 +222,16 @@ def test_simulated_kernels_with_dropout_match_float64_with_the_twins_mask(b, hq,
 def test_gpu_kernels_with_dropout_match_float64_with_the_twins_mask(causal, d):
     cp = pytest.importorskip("cupy")
     rng = np.random.default_rng(8)
-    q, k, v, do = _inputs(rng, 2, 4, 2, 200, 130, d, "bfloat16")
+    q, k, v, do = inputs(rng, 2, 4, 2, 200, 130, d, "bfloat16")
     state = np.array([0xDEADBEEF, 5, 1 << 20, 0], np.uint32)
     p = fa.Problem(2, 4, 2, 200, 130, d, causal, 1 / np.sqrt(d), False, 0.2)
     arrays = [cp.asarray(a) for a in (q, k, v, do)]
     o, lse = fa.forward_arrays(cp, *arrays[:3], p, rng=cp.asarray(state))
     grads = fa.backward_arrays(cp, *arrays[:3], o, lse, arrays[3], p, rng=cp.asarray(state))
     keep = fa.dropout_keep_numpy(state, 8, 200, 130, 0.2).reshape(2, 4, 200, 130).astype(np.float64)
-    want = _reference_with_dropout(q, k, v, do, causal, 2, keep)
+    want = reference_with_dropout(q, k, v, do, causal, 2, keep)
     for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o, *grads), want):
-        _assert_close(name, got.get(), ref, None, 2 * UNIT["bfloat16"])
+        assert_close(name, got.get(), ref, None, 2 * UNIT["bfloat16"])
 
 
 def test_the_dropout_twin_keeps_one_minus_p_and_depends_on_every_coordinate():
@@ -302,7 +247,7 @@ def test_the_dropout_twin_keeps_one_minus_p_and_depends_on_every_coordinate():
 
 def test_the_op_with_dropout_draws_a_new_mask_each_call_and_follows_manual_seed():
     rng = np.random.default_rng(3)
-    q, k, v, _ = _inputs(rng, 1, 2, 2, 16, 16, 64, "bfloat16")
+    q, k, v, _ = inputs(rng, 1, 2, 2, 16, 16, 64, "bfloat16")
 
     def run():
         return fa.flash_attention(*(frost.Tensor(a) for a in (q, k, v)), tiles=TINY, dropout_p=0.5).numpy()
@@ -363,7 +308,7 @@ WG_SMALL = dict(WGS=1, BC=64)   # one warpgroup of 64 rows: the smallest wgmma t
 ])
 def test_wgmma_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
     rng = np.random.default_rng(lq + lk)
-    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
+    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
     mask = None
     if masked:
         mask = rng.random((b, lk)) > 0.3
@@ -371,10 +316,10 @@ def test_wgmma_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d
     p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), masked)
     o, lse = fa.forward_arrays(np, q, k, v, p, mask, tiles, variant="wgmma")
     o_mma, lse_mma = fa.forward_arrays(np, q, k, v, p, mask, TINY, variant="mma")
-    want = _reference(q, k, v, do, causal, hq // hkv, mask)
+    want = reference(q, k, v, do, causal, hq // hkv, mask)
     assert o.dtype == q.dtype and lse.dtype == np.float32
     np.testing.assert_allclose(lse, want[1], rtol=1e-5, atol=1e-5)
-    _assert_close("O", o, want[0], o_mma.astype(np.float64), UNIT["bfloat16"])
+    assert_close("O", o, want[0], o_mma.astype(np.float64), UNIT["bfloat16"])
     if masked:
         assert (o[1] == 0).all() and np.isneginf(lse[1]).all()
 
@@ -383,16 +328,16 @@ def test_wgmma_forward_with_dropout_draws_the_mma_forwards_mask():
     """The same mask (the backward regenerates it from the mma.sync kernels' stream), so the two forwards agree to
     rounding: the wgmma forward can sit in front of the existing backward."""
     rng = np.random.default_rng(9)
-    q, k, v, do = _inputs(rng, 1, 2, 2, 70, 80, 64, "bfloat16")
+    q, k, v, do = inputs(rng, 1, 2, 2, 70, 80, 64, "bfloat16")
     state = np.array([0x1234, 0x5678, 9, 0], np.uint32)
     p = fa.Problem(1, 2, 1, 70, 80, 64, True, 1 / 8, False, 0.3)
     o, lse = fa.forward_arrays(np, q, k, v, p, None, WG_SMALL, rng=state, variant="wgmma")
     keep = fa.dropout_keep_numpy(state, 2, 70, 80, 0.3).reshape(1, 2, 70, 80).astype(np.float64)
-    want = _reference_with_dropout(q, k, v, do, True, 1, keep)
-    _assert_close("O", o, want[0], None, 2 * UNIT["bfloat16"])
+    want = reference_with_dropout(q, k, v, do, True, 1, keep)
+    assert_close("O", o, want[0], None, 2 * UNIT["bfloat16"])
     grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, None, TINY, rng=state)
     for name, got, ref in zip(("dQ", "dK", "dV"), grads, want[1:]):
-        _assert_close(name, got, ref, None, 2 * UNIT["bfloat16"])
+        assert_close(name, got, ref, None, 2 * UNIT["bfloat16"])
 
 
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,masked,drop_p,wgs", [
@@ -408,7 +353,7 @@ def test_wgmma_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
         pytest.skip("head dim 128 takes the other cases (the simulator is slow)")
     monkeypatch.setitem(fa.WGMMA_BACKWARD_TILES, d, dict(fa.WGMMA_BACKWARD_TILES[d], WGS=wgs))
     rng = np.random.default_rng(lq * 7 + lk)
-    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
+    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
     mask = None
     if masked:
         mask = rng.random((b, lk)) > 0.3
@@ -421,20 +366,20 @@ def test_wgmma_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
     mma = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="mma")
     if drop_p:
         keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
-        want = _reference_with_dropout(q, k, v, do, causal, group, keep)[1:]
+        want = reference_with_dropout(q, k, v, do, causal, group, keep)[1:]
         unit = 2 * UNIT["bfloat16"]
     else:
-        want = _reference(q, k, v, do, causal, group, mask)[2:]
+        want = reference(q, k, v, do, causal, group, mask)[2:]
         unit = UNIT["bfloat16"]
     for name, got, ref, other in zip(("dQ", "dK", "dV"), grads, want, mma):
-        _assert_close(name, got, ref, other.astype(np.float64), unit)
+        assert_close(name, got, ref, other.astype(np.float64), unit)
     if masked:
         assert (grads[0][1] == 0).all() and (grads[1][1] == 0).all()
 
 
 def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatch):
     rng = np.random.default_rng(1)
-    q, k, v, _ = _inputs(rng, 1, 1, 1, 16, 16, 64, "float16")
+    q, k, v, _ = inputs(rng, 1, 1, 1, 16, 16, 64, "float16")
     p = fa.Problem(1, 1, 1, 16, 16, 64, False, 1 / 8, False)
     monkeypatch.setenv("FROST_FLASH_WGMMA", "1")
     assert not fa.uses_wgmma(np, q, None)   # the simulator runs it only when asked by name
@@ -484,7 +429,7 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p):
     if cp.cuda.Device().compute_capability != "90":
         pytest.skip("the wgmma forward needs a Hopper GPU")
     rng = np.random.default_rng(4)
-    q, k, v, do = _inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
+    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
     state = np.array([3, 1, 4, 0], np.uint32)
     p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), False, drop_p)
     arrays = [cp.asarray(a) for a in (q, k, v, do)]
@@ -492,13 +437,13 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p):
     grads = fa.backward_arrays(cp, *arrays[:3], o, lse, arrays[3], p, rng=cp.asarray(state), variant="wgmma")
     if drop_p:
         keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
-        want, unit = _reference_with_dropout(q, k, v, do, causal, hq // hkv, keep), 2 * UNIT["bfloat16"]
+        want, unit = reference_with_dropout(q, k, v, do, causal, hq // hkv, keep), 2 * UNIT["bfloat16"]
     else:
-        full = _reference(q, k, v, do, causal, hq // hkv, None)
+        full = reference(q, k, v, do, causal, hq // hkv, None)
         np.testing.assert_allclose(lse.get(), full[1], rtol=1e-5, atol=1e-5)
         want, unit = full[:1] + full[2:], UNIT["bfloat16"]
     for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o, *grads), want):
-        _assert_close(name, got.get(), ref, None, unit)
+        assert_close(name, got.get(), ref, None, unit)
 
 
 # ------------------------------------------------------------------ on the GPU: the real kernels behind SDPA
@@ -516,6 +461,7 @@ GPU_CASES = [
 def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, causal, dtype, masked, wgmma,
                                                      monkeypatch):
     monkeypatch.setenv("FROST_FLASH_WGMMA", wgmma)
+    monkeypatch.setenv("FROST_CUDNN_ATTENTION", "0")   # cuDNN's graphs come first where they apply
     wgmma_calls = []
     if wgmma == "1":
         cp = pytest.importorskip("cupy")
@@ -524,7 +470,7 @@ def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, caus
         forward_wgmma = fa.forward_wgmma
         monkeypatch.setattr(fa, "forward_wgmma", lambda *a, **kw: wgmma_calls.append(1) or forward_wgmma(*a, **kw))
     rng = np.random.default_rng(0)
-    arrays = _inputs(rng, b, hq, hkv, lq, lk, d, dtype)
+    arrays = inputs(rng, b, hq, hkv, lq, lk, d, dtype)
     mask = rng.random((b, lk)) > 0.3 if masked else None
     if masked:
         mask[0] = False   # a fully masked batch entry
@@ -542,16 +488,17 @@ def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, caus
         out.backward(do)
         results.append([t.detach().cpu().numpy().astype(np.float64) for t in (out, q.grad, k.grad, v.grad)])
     assert calls == [1] and wgmma_calls == ([1] if wgmma == "1" else [])
-    want = _reference(*arrays, causal, hq // hkv, mask)
+    want = reference(*arrays, causal, hq // hkv, mask)
     for name, got, comp, ref in zip(("O", "dQ", "dK", "dV"), results[0], results[1], want[:1] + want[2:]):
-        _assert_close(name, got, ref, comp, UNIT[dtype])
+        assert_close(name, got, ref, comp, UNIT[dtype])
 
 
 # ------------------------------------------------------------------ the registration with frost.dispatch
-def test_the_layer_registers_flash_attention_for_sdpa_on_cuda():
-    (path,) = dispatch.registered("scaled_dot_product_attention")
+def test_the_layer_registers_flash_attention_for_sdpa_on_cuda_after_cudnns_graphs():
+    cudnn_path, path = dispatch.registered("scaled_dot_product_attention")
     assert (path.fn, path.device, path.applies) == (fa.scaled_dot_product_attention_flash, "cuda", fa.supported)
     assert path.dtypes == set(fa.DTYPES)
+    assert cudnn_path.fn is cudnn_attention.scaled_dot_product_attention_cudnn and cudnn_path.priority > path.priority
 
 
 @pytest.fixture
@@ -580,7 +527,7 @@ def test_the_registered_path_behind_sdpa_matches_float64_and_composed(table, cau
     """The registered function, taken for CPU tensors where the kernels' rules apply, runs the simulated kernels
     (default tiles) behind scaled_dot_product_attention: the same values and gradients as without it."""
     rng = np.random.default_rng(2)
-    q, k, v, do = _inputs(rng, 1, 2, 1, 12, 9, 64, "bfloat16")
+    q, k, v, do = inputs(rng, 1, 2, 1, 12, 9, 64, "bfloat16")
     mask = np.ones((1, 9), bool)
     mask[0, 4:] = not masked
     composed = _composed(q, k, v, do, causal, 2, mask if masked else None)
@@ -591,7 +538,7 @@ def test_the_registered_path_behind_sdpa_matches_float64_and_composed(table, cau
     out = sdpa(tq, tk, tv, attn_mask=attn_mask, is_causal=causal, enable_gqa=True)
     assert out.grad_fn.name == "flash_attention"
     out.backward(frost.Tensor(do))
-    want = _reference(q, k, v, do, causal, 2, mask if masked else None)
+    want = reference(q, k, v, do, causal, 2, mask if masked else None)
     for name, got, ref, comp in zip(("O", "dQ", "dK", "dV"), (out, tq.grad, tk.grad, tv.grad), want[:1] + want[2:],
                                     composed):
-        _assert_close(name, got.detach().numpy(), ref, comp, UNIT["bfloat16"])
+        assert_close(name, got.detach().numpy(), ref, comp, UNIT["bfloat16"])

@@ -150,9 +150,14 @@ def test_advance_and_set_state_kernels_in_the_simulator():
 
 def test_reserve_kernel_snapshots_then_advances_in_one_launch():
     state, snapshot = _state(SEED, NEAR_WRAP), np.zeros(4, np.uint32)
-    P.philox_reserve.simulate[1, 32](state, snapshot, 7)
+    P.philox_reserve.simulate[1, 32](state, snapshot, 7, 0)
     np.testing.assert_array_equal(snapshot, _state(SEED, NEAR_WRAP))
     np.testing.assert_array_equal(state, _state(SEED, NEAR_WRAP + 7))   # the low word wrapped and carried
+    P.philox_reserve.simulate[1, 32](state, snapshot, 1, 0x5A5A0001)
+    expected = _state(SEED, NEAR_WRAP + 7)
+    expected[1] ^= np.uint32(0x5A5A0001)   # a stream apart: the key's high word, in the copy only
+    np.testing.assert_array_equal(snapshot, expected)
+    np.testing.assert_array_equal(state, _state(SEED, NEAR_WRAP + 8))
 
 
 def test_successive_simulated_draws_continue_the_stream():
