@@ -440,6 +440,8 @@ class FrostTrainer:
                        "val": frost.tensor(corpus.val, device=device).data}
         self.offsets = frost.arange(settings.config.block_size + 1, device=device).data
         self.train_step = jit(self._step) if use_jit else self._step
+        # evaluations are most of a protocol run's forward passes (2 x 200 batches every 250 steps): captured too
+        self.eval_batch = jit(self._eval_batch) if use_jit else self._eval_batch
 
     def autocast(self):
         return frost.autocast(frost.bfloat16) if self.settings.precision == "bf16" else contextlib.nullcontext()
@@ -478,12 +480,16 @@ class FrostTrainer:
         mine = my_micro_batches(starts, self.settings, self.rank)
         return self.train_step(frost.tensor(mine, device=self.device))
 
+    def _eval_batch(self, split: str, starts: Tensor) -> Tensor:
+        """The loss of the windows of `split` at `starts`, without gradients (eval_loss sets eval mode)."""
+        with frost.no_grad(), self.autocast():
+            return self.model(*self.batch(split, starts))[1]
+
     def eval_loss(self, split: str, starts: list[np.ndarray]) -> float:
         self.model.eval()
         total = 0.0
-        with frost.no_grad(), self.autocast():
-            for s in starts:
-                total += float(self.model(*self.batch(split, frost.tensor(s, device=self.device)))[1].item())
+        for s in starts:
+            total += float(self.eval_batch(split, frost.tensor(s, device=self.device)).item())
         self.model.train()
         return total / len(starts)
 
