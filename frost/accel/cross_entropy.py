@@ -21,39 +21,51 @@ from frost.tensor import Tensor, from_op
 XENT_THREADS = 256           # threads per block of the finalize
 XENT_FORWARD_THREADS = 1024  # threads per block of the forward, a warp per row: a batch of 32 rows in one pass
 XENT_ROWS_PER_BLOCK = 1024   # rows one forward block takes before the forward splits into partial sums
+XENT_LOGITS_PER_BLOCK = 1 << 16   # ... and logits: long rows (a 50k vocabulary) spread over every SM, a row a warp
 XENT_MAX_BLOCKS = 1024       # forward blocks at most (the finalize loops over their partials)
 XENT_BACKWARD_THREADS = 256  # threads per block of the backward (one per logit)
 
 
 @device
+def _lanes_lse(m, s):
+    """log(sum(exp)) of a warp's row from each lane's running max m and its sum s of exp(value - m)."""
+    top = warp_max(m)
+    return top + log(warp_sum(s * exp(m - top)))
+
+
+@device
 def _row_lse(x, base, C):
-    """log(sum(exp(x[base:base + C]))) in every lane of one warp, in float32: max first, so that no exp overflows."""
+    """log(sum(exp(x[base:base + C]))) in every lane of one warp, in float32, in one pass: each lane keeps a running
+    max and rescales its sum when the max grows, so that no exp overflows and the row is read once."""
     m = -inf
-    for c in range(lane, C, 32):
-        m = max(m, f32(x[base + c]))
-    m = warp_max(m)
     s = 0.0
     for c in range(lane, C, 32):
-        s += exp(f32(x[base + c]) - m)
-    return m + log(warp_sum(s))
+        v = f32(x[base + c])
+        if v > m:
+            s = s * exp(m - v)
+            m = v
+        s += exp(v - m)
+    return _lanes_lse(m, s)
 
 
 @device
 def _row_lse8(x, base, C):
-    """_row_lse of a 16-bit row whose start and length are multiples of 8, eight values (16 bytes) per load."""
+    """_row_lse of a 16-bit row whose start and length are multiples of 8, eight values (16 bytes) per load, the
+    running max moved once per eight."""
     v = local(f32, 8)
     m = -inf
-    for c in range(lane * 8, C, 256):
-        load8_into(v, x, base + c)
-        for e in static_range(8):
-            m = max(m, v[e])
-    m = warp_max(m)
     s = 0.0
     for c in range(lane * 8, C, 256):
         load8_into(v, x, base + c)
+        top = v[0]
+        for e in static_range(1, 8):
+            top = max(top, v[e])
+        if top > m:
+            s = s * exp(m - top)
+            m = top
         for e in static_range(8):
             s += exp(v[e] - m)
-    return m + log(warp_sum(s))
+    return _lanes_lse(m, s)
 
 
 @device
@@ -171,10 +183,12 @@ XENT_KERNELS = {(name, vec): _kernels(T, vec) for name, T, vecs in (("float32", 
 cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32", 1])
 
 
-def xent_blocks(n: int, rows_per_block: int | None = None) -> int:
-    """Blocks of the forward for n rows: one up to rows_per_block rows (one launch), else partial sums."""
+def xent_blocks(n: int, classes: int = 1, rows_per_block: int | None = None) -> int:
+    """Blocks of the forward for n rows of `classes` logits: one up to rows_per_block rows and
+    XENT_LOGITS_PER_BLOCK logits (one launch), else partial sums; at least a row a warp per block."""
     rows_per_block = XENT_ROWS_PER_BLOCK if rows_per_block is None else rows_per_block
-    return min(cdiv(n, rows_per_block), XENT_MAX_BLOCKS)
+    rows = max(XENT_FORWARD_THREADS // 32, min(rows_per_block, XENT_LOGITS_PER_BLOCK // max(classes, 1)))
+    return min(cdiv(n, rows), XENT_MAX_BLOCKS)
 
 
 def _fits_kernels(input: Tensor, target: Tensor, weight: Tensor | None, *, reduction: str,
@@ -198,7 +212,7 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     t = xp.ascontiguousarray(target.data)
     N, C = x.shape
     mean = int(reduction == "mean")
-    blocks = xent_blocks(N)
+    blocks = xent_blocks(N, C)
     lse = xp.empty(N, xp.float32)
     loss, count = xp.empty(1, xp.float32), xp.empty(1, xp.float32)
     part_loss, part_count = (xp.empty(blocks, xp.float32), xp.empty(blocks, xp.float32)) if blocks > 1 \

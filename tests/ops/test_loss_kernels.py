@@ -1,5 +1,6 @@
 """The fused GPU cross-entropy kernels (warp-per-row log-sum-exp and loss, one-thread-per-logit gradient) vs
 float64 NumPy and the generic path, in the simulator, compiled by NVRTC and on the GPU."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -134,6 +135,23 @@ def test_seed_shape_takes_one_launch_each_way():
     assert xent.xent_blocks(32) == 1 and xent.xent_blocks(xent.XENT_ROWS_PER_BLOCK) == 1
     assert xent.xent_blocks(xent.XENT_ROWS_PER_BLOCK + 1) == 2
     assert xent.xent_blocks(10**7) == xent.XENT_MAX_BLOCKS
+    assert xent.xent_blocks(32, 10) == 1 and xent.xent_blocks(64 * 256, 65) == 17    # the seed's, shakespeare-char's
+    assert xent.xent_blocks(16 * 1024, 50304) == 512                                 # GPT-2's: a row a warp
+
+
+@pytest.mark.parametrize("vocab", [4096, 4100])   # eight logits a load; one at a time
+def test_a_row_read_once_with_a_running_max_matches_float64(simulated_launches, vocab):
+    """The forward's one-pass log-sum-exp over a long row whose max appears late (every lane rescales its sum)."""
+    x, t, g = _inputs(2, vocab, "none", seed=5)
+    x[:, -40:] += 30.0     # the largest logits last: each lane's running max moves up at the end
+    if vocab % 8 == 0:   # 16-bit logits, read 8 a load; autocast keeps the loss in float32
+        x = x.astype(np.float32).astype(ml_dtypes.bfloat16)
+    with frost.autocast(frost.bfloat16):
+        fast, fast_grad = _run_op(simulated_launches, True, x, t, g, "mean")
+    want, _, want_grad = _reference64(x.astype(np.float64), t, g, "mean")
+    assert fast.dtype == frost.float32
+    np.testing.assert_allclose(fast.detach().numpy(), want, rtol=1e-5)
+    np.testing.assert_allclose(fast_grad.numpy().astype(np.float64), want_grad, rtol=1e-2, atol=1e-6)
 
 
 KERNELS = [xent.cross_entropy_finalize] + [k for pair in xent.XENT_KERNELS.values() for k in pair]
