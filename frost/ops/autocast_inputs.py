@@ -26,10 +26,14 @@ def cast_inputs(*tensors):
     return tuple(out)
 
 
+def float32_dtype(t: Tensor):
+    """The dtype float32_inputs gives t: float32 for a half-precision tensor under autocast, else t's own."""
+    return float32 if current() is not None and t.dtype.name in ("bfloat16", "float16") else t.dtype
+
+
 def float32_inputs(*tensors):
     """Under autocast, half-precision tensors go back to float32 (the losses, softmax and log_softmax call this: they
     want the range, and PyTorch's autocast runs them in float32); else unchanged (None passes through)."""
     if current() is None:
         return tensors
-    return tuple(cast(t, float32) if isinstance(t, Tensor) and t.dtype.name in ("bfloat16", "float16") else t
-                 for t in tensors)
+    return tuple(cast(t, float32_dtype(t)) if isinstance(t, Tensor) else t for t in tensors)

@@ -73,6 +73,24 @@ def _sum_dtype(dtype):
     return np.float32 if dtype.itemsize == 2 else None
 
 
+def add_bias(xp, product, bias) -> None:
+    """product (rows, n) += bias (n,) over every row, in place."""
+    fast = dispatch.lookup("add_bias", product, bias)
+    if fast is not None:
+        fast(product, bias)
+    else:
+        product += bias
+
+
+def sum_rows(xp, a, dtype=None, out=None):
+    """a (rows, n).sum(axis=0) in dtype (a's own when None), written into `out` when given: a bias's gradient."""
+    dtype = a.dtype if dtype is None else np.dtype(dtype)
+    fast = dispatch.lookup("sum_rows", a, dtype=dtype, out=out)
+    if fast is not None:
+        return fast(a, dtype, out)
+    return a.sum(axis=0, dtype=dtype, out=out)
+
+
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b with NumPy's rules: 1-D operands are promoted and squeezed, batch dims broadcast."""
     a = Tensor(a) if isinstance(a, np.ndarray) else a
@@ -134,11 +152,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     # in_features is 0 (PyTorch then answers the bias, broadcast)
     rows = math.prod(xa.shape[:-1])
     x2 = xa.reshape(rows, xa.shape[-1])
-    out = _same_dtype(matmul_arrays(xp, x2, w.T), xa.dtype).reshape(xa.shape[:-1] + (w.shape[0],))
+    product = _same_dtype(matmul_arrays(xp, x2, w.T), xa.dtype)
     if bias is not None:
         if bias.shape != (w.shape[0],):
             raise RuntimeError(f"linear: bias of shape {bias.shape} does not fit weight of shape {weight.shape}")
-        out += bias.data
+        add_bias(xp, product, bias.data)
+    out = product.reshape(xa.shape[:-1] + (w.shape[0],))
     parents = (x, weight) if bias is None else (x, weight, bias)
 
     def backward(g):
@@ -153,7 +172,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         if bias is not None:
             sum_dtype = _sum_dtype(g2.dtype)
             dest = grad_destination(bias) if sum_dtype is None else None
-            grads.append(_same_dtype(g2.sum(axis=0, dtype=sum_dtype, out=dest), bias.data.dtype))
+            grads.append(_same_dtype(sum_rows(xp, g2, sum_dtype, out=dest), bias.data.dtype))
         return grads
     return from_op(out, parents, backward, "linear", lambda g, o: _linear_derivative(g, x, weight, bias, rows))
 

@@ -1,0 +1,95 @@
+"""A linear layer's bias kernels (frost/accel/bias.py) in the simulator: the in-place add over rows and the column
+sums of the gradient against float64 NumPy twins (one rounding into the output's dtype), several row chunks and a
+given output buffer, and F.linear's forward and backward through them against the reference path."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import frost
+import frost.nn.functional as F
+from frost import dispatch
+from frost.accel import bias as kernels
+from frost.kernel.api import Kernel
+from frost.ops.matmul import add_bias, sum_rows
+
+DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+
+
+@pytest.fixture
+def simulated_kernels(monkeypatch):
+    """An empty dispatch table with only the bias kernels, registered for CPU arrays and run in the simulator."""
+    launched = []
+    monkeypatch.setattr(dispatch, "_table", {})
+    monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: launched.append(self.__name__) or self.simulate[cfg])
+    dispatch.register("add_bias", device="cpu", applies=kernels.adds_bias)(kernels.add_bias_kernels)
+    dispatch.register("sum_rows", device="cpu", applies=kernels.sums_rows)(kernels.sum_rows_kernels_call)
+    return launched
+
+
+@pytest.mark.parametrize("out_dtype, bias_dtype", [("float32", "float32"), ("bfloat16", "bfloat16"),
+                                                   ("float16", "float32")])
+def test_bias_is_added_to_every_row_in_float32_and_rounded_once(simulated_kernels, out_dtype, bias_dtype):
+    rng = np.random.default_rng(0)
+    product = rng.standard_normal((5, 24)).astype(DTYPES[out_dtype])
+    bias = rng.standard_normal(24).astype(DTYPES[bias_dtype])
+    want = (product.astype(np.float64) + bias.astype(np.float64)).astype(np.float32).astype(product.dtype)
+    add_bias(np, product, bias)
+    assert simulated_kernels == ["add_bias_vec8"]
+    np.testing.assert_array_equal(product, want)
+
+
+@pytest.mark.parametrize("rows", [1, 64, 130])   # one chunk, a whole one, three (the last ragged)
+@pytest.mark.parametrize("in_dtype, out_dtype", [("bfloat16", "float32"), ("float32", "float32"),
+                                                 ("float16", "float16")])
+def test_column_sums_match_float64_and_repeat_exactly(simulated_kernels, rows, in_dtype, out_dtype):
+    g = np.random.default_rng(rows).standard_normal((rows, 16)).astype(DTYPES[in_dtype])
+    got = sum_rows(np, g, out_dtype)
+    want = g.astype(np.float64).sum(axis=0)
+    assert got.dtype == np.dtype(DTYPES[out_dtype]) and got.shape == (16,)
+    unit = 2.0**-11 if out_dtype == "float16" else 2.0**-23
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2 * unit, atol=rows * 2.0**-24)
+    assert simulated_kernels == ["sum_rows_partial", "sum_rows_finalize"]
+    np.testing.assert_array_equal(sum_rows(np, g, out_dtype), got)   # a fixed order: the same bits again
+
+
+def test_column_sums_go_into_a_given_buffer(simulated_kernels):
+    g = np.arange(3 * 8, dtype=np.float32).reshape(3, 8)
+    dest = np.full(8, np.nan, np.float32)
+    assert sum_rows(np, g, np.float32, out=dest) is dest
+    np.testing.assert_array_equal(dest, g.sum(axis=0))
+
+
+def test_shapes_the_kernels_do_not_take_stay_with_numpy(simulated_kernels):
+    g = np.ones((4, 10), np.float32)                      # 10 columns: not whole 16-byte vectors
+    np.testing.assert_array_equal(sum_rows(np, g), np.full(10, 4.0))
+    product = np.zeros((4, 16), np.float32)[:, ::2]        # strided
+    add_bias(np, product, np.ones(8, np.float32))
+    assert simulated_kernels == [] and (product == 1).all()
+
+
+def test_linear_through_the_bias_kernels_matches_the_reference(simulated_kernels):
+    rng = np.random.default_rng(3)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 3, 8), (16, 8), (16,)))
+    g = rng.standard_normal((2, 3, 16)).astype(np.float32)
+    results = []
+    for fast in (True, False):
+        if not fast:
+            dispatch._table.clear()
+        tensors = [frost.tensor(a, requires_grad=True) for a in (x, w, b)]
+        out = F.linear(*tensors)
+        out.backward(frost.tensor(g))
+        results.append([out.detach().numpy()] + [t.grad.numpy() for t in tensors])
+    assert "add_bias_vec8" in simulated_kernels and "sum_rows_partial" in simulated_kernels
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kern", [kernels.add_bias_kernel("bfloat16", "bfloat16"), kernels.add_bias_kernel("float32",
+                                                                                                         "float32"),
+                                  *kernels.sum_rows_kernels("bfloat16", "float32"),
+                                  *kernels.sum_rows_kernels("float32", "float32")],
+                         ids=["add_bf16", "add_f32", "partial_bf16", "finalize_bf16", "partial_f32", "finalize_f32"])
+def test_kernels_compile_for_sm90_without_spills(kern, tmp_path, monkeypatch):
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    cubin = kern.compile("sm_90")
+    assert cubin[:4] == b"\x7fELF" and b".nv.local" not in cubin
