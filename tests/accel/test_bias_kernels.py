@@ -93,3 +93,25 @@ def test_kernels_compile_for_sm90_without_spills(kern, tmp_path, monkeypatch):
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     cubin = kern.compile("sm_90")
     assert cubin[:4] == b"\x7fELF" and b".nv.local" not in cubin
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("autocast", [False, True])
+def test_gpu_linear_with_bias_matches_float64(autocast):
+    """F.linear with a bias on the GPU (the kernels above, at a GPT-2-like width) against float64 NumPy: the output
+    and every gradient, TF32 or bf16 products (tolerances of their rounding)."""
+    rng = np.random.default_rng(4)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((4, 96, 64), (192, 64), (192,)))
+    g = rng.standard_normal((4, 96, 192)).astype(np.float32)
+    tensors = [frost.tensor(a, device="cuda", requires_grad=True) for a in (x, w, b)]
+    with frost.autocast(frost.bfloat16, enabled=autocast):
+        out = F.linear(*tensors)
+    out.backward(frost.tensor(g.astype(out.dtype.np), device="cuda"))
+    x2, g2 = x.reshape(-1, 64).astype(np.float64), g.reshape(-1, 192).astype(np.float64)
+    want = [x2 @ w.T.astype(np.float64) + b, g2 @ w.astype(np.float64), g2.T @ x2, g2.sum(axis=0)]
+    got = [out.detach().float().cpu().numpy().reshape(-1, 192)] + [t.grad.cpu().numpy().reshape(-1, *t.shape[-1:])
+                                                                     for t in tensors]
+    rtol = 2e-2 if autocast else 5e-3   # bf16 operands (8 bits), or TF32's 10
+    for name, a, ref in zip(("out", "dx", "dw", "db"), got, want):
+        scale = np.abs(ref).max()
+        assert np.abs(a - ref).max() <= rtol * scale, name
