@@ -34,6 +34,4 @@ def float32_dtype(t: Tensor):
 def float32_inputs(*tensors):
     """Under autocast, half-precision tensors go back to float32 (the losses, softmax and log_softmax call this: they
     want the range, and PyTorch's autocast runs them in float32); else unchanged (None passes through)."""
-    if current() is None:
-        return tensors
     return tuple(cast(t, float32_dtype(t)) if isinstance(t, Tensor) else t for t in tensors)

@@ -69,26 +69,18 @@ def matmul_arrays(xp, a, b, out=None):
     return xp.matmul(a, b, out=out)
 
 
-def _sum_dtype(dtype):
-    return np.float32 if dtype.itemsize == 2 else None
-
-
-def add_bias(xp, product, bias) -> None:
+def add_bias(product, bias) -> None:
     """product (rows, n) += bias (n,) over every row, in place."""
     fast = dispatch.lookup("add_bias", product, bias)
     if fast is not None:
-        fast(product, bias)
-    else:
-        product += bias
+        return fast(product, bias)
+    product += bias
 
 
-def sum_rows(xp, a, dtype=None, out=None):
-    """a (rows, n).sum(axis=0) in dtype (a's own when None), written into `out` when given: a bias's gradient."""
-    dtype = a.dtype if dtype is None else np.dtype(dtype)
+def sum_rows(a, dtype, out=None):
+    """a (rows, n).sum(axis=0) in dtype, written into `out` when given: a bias's gradient."""
     fast = dispatch.lookup("sum_rows", a, dtype=dtype, out=out)
-    if fast is not None:
-        return fast(a, dtype, out)
-    return a.sum(axis=0, dtype=dtype, out=out)
+    return fast(a, dtype, out) if fast is not None else a.sum(axis=0, dtype=dtype, out=out)
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -156,7 +148,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if bias is not None:
         if bias.shape != (w.shape[0],):
             raise RuntimeError(f"linear: bias of shape {bias.shape} does not fit weight of shape {weight.shape}")
-        add_bias(xp, product, bias.data)
+        add_bias(product, bias.data)
     out = product.reshape(xa.shape[:-1] + (w.shape[0],))
     parents = (x, weight) if bias is None else (x, weight, bias)
 
@@ -170,9 +162,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         gx = _same_dtype(matmul_arrays(xp, g2, w), xa.dtype).reshape(xa.shape)
         grads = [gx, gw]
         if bias is not None:
-            sum_dtype = _sum_dtype(g2.dtype)
-            dest = grad_destination(bias) if sum_dtype is None else None
-            grads.append(_same_dtype(sum_rows(xp, g2, sum_dtype, out=dest), bias.data.dtype))
+            sum_dtype = np.float32 if g2.dtype.itemsize == 2 else g2.dtype   # half precision sums in float32
+            dest = grad_destination(bias) if sum_dtype == g2.dtype else None
+            grads.append(_same_dtype(sum_rows(g2, sum_dtype, out=dest), bias.data.dtype))
         return grads
     return from_op(out, parents, backward, "linear", lambda g, o: _linear_derivative(g, x, weight, bias, rows))
 
