@@ -8,8 +8,8 @@ import functools
 import numpy as np
 
 from frost import dispatch
-from frost.kernel import (Array, bdx, bf16, bx, cdiv, f16, f32, i32, kernel, load8_f32_into, load8_into, local,
-                          static_range, store8_f32_from, store8_from, tx)
+from frost.kernel import (Array, bdx, bf16, bx, cdiv, f16, f32, i32, kernel, load8_of, local, static_range,
+                          store8_of, tx)
 from frost.layout import data_ptr
 
 ADD_THREADS = 256
@@ -20,9 +20,7 @@ TYPES = {"float32": f32, "bfloat16": bf16, "float16": f16}
 def add_kernel(a_dtype: str, b_dtype: str, out_dtype: str):
     """The kernel of one (a, b, out) dtype triple, made on first use (27 triples; a program meets one or two)."""
     TA, TB, TO = TYPES[a_dtype], TYPES[b_dtype], TYPES[out_dtype]
-    load_a = load8_f32_into if TA is f32 else load8_into
-    load_b = load8_f32_into if TB is f32 else load8_into
-    store = store8_f32_from if TO is f32 else store8_from
+    load_a, load_b, store = load8_of(TA), load8_of(TB), store8_of(TO)
 
     @kernel
     def add_vec8(a: Array[TA], b: Array[TB], out: Array[TO], n: i32):

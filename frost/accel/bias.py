@@ -9,8 +9,8 @@ import functools
 import numpy as np
 
 from frost import dispatch
-from frost.kernel import (Array, bdx, bf16, bx, by, cdiv, f16, f32, i32, kernel, load8_f32_into, load8_into, local,
-                          static_range, store8_f32_from, store8_from, tx)
+from frost.kernel import (Array, bdx, bf16, bx, by, cdiv, f16, f32, i32, kernel, load8_of, local, static_range,
+                          store8_f32_from, store8_of, tx)
 from frost.layout import data_ptr
 
 BIAS_THREADS = 256
@@ -20,19 +20,11 @@ MAX_CHUNKS = 65535         # partial sums at most (the grid's y dim): longer inp
 TYPES = {"float32": f32, "bfloat16": bf16, "float16": f16}
 
 
-def _loader(T):
-    return load8_f32_into if T is f32 else load8_into
-
-
-def _storer(T):
-    return store8_f32_from if T is f32 else store8_from
-
-
 @functools.cache
 def add_bias_kernel(out_dtype: str, bias_dtype: str):
     """out[r, c] += bias[c] for (out, bias) dtypes, made on first use."""
     TO, TB = TYPES[out_dtype], TYPES[bias_dtype]
-    load_out, load_bias, store = _loader(TO), _loader(TB), _storer(TO)
+    load_out, load_bias, store = load8_of(TO), load8_of(TB), store8_of(TO)
 
     @kernel
     def add_bias_vec8(out: Array[TO], bias: Array[TB], n: i32, cols: i32):
@@ -53,7 +45,7 @@ def add_bias_kernel(out_dtype: str, bias_dtype: str):
 def sum_rows_kernels(in_dtype: str, out_dtype: str):
     """(partial, finalize): the column sums of a (rows, cols) array into out, via float32 partial sums per chunk."""
     TI, TO = TYPES[in_dtype], TYPES[out_dtype]
-    load = _loader(TI)
+    load = load8_of(TI)
 
     @kernel
     def sum_rows_partial(a: Array[TI], part: Array[f32], rows: i32, cols: i32, chunk: i32):

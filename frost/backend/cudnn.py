@@ -342,15 +342,17 @@ class _AttentionGraph(_Graph):
 class _AttentionBackwardGraph(_Graph):
     """dQ, dK, dV of _AttentionGraph's O from dO, recomputing the weights from Q, K and its Stats."""
 
-    def __init__(self, arrays: tuple, scale: float, causal: bool, dropout_p: float, deterministic: bool) -> None:
+    def __init__(self, arrays: tuple, scale: float, causal: bool, dropout_p: float) -> None:
         import cudnn
+        from frost import backends
         q, k, v, o, do, lse, dq, dk, dv = arrays[:9]
         g, dt = _new_graph(q.dtype, "scaled_dot_product_attention")
         self.graph = g
         Q, K, V, O, dO = (_declare(g, name, a, dt) for name, a in zip(("Q", "K", "V", "O", "dO"), (q, k, v, o, do)))
         S = _declare(g, "Stats", lse, cudnn.data_type.FLOAT)
         rng = _seed_and_offset(g) if dropout_p > 0.0 else ()
-        dQ, dK, dV = g.sdpa_backward(q=Q, k=K, v=V, o=O, dO=dO, stats=S, use_deterministic_algorithm=deterministic,
+        dQ, dK, dV = g.sdpa_backward(q=Q, k=K, v=V, o=O, dO=dO, stats=S,
+                                     use_deterministic_algorithm=backends.deterministic,
                                      name="attention_backward", **_attention_options(scale, causal, dropout_p, rng))
         for t, a in zip((dQ, dK, dV), (dq, dk, dv)):
             _output(t, a, dt)
@@ -365,35 +367,31 @@ def _rng_words(rng) -> tuple:
     return words[0:1], words[1:2]
 
 
-def _attention_keys(q, k, v, o, lse, do, dq, dk, dv, scale: float, causal: bool, dropout_p: float, rng) -> tuple:
-    """The keys of the forward and backward graphs of one attention call, and the arrays of each."""
-    words = _rng_words(rng)
-    forward, backward = (q, k, v, o, lse, *words), (q, k, v, o, do, lse, dq, dk, dv, *words)
-    return ((_key("attention", forward, scale, causal, dropout_p), forward),
-            (_key("attention_backward", backward, scale, causal, dropout_p), backward))
+_ATTENTION_GRAPHS = {"attention": _AttentionGraph, "attention_backward": _AttentionBackwardGraph}
 
 
-def _attention_graphs(scale: float, causal: bool, dropout_p: float) -> tuple:
-    """The constructors of the forward and backward graphs, each taking its arrays."""
-    from frost import backends
-    return (lambda arrays: _AttentionGraph(arrays, scale, causal, dropout_p),
-            lambda arrays: _AttentionBackwardGraph(arrays, scale, causal, dropout_p, backends.deterministic))
+def _attention(kind: str, arrays: tuple, scale: float, causal: bool, dropout_p: float) -> tuple:
+    """(key, build): one attention graph's key (kind, the arrays' layouts, the options) and its constructor."""
+    return (_key(kind, arrays, scale, causal, dropout_p),
+            lambda: _ATTENTION_GRAPHS[kind](arrays, scale, causal, dropout_p))
 
 
 def attention_supported(q, k, v, o, lse, do, dq, dk, dv, scale: float, causal: bool, dropout_p: float = 0.0) -> bool:
     """Whether cuDNN builds both graphs of this attention call (arrays laid out as attention_forward and
     attention_backward will get them; their values are not read). The graphs are built once per layout and kept
     for the first calls; a refusal is remembered (`refusals()` says why)."""
-    rng = cuda.cupy().zeros(4, "uint32") if dropout_p > 0.0 else None
-    keys = _attention_keys(q, k, v, o, lse, do, dq, dk, dv, scale, causal, dropout_p, rng)
+    words = _rng_words(cuda.cupy().zeros(4, "uint32") if dropout_p > 0.0 else None)
+    calls = (("attention", (q, k, v, o, lse, *words)),
+             ("attention_backward", (q, k, v, o, do, lse, dq, dk, dv, *words)))
     with _lock:
-        for (key, arrays), build in zip(keys, _attention_graphs(scale, causal, dropout_p)):
+        for kind, arrays in calls:
+            key, build = _attention(kind, arrays, scale, causal, dropout_p)
             if key in _refused:
                 return False
             if key in _graphs or key in _untuned:
                 continue
             try:
-                _untuned[key] = build(arrays)
+                _untuned[key] = build()
             except Exception as e:  # cuDNN has no engine for it here (shape, layout, GPU, version): not this path
                 _refused[key] = f"{type(e).__name__}: {e}"
                 return False
@@ -410,15 +408,13 @@ def attention_forward(q, k, v, o, lse, scale: float, causal: bool, dropout_p: fl
     (B, H, Lq, D), k and v (B, H // group, Lk, D), bf16 or f16, last dim dense. Dropout (on the weights) draws from
     rng, a 4-word uint32 device snapshot (seed words 0-1, offset words 2-3), as the backward must again."""
     arrays = (q, k, v, o, lse, *_rng_words(rng))
-    key = _key("attention", arrays, scale, causal, dropout_p)
-    build = _attention_graphs(scale, causal, dropout_p)[0]
-    _built(key, lambda: build(arrays), arrays).run(arrays)
+    key, build = _attention("attention", arrays, scale, causal, dropout_p)
+    _built(key, build, arrays).run(arrays)
 
 
 def attention_backward(q, k, v, o, do, lse, dq, dk, dv, scale: float, causal: bool, dropout_p: float = 0.0,
                        rng=None) -> None:
     """Write the gradients dq, dk, dv (each laid out as the caller chose) of attention_forward's O given dO (do)."""
     arrays = (q, k, v, o, do, lse, dq, dk, dv, *_rng_words(rng))
-    key = _key("attention_backward", arrays, scale, causal, dropout_p)
-    build = _attention_graphs(scale, causal, dropout_p)[1]
-    _built(key, lambda: build(arrays), arrays).run(arrays)
+    key, build = _attention("attention_backward", arrays, scale, causal, dropout_p)
+    _built(key, build, arrays).run(arrays)

@@ -94,8 +94,8 @@ from frost.kernel.api import (CudaSource, DeviceFunction, Kernel, cuda_source, d
 from frost.kernel.builtins import *  # noqa: F401,F403 (tx, bx, sqrt, shared, ...: the language's names)
 from frost.kernel.compile import stats as compile_stats
 from frost.kernel.frontend import KernelError
-from frost.kernel.lib import (block_max, block_sum, load8_f32_into, load8_into, mma_tile, store8_f32_from, store8_from,
-                              swizzle, warp_max, warp_min, warp_sum)
+from frost.kernel.lib import (block_max, block_sum, load8_f32_into, load8_into, load8_of, mma_tile, store8_f32_from,
+                              store8_from, store8_of, swizzle, warp_max, warp_min, warp_sum)
 from frost.kernel.simulate import SimulationError
 from frost.kernel.types import Array, Const, bf16, f16, f32, f64, i32, i64, u32, u8
 from frost.kernel.types import boolean as bool_
@@ -106,7 +106,8 @@ kernel.warm = warm
 __all__ = ["kernel", "device", "warm", "cuda_source", "grid_sync_counter", "Kernel", "DeviceFunction", "CudaSource",
            "KernelError", "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32",
            "i64", "u32", "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile",
-           "swizzle", "load8_into", "load8_f32_into", "store8_from", "store8_f32_from"] + list(_builtins.__all__)
+           "swizzle", "load8_into", "load8_f32_into", "store8_from", "store8_f32_from", "load8_of", "store8_of"] + \
+    list(_builtins.__all__)
 
 
 class _CallableModule(_types.ModuleType):

@@ -3,7 +3,7 @@ eight-value loads and stores (16 bytes of 16-bit data, 32 of float32)."""
 from frost.kernel.api import device
 from frost.kernel.builtins import (bdx, inf, lane, load4, load8, mma_16x8x16, register_library, shfl_xor,
                                    static_range, store4, store8, syncthreads, warp)
-from frost.kernel.types import Const
+from frost.kernel.types import Const, f32
 
 
 @device
@@ -106,6 +106,16 @@ def store8_f32_from(a, i, v):
     """a[i:i + 8] = v[0:8] into a float32 array, two 16-byte stores (i % 4 == 0): store8_from's float32 twin."""
     store4(a, i, v[0], v[1], v[2], v[3])
     store4(a, i + 4, v[4], v[5], v[6], v[7])
+
+
+def load8_of(T):
+    """The eight-value load for arrays of element type T: load8_f32_into for float32, load8_into for bf16/f16."""
+    return load8_f32_into if T is f32 else load8_into
+
+
+def store8_of(T):
+    """The eight-value store for arrays of element type T: store8_f32_from for float32, store8_from for bf16/f16."""
+    return store8_f32_from if T is f32 else store8_from
 
 
 # what a kernel may call without importing it (block_sum and block_max stay explicit imports)

@@ -73,10 +73,11 @@ def test_a_graph_cudnn_cannot_build_is_refused_once_and_remembered(monkeypatch):
         monkeypatch.setattr(cudnn, table, {})
     built = []
 
-    def refuse(arrays):
+    def refuse(*args):
         built.append("backward")
         raise RuntimeError("no engine")
-    monkeypatch.setattr(cudnn, "_attention_graphs", lambda *params: (lambda arrays: built.append("forward"), refuse))
+    monkeypatch.setattr(cudnn, "_ATTENTION_GRAPHS", {"attention": lambda *args: built.append("forward"),
+                                                     "attention_backward": refuse})
     arrays = [np.zeros((1, 2, 8, 64), np.float16) for _ in range(3)]
     o, lse = np.zeros((1, 8, 2, 64), np.float16).transpose(0, 2, 1, 3), np.zeros((1, 2, 8, 1), np.float32)
     for _ in range(2):
