@@ -574,7 +574,8 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
     startup_detail["warmup_step_s"] = warmup_step_s
     wait_before = (stats["wait_s"], stats["waited_steps"], stats["fetches"])
     for i in range(warmup, args.steps):
-        loss = step(*next(batches))
+        with common.step_range(timed=True):
+            loss = step(*next(batches))
         if i % log_every == 0 or i == args.steps - 1:
             log(i, loss, t_timed)
     t_end = sw.now()
