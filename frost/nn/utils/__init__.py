@@ -33,7 +33,8 @@ def _norm_of(xp, g, norm_type: float):
     if norm_type == 2.0:
         # CuPy's vdot calls cuBLAS, which refuses to run while frost.jit captures a step; a reduction kernel does not
         flat = a.ravel()
-        return xp.sqrt(xp.vdot(flat, flat) if xp is np else (flat * flat).sum())
+        fast = dispatch.lookup("sum_of_squares", flat)
+        return xp.sqrt(fast(flat) if fast else xp.vdot(flat, flat) if xp is np else (flat * flat).sum())
     return (xp.abs(a) ** norm_type).sum() ** (1.0 / norm_type)
 
 
@@ -77,8 +78,12 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
                            f"norm anyway, set `error_if_nonfinite=False`")
     coef = xp.minimum(max_norm / (total + 1e-6), 1.0)
     for a, d in arrays:
-        c = backend.to_device(coef, d) if d != device else coef
-        a *= c.astype(a.dtype)
+        c = (backend.to_device(coef, d) if d != device else coef).astype(a.dtype, copy=False)
+        fast = dispatch.lookup("scale_", a, coef=c)
+        if fast:
+            fast(a, c)
+        else:
+            a *= c
     out_dtype = grads[0].data.dtype if all(g.data.dtype == grads[0].data.dtype for g in grads) else total.dtype
     return Tensor(xp.asarray(total, dtype=out_dtype))
 
