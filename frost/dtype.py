@@ -140,6 +140,11 @@ def accumulator(dtype):
     return np.float32 if dtype.itemsize == 2 and dtype.kind not in "iu" else None
 
 
+def compute_dtype(array):
+    """The dtype an op computes `array` in: float32 for float16 and bfloat16 (range and precision), else its own."""
+    return accumulator(array.dtype) or array.dtype
+
+
 def widened(a):
     """Array a in the type its sums accumulate in (accumulator): float16 and bfloat16 as float32, else a itself."""
     return a if accumulator(a.dtype) is None else a.astype(np.float32)

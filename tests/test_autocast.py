@@ -131,6 +131,34 @@ def test_conv_weight_gradient_under_autocast_is_float32_in_the_master_grad(zeroe
         np.testing.assert_allclose(got, tw.grad.numpy(), rtol=8e-3, atol=2e-2)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("zeroed", [False, True])
+def test_linear_gradients_under_autocast_are_float32_sums_in_the_master_grads(device, zeroed):
+    """bf16 operands; the weight's and bias's gradients summed in float32 and written unrounded into the float32
+    leaves' .grad (their zeroed buffers when there are: no new array), as float64 sums of the same bf16 values."""
+    import torch
+    rng = np.random.default_rng(5)
+    x, k = rng.standard_normal((3, 7, 48)).astype(np.float32), rng.standard_normal((3, 7, 24)).astype(np.float32)
+    layer = nn.Linear(48, 24).to(device)
+    opt = frost.optim.SGD(layer.parameters(), lr=0.0)
+    for _ in range(1 + zeroed):  # the second round finds zeroed buffers to write into
+        opt.zero_grad(set_to_none=not zeroed)
+        before = [None if p.grad is None else p.grad.data for p in layer.parameters()]
+        with frost.autocast(frost.bfloat16):
+            y = layer(frost.tensor(x, device=device))
+        (y.to(frost.float32) * frost.tensor(k, device=device)).sum().backward()
+    if zeroed:
+        assert all(p.grad.data is b for p, b in zip(layer.parameters(), before))
+    def bf(a):
+        return torch.tensor(np.asarray(a).astype(ml_dtypes.bfloat16).astype(np.float64))
+    tw, tb = bf(layer.weight.detach().cpu().numpy()).requires_grad_(), bf(layer.bias.detach().cpu().numpy())
+    tb.requires_grad_()
+    torch.nn.functional.linear(bf(x), tw, tb).backward(bf(k))
+    for p, expected in ((layer.weight, tw.grad), (layer.bias, tb.grad)):
+        assert p.grad.dtype == frost.float32
+        np.testing.assert_allclose(p.grad.cpu().numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_losses_softmax_and_log_softmax_run_in_float32_under_autocast():
     """As PyTorch's autocast: a bfloat16 activation goes back to float32 for them (values: float32 of the rounded
     input, so the cast is the only difference)."""

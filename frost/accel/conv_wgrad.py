@@ -20,6 +20,7 @@ from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, 
                           shared, static_range, syncthreads, tx)
 from frost.kernel.compile import has_mma
 from frost.layout import empty_like_format, flat_view, is_channels_last
+from frost.ops.conv import int_pair
 
 # dW[co, ci, kh, kw] = sum over (n, ho, wo) of dy[n, co, ho, wo] * x[n, ci, ho*SH + kh - PH, wo*SW + kw - PW]: a GEMM
 # with M = Cout, N = Cin*KH*KW small and K = n*Ho*Wo huge. K is cut into chunks (one image, R output rows, WT
@@ -205,15 +206,6 @@ class Plan(SplitPlan):
 TILE_KEYS = ("TM", "TC", "BM", "BC", "P", "RP", "WT")
 
 
-def _pair(v, what: str) -> tuple:
-    if isinstance(v, (int, np.integer)):
-        return int(v), int(v)
-    v = tuple(int(a) for a in v)
-    if len(v) != 2:
-        raise ValueError(f"conv2d_backward_weight_gpu: {what} must be an int or a pair, got {v}")
-    return v
-
-
 def _pow2_at_most(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
@@ -236,7 +228,7 @@ def geometry(g_shape: tuple, x_shape: tuple, w_shape: tuple, stride, padding) ->
                          f"w {tuple(w_shape)}, dy {tuple(g_shape)}")
     n, cin, h, w = (int(a) for a in x_shape)
     cout, wcin, kh, kw = (int(a) for a in w_shape)
-    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
+    (sh, sw), (ph, pw) = int_pair(stride, "stride"), int_pair(padding, "padding")
     ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
     if wcin != cin or tuple(g_shape) != (n, cout, ho, wo) or min(sh, sw, kh, kw) < 1 or min(ph, pw) < 0:
         raise ValueError(f"conv2d_backward_weight_gpu: dy of shape {tuple(g_shape)} does not fit x {tuple(x_shape)}, "
@@ -447,7 +439,7 @@ def conv2d_backward_weight_gpu(g, x, w_shape: tuple, stride, padding, out=None, 
 def supported(g, x, w_shape, stride, padding, dilation=1, groups: int = 1) -> bool:
     """True when conv2d_backward_weight_gpu handles this call (dy and x both float32 or both bf16, groups 1,
     dilation 1, dy and x both C-contiguous or both channels-last)."""
-    if groups != 1 or _pair(dilation, "dilation") != (1, 1):
+    if groups != 1 or int_pair(dilation, "dilation") != (1, 1):
         return False
     if str(g.dtype) != str(x.dtype) or str(x.dtype) not in PARTIAL:
         return False
@@ -472,9 +464,9 @@ CANDIDATES_VERSION = 3
 
 def _key(g, x, w_shape, stride, padding) -> str:
     from frost import backends
-    return json.dumps([CANDIDATES_VERSION, list(g.shape), list(x.shape), list(w_shape), list(_pair(stride, "stride")),
-                       list(_pair(padding, "padding")), str(x.dtype), input_layout(g, x), backends.allow_tf32,
-                       backends.deterministic])
+    return json.dumps([CANDIDATES_VERSION, list(g.shape), list(x.shape), list(w_shape),
+                       list(int_pair(stride, "stride")), list(int_pair(padding, "padding")), str(x.dtype),
+                       input_layout(g, x), backends.allow_tf32, backends.deterministic])
 
 
 def _candidate_specs(g, x, w_shape, stride, padding, tile_choices: list, out) -> list:

@@ -5,6 +5,8 @@ frost.dispatch for frost/ops/matmul.py's `matmul_arrays`, whose xp.matmul runs w
 1-D operands, integer types)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from frost import backends, dispatch
@@ -12,9 +14,10 @@ from frost.backend import cublas, cudnn
 from frost.accel.conv_common import capturing
 from frost.jit import warming_up
 from frost.kernel import Array, bx, by, bz, f32, i32, kernel, shared, static_range, syncthreads, tx
-from frost.ops.matmul import fold_batch_dims
+from frost.ops.matmul import add_bias, fold_batch_dims
 
 FLOAT_TYPES = ("float16", "bfloat16", "float32")  # float64 stays with CuPy's cuBLAS: cuDNN's matmul has none
+FUSED_BIAS = os.environ.get("FROST_CUDNN_MATMUL_BIAS", "1") != "0"
 
 
 def folds_or_fits(a, b) -> bool:
@@ -45,6 +48,28 @@ def matmul_arrays_cuda(xp, a, b, out=None):
     if cudnn.available() and min(a.size, b.size) > 0:
         return cudnn.matmul(a, b, out=out)
     return xp.matmul(a, b, out=out)
+
+
+def fuses_bias(a, b, *, bias) -> bool:
+    """Two matrices and a dense bias of the product's width, of one dtype (cuDNN's epilogue reads it as such)."""
+    return (a.ndim == 2 and b.ndim == 2 and bias.shape == (b.shape[1],) and bias.flags.c_contiguous
+            and bias.dtype == a.dtype == b.dtype)
+
+
+@dispatch.register("matmul_bias", device="cuda", dtypes=FLOAT_TYPES, applies=fuses_bias)
+def matmul_bias_cuda(xp, a, b, bias):
+    """a @ b + bias over every row: while a step is captured (or warms up for its capture), one cuDNN graph with the
+    bias in the GEMM's epilogue, added to the float32 product and rounded once (GPT-2 124M's 48 separate bias adds
+    took 1.7 ms of a 38.8 ms step on an H100, commit d7265bf); else, or where cuDNN builds no such graph, the
+    product, then add_bias. FROST_CUDNN_MATMUL_BIAS=0 switches the fused graph off."""
+    if FUSED_BIAS and (capturing() or warming_up()) and cudnn.available() and min(a.size, b.size) > 0 \
+            and not (str(a.dtype) == "float32" and not backends.allow_tf32):
+        product = cudnn.matmul(a, b, bias=bias)
+        if product is not None:
+            return product
+    product = matmul_arrays_cuda(xp, a, b)
+    add_bias(product, bias)
+    return product
 
 
 @kernel

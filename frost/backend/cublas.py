@@ -78,7 +78,8 @@ def _operand(cp, m):
 def matmul(a, b, out=None):
     """a @ b for 2-D or 3-D CuPy arrays of one float dtype, batch dims broadcast (1 against B).
 
-    `out`, when given, is a C-contiguous array of the result's shape and a's dtype that receives the product."""
+    `out`, when given, is a C-contiguous array of the result's shape that receives the product: a's dtype, or
+    float32 for 16-bit operands."""
     cp = cuda.cupy()
     a3, b3, out, result = batched_product(cp, a, b, out)
     batch, m, k, n = out.shape[0], a3.shape[1], a3.shape[2], b3.shape[2]
@@ -96,5 +97,5 @@ def matmul(a, b, out=None):
     _library().gemmStridedBatchedEx(
         _handle(), _OP_T if b_t else _OP_N, _OP_T if a_t else _OP_N, n, m, k, _scalar(name, 1.0),
         b3.data.ptr, dtype_code, ldb, stride_b, a3.data.ptr, dtype_code, lda, stride_a, _scalar(name, 0.0),
-        out.data.ptr, dtype_code, n, m * n, batch, compute, _GEMM_DEFAULT)
+        out.data.ptr, _DATA_TYPES[str(out.dtype)], n, m * n, batch, compute, _GEMM_DEFAULT)
     return result

@@ -271,22 +271,29 @@ def conv2d_backward_weight(g, x, w_shape, stride, padding, dilation, out=None):
 
 
 class _MatmulGraph(_Graph):
-    """C = A @ B for 3-D (batch, m, k) x (batch, k, n) arrays with any real strides."""
+    """C = A @ B for 3-D (batch, m, k) x (batch, k, n) arrays with any real strides; with a (1, 1, n) bias, C = A @ B
+    + bias, added to the float32 product in the GEMM's epilogue and rounded once."""
 
-    def __init__(self, a, b, out) -> None:
+    def __init__(self, arrays: tuple) -> None:
         import cudnn
+        a, b, *bias, out = arrays
         g, dt = _new_graph(a.dtype, "matmul")
         self.graph = g
-        A, B = _declare(g, "A", a, dt), _declare(g, "B", b, dt)
-        C = g.matmul(A, B, compute_data_type=cudnn.data_type.FLOAT)
-        _output(C, out, dt)
-        self._finish((A, B, C), a.dtype)
+        inputs = [_declare(g, "A", a, dt), _declare(g, "B", b, dt)]
+        C = g.matmul(*inputs, compute_data_type=cudnn.data_type.FLOAT)
+        if bias:
+            inputs.append(_declare(g, "bias", bias[0], _data_type(bias[0].dtype, "matmul")))
+            C = g.bias(input=C, bias=inputs[-1], compute_data_type=cudnn.data_type.FLOAT)
+        _output(C, out, _data_type(out.dtype, "matmul"))
+        self._finish((*inputs, C), a.dtype)
 
 
-def matmul(a, b, out=None):
+def matmul(a, b, out=None, bias=None):
     """a @ b for 2-D or 3-D CuPy arrays through cuDNN (usable inside a CUDA-graph capture, unlike CuPy's cuBLAS).
 
-    `out`, when given, is a C-contiguous array of the result's shape and a's dtype that receives the product."""
+    `out`, when given, is a C-contiguous array of the result's shape that receives the product: a's dtype, or
+    float32 for 16-bit operands. `bias` (n,), dense: added to every row in the product's epilogue; None is returned
+    instead where cuDNN builds no such graph (the refusal is remembered: the caller adds the bias itself)."""
     cp = cuda.cupy()
     a3, b3, out, result = batched_product(cp, a, b, out)
     batch = out.shape[0]
@@ -296,9 +303,12 @@ def matmul(a, b, out=None):
         b3 = cp.ascontiguousarray(cp.broadcast_to(b3, (batch,) + b3.shape[1:]))
     # a broadcast matrix (stride 0 along a row or a column, as sum()'s gradient is) has no cuDNN plan: made dense
     a3, b3 = (m if 0 not in m.strides[1:] else cp.ascontiguousarray(m) for m in (a3, b3))
-    arrays = (a3, b3, out)
+    arrays = (a3, b3, out) if bias is None else (a3, b3, bias.reshape(1, 1, -1), out)
+    key = _key("matmul", arrays, [str(x.dtype) for x in arrays])
+    if bias is not None and not _buildable(key, lambda: _MatmulGraph(arrays)):
+        return None
     # many small shapes (Muon's): timing every plan of each costs seconds
-    _built(_key("matmul", arrays), lambda: _MatmulGraph(a3, b3, out), arrays, limit=2).run(arrays)
+    _built(key, lambda: _MatmulGraph(arrays), arrays, limit=2).run(arrays)
     return result
 
 
@@ -383,23 +393,26 @@ def attention_supported(q, k, v, o, lse, do, dq, dk, dv, scale: float, causal: b
     words = _rng_words(cuda.cupy().zeros(4, "uint32") if dropout_p > 0.0 else None)
     calls = (("attention", (q, k, v, o, lse, *words)),
              ("attention_backward", (q, k, v, o, do, lse, dq, dk, dv, *words)))
+    return all(_buildable(*_attention(kind, arrays, scale, causal, dropout_p)) for kind, arrays in calls)
+
+
+def _buildable(key: str, build) -> bool:
+    """Whether cuDNN builds the graph of `key` (built now and kept for its first call); a refusal is remembered."""
     with _lock:
-        for kind, arrays in calls:
-            key, build = _attention(kind, arrays, scale, causal, dropout_p)
-            if key in _refused:
-                return False
-            if key in _graphs or key in _untuned:
-                continue
-            try:
-                _untuned[key] = build()
-            except Exception as e:  # cuDNN has no engine for it here (shape, layout, GPU, version): not this path
-                _refused[key] = f"{type(e).__name__}: {e}"
-                return False
+        if key in _refused:
+            return False
+        if key in _graphs or key in _untuned:
+            return True
+        try:
+            _untuned[key] = build()
+        except Exception as e:  # cuDNN has no engine for it here (shape, layout, GPU, version): not this path
+            _refused[key] = f"{type(e).__name__}: {e}"
+            return False
     return True
 
 
 def refusals() -> dict:
-    """The attention graphs cuDNN could not build: key -> the error."""
+    """The graphs (attention, a product with its bias) cuDNN could not build: key -> the error."""
     return dict(_refused)
 
 

@@ -6,10 +6,10 @@ from typing import NamedTuple
 import numpy as np
 
 from frost import dispatch
-from frost.ops.autocast_inputs import cast_inputs
+from frost.ops.autocast_inputs import cast_inputs, cast_source
 from frost.autograd import grad_destination, gradient_branch, is_grad_enabled
 from frost.layout import array_module, empty_like_format
-from frost.ops.conv_nd import convolution_derivative
+from frost.ops.conv_nd import check_operands, conv_compute_dtype, convolution_derivative
 from frost.ops.matmul import matmul_arrays
 from frost.tensor import Tensor, from_op
 
@@ -46,14 +46,15 @@ class Geometry(NamedTuple):
     wo: int
 
 
-def _pair(value, what: str) -> tuple:
+def int_pair(value, what: str, op: str = "conv2d") -> tuple:
+    """(h, w) from an int or a one- or two-int sequence: an op's kernel size, stride, padding or dilation."""
     if isinstance(value, (int, np.integer)):
         return int(value), int(value)
     pair = tuple(int(v) for v in value)
     if len(pair) == 1:
         return pair[0], pair[0]
     if len(pair) != 2:
-        raise ValueError(f"conv2d: {what} must be an int or a pair of ints, got {value!r}")
+        raise ValueError(f"{op}: {what} must be an int or a pair of ints, got {value!r}")
     return pair
 
 
@@ -71,7 +72,7 @@ def _padding(padding, kernel: tuple, dilation: tuple, stride: tuple) -> tuple:
             total = d * (k - 1)
             pads.append((total // 2, total - total // 2))  # the extra row goes at the end, as in PyTorch
         return tuple(pads)
-    ph, pw = _pair(padding, "padding")
+    ph, pw = int_pair(padding, "padding")
     if ph < 0 or pw < 0:
         raise ValueError(f"conv2d: padding must be non-negative, got {padding!r}")
     return (ph, ph), (pw, pw)
@@ -94,8 +95,8 @@ def geometry(x_shape: tuple, w_shape: tuple, stride=1, padding=0, dilation=1, gr
     if cin_g * groups != c:
         raise RuntimeError(f"conv2d: input of shape {tuple(x_shape)} has {c} channels but weight {tuple(w_shape)} "
                            f"with groups={groups} expects {cin_g * groups}")
-    sh, sw = _pair(stride, "stride")
-    dh, dw = _pair(dilation, "dilation")
+    sh, sw = int_pair(stride, "stride")
+    dh, dw = int_pair(dilation, "dilation")
     if min(sh, sw, dh, dw) < 1:
         raise ValueError(f"conv2d: stride and dilation must be positive, got stride={stride!r} dilation={dilation!r}")
     ph, pw = _padding(padding, (kh, kw), (dh, dw), (sh, sw))
@@ -247,16 +248,6 @@ def conv2d_backward_weight(g, x, w_shape: tuple, stride=1, padding=0, dilation=1
 # ------------------------------------------------------------------ the differentiable op
 
 
-def _cast_source(weight: Tensor, xa) -> Tensor | None:
-    """The float32 leaf a bf16 GPU weight was cast from by autocast (its dW can be made in float32 there), or None."""
-    node = weight._ctx
-    if node is None or node.name != "cast" or not node.parents or isinstance(xa, np.ndarray):
-        return None
-    source = node.parents[0]
-    ok = source._ctx is None and source.requires_grad and str(source.data.dtype) == "float32"
-    return source if ok and str(xa.dtype) == "bfloat16" else None
-
-
 def _prepare_backward(y, x, w, geo: Geometry, weight_gradient: bool, input_gradient: bool) -> None:
     """Let a fast path start on the backward's kernels for this shape (compiles, in the background) while the
     forward goes on; dy will be shaped like y."""
@@ -265,39 +256,11 @@ def _prepare_backward(y, x, w, geo: Geometry, weight_gradient: bool, input_gradi
         prepare(y, x, w, geo, weight_gradient=weight_gradient, input_gradient=input_gradient)
 
 
-def _describe(t: Tensor) -> str:
-    return f"{t.shape} {t.dtype.name} on {t.device}"
-
-
 def _check_operands(x: Tensor, weight: Tensor, bias: Tensor | None) -> None:
-    for name, t in (("input", x), ("weight", weight), ("bias", bias)):
-        if t is not None and not isinstance(t, Tensor):
-            raise TypeError(f"conv2d: {name} must be a Tensor, got {type(t).__name__}")
-    if x.device != weight.device:
-        raise RuntimeError(f"conv2d: input and weight are on different devices: input {_describe(x)}, "
-                           f"weight {_describe(weight)}")
-    if x.dtype != weight.dtype:
-        raise RuntimeError(f"conv2d: Input type ({x.dtype.name}) and weight type ({weight.dtype.name}) should be "
-                           f"the same: input {x.shape}, weight {weight.shape}")
-    if not x.dtype.is_floating_point:
-        raise RuntimeError(f"conv2d: expected floating-point tensors, got {x.dtype.name}")
-    if bias is not None:
-        if bias.device != x.device:
-            raise RuntimeError(f"conv2d: input and bias are on different devices: input {_describe(x)}, "
-                               f"bias {_describe(bias)}")
-        if bias.dtype != x.dtype:
-            raise RuntimeError(f"conv2d: Input type ({x.dtype.name}) and bias type ({bias.dtype.name}) should be "
-                               f"the same")
-        if bias.shape != (weight.shape[0],):
-            raise RuntimeError(f"conv2d: bias of shape {bias.shape} does not fit weight {weight.shape}; "
-                               f"expected ({weight.shape[0]},)")
-
-
-def _compute_dtype(x):
-    """Half-precision CPU arrays are computed in float32 (NumPy has no fast half matmul)."""
-    if isinstance(x, np.ndarray) and x.dtype.itemsize < 4:
-        return np.float32
-    return x.dtype
+    check_operands(x, weight, bias, 2, "conv2d")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise RuntimeError(f"conv2d: bias of shape {bias.shape} does not fit weight {weight.shape}; "
+                           f"expected ({weight.shape[0]},)")
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
@@ -308,7 +271,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     if x.ndim == 3:
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0)
     geo = geometry(x.shape, weight.shape, stride, padding, dilation, groups)
-    cdt = _compute_dtype(x.data)
+    cdt = conv_compute_dtype(x.data)
     xa, wa = x.data.astype(cdt, copy=False), weight.data.astype(cdt, copy=False)
     ba = None if bias is None else bias.data.astype(cdt, copy=False)
     conv_args = (stride, padding, dilation, groups)
@@ -343,13 +306,13 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         # straight into the weight's zeroed .grad buffer when there is one (no fresh array, no add); such a
         # gradient is read only after backward()'s completions, so a captured step computes it on a side branch
         dest = grad_destination(weight) if cdt == out_dtype else None
-        master = _cast_source(weight, xa)
+        # autocast on the GPU: dW in float32 straight into the master weight's .grad
+        master = cast_source(weight) if str(xa.dtype) == "bfloat16" and not isinstance(xa, np.ndarray) else None
         if cols is not None:
             return _backward_weight_from_cols(_grad_channel_major(g, geo), cols, geo, out=dest).astype(out_dtype,
                                                                                                       copy=False)
         claimed = dest
         if master is not None:
-            # autocast: dW in float32 straight into the master weight's .grad (the cast's backward passes it on)
             claimed = grad_destination(master)
             dest = empty_like_format(wa.shape, master.data) if claimed is None else claimed
         with gradient_branch(g, xa, when=claimed is not None):

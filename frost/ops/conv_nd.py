@@ -240,7 +240,8 @@ def _weight_gradient(xp, g, cols, geo: Geometry):
 # ------------------------------------------------------------------ the differentiable ops
 
 
-def _check_operands(x: Tensor, weight: Tensor, bias: Tensor | None, dims: int, name: str) -> None:
+def check_operands(x: Tensor, weight: Tensor, bias: Tensor | None, dims: int, name: str) -> None:
+    """Tensors on one device, of one floating-point dtype, and a weight of rank dims + 2 (PyTorch's messages)."""
     for what, t in (("input", x), ("weight", weight), ("bias", bias)):
         if t is not None and not isinstance(t, Tensor):
             raise TypeError(f"{name}: {what} must be a Tensor, got {type(t).__name__}")
@@ -248,20 +249,25 @@ def _check_operands(x: Tensor, weight: Tensor, bias: Tensor | None, dims: int, n
         if t is None:
             continue
         if t.device != x.device:
-            raise RuntimeError(f"{name}: input and {what} are on different devices: input {x.shape} on {x.device}, "
-                               f"{what} {t.shape} on {t.device}")
+            raise RuntimeError(f"{name}: input and {what} are on different devices: input {_describe(x)}, "
+                               f"{what} {_describe(t)}")
         if t.dtype != x.dtype:
-            raise RuntimeError(f"{name}: input type ({x.dtype.name}) and {what} type ({t.dtype.name}) should be the "
+            raise RuntimeError(f"{name}: Input type ({x.dtype.name}) and {what} type ({t.dtype.name}) should be the "
                                f"same: input {x.shape}, {what} {t.shape}")
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"{name}: expected floating-point tensors, got {x.dtype.name}")
     if weight.ndim != dims + 2:
-        raise RuntimeError(f"{name}: expected a {dims + 2}-D weight, got shape {weight.shape}")
+        raise RuntimeError(f"{name}: expected a {dims + 2}-D weight (out, in / groups, {_SPATIAL_NAMES[dims]}), got "
+                           f"shape {weight.shape}")
     if x.ndim not in (dims + 1, dims + 2):
         _check_ranks(x.shape, weight.shape, dims, name)
 
 
-def _compute_dtype(a):
+def _describe(t: Tensor) -> str:
+    return f"{t.shape} {t.dtype.name} on {t.device}"
+
+
+def conv_compute_dtype(a):
     """Half-precision CPU arrays are computed in float32 (NumPy has no fast half matmul)."""
     return np.float32 if isinstance(a, np.ndarray) and a.dtype.itemsize < 4 else a.dtype
 
@@ -269,7 +275,7 @@ def _compute_dtype(a):
 def _prepare(x: Tensor, weight: Tensor, bias: Tensor | None, dims: int, name: str):
     """Autocast, checked operands, and whether x came unbatched (then it gets a batch dim of 1)."""
     x, weight, bias = cast_inputs(x, weight, bias)
-    _check_operands(x, weight, bias, dims, name)
+    check_operands(x, weight, bias, dims, name)
     unbatched = x.ndim == dims + 1
     return (x.unsqueeze(0) if unbatched else x), weight, bias, unbatched
 
@@ -287,7 +293,7 @@ def _convolution(x: Tensor, weight: Tensor, bias: Tensor | None, stride, padding
     if bias is not None and bias.shape != (geo.cout,):
         raise RuntimeError(f"{name}: bias of shape {bias.shape} does not fit weight {weight.shape}; expected "
                            f"({geo.cout},)")
-    xp, cdt, out_dtype = x.xp, _compute_dtype(x.data), x.data.dtype
+    xp, cdt, out_dtype = x.xp, conv_compute_dtype(x.data), x.data.dtype
     xa, wa = x.data.astype(cdt, copy=False), weight.data.astype(cdt, copy=False)
     cols = _columns(xp, xa, geo)
     out = _multiply(xp, wa, cols, geo)
@@ -369,7 +375,7 @@ def _transposed_convolution(x: Tensor, weight: Tensor, bias: Tensor | None, stri
     if bias is not None and bias.shape != (geo.c,):
         raise RuntimeError(f"{name}: bias of shape {bias.shape} does not fit weight {weight.shape} with "
                            f"groups={groups}; expected ({geo.c},)")
-    xp, cdt, out_dtype = x.xp, _compute_dtype(x.data), x.data.dtype
+    xp, cdt, out_dtype = x.xp, conv_compute_dtype(x.data), x.data.dtype
     xa, wa = x.data.astype(cdt, copy=False), weight.data.astype(cdt, copy=False)
     out = _multiply_transposed(xp, wa, xa, geo)
     if bias is not None:

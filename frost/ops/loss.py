@@ -7,7 +7,7 @@ import numpy as np
 
 from frost import dispatch
 from frost.autograd import is_grad_enabled, unbroadcast
-from frost.dtype import float32
+from frost.dtype import compute_dtype, float32
 from frost.ops.autocast_inputs import float32_dtype, float32_inputs
 from frost.ops.elementwise import cast, sigmoid, softplus, sum_to, where
 from frost.ops.math import broadcasts_to
@@ -15,11 +15,6 @@ from frost.ops.reduce import softmax
 from frost.tensor import Tensor, from_op, can_read_values, record_tensor_backward
 
 _REDUCTIONS = ("none", "mean", "sum")
-
-
-def _compute_dtype(array):
-    """float32 for half-precision inputs (log-sum-exp needs the range), else the input's dtype."""
-    return np.float32 if array.dtype.itemsize < 4 else array.dtype
 
 
 def _check_reduction(op: str, reduction: str) -> None:
@@ -146,7 +141,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
 def _class_index_loss(op: str, input: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
                       reduction: str, smoothing: float, from_logits: bool) -> Tensor:
     xp = input.xp
-    cdt = _compute_dtype(input.data)
+    cdt = compute_dtype(input.data)
     rows, to_input_layout = _rows(input.data.astype(cdt, copy=False), xp)
     M, C = rows.shape
     idx = target.data.reshape(-1).astype(xp.int64, copy=False)
@@ -229,7 +224,7 @@ def _cross_entropy_probs(input: Tensor, target: Tensor, weight: Tensor | None, r
                          smoothing: float) -> Tensor:
     op = "cross_entropy"
     xp = input.xp
-    cdt = _compute_dtype(input.data)
+    cdt = compute_dtype(input.data)
     rows, to_input_layout = _rows(input.data.astype(cdt, copy=False), xp)
     t_rows, _ = _rows(target.data.astype(cdt, copy=False), xp)
     M, C = rows.shape
@@ -375,7 +370,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
         raise RuntimeError(f"{op}: not differentiable with respect to pos_weight; pass a pos_weight that does not "
                            f"require grad (e.g. pos_weight.detach())")
     xp = input.xp
-    cdt = _compute_dtype(input.data)
+    cdt = compute_dtype(input.data)
     x = input.data.astype(cdt, copy=False)
     t = target.data.astype(cdt, copy=False)
     w = None if weight is None else weight.data.astype(cdt, copy=False)

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from frost import dispatch
-from frost.ops.autocast_inputs import cast_inputs
+from frost.ops.autocast_inputs import cast_inputs, cast_source, gradient_out
 from frost.autograd import grad_destination, gradient_branch, unbroadcast
 from frost.ops.elementwise import sum_to
 from frost.tensor import Tensor, from_op
@@ -53,8 +53,8 @@ def matmul_arrays(xp, a, b, out=None):
     matrices, capturable), else xp.matmul, in float32 BLAS for half types.
 
     Array code that may run inside a captured step (optimizers) multiplies through this, not xp.matmul:
-    CuPy refuses cuBLAS calls during stream capture. `out` (C-contiguous, the result's shape, a's dtype)
-    receives the product and is returned when given."""
+    CuPy refuses cuBLAS calls during stream capture. `out` (C-contiguous, the result's shape, a's dtype or float32
+    for 16-bit operands) receives the product and is returned when given."""
     fast = dispatch.lookup("matmul_arrays", a, b)
     if fast is not None:
         return fast(xp, a, b, out)
@@ -75,6 +75,18 @@ def add_bias(product, bias) -> None:
     if fast is not None:
         return fast(product, bias)
     product += bias
+
+
+def matmul_bias(xp, a, b, bias):
+    """a (m, k) @ b (k, n) + bias (n,) over every row (None: no bias): a fast path where one registers ("matmul_bias":
+    the bias added in the product's epilogue), else matmul_arrays, then add_bias."""
+    fast = dispatch.lookup("matmul_bias", a, b, bias=bias) if bias is not None else None
+    if fast is not None:
+        return fast(xp, a, b, bias)
+    product = matmul_arrays(xp, a, b)
+    if bias is not None:
+        add_bias(product, bias)
+    return product
 
 
 def sum_rows(a, dtype, out=None):
@@ -144,27 +156,30 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     # in_features is 0 (PyTorch then answers the bias, broadcast)
     rows = math.prod(xa.shape[:-1])
     x2 = xa.reshape(rows, xa.shape[-1])
-    product = _same_dtype(matmul_arrays(xp, x2, w.T), xa.dtype)
-    if bias is not None:
-        if bias.shape != (w.shape[0],):
-            raise RuntimeError(f"linear: bias of shape {bias.shape} does not fit weight of shape {weight.shape}")
-        add_bias(product, bias.data)
+    if bias is not None and bias.shape != (w.shape[0],):
+        raise RuntimeError(f"linear: bias of shape {bias.shape} does not fit weight of shape {weight.shape}")
+    product = _same_dtype(matmul_bias(xp, x2, w.T, None if bias is None else bias.data), xa.dtype)
     out = product.reshape(xa.shape[:-1] + (w.shape[0],))
     parents = (x, weight) if bias is None else (x, weight, bias)
 
     def backward(g):
         g2 = g.reshape(rows, g.shape[-1])  # not -1: out_features may be 0
-        # the weight's (and bias's) gradient straight into its zeroed .grad buffer when there is one (read only
-        # after backward()'s completions: a captured step computes it on a side branch, beside the input gradient)
-        dest = grad_destination(weight)
-        with gradient_branch(g2, x2, when=dest is not None):
-            gw = _same_dtype(matmul_arrays(xp, g2.T, x2, out=dest), w.dtype)
+        # the weight's (and bias's) gradient straight into its zeroed .grad buffer when there is one, under autocast
+        # the float32 master's (read only after backward()'s completions: a captured step computes it on a side
+        # branch, beside the input gradient)
+        gw_out, claimed = gradient_out(weight, xp)
+        with gradient_branch(g2, x2, when=claimed is not None):
+            gw = matmul_arrays(xp, g2.T, x2, out=gw_out)
         gx = _same_dtype(matmul_arrays(xp, g2, w), xa.dtype).reshape(xa.shape)
-        grads = [gx, gw]
+        grads = [gx, gw if gw_out is not None else _same_dtype(gw, w.dtype)]
         if bias is not None:
             sum_dtype = np.float32 if g2.dtype.itemsize == 2 else g2.dtype   # half precision sums in float32
-            dest = grad_destination(bias) if sum_dtype == g2.dtype else None
-            grads.append(_same_dtype(sum_rows(g2, sum_dtype, out=dest), bias.data.dtype))
+            # into .grad (or, under autocast, the float32 master's) only where the sum's dtype is the gradient's
+            writable = bias.data.dtype == sum_dtype or cast_source(bias) is not None
+            gb_out = gradient_out(bias, xp)[0] if writable else None
+            gb_out = gb_out if gb_out is not None and gb_out.dtype == sum_dtype else None
+            gb = sum_rows(g2, sum_dtype, out=gb_out)
+            grads.append(gb if gb_out is not None else _same_dtype(gb, bias.data.dtype))
         return grads
     return from_op(out, parents, backward, "linear", lambda g, o: _linear_derivative(g, x, weight, bias, rows))
 

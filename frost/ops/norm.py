@@ -5,12 +5,8 @@ import math
 import numpy as np
 
 from frost import dispatch
+from frost.dtype import compute_dtype
 from frost.tensor import Tensor, from_op
-
-
-def _compute_dtype(array):
-    """float32 for half-precision inputs (statistics need the range and precision), else the input's dtype."""
-    return np.float32 if array.dtype.itemsize < 4 else array.dtype
 
 
 def _param(t: Tensor | None, dtype):
@@ -54,7 +50,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     axes = (0,) + tuple(range(2, x.ndim))
     channel_shape = (1, C) + (1,) * (x.ndim - 2)
     n = x.numel() // C
-    cdt = _compute_dtype(x.data)
+    cdt = compute_dtype(x.data)
     xf = x.data.astype(cdt, copy=False)
 
     if training:
@@ -189,7 +185,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     if fast is not None:
         return fast(x, shape, weight, bias, eps)
     xp = x.xp
-    cdt = _compute_dtype(x.data)
+    cdt = compute_dtype(x.data)
     xf = x.data.astype(cdt, copy=False)
     # in-place updates below only touch arrays made here; they save a full-size temporary each
     xhat = xf - xf.mean(axis=axes, keepdims=True)
@@ -230,7 +226,7 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     shape, axes = _normalized_axes("rms_norm", x, normalized_shape)
     _check_params("rms_norm", x, shape, weight=weight)
     xp = x.xp
-    cdt = _compute_dtype(x.data)
+    cdt = compute_dtype(x.data)
     if eps is None:
         eps = float(np.finfo(cdt).eps)
     fast = dispatch.lookup("rms_norm", x, weight, shape=shape)

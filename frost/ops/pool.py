@@ -7,18 +7,8 @@ import numpy as np
 
 from frost.backend import device_of, xp_for
 from frost.dtype import widened
+from frost.ops.conv import int_pair
 from frost.tensor import Tensor, from_op
-
-
-def _pair(value, name: str, what: str) -> tuple:
-    if isinstance(value, (int, np.integer)):
-        return int(value), int(value)
-    pair = tuple(int(v) for v in value)
-    if len(pair) == 1:
-        return pair[0], pair[0]
-    if len(pair) != 2:
-        raise ValueError(f"{name}: {what} must be an int or a pair of ints, got {value!r}")
-    return pair
 
 
 def _check_input(x: Tensor, name: str) -> None:
@@ -40,10 +30,10 @@ def _out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int
 
 
 def _geometry(x: Tensor, name: str, kernel_size, stride, padding, dilation, ceil_mode: bool):
-    kh, kw = _pair(kernel_size, name, "kernel_size")
-    sh, sw = _pair(stride if stride is not None and stride != () and stride != [] else (kh, kw), name, "stride")
-    ph, pw = _pair(padding, name, "padding")
-    dh, dw = _pair(dilation, name, "dilation")
+    kh, kw = int_pair(kernel_size, "kernel_size", name)
+    sh, sw = int_pair(stride if stride is not None and stride not in ((), []) else (kh, kw), "stride", name)
+    ph, pw = int_pair(padding, "padding", name)
+    dh, dw = int_pair(dilation, "dilation", name)
     if min(kh, kw, sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
         raise ValueError(f"{name}: kernel_size, stride and dilation must be positive and padding non-negative, got "
                          f"kernel_size={kernel_size!r} stride={stride!r} padding={padding!r} dilation={dilation!r}")

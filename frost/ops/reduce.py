@@ -177,21 +177,21 @@ def amin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
 
 @numpy_names
 def argmax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    if dim is None:
-        out = x.xp.asarray(x.data.argmax()).astype(np.int64)
-        return Tensor(out.reshape((1,) * x.ndim) if keepdim else out)
-    axis = normalize_dim(dim, x.ndim, "argmax")
-    out = x.data.argmax(axis=axis)
-    return Tensor((x.xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
+    return _arg_extreme(x, dim, keepdim, "argmax")
 
 
 @numpy_names
 def argmin(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    return _arg_extreme(x, dim, keepdim, "argmin")
+
+
+def _arg_extreme(x: Tensor, dim, keepdim: bool, name: str) -> Tensor:
+    """argmax or argmin (`name`, the array method's) as int64, over all values (dim None) or along dim."""
     if dim is None:
-        out = x.xp.asarray(x.data.argmin()).astype(np.int64)
+        out = x.xp.asarray(getattr(x.data, name)()).astype(np.int64)
         return Tensor(out.reshape((1,) * x.ndim) if keepdim else out)
-    axis = normalize_dim(dim, x.ndim, "argmin")
-    out = x.data.argmin(axis=axis)
+    axis = normalize_dim(dim, x.ndim, name)
+    out = getattr(x.data, name)(axis=axis)
     return Tensor((x.xp.expand_dims(out, axis) if keepdim else out).astype(np.int64))
 
 

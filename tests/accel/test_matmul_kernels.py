@@ -7,6 +7,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import frost
+import frost.nn.functional as F
 from frost import backends, dispatch
 from frost.accel import matmul as accel_matmul
 from frost.backend import cublas, cudnn
@@ -24,6 +26,7 @@ class Libraries(list):
     """The calls made to the two libraries, as (library, a's shape, b's shape, out given?); `capturing` says
     whether a call is eager (False), made while a step is "captured", or in a jitted step's "warming up" call."""
     capturing: bool | str = False
+    refuse_bias: bool = False   # cuDNN builds no graph with the bias in the epilogue
 
 
 @pytest.fixture
@@ -37,7 +40,10 @@ def on_a_gpu_with_cudnn(monkeypatch):
     for library in (cublas, cudnn):
         monkeypatch.setattr(library, "available", lambda: True)
 
-        def recorded(a, b, out=None, name=library.__name__.rsplit(".", 1)[1]):
+        def recorded(a, b, out=None, bias=None, name=library.__name__.rsplit(".", 1)[1]):
+            if bias is not None:   # cuDNN's graph with the bias in its epilogue, or its refusal
+                calls.append((name + " + bias", a.shape, b.shape, calls.refuse_bias))
+                return None if calls.refuse_bias else np.matmul(a, b) + bias
             calls.append((name, a.shape, b.shape, out is not None))
             return np.matmul(a, b, out=out)
         monkeypatch.setattr(library, "matmul", recorded)
@@ -167,3 +173,60 @@ def test_on_the_gpu_the_path_matches_numpy(monkeypatch, allow_tf32, a_shape, b_s
     assert matmul_arrays(cp, cp.asarray(a), cp.asarray(b), out=out) is out
     tolerance = 1e-2 if allow_tf32 else 1e-5   # TF32: a 10-bit mantissa
     np.testing.assert_allclose(out.get(), a.astype(np.float64) @ b, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("library", ["cublas", "cudnn"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_on_the_gpu_16_bit_operands_write_an_unrounded_float32_product(library, dtype):
+    """A linear layer's weight gradient under autocast: 16-bit operands, the float32 sums written as they are
+    (products of 16-bit values are exact in float32, so only the summation order rounds)."""
+    cp = pytest.importorskip("cupy")
+    dt = np.dtype(dtype) if dtype != "bfloat16" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(2)
+    a = cp.asarray(rng.standard_normal((96, 512)).astype(dt)).T   # (512, 96) read transposed, as g2.T
+    b = cp.asarray(rng.standard_normal((96, 40)).astype(dt))
+    out = cp.empty((512, 40), cp.float32)
+    assert getattr({"cublas": cublas, "cudnn": cudnn}[library], "matmul")(a, b, out=out) is out
+    expected = a.get().astype(np.float64) @ b.get().astype(np.float64)
+    np.testing.assert_allclose(out.get(), expected, rtol=1e-5, atol=1e-5)   # a 16-bit result would miss by 1e-3
+
+
+@pytest.mark.parametrize("capturing, refused, expected", [
+    (False, False, [("cublas", (6, 8), (8, 16), False), "add_bias_vec8"]),
+    ("captured", False, [("cudnn + bias", (6, 8), (8, 16), False)]),
+    ("warming up", True, [("cudnn + bias", (6, 8), (8, 16), True), ("cudnn", (6, 8), (8, 16), False), "add_bias_vec8"]),
+])
+def test_a_linear_bias_rides_in_cudnns_epilogue_while_captured_else_is_added_after(on_a_gpu_with_cudnn, simulated_gpu,
+                                                                                     capturing, refused, expected):
+    on_a_gpu_with_cudnn.capturing, on_a_gpu_with_cudnn.refuse_bias = capturing, refused
+    rng = np.random.default_rng(9)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((6, 8), (16, 8), (16,)))
+    out = F.linear(frost.tensor(x), frost.tensor(w), frost.tensor(b))
+    np.testing.assert_allclose(out.numpy(), x.astype(np.float64) @ w.T + b, rtol=1e-5, atol=1e-5)
+    assert list(on_a_gpu_with_cudnn) + simulated_gpu == expected
+
+
+def test_the_fused_bias_is_off_with_its_switch(on_a_gpu_with_cudnn, simulated_gpu, monkeypatch):
+    monkeypatch.setattr(accel_matmul, "FUSED_BIAS", False)
+    on_a_gpu_with_cudnn.capturing = "captured"
+    x, w, b = np.ones((6, 8), np.float32), np.ones((16, 8), np.float32), np.ones(16, np.float32)
+    F.linear(frost.tensor(x), frost.tensor(w), frost.tensor(b))
+    assert [call[0] for call in on_a_gpu_with_cudnn] == ["cudnn"] and simulated_gpu == ["add_bias_vec8"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_on_the_gpu_cudnns_product_with_its_bias_matches_float64(monkeypatch, dtype):
+    """The fused graph itself (the one a captured linear layer runs): the bias added to the float32 product, one
+    rounding into the output's dtype."""
+    cp = pytest.importorskip("cupy")
+    monkeypatch.setattr(backends, "allow_tf32", True)
+    dt = np.dtype(dtype) if dtype != "bfloat16" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(3)
+    x, w, b = (cp.asarray(rng.standard_normal(shape).astype(dt)) for shape in ((96, 64), (192, 64), (192,)))
+    got = cudnn.matmul(x, w.T, bias=b)
+    assert got is not None and got.dtype == x.dtype and got.shape == (96, 192), cudnn.refusals()
+    want = x.get().astype(np.float64) @ w.get().astype(np.float64).T + b.get().astype(np.float64)
+    rtol = {"float32": 5e-3, "bfloat16": 1e-2}[dtype]   # TF32's 10-bit operands; one bf16 rounding of the sum
+    assert np.abs(got.get().astype(np.float64) - want).max() <= rtol * np.abs(want).max()

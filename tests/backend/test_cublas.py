@@ -55,3 +55,13 @@ def test_operands_and_output_take_three_dims_and_bad_shapes_are_named():
         batched_product(np, np.ones((2, 5, 7), np.float32), np.ones((3, 7, 3), np.float32))
     with pytest.raises(ValueError, match=r"matmul: out must be a C-contiguous float32 array of shape \(5, 3\)"):
         batched_product(np, a, b, np.empty((3, 5), np.float32))
+
+
+def test_16_bit_operands_may_write_float32_and_nothing_narrower_or_other():
+    a, b = np.ones((5, 7), np.float16), np.ones((7, 3), np.float16)
+    out = np.empty((5, 3), np.float32)
+    assert batched_product(np, a, b, out).result is out
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous float16 or float32 array .* got float64"):
+        batched_product(np, a, b, np.empty((5, 3), np.float64))
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous float32 array .* got float16"):
+        batched_product(np, a.astype(np.float32), b.astype(np.float32), np.empty((5, 3), np.float16))

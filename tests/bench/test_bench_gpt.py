@@ -227,11 +227,15 @@ def test_jit_replay_equals_eager_for_20_gpt_steps_on_the_gpu(exact_gpu_math, pre
     # rounding to 8 bits let them part by a few 1e-5 (float32) or a few percent of a hard batch's loss (bf16; seen
     # 1.5 % at step 11 on an H100, every other step within 3e-4), which Adam's normalized steps carry on: a weight
     # whose gradient is mostly rounding noise moves by +-lr a step either way (seen: 1.9e-3 on 0.2 % of bf16's
-    # position embedding after 20 steps). A stale input, mask or learning rate in the replay moves whole tensors by
-    # steps of the learning rate (1e-3) and the first losses at once.
-    first_rtol, loss_rtol, weight_atol = {"fp32": (1e-5, 1e-3, 1e-4), "bf16": (1e-3, 3e-2, 5e-3)}[precision]
+    # position embedding after 20 steps). In bf16 the captured linear layers add their bias to the float32 product in
+    # cuDNN's epilogue (one rounding) where eager ones add it to the bf16 product (two): the position embedding then
+    # parted by 1.3 % of its norm after 20 steps (an H100, 2026-12-05). A stale input, mask or learning
+    # rate in the replay moves whole tensors by steps of the learning rate (1e-3, on weights of about 2e-2) and the
+    # first losses at once.
+    first_rtol, loss_rtol, weight_atol, norm_rtol = {"fp32": (1e-5, 1e-3, 1e-4, 1e-2),
+                                                     "bf16": (1e-3, 3e-2, 5e-3, 2e-2)}[precision]
     np.testing.assert_allclose(jit_losses[:3], eager_losses[:3], rtol=first_rtol)
     np.testing.assert_allclose(jit_losses, eager_losses, rtol=loss_rtol)
     for name, value in eager_state.items():
         np.testing.assert_allclose(jit_state[name], value, rtol=1e-2, atol=weight_atol, err_msg=name)
-        assert np.linalg.norm(jit_state[name] - value) <= 1e-2 * np.linalg.norm(value), name
+        assert np.linalg.norm(jit_state[name] - value) <= norm_rtol * np.linalg.norm(value), name
