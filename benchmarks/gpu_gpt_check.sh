@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # After a change to the GPT's step: the GPU test suite, the GPT (shakespeare-char, then GPT-2 124M; bf16,
-# frost.jit) against torch.compile, the seed ResNet's step (fp32 and bf16: no regression), and where the GPT's
-# step spends its GPU time kernel by kernel (Nsight Compute over the two timed steps), each result in OUTDIR.
-# About seven minutes.
+# frost.jit) against torch.compile, the seed ResNet's step (fp32 and bf16: no regression), and where GPT-2's step
+# spends its GPU time kernel by kernel, Frost's beside torch.compile's (Nsight Compute over two timed steps), each
+# result in OUTDIR. About eight minutes on an H100.
 # Usage: bash benchmarks/gpu_gpt_check.sh OUTDIR [TEXT_FILE]
 set -u
 out=${1:?usage: bash benchmarks/gpu_gpt_check.sh OUTDIR [TEXT_FILE]}
@@ -26,10 +26,14 @@ for precision in fp32 bf16; do
         --out "$out/seed_$precision.json" 2>&1 | tail -1
 done
 if command -v ncu > /dev/null; then
-    FROST_NVTX_STEPS=1 timeout 120 ncu --clock-control none --nvtx --nvtx-include "step/" \
-        --metrics gpu__time_duration.sum --csv --print-units base python3 -m frost bench gpt --preset shakespeare-char \
-        ${data[@]+"${data[@]}"} --precision bf16 --steps 6 --warmup 4 --eval-interval 0 --eval-iters 2 --quiet --jit \
-        > "$out/ncu_gpt_frost.csv" 2>&1
-    python3 benchmarks/kernel_profile.py "$out/ncu_gpt_frost.csv" --steps 2 --labels frost_jit --top 30 \
-        --out "$out/gpt_kernels.json" 2>&1 | tail -34
+    ncu_args=(--clock-control none --nvtx --nvtx-include "step/" --metrics gpu__time_duration.sum --csv
+              --print-units base)
+    gpt2=(--preset gpt2-124m --batch-size 16 --precision bf16 --steps 6 --warmup 4 --eval-interval 0 --eval-iters 2
+          --quiet)
+    FROST_NVTX_STEPS=1 timeout 100 ncu "${ncu_args[@]}" python3 -m frost bench gpt "${gpt2[@]}" --jit \
+        > "$out/ncu_gpt2_frost.csv" 2>&1
+    FROST_NVTX_STEPS=1 timeout 150 ncu "${ncu_args[@]}" python3 benchmarks/torch_gpt.py "${gpt2[@]}" --mode compile \
+        > "$out/ncu_gpt2_torch.csv" 2>&1
+    python3 benchmarks/kernel_profile.py "$out/ncu_gpt2_frost.csv" "$out/ncu_gpt2_torch.csv" --steps 2 \
+        --labels frost_jit,torch_compile --top 50 --out "$out/gpt2_kernels.json" 2>&1 | tail -54
 fi
