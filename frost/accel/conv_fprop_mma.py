@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frost import backends
 from frost.accel.conv_common import capturing, faster_than_cudnn
 from frost.accel.conv_wgrad_mma import smem_budget
 from frost.backend import cuda
@@ -15,7 +16,7 @@ from frost.backend.remembered import RememberedTable
 from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared, f32,
                           gdx, kernel, lane, launch_bounds, ldmatrix_x2, ldmatrix_x4, local, mma, shared, shfl_xor,
                           static_range, syncthreads, tx, warp)
-from frost.kernel.compile import has_mma
+from frost.kernel.compile import device_arch, has_mma
 from frost.layout import empty_like_format, flat_view, is_channels_last
 
 # y[p, co] = sum over taps (kh, kw) and input channels ci of x[pixel p shifted by the tap, ci] * w[co, kh, kw, ci]: a
@@ -344,7 +345,6 @@ def supported(x, w, stride, padding, dilation, groups: int, flip: bool = False) 
 
 def _kernel_dtype(dtype: str) -> bool:
     """bf16 always; float32 as TF32 only where float32 convolutions may round like that (as cuDNN's do then)."""
-    from frost import backends
     return dtype == "bfloat16" or (dtype == "float32" and backends.allow_tf32)
 
 
@@ -438,7 +438,6 @@ def _key(x, w, padding, flip: bool = False, stride=(1, 1), out_hw=None) -> str:
 
 def _candidate_specs(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False) -> list:
     """The kernel specializations of the candidates, queued on the background compile threads."""
-    from frost.kernel.compile import device_arch
     arch = device_arch()
     item, kern = dtype.itemsize, KERNELS[str(dtype)]
     plans = [fprop_plan(geo, n, flip=flip, item=item, **t) for t in tile_choices]
@@ -450,7 +449,6 @@ def _candidate_specs(geo: dict, n: int, tile_choices: list, flip: bool, dtype, w
 
 def _compile_side_by_side(geo: dict, n: int, tile_choices: list, flip: bool, dtype, with_stats: bool = False) -> None:
     """Compile the candidates on the background compile threads, all at once, before they are timed."""
-    from frost.kernel.compile import device_arch
     arch = device_arch()
     for spec in _candidate_specs(geo, n, tile_choices, flip, dtype, with_stats):
         spec.cubin(arch)
@@ -501,7 +499,6 @@ def prefetch_input_gradient(y, w, stride, padding, dilation, x_shape) -> None:
         return
     if _key(y, w, padding, True, stride, x_shape[2:]) in _choices.load():
         return
-    from frost.kernel.compile import device_arch
     arch, n = device_arch(), int(y.shape[0])
     geo = geometry(y.shape, w.shape, padding, True, stride, x_shape[2:])
     for t in candidate_tiles(geo, n, True, y.dtype.itemsize):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from frost import backends
 from frost.accel import conv_wgrad_mma
 from frost.accel.conv_common import FINAL_WARPS, SplitPlan, capturing, faster_than_cudnn, sum_splits
 from frost.autograd import defer_gradient_completion
@@ -18,7 +19,7 @@ from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, launch_bounds, local,
                           shared, static_range, syncthreads, tx)
-from frost.kernel.compile import has_mma
+from frost.kernel.compile import device_arch, has_mma
 from frost.layout import empty_like_format, flat_view, is_channels_last
 from frost.ops.conv import int_pair
 
@@ -463,7 +464,6 @@ CANDIDATES_VERSION = 3
 
 
 def _key(g, x, w_shape, stride, padding) -> str:
-    from frost import backends
     return json.dumps([CANDIDATES_VERSION, list(g.shape), list(x.shape), list(w_shape),
                        list(int_pair(stride, "stride")), list(int_pair(padding, "padding")), str(x.dtype),
                        input_layout(g, x), backends.allow_tf32, backends.deterministic])
@@ -482,7 +482,6 @@ def prefetch(g, x, w_shape, stride, padding, dilation=1, *, out) -> None:
     layout), so that the backward's `choose` finds them compiled, all shapes' compiles overlapping (a cold start-up
     compiles some thirty of these unrolled kernels). A call it has seen before returns at once: it runs in every
     eager forward."""
-    from frost import backends
     seen = (g.shape, g.strides, x.shape, x.strides, str(x.dtype), tuple(w_shape), stride, padding, dilation,
             backends.allow_tf32, backends.deterministic)
     if seen in _looked_at or capturing():
@@ -492,7 +491,6 @@ def prefetch(g, x, w_shape, stride, padding, dilation=1, *, out) -> None:
         return
     if _key(g, x, w_shape, stride, padding) in _choices.load():  # decided (this process or a remembered run)
         return
-    from frost.kernel.compile import device_arch
     arch = device_arch()
     for spec in _candidate_specs(g, x, w_shape, stride, padding, candidates(g, x, w_shape, stride, padding), out):
         spec.prefetch(arch)
@@ -504,7 +502,6 @@ _looked_at: set = set()  # the calls prefetch has looked at (shapes, strides, dt
 def _compile_side_by_side(g, x, w_shape, stride, padding, tile_choices: list, out) -> None:
     """Compile the candidates' partial kernels (those prefetch queued, the others queued now) before they are timed,
     the compiles overlapping on the background threads."""
-    from frost.kernel.compile import device_arch
     arch = device_arch()
     specs = _candidate_specs(g, x, w_shape, stride, padding, tile_choices, out)
     for spec in specs:
@@ -518,7 +515,6 @@ def candidates(g, x, w_shape, stride, padding) -> list[dict]:
     operands it supports, bf16 or float32 with TF32 allowed (on the H200 they beat the FFMA kernel's at every seed
     shape, bf16 by about 2x, TF32 by 1.6x per step, so those are not compiled and timed too) on a GPU that has
     them (Ampere or newer), else the FFMA kernel's."""
-    from frost import backends
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
     sms = _sm_count(_cupy().cuda.runtime.getDevice())
     tensor_cores = str(x.dtype) == "bfloat16" or (str(x.dtype) == "float32" and backends.allow_tf32)

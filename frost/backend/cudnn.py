@@ -11,6 +11,7 @@ import os
 import threading
 import time
 
+from frost import backends
 from frost.backend import cuda
 from frost.backend.batched import batched_product
 from frost.backend.remembered import RememberedTable
@@ -102,7 +103,6 @@ def _create_plans(g, dtype) -> None:
     not yet built: cuDNN compiles some plans at run time, and only the few that are timed, then the chosen one,
     need building."""
     import cudnn
-    from frost import backends
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     if str(dtype) == "float32" and not backends.allow_tf32:
         g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
@@ -157,7 +157,6 @@ class _Graph:
             if best_time < float("inf"):
                 break
         if best_time == float("inf"):
-            from frost import backends
             raise RuntimeError(f"cuDNN has no usable plan for {key} with allow_tf32={backends.allow_tf32}, "
                                f"deterministic={backends.deterministic}")
         tuned[key] = best
@@ -239,7 +238,6 @@ def _built(key: str, build, arrays: tuple, limit: int | None = None) -> "_Graph"
 
 
 def _key(kind: str, arrays: tuple, *params) -> str:
-    from frost import backends
     return json.dumps([kind, backends.allow_tf32, backends.deterministic, str(arrays[0].dtype),
                        *([list(a.shape), _elem_strides(a)] for a in arrays), *params])
 
@@ -361,7 +359,6 @@ class _AttentionBackwardGraph(_Graph):
 
     def __init__(self, arrays: tuple, scale: float, causal: bool, dropout_p: float) -> None:
         import cudnn
-        from frost import backends
         q, k, v, o, do, lse, dq, dk, dv = arrays[:9]
         g, dt = _new_graph(q.dtype, "scaled_dot_product_attention")
         self.graph = g

@@ -24,6 +24,11 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
+import frost
+from frost.accel import conv_fprop_mma, conv_wgrad
+from frost.backend import cudnn
+from frost.data import CIFAR10
+from frost.kernel import compile as kcompile
 from frost import distributed as dist
 from frost.backend import cuda as cuda_backend
 
@@ -51,9 +56,6 @@ def startup_counters() -> dict:
     generating kernels' C++, in the threads that asked for them), cuDNN graphs (building them,
     choosing their plans) and our convolution kernels' choices against cuDNN (weight gradients, forward: compiles
     and timings), all seconds of wall time except nvrtc_seconds."""
-    from frost.backend import cudnn
-    from frost.kernel import compile as kcompile
-    from frost.accel import conv_fprop_mma, conv_wgrad
     return {"nvrtc_compiles": kcompile.stats["nvrtc_compiles"], "nvrtc_seconds": kcompile.stats["nvrtc_seconds"],
             "launch_waits": kcompile.stats["launch_waits"],
             "launch_wait_seconds": kcompile.stats["launch_wait_seconds"],
@@ -97,7 +99,6 @@ def load_cifar10_arrays(root, train: bool, download: bool = False) -> tuple[np.n
     Any layout the dataset class reads works (binary, python pickles, PNG folders, npz parts); root None reads
     the sample shipped inside the package (CIFAR10.sample).
     """
-    from frost.data import CIFAR10
     ds = CIFAR10.sample(train) if root is None else _make_cifar10(CIFAR10, root, train, download)
     images, labels = _arrays_of(ds)
     images = np.ascontiguousarray(images, dtype=np.uint8)
@@ -198,11 +199,7 @@ def cpu_name() -> str:
 def versions(extra: dict | None = None) -> dict:
     """Python, NumPy and (where importable without cost) CuPy/torch versions."""
     out = {"python": platform.python_version(), "numpy": np.__version__}
-    try:
-        import frost
-        out["frost"] = frost.__version__
-    except Exception:
-        pass
+    out["frost"] = frost.__version__
     for name in ("cupy", "torch"):
         mod = sys.modules.get(name)
         if mod is not None:

@@ -27,6 +27,9 @@ from typing import Callable, NoReturn
 
 import numpy as np
 
+import frost.nn.functional as F
+from frost.optim.sophia import sample_labels
+from frost.tensor import Tensor
 from frost.bench import common
 from frost.bench.resnet_cifar10 import (add_data_arguments, add_memory_format_argument, build_model, check_sizes,
                                         evaluate, float_logits, jit_wrapper, load_into, make_step, new_frost_result,
@@ -187,8 +190,6 @@ def hyperparameters(opt) -> list[dict]:
 def sophia_refresh_step(model, opt, precision: str):
     """train(x, y), then SophiaG's Hessian estimate on the same batch: the loss on labels sampled from the
     model's own predictions, its backward, opt.update_hessian(). One function, so frost.jit captures it whole."""
-    import frost.nn.functional as F
-    from frost.optim.sophia import sample_labels
     train = training_step(model, opt, precision)
 
     def train_and_refresh(x, y):
@@ -220,7 +221,6 @@ class LossWatch:
 
     def check(self) -> dict | None:
         """Read the window back; the first NaN/inf/diverged step as {step, kind, loss}, or None."""
-        from frost.tensor import Tensor
         if not self.window:
             return None
         xp = Tensor(self.window[0]).xp

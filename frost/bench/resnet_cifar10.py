@@ -15,12 +15,23 @@ nobody asked for (no GPU, no --device), the full data with the full protocol's s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import time
 from pathlib import Path
 
 import numpy as np
 
+import frost
+import frost.backends
+import frost.nn.functional as F
+from frost import backend
+from frost.autocast import autocast
+from frost.data import DataLoader, DevicePNGList, ImageList
+from frost.data.cifar import seed_png_files
+from frost.models.resnet import cifar_resnet
+from frost.optim import AdamW
+from frost.tensor import Tensor
 from frost.backend import cuda as cuda_backend
 from frost.bench import common
 from frost.data import cifar
@@ -135,45 +146,29 @@ def note(line: str) -> None:
 
 def device_name(device: str) -> str:
     if device == "cuda":
-        from frost.backend import cuda
-        if hasattr(cuda, "device_name"):
-            return cuda.device_name(0)
-        props = cuda.cupy().cuda.runtime.getDeviceProperties(0)
+        if hasattr(cuda_backend, "device_name"):
+            return cuda_backend.device_name(0)
+        props = cuda_backend.cupy().cuda.runtime.getDeviceProperties(0)
         return props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     return common.cpu_name()
 
 
 def synchronizer(device: str):
     if device == "cuda":
-        from frost.backend import cuda
-        return cuda.synchronize
+        return cuda_backend.synchronize
     return None
 
 
 def _autocast(precision: str):
     """A context manager for the forward pass: nothing for fp32, frost.autocast(bfloat16) for bf16."""
-    import contextlib
-    import frost
     if precision == "fp32":
         return contextlib.nullcontext()
-    autocast = getattr(frost, "autocast", None)
-    if autocast is None or not callable(autocast):  # frost.autocast may be the module that holds it
-        try:
-            from frost.autocast import autocast
-        except ImportError:
-            raise SystemExit("frost bench: --precision bf16 needs frost.autocast, which this build lacks") from None
     return autocast(frost.bfloat16)
 
 
 def jit_wrapper(enabled: bool, device: str):
     """frost.jit when asked for and on cuda; else None (eager)."""
-    if not enabled or device != "cuda":
-        return None
-    try:
-        from frost.jit import jit
-    except ImportError:
-        return None
-    return jit
+    return frost.jit if enabled and device == "cuda" else None
 
 
 def ensure_data(root: Path) -> Path:
@@ -266,7 +261,6 @@ def load_data(root: Path | None, device: str, pipeline: str, channels_last: bool
     else:
         data["png_root"] = common.png_folder_for(root or cifar.SAMPLE_FILE, x_train, y_train, x_test, y_test)
     if device == "cuda":
-        from frost import backend
         dev = backend.Device("cuda")
         for k in ("x_train", "y_train", "x_test", "y_test"):
             if k in data:
@@ -301,8 +295,6 @@ def resident_batches(n: int, batch_size: int, device: str, orders=None):
     Only the indices travel; the gather and the scaling to [0, 1] happen inside the step (see
     `make_step`), so with frost.jit they are part of the captured graph.
     """
-    import frost
-    from frost.tensor import Tensor
     per_epoch = n // batch_size
     if per_epoch == 0:
         raise SystemExit(f"frost bench: {n} training images are fewer than one batch of {batch_size}")
@@ -324,8 +316,6 @@ def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, dev
                    decode: str = "device", channels_last: bool = False, prefetch_to_device: int = 4):
     """Endless batches from frost.data.DataLoader over the seed's PNG files: worker threads decode them, or read
     them for the GPU to decode (decode="device", on cuda)."""
-    from frost.data import DataLoader, DevicePNGList, ImageList
-    from frost.data.cifar import seed_png_files
     files, labels = seed_png_files(Path(png_root) / "train")
     dataset = (DevicePNGList if decode == "device" else ImageList)(files, labels)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
@@ -348,8 +338,6 @@ def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, dev
 def _as_model_input(x, device: str, channels_last: bool = False):
     """A dense float32 NCHW tensor in [0, 1] on the device (C-contiguous, or channels-last memory), from a loader
     batch (uint8 or float, HWC or CHW)."""
-    import frost
-    from frost.tensor import Tensor
     t = x if isinstance(x, Tensor) else Tensor(np.asarray(x))
     if str(t.device).split(":")[0] != device:
         t = t.to(device)
@@ -363,8 +351,6 @@ def _as_model_input(x, device: str, channels_last: bool = False):
 
 
 def _as_labels(y, device: str):
-    import frost
-    from frost.tensor import Tensor
     t = y if isinstance(y, Tensor) else Tensor(np.asarray(y))
     if str(t.device).split(":")[0] != device:
         t = t.to(device)
@@ -394,7 +380,6 @@ def load_streams(folder: Path, seed: int) -> tuple[dict, np.ndarray]:
 def save_streams(folder: Path, seeds: list[int], n_train: int, steps: int, device: str) -> None:
     """Each seed's initial weights and the epoch orders its resident run draws (build_model, then one
     frost.randperm per epoch, as train_one_seed and resident_batches call them), as NumPy files."""
-    import frost
     for seed in seeds:
         weights = {k: np.asarray(v.numpy()) for k, v in build_model(seed, device).state_dict().items()}
         orders = [np.asarray(frost.randperm(n_train, device=device).numpy()) for _ in range(epochs_of(steps, n_train))]
@@ -431,7 +416,6 @@ def rank_slices(batches, rank: int, batch_size: int):
 
 def build(seed: int, device: str, channels_last: bool = False, weights: dict | None = None):
     """The seed ResNet and its AdamW, initialised from `seed` (or with the given state dict of arrays)."""
-    from frost.optim import AdamW
     model = build_model(seed, device, channels_last, weights)
     p = common.PROTOCOL
     opt = AdamW(model.parameters(), lr=p["lr"], betas=tuple(p["betas"]), eps=p["eps"],
@@ -442,8 +426,6 @@ def build(seed: int, device: str, channels_last: bool = False, weights: dict | N
 def build_model(seed: int, device: str, channels_last: bool = False, weights: dict | None = None):
     """The seed ResNet (10 classes) on the device, initialised from `seed` or loaded from `weights` (a state dict
     of arrays), weights channels-last if asked."""
-    import frost
-    from frost.models.resnet import cifar_resnet
     frost.manual_seed(seed)
     model = cifar_resnet(num_classes=10)
     if weights is not None:
@@ -474,7 +456,6 @@ def float_logits(model, x, precision: str):
 
 def training_step(model, opt, precision: str):
     """train(x, y) -> loss: forward, cross-entropy, backward and one optimizer step."""
-    import frost.nn.functional as F
 
     def train(x, y):
         loss = F.cross_entropy(float_logits(model, x, precision), y)
@@ -491,7 +472,6 @@ def on_resident_data(fn, x_all, y_all, nhwc: bool = False, dtype: str = "float32
     gather and the scaling to [0, 1] happen inside, so with frost.jit they are part of the captured graph. On the
     GPU they are one kernel, whose output is already `dtype` (bfloat16: what autocast's first convolution would
     cast the float32 images to, the same rounding)."""
-    from frost.tensor import Tensor
 
     def gather_and_call(idx):
         i = idx.data
@@ -512,8 +492,6 @@ def scaled(images):
 
 def evaluate(model, x_test, y_test, batch: int, precision: str) -> tuple[float, float]:
     """Accuracy over all test images and over the first 9,984 (the seed's drop_last test loader)."""
-    import frost
-    from frost.tensor import Tensor
     model.eval()
     preds = []
     with frost.no_grad(), _autocast(precision):
@@ -617,8 +595,7 @@ def new_frost_result(mode: str, precision: str, device: str, steps: int, seeds: 
     """common.new_result for Frost on this device (with CuPy's version on cuda)."""
     result = common.new_result("frost", mode, precision, device, device_name(device), steps, seeds)
     if device == "cuda":
-        from frost.backend import cuda
-        result["versions"]["cupy"] = cuda.cupy().__version__
+        result["versions"]["cupy"] = cuda_backend.cupy().__version__
     return result
 
 
@@ -681,7 +658,6 @@ def run_here(args: argparse.Namespace, report: bool = True, data_ready=lambda: N
         save_streams(args.save_streams, args.seeds, data["n_train"], args.steps, device)
         return result
 
-    import frost.backends
     tf32_before, frost.backends.allow_tf32 = frost.backends.allow_tf32, args.tf32 == "on"
     try:
         for seed in args.seeds:

@@ -419,7 +419,6 @@ def test_bf16_operands_give_float32_sums_of_their_values(channels_last):
 def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
     """conv2d's forward calls prefetch on every eager step: a shape is queued the first time only, a shape that
     `choose` already decided is not queued, an unsupported one (float64) neither."""
-    import frost.kernel.compile as kcompile
     queued = []
 
     class Spec:
@@ -431,7 +430,7 @@ def test_prefetch_queues_a_shape_once_and_skips_decided_shapes(monkeypatch):
 
     monkeypatch.setattr(cw, "_looked_at", set())
     monkeypatch.setattr(cw, "capturing", lambda: False)
-    monkeypatch.setattr(kcompile, "device_arch", lambda: "sm_90")
+    monkeypatch.setattr(cw, "device_arch", lambda: "sm_90")
     monkeypatch.setattr(cw, "candidates", lambda *args: [{"TM": 1}, {"TM": 2}])
     monkeypatch.setattr(cw, "_candidate_specs", lambda g, x, w, s, p, tiles, out: [Spec(t) for t in tiles])
     g, x, w_shape = _inputs(2, 3, 4, 6, 6, 3, 1, 1)
