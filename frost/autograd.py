@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from frost import dispatch, layout
+from frost.backend import cuda
 
 _state = threading.local()
 
@@ -160,7 +161,6 @@ def _array_module(array):
     import numpy as np
     if isinstance(array, np.ndarray):
         return np
-    from frost.backend import cuda
     return cuda.cupy()
 
 
@@ -811,7 +811,6 @@ def gradient_branch(*reads, when: bool = True):
     if origin is None:
         yield
         return
-    from frost.backend import cuda
     branch = getattr(_state, "branch", None)
     if branch is not None and branch["origin"] is not origin:
         _join_gradient_branch()  # a branch from another stream: joined first (never seen in a step)
@@ -829,7 +828,6 @@ def _capturing_stream(arrays):
     """The current CUDA stream when it is capturing and the arrays are CuPy's, else None."""
     if not any(type(a).__module__.startswith("cupy") for a in arrays):
         return None
-    from frost.backend import cuda
     stream = cuda.current_stream()
     return stream if stream.ptr and stream.is_capturing() else None
 

@@ -14,6 +14,7 @@ import os
 from typing import Any, Callable
 
 from frost.autograd import forget_zero_grads
+from frost.backend import cuda
 from frost.tensor import Tensor, set_host_sync_hook
 
 
@@ -95,7 +96,6 @@ class Jitted:
                 entry.asked |= _pending() - before   # kernel choices this step asked and left for a later call
                 return out
             self._capture(entry, args, kwargs)
-        from frost.backend import cuda
         _sync_optimizer_hyperparameters()
         current = cuda.current_stream()
         for static, t in zip(entry.static_inputs, tensors):
@@ -111,7 +111,6 @@ class Jitted:
         return entry.output
 
     def _capture(self, entry: _Captured, args, kwargs) -> None:
-        from frost.backend import cuda
         cp = cuda.cupy()
         entry.pool = cp.cuda.MemoryPool()
         # capture cannot happen on the legacy default stream; the graph stream has the highest priority, which its

@@ -1,6 +1,8 @@
 """Memory formats of 4-D (N, C, H, W) arrays: the default NCHW and channels-last (NHWC memory, NCHW shape)."""
 from __future__ import annotations
 
+from frost.backend import cuda
+
 
 class MemoryFormat:
     """A memory format, passed as `memory_format=` (frost.contiguous_format, frost.channels_last)."""
@@ -61,7 +63,6 @@ def array_module(a):
     import numpy as np
     if isinstance(a, np.ndarray):
         return np
-    from frost.backend import cuda
     return cuda.cupy()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from frost.backend import cpu  # noqa: F401 - frost.backend.cpu comes with its package
+from frost.backend import cuda
 
 
 class Device:
@@ -49,7 +50,6 @@ def xp_for(device: Device):
     """The array module for a device."""
     if device.type == "cpu":
         return np
-    from frost.backend import cuda
     return cuda.gpu_cupy()
 
 
@@ -57,7 +57,6 @@ def device_of(array) -> Device:
     """The device an array lives on."""
     if isinstance(array, np.ndarray) or np.isscalar(array):
         return CPU
-    from frost.backend import cuda
     return cuda.device_of(array)
 
 
@@ -66,7 +65,6 @@ def to_device(array, device: Device):
     src = device_of(array)
     if src == device:
         return array
-    from frost.backend import cuda
     if device.type == "cpu":
         return cuda.to_host(array)
     return cuda.to_device(array, device.index)

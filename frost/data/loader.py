@@ -125,7 +125,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from frost.backend import CPU, Device, cpu
+from frost.backend import CPU, Device, cpu, cuda
 from frost.data import shm
 from frost.data.dataset import is_iterable_dataset
 from frost.parallel import Channel, ChannelClosed
@@ -243,7 +243,6 @@ def _check_structure(structure: Any, first: Any, what: str) -> None:
 def _empty(shape: tuple, dtype, pinned_device: Device | None) -> np.ndarray:
     if pinned_device is None:
         return np.empty(shape, dtype)
-    from frost.backend import cuda
     import cupyx
     with cuda.cupy().cuda.Device(pinned_device.index or 0):
         return cupyx.empty_pinned(shape, dtype)
@@ -400,7 +399,6 @@ class DataLoader:
     def _pinned_target(self) -> Device | None:
         if not self.pin_memory:
             return None
-        from frost.backend import cuda
         if not cuda.is_available():
             if self.device.type == "cuda":
                 raise RuntimeError(f"DataLoader: device={self.device} but no GPU with CuPy is available")
@@ -1502,7 +1500,6 @@ class _GpuCopier:
     stream each would wait for the one before); the caller's stream waits per batch."""
 
     def __init__(self, device: Device, finish: Callable[..., list] | None = None, streams: int = 1) -> None:
-        from frost.backend import cuda
         self.finish = finish  # runs on the copy stream: its work overlaps the caller's steps
         self.defers = finish is not None and _takes_defer(finish)
         self.cp = cuda.cupy()

@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from frost.backend import cuda
 from frost.data.folder import ImageList
 from frost.data.png import parse_png, read_file
 from frost.kernel import Array, bdx, bx, i32, i64, kernel, local, tx, u8
@@ -492,7 +493,6 @@ def decode_png_batch(packed: Any, lengths: Any, height: int, width: int, channel
     on_gpu = not isinstance(packed, np.ndarray)
     xp = np
     if on_gpu:
-        from frost.backend import cuda
         xp = cuda.cupy()
     lengths = xp.asarray(lengths, dtype=xp.int32)
     raw = xp.zeros((n, raw_size(height, width, channels)), dtype=xp.uint8)

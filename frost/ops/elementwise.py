@@ -5,8 +5,9 @@ import math
 
 import numpy as np
 
-from frost import dispatch
+from frost import backend, dispatch
 from frost.autograd import grad_destination, unbroadcast
+from frost.backend import cuda
 from frost.dtype import DType, default_float_dtype, result_type, scalar_result, to_dtype, widened
 from frost.tensor import Tensor, from_op, record_tensor_backward
 
@@ -280,7 +281,6 @@ def minimum(a, b) -> Tensor:
 def _xp(*arrays):
     for a in arrays:
         if hasattr(a, "shape") and not isinstance(a, (np.ndarray, np.generic)):
-            from frost.backend import cuda
             return cuda.cupy()
     return np
 
@@ -655,7 +655,6 @@ def cast(x: Tensor, dtype: DType, out=None) -> Tensor:
 
 
 def to_device(x: Tensor, device) -> Tensor:
-    from frost import backend
     if x.device == device:
         return x
     src = x.device
