@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from frost.autograd import forget_zero_grads
 from frost.backend import cuda
+from frost.optim import flat
 from frost.tensor import Tensor, set_host_sync_hook
 
 
@@ -173,8 +174,7 @@ class _NodePriorityGraph:
     USE_NODE_PRIORITY = 8
 
     def __init__(self, graph) -> None:
-        from frost.backend.cuda import driver
-        self.driver = driver()
+        self.driver = cuda.driver()
         self.graph = graph  # CuPy's graph: owns the captured graph (and what CuPy keeps alive with it)
         self.handle = ctypes.c_void_p()
         _check(self.driver.cuGraphInstantiateWithFlags(ctypes.byref(self.handle), ctypes.c_void_p(graph.graph),
@@ -192,15 +192,13 @@ class _NodePriorityGraph:
 def _sync_optimizer_hyperparameters() -> None:
     """Write every flat optimizer's changed hyper-parameters (a schedule's lr) to the device, outside any capture:
     a replay's update kernel reads them there, and a capture must not copy from the host."""
-    from frost.optim import flat
     for optimizer in list(flat.live_optimizers):
         optimizer.sync_device_hyperparameters()
 
 
 def _check(err: int, call: str) -> None:
     if err:
-        from frost.backend.cuda import driver_error_name
-        raise RuntimeError(f"frost.jit: {call} failed with CUresult {err} ({driver_error_name(err)})")
+        raise RuntimeError(f"frost.jit: {call} failed with CUresult {err} ({cuda.driver_error_name(err)})")
 
 
 def _refuse_host_sync(what: str) -> None:

@@ -10,8 +10,9 @@ import numpy as np
 
 from frost import autograd
 from frost import backend
-from frost.backend import Device
+from frost.backend import Device, cpu, cuda
 from frost.dtype import DType, to_dtype, default_float_dtype, float32
+from frost.layout import channels_last, is_channels_last
 
 
 # dtype name -> the tensor type name that Tensor.type() answers, as PyTorch's
@@ -382,7 +383,6 @@ class Tensor:
         return self._update(what, in_place, op, o) if in_place else self._assign_result(what, op, o)
 
     def is_contiguous(self, memory_format=None) -> bool:
-        from frost.layout import channels_last, is_channels_last
         if memory_format is channels_last:
             return is_channels_last(self.data) or (self.ndim == 4 and self.data.flags.c_contiguous and
                                                    (self.shape[1] == 1 or self.shape[2] * self.shape[3] == 1))
@@ -711,6 +711,5 @@ def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
 
 def manual_seed(seed: int) -> None:
     """Seed Frost's random generators (CPU and, when used, CUDA)."""
-    from frost.backend import cpu, cuda
     cpu.manual_seed(seed)
     cuda.manual_seed(seed)

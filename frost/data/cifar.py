@@ -24,6 +24,7 @@ import numpy as np
 from frost.data.dataset import Dataset
 from frost.data.folder import decode_image
 from frost.io import expand_path
+from frost.parallel import finish, spawn, split
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 BINARY_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
@@ -403,7 +404,6 @@ def _read_python_tar(path: Path, train: bool):
 # ---------------------------------------------------------------- npz parts and PNG folders
 def _read_npz(path: Path, train: bool):
     if train:
-        from frost.parallel import finish, spawn
         parts = sorted(path.glob("train_x_*.npz"))
         if not parts:
             raise FileNotFoundError(f"CIFAR10: {path} has no train_x_*.npz parts (the npz layout's training images)")
@@ -444,7 +444,6 @@ def seed_png_files(folder: Path) -> tuple[list[Path], np.ndarray]:
 
 
 def _read_png(path: Path, train: bool):
-    from frost.parallel import finish, spawn, split
     folder = path / ("train" if train else "test")
     files, labels = seed_png_files(folder)
     images = np.empty((len(files), 32, 32, 3), np.uint8)

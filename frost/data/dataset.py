@@ -11,6 +11,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from frost.backend import cpu
+from frost.tensor import Tensor
 
 
 class Dataset:
@@ -37,7 +38,6 @@ class IterableDataset:
 
 
 def _as_array(x) -> np.ndarray:
-    from frost.tensor import Tensor
     if isinstance(x, Tensor):
         return x.detach().numpy()  # the dataset holds the values, off any graph
     return np.asarray(x)

@@ -7,6 +7,8 @@ import numpy as np
 
 from frost import backend
 from frost.backend import Device
+from frost.data import transforms
+from frost.ops.draws import randperm
 from frost.tensor import Tensor
 
 
@@ -36,9 +38,8 @@ class DeviceDataset:
 
     def epoch_indices(self, batch_size: int, drop_last: bool = True) -> Iterator[Tensor]:
         """Index tensors (on the device) of one epoch's batches, in a fresh random order."""
-        import frost
         n = len(self)
-        perm = frost.randperm(n, device=str(self.device)).data
+        perm = randperm(n, device=str(self.device)).data
         stop = n - n % batch_size if drop_last else n
         for start in range(0, stop, batch_size):
             yield Tensor(perm[start:start + batch_size])
@@ -47,8 +48,8 @@ class DeviceDataset:
         """(images as float32 NCHW in [0, 1], labels) at `index` (on the GPU the gather and scaling are one kernel)."""
         i = index.data
         if self.device.type == "cuda":
-            from frost.data.transforms import gather_scaled_gpu
-            return Tensor(gather_scaled_gpu(self.images, i.astype("int64", copy=False))), Tensor(self.labels[i])
+            x = transforms.gather_scaled_gpu(self.images, i.astype("int64", copy=False))
+            return Tensor(x), Tensor(self.labels[i])
         x = self.images[i].astype(np.float32)
         x /= 255.0
         return Tensor(x), Tensor(self.labels[i])
@@ -56,7 +57,6 @@ class DeviceDataset:
     def augment(self, index: Tensor, offsets_y, offsets_x, flips, size: int, padding: int,
                 mean: Sequence[float], std: Sequence[float]) -> tuple[Tensor, Tensor]:
         """(augmented float32 NCHW images, labels) at `index`: the CPU `augment` or its one-launch GPU twin."""
-        from frost.data import transforms
         i = index.data
         if self.device.type == "cuda":
             x = transforms.augment_gpu(self.images_nhwc, i, offsets_y, offsets_x, flips, size, padding, mean, std)

@@ -15,6 +15,7 @@ import numpy as np
 
 from frost.data.dataset import Dataset
 from frost.io import expand_path
+from frost.tensor import Tensor
 
 NPY_HEADER_BYTES = 128  # a 1-D array's .npy header, padded by NumPy to 64-byte alignment
 DOCUMENTS_IN_FLIGHT = 64  # documents encoded at once by encode_to_file's threads
@@ -94,7 +95,6 @@ class TokenDataset(Dataset):
     """dataset[i] = (tokens[i:i+block_size], tokens[i+1:i+block_size+1]) as int64 arrays."""
 
     def __init__(self, tokens, block_size: int) -> None:
-        from frost.tensor import Tensor
         tokens = tokens.numpy() if isinstance(tokens, Tensor) else np.asarray(tokens)
         if tokens.ndim != 1:
             raise ValueError(f"TokenDataset: tokens must be 1-D, got shape {tokens.shape}")

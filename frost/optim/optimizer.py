@@ -14,6 +14,7 @@ from frost import backend
 from frost.autograd import AnomalyError, _has_nonfinite, enable_grad, is_anomaly_enabled, mark_grad_zero
 from frost.kernel import cdiv
 from frost.tensor import Tensor, zeros
+from frost.optim import flat as flat_module
 
 # what an optimizer takes: tensors, (name, tensor) pairs as model.named_parameters() yields them, or param groups
 Params = Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Iterable[dict]
@@ -276,7 +277,6 @@ class Optimizer:
             return None
         if flat is None and index not in self._never_flat and self.flat_kernel is not None and \
                 self._flat_supported(group):
-            from frost.optim import flat as flat_module
             params = group["params"]
             if flat_module.eligible(params):
                 step = flat_module.common_step(params, self.state)
@@ -319,7 +319,6 @@ class Optimizer:
 
     def _flat_step(self, flat) -> None:
         """A step of a flat group: advance its step counter on the device, then launch the update."""
-        from frost.optim import flat as flat_module
         flat_module.advance_step[1, 32](flat.hyper)
         self._flat_update(flat)
 
