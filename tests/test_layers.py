@@ -210,6 +210,38 @@ def test_each_floor_imports_only_from_its_own_floor_or_below(graph):
         pytest.fail("imports against ARCHITECTURE.md's floors:\n" + "\n".join(violations), pytrace=False)
 
 
+def function_level_imports(package_dir: Path) -> list[str]:
+    """Each import of the package's own modules made inside a function or method, as file:line: such an import
+    hides a dependency from the reader of the file's head (and once hid circles)."""
+    found = []
+    root = package_dir.name
+    for path in sorted(package_dir.rglob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                if node is not function and (any(n == root or n.startswith(root + ".") for n in names)
+                                             or getattr(node, "level", 0)):
+                    found.append(f"{path.relative_to(package_dir.parent)}:{node.lineno}")
+    return sorted(set(found))
+
+
+def test_frost_modules_are_imported_at_the_head_of_a_file_only():
+    offenders = function_level_imports(PACKAGE_DIR)
+    if offenders:
+        pytest.fail("imports of frost inside functions (move them to the file's head):\n" + "\n".join(offenders),
+                    pytrace=False)
+
+
+def test_a_planted_function_level_import_is_reported(tmp_path):
+    package = write_package(tmp_path, {
+        "__init__.py": "", "a.py": "import os\n\n\ndef f():\n    import pkg.b\n    from . import c\n    import json\n",
+        "b.py": "from pkg import a\n", "c.py": ""})
+    assert function_level_imports(package) == ["pkg/a.py:5", "pkg/a.py:6"]
+
+
 # GPU kernel modules that moved from the core to the acceleration layer: a copy left behind (or put back) in the
 # core would be imported by neither and drift
 MOVED_TO_THE_LAYER = {"conv_common", "conv_fprop_mma", "conv_wgrad", "conv_wgrad_mma", "flash_attention"}

@@ -57,7 +57,7 @@ def device_of(array) -> Device:
     """The device an array lives on."""
     if isinstance(array, np.ndarray) or np.isscalar(array):
         return CPU
-    return cuda.device_of(array)
+    return Device(f"cuda:{cuda.device_index(array)}")
 
 
 def to_device(array, device: Device):

@@ -129,11 +129,10 @@ def device_name(index: int = 0) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def device_of(array):
-    from frost.backend import Device
-    cp = cupy()
-    if isinstance(array, cp.ndarray):
-        return Device(f"cuda:{array.device.id}")
+def device_index(array) -> int:
+    """The index of the GPU a CuPy array lives on."""
+    if isinstance(array, cupy().ndarray):
+        return array.device.id
     raise TypeError(f"not an array frost knows: {type(array).__name__}")
 
 
