@@ -25,15 +25,5 @@ for precision in fp32 bf16; do
     timeout 60 python3 -m frost bench resnet-cifar10 --sample --steps 20000 --seeds 0 --quiet --precision "$precision" \
         --out "$out/seed_$precision.json" 2>&1 | tail -1
 done
-if command -v ncu > /dev/null; then
-    ncu_args=(--clock-control none --nvtx --nvtx-include "step/" --metrics gpu__time_duration.sum --csv
-              --print-units base)
-    gpt2=(--preset gpt2-124m --batch-size 16 --precision bf16 --steps 6 --warmup 4 --eval-interval 0 --eval-iters 2
-          --quiet)
-    FROST_NVTX_STEPS=1 timeout 100 ncu "${ncu_args[@]}" python3 -m frost bench gpt "${gpt2[@]}" --jit \
-        > "$out/ncu_gpt2_frost.csv" 2>&1
-    FROST_NVTX_STEPS=1 timeout 150 ncu "${ncu_args[@]}" python3 benchmarks/torch_gpt.py "${gpt2[@]}" --mode compile \
-        > "$out/ncu_gpt2_torch.csv" 2>&1
-    python3 benchmarks/kernel_profile.py "$out/ncu_gpt2_frost.csv" "$out/ncu_gpt2_torch.csv" --steps 2 \
-        --labels frost_jit,torch_compile --top 50 --out "$out/gpt2_kernels.json" 2>&1 | tail -54
-fi
+bash benchmarks/gpt_kernels.sh "$out" gpt2 50 --preset gpt2-124m --batch-size 16 --precision bf16 --steps 6 --warmup 4 \
+    --eval-interval 0 --eval-iters 2 --quiet

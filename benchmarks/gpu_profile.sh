@@ -21,18 +21,7 @@ data=()
 [ -n "$text" ] && data=(--data "$text")
 gpt=(--preset shakespeare-char ${data[@]+"${data[@]}"} --precision bf16 --steps 6 --warmup 4 --eval-interval 0
      --eval-iters 2 --quiet)
-ncu_args=(--clock-control none --nvtx --nvtx-include "step/" --metrics gpu__time_duration.sum --csv
-          --print-units base)
-if command -v ncu > /dev/null; then
-    FROST_NVTX_STEPS=1 timeout 120 ncu "${ncu_args[@]}" python3 -m frost bench gpt "${gpt[@]}" --jit \
-        > "$out/ncu_gpt_frost.csv" 2>&1
-    FROST_NVTX_STEPS=1 timeout 120 ncu "${ncu_args[@]}" python3 benchmarks/torch_gpt.py "${gpt[@]}" --mode compile \
-        > "$out/ncu_gpt_torch.csv" 2>&1
-    python3 benchmarks/kernel_profile.py "$out/ncu_gpt_frost.csv" "$out/ncu_gpt_torch.csv" --steps 2 \
-        --labels frost_jit,torch_compile --top 45 --out "$out/gpt_kernels.json" 2>&1 | tail -50
-else
-    echo "(no ncu on this machine: the kernel profile is left out)"
-fi
+bash benchmarks/gpt_kernels.sh "$out" gpt 45 "${gpt[@]}"
 # the eager step's host time (the eager GPT ran 63 ms/step against 33 without dropout on the H200): where Python goes
 timeout 90 python3 -m cProfile -o "$out/gpt_eager.prof" -m frost bench gpt "${gpt[@]}" --steps 40 --warmup 5 \
     > /dev/null 2>&1
