@@ -428,6 +428,8 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
             if isinstance(g, GradientPair) and (node is None or t._retains_grad or hooks or leads is not None
                                                 or not getattr(node.backward, "takes_gradient_pairs", False)):
                 g = _sum_of_gradients(*g)
+            if (hooks or t._retains_grad) and node is not None and _holds_claim(g):
+                complete_deferred_gradients()  # a claimed .grad buffer passed on (autocast's cast): read below
             if hooks:
                 g = _run_hooks(t, g, hooks)
             if leads is not None:
@@ -703,14 +705,20 @@ def _parts(g) -> tuple:
     return tuple(g) if isinstance(g, GradientPair) else (g,)
 
 
+def _holds_claim(g) -> bool:
+    """Whether g is (or holds) a .grad buffer claimed in the running backward(), which may still be filling."""
+    stack = getattr(_state, "claims", None)
+    return bool(stack) and stack[-1] is not None and any(p is b for p in _parts(g) for b in stack[-1].values())
+
+
 def _combine(a, b, p):
     """The gradient so far plus contribution b: a GradientPair where p's op takes pairs and a and b are alike."""
     if isinstance(a, PlacedGradient) and isinstance(b, PlacedGradient) and a.joins(b):
         return a.joined(b)
     a, b = _read(a), _read(b)
     ctx = p._ctx
-    if ctx is None:
-        complete_deferred_gradients()  # a leaf's second contribution: the sum reads the first
+    if ctx is None or _holds_claim(a) or _holds_claim(b):
+        complete_deferred_gradients()  # a leaf's second contribution, or a claimed buffer passed on: the sum reads it
     if (not isinstance(a, GradientPair) and ctx is not None and not p._retains_grad
             and getattr(ctx.backward, "takes_gradient_pairs", False) and a.dtype == b.dtype and a.shape == b.shape):
         return GradientPair((a, b))

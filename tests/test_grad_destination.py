@@ -441,6 +441,33 @@ def test_a_deferred_gradient_is_completed_before_a_second_contribution_is_added(
     assert log == ["deferred", "completed"]
 
 
+def _claiming_probe(x, v, w, log):
+    """x * sum(v) whose backward writes v's gradient, deferred, into leaf w's claimed .grad and returns that buffer
+    as v's gradient: autocast's product into the master's .grad, passed on by the cast (v stands for the cast)."""
+    out = x.data * v.data.sum()
+
+    def backward(g):
+        dest = grad_destination(w)
+        value = (g * x.data).sum()
+
+        def complete():
+            log.append("completed")
+            dest[...] = value
+        log.append("deferred")
+        autograd.defer_gradient_completion(complete)
+        return g * v.data.sum(), dest
+
+    return from_op(out, (x, v), backward, "claiming probe")
+
+
+def test_a_claimed_buffer_passed_on_is_completed_before_a_second_contribution_to_its_carrier_is_added():
+    x, w, log = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2)), []
+    v = w * 1.0
+    (_claiming_probe(x, v, w, log).sum() + (v * 3.0).sum()).backward()   # v used twice: the sum reads the buffer
+    np.testing.assert_allclose(w.grad.numpy(), np.full((2, 2), x.data.sum() + 3.0))
+    assert log == ["deferred", "completed"]
+
+
 def test_anomaly_mode_sees_a_deferred_gradient_completed():
     x, w, log = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2)), []
     x.data[0] = np.nan

@@ -92,8 +92,9 @@ def adds_bias(out, bias) -> bool:
 
 
 def sums_rows(a, *, dtype, out=None) -> bool:
-    """a as _rows_of_eight, a float result dtype, and `out` None or a dense (cols,) array of that dtype."""
-    return (_rows_of_eight(a) and str(np.dtype(dtype)) in TYPES
+    """a as _rows_of_eight (its columns' warps indexable in i32), a float result dtype, and `out` None or a dense
+    (cols,) array of that dtype."""
+    return (_rows_of_eight(a) and 32 * a.shape[1] < 2**31 and str(np.dtype(dtype)) in TYPES
             and (out is None or (out.shape == (a.shape[1],) and out.dtype == np.dtype(dtype)
                                  and out.flags.c_contiguous)))
 

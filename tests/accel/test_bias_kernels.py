@@ -38,7 +38,8 @@ def test_bias_is_added_to_every_row_in_float32_and_rounded_once(simulated_kernel
     np.testing.assert_array_equal(product, want)
 
 
-@pytest.mark.parametrize("rows", [1, 64, 130])   # one chunk, a whole one, three (the last ragged)
+# one chunk, a whole one, three (the last ragged), 35 (a finalize lane adds two: parts 0 and 32, ...)
+@pytest.mark.parametrize("rows", [1, 64, 130, 34 * 64 + 5])
 @pytest.mark.parametrize("in_dtype, out_dtype", [("bfloat16", "float32"), ("float32", "float32"),
                                                  ("float16", "float16")])
 def test_column_sums_match_float64_and_repeat_exactly(simulated_kernels, rows, in_dtype, out_dtype):

@@ -30,6 +30,24 @@ def test_a_bias_graph_cudnn_cannot_build_is_refused_once(graphs_on_numpy, monkey
     assert builds == [4] and list(cudnn.refusals().values()) == ["RuntimeError: no engine"]
 
 
+def test_a_built_bias_graph_whose_plans_all_fail_is_refused_on_later_calls_too(graphs_on_numpy, monkeypatch):
+    """The real sequence: the graph builds (kept untuned), its tuning finds no plan that runs, the call answers None;
+    the next call is refused without building again."""
+    builds = []
+
+    class NoPlanRuns:
+        def __init__(self, arrays):
+            builds.append(len(arrays))
+
+        def tune(self, key, arrays, limit=None):
+            raise RuntimeError("cuDNN has no usable plan")
+    monkeypatch.setattr(cudnn, "_MatmulGraph", NoPlanRuns)
+    a, b, bias = _operands()
+    assert cudnn.matmul(a, b, bias=bias) is None and cudnn.matmul(a, b, bias=bias) is None
+    assert builds == [4] and list(cudnn.refusals().values()) == ["cuDNN has no usable plan"]
+    assert not cudnn._untuned and not cudnn._graphs
+
+
 def test_a_bias_graph_no_plan_runs_is_refused_and_a_plain_products_error_stands(graphs_on_numpy, monkeypatch):
     monkeypatch.setattr(cudnn, "_buildable", lambda key, build: True)
 
