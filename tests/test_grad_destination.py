@@ -408,13 +408,15 @@ def test_cast_of_a_leaf_writes_the_gradient_into_its_buffer(monkeypatch):
 # ------------------------------------------------------------ gradients completed by a later launch
 
 
-def _deferring_probe(x, w, log):
+def _deferring_probe(x, w, log, claim=None):
     """x * sum(w) whose backward claims w's .grad, writes nothing yet and leaves the write to a deferred completion
-    (as the convolution weight gradient's finalize rides with the next launch)."""
+    (as the convolution weight gradient's finalize rides with the next launch). `claim`: the leaf whose .grad is
+    claimed instead, returned as w's gradient (autocast's product into the master's .grad, w standing for the
+    cast that passes it on)."""
     out = x.data * w.data.sum()
 
     def backward(g):
-        dest = grad_destination(w)
+        dest = grad_destination(w if claim is None else claim)
         value = (g * x.data).sum()
 
         def complete():
@@ -441,29 +443,10 @@ def test_a_deferred_gradient_is_completed_before_a_second_contribution_is_added(
     assert log == ["deferred", "completed"]
 
 
-def _claiming_probe(x, v, w, log):
-    """x * sum(v) whose backward writes v's gradient, deferred, into leaf w's claimed .grad and returns that buffer
-    as v's gradient: autocast's product into the master's .grad, passed on by the cast (v stands for the cast)."""
-    out = x.data * v.data.sum()
-
-    def backward(g):
-        dest = grad_destination(w)
-        value = (g * x.data).sum()
-
-        def complete():
-            log.append("completed")
-            dest[...] = value
-        log.append("deferred")
-        autograd.defer_gradient_completion(complete)
-        return g * v.data.sum(), dest
-
-    return from_op(out, (x, v), backward, "claiming probe")
-
-
 def test_a_claimed_buffer_passed_on_is_completed_before_a_second_contribution_to_its_carrier_is_added():
     x, w, log = _leaf((3,), seed=1), _zeroed(_leaf((2, 2), seed=2)), []
     v = w * 1.0
-    (_claiming_probe(x, v, w, log).sum() + (v * 3.0).sum()).backward()   # v used twice: the sum reads the buffer
+    (_deferring_probe(x, v, log, claim=w).sum() + (v * 3.0).sum()).backward()   # v used twice: the sum reads the buffer
     np.testing.assert_allclose(w.grad.numpy(), np.full((2, 2), x.data.sum() + 3.0))
     assert log == ["deferred", "completed"]
 
