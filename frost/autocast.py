@@ -78,3 +78,16 @@ def weight_cast(array, dtype):
     """The registered whole-buffer cast's view of `array` in `dtype` for this region, or None (cast it alone)."""
     cast = _weight_cast
     return None if cast is None else cast(array, dtype, _state.casts)
+
+
+def keep_copy(t, array) -> None:
+    """Remember `array`, t's values already in a 16-bit dtype (a fast path wrote them beside t's: LayerNorm's output,
+    which the next linear layer casts), for cast_inputs to take instead of casting t; unused once t changes."""
+    t.__dict__["_autocast_copy"] = (t.data, t._version, array)
+
+
+def kept_copy(t, dtype):
+    """The copy keep_copy remembered for t when it is in `dtype` (a NumPy dtype) and t is unchanged since, else None."""
+    kept = t.__dict__.get("_autocast_copy")
+    fresh = kept is not None and kept[0] is t.data and kept[1] == t._version and kept[2].dtype == dtype
+    return kept[2] if fresh else None

@@ -427,7 +427,7 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
             hooks = t.__dict__.get("_grad_hooks")
             if isinstance(g, GradientPair) and (node is None or t._retains_grad or hooks or leads is not None
                                                 or not getattr(node.backward, "takes_gradient_pairs", False)):
-                g = _sum_of_gradients(*g)
+                g = sum_of_gradients(*g)
             if (hooks or t._retains_grad) and node is not None and _holds_claim(g):
                 complete_deferred_gradients()  # a claimed .grad buffer passed on (autocast's cast): read below
             if hooks:
@@ -620,6 +620,7 @@ def _run_hooks(t, g, hooks: dict):
     """t's gradient array after its hooks, in the order they were registered."""
     complete_deferred_gradients()  # a hook reads the gradient, which may be a claimed .grad buffer still filling
     Tensor = type(t)
+    g = g if g.dtype == t.data.dtype else g.astype(t.data.dtype)  # a product's float32 gradient of a 16-bit cast
     for hook in list(hooks.values()):
         result = hook(Tensor(g))
         if result is None:
@@ -722,14 +723,14 @@ def _combine(a, b, p):
     if (not isinstance(a, GradientPair) and ctx is not None and not p._retains_grad
             and getattr(ctx.backward, "takes_gradient_pairs", False) and a.dtype == b.dtype and a.shape == b.shape):
         return GradientPair((a, b))
-    return _sum_of_gradients(*_parts(a), b) if isinstance(a, GradientPair) else _sum_of_gradients(a, b)
+    return sum_of_gradients(*_parts(a), b) if isinstance(a, GradientPair) else sum_of_gradients(a, b)
 
 
-def _sum_of_gradients(a, b, c=None):
+def sum_of_gradients(a, b, c=None):
     """a + b (+ c) (out of place) in a's memory format: CuPy's add would answer channels-last operands in C order,
     and the next op (batch norm, a convolution) would have to convert it back."""
     if c is not None:
-        return _sum_of_gradients(_sum_of_gradients(a, b), c)
+        return sum_of_gradients(sum_of_gradients(a, b), c)
     if a.dtype == b.dtype and a.shape == b.shape and layout.is_channels_last(a):
         # added as the dense NHWC arrays they are (CuPy's strided add into a channels-last out is 3x slower)
         return (a.transpose(0, 2, 3, 1) + b.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)

@@ -159,6 +159,39 @@ def test_linear_gradients_under_autocast_are_float32_sums_in_the_master_grads(de
         np.testing.assert_allclose(p.grad.cpu().numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_an_activations_gradient_through_a_linear_layer_under_autocast_is_float32_unrounded(device):
+    """A float32 activation (a transformer's LayerNorm output) cast by autocast for a linear layer gets its gradient
+    as the product of the bf16 operands gives it in float32, not rounded to bf16 and widened again: the float64
+    product of the same bf16 values to float32 accuracy, and values a bf16 could not hold."""
+    rng = np.random.default_rng(6)
+    x = frost.tensor(rng.standard_normal((5, 64)).astype(np.float32), device=device, requires_grad=True)
+    k = rng.standard_normal((5, 48)).astype(np.float32)
+    layer = nn.Linear(64, 48, bias=False).to(device)
+    with frost.autocast(frost.bfloat16):
+        y = layer(x * 2.0)  # a float32 non-leaf
+    (y.to(frost.float32) * frost.tensor(k, device=device)).sum().backward()
+    def bf(a):
+        return np.asarray(a).astype(ml_dtypes.bfloat16).astype(np.float64)
+    want = 2.0 * bf(k) @ bf(layer.weight.detach().cpu().numpy())
+    got = x.grad.cpu().numpy()
+    assert x.grad.dtype == frost.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not np.array_equal(got, bf(got).astype(np.float32))
+
+
+def test_a_hook_on_a_cast_sees_a_gradient_of_the_casts_dtype():
+    """The product writes the float32 source's gradient at once, but a hook on the 16-bit tensor between them sees
+    that tensor's dtype, as PyTorch's hooks do."""
+    x = frost.tensor(np.ones((2, 8), np.float32), requires_grad=True)
+    w = frost.tensor(np.full((4, 8), 1 / 3, np.float32)).bfloat16()
+    h = x.bfloat16()
+    seen = []
+    h.register_hook(lambda g: seen.append(g.dtype))
+    F.linear(h, w).float().sum().backward()
+    assert seen == [frost.bfloat16] and x.grad.dtype == frost.float32
+
+
 def test_losses_softmax_and_log_softmax_run_in_float32_under_autocast():
     """As PyTorch's autocast: a bfloat16 activation goes back to float32 for them (values: float32 of the rounded
     input, so the cast is the only difference)."""

@@ -5,7 +5,7 @@ import torch
 
 import frost
 from frost import layout, nn
-from frost.autograd import _sum_of_gradients
+from frost.autograd import sum_of_gradients
 
 
 def _nhwc(shape, seed=0):
@@ -99,10 +99,10 @@ def test_channels_last_conv_gradients_match_torch():
 
 def test_gradient_sums_keep_the_channels_last_format():
     a, b = _nhwc((2, 3, 4, 5), 0), _nhwc((2, 3, 4, 5), 1)
-    s = _sum_of_gradients(a, b)
+    s = sum_of_gradients(a, b)
     assert layout.is_channels_last(s) and np.array_equal(s, a + b)
     c = np.ones((2, 3), np.float32)
-    np.testing.assert_array_equal(_sum_of_gradients(c, c), 2 * c)
+    np.testing.assert_array_equal(sum_of_gradients(c, c), 2 * c)
 
 
 def test_resident_channels_last_batches_are_nhwc_views():

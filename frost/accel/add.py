@@ -2,7 +2,11 @@
 frost.dispatch as `add`'s fast path (frost/ops/elementwise.py asks for same-shape tensors; the autograd's sum of a
 tensor's gradient contributions asks too). A float32 residual stream plus a bf16 branch (autocast's linear) is read
 as it is: CuPy's add would first cast the branch to a float32 copy (a pass of its own) and move one value a
-thread. Each thread adds eight values in float32 and rounds once into the output's dtype."""
+thread. Each thread adds eight values in float32 and rounds once into the output's dtype.
+
+Also `sum_in_dtypes`'s fast path: that add's backward, given its output's two gradient contributions unsummed (a
+residual stream's), writes their sum for the float32 operand and its 16-bit rounding for the branch in one pass,
+where a sum and then a cast would read the sum again."""
 import functools
 
 import numpy as np
@@ -56,3 +60,50 @@ def add_kernels(a, b, dtype):
     add_kernel(str(a.dtype), str(b.dtype), str(np.dtype(dtype)))[cdiv(n, 8 * ADD_THREADS), ADD_THREADS](
         a.reshape(-1), b.reshape(-1), out.reshape(-1), n)
     return out
+
+
+@functools.cache
+def sum_in_two_dtypes_kernel(dtype: str, narrow: str):
+    """The kernel of like arrays of `dtype` summed into that dtype and into `narrow` (a 16-bit type), made on first
+    use."""
+    T, TN = TYPES[dtype], TYPES[narrow]
+    load, store, store_narrow = load8_of(T), store8_of(T), store8_of(TN)
+
+    @kernel
+    def add_in_two_dtypes_vec8(a: Array[T], b: Array[T], out: Array[T], out_narrow: Array[TN], n: i32):
+        """out = a + b and out_narrow = a + b, each the float32 sum rounded once into its dtype; 8 values a thread
+        (the last n % 8 one by one)."""
+        i = (bx * bdx + tx) * 8
+        if i + 8 <= n:
+            va = local(f32, 8)
+            vb = local(f32, 8)
+            load(va, a, i)
+            load(vb, b, i)
+            for e in static_range(8):
+                va[e] = va[e] + vb[e]
+            store(out, i, va)
+            store_narrow(out_narrow, i, va)
+        elif i < n:
+            for k in range(i, n):
+                total = f32(a[k]) + f32(b[k])
+                out[k] = total
+                out_narrow[k] = total
+    return add_in_two_dtypes_vec8
+
+
+def sums_in_two_dtypes(a, b, *, dtypes) -> bool:
+    """Like arrays (as `add` takes them, of one dtype) wanted in their own dtype and one other float type."""
+    names = {str(np.dtype(d)) for d in dtypes}
+    return a.dtype == b.dtype and applies(a, b, dtype=a.dtype) and str(a.dtype) in names and len(names) == 2
+
+
+@dispatch.register("sum_in_dtypes", device="cuda", dtypes=tuple(TYPES), layouts=("contiguous",),
+                   applies=sums_in_two_dtypes)
+def sum_in_two_dtypes(a, b, dtypes) -> list:
+    """a + b (CuPy arrays of one shape and dtype) in each of `dtypes` (a's and one other) by one launch."""
+    narrow = next(np.dtype(d) for d in dtypes if np.dtype(d) != a.dtype)
+    out, out_narrow = type(a)(a.shape, dtype=a.dtype), type(a)(a.shape, dtype=narrow)
+    n = a.size
+    sum_in_two_dtypes_kernel(str(a.dtype), str(narrow))[cdiv(n, 8 * ADD_THREADS), ADD_THREADS](
+        a.reshape(-1), b.reshape(-1), out.reshape(-1), out_narrow.reshape(-1), n)
+    return [out if np.dtype(d) == a.dtype else out_narrow for d in dtypes]

@@ -2,8 +2,11 @@
 frost.dispatch as layer_norm's and rms_norm's fast paths. The reference math, and the ops that ask for these, is
 frost/ops/norm.py."""
 import math
+import os
 
 from frost import dispatch
+from frost.autocast import current as autocast_dtype, keep_copy
+from frost.dtype import bfloat16
 from frost.layout import data_ptr
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
                           load4, load8_f32_into, load8_into, local, shared, sqrt, static_range, store4,
@@ -33,6 +36,8 @@ LN_FINALIZE_THREADS = 256  # threads of the partials' sum: 32 columns per block,
 LN_MAX_WIDTH = LN_MAX_PER_THREAD * 1024
 LN_WARP_ROWS_THREADS = 256   # the vec8 backward: 8 warps a block, a warp per row
 LN_WARP_ROWS_MAX_CHUNKS = 8  # 8-column chunks a lane owns (K) in the vec8 backward: rows up to 2048 wide
+# float32 rows under autocast: the forward writes the 16-bit copy the next linear layer casts; =0 leaves it to a cast
+AUTOCAST_COPY = os.environ.get("FROST_LN_AUTOCAST_COPY", "1") != "0"
 
 
 @device
@@ -117,28 +122,38 @@ def _forward_kernel(T):
     return layer_norm_forward
 
 
-@kernel
-def layer_norm_forward_vec4(x: Array[f32], w: Array[f32], b: Array[f32], out: Array[f32], mean: Array[f32],
-                            rstd: Array[f32], n: i32, C: i32, eps: f32, WEIGHT: Const[bool], BIAS: Const[bool],
-                            RMS: Const[bool]):
-    """layer_norm_forward of float32 rows of a multiple of 4 values (16-byte aligned arrays), 16 bytes per access."""
-    r = bx * (bdx // 32) + warp
-    if r < n:
-        base = r * C
-        m, s = _row_stats4(x, base, C, eps, RMS)
-        for c in range(lane * 4, C, 128):
-            x0, x1, x2, x3 = load4(x, base + c)
-            y0, y1, y2, y3 = (x0 - m) * s, (x1 - m) * s, (x2 - m) * s, (x3 - m) * s
-            if WEIGHT:
-                w0, w1, w2, w3 = load4(w, c)
-                y0, y1, y2, y3 = y0 * w0, y1 * w1, y2 * w2, y3 * w3
-            if BIAS:
-                b0, b1, b2, b3 = load4(b, c)
-                y0, y1, y2, y3 = y0 + b0, y1 + b1, y2 + b2, y3 + b3
-            store4(out, base + c, y0, y1, y2, y3)
-        if lane == 0:
-            mean[r] = m
-            rstd[r] = s
+def _forward_kernel_vec4(H):
+    @kernel
+    def layer_norm_forward_vec4(x: Array[f32], w: Array[f32], b: Array[f32], out: Array[f32], copy: Array[H],
+                                mean: Array[f32], rstd: Array[f32], n: i32, C: i32, eps: f32, WEIGHT: Const[bool],
+                                BIAS: Const[bool], RMS: Const[bool], COPY: Const[bool] = False):
+        """layer_norm_forward of float32 rows of a multiple of 4 values (16-byte aligned arrays), 16 bytes per
+        access; with COPY, each output also rounded once into `copy` (autocast's 16-bit copy, 8 bytes per access)."""
+        r = bx * (bdx // 32) + warp
+        if r < n:
+            base = r * C
+            m, s = _row_stats4(x, base, C, eps, RMS)
+            for c in range(lane * 4, C, 128):
+                x0, x1, x2, x3 = load4(x, base + c)
+                y0, y1, y2, y3 = (x0 - m) * s, (x1 - m) * s, (x2 - m) * s, (x3 - m) * s
+                if WEIGHT:
+                    w0, w1, w2, w3 = load4(w, c)
+                    y0, y1, y2, y3 = y0 * w0, y1 * w1, y2 * w2, y3 * w3
+                if BIAS:
+                    b0, b1, b2, b3 = load4(b, c)
+                    y0, y1, y2, y3 = y0 + b0, y1 + b1, y2 + b2, y3 + b3
+                store4(out, base + c, y0, y1, y2, y3)
+                if COPY:
+                    store4(copy, base + c, y0, y1, y2, y3)
+            if lane == 0:
+                mean[r] = m
+                rstd[r] = s
+    return layer_norm_forward_vec4
+
+
+# float32 rows' forward by the dtype of the 16-bit copy it may write (bfloat16's also when it writes none)
+LN_FORWARD_VEC4 = {"bfloat16": _forward_kernel_vec4(bf16), "float16": _forward_kernel_vec4(f16)}
+layer_norm_forward_vec4 = LN_FORWARD_VEC4["bfloat16"]
 
 
 def _forward_kernel_vec8(T):
@@ -394,12 +409,17 @@ def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Te
     mean, rstd = xp.empty(n, xp.float32), xp.empty(n, xp.float32)
     rows_per_block = LN_FORWARD_THREADS // 32
     params = (None if weight is None else w, None if bias is None else b)
-    forward = kernels["forward"]
+    grid, copy = (cdiv(n, rows_per_block), LN_FORWARD_THREADS), None
     if moves_16_bytes(C, 4, xa, out, *params):
-        forward = layer_norm_forward_vec4
-    elif moves_16_bytes(C, 2, xa, out, *params):
-        forward = kernels["forward_vec8"]
-    forward[cdiv(n, rows_per_block), LN_FORWARD_THREADS](xa, w, b, out, mean, rstd, n, C, eps, **flags)
+        # under autocast, the 16-bit copy that the next linear layer casts (cast_inputs finds it), in this pass
+        half = autocast_dtype() if AUTOCAST_COPY else None
+        copy = xp.empty(xa.shape, half.np) if half is not None else None
+        LN_FORWARD_VEC4["bfloat16" if half is None else half.name][grid](
+            xa, w, b, out, xp.empty(4, bfloat16.np) if copy is None else copy, mean, rstd, n, C, eps,
+            COPY=copy is not None, **flags)
+    else:
+        forward = kernels["forward_vec8"] if moves_16_bytes(C, 2, xa, out, *params) else kernels["forward"]
+        forward[grid](xa, w, b, out, mean, rstd, n, C, eps, **flags)
     parents = [t for t in (x, weight, bias) if t is not None]
 
     def backward(g):
@@ -428,7 +448,10 @@ def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Te
         grads += [db.reshape(bias.shape)] if bias is not None else []
         return grads
 
-    return from_op(out.reshape(x.shape), parents, backward, op)
+    result = from_op(out.reshape(x.shape), parents, backward, op)
+    if copy is not None:
+        keep_copy(result, copy.reshape(x.shape))
+    return result
 
 
 def _fits_layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, *, shape: tuple) -> bool:

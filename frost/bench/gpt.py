@@ -125,7 +125,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int, default=None, help="loss-curve sample interval (default steps / 200)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--without", type=fast_path_names, default=[],
+                   help="fast paths switched off (frost.dispatch op names, comma-separated, e.g. sum_in_dtypes): "
+                        "what one is worth, measured beside a run with it")
     common.add_data_parallel_argument(p)
+
+
+def fast_path_names(text: str) -> list[str]:
+    """'sum_in_dtypes,add' -> the names, each one that the acceleration layer registers."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = {path.op for path in frost.dispatch.registered()}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no fast path registers for {unknown}; known: {', '.join(sorted(known))}")
+    return names
 
 
 # ---------------------------------------------------------------- settings shared with the PyTorch twin
@@ -519,16 +532,17 @@ def run_here(args: argparse.Namespace, report: bool = True, data_ready: Callable
          f"{corpus.vocab_size:,})")
     mode = "jit" if args.jit else "eager"
     result = new_gpt_result("frost", mode, settings, device, device_name(device), args.seeds, corpus)
-    result.update({"jit": args.jit, "data_load_s": data_load_s})
-    for seed in args.seeds:
-        t_start = time.perf_counter()
-        trainer = FrostTrainer(corpus, settings, seed, device, args.jit)
-        result["params"] = trainer.model.num_params()
-        result["runs"].append(train_run(trainer, corpus, settings, seed, synchronizer(device), t_start, args.quiet,
-                                        with_mfu=device == "cuda"))
-        result["summary"] = summarize(result["runs"])
-        if args.out:
-            common.write_json(args.out, result)  # partial results survive an interrupted run
+    result.update({"jit": args.jit, "data_load_s": data_load_s, "without": args.without})
+    with frost.dispatch.disabled(*args.without):
+        for seed in args.seeds:
+            t_start = time.perf_counter()
+            trainer = FrostTrainer(corpus, settings, seed, device, args.jit)
+            result["params"] = trainer.model.num_params()
+            result["runs"].append(train_run(trainer, corpus, settings, seed, synchronizer(device), t_start,
+                                            args.quiet, with_mfu=device == "cuda"))
+            result["summary"] = summarize(result["runs"])
+            if args.out:
+                common.write_json(args.out, result)  # partial results survive an interrupted run
     if report:
         print(results_table(result))
     if args.out:

@@ -52,10 +52,7 @@ class _ConvNd(Module):
         self.transposed = self._transposed
         shape = (in_channels, out_channels // groups) if self._transposed else (out_channels, in_channels // groups)
         self.weight = Parameter(empty(shape + self.kernel_size, device=device, dtype=dtype))
-        if bias:
-            self.bias = Parameter(empty((out_channels,), device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        self.register_parameter("bias", Parameter(empty((out_channels,), device=device, dtype=dtype)) if bias else None)
         self.reset_parameters()
 
     def _check_padding_mode(self, padding_mode: str) -> None:

@@ -26,23 +26,12 @@ class _BatchNorm(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(empty((num_features,), device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(empty((num_features,), device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros((num_features,), device=device, dtype=dtype))
-            self.register_buffer("running_var", ones((num_features,), device=device, dtype=dtype))
-            self.register_buffer("num_batches_tracked", tensor(0, dtype="int64", device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        shape, tracked, kw = (num_features,), track_running_stats, dict(device=device, dtype=dtype)
+        self.register_parameter("weight", Parameter(empty(shape, **kw)) if affine else None)
+        self.register_parameter("bias", Parameter(empty(shape, **kw)) if affine and bias else None)
+        self.register_buffer("running_mean", zeros(shape, **kw) if tracked else None)
+        self.register_buffer("running_var", ones(shape, **kw) if tracked else None)
+        self.register_buffer("num_batches_tracked", tensor(0, dtype="int64", device=device) if tracked else None)
         self.reset_parameters()
 
     def reset_running_stats(self) -> None:
@@ -116,15 +105,9 @@ class LayerNorm(Module):
         self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine, shape, kw = elementwise_affine, self.normalized_shape, dict(device=device, dtype=dtype)
+        self.register_parameter("weight", Parameter(ones(shape, **kw)) if affine else None)
+        self.register_parameter("bias", Parameter(zeros(shape, **kw)) if affine and bias else None)
 
     def reset_parameters(self) -> None:
         if self.elementwise_affine:
@@ -149,10 +132,8 @@ class RMSNorm(Module):
         self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
+        self.register_parameter("weight", Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
+                                if elementwise_affine else None)
 
     def reset_parameters(self) -> None:
         if self.elementwise_affine:

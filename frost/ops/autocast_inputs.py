@@ -2,7 +2,7 @@
 and softmax go back to float32 (float32_inputs). The region itself (which dtype, on which thread) is frost.autocast."""
 from __future__ import annotations
 
-from frost.autocast import current, weight_cast
+from frost.autocast import current, kept_copy, weight_cast
 from frost.autograd import grad_destination
 from frost.dtype import float32
 from frost.ops.elementwise import cast
@@ -21,25 +21,26 @@ def cast_inputs(*tensors):
     out = []
     for t in tensors:
         if isinstance(t, Tensor) and t.dtype == float32:
-            view = weight_cast(t.data, dt.np) if t._ctx is None and t.requires_grad else None
+            view = weight_cast(t.data, dt.np) if t._ctx is None and t.requires_grad else kept_copy(t, dt.np)
             t = cast(t, dt, out=view)
         out.append(t)
     return tuple(out)
 
 
 def cast_source(t: Tensor) -> Tensor | None:
-    """The float32 leaf that 16-bit tensor t was cast from (autocast's weight cast), or None: a product's backward
-    may write that leaf's gradient in float32 at once, and the cast's backward passes it on uncast."""
+    """The float32 tensor that 16-bit tensor t was cast from (autocast's cast of a weight or of an activation), or
+    None: a product's backward may write that tensor's gradient in float32 at once (a leaf's into its .grad), and the
+    cast's backward passes it on uncast (a LayerNorm's backward then reads no 16-bit copy)."""
     node = t._ctx
     if node is None or node.name != "cast" or not node.parents or t.dtype.name not in ("bfloat16", "float16"):
         return None
     source = node.parents[0]
-    return source if source._ctx is None and source.requires_grad and source.dtype == float32 else None
+    return source if source.requires_grad and source.dtype == float32 else None
 
 
 def gradient_out(t: Tensor, xp) -> tuple:
     """(out, claimed) for a backward that writes t's gradient as a product: claimed, t's zeroed .grad it may write
-    into (grad_destination), or None; out, that claim, else for autocast's cast of a float32 leaf the leaf's claim or
+    into (grad_destination), or None; out, that claim, else for autocast's cast of a float32 tensor a leaf's claim or
     a new float32 array (the product taken in float32, not rounded to 16 bits and cast back), else None."""
     source = cast_source(t)
     claimed = grad_destination(t if source is None else source)

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from frost import backend, dispatch
-from frost.autograd import grad_destination, unbroadcast
+from frost.autograd import GradientPair, grad_destination, sum_of_gradients, unbroadcast
 from frost.backend import cuda
 from frost.dtype import DType, default_float_dtype, result_type, scalar_result, to_dtype, widened
 from frost.tensor import Tensor, from_op, record_tensor_backward
@@ -162,8 +162,21 @@ def _added_in_one_pass(a, b) -> Tensor | None:
         return None
 
     def backward(g):
+        if isinstance(g, GradientPair):  # a residual stream's two contributions: summed once for both operands
+            return sum_in_dtypes(g, (a.data.dtype, b.data.dtype))
         return [_cast(g, t.dtype) for t in (a, b)]
+    backward.takes_gradient_pairs = True
     return from_op(fast(a.data, b.data, dt.np), (a, b), backward, "add", _binary_derivative(_ADD_DERIVATIVE, (a, b)))
+
+
+def sum_in_dtypes(pair: tuple, dtypes: tuple) -> list:
+    """The sum of two like arrays in each of `dtypes` (NumPy dtypes): a float32 stream's gradient and its 16-bit
+    branch's in one pass where the acceleration layer registers one ("sum_in_dtypes"), else one sum and its casts."""
+    fast = dispatch.lookup("sum_in_dtypes", *pair, dtypes=dtypes)
+    if fast is not None:
+        return fast(*pair, dtypes)
+    total = sum_of_gradients(*pair)
+    return [total if total.dtype == dtype else converted(total, dtype) for dtype in dtypes]
 
 
 def sub(a, b) -> Tensor:

@@ -170,7 +170,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         gw_out, claimed = gradient_out(weight, xp)
         with gradient_branch(g2, x2, when=claimed is not None):
             gw = matmul_arrays(xp, g2.T, x2, out=gw_out)
-        gx = _same_dtype(matmul_arrays(xp, g2, w), xa.dtype).reshape(xa.shape)
+        gx_out = gradient_out(x, xp)[0]  # under autocast, an activation's float32 gradient as the product gives it
+        gx = matmul_arrays(xp, g2, w, out=None if gx_out is None else gx_out.reshape(rows, w.shape[1]))
+        gx = (gx if gx_out is not None else _same_dtype(gx, xa.dtype)).reshape(xa.shape)
         grads = [gx, gw if gw_out is not None else _same_dtype(gw, w.dtype)]
         if bias is not None:
             sum_dtype = np.float32 if g2.dtype.itemsize == 2 else g2.dtype   # half precision sums in float32

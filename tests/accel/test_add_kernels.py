@@ -60,6 +60,39 @@ def test_gradient_contributions_are_summed_by_the_kernel(simulated_gpu):
     assert "add_vec8" in simulated_gpu
 
 
+@pytest.mark.parametrize("narrow", ["bfloat16", "float16"])
+@pytest.mark.parametrize("n", [16, 1003])
+def test_a_sum_in_two_dtypes_matches_the_sum_and_its_cast_bit_for_bit(simulated_gpu, narrow, n):
+    a, b = _operand(n, "float32", 4), _operand(n, "float32", 5)
+    got = add_accel.sum_in_two_dtypes(a, b, (DTYPES[narrow], np.float32))
+    want = _twin(a, b, "float32")
+    np.testing.assert_array_equal(got[1].view(np.uint8), want.view(np.uint8))
+    np.testing.assert_array_equal(got[0].view(np.uint8), want.astype(DTYPES[narrow]).view(np.uint8))
+    assert simulated_gpu == ["add_in_two_dtypes_vec8"]
+
+
+def test_a_residual_streams_two_gradients_are_summed_once_for_both_operands(simulated_gpu):
+    """s = x + y (a float32 stream plus a bf16 branch) used twice: its backward gets the two contributions unsummed
+    (a GradientPair) and writes x's float32 sum and y's bf16 rounding of it in one launch, the same bits as the sum
+    kernel and the cast kernel."""
+    rng = np.random.default_rng(7)
+    x0, y0 = rng.standard_normal((4, 16)).astype(np.float32), rng.standard_normal((4, 16)).astype(ml_dtypes.bfloat16)
+    g = rng.standard_normal((4, 16)).astype(np.float32)
+    grads = []
+    for fused in (True, False):
+        x, y = frost.Tensor(x0, requires_grad=True), frost.Tensor(y0, requires_grad=True)
+        s = x + y
+        with dispatch.disabled(*(() if fused else ("sum_in_dtypes",))):
+            (s * 2.0 + s.exp()).backward(frost.Tensor(g))
+        grads.append((x.grad.numpy(), y.grad.numpy()))
+    assert simulated_gpu.count("add_in_two_dtypes_vec8") == 1 and simulated_gpu.count("cast_from_f32") == 1
+    for got, want in zip(*grads):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    s64 = x0.astype(np.float64) + y0.astype(np.float64)
+    np.testing.assert_allclose(grads[0][0], g * 2.0 + g * np.exp(s64), rtol=1e-6)
+
+
 def test_what_the_kernels_do_not_take_is_the_reference_add():
     a = np.zeros(64, np.float32)
     assert add_accel.applies(a, a.astype(ml_dtypes.bfloat16), dtype=np.float32)
@@ -77,6 +110,9 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path, monkeypatch):
                    ("bfloat16", "bfloat16", "bfloat16"), ("float16", "float32", "float32")]:
         cubin = add_accel.add_kernel(*triple).compile("sm_90")
         assert cubin[:4] == b"\x7fELF" and b".nv.local" not in cubin, triple
+    for pair in [("float32", "bfloat16"), ("float32", "float16")]:
+        cubin = add_accel.sum_in_two_dtypes_kernel(*pair).compile("sm_90")
+        assert cubin[:4] == b"\x7fELF" and b".nv.local" not in cubin, pair
 
 
 @pytest.mark.cuda

@@ -9,8 +9,9 @@ import frost
 import frost.nn.functional as F
 from frost import dispatch
 from frost.accel import bias as kernels
-from frost.kernel.api import Kernel
 from frost.ops.matmul import add_bias, sum_rows
+
+from accel_simulation import simulate_only
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
@@ -18,12 +19,8 @@ DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.f
 @pytest.fixture
 def simulated_kernels(monkeypatch):
     """An empty dispatch table with only the bias kernels, registered for CPU arrays and run in the simulator."""
-    launched = []
-    monkeypatch.setattr(dispatch, "_table", {})
-    monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: launched.append(self.__name__) or self.simulate[cfg])
-    dispatch.register("add_bias", device="cpu", applies=kernels.adds_bias)(kernels.add_bias_kernels)
-    dispatch.register("sum_rows", device="cpu", applies=kernels.sums_rows)(kernels.sum_rows_kernels_call)
-    return launched
+    return simulate_only(monkeypatch, ("add_bias", kernels.adds_bias, kernels.add_bias_kernels),
+                         ("sum_rows", kernels.sums_rows, kernels.sum_rows_kernels_call))
 
 
 @pytest.mark.parametrize("out_dtype, bias_dtype", [("float32", "float32"), ("bfloat16", "bfloat16"),

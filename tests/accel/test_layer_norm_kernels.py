@@ -1,5 +1,6 @@
 """The LayerNorm / RMSNorm kernels (frost.accel.layer_norm) vs PyTorch float64 and the reference path: values and
 every gradient in the CPU simulator (the ops' CUDA branch on NumPy arrays), compiled by NVRTC, and on the GPU."""
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -7,9 +8,13 @@ import torch.nn.functional as F
 
 import frost
 from frost import dispatch
+from frost.accel import cast as cast_accel
+from frost.autocast import kept_copy
 from frost.accel import layer_norm as ln
 from frost.kernel.api import Kernel
 from frost.ops.norm import layer_norm, rms_norm
+
+from accel_simulation import simulate_only
 
 EPS = 1e-5
 # the unit roundoff of each dtype: one rounding of a result into it is off by at most this relative amount
@@ -212,6 +217,60 @@ def test_kernels_launch_with_the_planned_grids(simulated_gpu):
                         ("layer_norm_param_grads", (2, ln.LN_FINALIZE_THREADS))]
 
 
+@pytest.fixture
+def layer_norm_and_casts(monkeypatch):
+    """An empty dispatch table with only the LayerNorm and cast kernels, registered for CPU arrays and run in the
+    simulator (products stay NumPy's); returns the names of the kernels launched."""
+    return simulate_only(monkeypatch, ("layer_norm", ln._fits_layer_norm, ln.layer_norm_kernels),
+                         ("cast", cast_accel.applies, cast_accel.cast_kernels))
+
+
+def _norm_then_linear(x, w, b, weight, g, half, drop_copy=False):
+    """layer_norm then a linear layer under autocast(half): [output, the kept copy, x's, w's, b's, weight's grads]."""
+    xt, wt, bt, lin = (frost.tensor(a, requires_grad=True) for a in (x, w, b, weight))
+    with frost.autocast(half):
+        y = layer_norm(xt, (x.shape[-1],), wt, bt)
+        copy = y.__dict__.pop("_autocast_copy") if drop_copy else y.__dict__.get("_autocast_copy")
+        z = frost.nn.functional.linear(y, lin).float()
+    z.backward(frost.tensor(g))
+    return [z.detach().numpy(), copy] + [t.grad.numpy() for t in (xt, wt, bt, lin)]
+
+
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_under_autocast_the_forward_writes_the_copy_the_linear_layer_takes(layer_norm_and_casts, half):
+    """Under autocast a float32 LayerNorm (rows of a multiple of 4) also writes its output rounded once into the
+    region's dtype, and the linear layer after it takes that copy instead of a cast kernel's; the linear layer
+    gives the LayerNorm its gradient in float32 (no cast kernel back either). Output and every gradient the same
+    bits as with the copy thrown away (the cast kernel's)."""
+    x, w, b, _ = _inputs((6, 32), 1, "float32", seed=3)
+    rng = np.random.default_rng(4)
+    weight, g = rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((6, 16)).astype(np.float32)
+    fused = _norm_then_linear(x, w, b, weight, g, half)
+    assert layer_norm_and_casts == ["layer_norm_forward_vec4", "cast_from_f32",   # the weight's cast only
+                                    "cast_to_f32", "cast_from_f32",               # z.float() and its gradient
+                                    "layer_norm_backward_vec8", "layer_norm_param_grads"]
+    y = layer_norm(frost.tensor(x), (32,), frost.tensor(w), frost.tensor(b)).numpy()
+    np.testing.assert_array_equal(fused[1][2].view(np.uint16), y.astype(frost.dtype.to_dtype(half).np).view(np.uint16))
+    unfused = _norm_then_linear(x, w, b, weight, g, half, drop_copy=True)
+    assert layer_norm_and_casts.count("cast_from_f32") == 2 + 3   # this time y's cast too
+    assert layer_norm_and_casts.count("cast_to_f32") == 2   # z.float()'s: y's gradient comes back in float32
+    for got, want in zip(fused[:1] + fused[2:], unfused[:1] + unfused[2:]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_kept_copy_is_not_used_once_its_tensor_changes(layer_norm_and_casts):
+    x, w, b, _ = _inputs((4, 16), 1, "float32", seed=6)
+    assert "_autocast_copy" not in layer_norm(frost.tensor(x), (16,)).__dict__   # none outside autocast
+    with frost.autocast(frost.bfloat16):
+        y = layer_norm(frost.tensor(x), (16,), frost.tensor(w), frost.tensor(b))
+    assert kept_copy(y, ml_dtypes.bfloat16) is not None and kept_copy(y, np.float16) is None
+    y.mul_(2.0)
+    assert kept_copy(y, ml_dtypes.bfloat16) is None
+    with frost.autocast(frost.bfloat16):
+        z = frost.nn.functional.linear(y, frost.eye(16))
+    np.testing.assert_array_equal(z.float().numpy(), y.numpy().astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
 @pytest.mark.parametrize("C", [1, 5, 384, 768, 1024, 1600, 4097, ln.LN_MAX_WIDTH])
 def test_backward_plan_covers_the_row(C):
     blocks, threads, K = ln.ln_backward_plan(10_000, C)
@@ -249,6 +308,7 @@ SPECS += [(kernels["param_grads"], dict(WEIGHT=w, BIAS=b)) for kernels in ln.LN_
           for w in (False, True) for b in (False, True)]
 SPECS += [(ln.layer_norm_forward_vec4, dict(WEIGHT=w, BIAS=b, RMS=r)) for w in (False, True) for b in (False, True)
           for r in (False, True)]
+SPECS += [(kernel, dict(WEIGHT=True, BIAS=True, RMS=False, COPY=True)) for kernel in ln.LN_FORWARD_VEC4.values()]
 SPECS += [(kernels["backward"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in ln.LN_KERNELS.values()
           for k in (1, 4, ln.LN_MAX_PER_THREAD) for w in (False, True) for r in (False, True)]
 HALF_KERNELS = [ln.LN_KERNELS["bfloat16"], ln.LN_KERNELS["float16"]]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from frost import cli
+from frost import cli, dispatch
 from frost.bench import gpt
 from frost.data.text import write_tokens
 
@@ -177,6 +177,19 @@ def test_an_unknown_preset_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["bench", "gpt", "--preset", "gpt5"])
     assert exit_info.value.code == 2 and "invalid choice: 'gpt5'" in capsys.readouterr().err
+
+
+def test_fast_paths_named_by_without_are_off_while_it_trains(tmp_path, monkeypatch, capsys):
+    seen, train_run = [], gpt.train_run
+    monkeypatch.setattr(gpt, "train_run", lambda *a, **k: seen.append(set(dispatch._disabled)) or train_run(*a, **k))
+    out = tmp_path / "gpt.json"
+    assert cli.main(["bench", "gpt", "--device", "cpu", *TINY, "--without", "sum_in_dtypes,layer_norm",
+                     "--out", str(out)]) == 0
+    assert seen == [{"sum_in_dtypes", "layer_norm"}] and not dispatch._disabled
+    assert json.loads(out.read_text())["without"] == ["sum_in_dtypes", "layer_norm"]
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "gpt", "--device", "cpu", *TINY, "--without", "layer_nrom"])
+    assert "no fast path registers for ['layer_nrom']; known: add, add_bias" in capsys.readouterr().err
 
 
 def test_the_pytorch_twin_refuses_jit():
