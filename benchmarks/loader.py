@@ -1,6 +1,7 @@
 """Images per second decoding CIFAR-10 PNGs: Frost's DataLoader (threads and processes) vs PyTorch's (processes).
 
     python benchmarks/loader.py                      # 10,000 PNGs, 1/2/4/8/16 workers, median of 3
+    python benchmarks/loader.py --jpeg --persistent  # 10,000 JPEGs (224 x 224) with RandomResizedCrop and flips
     python benchmarks/loader.py --n 2000 --repeats 3 --threads 1,2,4
     python benchmarks/loader.py --persistent         # worker processes kept across epochs, Frost's and PyTorch's
     python benchmarks/loader.py --strategies         # raw decode strategies in N plain threads
@@ -34,6 +35,12 @@ synchronize at the end of each epoch:
                       x.cuda(non_blocking=True) per batch
 The other rows deliver uint8 batches in host memory.
 
+--jpeg reads an ImageNet-style folder instead: CIFAR-10 images upscaled to 224 x 224 (Pillow's bicubic) and saved as
+JPEGs (quality 90) in root/<class>/<index>.jpg, read by frost.data.ImageFolder with RandomResizedCrop(224) and
+RandomHorizontalFlip (Pillow's decode and antialiased bilinear resize in the workers, as torchvision's ImageFolder
+and transforms on PIL images do); PyTorch's loader reads the same dataset object (torchvision is not needed), so the
+rows differ only in the loader: Frost's threads and processes against PyTorch's processes, CPU decode.
+
 --strategies times raw decoding without any loader: N plain threads (each a strided share of the
 files) run one strategy over all the files, for N in --threads; images/s for
   pillow       Image.open + np.array (+ convert("RGB") where needed)
@@ -63,7 +70,8 @@ from PIL import Image
 
 import frost
 from frost.bench import common
-from frost.data import DataLoader, DevicePNGList, ImageList
+from frost.data import DataLoader, DevicePNGList, ImageFolder, ImageList
+from frost.data.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
 from frost.data.cifar import CLASSES, seed_png_files
 from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
 from frost.parallel import finish, spawn, split
@@ -108,6 +116,42 @@ def make_png_folder(folder: Path, n: int) -> str:
         spawn(write, split(range(n), os.cpu_count() or 1))
     marker.write_text(origin)
     return origin
+
+
+JPEG_SIZE, JPEG_QUALITY = 224, 90
+JPEG_TRANSFORM = (f"RandomResizedCrop({JPEG_SIZE}), RandomHorizontalFlip(): Pillow's decode and antialiased bilinear "
+                  "resize of a random window, per image in the workers")
+
+
+def make_jpeg_folder(folder: Path, n: int) -> str:
+    """folder/<class>/<index>.jpg for n CIFAR-10 images upscaled to JPEG_SIZE (Pillow's bicubic), JPEG quality
+    JPEG_QUALITY (reused when already complete)."""
+    marker = folder / "SOURCE"
+    if marker.is_file() and sum(1 for _ in folder.glob("*/*.jpg")) == n:
+        return marker.read_text()
+    for old in folder.glob("*/*.jpg"):
+        old.unlink()
+    for stale in (d for d in folder.glob("*") if d.is_dir() and not any(d.iterdir())):
+        stale.rmdir()
+    x, y, origin = source_images(n)
+    for c in sorted(set(y.tolist())):  # the classes that occur: ImageFolder refuses an empty class folder
+        (folder / CLASSES[c]).mkdir(parents=True, exist_ok=True)
+
+    def write(positions: range) -> None:
+        for i in positions:
+            image = Image.fromarray(x[i]).resize((JPEG_SIZE, JPEG_SIZE), Image.BICUBIC)
+            image.save(folder / CLASSES[y[i]] / f"{i}.jpg", quality=JPEG_QUALITY)
+
+    with finish():  # Pillow's resize and JPEG encoder release the GIL
+        spawn(write, split(range(n), os.cpu_count() or 1))
+    origin = f"{origin}, upscaled to {JPEG_SIZE} x {JPEG_SIZE} (bicubic), JPEG quality {JPEG_QUALITY}"
+    marker.write_text(origin)
+    return origin
+
+
+def jpeg_dataset(folder: Path) -> ImageFolder:
+    """The JPEG folder with the ImageNet-style training transform (JPEG_TRANSFORM)."""
+    return ImageFolder(folder, transform=Compose([RandomResizedCrop(JPEG_SIZE), RandomHorizontalFlip()]))
 
 
 def pillow_decode(path) -> np.ndarray:
@@ -217,18 +261,25 @@ def main(argv=None) -> dict:
     p.add_argument("--no-torch-pillow", action="store_true", help="skip the PyTorch row with plain Pillow decoding")
     p.add_argument("--no-gpu", action="store_true", help="skip the rows that deliver batches on the GPU")
     p.add_argument("--strategies", action="store_true", help="time raw decode strategies in plain threads instead")
+    p.add_argument("--jpeg", action="store_true",
+                   help="an ImageFolder of 224 x 224 JPEGs with RandomResizedCrop and flips instead of the PNGs")
     p.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = p.parse_args(argv)
 
-    folder = args.dir or Path(tempfile.gettempdir()) / f"frost-cifar10-png-{args.n}"
-    origin = make_png_folder(folder, args.n)
-    files, labels = seed_png_files(folder / "train")
-    if args.strategies:
-        return run_strategies(args, files, origin, folder)
-    ds = ImageList(files, labels)
-    pillow_ds = PillowImageList(files, labels)
+    kind = "jpeg" if args.jpeg else "png"
+    folder = args.dir or Path(tempfile.gettempdir()) / f"frost-cifar10-{kind}-{args.n}"
+    if args.jpeg:
+        origin = make_jpeg_folder(folder, args.n)
+        ds = pillow_ds = jpeg_dataset(folder)
+        args.no_torch_pillow, args.no_gpu = True, True   # Pillow is the decoder already; no GPU JPEG path yet
+    else:
+        origin = make_png_folder(folder, args.n)
+        files, labels = seed_png_files(folder / "train")
+        if args.strategies:
+            return run_strategies(args, files, origin, folder)
+        ds, pillow_ds = ImageList(files, labels), PillowImageList(files, labels)
     workers = [int(w) for w in args.threads.split(",")]
-    print(f"{len(ds)} PNGs from {origin} in {folder}; batch {args.batch}; {os.cpu_count()} CPUs; "
+    print(f"{len(ds)} {kind.upper()}s from {origin} in {folder}; batch {args.batch}; {os.cpu_count()} CPUs; "
           f"Python {platform.python_version()}")
     print(f"images/s: median of {args.repeats} epochs after the first, read by one loader (steady state); the "
           f"first epoch's seconds are printed apart. " + (
@@ -240,7 +291,7 @@ def main(argv=None) -> dict:
     inline = timed_epochs(frost_loader(ds, args.batch, 0), len(ds), args.repeats)
     print(f"frost, loading in the calling thread: {inline['rate']:,.0f} images/s")
     frost_gpu, torch_gpu = gpu_rows_available(args)
-    gpu_ds = DevicePNGList(files, labels) if frost_gpu else None
+    gpu_ds = DevicePNGList(ds.paths, ds.targets) if frost_gpu else None
     if frost_gpu:
         one_epoch(frost_loader(gpu_ds, args.batch, 1, device="cuda"), sync=cuda_sync)  # load the kernels
     print("delivered: frost threads/processes, torch, torch+Pillow: uint8 batches in host memory; "
@@ -254,7 +305,8 @@ def main(argv=None) -> dict:
     if not args.no_torch:
         import torch
         versions["torch"] = torch.__version__
-    result = {"benchmark": "loader", "images": len(ds), "source": origin, "batch_size": args.batch,
+    result = {"benchmark": "loader", "images": len(ds), "format": kind, "source": origin, "batch_size": args.batch,
+              "transform": JPEG_TRANSFORM if args.jpeg else "none (the decoded 32 x 32 images)",
               "repeats": args.repeats, "persistent_workers": args.persistent,
               "timing": "images/s over the median of the epochs after the first, one loader per path and worker "
                         "count; *_first_epoch_s: the first epoch (workers' start-up, caches)",
