@@ -19,13 +19,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
+from frost import dispatch
 from frost.backend import cpu, cuda
 from frost.dtype import to_dtype
 from frost.kernel import Array, bdx, bf16, bx, f32, i32, i64, kernel, tx, u8
 from frost.tensor import Tensor
 
 __all__ = ["ToFloat", "Normalize", "RandomCrop", "RandomHorizontalFlip", "Compose", "Resize", "CenterCrop",
-           "RandomResizedCrop", "resized_crop",
+           "RandomResizedCrop", "resized_crop", "resized_crops",
            "crop", "hflip", "to_float", "normalize", "augment", "draw_augment_gpu"]
 
 
@@ -182,6 +183,18 @@ def resized_crop(image: np.ndarray, top: int, left: int, height: int, width: int
     pil = Image.fromarray(image[:, :, 0] if squeeze else image)
     out = np.asarray(pil.resize((size[1], size[0]), Image.BILINEAR, box=(left, top, left + width, top + height)))
     return out[:, :, None] if squeeze else out
+
+
+def resized_crops(images: Sequence, boxes: Sequence, size: tuple[int, int], flips: Sequence) -> Any:
+    """(N, h, w, C) uint8: image i's (top, left, height, width) window boxes[i] resized to size, mirrored where
+    flips[i]; for images on the GPU one batch by the acceleration layer's kernels ("resized_crops"), the same bits."""
+    if len(images) == 0 or len(boxes) != len(images) or len(flips) != len(images):
+        raise ValueError(f"resized_crops: {len(images)} images, {len(boxes)} boxes and {len(flips)} flips; expected "
+                         f"one box and one flip per image, at least one image")
+    fast = dispatch.lookup("resized_crops", images[0], images, boxes, size, flips)
+    if fast is not None:
+        return fast(images[0], images, boxes, size, flips)
+    return hflip(np.stack([resized_crop(image, *box, size) for image, box in zip(images, boxes)]), np.asarray(flips))
 
 
 class Resize:

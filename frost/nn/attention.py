@@ -42,21 +42,13 @@ class MultiheadAttention(Module):
         self.dropout = dropout
         self.batch_first = batch_first
         self.head_dim = embed_dim // num_heads
-        kw = dict(device=device, dtype=dtype)
-        if self._qkv_same_embed_dim:
-            self.in_proj_weight = Parameter(empty((3 * embed_dim, embed_dim), **kw))
-            self.register_parameter("q_proj_weight", None)
-            self.register_parameter("k_proj_weight", None)
-            self.register_parameter("v_proj_weight", None)
-        else:
-            self.q_proj_weight = Parameter(empty((embed_dim, embed_dim), **kw))
-            self.k_proj_weight = Parameter(empty((embed_dim, self.kdim), **kw))
-            self.v_proj_weight = Parameter(empty((embed_dim, self.vdim), **kw))
-            self.register_parameter("in_proj_weight", None)
-        if bias:
-            self.in_proj_bias = Parameter(empty((3 * embed_dim,), **kw))
-        else:
-            self.register_parameter("in_proj_bias", None)
+        kw, same = dict(device=device, dtype=dtype), self._qkv_same_embed_dim
+        for name, shape, wanted in (("in_proj_weight", (3 * embed_dim, embed_dim), same),
+                                    ("q_proj_weight", (embed_dim, embed_dim), not same),
+                                    ("k_proj_weight", (embed_dim, self.kdim), not same),
+                                    ("v_proj_weight", (embed_dim, self.vdim), not same),
+                                    ("in_proj_bias", (3 * embed_dim,), bias)):
+            self.register_parameter(name, Parameter(empty(shape, **kw)) if wanted else None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **kw)
         self.bias_k = self.bias_v = None
         self.add_zero_attn = add_zero_attn
