@@ -447,7 +447,8 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
                 raise RuntimeError(f"backward: trying to go through the graph of '{node.name}' a second time; "
                                    f"pass retain_graph=True to the first backward()")
             _check_versions(node)
-            in_grads = node.backward(g)
+            so_far = _gradients_so_far(node, grads) if leads is None else None
+            in_grads = node.backward(g) if so_far is None else node.backward(g, so_far)
             parents = node.parents
             if not retain_graph:
                 # free the graph as we go, as PyTorch does: the closure's saved arrays, and the links to the
@@ -468,6 +469,17 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
                 k = id(p)
                 # out of place: grads[k] may be a claimed .grad buffer, which must keep its own contribution
                 grads[k] = pg if k not in grads else _combine(grads[k], pg, p)
+
+
+def _gradients_so_far(node, grads: dict) -> list | None:
+    """For a backward that adds its inputs' gradients to theirs so far (`adds_to_gradients`, LayerNorm's on a residual
+    stream: one pass instead of a second one summing them), each non-leaf parent's plain gradient so far, taken out
+    of `grads` (the backward's answer includes it), else None."""
+    if not getattr(node.backward, "adds_to_gradients", False):
+        return None
+    plain = [id(p) in grads and type(grads[id(p)]) is type(p.data) and p._ctx is not None and not p._retains_grad
+             and not p.__dict__.get("_grad_hooks") and not _holds_claim(grads[id(p)]) for p in node.parents]
+    return [grads.pop(id(p)) if take else None for p, take in zip(node.parents, plain)]
 
 
 # ---------------------------------------------------------------- higher-order gradients (create_graph=True)

@@ -6,6 +6,8 @@ import os
 
 from frost import dispatch
 from frost.autocast import current as autocast_dtype, keep_copy
+from frost.autograd import sum_of_gradients
+from frost.ops.elementwise import keep_branch_gradient
 from frost.dtype import bfloat16
 from frost.layout import data_ptr
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
@@ -38,6 +40,8 @@ LN_WARP_ROWS_THREADS = 256   # the vec8 backward: 8 warps a block, a warp per ro
 LN_WARP_ROWS_MAX_CHUNKS = 8  # 8-column chunks a lane owns (K) in the vec8 backward: rows up to 2048 wide
 # float32 rows under autocast: the forward writes the 16-bit copy the next linear layer casts; =0 leaves it to a cast
 AUTOCAST_COPY = os.environ.get("FROST_LN_AUTOCAST_COPY", "1") != "0"
+# the backward adds x's gradient so far (a residual stream's) in its own pass; =0 leaves the sum to the autograd
+ADDS_TO_GRADIENTS = os.environ.get("FROST_LN_ADDS_GRADIENTS", "1") != "0"
 
 
 @device
@@ -202,18 +206,20 @@ def _dxhat_chunk_for(load8):
     return _dxhat_chunk
 
 
-def _backward_kernel_vec8(T):
+def _backward_kernel_vec8(T, H=bf16):
     # the 8 values of a chunk move in one 16-byte access of 16-bit rows, in two of float32 ones
     load8, store8_of = (load8_f32_into, store8_f32_from) if T is f32 else (load8_into, store8_from)
     _dxhat_chunk = _dxhat_chunk_for(load8)
 
     @kernel
     def layer_norm_backward_vec8(g: Array[T], x: Array[T], w: Array[T], mean: Array[f32], rstd: Array[f32],
-                                 dx: Array[T], part_dw: Array[f32], part_db: Array[f32], n: i32, C: i32,
-                                 K: Const[int], WEIGHT: Const[bool], RMS: Const[bool]):
+                                 dx: Array[T], so_far: Array[T], copy: Array[H], part_dw: Array[f32],
+                                 part_db: Array[f32], n: i32, C: i32, K: Const[int], WEIGHT: Const[bool],
+                                 RMS: Const[bool], ADD: Const[bool] = False, COPY: Const[bool] = False):
         """layer_norm_backward of rows of a multiple of 8 values (16-byte aligned arrays): warp `warp`
         takes rows bx * 8 + warp, then gdx * 8 further; lane l owns columns 8 (l + 32 k) ... + 7, k < K. part_dw[bx,
-        c] and part_db[bx, c] are the block's sums over its rows, its 8 warps added in order."""
+        c] and part_db[bx, c] are the block's sums over its rows, its 8 warps added in order. With ADD, dx is x's
+        gradient so far (so_far) plus this one, added in float32; with COPY, also rounded once into `copy`."""
         sums = shared(f32, (8, 256))
         xv = local(f32, 8)
         gv = local(f32, 8)
@@ -247,7 +253,13 @@ def _backward_kernel_vec8(T):
                     _dxhat_chunk(xv, gv, wv, w, x, g, base, c, m, s, WEIGHT)
                     for e in static_range(8):
                         xv[e] = (wv[e] - mean_d - xv[e] * mean_dx) * s
+                    if ADD:
+                        load8(gv, so_far, base + c)
+                        for e in static_range(8):
+                            xv[e] = xv[e] + gv[e]
                     store8_of(dx, base + c, xv)
+                    if COPY:
+                        store8_from(copy, base + c, xv)
         for k in static_range(K):
             _block_partial(sums, dw, part_dw, k, C)
             _block_partial(sums, db, part_db, k, C)
@@ -362,6 +374,8 @@ def _vec8_kernels(T) -> dict:
 LN_KERNELS = {name: dict(forward=_forward_kernel(T), backward=_backward_kernel(T), param_grads=_param_grads_kernel(T),
                          **_vec8_kernels(T))
               for name, T in (("float32", f32), ("bfloat16", bf16), ("float16", f16))}
+# float32 rows' backward by the dtype of the 16-bit copy of its sum it may write (bfloat16's also when it writes none)
+LN_BACKWARD_VEC8 = {"bfloat16": LN_KERNELS["float32"]["backward_vec8"], "float16": _backward_kernel_vec8(f32, f16)}
 layer_norm_forward = LN_KERNELS["float32"]["forward"]
 layer_norm_backward = LN_KERNELS["float32"]["backward"]
 layer_norm_param_grads = LN_KERNELS["float32"]["param_grads"]
@@ -422,21 +436,21 @@ def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Te
         forward[grid](xa, w, b, out, mean, rstd, n, C, eps, **flags)
     parents = [t for t in (x, weight, bias) if t is not None]
 
-    def backward(g):
+    def backward(g, so_far=(None,)):
         g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)
         dx = xp.empty_like(xa)
         warp_rows = (C % 8 == 0 and moves_16_bytes(C, xa.dtype.itemsize, g, xa, dx, params[0])
                      and cdiv(C, 8) <= 32 * LN_WARP_ROWS_MAX_CHUNKS)
         if warp_rows:
-            blocks, K = ln_backward_vec8_plan(n, C)
-            kernel, threads = kernels["backward_vec8"], LN_WARP_ROWS_THREADS
+            dx, part_dw, part_db, blocks = _backward_warp_rows(xp, g, xa, w, mean, rstd, dx, so_far[0], x, n, C,
+                                                               flags["WEIGHT"], rms)
         else:
             blocks, threads, K = ln_backward_plan(n, C)
-            kernel = kernels["backward"]
-        part_dw, part_db = xp.empty(blocks * C, xp.float32), xp.empty(blocks * C, xp.float32)
-        kernel[blocks, threads](g, xa, w, mean, rstd, dx, part_dw, part_db, n, C, K=K, WEIGHT=flags["WEIGHT"],
-                                RMS=rms)
-        grads = [dx.reshape(x.shape)]
+            part_dw, part_db = xp.empty(blocks * C, xp.float32), xp.empty(blocks * C, xp.float32)
+            kernels["backward"][blocks, threads](g, xa, w, mean, rstd, dx, part_dw, part_db, n, C, K=K,
+                                                 WEIGHT=flags["WEIGHT"], RMS=rms)
+            dx = dx.reshape(x.shape) if so_far[0] is None else sum_of_gradients(so_far[0], dx.reshape(x.shape))
+        grads = [dx]
         if weight is None and bias is None:
             return grads
         unused = xp.empty(1, xa.dtype)  # stands in for a gradient not asked for (not written)
@@ -448,10 +462,45 @@ def _normalize(op: str, x: Tensor, shape: tuple, weight: Tensor | None, bias: Te
         grads += [db.reshape(bias.shape)] if bias is not None else []
         return grads
 
+    backward.adds_to_gradients = ADDS_TO_GRADIENTS
     result = from_op(out.reshape(x.shape), parents, backward, op)
     if copy is not None:
         keep_copy(result, copy.reshape(x.shape))
     return result
+
+
+def _backward_warp_rows(xp, g, xa, w, mean, rstd, dx, so_far, x: Tensor, n: int, C: int, weight: bool,
+                        rms: bool) -> tuple:
+    """(x's gradient, the parameters' partials, blocks) by layer_norm_backward_vec8, x's gradient so far (or None)
+    added in the same pass when it is a float32 array like x; where x is a residual stream's sum with a 16-bit
+    branch, that sum also rounded into the branch's dtype and kept for the add's backward (keep_branch_gradient)."""
+    add = (so_far is not None and xa.dtype == xp.float32 and so_far.shape == x.shape and so_far.dtype == xa.dtype
+           and so_far.flags.c_contiguous and data_ptr(so_far) % 16 == 0)
+    branch_tensor = _branch_of(x) if add else None
+    branch = None if branch_tensor is None else branch_tensor.data.dtype
+    blocks, K = ln_backward_vec8_plan(n, C)
+    part_dw, part_db = xp.empty(blocks * C, xp.float32), xp.empty(blocks * C, xp.float32)
+    copy = xp.empty(xa.shape, branch) if branch is not None else None
+    kernel = LN_BACKWARD_VEC8["float16" if branch is not None and str(branch) == "float16" else "bfloat16"] \
+        if xa.dtype == xp.float32 else LN_KERNELS[str(xa.dtype)]["backward_vec8"]
+    kernel[blocks, LN_WARP_ROWS_THREADS](g, xa, w, mean, rstd, dx, so_far.reshape(-1) if add else dx,
+                                         copy if copy is not None else xp.empty(8, bfloat16.np), part_dw, part_db, n,
+                                         C, K=K, WEIGHT=weight, RMS=rms, ADD=add, COPY=copy is not None)
+    dx = dx.reshape(x.shape)
+    if so_far is not None and not add:
+        dx = sum_of_gradients(so_far, dx)
+    if copy is not None:
+        keep_branch_gradient(branch_tensor, dx, copy.reshape(x.shape))
+    return dx, part_dw, part_db, blocks
+
+
+def _branch_of(x: Tensor) -> Tensor | None:
+    """The 16-bit branch that the one-pass add making x joined to a float32 residual stream, else None."""
+    node = x._ctx
+    if node is None or node.name != "add" or not getattr(node.backward, "takes_gradient_pairs", False):
+        return None
+    narrow = [p for p in node.parents if p.shape == x.shape and str(p.data.dtype) in ("bfloat16", "float16")]
+    return narrow[0] if len(narrow) == 1 else None
 
 
 def _fits_layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, *, shape: tuple) -> bool:

@@ -14,7 +14,38 @@ def _check_module(module, where: str) -> None:
         raise TypeError(f"{where}: {type(module).__name__} is not a Module subclass")
 
 
-class Sequential(Module):
+def _renumbered(container: Module, modules: list) -> None:
+    """The container's modules replaced by `modules`, named 0, 1, ... again (PyTorch renumbers after a removal)."""
+    container._modules.clear()
+    for i, m in enumerate(modules):
+        container._modules[str(i)] = m
+
+
+class _Indexed(Module):
+    """What Sequential and ModuleList share: modules addressed by position (negative ones from the end)."""
+
+    def _index(self, idx: int) -> str:
+        n = len(self)
+        idx = operator.index(idx)
+        if not -n <= idx < n:
+            raise IndexError(f"index {idx} is out of range for {type(self).__name__} of length {n}")
+        return list(self._modules)[idx % n]
+
+    def __setitem__(self, idx: int, module: Module) -> None:
+        setattr(self, self._index(idx), module)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> "_Indexed":
+        self.add_module(str(len(self)), module)
+        return self
+
+
+class Sequential(_Indexed):
     """Modules called in order, each on the previous one's output: Sequential(a, b) or Sequential(OrderedDict)."""
 
     def __init__(self, *args) -> None:
@@ -26,40 +57,16 @@ class Sequential(Module):
             for i, module in enumerate(args):
                 self.add_module(str(i), module)
 
-    def _index(self, idx: int) -> str:
-        n = len(self)
-        idx = operator.index(idx)
-        if not -n <= idx < n:
-            raise IndexError(f"index {idx} is out of range for {type(self).__name__} of length {n}")
-        return list(self._modules)[idx % n]
-
     def __getitem__(self, idx):
         if isinstance(idx, slice):
             return type(self)(OrderedDict(list(self._modules.items())[idx]))
         return self._modules[self._index(idx)]
 
-    def __setitem__(self, idx: int, module: Module) -> None:
-        setattr(self, self._index(idx), module)
-
     def __delitem__(self, idx) -> None:
         keys = list(self._modules)[idx] if isinstance(idx, slice) else [self._index(idx)]
         for k in keys:
             del self._modules[k]
-        # renumber, as PyTorch does, so that indices stay 0..n-1
-        items = list(self._modules.items())
-        self._modules.clear()
-        for i, (_, m) in enumerate(items):
-            self._modules[str(i)] = m
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def append(self, module: Module) -> "Sequential":
-        self.add_module(str(len(self)), module)
-        return self
+        _renumbered(self, list(self._modules.values()))
 
     def extend(self, modules: Iterable[Module]) -> "Sequential":
         for m in modules:
@@ -73,9 +80,7 @@ class Sequential(Module):
             raise IndexError(f"Index out of range: {index}")
         items.insert(index if index >= 0 else index + n, module)
         _check_module(module, "Sequential.insert")
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self.add_module(str(i), m)
+        _renumbered(self, items)
         return self
 
     def forward(self, x):
@@ -84,7 +89,7 @@ class Sequential(Module):
         return x
 
 
-class ModuleList(Module):
+class ModuleList(_Indexed):
     """A list of modules whose parameters are registered (named 0, 1, ...); it has no forward."""
 
     def __init__(self, modules: Iterable[Module] | None = None) -> None:
@@ -92,20 +97,10 @@ class ModuleList(Module):
         if modules is not None:
             self.extend(modules)
 
-    def _index(self, idx: int) -> str:
-        n = len(self)
-        idx = operator.index(idx)
-        if not -n <= idx < n:
-            raise IndexError(f"index {idx} is out of range for ModuleList of length {n}")
-        return str(idx % n)
-
     def __getitem__(self, idx):
         if isinstance(idx, slice):
             return type(self)(list(self._modules.values())[idx])
         return self._modules[self._index(idx)]
-
-    def __setitem__(self, idx: int, module: Module) -> None:
-        setattr(self, self._index(idx), module)
 
     def __delitem__(self, idx) -> None:
         items = list(self._modules.values())
@@ -113,22 +108,10 @@ class ModuleList(Module):
             del items[idx]
         else:
             del items[int(self._index(idx))]
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
+        _renumbered(self, items)
 
     def __iadd__(self, modules: Iterable[Module]) -> "ModuleList":
         return self.extend(modules)
-
-    def append(self, module: Module) -> "ModuleList":
-        self.add_module(str(len(self)), module)
-        return self
 
     def extend(self, modules: Iterable[Module]) -> "ModuleList":
         if not hasattr(modules, "__iter__"):
@@ -141,9 +124,7 @@ class ModuleList(Module):
         items = list(self._modules.values())
         items.insert(index, module)
         _check_module(module, "ModuleList.insert")
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self.add_module(str(i), m)
+        _renumbered(self, items)
 
     def __repr__(self) -> str:
         # runs of identical modules print once, as "(0-2): 3 x Linear(...)" (PyTorch's format)

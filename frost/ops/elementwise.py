@@ -164,9 +164,16 @@ def _added_in_one_pass(a, b) -> Tensor | None:
     def backward(g):
         if isinstance(g, GradientPair):  # a residual stream's two contributions: summed once for both operands
             return sum_in_dtypes(g, (a.data.dtype, b.data.dtype))
-        return [_cast(g, t.dtype) for t in (a, b)]
+        kept = [t.__dict__.pop("_gradient_copy", None) for t in (a, b)]   # keep_branch_gradient's
+        return [_cast(g, t.dtype) if k is None or k[0] is not g else k[1] for t, k in zip((a, b), kept)]
     backward.takes_gradient_pairs = True
     return from_op(fast(a.data, b.data, dt.np), (a, b), backward, "add", _binary_derivative(_ADD_DERIVATIVE, (a, b)))
+
+
+def keep_branch_gradient(t: Tensor, g, copy) -> None:
+    """`copy`: gradient g in branch t's dtype, written beside g by a fast path (LayerNorm's backward on a residual
+    stream); the one-pass add that joined t to the stream hands it to t instead of casting g."""
+    t.__dict__["_gradient_copy"] = (g, copy)
 
 
 def sum_in_dtypes(pair: tuple, dtypes: tuple) -> list:

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import frost
 from frost import dispatch
+from frost.accel import add as add_accel
 from frost.accel import cast as cast_accel
 from frost.autocast import kept_copy
 from frost.accel import layer_norm as ln
@@ -271,6 +272,37 @@ def test_a_kept_copy_is_not_used_once_its_tensor_changes(layer_norm_and_casts):
     np.testing.assert_array_equal(z.float().numpy(), y.numpy().astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
+@pytest.mark.parametrize("C", [64, 60])   # the warp-a-row backward adds in its pass; the other one after it
+@pytest.mark.parametrize("branch", ["bfloat16", "float16"])
+def test_the_backward_adds_the_streams_gradient_so_far_as_the_autograd_would(monkeypatch, C, branch):
+    """s = x + h (float32 stream, 16-bit branch) feeds a LayerNorm and, before it, another op: the LayerNorm's
+    backward takes s's gradient so far, adds its own (and writes h's 16-bit copy of the sum, which the add's backward
+    takes), the same bits as the autograd summing the two and casting; a 60-wide row adds after its kernel."""
+    launched = simulate_only(monkeypatch, ("layer_norm", ln._fits_layer_norm, ln.layer_norm_kernels),
+                             ("add", add_accel.applies, add_accel.add_kernels),
+                             ("cast", cast_accel.applies, cast_accel.cast_kernels))
+    rng = np.random.default_rng(C)
+    x0, h0, k = (rng.standard_normal((6, C)).astype(np.float32) for _ in range(3))
+    results, backward_kernels = [], []
+    for adds in (True, False):
+        monkeypatch.setattr(ln, "ADDS_TO_GRADIENTS", adds)
+        x = frost.tensor(x0, requires_grad=True)
+        h = frost.tensor(h0.astype(frost.dtype.to_dtype(branch).np), requires_grad=True)
+        s = x + h
+        out = s.exp() * frost.tensor(k) + layer_norm(s, (C,))
+        start = len(launched)
+        out.backward(frost.tensor(k))
+        results.append((x.grad.numpy(), h.grad.numpy()))
+        backward_kernels.append(launched[start:])
+    for got, want in zip(*results):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    adding, summing = backward_kernels
+    # the autograd's sum of s's two gradients; with LayerNorm adding, none (a 60-wide row: LayerNorm's own, after)
+    assert adding.count("add_vec8") == (C == 60) and summing.count("add_vec8") == 1
+    assert adding.count("cast_from_f32") == (C == 60) and summing.count("cast_from_f32") == 1   # h's, if no copy
+
+
 @pytest.mark.parametrize("C", [1, 5, 384, 768, 1024, 1600, 4097, ln.LN_MAX_WIDTH])
 def test_backward_plan_covers_the_row(C):
     blocks, threads, K = ln.ln_backward_plan(10_000, C)
@@ -309,6 +341,7 @@ SPECS += [(kernels["param_grads"], dict(WEIGHT=w, BIAS=b)) for kernels in ln.LN_
 SPECS += [(ln.layer_norm_forward_vec4, dict(WEIGHT=w, BIAS=b, RMS=r)) for w in (False, True) for b in (False, True)
           for r in (False, True)]
 SPECS += [(kernel, dict(WEIGHT=True, BIAS=True, RMS=False, COPY=True)) for kernel in ln.LN_FORWARD_VEC4.values()]
+SPECS += [(kernel, dict(K=3, WEIGHT=True, RMS=False, ADD=True, COPY=True)) for kernel in ln.LN_BACKWARD_VEC8.values()]
 SPECS += [(kernels["backward"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in ln.LN_KERNELS.values()
           for k in (1, 4, ln.LN_MAX_PER_THREAD) for w in (False, True) for r in (False, True)]
 HALF_KERNELS = [ln.LN_KERNELS["bfloat16"], ln.LN_KERNELS["float16"]]

@@ -1,7 +1,8 @@
 """A GPT step under autocast with the acceleration layer's LayerNorm, cast and add kernels (in the simulator, products
 and attention on NumPy): the 16-bit copies and casts a transformer block used to make are gone (LayerNorm writes the
-copy its linear layer reads, the linear layer hands LayerNorm a float32 gradient, the residual stream's two gradients
-are summed once for both operands of its add), and the step still matches the reference path."""
+copy its linear layer reads, the linear layer hands LayerNorm a float32 gradient, LayerNorm's backward adds the
+residual stream's gradient so far and writes the branch's bf16 copy of the sum, or else the stream's two gradients are
+summed once for both operands of its add), and the step still matches the reference path."""
 import numpy as np
 import pytest
 
@@ -38,7 +39,12 @@ def _step(idx, targets) -> tuple:
     return loss.item(), {name: p.grad.numpy() for name, p in model.named_parameters()}
 
 
-def test_a_gpt_step_makes_no_16_bit_copies_of_activations_and_matches_the_reference(transformer_kernels):
+@pytest.mark.parametrize("layer_norm_adds", [True, False])
+def test_a_gpt_step_makes_no_16_bit_copies_of_activations_and_matches_the_reference(transformer_kernels, monkeypatch,
+                                                                                     layer_norm_adds):
+    """layer_norm_adds: LayerNorm's backward adds the residual stream's gradient so far and writes the bf16 branch's
+    copy of the sum (the default); else the stream's two gradients reach its add as a pair (sum_in_dtypes)."""
+    monkeypatch.setattr(ln, "ADDS_TO_GRADIENTS", layer_norm_adds)
     rng = np.random.default_rng(0)
     idx, targets = rng.integers(0, 64, (2, 16)), rng.integers(0, 64, (2, 16))
     loss, grads = _step(idx, targets)
@@ -48,9 +54,12 @@ def test_a_gpt_step_makes_no_16_bit_copies_of_activations_and_matches_the_refere
     # block's branch gradient: no LayerNorm output is cast, no branch gradient of a summed stream
     assert transformer_kernels.count("cast_from_f32") == 8 * layers + 1 + 2
     assert transformer_kernels.count("cast_to_f32") == 1   # the logits, for the loss in float32
-    # the stream after each block's add but the last gets two gradients: summed once for the float32 stream and
-    # its bf16 branch (the embeddings' sum is a broadcasting add: its two gradients are one add kernel)
-    assert transformer_kernels.count("add_in_two_dtypes_vec8") == 2 * layers - 1
+    # the stream after each block's add but the last gets two gradients: LayerNorm's backward adds the first, or they
+    # are summed once for the stream and its bf16 branch (the embeddings' sum is a broadcasting add: one add kernel)
+    pairs = 0 if layer_norm_adds else 2 * layers - 1
+    assert transformer_kernels.count("add_in_two_dtypes_vec8") == pairs
+    # the blocks' forward adds, the tied embedding's two gradients, and without LayerNorm's adds the embeddings' sum's
+    assert transformer_kernels.count("add_vec8") == 2 * layers + 1 + (0 if layer_norm_adds else 1)
     dispatch._table.clear()
     ref_loss, ref_grads = _step(idx, targets)
     assert abs(loss - ref_loss) < 1e-6 * abs(ref_loss)
@@ -61,11 +70,24 @@ def test_a_gpt_step_makes_no_16_bit_copies_of_activations_and_matches_the_refere
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(), err_msg=name)
 
 
+def test_layer_norms_sums_are_the_pairs_bit_for_bit(transformer_kernels, monkeypatch):
+    rng = np.random.default_rng(1)
+    idx, targets = rng.integers(0, 64, (2, 16)), rng.integers(0, 64, (2, 16))
+    results = []
+    for adds in (True, False):
+        monkeypatch.setattr(ln, "ADDS_TO_GRADIENTS", adds)
+        results.append(_step(idx, targets))
+    assert results[0][0] == results[1][0]
+    for name, want in results[1][1].items():
+        np.testing.assert_array_equal(results[0][1][name], want, err_msg=name)
+
+
 def _gpu_step(idx, targets, monkeypatch, fused: bool) -> tuple:
     """_step on the GPU with every fast path registered, the fusions on or off; also the kernels launched."""
     launched, launch = [], Kernel.__getitem__
     monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: launched.append(self.__name__) or launch(self, cfg))
     monkeypatch.setattr(ln, "AUTOCAST_COPY", fused)
+    monkeypatch.setattr(ln, "ADDS_TO_GRADIENTS", fused)
     frost.manual_seed(0)
     model = GPT(CONFIG).to("cuda")
     with dispatch.disabled(*(() if fused else ("sum_in_dtypes",))), frost.autocast(frost.bfloat16):
@@ -83,7 +105,8 @@ def test_on_the_gpu_the_fusions_launch_fewer_kernels_for_the_same_step(monkeypat
     loss, grads, launched = _gpu_step(idx, targets, monkeypatch, fused=True)
     ref_loss, ref_grads, ref_launched = _gpu_step(idx, targets, monkeypatch, fused=False)
     layers = CONFIG.n_layer
-    assert launched.count("add_in_two_dtypes_vec8") == 2 * layers - 1 and "add_in_two_dtypes_vec8" not in ref_launched
+    assert "add_in_two_dtypes_vec8" not in launched + ref_launched   # LayerNorm adds, or sum and cast
+    assert ref_launched.count("add_vec8") - launched.count("add_vec8") == 2 * layers   # the stream's sums
     assert launched.count("cast_to_f32") <= 1   # the logits' at most: no gradient reaching a LayerNorm is widened
     assert ref_launched.count("cast_from_f32") - launched.count("cast_from_f32") == (2 * layers + 1) + (2 * layers - 1)
     assert loss == pytest.approx(ref_loss, rel=1e-6)
