@@ -7,12 +7,12 @@ import os
 from frost import dispatch
 from frost.autocast import current as autocast_dtype, keep_copy
 from frost.autograd import sum_of_gradients
-from frost.ops.elementwise import keep_branch_gradient
 from frost.dtype import bfloat16
 from frost.layout import data_ptr
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
                           load4, load8_f32_into, load8_into, local, shared, sqrt, static_range, store4,
                           store8_f32_from, store8_from, syncthreads, tx, warp, warp_sum)
+from frost.ops.elementwise import keep_branch_gradient
 from frost.tensor import Tensor, from_op
 
 # A transformer normalizes rows of C = 384 ... 1600 values some B*T = 16k times per layer; the reference path
@@ -29,7 +29,10 @@ from frost.tensor import Tensor, from_op
 # and dout are read twice (the second time from L1) rather than held, and the warps' dweight/dbias partials are
 # added in shared memory in warp order at the end. No float atomics and a grid that depends only on the shape:
 # repeated runs are bit-identical. Nothing reads back to the host, so a step can be captured in a CUDA graph.
-# RMSNorm is the same kernels without the mean (RMS: Const[bool]).
+# RMSNorm is the same kernels without the mean (RMS: Const[bool]). In a pre-LayerNorm transformer under autocast
+# the input is the float32 residual stream and the output goes to a linear layer in bf16: the forward also writes
+# that bf16 copy (COPY), and the backward adds the stream's gradient so far and writes the sum's copy for the
+# branch joined to the stream (ADD, COPY): the casts and sums around a LayerNorm take no passes of their own.
 
 LN_FORWARD_THREADS = 256   # threads per block of the forward: a warp per row, 8 rows per block
 LN_BACKWARD_BLOCKS = 512   # blocks of the backward at most (each loops over rows bx, bx + gdx, ...); all resident
