@@ -108,15 +108,23 @@ def add_bias_kernels(out, bias):
     return out
 
 
+def row_chunks(rows: int) -> tuple[int, int]:
+    """(rows a chunk, chunks) of the column sums of `rows` rows: SUM_ROWS_CHUNK, longer where the grid would not fit."""
+    chunk = max(SUM_ROWS_CHUNK, cdiv(rows, MAX_CHUNKS))
+    return chunk, cdiv(rows, chunk)
+
+
 @dispatch.register("sum_rows", device="cuda", dtypes=tuple(TYPES), layouts=("contiguous",), applies=sums_rows)
-def sum_rows_kernels_call(a, dtype, out=None):
-    """a.sum(axis=0) in dtype (into `out` when given) by sum_rows_partial and sum_rows_finalize."""
+def sum_rows_kernels_call(a, dtype, out=None, partials=None):
+    """a.sum(axis=0) in dtype (into `out` when given) by sum_rows_partial and sum_rows_finalize; given `partials`
+    (row_chunks' chunks' float32 sums, as sum_rows_partial makes them), the finalize only."""
     rows, cols = a.shape
     out = type(a)(cols, dtype=dtype) if out is None else out
-    chunk = max(SUM_ROWS_CHUNK, cdiv(rows, MAX_CHUNKS))
-    parts = cdiv(rows, chunk)
-    part = type(a)(parts * cols, dtype=np.float32)
+    chunk, parts = row_chunks(rows)
     partial, finalize = sum_rows_kernels(str(a.dtype), str(np.dtype(dtype)))
-    partial[(cdiv(cols // 8, SUM_ROWS_THREADS), parts), SUM_ROWS_THREADS](a.reshape(-1), part, rows, cols, chunk)
-    finalize[cdiv(32 * cols, SUM_ROWS_THREADS), SUM_ROWS_THREADS](part, out, parts, cols)
+    if partials is None or partials.size != parts * cols:
+        partials = type(a)(parts * cols, dtype=np.float32)
+        partial[(cdiv(cols // 8, SUM_ROWS_THREADS), parts), SUM_ROWS_THREADS](a.reshape(-1), partials, rows, cols,
+                                                                              chunk)
+    finalize[cdiv(32 * cols, SUM_ROWS_THREADS), SUM_ROWS_THREADS](partials, out, parts, cols)
     return out

@@ -3,9 +3,11 @@ frost.dispatch as gelu's fast path. The reference math, and the op that asks for
 import math
 
 from frost import dispatch
+from frost.accel.bias import SUM_ROWS_THREADS, row_chunks
 from frost.layout import data_ptr
-from frost.kernel import Array, Const, bdx, bf16, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, \
-    load8_into, local, static_range, store4, store8_from, tanh, tx
+from frost.kernel import Array, Const, bdx, bf16, by, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, \
+    load8_into, load8_of, local, static_range, store4, store8_f32_from, store8_from, store8_of, tanh, tx
+from frost.ops.matmul import keep_column_sums
 from frost.tensor import Tensor, from_op
 
 # The reference path makes half a dozen full-size temporaries per direction (and widens bf16 to float32 in memory);
@@ -121,7 +123,38 @@ def _kernels_vec8(T):
     return gelu_forward_vec8, gelu_backward_vec8
 
 
+def _backward_sum_rows_kernel(T):
+    load8, store8 = load8_of(T), store8_of(T)
+
+    @kernel
+    def gelu_backward_sum_rows(g: Array[T], x: Array[T], dx: Array[T], part: Array[f32], rows: i32, cols: i32,
+                               chunk: i32, TANH: Const[bool]):
+        """gelu_backward of (rows, cols) arrays, 8 columns of the rows of chunk `by` a thread (sum_rows_partial's
+        grid), and part[by, c:c + 8] the float32 sums of those columns of dx as stored: the bias gradient's
+        partial sums of the linear layer that made x, as sum_rows_partial would read them from dx."""
+        c = (bx * bdx + tx) * 8
+        if c < cols:
+            acc = local(f32, 8)
+            v = local(f32, 8)
+            d = local(f32, 8)
+            for e in static_range(8):
+                acc[e] = 0.0
+            first = by * chunk
+            for r in range(first, min(first + chunk, rows)):
+                load8(v, x, r * cols + c)
+                load8(d, g, r * cols + c)
+                for e in static_range(8):
+                    d[e] = d[e] * _gelu_slope(v[e], TANH)
+                store8(dx, r * cols + c, d)
+                for e in static_range(8):
+                    acc[e] += f32(T(d[e]))
+            store8_f32_from(part, by * cols + c, acc)
+    return gelu_backward_sum_rows
+
+
 GELU_KERNELS = {name: _kernels(T) for name, T in (("float32", f32), ("bfloat16", bf16), ("float16", f16))}
+GELU_SUM_ROWS_KERNELS = {name: _backward_sum_rows_kernel(T) for name, T in (("float32", f32), ("bfloat16", bf16),
+                                                                           ("float16", f16))}
 gelu_forward, gelu_backward = GELU_KERNELS["float32"]
 # the 16-byte kernels per dtype: (values a thread, forward, backward)
 GELU_VECTOR_KERNELS = {"float32": (4, gelu_forward_vec4, gelu_backward_vec4),
@@ -135,6 +168,16 @@ def _launch(scalar, vector, per_thread: int, *arrays, n: int, tanh_form: bool) -
         vector[cdiv(n, per_thread * GELU_THREADS), GELU_THREADS](*arrays, n, TANH=tanh_form)
     else:
         scalar[cdiv(n, GELU_THREADS), GELU_THREADS](*arrays, n, TANH=tanh_form)
+
+
+def _linear_bias_of(x: Tensor, *arrays) -> Tensor | None:
+    """The bias of the linear layer whose output x is, where the backward can make its gradient's column sums too:
+    rows a multiple of 8 wide, 16-byte aligned arrays; else None."""
+    node = x._ctx
+    if node is None or node.name != "linear" or len(node.parents) != 3 or x.ndim < 2:
+        return None
+    fits = x.shape[-1] % 8 == 0 and all(data_ptr(a) % 16 == 0 for a in arrays) and 32 * x.shape[-1] < 2**31
+    return node.parents[2] if fits and node.parents[2].requires_grad else None
 
 
 def _fits_kernels(x: Tensor, *, approximate: str) -> bool:
@@ -159,7 +202,17 @@ def gelu_kernels(x: Tensor, approximate: str) -> Tensor:
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)
         dx = xp.empty_like(xa)
-        _launch(backward_kernel, backward_vector, per_thread, g, xa, dx, n=n, tanh_form=tanh_form)
-        return (dx.reshape(x.shape),)
+        bias = _linear_bias_of(x, g, xa, dx)
+        if bias is None:
+            _launch(backward_kernel, backward_vector, per_thread, g, xa, dx, n=n, tanh_form=tanh_form)
+            return (dx.reshape(x.shape),)
+        rows, cols = n // x.shape[-1], x.shape[-1]
+        chunk, parts = row_chunks(rows)
+        part = xp.empty(parts * cols, xp.float32)
+        GELU_SUM_ROWS_KERNELS[x.dtype.name][(cdiv(cols // 8, SUM_ROWS_THREADS), parts), SUM_ROWS_THREADS](
+            g, xa, dx, part, rows, cols, chunk, TANH=tanh_form)
+        dx = dx.reshape(x.shape)
+        keep_column_sums(bias, dx, part)   # the linear layer's bias gradient, without reading dx again
+        return (dx,)
 
     return from_op(y.reshape(x.shape), (x,), backward, "gelu")

@@ -89,10 +89,17 @@ def matmul_bias(xp, a, b, bias):
     return product
 
 
-def sum_rows(a, dtype, out=None):
-    """a (rows, n).sum(axis=0) in dtype, written into `out` when given: a bias's gradient."""
+def sum_rows(a, dtype, out=None, partials=None):
+    """a (rows, n).sum(axis=0) in dtype, written into `out` when given: a bias's gradient. `partials`: its per-chunk
+    float32 sums, made by the fast path that wrote `a` (keep_column_sums), which a fast path here may finish."""
     fast = dispatch.lookup("sum_rows", a, dtype=dtype, out=out)
-    return fast(a, dtype, out) if fast is not None else a.sum(axis=0, dtype=dtype, out=out)
+    return fast(a, dtype, out, partials) if fast is not None else a.sum(axis=0, dtype=dtype, out=out)
+
+
+def keep_column_sums(bias: Tensor, g, partials) -> None:
+    """Leave on a linear layer's `bias` the per-chunk column sums of its output's gradient g, which the op after the
+    layer (GELU's backward) made while writing g; the layer's backward then sums no rows of its own."""
+    bias.__dict__["_column_sums"] = (g, partials)
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -180,7 +187,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             writable = bias.data.dtype == sum_dtype or cast_source(bias) is not None
             gb_out = gradient_out(bias, xp)[0] if writable else None
             gb_out = gb_out if gb_out is not None and gb_out.dtype == sum_dtype else None
-            gb = sum_rows(g2, sum_dtype, out=gb_out)
+            kept = bias.__dict__.pop("_column_sums", None)
+            gb = sum_rows(g2, sum_dtype, out=gb_out, partials=kept[1] if kept is not None and kept[0] is g else None)
             grads.append(gb if gb_out is not None else _same_dtype(gb, bias.data.dtype))
         return grads
     return from_op(out, parents, backward, "linear", lambda g, o: _linear_derivative(g, x, weight, bias, rows))

@@ -7,9 +7,12 @@ import torch.nn.functional as F
 
 import frost
 from frost import dispatch
+from frost.accel import bias as bias_accel
 from frost.accel import gelu as gelu_accel
 from frost.kernel.api import Kernel
 from frost.ops.elementwise import gelu
+
+from accel_simulation import simulate_only
 
 # the unit roundoff of each dtype: one rounding of a result into it is off by at most this relative amount
 ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
@@ -147,7 +150,37 @@ def test_bad_approximate_is_refused_before_the_fast_path(simulated_gpu):
 
 
 KERNELS = ([k for pair in gelu_accel.GELU_KERNELS.values() for k in pair]
-           + [k for _, *pair in gelu_accel.GELU_VECTOR_KERNELS.values() for k in pair])
+           + [k for _, *pair in gelu_accel.GELU_VECTOR_KERNELS.values() for k in pair]
+           + list(gelu_accel.GELU_SUM_ROWS_KERNELS.values()))
+
+
+def _linear_then_gelu(x, w, b, g, dtype, approximate):
+    """gelu(linear(x)) under autocast(bfloat16), or not for float32: (output, every leaf's gradient)."""
+    leaves = [frost.tensor(a, requires_grad=True) for a in (x, w, b)]
+    with frost.autocast("bfloat16", enabled=dtype != "float32"):
+        y = gelu(frost.nn.functional.linear(*leaves), approximate=approximate)
+    y.float().backward(frost.tensor(g))
+    return [y.float().detach().numpy()] + [t.grad.numpy() for t in leaves]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("rows", [70, 64 * 3 + 1])   # a chunk and a bit; three and one row
+def test_the_backward_makes_the_linear_layers_bias_gradient_bit_for_bit(monkeypatch, dtype, rows):
+    """After a linear layer with a bias, GELU's backward also sums its gradient's columns per chunk of rows, as
+    sum_rows_partial would read them, and the layer's bias gradient is only their finalize: the same bits."""
+    launched = simulate_only(monkeypatch, ("gelu", gelu_accel._fits_kernels, gelu_accel.gelu_kernels),
+                             ("sum_rows", bias_accel.sums_rows, bias_accel.sum_rows_kernels_call))
+    rng = np.random.default_rng(rows)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((rows, 16), (24, 16), (24,)))
+    g = rng.standard_normal((rows, 24)).astype(np.float32)
+    fused = _linear_then_gelu(x, w, b, g, dtype, "tanh")
+    assert launched[-2:] == ["gelu_backward_sum_rows", "sum_rows_finalize"]
+    monkeypatch.setattr(gelu_accel, "_linear_bias_of", lambda *args: None)
+    del launched[:]
+    apart = _linear_then_gelu(x, w, b, g, dtype, "tanh")
+    assert "sum_rows_partial" in launched and "gelu_backward_sum_rows" not in launched
+    for got, want in zip(fused, apart):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_kernels_compile_for_sm90_without_spills(tmp_path, monkeypatch):
@@ -177,3 +210,21 @@ def test_gpu_runs_are_bit_identical():
     first = _run_frost(x, g, "tanh", device="cuda")
     for a, e in zip(_run_frost(x, g, "tanh", device="cuda"), first):
         assert np.array_equal(a, e)
+
+
+@pytest.mark.cuda
+def test_gpu_bias_gradient_through_the_gelu_backward_matches_the_column_sums(monkeypatch):
+    rng = np.random.default_rng(9)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((1000, 768), (3072, 768), (3072,)))
+    g = rng.standard_normal((1000, 3072)).astype(np.float32)
+
+    def run():
+        leaves = [frost.tensor(a, device="cuda", requires_grad=True) for a in (x, w, b)]
+        with frost.autocast("bfloat16"):
+            y = gelu(frost.nn.functional.linear(*leaves), approximate="tanh")
+        y.float().backward(frost.tensor(g, device="cuda"))
+        return [t.grad.cpu().numpy() for t in leaves]
+    fused = run()
+    monkeypatch.setattr(gelu_accel, "_linear_bias_of", lambda *args: None)
+    for got, want in zip(fused, run()):
+        np.testing.assert_array_equal(got, want)
