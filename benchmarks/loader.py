@@ -7,7 +7,8 @@
     python benchmarks/loader.py --strategies         # raw decode strategies in N plain threads
 
 Makes a PNG folder in the seed's layout (`train/<index>_<class>.png`) from the shared CIFAR-10 npz
-parts (random images when they are absent), then reads one epoch of it with each worker count:
+parts (FROST_CIFAR10_PARTS=DIR names another folder of them; random images when they are absent), then
+reads one epoch of it with each worker count:
 both loaders use the same dataset object (frost.data.ImageList: frost.data.png's decoder -> uint8 HWC
 array per item; Frost's loader calls its get_batch once per batch, PyTorch's __getitem__ per sample),
 the same batch size and no shuffling; PyTorch also gets a row with plain Pillow decoding
@@ -77,7 +78,8 @@ from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
 from frost.parallel import finish, spawn, split
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent / ".." / "shared" / "data" / "cifar10"
+# the CIFAR-10 npz parts (train_x_a.npz ..., train_y.npy): the shared copy beside the repository, or FROST_CIFAR10_PARTS
+SHARED = Path(os.environ.get("FROST_CIFAR10_PARTS", HERE.parent / ".." / "shared" / "data" / "cifar10"))
 
 
 def source_images(n: int) -> tuple[np.ndarray, np.ndarray, str]:
