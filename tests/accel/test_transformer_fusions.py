@@ -9,7 +9,10 @@ import pytest
 import frost
 from frost import dispatch
 from frost.accel import add as add_accel
+from frost.accel import bias as bias_accel
 from frost.accel import cast as cast_accel
+from frost.accel import cross_entropy as xent_accel
+from frost.accel import gelu as gelu_accel
 from frost.accel import layer_norm as ln
 from frost.kernel.api import Kernel
 from frost.models import GPT, GPTConfig
@@ -112,3 +115,30 @@ def test_on_the_gpu_the_fusions_launch_fewer_kernels_for_the_same_step(monkeypat
     assert loss == pytest.approx(ref_loss, rel=1e-6)
     for name, want in ref_grads.items():
         np.testing.assert_allclose(grads[name], want, rtol=1e-3, atol=1e-5 * np.abs(want).max(), err_msg=name)
+
+
+def test_with_every_transformer_kernel_the_step_matches_the_reference(monkeypatch):
+    """LayerNorm, casts, adds, GELU (with the bias gradients' partial sums), bias kernels and cross-entropy together:
+    the fusions compose, and the loss and every gradient stay the reference path's up to the kernels' rounding."""
+    launched = simulate_only(
+        monkeypatch, ("layer_norm", ln._fits_layer_norm, ln.layer_norm_kernels),
+        ("cast", cast_accel.applies, cast_accel.cast_kernels), ("add", add_accel.applies, add_accel.add_kernels),
+        ("sum_in_dtypes", add_accel.sums_in_two_dtypes, add_accel.sum_in_two_dtypes),
+        ("gelu", gelu_accel._fits_kernels, gelu_accel.gelu_kernels),
+        ("add_bias", bias_accel.adds_bias, bias_accel.add_bias_kernels),
+        ("sum_rows", bias_accel.sums_rows, bias_accel.sum_rows_kernels_call),
+        ("cross_entropy", xent_accel._fits_kernels, xent_accel.cross_entropy_kernels))
+    rng = np.random.default_rng(2)
+    idx, targets = rng.integers(0, 64, (2, 16)), rng.integers(0, 64, (2, 16))
+    loss, grads = _step(idx, targets)
+    layers = CONFIG.n_layer
+    assert launched.count("gelu_backward_sum_rows") == layers   # c_fc's bias gradient made beside GELU's
+    assert launched.count("sum_rows_partial") == 3 * layers and launched.count("sum_rows_finalize") == 4 * layers
+    assert "cross_entropy_backward" in "".join(launched)
+    dispatch._table.clear()
+    ref_loss, ref_grads = _step(idx, targets)
+    assert abs(loss - ref_loss) < 1e-5 * abs(ref_loss)
+    for name, want in ref_grads.items():
+        # the kernels compute GELU and the softmax in float32 registers and round once; where a bf16 value lands on
+        # the other side of a rounding boundary a product moves (seen: 2e-3 of a gradient's largest entry)
+        np.testing.assert_allclose(grads[name], want, rtol=0.02, atol=5e-3 * np.abs(want).max(), err_msg=name)
