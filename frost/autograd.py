@@ -479,7 +479,7 @@ def _gradients_so_far(node, grads: dict) -> list | None:
         return None
     plain = [id(p) in grads and type(grads[id(p)]) is type(p.data) and p._ctx is not None and not p._retains_grad
              and not p.__dict__.get("_grad_hooks") and not _holds_claim(grads[id(p)]) for p in node.parents]
-    return [grads.pop(id(p)) if take else None for p, take in zip(node.parents, plain)]
+    return [grads.pop(id(p), None) if take else None for p, take in zip(node.parents, plain)]  # a parent twice: once
 
 
 # ---------------------------------------------------------------- higher-order gradients (create_graph=True)
