@@ -108,6 +108,17 @@ def add_bias_kernels(out, bias):
     return out
 
 
+def linear_bias_of(t, *arrays):
+    """The bias of the linear layer whose output t is, where t's gradient's column sums can be made beside it (a
+    kernel writing that gradient adds them up as it goes): rows a multiple of 8 wide, `arrays` 16-byte aligned, the
+    bias needing a gradient; else None."""
+    node = t._ctx
+    if node is None or node.name != "linear" or len(node.parents) != 3 or t.ndim < 2:
+        return None
+    fits = t.shape[-1] % 8 == 0 and all(data_ptr(a) % 16 == 0 for a in arrays) and 32 * t.shape[-1] < 2**31
+    return node.parents[2] if fits and node.parents[2].requires_grad else None
+
+
 def row_chunks(rows: int) -> tuple[int, int]:
     """(rows a chunk, chunks) of the column sums of `rows` rows: SUM_ROWS_CHUNK, longer where the grid would not fit."""
     chunk = max(SUM_ROWS_CHUNK, cdiv(rows, MAX_CHUNKS))
@@ -117,14 +128,14 @@ def row_chunks(rows: int) -> tuple[int, int]:
 @dispatch.register("sum_rows", device="cuda", dtypes=tuple(TYPES), layouts=("contiguous",), applies=sums_rows)
 def sum_rows_kernels_call(a, dtype, out=None, partials=None):
     """a.sum(axis=0) in dtype (into `out` when given) by sum_rows_partial and sum_rows_finalize; given `partials`
-    (row_chunks' chunks' float32 sums, as sum_rows_partial makes them), the finalize only."""
+    ((parts, cols) float32 sums of groups of a's rows, made by the kernel that wrote a), the finalize only."""
     rows, cols = a.shape
     out = type(a)(cols, dtype=dtype) if out is None else out
-    chunk, parts = row_chunks(rows)
     partial, finalize = sum_rows_kernels(str(a.dtype), str(np.dtype(dtype)))
-    if partials is None or partials.size != parts * cols:
-        partials = type(a)(parts * cols, dtype=np.float32)
-        partial[(cdiv(cols // 8, SUM_ROWS_THREADS), parts), SUM_ROWS_THREADS](a.reshape(-1), partials, rows, cols,
-                                                                              chunk)
-    finalize[cdiv(32 * cols, SUM_ROWS_THREADS), SUM_ROWS_THREADS](partials, out, parts, cols)
+    if partials is None or partials.ndim != 2 or partials.shape[1] != cols:
+        chunk, parts = row_chunks(rows)
+        partials = type(a)((parts, cols), dtype=np.float32)
+        partial[(cdiv(cols // 8, SUM_ROWS_THREADS), parts), SUM_ROWS_THREADS](a.reshape(-1), partials.reshape(-1),
+                                                                              rows, cols, chunk)
+    finalize[cdiv(32 * cols, SUM_ROWS_THREADS), SUM_ROWS_THREADS](partials.reshape(-1), out, partials.shape[0], cols)
     return out

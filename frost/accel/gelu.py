@@ -3,7 +3,7 @@ frost.dispatch as gelu's fast path. The reference math, and the op that asks for
 import math
 
 from frost import dispatch
-from frost.accel.bias import SUM_ROWS_THREADS, row_chunks
+from frost.accel.bias import SUM_ROWS_THREADS, linear_bias_of, row_chunks
 from frost.layout import data_ptr
 from frost.kernel import Array, Const, bdx, bf16, by, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, \
     load8_into, load8_of, local, static_range, store4, store8_f32_from, store8_from, store8_of, tanh, tx
@@ -170,16 +170,6 @@ def _launch(scalar, vector, per_thread: int, *arrays, n: int, tanh_form: bool) -
         scalar[cdiv(n, GELU_THREADS), GELU_THREADS](*arrays, n, TANH=tanh_form)
 
 
-def _linear_bias_of(x: Tensor, *arrays) -> Tensor | None:
-    """The bias of the linear layer whose output x is, where the backward can make its gradient's column sums too:
-    rows a multiple of 8 wide, 16-byte aligned arrays; else None."""
-    node = x._ctx
-    if node is None or node.name != "linear" or len(node.parents) != 3 or x.ndim < 2:
-        return None
-    fits = x.shape[-1] % 8 == 0 and all(data_ptr(a) % 16 == 0 for a in arrays) and 32 * x.shape[-1] < 2**31
-    return node.parents[2] if fits and node.parents[2].requires_grad else None
-
-
 def _fits_kernels(x: Tensor, *, approximate: str) -> bool:
     # i32 indices, with room for the last block's overrun
     return 0 < x.numel() < 2**31 - 4 * GELU_THREADS
@@ -202,7 +192,7 @@ def gelu_kernels(x: Tensor, approximate: str) -> Tensor:
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)
         dx = xp.empty_like(xa)
-        bias = _linear_bias_of(x, g, xa, dx)
+        bias = linear_bias_of(x, g, xa, dx)
         if bias is None:
             _launch(backward_kernel, backward_vector, per_thread, g, xa, dx, n=n, tanh_form=tanh_form)
             return (dx.reshape(x.shape),)
@@ -212,7 +202,7 @@ def gelu_kernels(x: Tensor, approximate: str) -> Tensor:
         GELU_SUM_ROWS_KERNELS[x.dtype.name][(cdiv(cols // 8, SUM_ROWS_THREADS), parts), SUM_ROWS_THREADS](
             g, xa, dx, part, rows, cols, chunk, TANH=tanh_form)
         dx = dx.reshape(x.shape)
-        keep_column_sums(bias, dx, part)   # the linear layer's bias gradient, without reading dx again
+        keep_column_sums(bias, dx, part.reshape(parts, cols))   # the layer's bias gradient without reading dx again
         return (dx,)
 
     return from_op(y.reshape(x.shape), (x,), backward, "gelu")

@@ -12,7 +12,9 @@ from frost.layout import data_ptr
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, cdiv, device, f16, f32, gdx, i32, kernel, lane,
                           load4, load8_f32_into, load8_into, local, shared, sqrt, static_range, store4,
                           store8_f32_from, store8_from, syncthreads, tx, warp, warp_sum)
+from frost.accel.bias import linear_bias_of
 from frost.ops.elementwise import keep_branch_gradient
+from frost.ops.matmul import keep_column_sums
 from frost.tensor import Tensor, from_op
 
 # A transformer normalizes rows of C = 384 ... 1600 values some B*T = 16k times per layer; the reference path
@@ -217,22 +219,26 @@ def _backward_kernel_vec8(T, H=bf16):
     @kernel
     def layer_norm_backward_vec8(g: Array[T], x: Array[T], w: Array[T], mean: Array[f32], rstd: Array[f32],
                                  dx: Array[T], so_far: Array[T], copy: Array[H], part_dw: Array[f32],
-                                 part_db: Array[f32], n: i32, C: i32, K: Const[int], WEIGHT: Const[bool],
-                                 RMS: Const[bool], ADD: Const[bool] = False, COPY: Const[bool] = False):
+                                 part_db: Array[f32], part_dc: Array[f32], n: i32, C: i32, K: Const[int],
+                                 WEIGHT: Const[bool], RMS: Const[bool], ADD: Const[bool] = False,
+                                 COPY: Const[bool] = False, SUMS: Const[bool] = False):
         """layer_norm_backward of rows of a multiple of 8 values (16-byte aligned arrays): warp `warp`
         takes rows bx * 8 + warp, then gdx * 8 further; lane l owns columns 8 (l + 32 k) ... + 7, k < K. part_dw[bx,
         c] and part_db[bx, c] are the block's sums over its rows, its 8 warps added in order. With ADD, dx is x's
-        gradient so far (so_far) plus this one, added in float32; with COPY, also rounded once into `copy`."""
+        gradient so far (so_far) plus this one, added in float32; with COPY, also rounded once into `copy`; with
+        SUMS, part_dc[bx, c] the block's sums of the copy's columns (the bias gradient of the layer it flows to)."""
         sums = shared(f32, (8, 256))
         xv = local(f32, 8)
         gv = local(f32, 8)
         wv = local(f32, 8)
         dw = local(f32, (K, 8))
         db = local(f32, (K, 8))
+        dc = local(f32, (K, 8))
         for k in static_range(K):
             for e in static_range(8):
                 dw[k, e] = 0.0
                 db[k, e] = 0.0
+                dc[k, e] = 0.0
         for r in range(bx * 8 + warp, n, gdx * 8):
             base = r * C
             m = 0.0 if RMS else mean[r]
@@ -263,9 +269,14 @@ def _backward_kernel_vec8(T, H=bf16):
                     store8_of(dx, base + c, xv)
                     if COPY:
                         store8_from(copy, base + c, xv)
+                    if SUMS:
+                        for e in static_range(8):
+                            dc[k, e] += f32(H(xv[e]))
         for k in static_range(K):
             _block_partial(sums, dw, part_dw, k, C)
             _block_partial(sums, db, part_db, k, C)
+            if SUMS:
+                _block_partial(sums, dc, part_dc, k, C)
     return layer_norm_backward_vec8
 
 
@@ -484,16 +495,23 @@ def _backward_warp_rows(xp, g, xa, w, mean, rstd, dx, so_far, x: Tensor, n: int,
     blocks, K = ln_backward_vec8_plan(n, C)
     part_dw, part_db = xp.empty(blocks * C, xp.float32), xp.empty(blocks * C, xp.float32)
     copy = xp.empty(xa.shape, branch) if branch is not None else None
+    # the copy is the gradient of the branch: where that is a linear layer's output, its bias gradient's partial sums
+    bias = linear_bias_of(branch_tensor) if branch is not None else None
+    part_dc = xp.empty(blocks * C, xp.float32) if bias is not None else part_db
     kernel = LN_BACKWARD_VEC8["float16" if branch is not None and str(branch) == "float16" else "bfloat16"] \
         if xa.dtype == xp.float32 else LN_KERNELS[str(xa.dtype)]["backward_vec8"]
     kernel[blocks, LN_WARP_ROWS_THREADS](g, xa, w, mean, rstd, dx, so_far.reshape(-1) if add else dx,
-                                         copy if copy is not None else xp.empty(8, bfloat16.np), part_dw, part_db, n,
-                                         C, K=K, WEIGHT=weight, RMS=rms, ADD=add, COPY=copy is not None)
+                                         copy if copy is not None else xp.empty(8, bfloat16.np), part_dw, part_db,
+                                         part_dc, n, C, K=K, WEIGHT=weight, RMS=rms, ADD=add, COPY=copy is not None,
+                                         SUMS=bias is not None)
     dx = dx.reshape(x.shape)
     if so_far is not None and not add:
         dx = sum_of_gradients(so_far, dx)
     if copy is not None:
-        keep_branch_gradient(branch_tensor, dx, copy.reshape(x.shape))
+        copy = copy.reshape(x.shape)
+        keep_branch_gradient(branch_tensor, dx, copy)
+    if bias is not None:
+        keep_column_sums(bias, copy, part_dc.reshape(blocks, C))
     return dx, part_dw, part_db, blocks
 
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import frost
 from frost import dispatch
 from frost.accel import add as add_accel
+from frost.accel import bias as bias_accel
 from frost.accel import cast as cast_accel
 from frost.autocast import kept_copy
 from frost.accel import layer_norm as ln
@@ -303,6 +304,34 @@ def test_the_backward_adds_the_streams_gradient_so_far_as_the_autograd_would(mon
     assert adding.count("cast_from_f32") == (C == 60) and summing.count("cast_from_f32") == 1   # h's, if no copy
 
 
+def test_a_branch_from_a_linear_layer_gets_its_bias_gradients_partial_sums(monkeypatch):
+    """s = x + linear(h) under autocast, then a LayerNorm: its backward also sums the columns of the branch's bf16
+    gradient it writes, and the linear layer's bias gradient is their finalize (float32 sums of the same bf16 values
+    in another order than sum_rows_partial's)."""
+    launched = simulate_only(monkeypatch, ("layer_norm", ln._fits_layer_norm, ln.layer_norm_kernels),
+                             ("add", add_accel.applies, add_accel.add_kernels),
+                             ("cast", cast_accel.applies, cast_accel.cast_kernels),
+                             ("sum_rows", bias_accel.sums_rows, bias_accel.sum_rows_kernels_call))
+    rng = np.random.default_rng(11)
+    x0, h0, k = (rng.standard_normal((130, 64)).astype(np.float32) for _ in range(3))
+    w0, b0 = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    results, backward_kernels = [], []
+    for adds in (True, False):
+        monkeypatch.setattr(ln, "ADDS_TO_GRADIENTS", adds)
+        x, h, w, b = (frost.tensor(a, requires_grad=True) for a in (x0, h0, w0, b0))
+        with frost.autocast(frost.bfloat16):
+            s = x + frost.nn.functional.linear(h, w, b)
+        out = s.exp() * frost.tensor(k) + layer_norm(s, (64,))
+        start = len(launched)
+        out.backward(frost.tensor(k))
+        results.append([t.grad.numpy() for t in (x, h, w, b)])
+        backward_kernels.append(launched[start:])
+    assert "sum_rows_partial" not in backward_kernels[0] and "sum_rows_partial" in backward_kernels[1]
+    for got, want in zip(results[0][:3], results[1][:3]):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(results[0][3], results[1][3], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("C", [1, 5, 384, 768, 1024, 1600, 4097, ln.LN_MAX_WIDTH])
 def test_backward_plan_covers_the_row(C):
     blocks, threads, K = ln.ln_backward_plan(10_000, C)
@@ -341,7 +370,8 @@ SPECS += [(kernels["param_grads"], dict(WEIGHT=w, BIAS=b)) for kernels in ln.LN_
 SPECS += [(ln.layer_norm_forward_vec4, dict(WEIGHT=w, BIAS=b, RMS=r)) for w in (False, True) for b in (False, True)
           for r in (False, True)]
 SPECS += [(kernel, dict(WEIGHT=True, BIAS=True, RMS=False, COPY=True)) for kernel in ln.LN_FORWARD_VEC4.values()]
-SPECS += [(kernel, dict(K=3, WEIGHT=True, RMS=False, ADD=True, COPY=True)) for kernel in ln.LN_BACKWARD_VEC8.values()]
+SPECS += [(kernel, dict(K=3, WEIGHT=True, RMS=False, ADD=True, COPY=True, SUMS=True))
+          for kernel in ln.LN_BACKWARD_VEC8.values()]
 SPECS += [(kernels["backward"], dict(K=k, WEIGHT=w, RMS=r)) for kernels in ln.LN_KERNELS.values()
           for k in (1, 4, ln.LN_MAX_PER_THREAD) for w in (False, True) for r in (False, True)]
 HALF_KERNELS = [ln.LN_KERNELS["bfloat16"], ln.LN_KERNELS["float16"]]

@@ -133,7 +133,9 @@ def test_with_every_transformer_kernel_the_step_matches_the_reference(monkeypatc
     loss, grads = _step(idx, targets)
     layers = CONFIG.n_layer
     assert launched.count("gelu_backward_sum_rows") == layers   # c_fc's bias gradient made beside GELU's
-    assert launched.count("sum_rows_partial") == 3 * layers and launched.count("sum_rows_finalize") == 4 * layers
+    # the c_proj biases' partial sums made beside LayerNorm's copies of the branch gradients (not the last block's
+    # MLP, whose stream gradient has nothing to add); c_attn's by sum_rows_partial
+    assert launched.count("sum_rows_partial") == layers + 1 and launched.count("sum_rows_finalize") == 4 * layers
     assert "cross_entropy_backward" in "".join(launched)
     dispatch._table.clear()
     ref_loss, ref_grads = _step(idx, targets)
