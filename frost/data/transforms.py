@@ -191,6 +191,12 @@ def resized_crops(images: Sequence, boxes: Sequence, size: tuple[int, int], flip
     if len(images) == 0 or len(boxes) != len(images) or len(flips) != len(images):
         raise ValueError(f"resized_crops: {len(images)} images, {len(boxes)} boxes and {len(flips)} flips; expected "
                          f"one box and one flip per image, at least one image")
+    size = _pair(size, "resized_crops")
+    for i, (image, (top, left, height, width)) in enumerate(zip(images, boxes)):  # the kernels read what they ask
+        (h, w), low = image.shape[:2], min(top, left, height - 1, width - 1)
+        if low < 0 or top + height > h or left + width > w:
+            raise ValueError(f"resized_crops: the window (top, left, height, width) {tuple(boxes[i])} of image {i} is "
+                             f"not inside its {h} x {w} pixels")
     fast = dispatch.lookup("resized_crops", images[0], images, boxes, size, flips)
     if fast is not None:
         return fast(images[0], images, boxes, size, flips)

@@ -18,12 +18,9 @@ class _MaxPoolNd(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False,
                  ceil_mode: bool = False) -> None:
         super().__init__()
-        self.kernel_size = kernel_size
+        self.kernel_size, self.padding, self.dilation = kernel_size, padding, dilation
         self.stride = stride if stride is not None else kernel_size
-        self.padding = padding
-        self.dilation = dilation
-        self.return_indices = return_indices
-        self.ceil_mode = ceil_mode
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def forward(self, x: Tensor) -> Tensor:
         return self._pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,

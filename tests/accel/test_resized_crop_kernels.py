@@ -133,6 +133,11 @@ def test_what_the_kernels_do_not_take_and_bad_calls():
     assert dispatch.lookup("resized_crops", rgb, [rgb], [(0, 0, 4, 4)], (2, 2), [0]) is None   # NumPy: Pillow's
     with pytest.raises(ValueError, match=r"resized_crops: 2 images, 1 boxes and 2 flips"):
         resized_crops([rgb, rgb], [(0, 0, 4, 4)], (2, 2), [0, 0])
+    for box in [(1, 0, 4, 4), (0, -1, 2, 2), (0, 0, 0, 4)]:   # past the bottom, left of the image, empty
+        with pytest.raises(ValueError, match=r"resized_crops: the window .* of image 1 is not inside its 4 x 4 pixels"):
+            resized_crops([rgb, rgb], [(0, 0, 4, 4), box], (2, 2), [0, 0])
+    with pytest.raises(ValueError, match=r"resized_crops: size must be a positive int"):
+        resized_crops([rgb], [(0, 0, 4, 4)], (0, 2), [0])
 
 
 @pytest.mark.parametrize("kern", [rc.resample_rows, rc.resample_columns], ids=["rows", "columns"])
