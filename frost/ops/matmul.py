@@ -90,15 +90,15 @@ def matmul_bias(xp, a, b, bias):
 
 
 def sum_rows(a, dtype, out=None, partials=None):
-    """a (rows, n).sum(axis=0) in dtype, written into `out` when given: a bias's gradient. `partials`: its per-chunk
-    float32 sums, made by the fast path that wrote `a` (keep_column_sums), which a fast path here may finish."""
+    """a (rows, n).sum(axis=0) in dtype, written into `out` when given: a bias's gradient. `partials`: float32 sums
+    of groups of its rows, made by the fast path that wrote `a` (keep_column_sums), which a fast path may finish."""
     fast = dispatch.lookup("sum_rows", a, dtype=dtype, out=out)
     return fast(a, dtype, out, partials) if fast is not None else a.sum(axis=0, dtype=dtype, out=out)
 
 
 def keep_column_sums(bias: Tensor, g, partials) -> None:
-    """Leave on a linear layer's `bias` the per-chunk column sums of its output's gradient g, which the op after the
-    layer (GELU's backward) made while writing g; the layer's backward then sums no rows of its own."""
+    """Leave on a linear layer's `bias` partial column sums of its output's gradient g, which a backward after the
+    layer (GELU's, LayerNorm's) made while writing g; the layer's backward then sums no rows of its own."""
     bias.__dict__["_column_sums"] = (g, partials)
 
 
