@@ -30,11 +30,7 @@ for precision in fp32 bf16; do
 done
 if [ -n "$base" ]; then  # random CIFAR-10-shaped parts: an older tree may lack --sample (timing only)
     synth=$(mktemp -d)
-    python3 -c "import numpy as np, sys; r = np.random.default_rng(0); d = sys.argv[1]
-for s in 'abcde': np.savez(f'{d}/train_x_{s}.npz', x=r.integers(0, 256, (10000, 32, 32, 3), dtype=np.uint8))
-np.save(f'{d}/train_y.npy', r.integers(0, 10, 50000).astype(np.uint8))
-np.savez(f'{d}/test_x.npz', x=r.integers(0, 256, (10000, 32, 32, 3), dtype=np.uint8))
-np.save(f'{d}/test_y.npy', r.integers(0, 10, 10000).astype(np.uint8))" "$synth"
+    python3 benchmarks/synthetic_cifar.py "$synth"
     eager=(bench resnet-cifar10 --data "$synth" --steps 400 --seeds 0 --quiet --jit off)
     timeout 100 python3 -m frost "${eager[@]}" --out "$out/seed_eager.json" 2>&1 | tail -1
     # python -c puts the current folder first on sys.path: the base tree's frost, not this one (an older tree may

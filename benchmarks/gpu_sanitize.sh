@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# compute-sanitizer's racecheck over the GPU tests of Frost's own kernels, one test file at a time (racecheck slows a
-# kernel by orders of magnitude: over all of tests/kernel at once it did not finish in 140 s), each with its own
-# time limit, the summaries in OUTDIR/racecheck.txt. Usage: bash benchmarks/gpu_sanitize.sh OUTDIR [SECONDS] [FILE...]
+# compute-sanitizer over the GPU tests of Frost's own kernels, one test file at a time (racecheck slows a kernel by
+# orders of magnitude: over all of tests/kernel at once it did not finish in 140 s), each with its own time limit, the
+# summaries in OUTDIR/TOOL.txt. TOOL (environment; default racecheck) is any of compute-sanitizer's tools: racecheck,
+# memcheck, initcheck, synccheck; TOGETHER=1 runs the files in one pytest (the faster tools: memcheck, synccheck).
+# Usage: [TOOL=memcheck] [TOGETHER=1] bash benchmarks/gpu_sanitize.sh OUTDIR [SECONDS] [FILE...]
 # Default files: every test file of Frost's kernels that has cuda tests; SECONDS a file (default 60). A file that
 # runs out of time is named as such, with what racecheck had reported by then.
 set -u
@@ -14,20 +16,32 @@ if [ ${#files[@]} -eq 0 ]; then
            tests/kernel/test_kernel_consts_and_scopes.py tests/kernel/test_kernel_grid_sync.py
            tests/kernel/test_kernel_pdl.py tests/kernel/test_kernel_wgmma.py tests/accel/test_dropout_kernels.py
            tests/accel/test_gelu_kernels.py tests/accel/test_layer_norm_kernels.py tests/ops/test_loss_kernels.py
-           tests/ops/test_norm_kernels.py tests/accel/test_flash_attention_kernels.py tests/data/test_png_device.py)
+           tests/ops/test_norm_kernels.py tests/accel/test_flash_attention_kernels.py tests/data/test_png_device.py
+           tests/accel/test_add_kernels.py tests/accel/test_bias_kernels.py tests/accel/test_cast_kernels.py
+           tests/accel/test_grad_norm_kernels.py tests/accel/test_matmul_kernels.py
+           tests/accel/test_resized_crop_kernels.py tests/accel/test_transformer_fusions.py)
 fi
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-report="$out/racecheck.txt"
+tool=${TOOL:-racecheck}
+extra=()
+[ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+report="$out/$tool.txt"
 : > "$report"
-for f in "${files[@]}"; do
-    log="$out/racecheck_$(basename "$f" .py).log"
-    timeout "$limit" compute-sanitizer --tool racecheck --racecheck-report hazard --report-api-errors no \
-        python3 -m pytest -m cuda "$f" -p no:cacheprovider -o addopts="" -q -x > "$log" 2>&1
+runs=("${files[@]}")
+[ "${TOGETHER:-0}" = 1 ] && runs=("${files[*]}")
+for f in "${runs[@]}"; do
+    name=$(basename "${f%% *}" .py)
+    [ "$f" != "${f%% *}" ] && name=together
+    log="$out/${tool}_$name.log"
+    # $f unquoted: with TOGETHER=1 it is every file, space-separated (test paths have no spaces)
+    # shellcheck disable=SC2086
+    timeout "$limit" compute-sanitizer --tool "$tool" ${extra[@]+"${extra[@]}"} --report-api-errors no \
+        python3 -m pytest -m cuda $f -p no:cacheprovider -o addopts="" -q > "$log" 2>&1
     rc=$?
-    summary=$(grep -E "RACECHECK SUMMARY|ERROR SUMMARY|passed|failed" "$log" | tail -3 | tr '\n' ' ')
+    summary=$(grep -E "SUMMARY|passed|failed" "$log" | tail -3 | tr '\n' ' ')
     if [ $rc -eq 124 ]; then
-        echo "$f: TIMED OUT after ${limit}s; $(grep -c 'Race reported\|Error: Race' "$log") hazards reported by then" \
+        echo "$f: TIMED OUT after ${limit}s; $(grep -c 'Race reported\|Error: Race\|^========= [A-Z]' "$log") reports by then" \
             >> "$report"
     else
         echo "$f: exit $rc; $summary" >> "$report"

@@ -3,6 +3,7 @@ frost.dispatch as gelu's fast path. The reference math, and the op that asks for
 import math
 
 from frost import dispatch
+from frost.accel import epilogue
 from frost.accel.bias import SUM_ROWS_THREADS, linear_bias_of, row_chunks
 from frost.layout import data_ptr
 from frost.kernel import Array, Const, bdx, bf16, by, bx, cdiv, device, erf, exp, f16, f32, i32, kernel, load4, \
@@ -186,8 +187,10 @@ def gelu_kernels(x: Tensor, approximate: str) -> Tensor:
     xa = x.data.reshape(-1)
     n = xa.size
     tanh_form = approximate == "tanh"
-    y = xp.empty_like(xa)
-    _launch(forward, forward_vector, per_thread, xa, y, n=n, tanh_form=tanh_form)
+    y = epilogue.take(x, "gelu_tanh" if tanh_form else "gelu")   # computed by the linear layer's product
+    if y is None:
+        y = xp.empty_like(xa)
+        _launch(forward, forward_vector, per_thread, xa, y, n=n, tanh_form=tanh_form)
 
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xa.dtype).reshape(-1)

@@ -11,6 +11,7 @@ import numpy as np
 
 from frost import backends, dispatch
 from frost.backend import cublas, cudnn
+from frost.accel import epilogue
 from frost.accel.conv_common import capturing
 from frost.jit import warming_up
 from frost.kernel import Array, bx, by, bz, f32, i32, kernel, shared, static_range, syncthreads, tx
@@ -61,11 +62,20 @@ def matmul_bias_cuda(xp, a, b, bias):
     """a @ b + bias over every row: while a step is captured (or warms up for its capture), one cuDNN graph with the
     bias in the GEMM's epilogue, added to the float32 product and rounded once (GPT-2 124M's 48 separate bias adds
     took 1.7 ms of a 38.8 ms step on an H100: gpt2_kernels_h100_1c31d4a-pre.json); else, or where cuDNN builds no
-    such graph, the product, then add_bias. FROST_CUDNN_MATMUL_BIAS=0 switches the fused graph off."""
-    if FUSED_BIAS and (capturing() or warming_up()) and cudnn.available() and min(a.size, b.size) > 0 \
+    such graph, the product, then add_bias. FROST_CUDNN_MATMUL_BIAS=0 switches the fused graph off. A product that
+    a warm-up saw GELU read gets the GELU in its epilogue as well (frost/accel/epilogue.py)."""
+    captured = capturing()
+    if FUSED_BIAS and (captured or warming_up()) and cudnn.available() and min(a.size, b.size) > 0 \
             and not (str(a.dtype) == "float32" and not backends.allow_tf32):
+        signature = (a.shape, b.shape, b.strides, str(a.dtype))
+        form = epilogue.activation_after(signature, captured)
+        fused = cudnn.matmul(a, b, bias=bias, activation=form) if form is not None else None
+        if fused is not None:   # GELU in the epilogue too (frost/accel/epilogue.py), kept for gelu_kernels
+            epilogue.keep(signature, fused[0], form, fused[1])
+            return fused[0]
         product = cudnn.matmul(a, b, bias=bias)
         if product is not None:
+            epilogue.made(signature, product)
             return product
     product = matmul_arrays_cuda(xp, a, b)
     add_bias(product, bias)

@@ -270,11 +270,12 @@ def conv2d_backward_weight(g, x, w_shape, stride, padding, dilation, out=None):
 
 class _MatmulGraph(_Graph):
     """C = A @ B for 3-D (batch, m, k) x (batch, k, n) arrays with any real strides; with a (1, 1, n) bias, C = A @ B
-    + bias, added to the float32 product in the GEMM's epilogue and rounded once."""
+    + bias, added to the float32 product in the GEMM's epilogue and rounded once; with an activation ("gelu",
+    "gelu_tanh") after the bias, a second output: the activation of the float32 sum."""
 
-    def __init__(self, arrays: tuple) -> None:
+    def __init__(self, arrays: tuple, activation: str | None = None) -> None:
         import cudnn
-        a, b, *bias, out = arrays
+        a, b, *bias, out = arrays if activation is None else arrays[:-1]
         g, dt = _new_graph(a.dtype, "matmul")
         self.graph = g
         inputs = [_declare(g, "A", a, dt), _declare(g, "B", b, dt)]
@@ -282,16 +283,22 @@ class _MatmulGraph(_Graph):
         if bias:
             inputs.append(_declare(g, "bias", bias[0], _data_type(bias[0].dtype, "matmul")))
             C = g.bias(input=C, bias=inputs[-1], compute_data_type=cudnn.data_type.FLOAT)
-        _output(C, out, _data_type(out.dtype, "matmul"))
-        self._finish((*inputs, C), a.dtype)
+        outputs = [C]
+        if activation is not None:
+            act = {"gelu": g.gelu, "gelu_tanh": g.gelu_approx_tanh}[activation]
+            outputs.append(act(input=C, compute_data_type=cudnn.data_type.FLOAT))
+        for t, array in zip(outputs, arrays[len(inputs):]):
+            _output(t, array, _data_type(array.dtype, "matmul"))
+        self._finish((*inputs, *outputs), a.dtype)
 
 
-def matmul(a, b, out=None, bias=None):
+def matmul(a, b, out=None, bias=None, activation=None):
     """a @ b for 2-D or 3-D CuPy arrays through cuDNN (usable inside a CUDA-graph capture, unlike CuPy's cuBLAS).
 
     `out`, when given, is a C-contiguous array of the result's shape that receives the product: a's dtype, or
     float32 for 16-bit operands. `bias` (n,), dense: added to every row in the product's epilogue; None is returned
-    instead where cuDNN builds no such graph (the refusal is remembered: the caller adds the bias itself)."""
+    instead where cuDNN builds no such graph (the refusal is remembered: the caller adds the bias itself).
+    `activation` ("gelu" or "gelu_tanh", with a bias): (product + bias, its activation), or None where refused."""
     cp = cuda.cupy()
     a3, b3, out, result = batched_product(cp, a, b, out)
     batch = out.shape[0]
@@ -302,19 +309,21 @@ def matmul(a, b, out=None, bias=None):
     # a broadcast matrix (stride 0 along a row or a column, as sum()'s gradient is) has no cuDNN plan: made dense
     a3, b3 = (m if 0 not in m.strides[1:] else cp.ascontiguousarray(m) for m in (a3, b3))
     arrays = (a3, b3, out) if bias is None else (a3, b3, bias.reshape(1, 1, -1), out)
-    key = _key("matmul", arrays, [str(x.dtype) for x in arrays])
-    if bias is not None and not _buildable(key, lambda: _MatmulGraph(arrays)):
+    if activation is not None:
+        arrays += (cp.empty_like(out),)
+    key = _key("matmul", arrays, [str(x.dtype) for x in arrays], *([activation] if activation else []))
+    if bias is not None and not _buildable(key, lambda: _MatmulGraph(arrays, activation)):
         return None
     try:
         # many small shapes (Muon's): timing every plan of each costs seconds
-        graph = _built(key, lambda: _MatmulGraph(arrays), arrays, limit=2)
+        graph = _built(key, lambda: _MatmulGraph(arrays, activation), arrays, limit=2)
     except RuntimeError as e:   # built, but no plan runs under the switches (TF32, determinism)
         if bias is None:
             raise
         _refused[key] = str(e)
         return None
     graph.run(arrays)
-    return result
+    return result if activation is None else (result, arrays[-1].reshape(result.shape))
 
 
 # ------------------------------------------------------------------ fused attention (cuDNN's SDPA graphs)

@@ -21,7 +21,7 @@ def _operands():
 def test_a_bias_graph_cudnn_cannot_build_is_refused_once(graphs_on_numpy, monkeypatch):
     builds = []
 
-    def refuse(arrays):
+    def refuse(arrays, activation=None):
         builds.append(len(arrays))
         raise RuntimeError("no engine")
     monkeypatch.setattr(cudnn, "_MatmulGraph", refuse)
@@ -36,7 +36,7 @@ def test_a_built_bias_graph_whose_plans_all_fail_is_refused_on_later_calls_too(g
     builds = []
 
     class NoPlanRuns:
-        def __init__(self, arrays):
+        def __init__(self, arrays, activation=None):
             builds.append(len(arrays))
 
         def tune(self, key, arrays, limit=None):
