@@ -193,8 +193,8 @@ def test_on_the_gpu_a_jitted_mlp_step_with_the_fused_gelu_trains_as_without(monk
         opt = frost.optim.AdamW(model.parameters(), lr=1e-3)
         x = frost.randn(128, 64, device="cuda")
 
-        @frost.jit
-        def step():
+        @frost.jit   # captures a step that takes a tensor (one without any runs eagerly)
+        def step(x):
             opt.zero_grad()
             with frost.autocast(frost.bfloat16):
                 loss = (model(x).float() - x).square().mean()
@@ -202,7 +202,7 @@ def test_on_the_gpu_a_jitted_mlp_step_with_the_fused_gelu_trains_as_without(monk
             opt.step()
             return loss
 
-        losses = [step().item() for _ in range(6)]
+        losses = [step(x).item() for _ in range(6)]
         assert bool(epilogue._fused_in_warm_up) == fused
         results.append((losses, [p.detach().cpu().numpy() for p in model.parameters()]))
     (fused_losses, fused_params), (losses, params) = results
