@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import warnings
 from typing import Any, Callable
 
 from frost.autograd import forget_zero_grads
@@ -79,12 +80,20 @@ class Jitted:
     def __init__(self, fn: Callable, warmup: int = 2) -> None:
         self.fn = fn
         self.warmup = warmup
+        self.warned = False   # about a call without tensors (run eagerly)
         self.captures: dict = {}
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
         tensors: list[Tensor] = []
         _flatten((args, kwargs), tensors)
+        if not tensors and not self.warned:
+            # a step that reads its batch from a closure is run eagerly every time: the capture's static inputs are
+            # the tensors passed in, so nothing would tell a replay that the batch changed
+            self.warned = True
+            warnings.warn(f"frost.jit: {getattr(self.fn, '__name__', 'the step')}() was called without a tensor "
+                          f"argument, so it runs eagerly, never captured; pass the batch (or any CUDA tensor it "
+                          f"reads) as an argument", stacklevel=2)
         if not tensors or any(t.device.type != "cuda" for t in tensors):
             return self.fn(*args, **kwargs)
         entry = self.captures.setdefault(_signature(args, kwargs), _Captured())

@@ -1,5 +1,6 @@
 """frost.jit: CPU pass-through, and on the GPU capture + replay equal to eager execution."""
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -22,6 +23,21 @@ def test_jit_on_cpu_just_calls_the_function():
     for _ in range(4):
         assert step(frost.ones(3)).item() == 6.0
     assert len(calls) == 4
+
+
+def test_a_step_called_without_a_tensor_runs_eagerly_and_says_so_once():
+    """Its batch would come from a closure, which a replay could not see change: never captured, one warning."""
+    x = frost.ones(3)
+
+    @frost.jit
+    def step_from_closure():
+        return (x * 2).sum()
+
+    with pytest.warns(UserWarning, match=r"step_from_closure\(\) was called without a tensor argument"):
+        assert step_from_closure().item() == 6.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert step_from_closure().item() == 6.0
 
 
 def test_pending_choices_are_the_union_of_the_registered_sources(monkeypatch):
