@@ -62,6 +62,8 @@ def keep(signature: tuple, product, form: str, activation) -> None:
 def take(x, form: str):
     """x's activation `form` (an array of x's shape) when the epilogue of the product x is computed it, x being
     unchanged since; else None (and, while warming up, learn that x's kind of product is followed by `form`)."""
+    if not _kept and not _recent:   # nothing kept or remembered (the fusion off, eager steps): no address to take
+        return None
     address = _address(x.data)
     kept = _kept.pop(address, None)
     if kept is not None and kept[1] == form and x._version == 0 and x.data.flags.c_contiguous:
