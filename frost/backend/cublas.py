@@ -75,11 +75,14 @@ def _operand(cp, m):
     return dense, False, max(1, cols), (rows * cols if batch > 1 else 0)
 
 
-def matmul(a, b, out=None):
+def matmul(a, b, out=None, accumulate: bool = False):
     """a @ b for 2-D or 3-D CuPy arrays of one float dtype, batch dims broadcast (1 against B).
 
     `out`, when given, is a C-contiguous array of the result's shape that receives the product: a's dtype, or
-    float32 for 16-bit operands."""
+    float32 for 16-bit operands. accumulate: out = out + a @ b, added to the float32 product before its one rounding
+    (cuBLAS's beta = 1)."""
+    if accumulate and out is None:
+        raise ValueError("cublas.matmul: accumulate=True needs an `out` to add the product to")
     cp = cuda.cupy()
     a3, b3, out, result = batched_product(cp, a, b, out)
     batch, m, k, n = out.shape[0], a3.shape[1], a3.shape[2], b3.shape[2]
@@ -94,8 +97,9 @@ def matmul(a, b, out=None):
         compute = _COMPUTE_32F_FAST_TF32
     else:
         compute = _COMPUTE_32F
+    beta = _scalar(name, float(accumulate))
     _library().gemmStridedBatchedEx(
         _handle(), _OP_T if b_t else _OP_N, _OP_T if a_t else _OP_N, n, m, k, _scalar(name, 1.0),
-        b3.data.ptr, dtype_code, ldb, stride_b, a3.data.ptr, dtype_code, lda, stride_a, _scalar(name, 0.0),
+        b3.data.ptr, dtype_code, ldb, stride_b, a3.data.ptr, dtype_code, lda, stride_a, beta,
         out.data.ptr, _DATA_TYPES[str(out.dtype)], n, m * n, batch, compute, _GEMM_DEFAULT)
     return result

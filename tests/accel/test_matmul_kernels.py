@@ -40,10 +40,14 @@ def on_a_gpu_with_cudnn(monkeypatch):
     for library in (cublas, cudnn):
         monkeypatch.setattr(library, "available", lambda: True)
 
-        def recorded(a, b, out=None, bias=None, name=library.__name__.rsplit(".", 1)[1]):
+        def recorded(a, b, out=None, bias=None, accumulate=False, name=library.__name__.rsplit(".", 1)[1]):
             if bias is not None:   # cuDNN's graph with the bias in its epilogue, or its refusal
                 calls.append((name + " + bias", a.shape, b.shape, calls.refuse_bias))
                 return None if calls.refuse_bias else np.matmul(a, b) + bias
+            if accumulate:   # cuBLAS's beta = 1: out + a @ b
+                calls.append((name + " + C", a.shape, b.shape, True))
+                out += np.matmul(a, b)
+                return out
             calls.append((name, a.shape, b.shape, out is not None))
             return np.matmul(a, b, out=out)
         monkeypatch.setattr(library, "matmul", recorded)
@@ -193,14 +197,14 @@ def test_on_the_gpu_16_bit_operands_write_an_unrounded_float32_product(library, 
 
 
 @pytest.mark.parametrize("capturing, refused, expected", [
-    (False, False, [("cublas", (6, 8), (8, 16), False), "add_bias_vec8"]),
+    (False, False, [("cublas + C", (6, 8), (8, 16), True)]),   # the bias rows in cuBLAS's C
     ("captured", False, [("cudnn + bias", (6, 8), (8, 16), False)]),
     ("warming up", True, [("cudnn + bias", (6, 8), (8, 16), True), ("cudnn", (6, 8), (8, 16), False), "add_bias_vec8"]),
 ])
-def test_a_linear_bias_rides_in_cudnns_epilogue_while_captured_else_is_added_after(on_a_gpu_with_cudnn, simulated_gpu,
-                                                                                     capturing, refused, expected):
+def test_a_linear_bias_rides_in_cudnns_epilogue_while_captured_in_cublass_c_when_eager_else_is_added_after(
+        on_a_gpu_with_cudnn, simulated_gpu, capturing, refused, expected):
     on_a_gpu_with_cudnn.capturing, on_a_gpu_with_cudnn.refuse_bias = capturing, refused
-    rng = np.random.default_rng(9)
+    rng = np.random.default_rng(9)   # a bias wider than the rows checks that rows_of repeats it per row
     x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((6, 8), (16, 8), (16,)))
     out = F.linear(frost.tensor(x), frost.tensor(w), frost.tensor(b))
     np.testing.assert_allclose(out.numpy(), x.astype(np.float64) @ w.T + b, rtol=1e-5, atol=1e-5)
@@ -230,3 +234,20 @@ def test_on_the_gpu_cudnns_product_with_its_bias_matches_float64(monkeypatch, dt
     want = x.get().astype(np.float64) @ w.get().astype(np.float64).T + b.get().astype(np.float64)
     rtol = {"float32": 5e-3, "bfloat16": 1e-2}[dtype]   # TF32's 10-bit operands; one bf16 rounding of the sum
     assert np.abs(got.get().astype(np.float64) - want).max() <= rtol * np.abs(want).max()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("captured", [False, True])
+def test_on_the_gpu_a_bf16_linear_rounds_its_product_and_bias_once_eager_or_captured(monkeypatch, captured):
+    """257 (exact in float32, halfway between bf16's 256 and 258) + 0.75 is 258 rounded once; a product rounded to
+    bf16 first (256, ties to even) plus 0.75 gives 256. Eager (cuBLAS, the bias in its C) and captured (cuDNN's
+    epilogue) linear layers compute the same step."""
+    pytest.importorskip("cupy")
+    monkeypatch.setattr(accel_matmul, "capturing", lambda: captured)
+    bf16 = ml_dtypes.bfloat16
+    x = frost.tensor(np.ones((4, 257), bf16), device="cuda")
+    w = frost.tensor(np.ones((24, 257), bf16), device="cuda")
+    b = frost.tensor(np.full(24, 0.75, bf16), device="cuda")
+    out = F.linear(x, w, b)
+    assert out.dtype == frost.bfloat16
+    np.testing.assert_array_equal(out.float().cpu().numpy(), np.full((4, 24), 258.0, np.float32))
