@@ -1,7 +1,11 @@
 """Cross-entropy of (N, C) float32, bf16 or fp16 logits on the GPU: one launch each way, registered with
-frost.dispatch as cross_entropy's fast path. The reference math, and the op that asks for this, is
-frost/ops/loss.py."""
+frost.dispatch as cross_entropy's fast path; rows of GRADIENT_IN_FORWARD_MIN_CLASSES classes and more get their
+gradient from the forward (the backward then reads no logits). The reference math, and the op that asks for this,
+is frost/ops/loss.py."""
+import os
+
 from frost import dispatch
+from frost.autograd import is_grad_enabled
 from frost.layout import data_ptr
 from frost.kernel import (Array, bdx, bf16, block_sum, bx, cdiv, device, exp, f16, f32, gdx, i32, i64, inf,
                           kernel, lane, load8_into, local, log, shared, static_range, store8_from, tx, warp, warp_max,
@@ -24,6 +28,12 @@ XENT_ROWS_PER_BLOCK = 1024   # rows one forward block takes before the forward s
 XENT_LOGITS_PER_BLOCK = 1 << 16   # ... and logits: long rows (a 50k vocabulary) spread over every SM, a row a warp
 XENT_MAX_BLOCKS = 1024       # forward blocks at most (the finalize loops over their partials)
 XENT_BACKWARD_THREADS = 256  # threads per block of the backward (one per logit)
+# Logits of at least this many classes get their gradient written by the forward (cross_entropy_forward_grad), each
+# row rewritten right after its log-sum-exp while it is in cache: the backward then reads nothing (GPT-2's 16k x
+# 50k bf16 logits are 1.6 GB a pass). Narrower rows (the seed's 10 classes) keep one launch each way.
+GRADIENT_IN_FORWARD = os.environ.get("FROST_XENT_GRADIENT_IN_FORWARD", "1") != "0"
+GRADIENT_IN_FORWARD_MIN_CLASSES = 1024
+SCALE_BLOCKS = 1024          # the grid of scale_unless_one (a grid-stride loop)
 
 
 @device
@@ -84,6 +94,35 @@ def _store_total(total, rows, loss, count, mean):
     count[0] = rows
 
 
+@device
+def _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean):
+    """The block's loss and count of rows (lane 0 of each warp holds its rows' sums, the other lanes 0), in a fixed
+    order: stored as the result by a lone block, else as block bx's partial sums for cross_entropy_finalize."""
+    scratch = shared(f32, 32)
+    total = block_sum(acc, scratch)
+    rows = block_sum(rows, scratch)
+    if tx == 0:
+        if gdx == 1:
+            _store_total(total, rows, loss, count, mean)
+        else:
+            part_loss[bx] = total
+            part_count[bx] = rows
+
+
+@kernel
+def count_targets(target: Array[i64], total_rows: Array[f32], n: i32, ignore_index: i64):
+    """One block: total_rows[0] = how many of the n targets are not ignore_index (the mean's divisor, which
+    cross_entropy_forward_grad needs before it writes a gradient)."""
+    rows = 0.0
+    for r in range(tx, n, bdx):
+        if target[r] != ignore_index:
+            rows += 1.0
+    scratch = shared(f32, 32)
+    rows = block_sum(rows, scratch)
+    if tx == 0:
+        total_rows[0] = rows
+
+
 @kernel
 def cross_entropy_finalize(part_loss: Array[f32], part_count: Array[f32], loss: Array[f32], count: Array[f32],
                            parts: i32, mean: i32):
@@ -123,15 +162,35 @@ def _kernels(T, VEC: int):
                 if t != ignore_index:
                     acc += row_lse - f32(x[r * C + _target_column(t, C)])
                     rows += 1.0
-        scratch = shared(f32, 32)
-        total = block_sum(acc, scratch)  # lane 0 of each warp holds its rows' sums, the other lanes 0
-        rows = block_sum(rows, scratch)
-        if tx == 0:
-            if gdx == 1:
-                _store_total(total, rows, loss, count, mean)
-            else:
-                part_loss[bx] = total
-                part_count[bx] = rows
+        _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean)
+
+    @kernel
+    def cross_entropy_forward_grad(x: Array[T], target: Array[i64], lse: Array[f32], loss: Array[f32],
+                                   count: Array[f32], part_loss: Array[f32], part_count: Array[f32], dx: Array[T],
+                                   total_rows: Array[f32], n: i32, C: i32, ignore_index: i64, mean: i32):
+        """cross_entropy_forward that also writes the gradient the backward would write for an upstream gradient of
+        1, each row right after its log-sum-exp, while the row is in cache: dx[r, c] = coef * (softmax - onehot),
+        coef = 1 / total_rows[0] (mean != 0; count_targets' count) or 1, 0 in ignored rows. VEC = 8 as the
+        forward's, dx 16-byte aligned too."""
+        warps = bdx // 32
+        acc = 0.0
+        rows = 0.0
+        for r in range(bx * warps + warp, n, gdx * warps):
+            row_lse = lse_of_row(x, r * C, C)
+            t = target[r]
+            coef = 0.0
+            col = -1
+            if t != ignore_index:
+                coef = 1.0 / total_rows[0] if mean != 0 else 1.0
+                col = r * C + _target_column(t, C)
+            for c in range(lane * VEC, C, 32 * VEC):
+                write_grad(x, dx, r * C + c, col, coef, row_lse)
+            if lane == 0:
+                lse[r] = row_lse
+                if t != ignore_index:
+                    acc += row_lse - f32(x[col])
+                    rows += 1.0
+        _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean)
 
     @kernel
     def cross_entropy_backward(x: Array[T], target: Array[i64], lse: Array[f32], count: Array[f32], g: Array[f32],
@@ -149,8 +208,16 @@ def _kernels(T, VEC: int):
                 coef = g[0] / count[0] if mean != 0 else g[0]
                 col = r * C + _target_column(t, C)
             write_grad(x, dx, i, col, coef, lse[r])
+    @kernel
+    def scale_unless_one(dx: Array[T], g: Array[f32], n: i32):
+        """dx *= g[0], rounded once into T, unless g[0] is 1 (a loss's own gradient almost always is: then nothing
+        is read or written). A grid-stride loop over n values."""
+        s = g[0]
+        if s != 1.0:
+            for i in range(bx * bdx + tx, n, gdx * bdx):
+                dx[i] = f32(dx[i]) * s
     lse_of_row, write_grad = (_row_lse8, _grad8) if VEC == 8 else (_row_lse, _grad1)
-    return cross_entropy_forward, cross_entropy_backward
+    return cross_entropy_forward, cross_entropy_backward, cross_entropy_forward_grad, scale_unless_one
 
 
 @device
@@ -177,10 +244,11 @@ def _grad8(x, dx, i, col, coef, row_lse):
     store8_from(dx, i, v)
 
 
-# (dtype, values a thread) -> (forward, backward): float32 one at a time; bf16/fp16 also 8 at a time
+# (dtype, values a thread) -> (forward, backward, forward_grad, scale_unless_one): float32 one at a time; bf16/fp16
+# also 8 at a time
 XENT_KERNELS = {(name, vec): _kernels(T, vec) for name, T, vecs in (("float32", f32, (1,)), ("bfloat16", bf16, (1, 8)),
                                                                     ("float16", f16, (1, 8))) for vec in vecs}
-cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32", 1])
+cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32", 1][:2])
 
 
 def xent_blocks(n: int, classes: int = 1, rows_per_block: int | None = None) -> int:
@@ -206,7 +274,8 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     kernels above (see _fits_kernels: no weight or smoothing, mean or sum), computed in float32; the loss in
     loss_dtype (the logits' by default; float32 under autocast), the gradient rounded once into the logits' dtype.
     Reading 16-bit logits as they are saves the float32 copy of them, and of their gradient, that a cast before
-    the loss would make (two passes over N x C float32 values each way for a 50k vocabulary)."""
+    the loss would make (two passes over N x C float32 values each way for a 50k vocabulary). Wide rows whose
+    gradient will be asked for get it from the forward (_gradient_in_forward)."""
     xp = input.xp
     x = xp.ascontiguousarray(input.data)
     t = xp.ascontiguousarray(target.data)
@@ -218,10 +287,7 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     part_loss, part_count = (xp.empty(blocks, xp.float32), xp.empty(blocks, xp.float32)) if blocks > 1 \
         else (loss, count)  # not written by a single block
     vec = 8 if x.dtype.itemsize == 2 and C % 8 == 0 and data_ptr(x) % 16 == 0 else 1
-    forward = XENT_KERNELS[input.dtype.name, vec][0]
-    forward[blocks, XENT_FORWARD_THREADS](x, t, lse, loss, count, part_loss, part_count, N, C, ignore_index, mean)
-    if blocks > 1:
-        cross_entropy_finalize[1, XENT_THREADS](part_loss, part_count, loss, count, blocks, mean)
+    kernels = XENT_KERNELS[input.dtype.name, vec]
 
     def backward(g):
         g = xp.ascontiguousarray(g, dtype=xp.float32).reshape(1)
@@ -232,6 +298,40 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
                                                                              ignore_index, mean)
         return (dx,)
 
+    sums = (lse, loss, count, part_loss, part_count)
+    if _gradient_in_forward(input):
+        dx, total_rows = xp.empty_like(x), xp.empty(1, xp.float32)
+        if data_ptr(dx) % 16:
+            kernels = XENT_KERNELS[input.dtype.name, 1]
+        count_targets[1, XENT_THREADS](t, total_rows, N, ignore_index)
+        kernels[2][blocks, XENT_FORWARD_THREADS](x, t, *sums, dx, total_rows, N, C, ignore_index, mean)
+        backward = _handed_out_once(xp, dx, kernels[3], backward)
+    else:
+        kernels[0][blocks, XENT_FORWARD_THREADS](x, t, *sums, N, C, ignore_index, mean)
+    if blocks > 1:
+        cross_entropy_finalize[1, XENT_THREADS](part_loss, part_count, loss, count, blocks, mean)
     out = loss.reshape(()).astype(loss_dtype or x.dtype, copy=False)
     return from_op(out, (input,), backward, "cross_entropy")
 
+
+def _gradient_in_forward(input: Tensor) -> bool:
+    """Whether the forward writes the logits' gradient too: wide rows whose gradient will be asked for, and a
+    grid-stride loop over them that cannot overflow i32."""
+    return (GRADIENT_IN_FORWARD and input.shape[1] >= GRADIENT_IN_FORWARD_MIN_CLASSES and input.requires_grad
+            and is_grad_enabled() and input.numel() < 2**31 - SCALE_BLOCKS * XENT_BACKWARD_THREADS)
+
+
+def _handed_out_once(xp, dx, scale_unless_one, recompute):
+    """The backward of a forward that wrote the gradient dx for an upstream gradient of 1: dx scaled in place by
+    the upstream gradient (nothing read or written when it is 1) and handed out; a second backward over a retained
+    graph, given dx's memory away, computes the gradient again from the logits (`recompute`)."""
+    held = [dx]
+
+    def backward(g):
+        if not held:
+            return recompute(g)
+        dx = held.pop()
+        g = xp.ascontiguousarray(g, dtype=xp.float32).reshape(1)
+        scale_unless_one[SCALE_BLOCKS, XENT_BACKWARD_THREADS](dx.reshape(-1), g, dx.size)
+        return (dx,)
+    return backward

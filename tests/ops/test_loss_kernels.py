@@ -154,7 +154,7 @@ def test_a_row_read_once_with_a_running_max_matches_float64(simulated_launches, 
     np.testing.assert_allclose(fast_grad.numpy().astype(np.float64), want_grad, rtol=1e-2, atol=1e-6)
 
 
-KERNELS = [xent.cross_entropy_finalize] + [k for pair in xent.XENT_KERNELS.values() for k in pair]
+KERNELS = [xent.cross_entropy_finalize, xent.count_targets] + [k for ks in xent.XENT_KERNELS.values() for k in ks]
 
 
 @pytest.mark.parametrize("kern", KERNELS, ids=[f"{k.__name__}-{i}" for i, k in enumerate(KERNELS)])
@@ -235,7 +235,7 @@ def test_half_precision_logits_are_read_as_they_are(simulated_launches, dtype, a
     # the 16-bit kernels, given the logits themselves, and no float32 copy of them made first (only the generic
     # path, second, casts under autocast)
     assert [k.__name__ for k in launched if k.__name__.startswith("cast")] == []
-    assert launched == list(xent.XENT_KERNELS[dtype, 8 if classes % 8 == 0 else 1])
+    assert launched == list(xent.XENT_KERNELS[dtype, 8 if classes % 8 == 0 else 1][:2])   # narrow rows
     (fast_loss, fast_grad), (loss, grad) = results
     np.testing.assert_allclose(fast_loss, loss, rtol=1e-5 if autocast else 2 * 2.0**-8)
     unit = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
@@ -283,6 +283,108 @@ def test_fast_path_keeps_the_target_checks(simulated_launches):
 def test_fast_path_conditions_on_the_cpu():
     x, t = frost.randn(4, 5), frost.tensor([0, 1, 2, 3])
     assert not _takes_kernels(x, t, None, "mean", 0.0)  # CPU tensors keep the generic path
+
+
+# ------------------------------------------------------------------ the gradient written by the forward
+
+@pytest.fixture
+def wide_rows(simulated_launches):
+    """Rows of 16 classes and more count as wide (GPT's 50k vocabulary in small): the forward writes their gradient.
+    Returns the names of the kernels launched, in the simulator, with the fast path taken."""
+    from frost.kernel.api import Kernel
+    simulated_launches.setattr(xent, "GRADIENT_IN_FORWARD_MIN_CLASSES", 16)
+    launched = []
+    simulated_launches.setattr(Kernel, "__getitem__",
+                               lambda self, cfg: launched.append(self.__name__) or self.simulate[cfg])
+    _as_if_on_the_gpu(simulated_launches)
+    return launched
+
+
+def _loss_and_grad(x, t, reduction, g=None, backwards=1):
+    tx = frost.tensor(x, requires_grad=True)
+    loss = cross_entropy(tx, frost.tensor(t), ignore_index=IGNORE, reduction=reduction)
+    for _ in range(backwards):
+        loss.backward(None if g is None else frost.tensor(np.asarray(g, loss.dtype.np)), retain_graph=True)
+    return loss.detach().numpy(), tx.grad.numpy()
+
+
+@pytest.mark.parametrize("dtype, classes", [("float32", 33), ("bfloat16", 48), ("bfloat16", 45)])
+@pytest.mark.parametrize("reduction, ignored, rows_per_block", [("mean", "some", None), ("sum", "none", None),
+                                                                ("mean", "some", 8), ("mean", "all", None)])
+def test_the_forward_writes_the_gradient_the_backward_would_bit_for_bit(wide_rows, dtype, classes, reduction,
+                                                                       ignored, rows_per_block):
+    """loss.backward() (an upstream gradient of 1): the same loss and the same gradient bits as the backward kernel's,
+    with one and with several forward blocks (partial sums), ignored rows zero; the backward's kernel then reads
+    and writes nothing."""
+    if rows_per_block is not None:
+        wide_rows.clear()
+        xent.XENT_ROWS_PER_BLOCK, saved = rows_per_block, xent.XENT_ROWS_PER_BLOCK
+    x, t, _ = _inputs(37, classes, ignored, seed=classes)
+    x = x.astype(np.float32 if dtype == "float32" else ml_dtypes.bfloat16)
+    try:
+        fused = _loss_and_grad(x, t, reduction)
+        launched = list(wide_rows)
+        xent.GRADIENT_IN_FORWARD = False
+        separate = _loss_and_grad(x, t, reduction)
+    finally:
+        xent.GRADIENT_IN_FORWARD = True
+        if rows_per_block is not None:
+            xent.XENT_ROWS_PER_BLOCK = saved
+    assert launched[:2] == ["count_targets", "cross_entropy_forward_grad"] and "cross_entropy_backward" not in launched
+    assert launched[-1] == "scale_unless_one" and ("cross_entropy_finalize" in launched) == (rows_per_block == 8)
+    for got, want in zip(fused, separate):
+        np.testing.assert_array_equal(got, want)
+    if ignored == "some":
+        assert not fused[1][t == IGNORE].any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_an_upstream_gradient_other_than_one_scales_the_forwards_gradient(wide_rows, monkeypatch, dtype):
+    """loss * g's gradient: the forward's gradient scaled in place (a second rounding in bf16: one unit of it)."""
+    x, t, g = _inputs(20, 40, "some", seed=3)
+    x = x.astype(np.float32 if dtype == "float32" else ml_dtypes.bfloat16)
+    fused = _loss_and_grad(x, t, "mean", g)
+    monkeypatch.setattr(xent, "GRADIENT_IN_FORWARD", False)
+    separate = _loss_and_grad(x, t, "mean", g)
+    unit = 2.0**-7 if dtype == "bfloat16" else 2.0**-22   # a unit in the last place, relative, at its widest
+    np.testing.assert_allclose(fused[1].astype(np.float64), separate[1].astype(np.float64), rtol=unit, atol=0)
+    want = _reference64(x.astype(np.float64), t, g, "mean")[2]
+    np.testing.assert_allclose(fused[1].astype(np.float64), want, rtol=2 * unit + 1e-6, atol=1e-7)
+
+
+def test_a_second_backward_over_a_retained_graph_computes_the_gradient_again(wide_rows, monkeypatch):
+    """The first backward hands out the forward's gradient array; the second reads the logits again (backward
+    kernel): the two sum to twice the gradient, as without the fusion."""
+    x, t, _ = _inputs(9, 24, "none", seed=4)
+    fused = _loss_and_grad(x, t, "mean", backwards=2)
+    assert wide_rows.count("cross_entropy_backward") == 1 and wide_rows.count("scale_unless_one") == 1
+    monkeypatch.setattr(xent, "GRADIENT_IN_FORWARD", False)
+    np.testing.assert_array_equal(fused[1], _loss_and_grad(x, t, "mean", backwards=2)[1])
+
+
+def test_no_gradient_is_written_where_none_will_be_asked_for(wide_rows):
+    x, t, _ = _inputs(9, 24, "none", seed=5)
+    cross_entropy(frost.tensor(x, requires_grad=True), frost.tensor(t)).backward()
+    with frost.no_grad():
+        cross_entropy(frost.tensor(x, requires_grad=True), frost.tensor(t))
+    cross_entropy(frost.tensor(x), frost.tensor(t))
+    narrow = frost.tensor(x[:, :15], requires_grad=True)
+    cross_entropy(narrow, frost.tensor(t % 15)).backward()
+    assert wide_rows == ["count_targets", "cross_entropy_forward_grad", "scale_unless_one", "cross_entropy_forward",
+                         "cross_entropy_forward", "cross_entropy_forward", "cross_entropy_backward"]
+
+
+def test_second_order_gradients_through_the_forwards_gradient(wide_rows, monkeypatch):
+    x, t, _ = _inputs(6, 16, "none", seed=8)
+    grads = []
+    for in_forward in (True, False):
+        monkeypatch.setattr(xent, "GRADIENT_IN_FORWARD", in_forward)
+        tx = frost.tensor(x, requires_grad=True)
+        (dx,) = frost.autograd.grad(cross_entropy(tx, frost.tensor(t)), tx, create_graph=True)
+        (dx ** 2).sum().backward()
+        grads.append((dx.detach().numpy(), tx.grad.numpy()))
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
 
 
 # ------------------------------------------------------------------ on the GPU
@@ -357,3 +459,21 @@ def test_gpu_fast_path_replays_in_a_cuda_graph(reduction, exact_gpu_math):  # th
         want = [a.detach().numpy() for a in step(frost.tensor(xi), frost.tensor(ti))]
         for a, e in zip(got, want):
             np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6, err_msg=f"call {i}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_forward_written_gradient_is_the_backward_kernels_bit_for_bit(dtype, monkeypatch):
+    """Wide rows on the GPU (several forward blocks, 8 logits a load in bf16): the forward's gradient has the bits
+    the backward kernel writes, and an upstream gradient of 1 leaves it as it is."""
+    x, t, _ = _inputs(600, 2056, "some", seed=11)
+    x = x.astype(np.float32 if dtype == "float32" else ml_dtypes.bfloat16)
+    results = []
+    for in_forward in (True, False):
+        monkeypatch.setattr(xent, "GRADIENT_IN_FORWARD", in_forward)
+        tx = frost.tensor(x, device="cuda", requires_grad=True)
+        loss = cross_entropy(tx, frost.tensor(t, device="cuda"), ignore_index=IGNORE)
+        loss.backward()
+        results.append((loss.float().cpu().numpy(), tx.grad.float().cpu().numpy()))
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
