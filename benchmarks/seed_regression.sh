@@ -5,7 +5,7 @@
 # accuracy there is meaningless). Summary in OUTDIR/seed_regression.json.
 # Usage: bash benchmarks/seed_regression.sh OUTDIR BASE_TREE [BASE_COMMIT]   (the cuDNN frontend on PYTHONPATH; about
 # five minutes). BASE_COMMIT names the base tree in the summary (a tree exported without .git reports no commit);
-# EAGER_ROUNDS (default 2) how many times the eager pair runs.
+# EAGER_ROUNDS (default 2) how many times the eager pair runs; PRECISIONS (default "fp32 bf16") which jit runs.
 set -u
 out=${1:?usage: bash benchmarks/seed_regression.sh OUTDIR BASE_TREE}
 base=${2:?usage: bash benchmarks/seed_regression.sh OUTDIR BASE_TREE [BASE_COMMIT]}
@@ -21,7 +21,7 @@ bench() {  # TREE NAME ARGS...: python -c puts the tree first on sys.path (an ol
         "import sys, frost.cli; sys.exit(frost.cli.main(sys.argv[1:]))" bench resnet-cifar10 --data "$synth" --quiet \
         "$@" --out "$out/$name.json" 2>&1 | tail -1)
 }
-for precision in fp32 bf16; do
+for precision in ${PRECISIONS:-fp32 bf16}; do
     bench "$here" "new_jit_$precision" --precision "$precision" --seeds 0,1,2
     bench "$base" "base_jit_$precision" --precision "$precision" --seeds 0,1,2
 done

@@ -144,8 +144,12 @@ def test_wrong_input_rank_or_channels_name_the_op_and_shapes():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("tf32", [False, True])
 @pytest.mark.parametrize("name", sorted(LAYERS))
-def test_layers_on_cuda_match_cpu(name):
+def test_layers_on_cuda_match_cpu(name, tf32, monkeypatch):
+    """With TF32 off the GPU's float32 convolutions agree with the CPU's up to summation order; with it on (the
+    default), up to TF32's 10-bit products, whose error grows with a sum's length, not with its (cancelling) value."""
+    monkeypatch.setattr(frost.backends, "allow_tf32", tf32)
     layer = getattr(nn, name)(4, 4, 3, stride=2, padding=1, groups=2)
     x = RNG.standard_normal((2, 4) + (6,) * LAYERS[name]).astype(np.float32)
     results = []
@@ -156,5 +160,7 @@ def test_layers_on_cuda_match_cpu(name):
         out = layer(fx)
         (out * out).sum().backward()
         results.append([t.detach().cpu().numpy() for t in (out, fx.grad, layer.weight.grad, layer.bias.grad)])
-    for cpu_result, gpu_result in zip(*results):
-        np.testing.assert_allclose(gpu_result, cpu_result, rtol=2e-3, atol=2e-3)  # TF32 matmuls on the GPU
+    rtol = 2e-3 if tf32 else 1e-4
+    for what, cpu_result, gpu_result in zip(("output", "input grad", "weight grad", "bias grad"), *results):
+        np.testing.assert_allclose(gpu_result, cpu_result, rtol=rtol, atol=rtol * np.abs(cpu_result).max(),
+                                   err_msg=f"{name} {what}")
