@@ -33,7 +33,7 @@ XENT_BACKWARD_THREADS = 256  # threads per block of the backward (one per logit)
 # 50k bf16 logits are 1.6 GB a pass). Narrower rows (the seed's 10 classes) keep one launch each way.
 GRADIENT_IN_FORWARD = os.environ.get("FROST_XENT_GRADIENT_IN_FORWARD", "1") != "0"
 GRADIENT_IN_FORWARD_MIN_CLASSES = 1024
-SCALE_BLOCKS = 1024          # the grid of scale_unless_one (a grid-stride loop)
+UNLESS_ONE_BLOCKS = 1024     # the grid of cross_entropy_backward_unless_one (a grid-stride loop)
 
 
 @device
@@ -200,24 +200,30 @@ def _kernels(T, VEC: int):
         0, x and dx 16-byte aligned: one load and one store of 16 bytes)."""
         i = (bx * bdx + tx) * VEC
         if i < n * C:
-            r = i // C
-            t = target[r]
-            coef = 0.0
-            col = -1
-            if t != ignore_index:
-                coef = g[0] / count[0] if mean != 0 else g[0]
-                col = r * C + _target_column(t, C)
-            write_grad(x, dx, i, col, coef, lse[r])
+            _grad_at(x, target, lse, count, g, dx, i, C, ignore_index, mean)
     @kernel
-    def scale_unless_one(dx: Array[T], g: Array[f32], n: i32):
-        """dx *= g[0], rounded once into T, unless g[0] is 1 (a loss's own gradient almost always is: then nothing
-        is read or written). A grid-stride loop over n values."""
-        s = g[0]
-        if s != 1.0:
-            for i in range(bx * bdx + tx, n, gdx * bdx):
-                dx[i] = f32(dx[i]) * s
+    def cross_entropy_backward_unless_one(x: Array[T], target: Array[i64], lse: Array[f32], count: Array[f32],
+                                          g: Array[f32], dx: Array[T], n: i32, C: i32, ignore_index: i64, mean: i32):
+        """cross_entropy_backward over dx, which cross_entropy_forward_grad wrote for g[0] = 1, unless g[0] is 1 (a
+        loss's own gradient almost always is: then nothing is read or written). A grid-stride loop (the grid is
+        launched whatever g holds, which a captured step cannot know)."""
+        if g[0] != 1.0:
+            for i in range((bx * bdx + tx) * VEC, n * C, gdx * bdx * VEC):
+                _grad_at(x, target, lse, count, g, dx, i, C, ignore_index, mean)
+
+    @device
+    def _grad_at(x, target, lse, count, g, dx, i, C, ignore_index, mean):
+        """The gradient at logit i (VEC of them with VEC = 8, one row's) for an upstream gradient g[0]."""
+        r = i // C
+        t = target[r]
+        coef = 0.0
+        col = -1
+        if t != ignore_index:
+            coef = g[0] / count[0] if mean != 0 else g[0]
+            col = r * C + _target_column(t, C)
+        write_grad(x, dx, i, col, coef, lse[r])
     lse_of_row, write_grad = (_row_lse8, _grad8) if VEC == 8 else (_row_lse, _grad1)
-    return cross_entropy_forward, cross_entropy_backward, cross_entropy_forward_grad, scale_unless_one
+    return cross_entropy_forward, cross_entropy_backward, cross_entropy_forward_grad, cross_entropy_backward_unless_one
 
 
 @device
@@ -244,8 +250,8 @@ def _grad8(x, dx, i, col, coef, row_lse):
     store8_from(dx, i, v)
 
 
-# (dtype, values a thread) -> (forward, backward, forward_grad, scale_unless_one): float32 one at a time; bf16/fp16
-# also 8 at a time
+# (dtype, values a thread) -> (forward, backward, forward_grad, backward_unless_one): float32 one at a time;
+# bf16/fp16 also 8 at a time
 XENT_KERNELS = {(name, vec): _kernels(T, vec) for name, T, vecs in (("float32", f32, (1,)), ("bfloat16", bf16, (1, 8)),
                                                                     ("float16", f16, (1, 8))) for vec in vecs}
 cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32", 1][:2])
@@ -305,7 +311,8 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
             kernels = XENT_KERNELS[input.dtype.name, 1]
         count_targets[1, XENT_THREADS](t, total_rows, N, ignore_index)
         kernels[2][blocks, XENT_FORWARD_THREADS](x, t, *sums, dx, total_rows, N, C, ignore_index, mean)
-        backward = _handed_out_once(xp, dx, kernels[3], backward)
+        backward = _handed_out_once(xp, dx, backward, lambda g: kernels[3][UNLESS_ONE_BLOCKS, XENT_BACKWARD_THREADS](
+            x, t, lse, count, g, dx, N, C, ignore_index, mean))
     else:
         kernels[0][blocks, XENT_FORWARD_THREADS](x, t, *sums, N, C, ignore_index, mean)
     if blocks > 1:
@@ -318,20 +325,19 @@ def _gradient_in_forward(input: Tensor) -> bool:
     """Whether the forward writes the logits' gradient too: wide rows whose gradient will be asked for, and a
     grid-stride loop over them that cannot overflow i32."""
     return (GRADIENT_IN_FORWARD and input.shape[1] >= GRADIENT_IN_FORWARD_MIN_CLASSES and input.requires_grad
-            and is_grad_enabled() and input.numel() < 2**31 - SCALE_BLOCKS * XENT_BACKWARD_THREADS)
+            and is_grad_enabled() and input.numel() < 2**31 - 8 * UNLESS_ONE_BLOCKS * XENT_BACKWARD_THREADS)
 
 
-def _handed_out_once(xp, dx, scale_unless_one, recompute):
-    """The backward of a forward that wrote the gradient dx for an upstream gradient of 1: dx scaled in place by
-    the upstream gradient (nothing read or written when it is 1) and handed out; a second backward over a retained
-    graph, given dx's memory away, computes the gradient again from the logits (`recompute`)."""
+def _handed_out_once(xp, dx, recompute, unless_one):
+    """The backward of a forward that wrote the gradient dx for an upstream gradient of 1: dx, rewritten by
+    `unless_one` (the backward kernel, launched on the device value g) where g is not 1, handed out; a second
+    backward over a retained graph, dx's memory given away, computes the gradient again from the logits
+    (`recompute`)."""
     held = [dx]
 
     def backward(g):
         if not held:
             return recompute(g)
-        dx = held.pop()
-        g = xp.ascontiguousarray(g, dtype=xp.float32).reshape(1)
-        scale_unless_one[SCALE_BLOCKS, XENT_BACKWARD_THREADS](dx.reshape(-1), g, dx.size)
-        return (dx,)
+        unless_one(xp.ascontiguousarray(g, dtype=xp.float32).reshape(1))
+        return (held.pop(),)
     return backward
