@@ -28,7 +28,7 @@ XENT_ROWS_PER_BLOCK = 1024   # rows one forward block takes before the forward s
 XENT_LOGITS_PER_BLOCK = 1 << 16   # ... and logits: long rows (a 50k vocabulary) spread over every SM, a row a warp
 XENT_MAX_BLOCKS = 1024       # forward blocks at most (the finalize loops over their partials)
 XENT_BACKWARD_THREADS = 256  # threads per block of the backward (one per logit)
-# Logits of at least this many classes get their gradient written by the forward (cross_entropy_forward_grad), each
+# Logits of at least this many classes get their gradient written by the forward (cross_entropy_forward, grad=1), each
 # row rewritten right after its log-sum-exp while it is in cache: the backward then reads nothing (GPT-2's 16k x
 # 50k bf16 logits are 1.6 GB a pass). Narrower rows (the seed's 10 classes) keep one launch each way.
 GRADIENT_IN_FORWARD = os.environ.get("FROST_XENT_GRADIENT_IN_FORWARD", "1") != "0"
@@ -112,7 +112,7 @@ def _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean):
 @kernel
 def count_targets(target: Array[i64], total_rows: Array[f32], n: i32, ignore_index: i64):
     """One block: total_rows[0] = how many of the n targets are not ignore_index (the mean's divisor, which
-    cross_entropy_forward_grad needs before it writes a gradient)."""
+    cross_entropy_forward needs before it writes a gradient)."""
     rows = 0.0
     for r in range(tx, n, bdx):
         if target[r] != ignore_index:
@@ -145,50 +145,33 @@ def _kernels(T, VEC: int):
     @kernel
     def cross_entropy_forward(x: Array[T], target: Array[i64], lse: Array[f32], loss: Array[f32], count: Array[f32],
                               part_loss: Array[f32], part_count: Array[f32], n: i32, C: i32, ignore_index: i64,
-                              mean: i32):
+                              mean: i32, dx: Array[T], total_rows: Array[f32], grad: i32):
         """Warp w of block b takes rows b*W + w, then a grid stride on: lse[r] = log-sum-exp of row r, and the sum of
         lse[r] - x[r, target[r]] and the count of rows whose target is not ignore_index. One block (gdx == 1) stores
         the loss (sum, or sum / count when mean != 0) and the count; several store their sums in part_loss[b] and
         part_count[b] for cross_entropy_finalize. VEC = 8: 16-bit rows read 8 values a load (C % 8 == 0, x
-        16-byte aligned)."""
+        16-byte aligned). grad != 0: also the gradient the backward would write for an upstream gradient of 1, each
+        row rewritten right after its log-sum-exp, while it is in cache: dx[r, c] = coef * (softmax - onehot), coef =
+        1 / total_rows[0] (mean != 0; count_targets' count) or 1, 0 in ignored rows (dx 16-byte aligned for VEC = 8;
+        dx and total_rows are not read where grad == 0)."""
         warps = bdx // 32
         acc = 0.0
         rows = 0.0
         for r in range(bx * warps + warp, n, gdx * warps):
             row_lse = lse_of_row(x, r * C, C)
             t = target[r]
+            if grad != 0:
+                coef = 0.0
+                col = -1
+                if t != ignore_index:
+                    coef = 1.0 / total_rows[0] if mean != 0 else 1.0
+                    col = r * C + _target_column(t, C)
+                for c in range(lane * VEC, C, 32 * VEC):
+                    write_grad(x, dx, r * C + c, col, coef, row_lse)
             if lane == 0:
                 lse[r] = row_lse
                 if t != ignore_index:
                     acc += row_lse - f32(x[r * C + _target_column(t, C)])
-                    rows += 1.0
-        _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean)
-
-    @kernel
-    def cross_entropy_forward_grad(x: Array[T], target: Array[i64], lse: Array[f32], loss: Array[f32],
-                                   count: Array[f32], part_loss: Array[f32], part_count: Array[f32], dx: Array[T],
-                                   total_rows: Array[f32], n: i32, C: i32, ignore_index: i64, mean: i32):
-        """cross_entropy_forward that also writes the gradient the backward would write for an upstream gradient of
-        1, each row right after its log-sum-exp, while the row is in cache: dx[r, c] = coef * (softmax - onehot),
-        coef = 1 / total_rows[0] (mean != 0; count_targets' count) or 1, 0 in ignored rows. VEC = 8 as the
-        forward's, dx 16-byte aligned too."""
-        warps = bdx // 32
-        acc = 0.0
-        rows = 0.0
-        for r in range(bx * warps + warp, n, gdx * warps):
-            row_lse = lse_of_row(x, r * C, C)
-            t = target[r]
-            coef = 0.0
-            col = -1
-            if t != ignore_index:
-                coef = 1.0 / total_rows[0] if mean != 0 else 1.0
-                col = r * C + _target_column(t, C)
-            for c in range(lane * VEC, C, 32 * VEC):
-                write_grad(x, dx, r * C + c, col, coef, row_lse)
-            if lane == 0:
-                lse[r] = row_lse
-                if t != ignore_index:
-                    acc += row_lse - f32(x[col])
                     rows += 1.0
         _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean)
 
@@ -204,9 +187,9 @@ def _kernels(T, VEC: int):
     @kernel
     def cross_entropy_backward_unless_one(x: Array[T], target: Array[i64], lse: Array[f32], count: Array[f32],
                                           g: Array[f32], dx: Array[T], n: i32, C: i32, ignore_index: i64, mean: i32):
-        """cross_entropy_backward over dx, which cross_entropy_forward_grad wrote for g[0] = 1, unless g[0] is 1 (a
-        loss's own gradient almost always is: then nothing is read or written). A grid-stride loop (the grid is
-        launched whatever g holds, which a captured step cannot know)."""
+        """cross_entropy_backward over the dx that cross_entropy_forward wrote for g[0] = 1 (grad != 0), unless
+        g[0] is 1 (a loss's own gradient almost always is: then nothing is read or written). A grid-stride loop
+        (the grid is launched whatever g holds, which a captured step cannot know)."""
         if g[0] != 1.0:
             for i in range((bx * bdx + tx) * VEC, n * C, gdx * bdx * VEC):
                 _grad_at(x, target, lse, count, g, dx, i, C, ignore_index, mean)
@@ -223,7 +206,7 @@ def _kernels(T, VEC: int):
             col = r * C + _target_column(t, C)
         write_grad(x, dx, i, col, coef, lse[r])
     lse_of_row, write_grad = (_row_lse8, _grad8) if VEC == 8 else (_row_lse, _grad1)
-    return cross_entropy_forward, cross_entropy_backward, cross_entropy_forward_grad, cross_entropy_backward_unless_one
+    return cross_entropy_forward, cross_entropy_backward, cross_entropy_backward_unless_one
 
 
 @device
@@ -250,8 +233,8 @@ def _grad8(x, dx, i, col, coef, row_lse):
     store8_from(dx, i, v)
 
 
-# (dtype, values a thread) -> (forward, backward, forward_grad, backward_unless_one): float32 one at a time;
-# bf16/fp16 also 8 at a time
+# (dtype, values a thread) -> (forward, backward, backward_unless_one): float32 one at a time; bf16/fp16 also 8 at
+# a time
 XENT_KERNELS = {(name, vec): _kernels(T, vec) for name, T, vecs in (("float32", f32, (1,)), ("bfloat16", bf16, (1, 8)),
                                                                     ("float16", f16, (1, 8))) for vec in vecs}
 cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32", 1][:2])
@@ -310,11 +293,11 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
         if data_ptr(dx) % 16:
             kernels = XENT_KERNELS[input.dtype.name, 1]
         count_targets[1, XENT_THREADS](t, total_rows, N, ignore_index)
-        kernels[2][blocks, XENT_FORWARD_THREADS](x, t, *sums, dx, total_rows, N, C, ignore_index, mean)
-        backward = _handed_out_once(xp, dx, backward, lambda g: kernels[3][UNLESS_ONE_BLOCKS, XENT_BACKWARD_THREADS](
+        kernels[0][blocks, XENT_FORWARD_THREADS](x, t, *sums, N, C, ignore_index, mean, dx, total_rows, 1)
+        backward = _handed_out_once(xp, dx, backward, lambda g: kernels[2][UNLESS_ONE_BLOCKS, XENT_BACKWARD_THREADS](
             x, t, lse, count, g, dx, N, C, ignore_index, mean))
-    else:
-        kernels[0][blocks, XENT_FORWARD_THREADS](x, t, *sums, N, C, ignore_index, mean)
+    else:   # x and loss stand for the gradient's arrays, which grad = 0 leaves unread
+        kernels[0][blocks, XENT_FORWARD_THREADS](x, t, *sums, N, C, ignore_index, mean, x, loss, 0)
     if blocks > 1:
         cross_entropy_finalize[1, XENT_THREADS](part_loss, part_count, loss, count, blocks, mean)
     out = loss.reshape(()).astype(loss_dtype or x.dtype, copy=False)
