@@ -7,7 +7,7 @@ import os
 from frost import dispatch
 from frost.autograd import is_grad_enabled
 from frost.layout import data_ptr
-from frost.kernel import (Array, bdx, bf16, block_sum, bx, cdiv, device, exp, f16, f32, gdx, i32, i64, inf,
+from frost.kernel import (Array, bdx, bf16, block_max, block_sum, bx, cdiv, device, exp, f16, f32, gdx, i32, i64, inf,
                           kernel, lane, load8_into, local, log, shared, static_range, store8_from, tx, warp, warp_max,
                           warp_sum)
 from frost.tensor import Tensor, from_op
@@ -28,10 +28,11 @@ XENT_ROWS_PER_BLOCK = 1024   # rows one forward block takes before the forward s
 XENT_LOGITS_PER_BLOCK = 1 << 16   # ... and logits: long rows (a 50k vocabulary) spread over every SM, a row a warp
 XENT_MAX_BLOCKS = 1024       # forward blocks at most (the finalize loops over their partials)
 XENT_BACKWARD_THREADS = 256  # threads per block of the backward (one per logit)
-# Logits of at least this many classes get their gradient written by the forward (cross_entropy_forward, grad=1), each
-# row rewritten right after its log-sum-exp while it is in cache: the backward then reads nothing (GPT-2's 16k x
-# 50k bf16 logits are 1.6 GB a pass). Narrower rows (the seed's 10 classes) keep one launch each way.
-GRADIENT_IN_FORWARD = os.environ.get("FROST_XENT_GRADIENT_IN_FORWARD", "1") != "0"
+# Logits of at least this many classes may get their gradient written by the forward (cross_entropy_forward_grad),
+# each row rewritten right after its log-sum-exp while it is in L2: the backward then reads nothing (GPT-2's 16k x
+# 50k bf16 logits are 1.6 GB a pass). Narrower rows (the seed's 10 classes) keep one launch each way. Off until timed
+# on a GPU (FROST_XENT_GRADIENT_IN_FORWARD=1 on): a block a row must read as fast as a warp a row does.
+GRADIENT_IN_FORWARD = os.environ.get("FROST_XENT_GRADIENT_IN_FORWARD", "0") == "1"
 GRADIENT_IN_FORWARD_MIN_CLASSES = 1024
 UNLESS_ONE_BLOCKS = 1024     # the grid of cross_entropy_backward_unless_one (a grid-stride loop)
 
@@ -44,28 +45,36 @@ def _lanes_lse(m, s):
 
 
 @device
-def _row_lse(x, base, C):
-    """log(sum(exp(x[base:base + C]))) in every lane of one warp, in float32, in one pass: each lane keeps a running
-    max and rescales its sum when the max grows, so that no exp overflows and the row is read once."""
+def _block_lse(m, s, scratch):
+    """_lanes_lse over a whole block (every thread gets it); scratch as for block_sum."""
+    top = block_max(m, scratch)
+    return top + log(block_sum(s * exp(m - top), scratch))
+
+
+@device
+def _running_max_sum(x, base, C, first, stride, ms):
+    """ms[0], ms[1] = the running max of x[base + first], x[base + first + stride], ... (below C) and the sum of
+    exp(value - max), rescaled when the max grows, so that no exp overflows and the values are read once."""
     m = -inf
     s = 0.0
-    for c in range(lane, C, 32):
+    for c in range(first, C, stride):
         v = f32(x[base + c])
         if v > m:
             s = s * exp(m - v)
             m = v
         s += exp(v - m)
-    return _lanes_lse(m, s)
+    ms[0] = m
+    ms[1] = s
 
 
 @device
-def _row_lse8(x, base, C):
-    """_row_lse of a 16-bit row whose start and length are multiples of 8, eight values (16 bytes) per load, the
-    running max moved once per eight."""
+def _running_max_sum8(x, base, C, first, stride, ms):
+    """_running_max_sum of a 16-bit row whose start, length, first and stride are multiples of 8, eight values (16
+    bytes) a load, the running max moved once per eight."""
     v = local(f32, 8)
     m = -inf
     s = 0.0
-    for c in range(lane * 8, C, 256):
+    for c in range(first, C, stride):
         load8_into(v, x, base + c)
         top = v[0]
         for e in static_range(1, 8):
@@ -75,7 +84,40 @@ def _row_lse8(x, base, C):
             m = top
         for e in static_range(8):
             s += exp(v[e] - m)
-    return _lanes_lse(m, s)
+    ms[0] = m
+    ms[1] = s
+
+
+@device
+def _row_lse(x, base, C):
+    """log(sum(exp(x[base:base + C]))) in every lane of one warp, in float32, in one pass."""
+    ms = local(f32, 2)
+    _running_max_sum(x, base, C, lane, 32, ms)
+    return _lanes_lse(ms[0], ms[1])
+
+
+@device
+def _row_lse8(x, base, C):
+    """_row_lse of a 16-bit row whose start and length are multiples of 8, eight values a load."""
+    ms = local(f32, 2)
+    _running_max_sum8(x, base, C, lane * 8, 256, ms)
+    return _lanes_lse(ms[0], ms[1])
+
+
+@device
+def _block_row_lse(x, base, C, scratch):
+    """_row_lse with the whole block reading the row."""
+    ms = local(f32, 2)
+    _running_max_sum(x, base, C, tx, bdx, ms)
+    return _block_lse(ms[0], ms[1], scratch)
+
+
+@device
+def _block_row_lse8(x, base, C, scratch):
+    """_row_lse8 with the whole block reading the row."""
+    ms = local(f32, 2)
+    _running_max_sum8(x, base, C, tx * 8, bdx * 8, ms)
+    return _block_lse(ms[0], ms[1], scratch)
 
 
 @device
@@ -112,7 +154,7 @@ def _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean):
 @kernel
 def count_targets(target: Array[i64], total_rows: Array[f32], n: i32, ignore_index: i64):
     """One block: total_rows[0] = how many of the n targets are not ignore_index (the mean's divisor, which
-    cross_entropy_forward needs before it writes a gradient)."""
+    cross_entropy_forward_grad needs before it writes a gradient)."""
     rows = 0.0
     for r in range(tx, n, bdx):
         if target[r] != ignore_index:
@@ -145,33 +187,52 @@ def _kernels(T, VEC: int):
     @kernel
     def cross_entropy_forward(x: Array[T], target: Array[i64], lse: Array[f32], loss: Array[f32], count: Array[f32],
                               part_loss: Array[f32], part_count: Array[f32], n: i32, C: i32, ignore_index: i64,
-                              mean: i32, dx: Array[T], total_rows: Array[f32], grad: i32):
+                              mean: i32):
         """Warp w of block b takes rows b*W + w, then a grid stride on: lse[r] = log-sum-exp of row r, and the sum of
         lse[r] - x[r, target[r]] and the count of rows whose target is not ignore_index. One block (gdx == 1) stores
         the loss (sum, or sum / count when mean != 0) and the count; several store their sums in part_loss[b] and
         part_count[b] for cross_entropy_finalize. VEC = 8: 16-bit rows read 8 values a load (C % 8 == 0, x
-        16-byte aligned). grad != 0: also the gradient the backward would write for an upstream gradient of 1, each
-        row rewritten right after its log-sum-exp, while it is in cache: dx[r, c] = coef * (softmax - onehot), coef =
-        1 / total_rows[0] (mean != 0; count_targets' count) or 1, 0 in ignored rows (dx 16-byte aligned for VEC = 8;
-        dx and total_rows are not read where grad == 0)."""
+        16-byte aligned)."""
         warps = bdx // 32
         acc = 0.0
         rows = 0.0
         for r in range(bx * warps + warp, n, gdx * warps):
             row_lse = lse_of_row(x, r * C, C)
             t = target[r]
-            if grad != 0:
-                coef = 0.0
-                col = -1
-                if t != ignore_index:
-                    coef = 1.0 / total_rows[0] if mean != 0 else 1.0
-                    col = r * C + _target_column(t, C)
-                for c in range(lane * VEC, C, 32 * VEC):
-                    write_grad(x, dx, r * C + c, col, coef, row_lse)
             if lane == 0:
                 lse[r] = row_lse
                 if t != ignore_index:
                     acc += row_lse - f32(x[r * C + _target_column(t, C)])
+                    rows += 1.0
+        _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean)
+
+    @kernel
+    def cross_entropy_forward_grad(x: Array[T], target: Array[i64], lse: Array[f32], loss: Array[f32],
+                                   count: Array[f32], part_loss: Array[f32], part_count: Array[f32], dx: Array[T],
+                                   total_rows: Array[f32], n: i32, C: i32, ignore_index: i64, mean: i32):
+        """cross_entropy_forward for wide rows that also writes the gradient the backward would write for an upstream
+        gradient of 1: block b takes rows b, b + gdx, ..., the whole block reading a row, so that few rows are in
+        flight (two 1024-thread blocks an SM: 264 rows of GPT-2's 50k bf16 logits, 26 MB on an H100, inside its
+        50 MB L2) and the row is still in L2 when the block reads it again to write dx[r, c] = coef * (softmax -
+        onehot), coef = 1 / total_rows[0] (mean != 0; count_targets' count) or 1, 0 in ignored rows. VEC = 8 as
+        the forward's, dx 16-byte aligned too."""
+        scratch = shared(f32, 32)
+        acc = 0.0
+        rows = 0.0
+        for r in range(bx, n, gdx):
+            row_lse = block_lse_of_row(x, r * C, C, scratch)
+            t = target[r]
+            coef = 0.0
+            col = -1
+            if t != ignore_index:
+                coef = 1.0 / total_rows[0] if mean != 0 else 1.0
+                col = r * C + _target_column(t, C)
+            for c in range(tx * VEC, C, bdx * VEC):
+                write_grad(x, dx, r * C + c, col, coef, row_lse)
+            if tx == 0:
+                lse[r] = row_lse
+                if t != ignore_index:
+                    acc += row_lse - f32(x[col])
                     rows += 1.0
         _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean)
 
@@ -187,7 +248,7 @@ def _kernels(T, VEC: int):
     @kernel
     def cross_entropy_backward_unless_one(x: Array[T], target: Array[i64], lse: Array[f32], count: Array[f32],
                                           g: Array[f32], dx: Array[T], n: i32, C: i32, ignore_index: i64, mean: i32):
-        """cross_entropy_backward over the dx that cross_entropy_forward wrote for g[0] = 1 (grad != 0), unless
+        """cross_entropy_backward over the dx that cross_entropy_forward_grad wrote for g[0] = 1, unless
         g[0] is 1 (a loss's own gradient almost always is: then nothing is read or written). A grid-stride loop
         (the grid is launched whatever g holds, which a captured step cannot know)."""
         if g[0] != 1.0:
@@ -205,8 +266,9 @@ def _kernels(T, VEC: int):
             coef = g[0] / count[0] if mean != 0 else g[0]
             col = r * C + _target_column(t, C)
         write_grad(x, dx, i, col, coef, lse[r])
-    lse_of_row, write_grad = (_row_lse8, _grad8) if VEC == 8 else (_row_lse, _grad1)
-    return cross_entropy_forward, cross_entropy_backward, cross_entropy_backward_unless_one
+    lse_of_row, block_lse_of_row, write_grad = ((_row_lse8, _block_row_lse8, _grad8) if VEC == 8
+                                                else (_row_lse, _block_row_lse, _grad1))
+    return cross_entropy_forward, cross_entropy_backward, cross_entropy_forward_grad, cross_entropy_backward_unless_one
 
 
 @device
@@ -233,8 +295,8 @@ def _grad8(x, dx, i, col, coef, row_lse):
     store8_from(dx, i, v)
 
 
-# (dtype, values a thread) -> (forward, backward, backward_unless_one): float32 one at a time; bf16/fp16 also 8 at
-# a time
+# (dtype, values a thread) -> (forward, backward, forward_grad, backward_unless_one): float32 one at a time;
+# bf16/fp16 also 8 at a time
 XENT_KERNELS = {(name, vec): _kernels(T, vec) for name, T, vecs in (("float32", f32, (1,)), ("bfloat16", bf16, (1, 8)),
                                                                     ("float16", f16, (1, 8))) for vec in vecs}
 cross_entropy_forward, cross_entropy_backward = (kernel.warm(k) for k in XENT_KERNELS["float32", 1][:2])
@@ -270,7 +332,8 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
     t = xp.ascontiguousarray(target.data)
     N, C = x.shape
     mean = int(reduction == "mean")
-    blocks = xent_blocks(N, C)
+    in_forward = _gradient_in_forward(input)
+    blocks = min(N, XENT_MAX_BLOCKS) if in_forward else xent_blocks(N, C)   # a block a row, or a warp a row
     lse = xp.empty(N, xp.float32)
     loss, count = xp.empty(1, xp.float32), xp.empty(1, xp.float32)
     part_loss, part_count = (xp.empty(blocks, xp.float32), xp.empty(blocks, xp.float32)) if blocks > 1 \
@@ -288,16 +351,16 @@ def cross_entropy_kernels(input: Tensor, target: Tensor, weight: Tensor | None, 
         return (dx,)
 
     sums = (lse, loss, count, part_loss, part_count)
-    if _gradient_in_forward(input):
+    if in_forward:
         dx, total_rows = xp.empty_like(x), xp.empty(1, xp.float32)
         if data_ptr(dx) % 16:
             kernels = XENT_KERNELS[input.dtype.name, 1]
         count_targets[1, XENT_THREADS](t, total_rows, N, ignore_index)
-        kernels[0][blocks, XENT_FORWARD_THREADS](x, t, *sums, N, C, ignore_index, mean, dx, total_rows, 1)
-        backward = _handed_out_once(xp, dx, backward, lambda g: kernels[2][UNLESS_ONE_BLOCKS, XENT_BACKWARD_THREADS](
-            x, t, lse, count, g, dx, N, C, ignore_index, mean))
-    else:   # x and loss stand for the gradient's arrays, which grad = 0 leaves unread
-        kernels[0][blocks, XENT_FORWARD_THREADS](x, t, *sums, N, C, ignore_index, mean, x, loss, 0)
+        kernels[2][blocks, XENT_FORWARD_THREADS](x, t, *sums, dx, total_rows, N, C, ignore_index, mean)
+        backward = _handed_out_once(xp, dx, backward, lambda g, dx: kernels[3][
+            UNLESS_ONE_BLOCKS, XENT_BACKWARD_THREADS](x, t, lse, count, g, dx, N, C, ignore_index, mean))
+    else:
+        kernels[0][blocks, XENT_FORWARD_THREADS](x, t, *sums, N, C, ignore_index, mean)
     if blocks > 1:
         cross_entropy_finalize[1, XENT_THREADS](part_loss, part_count, loss, count, blocks, mean)
     out = loss.reshape(()).astype(loss_dtype or x.dtype, copy=False)
@@ -313,14 +376,15 @@ def _gradient_in_forward(input: Tensor) -> bool:
 
 def _handed_out_once(xp, dx, recompute, unless_one):
     """The backward of a forward that wrote the gradient dx for an upstream gradient of 1: dx, rewritten by
-    `unless_one` (the backward kernel, launched on the device value g) where g is not 1, handed out; a second
-    backward over a retained graph, dx's memory given away, computes the gradient again from the logits
+    `unless_one(g, dx)` (the backward kernel, launched on the device value g) where g is not 1, handed out and no
+    longer held; a second backward over a retained graph computes the gradient again from the logits
     (`recompute`)."""
     held = [dx]
 
     def backward(g):
         if not held:
             return recompute(g)
-        unless_one(xp.ascontiguousarray(g, dtype=xp.float32).reshape(1))
-        return (held.pop(),)
+        dx = held.pop()
+        unless_one(xp.ascontiguousarray(g, dtype=xp.float32).reshape(1), dx)
+        return (dx,)
     return backward

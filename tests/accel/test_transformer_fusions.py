@@ -85,10 +85,13 @@ def test_layer_norms_sums_are_the_pairs_bit_for_bit(transformer_kernels, monkeyp
         np.testing.assert_array_equal(results[0][1][name], want, err_msg=name)
 
 
+_LAUNCH = Kernel.__getitem__   # the real launch, not a recording one that an earlier call left in place
+
+
 def _gpu_step(idx, targets, monkeypatch, fused: bool) -> tuple:
     """_step on the GPU with every fast path registered, the fusions on or off; also the kernels launched."""
-    launched, launch = [], Kernel.__getitem__
-    monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: launched.append(self.__name__) or launch(self, cfg))
+    launched = []
+    monkeypatch.setattr(Kernel, "__getitem__", lambda self, cfg: launched.append(self.__name__) or _LAUNCH(self, cfg))
     monkeypatch.setattr(ln, "AUTOCAST_COPY", fused)
     monkeypatch.setattr(ln, "ADDS_TO_GRADIENTS", fused)
     frost.manual_seed(0)
