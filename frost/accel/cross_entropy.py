@@ -1,6 +1,7 @@
 """Cross-entropy of (N, C) float32, bf16 or fp16 logits on the GPU: one launch each way, registered with
-frost.dispatch as cross_entropy's fast path; rows of GRADIENT_IN_FORWARD_MIN_CLASSES classes and more get their
-gradient from the forward (the backward then reads no logits). The reference math, and the op that asks for this,
+frost.dispatch as cross_entropy's fast path; with FROST_XENT_GRADIENT_IN_FORWARD=1, rows of
+GRADIENT_IN_FORWARD_MIN_CLASSES classes and more get their gradient from the forward (the backward then reads no
+logits). The reference math, and the op that asks for this,
 is frost/ops/loss.py."""
 import os
 
@@ -138,7 +139,7 @@ def _store_total(total, rows, loss, count, mean):
 
 @device
 def _store_block_totals(acc, rows, loss, count, part_loss, part_count, mean):
-    """The block's loss and count of rows (lane 0 of each warp holds its rows' sums, the other lanes 0), in a fixed
+    """The block's loss and count of rows (each thread's sums of the rows it stored, 0 in the others), in a fixed
     order: stored as the result by a lone block, else as block bx's partial sums for cross_entropy_finalize."""
     scratch = shared(f32, 32)
     total = block_sum(acc, scratch)
@@ -245,6 +246,7 @@ def _kernels(T, VEC: int):
         i = (bx * bdx + tx) * VEC
         if i < n * C:
             _grad_at(x, target, lse, count, g, dx, i, C, ignore_index, mean)
+
     @kernel
     def cross_entropy_backward_unless_one(x: Array[T], target: Array[i64], lse: Array[f32], count: Array[f32],
                                           g: Array[f32], dx: Array[T], n: i32, C: i32, ignore_index: i64, mean: i32):

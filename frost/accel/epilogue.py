@@ -7,8 +7,9 @@ the capture, matmul_bias_cuda (frost/accel/matmul.py) asks cuDNN for the product
 the GELU beside the product, where gelu_kernels (frost/accel/gelu.py) takes it instead of launching its kernel. A
 kept GELU is taken only for the same memory, unchanged since (version 0), in the same form; the product it belongs
 to stays referenced until then, so that no other array can reuse its address. GPT-2 124M on an H100: 35.29 ->
-34.72 ms/step (benchmarks/results/gpt2_124m_bf16_jit_gelu_epilogue_40steps_h100_033a41b.json); off by default until
-its jitted test (tests/accel/test_epilogue.py) has run on a GPU: FROST_CUDNN_MATMUL_GELU=1 switches it on."""
+34.72 ms/step (benchmarks/results/gpt2_124m_bf16_jit_gelu_epilogue_40steps_h100_033a41b.json). Its jitted test
+(tests/accel/test_epilogue.py) passed on an H100 (000923e); off by default until the GPT jit-replay-equals-eager test
+has run with it on: FROST_CUDNN_MATMUL_GELU=1 switches it on."""
 from __future__ import annotations
 
 import os

@@ -92,8 +92,8 @@ def rows_of(xp, bias, rows: int):
     """A new (rows, n) array with `bias` (n,) in every row (16-bit types copied as their bits: CuPy's copies of
     them need no arithmetic)."""
     out = xp.empty((rows, bias.shape[0]), dtype=bias.dtype)
-    bits = (lambda array: array.view(np.uint16)) if bias.itemsize == 2 else (lambda array: array)
-    bits(out)[...] = bits(bias)
+    as_copied = np.uint16 if bias.itemsize == 2 else bias.dtype
+    out.view(as_copied)[...] = bias.view(as_copied)
     return out
 
 
