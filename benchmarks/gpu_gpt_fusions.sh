@@ -2,8 +2,8 @@
 # What each of the transformer step's fusions is worth, in two device calls of under ten minutes each.
 #   PART gpt: the GPU suite, GELU in the product's epilogue against the product then GELU's kernel
 #      (benchmarks/matmul_gelu_epilogue.py), GPT-2 124M (bf16, frost.jit, batch 16 x 1024) against torch.compile, then
-#      Frost alone with GELU in c_fc's epilogue switched on (FROST_CUDNN_MATMUL_GELU=1; off until timed), then with
-#      one default fusion switched off at a time: LayerNorm's backward adding the stream's gradient so far (FROST_LN_ADDS_GRADIENTS=0, which leaves the sum to
+#      Frost alone with one default fusion switched off at a time: GELU in c_fc's epilogue (FROST_CUDNN_MATMUL_GELU=0),
+#      LayerNorm's backward adding the stream's gradient so far (FROST_LN_ADDS_GRADIENTS=0, which leaves the sum to
 #      the pair kernel), LayerNorm's autocast copy (FROST_LN_AUTOCAST_COPY=0)
 #   PART rest: both LayerNorm fusions and the pair kernel off together (--without sum_in_dtypes), the kernel profile
 #      beside torch.compile's, and the seed ResNet's step (no regression)
@@ -31,7 +31,7 @@ if [ "$part" = gpt ]; then
     timeout 60 python3 benchmarks/matmul_gelu_epilogue.py --out "$out/matmul_gelu_epilogue.json" 2>&1 | tail -14
     timeout 240 python3 benchmarks/gpt.py "${gpt2[@]}" --torch-modes compile --out "$out/gpt2_124m_bf16_jit.json" \
         2>&1 | tail -6
-    without nothing_with_gelu_epilogue FROST_CUDNN_MATMUL_GELU=1 --
+    without gelu_epilogue FROST_CUDNN_MATMUL_GELU=0 --
     without ln_adds FROST_LN_ADDS_GRADIENTS=0 --
     without ln_copy FROST_LN_AUTOCAST_COPY=0 --
 else

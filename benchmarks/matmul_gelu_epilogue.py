@@ -3,8 +3,8 @@ captured in a CUDA graph and replayed (frost.backend.cuda.graph_time_us), GPU mi
 
   forward   today: c_fc's product with its bias in cuDNN's epilogue, then Frost's GELU kernel (gelu_forward_vec8)
             fused: one cuDNN graph, matmul -> bias -> gelu_approx_tanh, writing GELU's input (kept for the backward)
-            and its output (frost.backend.cudnn.matmul(activation="gelu_tanh"), what a jitted linear layer runs with
-            FROST_CUDNN_MATMUL_GELU=1); and writing the output only (what a backward that recomputes the product
+            and its output (frost.backend.cudnn.matmul(activation="gelu_tanh"), what a jitted linear layer runs unless
+            FROST_CUDNN_MATMUL_GELU=0); and writing the output only (what a backward that recomputes the product
             would need)
   backward  today: c_proj's input gradient (dY @ W), then Frost's GELU backward with the c_fc bias's column sums
             (gelu_backward_sum_rows, then sum_rows' finalize)

@@ -7,9 +7,10 @@ the capture, matmul_bias_cuda (frost/accel/matmul.py) asks cuDNN for the product
 the GELU beside the product, where gelu_kernels (frost/accel/gelu.py) takes it instead of launching its kernel. A
 kept GELU is taken only for the same memory, unchanged since (version 0), in the same form; the product it belongs
 to stays referenced until then, so that no other array can reuse its address. GPT-2 124M on an H100: 35.29 ->
-34.72 ms/step (benchmarks/results/gpt2_124m_bf16_jit_gelu_epilogue_40steps_h100_033a41b.json). Its jitted test
-(tests/accel/test_epilogue.py) passed on an H100 (000923e); off by default until the GPT jit-replay-equals-eager test
-has run with it on: FROST_CUDNN_MATMUL_GELU=1 switches it on."""
+34.72 ms/step (benchmarks/results/gpt2_124m_bf16_jit_gelu_epilogue_40steps_h100_033a41b.json). On by default
+since b38b235: its jitted test and the GPT jit-replay-equals-eager test passed with it on (H100), and GPT-2 124M ran
+35.30 -> 34.74 ms/step in one call (benchmarks/results/gpt2_124m_bf16_jit_epilogue_xent_ab_h100_b38b235.json);
+FROST_CUDNN_MATMUL_GELU=0 switches it off."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ from collections import OrderedDict
 from frost.jit import warming_up
 from frost.layout import data_ptr
 
-FUSED_GELU = os.environ.get("FROST_CUDNN_MATMUL_GELU", "0") == "1"
+FUSED_GELU = os.environ.get("FROST_CUDNN_MATMUL_GELU", "1") == "1"
 _REMEMBERED = 4  # products a warm-up remembers at once (a step reads each soon after making it)
 _followed_by: dict = {}      # product signature -> the GELU form ("gelu" / "gelu_tanh") that read such products
 _fused_in_warm_up: set = set()   # signatures whose fused graph a warm-up built (a capture may then use it)
