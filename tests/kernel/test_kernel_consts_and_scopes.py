@@ -75,6 +75,18 @@ def test_const_bool_refuses_a_value_that_is_no_flag(bad):
         flagged.specialize(NEGATE=bad, WIDTH=4)
 
 
+def test_a_remembered_specialization_still_refuses_bad_constants():
+    spec = flagged.specialize(NEGATE=True, WIDTH=4)   # remembered by the constants as given
+    assert flagged.specialize(WIDTH=4, NEGATE=True) is spec and flagged.specialize(NEGATE=1, WIDTH=4) is spec
+    for _ in range(2):   # a refused value is never remembered
+        with pytest.raises(TypeError, match=r"compile-time constant 'NEGATE' is a Const\[bool\]"):
+            flagged.specialize(NEGATE=2, WIDTH=4)
+        with pytest.raises(TypeError, match=r"\['COLOR'\] are not Const parameters"):
+            flagged.specialize(NEGATE=True, WIDTH=4, COLOR=1)
+        with pytest.raises(TypeError, match="unhashable"):
+            flagged.specialize(NEGATE=True, WIDTH=[4])
+
+
 def test_a_device_function_const_bool_refuses_a_number_naming_the_function():
     @kernel
     def passes_two(x: Array[f32]):
