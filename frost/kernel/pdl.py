@@ -17,6 +17,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import struct
+import threading
 
 import numpy as np
 
@@ -34,26 +36,62 @@ class _LaunchAttribute(ctypes.Structure):
 
 
 class _LaunchConfig(ctypes.Structure):
-    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem_bytes", ctypes.c_uint),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)),
-                ("num_attrs", ctypes.c_uint)]
+    # CUlaunchConfig, its grid and block dimensions as six fields (the layout of two arrays of three: a config is
+    # built from plain numbers at every launch)
+    _fields_ = [("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
+                ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
+                ("shared_mem_bytes", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+_SERIALIZATION = _LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
+_SERIALIZATION.value[0] = 1
+_SERIALIZATION_POINTER = ctypes.pointer(_SERIALIZATION)   # read by every launch, written by none
+# struct's codes of the NumPy scalar types a kernel's arguments come as (bfloat16 has none: such a signature is
+# packed by NumPy instead)
+_STRUCT_CODES = {("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q", ("i", 1): "b", ("i", 2): "h",
+                 ("i", 4): "i", ("i", 8): "q", ("f", 2): "e", ("f", 4): "f", ("f", 8): "d", ("b", 1): "?"}
+# per thread and signature: a reused argument buffer and its member pointers (the driver copies the arguments
+# during the launch call, so the next launch may overwrite them)
+_scratch = threading.local()
 
 
 @functools.lru_cache(maxsize=None)
 def _layout(dtypes: tuple) -> tuple:
-    """A C struct of these dtypes, each at its natural alignment, and each member's offset (once per signature)."""
+    """(a struct.Struct that packs these dtypes each at its natural alignment, or None if one has no struct code;
+    the same record as a NumPy dtype; each member's offset), once per signature."""
     record = np.dtype([(f"a{i}", d) for i, d in enumerate(dtypes)], align=True)
-    return record, [record.fields[f"a{i}"][1] for i in range(len(dtypes))]
+    offsets = [record.fields[f"a{i}"][1] for i in range(len(dtypes))]
+    codes = [_STRUCT_CODES.get((d.kind, d.itemsize)) for d in dtypes]
+    if None in codes:
+        return None, record, offsets
+    fmt, end = "=", 0
+    for code, d, offset in zip(codes, dtypes, offsets):
+        fmt += "x" * (offset - end) + code
+        end = offset + d.itemsize
+    return struct.Struct(fmt + "x" * (record.itemsize - end)), record, offsets
+
+
+def _pointers(base: int, offsets) -> ctypes.Array:
+    return (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
 
 
 def kernel_params(args) -> tuple:
     """(values, params) for cuLaunchKernelEx: `values` holds the kernel's arguments (NumPy scalars, in signature
     order) in one record at their natural alignments and `params` points at each; keep `values` alive until the
-    launch call has returned (the driver copies them then)."""
-    record, offsets = _layout(tuple(a.dtype for a in args))
-    values = np.array(tuple(args), dtype=record)
-    base = values.ctypes.data
-    return values, (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
+    launch call has returned (the driver copies them then). The same thread's next launch of the same signature
+    reuses the record: packing into it costs a fraction of building a NumPy record."""
+    dtypes = tuple(a.dtype for a in args)
+    packer, record, offsets = _layout(dtypes)
+    if packer is None:
+        values = np.array(tuple(args), dtype=record)
+        return values, _pointers(values.ctypes.data, offsets)
+    kept = _scratch.__dict__.get(dtypes)
+    if kept is None:
+        values = (ctypes.c_uint64 * max(1, -(-record.itemsize // 8)))()   # 8-byte aligned, as the record needs
+        kept = _scratch.__dict__[dtypes] = (values, _pointers(ctypes.addressof(values), offsets))
+    packer.pack_into(kept[0], 0, *args)
+    return kept
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,10 +121,7 @@ def usable(device_id: int) -> bool:
 def launch(name: str, fn_ptr: int, grid, block, smem: int, stream_ptr: int, args) -> None:
     """Launch a loaded kernel with the programmatic-serialization attribute; a driver error names the kernel."""
     values, params = kernel_params(args)
-    attr = _LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
-    attr.value[0] = 1
-    config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), smem, stream_ptr,
-                           ctypes.pointer(attr), 1)
+    config = _LaunchConfig(*grid, *block, smem, stream_ptr, _SERIALIZATION_POINTER, 1)
     err = _launch_kernel_ex()(ctypes.byref(config), fn_ptr, params, None)
     if err:
         raise RuntimeError(f"{name}: cuLaunchKernelEx failed with CUresult {err} ({driver_error_name(err)}); "

@@ -1,5 +1,9 @@
 """Programmatic dependent launch: the generated wait, the argument buffer, the launch routing (CPU) and
 producer -> consumer chains on the GPU, plain and captured in a CUDA graph, with a grid barrier among them."""
+import ctypes
+import threading
+
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -69,6 +73,34 @@ def test_each_parameter_pointer_reads_its_argument_at_its_alignment():
         assert p % a.itemsize == 0 and ctypes.string_at(p, a.nbytes) == a.tobytes()  # what the driver copies
     values, params = pdl.kernel_params([])
     assert len(params) == 0
+
+
+@pytest.mark.parametrize("args", [
+    [np.uint64(7), np.int64(-2), np.int32(3), np.float32(0.25)],
+    [np.int32(-1), np.uint64(2**62 + 5), np.uint16(0x3FC0), np.float16(1.5), np.bool_(True), np.uint8(60)],
+    [np.float64(-2.5), np.uint32(1000000000), np.int64(9)],
+    [np.uint64(1), ml_dtypes.bfloat16(1.5), np.int32(4)],   # no struct code for bfloat16: NumPy packs it
+])
+def test_the_packed_arguments_sit_where_a_numpy_record_puts_them(args):
+    record = np.dtype([(f"a{i}", a.dtype) for i, a in enumerate(args)], align=True)
+    for scale in (1, 3):   # the second launch of a signature refills the first one's record
+        args = [a * a.dtype.type(scale) if a.dtype.kind in "iuf" else a for a in args]
+        values, params = pdl.kernel_params(args)
+        assert [p - params[0] for p in params] == [record.fields[f"a{i}"][1] for i in range(len(args))]
+        assert [ctypes.string_at(p, a.nbytes) for p, a in zip(params, args)] == [a.tobytes() for a in args]
+
+
+def test_each_thread_packs_into_its_own_record():
+    seen = {}
+
+    def pack(i):
+        seen[i] = pdl.kernel_params([np.int64(i), np.float32(i)])   # holds the record: its address stays taken
+    threads = [threading.Thread(target=pack, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen[0][1][0] != seen[1][1][0]
 
 
 def test_switched_off_it_is_not_used():
