@@ -90,6 +90,16 @@ def test_the_packed_arguments_sit_where_a_numpy_record_puts_them(args):
         assert [ctypes.string_at(p, a.nbytes) for p, a in zip(params, args)] == [a.tobytes() for a in args]
 
 
+def test_the_launch_config_has_cuda_h_s_layout():
+    # CUlaunchConfig: gridDimX..Z, blockDimX..Z, sharedMemBytes (unsigned ints), hStream, attrs, numAttrs
+    c = pdl._LaunchConfig(2, 3, 4, 128, 1, 1, 1024, 0x1000, pdl._SERIALIZATION_POINTER, 1)
+    words = np.frombuffer(ctypes.string_at(ctypes.addressof(c), 28), np.uint32)
+    assert words.tolist() == [2, 3, 4, 128, 1, 1, 1024] and ctypes.sizeof(c) == 56
+    assert (pdl._LaunchConfig.stream.offset, pdl._LaunchConfig.attrs.offset, pdl._LaunchConfig.num_attrs.offset) == \
+        (32, 40, 48)
+    assert ctypes.sizeof(pdl._LaunchAttribute) == 72 and pdl._SERIALIZATION.id == 6 and pdl._SERIALIZATION.value[0] == 1
+
+
 def test_each_thread_packs_into_its_own_record():
     seen = {}
 
