@@ -70,3 +70,15 @@ def test_report_needs_its_output_folder(capsys):
     with pytest.raises(SystemExit) as exit_info:
         report.main(["some.json"])
     assert exit_info.value.code == 2 and "--out-dir" in capsys.readouterr().err
+
+
+def test_launch_overhead_times_a_kernel_that_adds_one_and_needs_a_gpu(capsys, monkeypatch):
+    import numpy as np
+    from frost.backend import cuda
+    script = load_script("launch_overhead")
+    x = np.arange(1030, dtype=np.float32)
+    script.add_one_kernel().simulate[5, 256](x, 1024)   # the timed launch, on the simulator
+    np.testing.assert_array_equal(x, np.r_[np.arange(1024) + 1.0, np.arange(1024, 1030)].astype(np.float32))
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    monkeypatch.setattr("sys.argv", ["launch_overhead.py"])
+    assert script.main() == 1 and "needs a CUDA GPU" in capsys.readouterr().err
