@@ -9,7 +9,8 @@
 # test, so that a test slowed past it by the tool fails alone instead of stalling the rest.
 # Reading the reports (H100, compute-sanitizer 2025.3, gpu_sanitizers_h100_b38b235.json): racecheck flags cuBLASLt's
 # and cuDNN's own kernels (nvjet_sm90_*, strided dgrad), and initcheck flags every read of a bf16 product that
-# cuBLASLt wrote (its stores are not seen: the same read of CuPy's float32 sgemm output reports nothing); a report
+# cuBLASLt wrote (the tool seems not to see its stores: the same read of CuPy's float32 sgemm output reports
+# nothing, and the values read are right); a report
 # counts when a Frost kernel did the racing access or wrote the memory read.
 set -u
 out=${1:?usage: bash benchmarks/gpu_sanitize.sh OUTDIR [SECONDS] [FILE...]}
