@@ -17,7 +17,9 @@ import os
 import re
 import socket
 import struct
+import threading
 import uuid
+import zipfile
 from typing import Any, BinaryIO, Callable, NamedTuple
 
 import numpy as np
@@ -250,6 +252,29 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
         header, data_start = _read_header(f, size, path, _PLAIN)
         header.pop("__metadata__", None)
         return _read_arrays(f, header, data_start, size, path, _PLAIN)
+
+
+# CPython 3.11's parser is not safe to run in two threads at once (gh-106905: "AST constructor recursion depth
+# mismatch"), and NumPy parses each .npy header with ast.literal_eval: parts loaded in parallel take turns here
+_NPY_HEADER_LOCK = threading.Lock()
+
+
+def read_npz_array(path: str | os.PathLike, name: str) -> np.ndarray:
+    """np.load(path)[name], its header read under _NPY_HEADER_LOCK and its data inflated outside it (where other
+    threads read other files, in parallel)."""
+    with zipfile.ZipFile(path) as z, z.open(f"{name}.npy") as f:
+        with _NPY_HEADER_LOCK:
+            version = np.lib.format.read_magic(f)
+            if version != (1, 0):
+                raise ValueError(f"{path}: {name}.npy is an .npy file of version {version}, not 1.0")
+            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(f)
+        size = math.prod(shape) * dtype.itemsize
+        if dtype.hasobject or size > z.getinfo(f"{name}.npy").file_size:
+            raise ValueError(f"{path}: {name}.npy claims {shape} {dtype}, which it does not hold")
+        data = f.read(size)
+    if len(data) != size:
+        raise ValueError(f"{path}: {name}.npy ends after {len(data)} of its {size} bytes")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
 
 
 def load(path: str | os.PathLike, device: str | Device | None = None, *, map_location: Any = None,

@@ -1,10 +1,12 @@
 """frost.save / frost.load: exact round trips, safetensors compatibility, atomic writes, clear errors."""
+from io import BytesIO
 import json
 import os
 import pickle
 import struct
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import ml_dtypes
@@ -621,3 +623,43 @@ def test_save_keeps_temporary_files_that_may_still_be_written(tmp_path):
         (tmp_path / name).write_bytes(b"partial")
     frost.save({"w": frost.ones(1)}, tmp_path / "ckpt.safetensors")
     assert sorted(os.listdir(tmp_path)) == sorted(kept + ["ckpt.safetensors"])
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_an_npz_member_reads_as_numpy_loads_it(tmp_path, order):
+    x = np.asarray(np.arange(2 * 3 * 4, dtype=np.uint16).reshape(2, 3, 4), order=order)
+    np.savez_compressed(tmp_path / "p.npz", x=x)
+    got = io.read_npz_array(tmp_path / "p.npz", "x")
+    want = np.load(tmp_path / "p.npz")["x"]
+    assert got.dtype == want.dtype and got.flags.f_contiguous == want.flags.f_contiguous
+    np.testing.assert_array_equal(got, want)
+
+
+def _npz_with_member(path, raw: bytes) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("x.npy", raw)
+    return path
+
+
+def test_a_damaged_npz_member_is_named(tmp_path):
+    buf = BytesIO()
+    np.save(buf, np.zeros((4, 32, 32, 3), np.uint8))
+    whole = buf.getvalue()
+    cut = _npz_with_member(tmp_path / "cut.npz", whole[:-100])
+    with pytest.raises(ValueError, match=r"cut.npz: x.npy ends after 12188 of its 12288 bytes"):
+        io.read_npz_array(cut, "x")
+    buf = BytesIO()   # a header that claims far more than the member holds is refused before anything is read
+    np.lib.format.write_array_header_1_0(buf, {"descr": "|u1", "fortran_order": False, "shape": (10**6, 32, 32, 3)})
+    big = _npz_with_member(tmp_path / "big.npz", buf.getvalue() + bytes(64))
+    with pytest.raises(ValueError, match=r"big.npz: x.npy claims \(1000000, 32, 32, 3\) uint8, which it does not"):
+        io.read_npz_array(big, "x")
+    buf = BytesIO()
+    np.lib.format.write_array(buf, np.zeros(3, np.uint8), version=(2, 0))
+    v2 = _npz_with_member(tmp_path / "v2.npz", buf.getvalue())
+    with pytest.raises(ValueError, match=r"v2.npz: x.npy is an .npy file of version \(2, 0\), not 1.0"):
+        io.read_npz_array(v2, "x")
+    buf = BytesIO()
+    np.save(buf, np.array([None, 1], dtype=object), allow_pickle=True)
+    objects = _npz_with_member(tmp_path / "objects.npz", buf.getvalue())
+    with pytest.raises(ValueError, match="objects.npz: x.npy claims .* object, which it does not hold"):
+        io.read_npz_array(objects, "x")

@@ -23,7 +23,7 @@ import numpy as np
 
 from frost.data.dataset import Dataset
 from frost.data.folder import decode_image
-from frost.io import expand_path
+from frost.io import expand_path, read_npz_array
 from frost.parallel import finish, spawn, split
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -410,7 +410,7 @@ def _read_npz(path: Path, train: bool):
         arrays: dict[Path, np.ndarray] = {}
 
         def load(part: Path) -> None:
-            arrays[part] = np.load(part)["x"]
+            arrays[part] = read_npz_array(part, "x")
 
         with finish():  # zlib inflates with the GIL released: the parts load in parallel
             for part in parts:

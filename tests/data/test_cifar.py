@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import frost.io
 from frost.data import CIFAR10
 from frost.data import cifar
 
@@ -336,6 +337,23 @@ def test_the_sample_is_small_stratified_and_pickle_free():
         assert (np.diff(indices) > 0).all()  # the official order, no repeats
     # real photographs, not noise: neighbouring pixels are close (noise differs by ~85 on average)
     assert np.abs(np.diff(images.astype(np.int16), axis=2)).mean() < 20
+
+
+def test_npz_headers_are_parsed_one_at_a_time(tmp_path, monkeypatch):
+    # CPython 3.11's parser fails when two threads parse at once; the parts load in parallel
+    read_header = np.lib.format.read_array_header_1_0
+    held = []
+
+    def checked(f, *args, **kwargs):
+        held.append(frost.io._NPY_HEADER_LOCK.locked())
+        return read_header(f, *args, **kwargs)
+    monkeypatch.setattr(np.lib.format, "read_array_header_1_0", checked)
+    for k, s in enumerate("abc"):
+        np.savez(tmp_path / f"train_x_{s}.npz", x=TRAIN[0][k * 2:(k + 1) * 2])
+    np.save(tmp_path / "train_y.npy", TRAIN[1][:6].astype(np.uint8))
+    x, y = cifar._read_npz(tmp_path, True)
+    np.testing.assert_array_equal(x, TRAIN[0][:6])
+    assert held == [True] * 3
 
 
 def test_the_sample_as_a_dataset():
