@@ -45,7 +45,7 @@ from frost.data.folder import ImageList
 from frost.data.png import parse_png, read_file
 from frost.kernel import Array, bdx, bx, i32, i64, kernel, local, tx, u8
 
-__all__ = ["STATUS", "inflate_kernel", "unfilter_kernel", "decode_png_batch", "png_stream", "deflate_bound",
+__all__ = ["STATUS", "MAX_PIXELS", "inflate_kernel", "unfilter_kernel", "decode_png_batch", "png_stream", "deflate_bound",
            "raw_size", "inflate_numpy", "unfilter_numpy", "decode_png_batch_numpy", "DevicePNGList"]
 
 # status codes (first error wins)
@@ -65,6 +65,11 @@ STATUS = {OK: "ok", BAD_HEADER: "bad zlib header", BAD_BLOCK_TYPE: "bad deflate 
           OUTPUT_OVERFLOW: "more image data than the image holds", INPUT_EXHAUSTED: "zlib stream truncated",
           WRONG_LENGTH: "less image data than the image needs", BAD_STORED_LENGTH: "stored block length check failed",
           BAD_CHECKSUM: "Adler-32 checksum mismatch", BAD_FILTER: "bad PNG filter type"}
+
+# The largest image (height x width) the GPU decoder takes: Pillow's MAX_IMAGE_PIXELS. A 60-byte PNG may claim
+# 30000 x 30000 pixels; its batch buffers (a zlib stream's bound and the decoded image, per sample) would take
+# gigabytes before any byte of it was inflated.
+MAX_PIXELS = 89_478_485
 
 # indices into the per-thread state array
 POS = 0      # next input byte
@@ -593,6 +598,9 @@ def png_stream(data: bytes, name: str) -> tuple[bytes, tuple[int, int, int]]:
                 f"colour type {colour}" if colour not in _CHANNELS else "animated")
         raise ValueError(f"png_stream: {name} is a {what} PNG, which the GPU decoder does not take (it takes 8-bit, "
                          f"non-interlaced grey, RGB or RGBA); use decode='cpu' (frost.data.ImageList)")
+    if height * width > MAX_PIXELS:
+        raise ValueError(f"png_stream: {name} claims {width}x{height} pixels, more than the GPU decoder's limit of "
+                         f"{MAX_PIXELS} (frost.data.png_device.MAX_PIXELS; a decompression bomb?)")
     return (bytes(idat[0]) if len(idat) == 1 else b"".join(idat)), (height, width, _CHANNELS[colour])
 
 

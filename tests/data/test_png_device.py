@@ -1,6 +1,7 @@
 """Tests for frost/data/png_device.py: the GPU PNG decoder's kernels (simulated) against zlib/NumPy/Pillow."""
 import io
 import struct
+import tracemalloc
 import zlib
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from PIL import Image
 
 import frost
-from frost.data import DataLoader, DevicePNGList, ImageList, decode_image
+from frost.data import DataLoader, DataLoaderWorkerError, DevicePNGList, ImageList, decode_image
 from frost.data import png, png_device as pd
 from frost.kernel import Array, i32, kernel, tx
 
@@ -285,6 +286,20 @@ def test_dataset_rejects_what_the_gpu_cannot_take(tmp_path):
         DevicePNGList([notpng], [0]).get_batch(np.array([0]))
 
 
+def test_a_small_file_claiming_a_huge_image_is_refused_before_any_buffer(tmp_path):
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(png_from_stream(30000, 30000, 2, zlib.compress(b"\0" * 97, 9)))
+    assert bomb.stat().st_size < 100
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=rf"{bomb} claims 30000x30000 pixels, more than the GPU decoder's limit"):
+            DevicePNGList([bomb], [0]).get_batch(np.array([0]))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
 def test_loader_on_the_cpu_decodes_on_the_cpu(tmp_path):
     paths, imgs = write_folder(tmp_path, n=7)
     ds = DevicePNGList(paths, list(range(7)))
@@ -526,3 +541,29 @@ def test_gpu_loader_lookahead_names_a_corrupt_file_within_one_batch(tmp_path, pr
                                 prefetch_to_device=prefetch):
                 handed += 1
         assert handed == 3  # batches 0, 1 and the broken batch 2; raised when batch 3 was asked for
+
+
+@pytest.mark.cuda
+def test_gpu_loader_names_a_zlib_bomb_and_writes_no_byte_past_the_image(tmp_path):
+    """A stream of 2 MB of zeros compressed into a 32x32 image's buffer: the inflater stops at the image's size
+    (run under compute-sanitizer's memcheck by benchmarks/gpu_sanitize.sh) and names the file."""
+    paths = _png_files(tmp_path, real_looking(24, seed=5), levels=(6,))
+    stream = zlib.compress(b"\0" * 2_000_000, 9)
+    assert len(stream) <= pd.deflate_bound(pd.raw_size(32, 32, 3))
+    paths[13].write_bytes(png_from_stream(32, 32, 2, stream))
+    for workers in (0, 2):
+        with pytest.raises(RuntimeError, match=rf"cannot decode {paths[13]} on the GPU: more image data than"):
+            for _ in DataLoader(DevicePNGList(paths, [0] * 24), batch_size=8, num_workers=workers, device="cuda"):
+                pass
+
+
+@pytest.mark.cuda
+def test_gpu_loader_names_a_file_that_a_worker_cannot_read(tmp_path):
+    paths = _png_files(tmp_path, real_looking(24, seed=6), levels=(6,))
+    ds = DevicePNGList(paths, [0] * 24)
+    next(iter(DataLoader(ds, batch_size=8, device="cuda")))  # the first batch sets the dataset's shape
+    paths[19].unlink()
+    for workers, error in ((0, RuntimeError), (2, DataLoaderWorkerError)):
+        with pytest.raises(error, match=rf"cannot read {paths[19]}: FileNotFoundError"):
+            for _ in DataLoader(ds, batch_size=8, num_workers=workers, device="cuda"):
+                pass
