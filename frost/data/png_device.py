@@ -45,8 +45,8 @@ from frost.data.folder import ImageList
 from frost.data.png import parse_png, read_file
 from frost.kernel import Array, bdx, bx, i32, i64, kernel, local, tx, u8
 
-__all__ = ["STATUS", "MAX_PIXELS", "inflate_kernel", "unfilter_kernel", "decode_png_batch", "png_stream", "deflate_bound",
-           "raw_size", "inflate_numpy", "unfilter_numpy", "decode_png_batch_numpy", "DevicePNGList"]
+__all__ = ["STATUS", "MAX_PIXELS", "inflate_kernel", "unfilter_kernel", "decode_png_batch", "png_stream",
+           "deflate_bound", "raw_size", "inflate_numpy", "unfilter_numpy", "decode_png_batch_numpy", "DevicePNGList"]
 
 # status codes (first error wins)
 OK = 0
