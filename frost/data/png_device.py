@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import zlib
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -46,7 +45,7 @@ from frost.data.png import parse_png, read_file
 from frost.kernel import Array, bdx, bx, i32, i64, kernel, local, tx, u8
 
 __all__ = ["STATUS", "MAX_PIXELS", "inflate_kernel", "unfilter_kernel", "decode_png_batch", "png_stream",
-           "deflate_bound", "raw_size", "inflate_numpy", "unfilter_numpy", "decode_png_batch_numpy", "DevicePNGList"]
+           "deflate_bound", "raw_size", "DevicePNGList"]
 
 # status codes (first error wins)
 OK = 0
@@ -514,70 +513,6 @@ def decode_png_batch(packed: Any, lengths: Any, height: int, width: int, channel
     block = 128 if on_gpu else min(threads, 32)
     unfilter[-(-threads // block), block](raw, images.reshape(n, -1), status, n, height, width, channels, lanes)
     return images, status
-
-
-# ---------------------------------------------------------------- NumPy / zlib twins
-def inflate_numpy(packed: np.ndarray, lengths: np.ndarray, raw: int) -> tuple[np.ndarray, np.ndarray]:
-    """The twin of inflate_kernel through zlib: (filtered scanlines (B, raw), status: 0 or -1 for any error)."""
-    out = np.zeros((len(packed), raw), np.uint8)
-    status = np.zeros(len(packed), np.int32)
-    for b, (row, n) in enumerate(zip(packed, lengths)):
-        try:
-            data = zlib.decompress(row[:n].tobytes())
-        except zlib.error:
-            status[b] = -1
-            continue
-        if len(data) != raw:
-            status[b] = -1
-            continue
-        out[b] = np.frombuffer(data, np.uint8)
-    return out, status
-
-
-def unfilter_numpy(filtered: np.ndarray, height: int, width: int, channels: int) -> np.ndarray:
-    """The twin of unfilter_kernel: (B, raw) filtered scanlines -> (B, H, W, 3) uint8 (raises on a bad filter)."""
-    n = len(filtered)
-    rows = filtered.reshape(n, height, 1 + width * channels)
-    img = np.zeros((n, height, width * channels), np.int64)
-    for b in range(n):
-        prev = np.zeros(width * channels, np.int64)
-        for y in range(height):
-            f, line = rows[b, y, 0], rows[b, y, 1:].astype(np.int64)
-            cur = np.zeros_like(line)
-            for x in range(width * channels):
-                a = cur[x - channels] if x >= channels else 0
-                up = prev[x]
-                c = prev[x - channels] if x >= channels else 0
-                if f == 0:
-                    pred = 0
-                elif f == 1:
-                    pred = a
-                elif f == 2:
-                    pred = up
-                elif f == 3:
-                    pred = (a + up) // 2
-                elif f == 4:
-                    p = a + up - c
-                    pa, pb, pc = abs(p - a), abs(p - up), abs(p - c)
-                    pred = a if pa <= pb and pa <= pc else (up if pb <= pc else c)
-                else:
-                    raise ValueError(f"unfilter_numpy: bad filter type {f} in row {y} of image {b}")
-                cur[x] = (line[x] + pred) % 256
-            img[b, y] = cur
-            prev = cur
-    img = img.reshape(n, height, width, channels).astype(np.uint8)
-    if channels == 1:
-        return np.repeat(img, 3, axis=3)
-    return np.ascontiguousarray(img[..., :3])
-
-
-def decode_png_batch_numpy(packed: np.ndarray, lengths: np.ndarray, height: int, width: int,
-                           channels: int) -> np.ndarray:
-    """The twin of decode_png_batch (raises on any error)."""
-    filtered, status = inflate_numpy(packed, lengths, raw_size(height, width, channels))
-    if status.any():
-        raise ValueError(f"decode_png_batch_numpy: streams {np.flatnonzero(status).tolist()} do not inflate")
-    return unfilter_numpy(filtered, height, width, channels)
 
 
 # ---------------------------------------------------------------- host side
