@@ -98,6 +98,12 @@ def lookup(op: str, *operands, **params) -> Callable | None:
     return None
 
 
+def has_paths(op: str, array) -> bool:
+    """Whether any fast path of `op` is registered on `array`'s device and switched on: a cheap test an op makes
+    before the work its lookup needs (on the CPU, where few ops register one, that work would be wasted)."""
+    return op not in _disabled and (op, device_of(array)) in _table
+
+
 _disabled: set[str] = set()  # ops whose fast paths `disabled` switches off for a while
 
 

@@ -71,6 +71,21 @@ def test_disabled_ops_find_no_fast_path_until_the_block_ends(table):
             pass
 
 
+def test_has_paths_answers_for_the_arrays_device_and_an_op_switched_on(table):
+    x = np.zeros(3, np.float32)
+    assert not dispatch.has_paths("add", x)
+    dispatch.register("add", device="cuda")(fast_path("gpu"))
+    assert not dispatch.has_paths("add", x)  # a CUDA path does not answer for a NumPy array
+    dispatch.register("add", device="cpu", applies=lambda a, b, dtype: True)(lambda a, b, dtype: (a + b + 100))
+    assert dispatch.has_paths("add", x)
+    with dispatch.disabled("add"):
+        assert not dispatch.has_paths("add", x)
+    a = frost.ones(3)
+    np.testing.assert_array_equal((a + a).numpy(), [102.0] * 3)  # the op asks the table once a path is there
+    with dispatch.disabled("add"):
+        np.testing.assert_array_equal((a + a).numpy(), [2.0] * 3)
+
+
 def test_layouts_are_contiguous_channels_last_or_strided():
     x = np.zeros((2, 3, 4, 5), np.float32)
     assert [dispatch.layout_of(a) for a in (x, as_channels_last(x), x[:, :, ::2], x.transpose(1, 0, 2, 3))] == \

@@ -153,7 +153,8 @@ def add(a, b) -> Tensor:
 def _added_in_one_pass(a, b) -> Tensor | None:
     """a + b of two float tensors of one shape by the acceleration layer's single pass, where one registers (operands
     of two dtypes are read as they are, not cast to a copy first); None otherwise."""
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a.shape != b.shape or a.device != b.device \
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or not dispatch.has_paths("add", a.data) \
+            or a.shape != b.shape or a.device != b.device \
             or not (a.dtype.is_floating_point and b.dtype.is_floating_point):
         return None
     dt = a.dtype if a.dtype == b.dtype else result_type(a.dtype, a.ndim, b.dtype, b.ndim)
