@@ -17,7 +17,6 @@ import os
 import re
 import socket
 import struct
-import threading
 import uuid
 import zipfile
 from typing import Any, BinaryIO, Callable, NamedTuple
@@ -27,6 +26,7 @@ import numpy as np
 from frost import backend
 from frost.backend import Device
 from frost.dtype import to_dtype
+from frost.kernel.frontend import PARSE_LOCK
 from frost.tensor import Tensor
 
 FORMAT = "frost"                 # __metadata__["format"]
@@ -254,20 +254,20 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
         return _read_arrays(f, header, data_start, size, path, _PLAIN)
 
 
-# CPython 3.11's parser is not safe to run in two threads at once (gh-106905: "AST constructor recursion depth
-# mismatch"), and NumPy parses each .npy header with ast.literal_eval: parts loaded in parallel take turns here
-_NPY_HEADER_LOCK = threading.Lock()
+# .npy 3.0 (UTF-8 field names) has no public header reader
+_NPY_HEADER_READERS = {(1, 0): "read_array_header_1_0", (2, 0): "read_array_header_2_0"}
 
 
 def read_npz_array(path: str | os.PathLike, name: str) -> np.ndarray:
-    """np.load(path)[name], its header read under _NPY_HEADER_LOCK and its data inflated outside it (where other
-    threads read other files, in parallel)."""
+    """np.load(path)[name], its header read under PARSE_LOCK and its data inflated outside it (where other threads
+    read other files, in parallel). NumPy parses a .npy header with ast.literal_eval, which CPython 3.11 cannot run
+    in two threads at once: parts loaded in parallel take turns with each other and with the kernel language."""
     with zipfile.ZipFile(path) as z, z.open(f"{name}.npy") as f:
-        with _NPY_HEADER_LOCK:
+        with PARSE_LOCK:
             version = np.lib.format.read_magic(f)
-            if version != (1, 0):
-                raise ValueError(f"{path}: {name}.npy is an .npy file of version {version}, not 1.0")
-            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(f)
+            if version not in _NPY_HEADER_READERS:
+                raise ValueError(f"{path}: {name}.npy is an .npy file of version {version}, not 1.0 or 2.0")
+            shape, fortran_order, dtype = getattr(np.lib.format, _NPY_HEADER_READERS[version])(f)
         size = math.prod(shape) * dtype.itemsize
         if dtype.hasobject or size > z.getinfo(f"{name}.npy").file_size:
             raise ValueError(f"{path}: {name}.npy claims {shape} {dtype}, which it does not hold")

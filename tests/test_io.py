@@ -635,6 +635,15 @@ def test_an_npz_member_reads_as_numpy_loads_it(tmp_path, order):
     np.testing.assert_array_equal(got, want)
 
 
+def test_an_npy_2_0_member_reads_as_numpy_loads_it(tmp_path):
+    buf = BytesIO()
+    x = np.arange(12, dtype=np.int32).reshape(3, 4)
+    np.lib.format.write_array(buf, x, version=(2, 0))
+    got = io.read_npz_array(_npz_with_member(tmp_path / "v2.npz", buf.getvalue()), "x")
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, x)
+
+
 def _npz_with_member(path, raw: bytes) -> Path:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("x.npy", raw)
@@ -654,10 +663,10 @@ def test_a_damaged_npz_member_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"big.npz: x.npy claims \(1000000, 32, 32, 3\) uint8, which it does not"):
         io.read_npz_array(big, "x")
     buf = BytesIO()
-    np.lib.format.write_array(buf, np.zeros(3, np.uint8), version=(2, 0))
-    v2 = _npz_with_member(tmp_path / "v2.npz", buf.getvalue())
-    with pytest.raises(ValueError, match=r"v2.npz: x.npy is an .npy file of version \(2, 0\), not 1.0"):
-        io.read_npz_array(v2, "x")
+    np.lib.format.write_array(buf, np.zeros(3, np.dtype([("é", np.uint8)])), version=(3, 0))
+    v3 = _npz_with_member(tmp_path / "v3.npz", buf.getvalue())
+    with pytest.raises(ValueError, match=r"v3.npz: x.npy is an .npy file of version \(3, 0\), not 1.0 or 2.0"):
+        io.read_npz_array(v3, "x")
     buf = BytesIO()
     np.save(buf, np.array([None, 1], dtype=object), allow_pickle=True)
     objects = _npz_with_member(tmp_path / "objects.npz", buf.getvalue())

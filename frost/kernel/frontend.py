@@ -7,6 +7,7 @@ import math
 import operator
 import sys
 import textwrap
+import threading
 import types as pytypes
 from typing import Callable
 
@@ -15,6 +16,12 @@ from frost.kernel.builtin_defs import DEFINITIONS
 from frost.kernel.types import (WEAK_FLOAT, WEAK_INT, Array, ArrayType, Const, ConstType, Scalar, TupleType, Weak,
                                 _ArrayAnnotation, _ConstAnnotation, arith_type, bf16, boolean, c_div, c_mod, f16, f32,
                                 f64, i32, i64, promote, strong, u32, u8)
+
+
+# CPython 3.11's conversions between its parser's tree and Python's ast objects are not safe in two threads at once
+# (gh-106905: "SystemError: AST constructor recursion depth mismatch"): every ast.parse and compile(tree) in Frost
+# takes this lock, NumPy's .npy header parsing (ast.literal_eval) in frost.io too
+PARSE_LOCK = threading.Lock()
 
 
 class KernelError(Exception):
@@ -35,7 +42,8 @@ class Source:
             raise KernelError(f"cannot read the source of {getattr(fn, '__name__', fn)!r} ({exc}); "
                               "kernels must be defined in a file") from None
         self.text = textwrap.dedent("".join(lines))
-        self.tree = ast.parse(self.text).body[0]
+        with PARSE_LOCK:
+            self.tree = ast.parse(self.text).body[0]
         if not isinstance(self.tree, ast.FunctionDef):
             raise KernelError(f"{self.filename}:{first}: a kernel must be a plain function (def)")
         self.offset = first - 1
@@ -199,10 +207,12 @@ class Checker:
         value = getattr(self.src.fn, "__annotations__", {}).get(getattr(where, "arg", None))
         if value is None or isinstance(value, str):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                node = ast.parse(node.value, mode="eval").body
+                with PARSE_LOCK:
+                    node = ast.parse(node.value, mode="eval").body
             try:
-                value = eval(compile(ast.Expression(node), self.src.filename, "eval"),
-                             {**_annotation_namespace(), **self.globals, **self.closure})
+                with PARSE_LOCK:
+                    code = compile(ast.Expression(node), self.src.filename, "eval")
+                value = eval(code, {**_annotation_namespace(), **self.globals, **self.closure})
             except Exception as exc:
                 raise self.src.error(where, f"cannot read the type annotation: {exc}") from None
         if value is int:

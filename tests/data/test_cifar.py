@@ -345,7 +345,7 @@ def test_npz_headers_are_parsed_one_at_a_time(tmp_path, monkeypatch):
     held = []
 
     def checked(f, *args, **kwargs):
-        held.append(frost.io._NPY_HEADER_LOCK.locked())
+        held.append(frost.io.PARSE_LOCK.locked())
         return read_header(f, *args, **kwargs)
     monkeypatch.setattr(np.lib.format, "read_array_header_1_0", checked)
     for k, s in enumerate("abc"):

@@ -484,3 +484,27 @@ def test_names_of_a_tree_are_walked_once_and_are_the_trees():
     assert cgen._names_in(tree) is names
     source = uses.source  # the index names it uses are declared, the others not
     assert "const int tx = " in source and "const int bx = " in source and "const int by = " not in source
+
+
+def test_kernel_sources_are_parsed_under_the_parse_lock(monkeypatch):
+    """CPython 3.11 cannot convert parse trees in two threads at once (gh-106905): the kernel language's ast.parse
+    and compile(tree) hold frost.kernel.frontend.PARSE_LOCK, which frost.io's .npy header reads take too."""
+    from frost.kernel import frontend
+    held = []
+    parse, compile_ = frontend.ast.parse, compile
+    monkeypatch.setattr(frontend.ast, "parse",
+                        lambda *a, **k: held.append(("parse", frontend.PARSE_LOCK.locked())) or parse(*a, **k))
+    monkeypatch.setattr(frontend, "compile",
+                        lambda *a, **k: held.append(("compile", frontend.PARSE_LOCK.locked())) or compile_(*a, **k),
+                        raising=False)
+
+    @kernel
+    def scale(x: "Array[f32]", n: i32):   # a quoted annotation: parsed, then compiled from its tree
+        i = bx * bdx + tx
+        if i < n:
+            x[i] = x[i] * 2.0
+    x = np.arange(5, dtype=np.float32)
+    scale.simulate[1, 8](x, 5)
+    np.testing.assert_array_equal(x, np.arange(5) * 2.0)
+    assert {"parse", "compile"} <= {what for what, _ in held} and all(locked for _, locked in held)
+    assert frost.io.PARSE_LOCK is frontend.PARSE_LOCK
