@@ -28,6 +28,7 @@ if [ ${#files[@]} -eq 0 ]; then
            tests/kernel/test_kernel_pdl.py tests/kernel/test_kernel_wgmma.py tests/accel/test_dropout_kernels.py
            tests/accel/test_gelu_kernels.py tests/accel/test_layer_norm_kernels.py tests/ops/test_loss_kernels.py
            tests/ops/test_norm_kernels.py tests/accel/test_flash_attention_kernels.py tests/data/test_png_device.py
+           tests/accel/test_png_inflate_kernels.py
            tests/accel/test_add_kernels.py tests/accel/test_bias_kernels.py tests/accel/test_cast_kernels.py
            tests/accel/test_grad_norm_kernels.py tests/accel/test_matmul_kernels.py
            tests/accel/test_resized_crop_kernels.py tests/accel/test_transformer_fusions.py

@@ -31,7 +31,7 @@ With a GPU (skip with --no-gpu) two more rows deliver the batches ON THE GPU, ti
 synchronize at the end of each epoch:
   frost (GPU decode)  frost.data.DevicePNGList + DataLoader(device="cuda"): workers only read the files and
                       cut out the zlib streams; each batch is copied to the GPU and decoded there
-                      (frost.data.png_device: one thread per image inflates, then unfilters)
+                      (frost/accel/png_inflate.py: one thread per image inflates, then unfilters)
   torch + .cuda()     PyTorch's loader as above (CPU decode in processes, pin_memory=True), then
                       x.cuda(non_blocking=True) per batch
 The other rows deliver uint8 batches in host memory.

@@ -6,7 +6,7 @@ core never imports this package: frost/__init__.py imports it once, so that the 
 Frost stays correct, only slower. How to add one: docs/gpu.md, "How a fast path registers".
 """
 from frost.accel import (add, batch_norm, bias, cast, conv, cross_entropy, cudnn_attention, dropout, flash_attention,
-                         gelu, grad_norm, head, layer_norm, matmul, resized_crop)
+                         gelu, grad_norm, head, layer_norm, matmul, png_inflate, resized_crop)
 
 __all__ = ["add", "batch_norm", "bias", "cast", "conv", "cross_entropy", "cudnn_attention", "dropout",
-           "flash_attention", "gelu", "grad_norm", "head", "layer_norm", "matmul", "resized_crop"]
+           "flash_attention", "gelu", "grad_norm", "head", "layer_norm", "matmul", "png_inflate", "resized_crop"]

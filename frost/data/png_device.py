@@ -1,50 +1,41 @@
-"""PNG batches decoded on the GPU: a per-image inflater and a PNG unfilter in the kernel language, and a dataset.
+"""PNG batches decoded on the GPU: the dataset, the status codes and the host's reference decode.
 
 Why: on a GIL Python, worker threads cannot decode 60k small PNGs/s (every file read and every Pillow call
 hands the GIL over). Here the CPU threads only read the files and cut out the zlib stream (the IDAT bytes);
-the GPU does the rest, one thread per image:
+the GPU does the rest (frost/accel/png_inflate.py: one thread per image inflates, then unfilters):
 
     packed, lengths = ...            # (B, stride) uint8 zlib streams, (B,) int32 their lengths
     images, status = decode_png_batch(packed, lengths, height, width, channels)   # (B, H, W, 3) uint8
 
-- `inflate_kernel` (one thread per image) is a compact canonical-Huffman inflater in the style of Mark
-  Adler's puff.c (zlib's contrib/puff): stored, fixed and dynamic blocks; each block's code tables (counts
-  per code length and symbols in canonical order) are built in the thread's local arrays and a symbol is
-  decoded one bit at a time by code length. The length and distance base / extra-bit tables are closed-form
-  functions of the symbol (`length_base`, ... below; the tests check them against RFC 1951's tables): the
-  kernel language has no global constant arrays, and a formula costs a few integer operations and no memory.
-  The zlib header and the Adler-32 checksum of the output are checked (a pass over output the thread just
-  wrote: cheap next to inflating it).
-- `unfilter_kernel` undoes PNG's per-row filters (None, Sub, Up, Average, Paeth; bpp = channels for 8-bit
-  images) with one thread per (image, output channel): a byte depends only on bytes of its own channel
-  (left, up, up-left), so the channels of an image are independent lanes, each walking the rows in order.
-  Grey images give three equal channels; RGBA drops alpha (no thread is spent on it).
-- `status[b]` is 0 for a good image, else one of the STATUS codes (the first error met). Images with a
-  nonzero status have undefined pixels.
+`status[b]` is 0 for a good image, else one of the STATUS codes (the first error met); images with a nonzero
+status have undefined pixels. decode_png_batch asks frost.dispatch for the acceleration layer's kernels
+(`decode_png`, CuPy arrays); NumPy arrays, and every array when the layer is absent, take `decode_on_host`: zlib
+and Pillow, with the same status codes.
 
 `DevicePNGList(paths, targets)` is the dataset for the DataLoader: with device="cuda" its workers only read
 files and fill (packed streams, lengths, indices, labels) in fixed-shape buffers; the loader copies the batch
 to the GPU and calls `finish_on_device`, which decodes it there without a host sync (the statuses come back
 asynchronously and are checked by the loader a batch later, so a broken file raises one batch after the batch
-that holds it). With any other device the loader asks
-`for_device` and gets a plain ImageList (Pillow's C decoder in the worker threads): the simulator would be
-far too slow to decode real batches.
+that holds it). With any other device the loader asks `for_device` and gets a plain ImageList (Pillow's C
+decoder in the worker threads).
 """
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import threading
+import zlib
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from frost import dispatch
 from frost.backend import cuda
 from frost.data.folder import ImageList
-from frost.data.png import parse_png, read_file
-from frost.kernel import Array, bdx, bx, i32, i64, kernel, local, tx, u8
+from frost.data.png import PNG_SIGNATURE, decode_bytes, parse_png, read_file
 
-__all__ = ["STATUS", "MAX_PIXELS", "inflate_kernel", "unfilter_kernel", "decode_png_batch", "png_stream",
+__all__ = ["STATUS", "MAX_PIXELS", "decode_png_batch", "decode_on_host", "stream_status", "png_stream",
            "deflate_bound", "raw_size", "DevicePNGList"]
 
 # status codes (first error wins)
@@ -70,398 +61,7 @@ STATUS = {OK: "ok", BAD_HEADER: "bad zlib header", BAD_BLOCK_TYPE: "bad deflate 
 # gigabytes before any byte of it was inflated.
 MAX_PIXELS = 89_478_485
 
-# indices into the per-thread state array
-POS = 0      # next input byte
-BUF = 1      # bit buffer (bits not yet used, low bit first)
-CNT = 2      # bits in BUF
-ERR = 3      # status
-OUT = 4      # output bytes written
-
-
-# ---------------------------------------------------------------- inflate, one thread per image
-@kernel.device
-def fail(st, code: i32):
-    if st[ERR] == 0:
-        st[ERR] = code
-
-
-@kernel.device
-def getbits(src, b: i32, inlen: i32, st, need: i32) -> i32:
-    """`need` bits of the stream (LSB first); past the end: 0 and INPUT_EXHAUSTED."""
-    buf = st[BUF]
-    cnt = st[CNT]
-    while cnt < need:
-        if st[POS] >= inlen:
-            fail(st, INPUT_EXHAUSTED)
-            st[BUF] = 0
-            st[CNT] = 0
-            return 0
-        buf = buf | (i32(src[b, st[POS]]) << cnt)
-        st[POS] += 1
-        cnt += 8
-    st[BUF] = buf >> need
-    st[CNT] = cnt - need
-    return buf & ((1 << need) - 1)
-
-
-@kernel.device
-def decode(src, b: i32, inlen: i32, st, counts, symbols) -> i32:
-    """One symbol of a canonical code (puff's decode: a bit at a time, codes of each length in order)."""
-    code = 0
-    first = 0
-    index = 0
-    for length in range(1, 16):
-        code = code | getbits(src, b, inlen, st, 1)
-        count = counts[length]
-        if code - count < first:
-            return symbols[index + (code - first)]
-        index += count
-        first += count
-        first = first << 1
-        code = code << 1
-    fail(st, BAD_CODE)
-    return -1
-
-
-@kernel.device
-def construct(counts, symbols, lengths, start: i32, n: i32, offs) -> i32:
-    """Canonical code tables from code lengths lengths[start:start+n]: 0 complete, > 0 incomplete, < 0 over."""
-    for length in range(16):
-        counts[length] = 0
-    for s in range(n):
-        counts[lengths[start + s]] += 1
-    if counts[0] == n:
-        return 0
-    left = 1
-    for length in range(1, 16):
-        left = left << 1
-        left -= counts[length]
-        if left < 0:
-            return left
-    offs[1] = 0
-    for length in range(1, 15):
-        offs[length + 1] = offs[length] + counts[length]
-    for s in range(n):
-        ln = i32(lengths[start + s])
-        if ln != 0:
-            symbols[offs[ln]] = s
-            offs[ln] += 1
-    return left
-
-
-@kernel.device
-def length_base(s: i32) -> i32:
-    """Base match length of length symbol 257 + s (RFC 1951 3.2.5)."""
-    if s < 8:
-        return s + 3
-    if s == 28:
-        return 258
-    return ((4 + (s & 3)) << ((s - 4) >> 2)) + 3
-
-
-@kernel.device
-def length_extra(s: i32) -> i32:
-    if s < 8 or s == 28:
-        return 0
-    return (s - 4) >> 2
-
-
-@kernel.device
-def dist_base(s: i32) -> i32:
-    if s < 4:
-        return s + 1
-    return ((2 + (s & 1)) << ((s - 2) >> 1)) + 1
-
-
-@kernel.device
-def dist_extra(s: i32) -> i32:
-    if s < 4:
-        return 0
-    return (s - 2) >> 1
-
-
-@kernel.device
-def code_length_order(i: i32) -> i32:
-    """The order code-length code lengths are sent in: 16 17 18 0 8 7 9 6 10 5 11 4 12 3 13 2 14 1 15."""
-    if i < 3:
-        return 16 + i
-    if i == 3:
-        return 0
-    if (i & 1) == 0:
-        return 8 + ((i - 4) >> 1)
-    return 7 - ((i - 5) >> 1)
-
-
-@kernel.device
-def stored(src, b: i32, inlen: i32, st, out, outlen: i32):
-    st[BUF] = 0  # a stored block starts at the next byte boundary
-    st[CNT] = 0
-    pos = st[POS]
-    if pos + 4 > inlen:
-        fail(st, INPUT_EXHAUSTED)
-        return
-    n = i32(src[b, pos]) | (i32(src[b, pos + 1]) << 8)
-    check = i32(src[b, pos + 2]) | (i32(src[b, pos + 3]) << 8)
-    if n + check != 65535:
-        fail(st, BAD_STORED_LENGTH)
-        return
-    pos += 4
-    if pos + n > inlen:
-        fail(st, INPUT_EXHAUSTED)
-        return
-    o = st[OUT]
-    if o + n > outlen:
-        fail(st, OUTPUT_OVERFLOW)
-        return
-    for k in range(n):
-        out[b, o + k] = src[b, pos + k]
-    st[POS] = pos + n
-    st[OUT] = o + n
-
-
-@kernel.device
-def codes(src, b: i32, inlen: i32, st, out, outlen: i32, lencnt, lensym, distcnt, distsym):
-    """Literals and matches of one block until its end-of-block symbol."""
-    while st[ERR] == 0:
-        sym = decode(src, b, inlen, st, lencnt, lensym)
-        if sym < 0:
-            break
-        if sym < 256:
-            o = st[OUT]
-            if o >= outlen:
-                fail(st, OUTPUT_OVERFLOW)
-                break
-            out[b, o] = u8(sym)
-            st[OUT] = o + 1
-        elif sym == 256:
-            break
-        else:
-            sym -= 257
-            if sym >= 29:
-                fail(st, BAD_CODE)
-                break
-            length = length_base(sym) + getbits(src, b, inlen, st, length_extra(sym))
-            dsym = decode(src, b, inlen, st, distcnt, distsym)
-            if dsym < 0:
-                break
-            if dsym >= 30:
-                fail(st, BAD_CODE)
-                break
-            dist = dist_base(dsym) + getbits(src, b, inlen, st, dist_extra(dsym))
-            o = st[OUT]
-            if st[ERR] != 0:
-                break
-            if dist > o:
-                fail(st, DISTANCE_TOO_FAR)
-                break
-            if o + length > outlen:
-                fail(st, OUTPUT_OVERFLOW)
-                break
-            for k in range(length):
-                out[b, o + k] = out[b, o + k - dist]
-            st[OUT] = o + length
-
-
-@kernel.device
-def fixed_tables(lens, lencnt, lensym, distcnt, distsym, offs):
-    for s in range(288):
-        ln = 8
-        if s >= 144 and s < 256:
-            ln = 9
-        elif s >= 256 and s < 280:
-            ln = 7
-        lens[s] = u8(ln)
-    construct(lencnt, lensym, lens, 0, 288, offs)
-    for s in range(30):
-        lens[s] = u8(5)
-    construct(distcnt, distsym, lens, 0, 30, offs)
-
-
-@kernel.device
-def dynamic_tables(src, b: i32, inlen: i32, st, lens, lencnt, lensym, distcnt, distsym, offs):
-    """Read a dynamic block's code lengths and build its tables (puff's dynamic() checks, as BAD_CODE)."""
-    nlen = getbits(src, b, inlen, st, 5) + 257
-    ndist = getbits(src, b, inlen, st, 5) + 1
-    ncode = getbits(src, b, inlen, st, 4) + 4
-    if nlen > 286 or ndist > 30:
-        fail(st, BAD_CODE)
-        return
-    for k in range(19):
-        lens[k] = u8(0)
-    for k in range(ncode):
-        lens[code_length_order(k)] = u8(getbits(src, b, inlen, st, 3))
-    if construct(lencnt, lensym, lens, 0, 19, offs) != 0:
-        fail(st, BAD_CODE)  # the code-length code must be complete
-        return
-    total = nlen + ndist
-    index = 0
-    while index < total and st[ERR] == 0:
-        sym = decode(src, b, inlen, st, lencnt, lensym)
-        if sym < 0:
-            break
-        if sym < 16:
-            lens[index] = u8(sym)
-            index += 1
-        else:
-            ln = 0
-            rep = 0
-            if sym == 16:
-                if index == 0:
-                    fail(st, BAD_CODE)  # repeat with no previous length
-                    break
-                ln = i32(lens[index - 1])
-                rep = 3 + getbits(src, b, inlen, st, 2)
-            elif sym == 17:
-                rep = 3 + getbits(src, b, inlen, st, 3)
-            else:
-                rep = 11 + getbits(src, b, inlen, st, 7)
-            if index + rep > total:
-                fail(st, BAD_CODE)  # too many lengths
-                break
-            for k in range(rep):
-                lens[index + k] = u8(ln)
-            index += rep
-    if st[ERR] != 0:
-        return
-    if lens[256] == 0:
-        fail(st, BAD_CODE)  # no end-of-block code
-        return
-    left = construct(lencnt, lensym, lens, 0, nlen, offs)
-    if left < 0 or (left > 0 and nlen - lencnt[0] != 1):
-        fail(st, BAD_CODE)  # an incomplete code is allowed only for a single length
-        return
-    left = construct(distcnt, distsym, lens, nlen, ndist, offs)
-    if left < 0 or (left > 0 and ndist - distcnt[0] != 1):
-        fail(st, BAD_CODE)
-
-
-@kernel.device
-def adler_check(src, b: i32, inlen: i32, st, out, outlen: i32):
-    """Compare the Adler-32 after the last block (at the next byte boundary) with the output's."""
-    pos = st[POS]
-    if pos + 4 > inlen:
-        fail(st, INPUT_EXHAUSTED)
-        return
-    a: i64 = 1
-    s2: i64 = 0
-    for k in range(outlen):
-        a += i64(out[b, k])
-        s2 += a
-        if (k & 4095) == 4095:  # s2 < 2^63 long before this; reduce to keep it small
-            a = a % 65521
-            s2 = s2 % 65521
-    a = a % 65521
-    s2 = s2 % 65521
-    want = ((i64(src[b, pos]) << 24) | (i64(src[b, pos + 1]) << 16) | (i64(src[b, pos + 2]) << 8)
-            | i64(src[b, pos + 3]))
-    if want != ((s2 << 16) | a):
-        fail(st, BAD_CHECKSUM)
-
-
-@kernel
-def inflate_kernel(src: Array[u8, 2], lengths: Array[i32], out: Array[u8, 2], status: Array[i32], n: i32):
-    b = bx * bdx + tx
-    if b >= n:
-        return
-    inlen = min(lengths[b], src.shape[1])
-    outlen = out.shape[1]
-    st = local(i32, 5)
-    lencnt = local(i32, 16)
-    lensym = local(i32, 288)
-    distcnt = local(i32, 16)
-    distsym = local(i32, 30)
-    offs = local(i32, 16)
-    lens = local(u8, 320)
-    st[POS] = 2
-    st[BUF] = 0
-    st[CNT] = 0
-    st[ERR] = 0
-    st[OUT] = 0
-    if inlen < 2:
-        fail(st, INPUT_EXHAUSTED)
-    else:
-        cmf = i32(src[b, 0])
-        flg = i32(src[b, 1])
-        if (cmf & 15) != 8 or (cmf >> 4) > 7 or (cmf * 256 + flg) % 31 != 0 or (flg & 32) != 0:
-            fail(st, BAD_HEADER)
-    last = 0
-    while last == 0 and st[ERR] == 0:
-        last = getbits(src, b, inlen, st, 1)
-        kind = getbits(src, b, inlen, st, 2)
-        if st[ERR] != 0:
-            break
-        if kind == 0:
-            stored(src, b, inlen, st, out, outlen)
-        elif kind == 1:
-            fixed_tables(lens, lencnt, lensym, distcnt, distsym, offs)
-            codes(src, b, inlen, st, out, outlen, lencnt, lensym, distcnt, distsym)
-        elif kind == 2:
-            dynamic_tables(src, b, inlen, st, lens, lencnt, lensym, distcnt, distsym, offs)
-            if st[ERR] == 0:
-                codes(src, b, inlen, st, out, outlen, lencnt, lensym, distcnt, distsym)
-        else:
-            fail(st, BAD_BLOCK_TYPE)
-    if st[ERR] == 0 and st[OUT] != outlen:
-        fail(st, WRONG_LENGTH)
-    if st[ERR] == 0:
-        adler_check(src, b, inlen, st, out, outlen)
-    status[b] = st[ERR]
-
-
-# ---------------------------------------------------------------- unfilter, one thread per (image, channel)
-@kernel
-def unfilter_kernel(raw: Array[u8, 2], out: Array[u8, 2], status: Array[i32], n: i32, height: i32, width: i32,
-                    channels: i32, lanes: i32):
-    i = bx * bdx + tx
-    b = i // lanes
-    c = i % lanes
-    if b >= n:
-        return
-    if status[b] != 0:
-        return
-    rowlen = 1 + width * channels
-    above = width * 3
-    for y in range(height):
-        r = y * rowlen
-        f = i32(raw[b, r])
-        if f > 4:
-            status[b] = BAD_FILTER
-            return
-        left = 0
-        upleft = 0
-        for x in range(width):
-            v = i32(raw[b, r + 1 + x * channels + c])
-            o = (y * width + x) * 3 + c
-            up = 0
-            if y > 0:
-                up = i32(out[b, o - above])
-            if f == 1:
-                v += left
-            elif f == 2:
-                v += up
-            elif f == 3:
-                v += (left + up) >> 1
-            elif f == 4:
-                p = left + up - upleft
-                pa = abs(p - left)
-                pb = abs(p - up)
-                pc = abs(p - upleft)
-                if pa <= pb and pa <= pc:
-                    v += left
-                elif pb <= pc:
-                    v += up
-                else:
-                    v += upleft
-            v = v & 255
-            out[b, o] = u8(v)
-            if channels == 1:
-                out[b, o + 1] = u8(v)
-                out[b, o + 2] = u8(v)
-            left = v
-            upleft = up
-
-
-# ---------------------------------------------------------------- launching
+# ---------------------------------------------------------------- sizes and the decode
 def raw_size(height: int, width: int, channels: int) -> int:
     """Bytes of filtered scanlines of an 8-bit image: H * (1 + W * channels)."""
     return height * (1 + width * channels)
@@ -475,17 +75,12 @@ def deflate_bound(raw: int) -> int:
     return -(-bound // 16) * 16
 
 
-def _inflate_block(n: int) -> int:
-    """Threads per block for n images: spread small batches over many SMs (a thread decodes a whole image, so
-    a warp of divergent images runs no faster than its slowest), full warps once there are images enough."""
-    return int(min(32, max(1, n // 256)))
-
 
 def decode_png_batch(packed: Any, lengths: Any, height: int, width: int, channels: int) -> tuple[Any, Any]:
     """Decode a batch of PNG zlib streams: (images (B, H, W, 3) uint8, status (B,) int32), on the arrays' side.
 
-    CuPy arrays: both kernels run on the current stream (no host sync). NumPy arrays: the simulator (slow,
-    for tests of small images)."""
+    CuPy arrays: the acceleration layer's kernels on the current stream (no host sync). Otherwise (NumPy arrays,
+    or Frost without the layer) decode_on_host."""
     if channels not in (1, 3, 4):
         raise ValueError(f"decode_png_batch: {channels} channels; 1 (grey), 3 (RGB) or 4 (RGBA) are supported")
     if packed.ndim != 2 or packed.dtype != np.uint8:
@@ -494,25 +89,60 @@ def decode_png_batch(packed: Any, lengths: Any, height: int, width: int, channel
     n = packed.shape[0]
     if lengths.shape != (n,):
         raise ValueError(f"decode_png_batch: lengths of shape {lengths.shape} for {n} streams")
-    on_gpu = not isinstance(packed, np.ndarray)
-    xp = np
-    if on_gpu:
-        xp = cuda.cupy()
-    lengths = xp.asarray(lengths, dtype=xp.int32)
-    raw = xp.zeros((n, raw_size(height, width, channels)), dtype=xp.uint8)
-    status = xp.zeros(n, dtype=xp.int32)
-    images = xp.zeros((n, height, width, 3), dtype=xp.uint8)
-    if n == 0:
-        return images, status
-    lanes = min(channels, 3)
-    per = _inflate_block(n)
-    inflate = inflate_kernel if on_gpu else inflate_kernel.simulate
-    unfilter = unfilter_kernel if on_gpu else unfilter_kernel.simulate
-    inflate[-(-n // per), per](packed, lengths, raw, status, n)
-    threads = n * lanes
-    block = 128 if on_gpu else min(threads, 32)
-    unfilter[-(-threads // block), block](raw, images.reshape(n, -1), status, n, height, width, channels, lanes)
+    fast = dispatch.lookup("decode_png", packed)
+    if fast is not None:
+        return fast(packed, lengths, height, width, channels)
+    if isinstance(packed, np.ndarray):
+        return decode_on_host(packed, np.asarray(lengths), height, width, channels)
+    images, status = decode_on_host(packed.get(), lengths.get(), height, width, channels)
+    return cuda.cupy().asarray(images), cuda.cupy().asarray(status)
+
+
+# zlib's messages, in the order tried, and the status codes the GPU inflater gives for the same faults
+_ZLIB_ERRORS = (("incorrect data check", BAD_CHECKSUM), ("invalid block type", BAD_BLOCK_TYPE),
+                ("invalid stored block lengths", BAD_STORED_LENGTH), ("too far back", DISTANCE_TOO_FAR))
+_COLOUR_OF = {1: 0, 3: 2, 4: 6}   # channels -> PNG colour type
+
+
+def decode_on_host(packed: np.ndarray, lengths: np.ndarray, height: int, width: int,
+                   channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """decode_png_batch's reference: zlib checks each stream (its output bounded by the image's size) and gives
+    the GPU inflater's status codes, then Pillow decodes the good ones."""
+    n, raw = len(packed), raw_size(height, width, channels)
+    images, status = np.zeros((n, height, width, 3), np.uint8), np.zeros(n, np.int32)
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, _COLOUR_OF[channels], 0, 0, 0)
+    for b in range(n):
+        stream = packed[b, :int(lengths[b])].tobytes()
+        status[b] = stream_status(stream, raw, 1 + width * channels)
+        if status[b] == OK:
+            images[b] = decode_bytes(png_file(ihdr, stream))
     return images, status
+
+
+def stream_status(stream: bytes, raw: int, row: int) -> int:
+    """The status the GPU inflater and unfilter give a zlib stream of `raw` bytes of scanlines `row` bytes long."""
+    if len(stream) < 2 or stream[0] & 0x0F != 8 or stream[0] >> 4 > 7 or (stream[0] << 8 | stream[1]) % 31 \
+            or stream[1] & 0x20:
+        return BAD_HEADER
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(stream, raw + 1)
+    except zlib.error as e:
+        return next((code for text, code in _ZLIB_ERRORS if text in str(e)), BAD_CODE)
+    if len(out) > raw:
+        return OUTPUT_OVERFLOW
+    if not inflater.eof:
+        return INPUT_EXHAUSTED
+    if len(out) < raw:
+        return WRONG_LENGTH
+    return BAD_FILTER if max(out[::row]) > 4 else OK
+
+
+def png_file(ihdr: bytes, stream: bytes) -> bytes:
+    """A PNG file of one IHDR (its 13 bytes of data) and one IDAT."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return PNG_SIGNATURE + chunk(b"IHDR", ihdr) + chunk(b"IDAT", stream) + chunk(b"IEND", b"")
 
 
 # ---------------------------------------------------------------- host side
