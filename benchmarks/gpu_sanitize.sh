@@ -16,7 +16,8 @@
 # memory read. Exit 9 with no pytest summary is a killed process: racecheck over the conv kernels' tests
 # (test_conv_fprop_mma, test_conv_wgrad_mma) and over test_gpu_autocast_conv_bn_conv_chain_stays_bf16 ended so on an
 # H100 and an H200, and the H100's kernel log showed its OOM killer stopping a python3 of 130 GB; test_conv_wgrad
-# ran past 320 s. Run those alone, with a -k selection of small shapes.
+# ran past 320 s. Run those alone with SELECT (environment), a pytest -k expression of small shapes, e.g.
+# SELECT='candidates_and_conv2d and 64-64-8' for test_conv_fprop_mma.py, 'odd_shapes' for test_conv_wgrad.py.
 set -u
 out=${1:?usage: bash benchmarks/gpu_sanitize.sh OUTDIR [SECONDS] [FILE...]}
 limit=${2:-60}
@@ -56,7 +57,8 @@ for f in "${runs[@]}"; do
     # $f unquoted: with TOGETHER=1 it is every file, space-separated (test paths have no spaces)
     # shellcheck disable=SC2086
     timeout "$limit" compute-sanitizer --tool "$tool" ${extra[@]+"${extra[@]}"} --report-api-errors no \
-        python3 -m pytest -m cuda $f -p no:cacheprovider -o addopts="" -q --timeout "${TEST_SECONDS:-60}" > "$log" 2>&1
+        python3 -m pytest -m cuda $f ${SELECT:+-k "$SELECT"} -p no:cacheprovider -o addopts="" -q \
+        --timeout "${TEST_SECONDS:-60}" > "$log" 2>&1
     rc=$?
     summary=$(grep -E "SUMMARY|passed|failed" "$log" | tail -3 | tr '\n' ' ')
     if [ $rc -eq 124 ]; then
