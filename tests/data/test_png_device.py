@@ -43,7 +43,7 @@ def test_dataset_decodes_on_device_and_names_a_broken_file(tmp_path):
     packed, lengths, indices, labels = fields
     assert packed.shape == (3, pd.deflate_bound(pd.raw_size(4, 5, 3))) and packed.dtype == np.uint8
     assert lengths.dtype == np.int32 and indices.tolist() == [4, 1, 2] and labels.tolist() == [4, 1, 2]
-    images, labels = ds.finish_on_device(list(fields))  # NumPy arrays: the simulator
+    images, labels = ds.finish_on_device(list(fields))  # NumPy arrays: the host decodes
     np.testing.assert_array_equal(images, np.stack([imgs[4], imgs[1], imgs[2]]))
     # flip a byte of the zlib data (PNG chunk CRCs are not checked, as on the CPU path)
     data = bytearray(paths[2].read_bytes())
@@ -154,7 +154,7 @@ def test_gpu_loader_names_a_corrupt_file(tmp_path):
 
 def test_threaded_gpu_loader_path_with_a_fake_cupy(tmp_path, monkeypatch):
     """The DataLoader's device path on the CPU: copies into fake device arrays (NumPy), finish_on_device runs
-    on the copy stream after the copies (here through the simulator), and a corrupt file is named."""
+    on the copy stream after the copies (here by the host reference decode), and a corrupt file is named."""
     import sys
     import types
     from test_loader import FakeCupy
