@@ -94,13 +94,13 @@ def decode_png_batch(packed: Any, lengths: Any, height: int, width: int, channel
         return fast(packed, lengths, height, width, channels)
     if isinstance(packed, np.ndarray):
         return decode_on_host(packed, np.asarray(lengths), height, width, channels)
-    images, status = decode_on_host(packed.get(), lengths.get(), height, width, channels)
+    images, status = decode_on_host(cuda.to_host(packed), np.asarray(cuda.to_host(lengths)), height, width, channels)
     return cuda.cupy().asarray(images), cuda.cupy().asarray(status)
 
 
-# zlib's messages, in the order tried, and the status codes the GPU inflater gives for the same faults
-_ZLIB_ERRORS = (("incorrect data check", BAD_CHECKSUM), ("invalid block type", BAD_BLOCK_TYPE),
-                ("invalid stored block lengths", BAD_STORED_LENGTH), ("too far back", DISTANCE_TOO_FAR))
+# zlib's messages and the status codes the GPU inflater gives for the same faults
+_ZLIB_ERRORS = (("invalid block type", BAD_BLOCK_TYPE), ("invalid stored block lengths", BAD_STORED_LENGTH),
+                ("too far back", DISTANCE_TOO_FAR))
 _COLOUR_OF = {1: 0, 3: 2, 4: 6}   # channels -> PNG colour type
 
 
@@ -112,7 +112,7 @@ def decode_on_host(packed: np.ndarray, lengths: np.ndarray, height: int, width: 
     images, status = np.zeros((n, height, width, 3), np.uint8), np.zeros(n, np.int32)
     ihdr = struct.pack(">IIBBBBB", width, height, 8, _COLOUR_OF[channels], 0, 0, 0)
     for b in range(n):
-        stream = packed[b, :int(lengths[b])].tobytes()
+        stream = packed[b, :max(0, int(lengths[b]))].tobytes()
         status[b] = stream_status(stream, raw, 1 + width * channels)
         if status[b] == OK:
             images[b] = decode_bytes(png_file(ihdr, stream))
@@ -120,13 +120,15 @@ def decode_on_host(packed: np.ndarray, lengths: np.ndarray, height: int, width: 
 
 
 def stream_status(stream: bytes, raw: int, row: int) -> int:
-    """The status the GPU inflater and unfilter give a zlib stream of `raw` bytes of scanlines `row` bytes long."""
-    if len(stream) < 2 or stream[0] & 0x0F != 8 or stream[0] >> 4 > 7 or (stream[0] << 8 | stream[1]) % 31 \
-            or stream[1] & 0x20:
+    """The status the GPU inflater and unfilter give a zlib stream of `raw` bytes of scanlines `row` bytes long: in
+    their order (the output's length before its Adler-32), so the deflate data is inflated raw and checked here."""
+    if len(stream) < 2:
+        return INPUT_EXHAUSTED
+    if stream[0] & 0x0F != 8 or stream[0] >> 4 > 7 or (stream[0] << 8 | stream[1]) % 31 or stream[1] & 0x20:
         return BAD_HEADER
-    inflater = zlib.decompressobj()
+    inflater = zlib.decompressobj(-15)
     try:
-        out = inflater.decompress(stream, raw + 1)
+        out = inflater.decompress(stream[2:], raw + 1)
     except zlib.error as e:
         return next((code for text, code in _ZLIB_ERRORS if text in str(e)), BAD_CODE)
     if len(out) > raw:
@@ -135,6 +137,10 @@ def stream_status(stream: bytes, raw: int, row: int) -> int:
         return INPUT_EXHAUSTED
     if len(out) < raw:
         return WRONG_LENGTH
+    if len(inflater.unused_data) < 4:
+        return INPUT_EXHAUSTED
+    if inflater.unused_data[:4] != struct.pack(">I", zlib.adler32(out)):
+        return BAD_CHECKSUM
     return BAD_FILTER if max(out[::row]) > 4 else OK
 
 

@@ -126,6 +126,16 @@ def test_the_host_reference_gives_the_kernels_statuses_and_images():
     host_images, host_status = pd.decode_on_host(packed, lengths, H, W, C)
     assert host_status.tolist() == status.tolist() == list(corrupt_streams())
     np.testing.assert_array_equal(host_images[0], images[0])
+    good, short = zlib.compress(RAW, 9), zlib.compress(RAW[:-1], 9)
+    edges = [(b"", 0, pd.INPUT_EXHAUSTED), (b"\x78", 1, pd.INPUT_EXHAUSTED),
+             (short[:-1] + bytes([short[-1] ^ 0x55]), None, pd.WRONG_LENGTH),  # the length before the Adler-32
+             (short[:-4], None, pd.WRONG_LENGTH), (good[:-2], None, pd.INPUT_EXHAUSTED),
+             (good + b"garbage!", None, pd.OK), (good, -8, pd.INPUT_EXHAUSTED)]   # a negative length: no stream
+    packed, _ = pack([stream or b"\0" for stream, _, _ in edges])
+    lengths = np.array([len(stream) if n is None else n for stream, n, _ in edges], np.int32)
+    want = [code for _, _, code in edges]
+    for decode in (png_inflate.decode_batch, pd.decode_on_host):
+        assert decode(packed, lengths, H, W, C)[1].tolist() == want, decode.__name__
     rng = np.random.default_rng(8)
     for c in (1, 3, 4):
         imgs = [random_image(rng, 5, 7, c), smooth_image(5, 7, c)]
