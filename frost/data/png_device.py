@@ -35,8 +35,8 @@ from frost.backend import cuda
 from frost.data.folder import ImageList
 from frost.data.png import PNG_SIGNATURE, decode_bytes, parse_png, read_file
 
-__all__ = ["STATUS", "MAX_PIXELS", "decode_png_batch", "decode_on_host", "stream_status", "png_stream",
-           "deflate_bound", "raw_size", "DevicePNGList"]
+__all__ = ["STATUS", "MAX_PIXELS", "MAX_BATCH_BYTES", "decode_png_batch", "decode_on_host", "stream_status",
+           "png_stream", "deflate_bound", "raw_size", "DevicePNGList"]
 
 # status codes (first error wins)
 OK = 0
@@ -60,6 +60,9 @@ STATUS = {OK: "ok", BAD_HEADER: "bad zlib header", BAD_BLOCK_TYPE: "bad deflate 
 # 30000 x 30000 pixels; its batch buffers (a zlib stream's bound and the decoded image, per sample) would take
 # gigabytes before any byte of it was inflated.
 MAX_PIXELS = 89_478_485
+# The most bytes of zlib streams one batch may ask for (its packed buffer; the decoded images on the GPU take as much
+# again): a 69-byte PNG claiming 9459 x 9459 RGBA is under MAX_PIXELS but would need 92 GB for a batch of 256.
+MAX_BATCH_BYTES = 2 << 30
 
 # ---------------------------------------------------------------- sizes and the decode
 def raw_size(height: int, width: int, channels: int) -> int:
@@ -229,6 +232,11 @@ class DevicePNGList(ImageList):
                 raise ValueError(f"DevicePNGList: {name} has a zlib stream of {len(stream)} bytes, more than the "
                                  f"{self.stride} bytes any reasonable encoder needs for its size; use decode='cpu'")
             streams.append(stream)
+        if len(indices) * self.stride > MAX_BATCH_BYTES:
+            raise ValueError(f"DevicePNGList: a batch of {len(indices)} images of {self.shape[1]}x{self.shape[0]} "
+                             f"({self.first} sets the size) needs {len(indices) * self.stride} bytes of stream "
+                             f"buffer, more than frost.data.png_device.MAX_BATCH_BYTES ({MAX_BATCH_BYTES}); use a "
+                             f"smaller batch")
         packed = np.zeros((len(indices), self.stride), np.uint8)
         lengths = np.empty(len(indices), np.int32)
         for k, stream in enumerate(streams):

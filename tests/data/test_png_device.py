@@ -103,6 +103,21 @@ def test_a_small_file_claiming_a_huge_image_is_refused_before_any_buffer(tmp_pat
     assert peak < 1 << 20
 
 
+def test_a_batch_of_small_files_claiming_large_images_is_refused_before_its_buffer(tmp_path, monkeypatch):
+    bomb = tmp_path / "wide.png"
+    bomb.write_bytes(png_from_stream(9459, 9459, 6, zlib.compress(b"\0" * 97, 9)))   # under MAX_PIXELS
+    monkeypatch.setattr(pd, "_read", lambda name: bomb.read_bytes())
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=rf"a batch of 256 images of 9459x9459 \({bomb} sets the size\) needs "
+                                             r"\d+ bytes of stream buffer, more than .*MAX_BATCH_BYTES"):
+            DevicePNGList([bomb] * 256, [0] * 256).get_batch(np.arange(256))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
 def test_loader_on_the_cpu_decodes_on_the_cpu(tmp_path):
     paths, imgs = write_folder(tmp_path, n=7)
     ds = DevicePNGList(paths, list(range(7)))
