@@ -293,11 +293,11 @@ def dynamic_tables(src, b: i32, inlen: i32, st, lens, lencnt, lensym, distcnt, d
         fail(st, BAD_CODE)  # no end-of-block code
         return
     left = construct(lencnt, lensym, lens, 0, nlen, offs)
-    if left < 0 or (left > 0 and nlen - lencnt[0] != 1):
-        fail(st, BAD_CODE)  # an incomplete code is allowed only for a single length
+    if left < 0 or (left > 0 and nlen != lencnt[0] + lencnt[1]):
+        fail(st, BAD_CODE)  # an incomplete code is allowed only as one code of one bit (puff, zlib)
         return
     left = construct(distcnt, distsym, lens, nlen, ndist, offs)
-    if left < 0 or (left > 0 and ndist - distcnt[0] != 1):
+    if left < 0 or (left > 0 and ndist != distcnt[0] + distcnt[1]):
         fail(st, BAD_CODE)
 
 

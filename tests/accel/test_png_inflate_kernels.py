@@ -1,5 +1,6 @@
 """Tests for frost/accel/png_inflate.py: the GPU PNG decoder's kernels (simulated) against zlib, the NumPy twins,
 Pillow and the host's reference decode (frost.data.png_device.decode_on_host)."""
+import struct
 import zlib
 
 import numpy as np
@@ -115,6 +116,35 @@ def test_each_error_gives_its_status():
     assert len(set(cases)) == len(pd.STATUS) and all(pd.STATUS[c] for c in cases)
     assert images[0].reshape(-1).tolist() == [1, 2, 3, 4, 5, 6, 9, 9, 9, 18, 18, 18]  # row 1: Sub
     np.testing.assert_array_equal(images[0], unfilter_numpy(np.frombuffer(RAW, np.uint8)[None], H, W, C)[0])
+
+
+def single_code_block_then_stored(eob_length: int, data: bytes) -> bytes:
+    """A zlib stream: a dynamic block whose literal/length code is the one end-of-block code, eob_length bits long
+    (its distance code empty), then a last stored block of data with its Adler-32."""
+    bits = Bits().put(0, 1).put(2, 2).put(0, 5).put(0, 5).put(18 - 4, 4)   # 257 lengths, 1 distance, 18 code lengths
+    for symbol in (16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1):
+        bits.put(1 if symbol in (0, eob_length) else 0, 3)   # code-length symbols 0 and eob_length: codes 0 and 1
+    for k in range(257):
+        bits.code(1 if k == 256 else 0, 1)
+    bits.code(0, 1).code(0, eob_length)       # the distance length (0), then the block's end-of-block symbol
+    bits.put(1, 1).put(0, 2)                  # the last block: stored, from the next byte
+    head = bits.acc.to_bytes((bits.n + 7) // 8, "little")
+    return (b"\x78\x01" + head + struct.pack("<HH", len(data), len(data) ^ 0xFFFF) + data
+            + struct.pack(">I", zlib.adler32(data)))
+
+
+def test_an_incomplete_code_is_taken_only_as_one_code_of_one_bit():
+    """As zlib and puff: a literal/length (or distance) code may be incomplete only if it is a single 1-bit code;
+    the kernel took a single code of any length, decoding streams that zlib and Pillow refuse."""
+    streams = [single_code_block_then_stored(1, RAW), single_code_block_then_stored(3, RAW)]
+    assert zlib.decompress(streams[0]) == RAW
+    with pytest.raises(zlib.error, match="invalid literal/lengths set"):
+        zlib.decompress(streams[1])
+    packed, lengths = pack(streams)
+    for decode in (png_inflate.decode_batch, pd.decode_on_host):
+        images, status = decode(packed, lengths, H, W, C)
+        assert status.tolist() == [pd.OK, pd.BAD_CODE], decode.__name__
+        np.testing.assert_array_equal(images[0], unfilter_numpy(np.frombuffer(RAW, np.uint8)[None], H, W, C)[0])
 
 
 def test_the_host_reference_gives_the_kernels_statuses_and_images():
