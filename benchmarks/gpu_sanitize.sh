@@ -34,9 +34,9 @@ if [ ${#files[@]} -eq 0 ]; then
            tests/accel/test_grad_norm_kernels.py tests/accel/test_matmul_kernels.py
            tests/accel/test_resized_crop_kernels.py tests/accel/test_transformer_fusions.py
            tests/ops/test_conv_fprop_mma.py tests/ops/test_conv_wgrad.py tests/ops/test_conv_wgrad_mma.py
-           tests/ops/test_head.py tests/ops/test_philox.py tests/optim/test_flat_kernels.py tests/optim/test_lion.py
+           tests/ops/test_head.py tests/accel/test_philox.py tests/optim/test_flat_kernels.py tests/optim/test_lion.py
            tests/optim/test_sgd.py tests/optim/test_adafactor.py tests/optim/test_lamb.py tests/optim/test_sophia.py
-           tests/data/test_transforms.py)
+           tests/accel/test_augment_kernels.py)
 fi
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1

@@ -32,7 +32,6 @@ from frost.ops.resample import pixel_shuffle, pixel_unshuffle
 from frost.io import load, save
 from frost.random import get_rng_state, set_rng_state
 from frost.generator import Generator
-from frost.ops import philox as _philox  # noqa: F401 - registers the GPU generator with frost.backend.cuda
 from frost.ops.sampling import bernoulli, multinomial, normal
 from frost.ops.spectral import (bartlett_window, blackman_window, hamming_window, hann_window, istft, kaiser_window,
                                 stft)

@@ -8,7 +8,7 @@ exponential_, bernoulli_ ...):
     b = frost.randn(3, generator=g)      # the same numbers as a
 
 On the CPU it draws from its own NumPy PCG64 generator; on a GPU (device="cuda") from its own Philox4x32-10 generator
-(frost.ops.philox), so a Generator gives the same numbers as the global generator of its device seeded alike.
+(frost.accel.philox), so a Generator gives the same numbers as the global generator of its device seeded alike.
 get_state / set_state use the byte formats of frost.get_rng_state (40 bytes, CPU) and frost.cuda.get_rng_state
 (16 bytes, GPU). A new Generator starts from PyTorch's default seed, 67280421310721.
 """
@@ -20,7 +20,6 @@ import numpy as np
 
 from frost.backend import Device, cpu
 from frost.backend import cuda as backend_cuda
-from frost.ops.philox import PhiloxGenerator
 from frost.random import CUDA_STATE_BYTES, _as_bytes, _byte_tensor, _words, pcg64_state, set_pcg64_state
 from frost.tensor import Tensor
 
@@ -51,7 +50,7 @@ class Generator:
         if self.device.type == "cpu":
             self._engine = np.random.default_rng(self._initial_seed)
         elif self._engine is None:
-            self._engine = PhiloxGenerator(self._initial_seed, self.device.index)
+            self._engine = backend_cuda.new_generator(self._initial_seed, self.device.index)
         else:  # in place: CUDA graphs captured with this generator follow the reseed
             self._engine.seed(self._initial_seed)
         return self

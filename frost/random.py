@@ -18,7 +18,7 @@ frost.save and into JSON as `state.tolist()` (a list of ints, which set_rng_stat
   state of the generator the calling thread draws from: the global one (reseeded by frost.manual_seed), or inside a
   DataLoader batch that batch's own (frost.backend.cpu.use_generator).
 - CUDA (16 bytes, per GPU; frost.cuda.get_rng_state): the Philox key as one 64-bit seed and the 64-bit offset, the
-  next unused counter (frost.ops.philox), as PyTorch's CUDA state is seed and offset. The offset lives on the device,
+  next unused counter (frost.accel.philox), as PyTorch's CUDA state is seed and offset. The offset lives on the device,
   where every draw and every frost.jit replay advances it: reading it waits for the work queued so far, so it is
   the state after every replay launched before, and it cannot be read inside a captured step. set_rng_state writes
   seed and offset in place with a kernel, so that steps captured earlier draw from the restored state.

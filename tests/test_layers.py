@@ -40,6 +40,10 @@ LAYER_CONTRACTS = [
     # and the classifier head's (frost/accel/head.py); pooling asks frost.backend only for its arrays' module
     (("frost.ops.head", "frost.ops.pool"), ("frost.backend.cudnn", "frost.backend.cuda", "frost.kernel")),
     (("frost.dispatch",), ("frost.ops", "frost.tensor", "frost.autograd", "frost.nn", "frost.optim")),
+    # hand kernels live in the layer; the optimizers alone keep their fused update kernels beside the update rule
+    # (one optimizer per file, frost/optim/lion.py the model)
+    (("frost.ops", "frost.nn", "frost.data", "frost.tensor", "frost.autograd", "frost.dispatch", "frost.generator",
+      "frost.random", "frost.parallel"), ("frost.kernel",)),
 ]
 
 Graph = dict[str, dict[str, tuple[str, int]]]  # module -> {imported module: (file, line of its first import)}

@@ -9,7 +9,7 @@ import frost
 import frost.nn.functional as F
 from frost.backend import cpu
 from frost.backend import cuda as backend_cuda
-from frost.ops import philox as P
+from frost.accel import philox as P
 
 
 def draws(device: str = "cpu") -> list[np.ndarray]:

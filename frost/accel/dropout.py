@@ -18,7 +18,7 @@ from frost import dispatch
 from frost.backend import cuda
 from frost.layout import data_ptr
 from frost.kernel import Array, Const, bdx, bf16, bx, cdiv, device, f16, f32, i32, kernel, load4, store4, tx, u32
-from frost.ops.philox import counters_for, draw_block, to_unit
+from frost.accel.philox import counters_for, draw_block, to_unit
 from frost.tensor import Tensor, from_op
 
 DROPOUT_THREADS = 256

@@ -29,7 +29,7 @@ word 2 (query % 2) + key % 2 of Philox4x32-10 at counter (key // 2, query // 2, 
 seed_hi ^ STREAM) is >= p, and kept weights are scaled by 1 / (1 - p). One block covers two queries by two keys,
 so every kernel draws one block for two weights (the forward and dQ kernels hold pairs of keys, the dK/dV kernels
 pairs of queries). The forward reads seed and offset from a 4-word snapshot of the
-CUDA generator's state (frost/ops/philox.py) taken at the call, after which the generator's offset advances by one;
+CUDA generator's state (frost/accel/philox.py) taken at the call, after which the generator's offset advances by one;
 the backward regenerates the same mask from the snapshot, so nothing L x S is stored. The row sums (and the saved
 log-sum-exp) are those of the undropped weights; D = rowsum(dO * O) holds as without dropout. `dropout_keep_numpy` is
 the NumPy twin of the mask.
@@ -68,7 +68,7 @@ from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commi
                           ldmatrix_x4_trans, load8_into, local, log, mma, shfl_xor, static_range, swizzle, syncthreads,
                           tx, u8, u32, warp, warp_sum, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
-from frost.ops.philox import philox4x32, philox_block
+from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
 
 LOG2E = math.log2(math.e)

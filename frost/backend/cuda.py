@@ -9,9 +9,10 @@ from typing import Any, Callable
 
 _cupy = None
 _seed = 0
-_generators: dict = {}  # device index -> the generator _generator_factory made (frost.ops.philox.PhiloxGenerator)
+_generators: dict = {}  # device index -> the generator _generator_factory made (frost.accel.philox.PhiloxGenerator)
 # (seed, device index) -> a device generator. The generator is written in the kernel language, which sits above this
-# module, so it registers itself here when imported (frost.ops.philox, imported by frost/__init__.py)
+# module, so it registers itself here when imported (frost.accel.philox, imported with the acceleration layer by
+# frost/__init__.py)
 _generator_factory: Callable[[int, int], Any] | None = None
 _gpu_seen = False  # a GPU has answered once: later uses skip the check
 
@@ -153,7 +154,7 @@ def pinned_empty(shape, dtype):
 
 
 def register_generator_factory(factory: Callable[[int, int], Any]) -> None:
-    """Set what makes a GPU's random generator: factory(seed, device index) -> generator (frost.ops.philox registers
+    """Set what makes a GPU's random generator: factory(seed, device index) -> generator (frost.accel.philox registers
     PhiloxGenerator on import). Generators made before keep living; new ones come from `factory`."""
     global _generator_factory
     if not callable(factory):
@@ -164,15 +165,24 @@ def register_generator_factory(factory: Callable[[int, int], Any]) -> None:
 
 def generator(index: int | None = None):
     """GPU `index`'s random generator (the current GPU's by default): Philox4x32-10 with its offset on the device
-    (frost.ops.philox), so captured CUDA graphs draw new numbers on every replay; seeded by frost.manual_seed."""
+    (frost.accel.philox), so captured CUDA graphs draw new numbers on every replay; seeded by frost.manual_seed."""
     if index is None:
         index = gpu_cupy().cuda.Device().id
     if index not in _generators:
         if _generator_factory is None:
             raise RuntimeError("frost.backend.cuda.generator: no GPU generator is registered; import frost (or "
-                               "frost.ops.philox, which registers PhiloxGenerator) before drawing on a GPU")
+                               "frost.accel.philox, which registers PhiloxGenerator) before drawing on a GPU")
         _generators[index] = _generator_factory(_seed, index)
     return _generators[index]
+
+
+def new_generator(seed: int, index: int):
+    """A GPU generator of its own (not the device's global one), from the registered factory: what a
+    frost.Generator(device="cuda") draws from."""
+    if _generator_factory is None:
+        raise RuntimeError("frost.backend.cuda.new_generator: no GPU generator is registered; import frost (or "
+                           "frost.accel.philox, which registers PhiloxGenerator) before drawing on a GPU")
+    return _generator_factory(seed, index)
 
 
 def manual_seed(seed: int) -> None:

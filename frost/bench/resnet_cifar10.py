@@ -35,7 +35,7 @@ from frost.tensor import Tensor
 from frost.backend import cuda as cuda_backend
 from frost.bench import common
 from frost.data import cifar
-from frost.data.transforms import gather_scaled_gpu
+from frost.data.transforms import gather_scaled
 from frost.io import expand_path
 from frost.layout import as_channels_last
 from frost.nn.parallel import DistributedDataParallel
@@ -475,7 +475,7 @@ def on_resident_data(fn, x_all, y_all, nhwc: bool = False, dtype: str = "float32
 
     def gather_and_call(idx):
         i = idx.data
-        x = scaled(x_all[i]) if isinstance(x_all, np.ndarray) else gather_scaled_gpu(x_all, i, dtype)
+        x = scaled(x_all[i]) if isinstance(x_all, np.ndarray) else gather_scaled(x_all, i, dtype)
         if nhwc:  # the NCHW view of NHWC images is channels-last, no copy
             x = x.transpose(0, 3, 1, 2)
         return fn(Tensor(x), Tensor(y_all[i]))

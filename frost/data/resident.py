@@ -47,20 +47,11 @@ class DeviceDataset:
     def batch(self, index: Tensor) -> tuple[Tensor, Tensor]:
         """(images as float32 NCHW in [0, 1], labels) at `index` (on the GPU the gather and scaling are one kernel)."""
         i = index.data
-        if self.device.type == "cuda":
-            x = transforms.gather_scaled_gpu(self.images, i.astype("int64", copy=False))
-            return Tensor(x), Tensor(self.labels[i])
-        x = self.images[i].astype(np.float32)
-        x /= 255.0
-        return Tensor(x), Tensor(self.labels[i])
+        return Tensor(transforms.gather_scaled(self.images, i.astype("int64", copy=False))), Tensor(self.labels[i])
 
     def augment(self, index: Tensor, offsets_y, offsets_x, flips, size: int, padding: int,
                 mean: Sequence[float], std: Sequence[float]) -> tuple[Tensor, Tensor]:
         """(augmented float32 NCHW images, labels) at `index`: the CPU `augment` or its one-launch GPU twin."""
         i = index.data
-        if self.device.type == "cuda":
-            x = transforms.augment_gpu(self.images_nhwc, i, offsets_y, offsets_x, flips, size, padding, mean, std)
-        else:
-            x = transforms.augment(self.images_nhwc[i], offsets_y, offsets_x, np.asarray(flips, bool), size,
-                                   padding, mean, std).transpose(0, 3, 1, 2)
-        return Tensor(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x), Tensor(self.labels[i])
+        x = transforms.gather_augmented(self.images_nhwc, i, offsets_y, offsets_x, flips, size, padding, mean, std)
+        return Tensor(x), Tensor(self.labels[i])

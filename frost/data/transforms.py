@@ -1,8 +1,8 @@
 """CPU image transforms on uint8 HWC images or NHWC batches, with random draws made explicit.
 
 Every random transform separates *drawing* its parameters (from an explicit numpy Generator)
-from *applying* them (a pure function of the image and the draws). A GPU twin of these
-transforms takes the same draw arrays and must reproduce `augment(...)` bit for bit:
+from *applying* them (a pure function of the image and the draws). The GPU kernel (frost/accel/augment.py, through
+gather_augmented) takes the same draw arrays and reproduces `augment(...)` bit for bit:
 
     oy, ox = RandomCrop(32, padding=4).draw(n, rng)
     flips = RandomHorizontalFlip().draw(n, rng)
@@ -19,15 +19,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from frost import dispatch
+from frost import backend, dispatch
 from frost.backend import cpu, cuda
 from frost.dtype import to_dtype
-from frost.kernel import Array, bdx, bf16, bx, f32, i32, i64, kernel, tx, u8
 from frost.tensor import Tensor
 
 __all__ = ["ToFloat", "Normalize", "RandomCrop", "RandomHorizontalFlip", "Compose", "Resize", "CenterCrop",
            "RandomResizedCrop", "resized_crop", "resized_crops",
-           "crop", "hflip", "to_float", "normalize", "augment", "draw_augment_gpu"]
+           "crop", "hflip", "to_float", "normalize", "augment", "gather_scaled", "gather_augmented",
+           "draw_augment_gpu"]
 
 
 def _generator(rng: np.random.Generator | None) -> np.random.Generator:
@@ -100,7 +100,7 @@ def normalize(x: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.
 
 def augment(batch: np.ndarray, offsets_y: np.ndarray, offsets_x: np.ndarray, flips: np.ndarray, size: int,
             padding: int, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """The fused reference: pad-crop, flip, to float, normalize a uint8 NHWC batch (the GPU twin's oracle)."""
+    """The fused reference: pad-crop, flip, to float, normalize a uint8 NHWC batch (the GPU kernel's oracle)."""
     return normalize(to_float(hflip(crop(batch, offsets_y, offsets_x, size, padding), flips)), mean, std)
 
 
@@ -295,46 +295,43 @@ class Compose:
         return "Compose(" + ", ".join(type(t).__name__ for t in self.transforms) + ")"
 
 
-# ---------------------------------------------------------------- the GPU twin: one fused launch
-# Gather by index, pad-crop, flip, to float, normalize and NHWC -> NCHW, one thread per output value; the
-# float math is the CPU reference's (float32(x) / 255, then (y - mean) / std), so results agree bit for bit.
+# ---------------------------------------------------------------- batches of a dataset held on a device
+# The resident dataset (frost.data.resident) gathers its batches with these. On the GPU the acceleration layer does
+# each in one launch with no host work (frost/accel/augment.py), so a captured step can gather its own batch; the
+# reference here copies to the host and back.
 
-@kernel
-def augment_kernel(images: Array[u8], index: Array[i32], offsets_y: Array[i32], offsets_x: Array[i32],
-                   flips: Array[i32], mean: Array[f32], std: Array[f32], out: Array[f32], total: i32, h: i32,
-                   w: i32, channels: i32, size: i32, padding: i32):
-    i = bx * bdx + tx
-    if i < total:
-        col = i % size
-        row = (i // size) % size
-        ch = (i // (size * size)) % channels
-        b = i // (size * size * channels)
-        if flips[b] != 0:
-            col = size - 1 - col
-        y = row + offsets_y[b] - padding
-        x = col + offsets_x[b] - padding
-        v = 0.0
-        if y >= 0 and y < h and x >= 0 and x < w:
-            v = f32(images[((index[b] * h + y) * w + x) * channels + ch]) / 255.0
-        out[i] = (v - mean[ch]) / std[ch]
+def gather_scaled(images, index, dtype: str = "float32") -> Any:
+    """images[index] as float32(x) / 255 (to_float's math), stored as float32 or rounded to nearest bfloat16, on the
+    images' device: images uint8 of any layout (rows are gathered whole), index 1-D int64 on the same device."""
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"gather_scaled: dtype must be float32 or bfloat16, got {dtype!r}")
+    if str(images.dtype) != "uint8" or str(index.dtype) != "int64" or index.ndim != 1:
+        raise TypeError(f"gather_scaled: images must be uint8 and index 1-D int64, got images {images.dtype} "
+                        f"{tuple(images.shape)}, index {index.dtype} {tuple(index.shape)}")
+    fast = dispatch.lookup("gather_scaled", images, index, dtype=dtype)
+    if fast is not None:
+        return fast(images, index, dtype)
+    x = to_float(_on_host(images)[_on_host(index)])
+    return backend.to_device(x.astype(to_dtype(dtype).np, copy=False), backend.device_of(images))
 
 
-_constants: dict = {}
-
-
-def _device_constants(mean: tuple, std: tuple, device: int):
-    """mean and std as device arrays, made once: a host-to-device copy cannot happen inside a captured step."""
-    key = (mean, std, device)
-    if key not in _constants:
-        import cupy as cp
-        _constants[key] = (cp.asarray(mean, dtype=cp.float32), cp.asarray(std, dtype=cp.float32))
-    return _constants[key]
+def gather_augmented(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],
+                     std: Sequence[float]) -> Any:
+    """`augment` of images[index] as NCHW float32 on the images' device: images a uint8 NHWC dataset, index, the
+    offsets and the flip flags (arrays or tensors) on the same device."""
+    images = _raw(images)
+    fast = dispatch.lookup("gather_augmented", images, index, offsets_y, offsets_x, flips, size, padding, mean, std)
+    if fast is not None:
+        return fast(images, index, offsets_y, offsets_x, flips, size, padding, mean, std)
+    x = augment(_on_host(images)[_on_host(index)], _on_host(offsets_y), _on_host(offsets_x),
+                _on_host(flips).astype(bool), size, padding, mean, std)
+    return backend.to_device(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), backend.device_of(images))
 
 
 def draw_augment_gpu(n: int, size: int, padding: int, image_hw: tuple[int, int] | None = None,
                      flip_p: float = 0.5) -> tuple[Any, Any, Any]:
     """Crop offsets (y, x) and flip flags (int32 CuPy arrays) for n images, drawn on the device by Frost's CUDA
-    generator (Philox, frost.ops.philox): a step captured by frost.jit draws new ones on every replay."""
+    generator (Philox, frost/accel/philox.py): a step captured by frost.jit draws new ones on every replay."""
     g = cuda.generator()
     h, w = image_hw or (size, size)
     oy = g.integers(0, h + 2 * padding - size + 1, size=n, dtype="int32")
@@ -342,63 +339,9 @@ def draw_augment_gpu(n: int, size: int, padding: int, image_hw: tuple[int, int] 
     return oy, ox, g.bernoulli_mask(n, flip_p).astype("int32")
 
 
-def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],
-                std: Sequence[float]):
-    """`augment` on the GPU for images[index] of a uint8 NHWC dataset held there; returns NCHW float32.
-
-    All arguments are CuPy arrays (or CUDA tensors) already on the device, so a captured step can call it.
-    """
-    import cupy as cp
-
-    def raw(a):
-        return a.data if isinstance(a, Tensor) else a
-    images = raw(images)
-    n, h, w, c = images.shape
-    idx = cp.asarray(raw(index), dtype=cp.int32)
-    as_i32 = [cp.asarray(raw(a), dtype=cp.int32) for a in (offsets_y, offsets_x, flips)]
-    out = cp.empty((len(idx), c, size, size), dtype=cp.float32)
-    mean32, std32 = _device_constants(tuple(mean), tuple(std), images.device.id)
-    augment_kernel[(out.size + 255) // 256, 256](images.reshape(-1), idx, *as_i32, mean32, std32, out, out.size,
-                                                 h, w, c, size, padding)
-    return out
+def _raw(a):
+    return a.data if isinstance(a, Tensor) else a
 
 
-# ---------------------------------------------------------------- gather and scale: one launch
-# images[index] of a uint8 dataset as float32(x) / 255 (to_float's math), stored as float32 or rounded to bf16:
-# the gather, the conversion and the division (and, for a bf16 first layer, autocast's cast) in one kernel.
-
-@kernel.warm
-@kernel
-def gather_scaled(images: Array[u8], index: Array[i64], out: Array[f32], total: i32, row: i32):
-    i = bx * bdx + tx
-    if i < total:
-        out[i] = f32(images[index[i // row] * row + i % row]) / 255.0
-
-
-@kernel
-def gather_scaled_bf16(images: Array[u8], index: Array[i64], out: Array[bf16], total: i32, row: i32):
-    i = bx * bdx + tx
-    if i < total:
-        out[i] = f32(images[index[i // row] * row + i % row]) / 255.0   # rounded to nearest, as a cast
-
-
-GATHER_SCALED = {"float32": gather_scaled, "bfloat16": gather_scaled_bf16}
-
-
-def gather_scaled_gpu(images, index, dtype: str = "float32", simulate: bool = False):
-    """images[index] / 255 for a uint8 dataset held on the GPU (any layout: rows are gathered whole), as float32 or
-    bfloat16 (float32's value rounded to nearest), in one launch; index: int64 on the device. A captured step can
-    call it (no host work)."""
-    if dtype not in GATHER_SCALED:
-        raise ValueError(f"gather_scaled_gpu: dtype must be float32 or bfloat16, got {dtype!r}")
-    if str(images.dtype) != "uint8" or str(index.dtype) != "int64" or index.ndim != 1:
-        raise TypeError(f"gather_scaled_gpu: images must be uint8 and index 1-D int64, got images {images.dtype} "
-                        f"{tuple(images.shape)}, index {index.dtype} {tuple(index.shape)}")
-    xp = np if simulate else cuda.cupy()
-    out = xp.empty((len(index), *images.shape[1:]), dtype=to_dtype(dtype).np)
-    row = int(np.prod(images.shape[1:]))
-    kern = GATHER_SCALED[dtype].simulate if simulate else GATHER_SCALED[dtype]
-    if out.size:
-        kern[(out.size + 255) // 256, 256](xp.ascontiguousarray(images).reshape(-1), index, out.reshape(-1),
-                                          out.size, row)
-    return out
+def _on_host(a) -> np.ndarray:
+    return np.asarray(backend.to_device(_raw(a), backend.CPU))

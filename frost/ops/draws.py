@@ -1,4 +1,4 @@
-"""Tensors of random draws from Frost's generators (CPU: NumPy's PCG64; CUDA: Philox, see frost.ops.philox), or from
+"""Tensors of random draws from Frost's generators (CPU: NumPy's PCG64; CUDA: Philox, see frost.accel.philox), or from
 a frost.Generator given as `generator=`: randn, rand, randint, randperm and the in-place uniform_ and normal_."""
 from __future__ import annotations
 

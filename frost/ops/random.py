@@ -1,7 +1,7 @@
 """Random ops: dropout (inverted, drawn from Frost's generators) and Bernoulli sampling.
 
 On the CPU the draws come from NumPy's generator; on CUDA from Frost's Philox4x32-10 generator
-(frost.ops.philox), whose offset lives on the device, so a step captured by frost.jit draws a new dropout
+(frost.accel.philox), whose offset lives on the device, so a step captured by frost.jit draws a new dropout
 mask on every replay (the same sequence as eager calls from the same seed).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The fused dropout kernel (frost/accel/dropout.py) in the kernel simulator against the NumPy twin of Frost's CUDA
-generator (frost.ops.philox.uniform_numpy): the same draws as the reference path's `generator.random(shape) >= p`,
+generator (frost.accel.philox.uniform_numpy): the same draws as the reference path's `generator.random(shape) >= p`,
 bit for bit, forward and backward; the routing (element-wise dropout only, 0 < p < 1); and on a GPU the fast path
 equal to the reference path from the same seed."""
 import ml_dtypes
@@ -11,7 +11,7 @@ import frost.nn.functional as F
 from frost import dispatch
 from frost.accel import dropout as fused
 from frost.kernel.api import Kernel
-from frost.ops.philox import philox_advance, seed_key, uniform_numpy
+from frost.accel.philox import philox_advance, seed_key, uniform_numpy
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 

@@ -6,7 +6,7 @@ import pytest
 
 import frost
 from frost.backend import cuda
-from frost.ops.philox import PhiloxGenerator
+from frost.accel.philox import PhiloxGenerator
 
 
 class CUDARuntimeError(RuntimeError):
@@ -92,7 +92,7 @@ def test_restore_generators_resets_only_those_made_since_the_snapshot(monkeypatc
     assert cuda._generators[0].seeded == 9  # existed: left for fork_rng to set its saved state
 
 
-def test_the_gpu_generator_comes_from_the_factory_that_frost_ops_philox_registered(monkeypatch):
+def test_the_gpu_generator_comes_from_the_factory_that_frost_accel_philox_registered(monkeypatch):
     assert cuda._generator_factory is PhiloxGenerator   # registered by importing frost
     made = []
     monkeypatch.setattr(cuda, "_generator_factory", PhiloxGenerator)   # put back after the test's registration
@@ -101,13 +101,16 @@ def test_the_gpu_generator_comes_from_the_factory_that_frost_ops_philox_register
     cuda.register_generator_factory(lambda seed, index: made.append((seed, index)) or f"gen{index}")
     assert cuda.generator(3) == "gen3" and cuda.generator(3) == "gen3"   # one per device, made once
     assert made == [(7, 3)]
+    assert cuda.new_generator(11, 3) == "gen3" and made == [(7, 3), (11, 3)]   # a generator of its own: made anew
 
 
 def test_a_missing_generator_registration_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(cuda, "_generators", {})
     monkeypatch.setattr(cuda, "_generator_factory", None)
     with pytest.raises(RuntimeError, match=r"^frost.backend.cuda.generator: no GPU generator is registered; import "
-                                           r"frost \(or frost.ops.philox"):
+                                           r"frost \(or frost.accel.philox"):
         cuda.generator(0)
+    with pytest.raises(RuntimeError, match=r"^frost.backend.cuda.new_generator: no GPU generator is registered"):
+        cuda.new_generator(0, 0)
     with pytest.raises(TypeError, match="register_generator_factory: factory must be callable, got int"):
         cuda.register_generator_factory(5)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import importlib.util
 from pathlib import Path
 
@@ -82,3 +83,30 @@ def test_launch_overhead_times_a_kernel_that_adds_one_and_needs_a_gpu(capsys, mo
     monkeypatch.setattr(cuda, "is_available", lambda: False)
     monkeypatch.setattr("sys.argv", ["launch_overhead.py"])
     assert script.main() == 1 and "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def sanitized_test_files() -> list[Path]:
+    """The test files benchmarks/gpu_sanitize.sh runs when given none."""
+    script = (BENCHMARKS / "gpu_sanitize.sh").read_text()
+    block = script[script.index("files=(tests"):]
+    block = block[:block.index(")")]
+    return [BENCHMARKS.parent / name for name in re.findall(r"tests/\S+?\.py", block)]
+
+
+def kernel_modules() -> list[str]:
+    """The dotted names of frost's modules that define a kernel (a line `@kernel`, at any indentation)."""
+    package = BENCHMARKS.parent / "frost"
+    return [".".join(path.relative_to(package.parent).with_suffix("").parts) for path in sorted(package.rglob("*.py"))
+            if path.parent.name != "kernel" and re.search(r"^\s*@kernel\b", path.read_text(), re.M)]
+
+
+def test_the_sanitizer_script_runs_a_test_of_every_kernel_module():
+    files = sanitized_test_files()
+    assert files and all(f.is_file() for f in files), [str(f) for f in files if not f.is_file()]
+    texts = [f.read_text() for f in files]
+    modules = kernel_modules()
+    assert "frost.accel.augment" in modules and "frost.optim.lion" in modules
+    untested = [m for m in modules
+                if not any(m in t or re.search(rf"from {m.rpartition('.')[0]} import [^\n]*\b{m.rpartition('.')[2]}\b",
+                                               t) for t in texts)]
+    assert not untested, f"benchmarks/gpu_sanitize.sh runs no test file that imports {untested}"

@@ -92,77 +92,37 @@ def test_compose_on_a_single_image():
     assert repr(pipeline) == "Compose(RandomCrop, RandomHorizontalFlip, ToFloat, Normalize)"
 
 
-def test_gpu_augment_kernel_equals_cpu_augment_bit_for_bit():
-    from frost.data.transforms import augment, augment_kernel
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (6, 8, 8, 3), dtype=np.uint8)
-    index = np.array([4, 0, 5, 2], np.int32)
-    size, padding = 8, 2
-    oy = rng.integers(0, 2 * padding + 1, 4).astype(np.int32)
-    ox = rng.integers(0, 2 * padding + 1, 4).astype(np.int32)
-    flips = np.array([1, 0, 1, 0], np.int32)
-    mean, std = np.array([0.49, 0.48, 0.45], np.float32), np.array([0.25, 0.24, 0.26], np.float32)
-    out = np.full((4, 3, size, size), np.nan, np.float32)
-    augment_kernel.simulate[(out.size + 127) // 128, 128](images.reshape(-1), index, oy, ox, flips, mean, std, out,
-                                                          out.size, 8, 8, 3, size, padding)
-    ref = augment(images[index], oy, ox, flips.astype(bool), size, padding, mean, std)
-    np.testing.assert_array_equal(out, ref.transpose(0, 3, 1, 2))
-    assert len(augment_kernel.compile(arch="sm_90")) > 1000
-
-
-@pytest.mark.cuda
-def test_gpu_augment_on_the_device_equals_cpu_augment():
-    import cupy as cp
-    from frost.data.transforms import augment, augment_gpu
-    rng = np.random.default_rng(1)
-    images = rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8)
-    index = rng.permutation(50)[:32].astype(np.int32)
-    oy, ox = rng.integers(0, 9, 32).astype(np.int32), rng.integers(0, 9, 32).astype(np.int32)
-    flips = rng.integers(0, 2, 32).astype(np.int32)
-    mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
-    out = augment_gpu(cp.asarray(images), cp.asarray(index), cp.asarray(oy), cp.asarray(ox), cp.asarray(flips),
-                      32, 4, mean, std)
-    ref = augment(images[index], oy, ox, flips.astype(bool), 32, 4, mean, std)
-    np.testing.assert_array_equal(out.get(), ref.transpose(0, 3, 1, 2))
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_gather_scaled_kernel_equals_to_float_of_the_gathered_images(dtype):
-    from frost.data.transforms import GATHER_SCALED, gather_scaled_gpu
-    from frost.dtype import to_dtype
-    rng = np.random.default_rng(2)
-    images = rng.integers(0, 256, (7, 4, 5, 3), dtype=np.uint8)
-    index = np.array([6, 0, 3, 3, 1], np.int64)
-    out = gather_scaled_gpu(images, index, dtype, simulate=True)
-    want = T.to_float(images[index]).astype(to_dtype(dtype).np)   # float32(x) / 255, rounded to nearest for bf16
-    assert out.dtype == want.dtype and out.shape == (5, 4, 5, 3)
-    np.testing.assert_array_equal(out.astype(np.float32), want.astype(np.float32))
-    assert len(GATHER_SCALED[dtype].compile(arch="sm_90")) > 500
-
-
 def test_gather_scaled_rejects_bad_input_by_name():
-    from frost.data.transforms import gather_scaled_gpu
     images = np.zeros((3, 2, 2, 1), np.uint8)
-    with pytest.raises(ValueError, match="gather_scaled_gpu: dtype must be float32 or bfloat16, got 'float16'"):
-        gather_scaled_gpu(images, np.array([0], np.int64), "float16", simulate=True)
-    with pytest.raises(TypeError, match=r"gather_scaled_gpu: images must be uint8 .* got images float32"):
-        gather_scaled_gpu(images.astype(np.float32), np.array([0], np.int64), simulate=True)
+    with pytest.raises(ValueError, match="gather_scaled: dtype must be float32 or bfloat16, got 'float16'"):
+        T.gather_scaled(images, np.array([0], np.int64), "float16")
+    with pytest.raises(TypeError, match=r"gather_scaled: images must be uint8 .* got images float32"):
+        T.gather_scaled(images.astype(np.float32), np.array([0], np.int64))
     with pytest.raises(TypeError, match="index int32"):
-        gather_scaled_gpu(images, np.array([0], np.int32), simulate=True)
+        T.gather_scaled(images, np.array([0], np.int32))
 
 
-@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_gpu_gather_scaled_equals_to_float_of_the_gathered_images(dtype):
-    import cupy as cp
-    from frost.data.transforms import gather_scaled_gpu
+def test_gather_scaled_on_the_cpu_is_to_float_of_the_gathered_images(dtype):
     from frost.dtype import to_dtype
-    rng = np.random.default_rng(3)
-    images = rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8)
-    index = rng.permutation(50)[:32].astype(np.int64)
-    out = gather_scaled_gpu(cp.asarray(images), cp.asarray(index), dtype)
-    want = T.to_float(images[index]).astype(to_dtype(dtype).np)
-    np.testing.assert_array_equal(cp.asnumpy(out).astype(np.float32), want.astype(np.float32))
+    images = np.random.default_rng(2).integers(0, 256, (7, 4, 5, 3), dtype=np.uint8)
+    index = np.array([6, 0, 3, 3, 1], np.int64)
+    out = T.gather_scaled(images, index, dtype)
+    assert out.dtype == to_dtype(dtype).np and out.shape == (5, 4, 5, 3)
+    np.testing.assert_array_equal(out.astype(np.float32),
+                                  (images[index].astype(np.float32) / np.float32(255)).astype(out.dtype)
+                                  .astype(np.float32))
+
+
+def test_gather_augmented_on_the_cpu_is_augment_in_nchw():
+    rng = np.random.default_rng(4)
+    images = rng.integers(0, 256, (6, 8, 8, 3), dtype=np.uint8)
+    index, oy, ox = np.array([4, 0, 5]), np.array([0, 4, 2]), np.array([3, 1, 0])
+    flips = np.array([1, 0, 1])
+    out = T.gather_augmented(images, index, oy, ox, flips, 8, 2, MEAN, STD)
+    assert out.dtype == np.float32 and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, T.augment(images[index], oy, ox, flips.astype(bool), 8, 2, MEAN, STD)
+                                  .transpose(0, 3, 1, 2))
 
 
 def test_random_crop_larger_than_the_padded_image_is_refused():

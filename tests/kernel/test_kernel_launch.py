@@ -86,7 +86,7 @@ def test_warm_refuses_kernels_it_cannot_compile_ahead():
 
 
 def test_a_training_steps_fixed_kernels_are_warm():
-    import frost.data.transforms, frost.accel.conv_wgrad, frost.ops.philox, frost.optim.flat  # noqa: F401,E401
+    import frost.accel.augment, frost.accel.conv_wgrad, frost.accel.philox, frost.optim.flat  # noqa: F401,E401
     from frost.kernel import api
     names = {k.__name__ for k in api._warm}
     assert {"cross_entropy_forward", "cross_entropy_backward", "adam_flat_kernel", "advance_step", "philox_set_state",

@@ -1,4 +1,4 @@
-"""Tests for frost/ops/philox.py: Random123 known answers, kernels (simulated, NVRTC, GPU) against the NumPy twin,
+"""Tests for frost/accel/philox.py: Random123 known answers, kernels (simulated, NVRTC, GPU) against the NumPy twin,
 statistics of the twin, and on the GPU the generator behind frost's CUDA draws, including CUDA-graph replay."""
 import math
 
@@ -7,8 +7,8 @@ import pytest
 
 import frost
 from frost.kernel import Array, kernel, tx, u32
-from frost.ops import philox as P
-from frost.ops.philox import philox_block
+from frost.accel import philox as P
+from frost.accel.philox import philox_block
 
 # Random123's kat_vectors for philox4x32-10: (counter, key, output)
 KATS = [

@@ -213,15 +213,21 @@ def philox_normal_kernel(state: Array[u32], out: Array[f32], n: i32, blocks: i32
         store_block(out, j, n, z0, z1, z2, z3)
 
 
+@kernel.device
+def advance_offset(state, blocks: u32):
+    """state's 64-bit offset (words 2 and 3) moved past `blocks` counters."""
+    lo = state[2] + blocks
+    if lo < blocks:
+        state[3] += u32(1)
+    state[2] = lo
+
+
 @kernel.warm
 @kernel
 def philox_advance(state: Array[u32], blocks: u32):
     """Move the offset past the counters a draw used (launched once, after the draw, on the same stream)."""
     if bx == 0 and tx == 0:
-        lo = state[2] + blocks
-        if lo < blocks:
-            state[3] += u32(1)
-        state[2] = lo
+        advance_offset(state, blocks)
 
 
 @kernel.warm
@@ -233,10 +239,7 @@ def philox_reserve(state: Array[u32], snapshot: Array[u32], blocks: u32, stream:
         for w in range(4):
             snapshot[w] = state[w]
         snapshot[1] = state[1] ^ stream
-        lo = state[2] + blocks
-        if lo < blocks:
-            state[3] += u32(1)
-        state[2] = lo
+        advance_offset(state, blocks)
 
 
 @kernel.warm
