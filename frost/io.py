@@ -277,6 +277,12 @@ def read_npz_array(path: str | os.PathLike, name: str) -> np.ndarray:
     return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
 
 
+def read_npy(path: str | os.PathLike, mmap_mode: str | None = None) -> np.ndarray:
+    """np.load of a .npy file (no pickles), under PARSE_LOCK for its header (see read_npz_array)."""
+    with PARSE_LOCK:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+
+
 def load(path: str | os.PathLike, device: str | Device | None = None, *, map_location: Any = None,
          weights_only: bool | None = None) -> Any:
     """Load what `save` wrote (`~` and $VARS in `path` expanded), a plain safetensors file (a Hugging Face

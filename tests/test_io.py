@@ -1,5 +1,6 @@
 """frost.save / frost.load: exact round trips, safetensors compatibility, atomic writes, clear errors."""
 from io import BytesIO
+import ast
 import json
 import os
 import pickle
@@ -672,3 +673,18 @@ def test_a_damaged_npz_member_is_named(tmp_path):
     objects = _npz_with_member(tmp_path / "objects.npz", buf.getvalue())
     with pytest.raises(ValueError, match="objects.npz: x.npy claims .* object, which it does not hold"):
         io.read_npz_array(objects, "x")
+
+
+def test_an_npy_file_reads_under_the_parse_lock(tmp_path, monkeypatch):
+    literal_eval, held = ast.literal_eval, []   # what NumPy parses a header with, and CPython 3.11 not in two threads
+
+    def checked(text):
+        held.append(io.PARSE_LOCK.locked())
+        return literal_eval(text)
+    monkeypatch.setattr(ast, "literal_eval", checked)
+    np.save(tmp_path / "t.npy", np.arange(5, dtype=np.uint16))
+    np.testing.assert_array_equal(io.read_npy(tmp_path / "t.npy"), np.arange(5))
+    assert io.read_npy(tmp_path / "t.npy", mmap_mode="r").dtype == np.uint16 and held == [True, True]
+    np.save(tmp_path / "o.npy", np.array([None], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="allow_pickle"):
+        io.read_npy(tmp_path / "o.npy")

@@ -23,7 +23,7 @@ import numpy as np
 
 from frost.data.dataset import Dataset
 from frost.data.folder import decode_image
-from frost.io import expand_path, read_npz_array
+from frost.io import expand_path, read_npy, read_npz_array
 from frost.parallel import finish, spawn, split
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -416,9 +416,9 @@ def _read_npz(path: Path, train: bool):
             for part in parts:
                 spawn(load, part)
         x = np.concatenate([arrays[p] for p in parts])
-        y = np.load(path / "train_y.npy")
+        y = read_npy(path / "train_y.npy")
     else:
-        x, y = np.load(path / "test_x.npz")["x"], np.load(path / "test_y.npy")
+        x, y = read_npz_array(path / "test_x.npz", "x"), read_npy(path / "test_y.npy")
     if x.shape[1:] != (32, 32, 3) or len(x) != len(y):
         raise ValueError(f"CIFAR10: npz parts in {path} give images {x.shape} and labels {y.shape}")
     return np.ascontiguousarray(x, dtype=np.uint8), y.astype(np.int64)
@@ -472,8 +472,8 @@ def load_sample(train: bool = True, path: str | os.PathLike = SAMPLE_FILE) -> tu
     sums modulo 256 restore them. The positions in the official arrays are in the file's train/test_indices."""
     split = "train" if train else "test"
     try:
-        with np.load(path, allow_pickle=False) as z:
-            residuals, labels = z[f"{split}_images_residuals"], z[f"{split}_labels"]
+        residuals = read_npz_array(path, f"{split}_images_residuals")
+        labels = read_npz_array(path, f"{split}_labels")
     except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as e:
         raise RuntimeError(f"CIFAR10: the package's sample {path} is missing or damaged ({type(e).__name__}: {e}); "
                            f"reinstall frost or pass the full data") from e

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from frost.data.dataset import Dataset
-from frost.io import expand_path
+from frost.io import expand_path, read_npy
 from frost.tensor import Tensor
 
 NPY_HEADER_BYTES = 128  # a 1-D array's .npy header, padded by NumPy to 64-byte alignment
@@ -111,7 +111,7 @@ class TokenDataset(Dataset):
     def from_file(cls, path: str | os.PathLike, block_size: int, dtype=np.uint16) -> "TokenDataset":
         """Tokens from a .npy file or a raw binary file of `dtype` (memory-mapped, not read whole)."""
         path = expand_path(path)
-        tokens = np.load(path, mmap_mode="r") if path.endswith(".npy") else np.memmap(path, dtype=dtype, mode="r")
+        tokens = read_npy(path, mmap_mode="r") if path.endswith(".npy") else np.memmap(path, dtype=dtype, mode="r")
         return cls(tokens, block_size)
 
     @staticmethod
