@@ -6,7 +6,8 @@ core never imports this package: frost/__init__.py imports it once, so that the 
 Frost stays correct, only slower. How to add one: docs/gpu.md, "How a fast path registers".
 """
 from frost.accel import (add, augment, batch_norm, bias, cast, conv, cross_entropy, cudnn_attention, dropout,
-                         flash_attention, gelu, grad_norm, head, layer_norm, matmul, png_inflate, resized_crop)
+                         flash_attention, gelu, grad_norm, head, layer_norm, matmul, philox, png_inflate, resized_crop)
 
 __all__ = ["add", "augment", "batch_norm", "bias", "cast", "conv", "cross_entropy", "cudnn_attention", "dropout",
-           "flash_attention", "gelu", "grad_norm", "head", "layer_norm", "matmul", "png_inflate", "resized_crop"]
+           "flash_attention", "gelu", "grad_norm", "head", "layer_norm", "matmul", "philox", "png_inflate",
+           "resized_crop"]

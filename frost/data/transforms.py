@@ -302,7 +302,9 @@ class Compose:
 
 def gather_scaled(images, index, dtype: str = "float32") -> Any:
     """images[index] as float32(x) / 255 (to_float's math), stored as float32 or rounded to nearest bfloat16, on the
-    images' device: images uint8 of any layout (rows are gathered whole), index 1-D int64 on the same device."""
+    images' device: images uint8 of any layout (rows are gathered whole), index 1-D int64 on the same device (not
+    checked against len(images): that would read the device)."""
+    images, index = _raw(images), _raw(index)
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"gather_scaled: dtype must be float32 or bfloat16, got {dtype!r}")
     if str(images.dtype) != "uint8" or str(index.dtype) != "int64" or index.ndim != 1:
@@ -311,21 +313,41 @@ def gather_scaled(images, index, dtype: str = "float32") -> Any:
     fast = dispatch.lookup("gather_scaled", images, index, dtype=dtype)
     if fast is not None:
         return fast(images, index, dtype)
-    x = to_float(_on_host(images)[_on_host(index)])
+    x = to_float(_on_host(images[index]))
     return backend.to_device(x.astype(to_dtype(dtype).np, copy=False), backend.device_of(images))
 
 
 def gather_augmented(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],
                      std: Sequence[float]) -> Any:
-    """`augment` of images[index] as NCHW float32 on the images' device: images a uint8 NHWC dataset, index, the
-    offsets and the flip flags (arrays or tensors) on the same device."""
-    images = _raw(images)
+    """`augment` of images[index] as NCHW float32 on the images' device: images a uint8 NHWC dataset; index, the
+    offsets and the flip flags 1-D, one per image of the batch (arrays, tensors or lists), on the same device; a
+    window partly outside the padded image reads zeros there."""
+    images, index = _raw(images), _raw(index)
+    _check_augment_batch(images, index, offsets_y, offsets_x, flips, size, padding, mean, std)
     fast = dispatch.lookup("gather_augmented", images, index, offsets_y, offsets_x, flips, size, padding, mean, std)
     if fast is not None:
         return fast(images, index, offsets_y, offsets_x, flips, size, padding, mean, std)
-    x = augment(_on_host(images)[_on_host(index)], _on_host(offsets_y), _on_host(offsets_x),
-                _on_host(flips).astype(bool), size, padding, mean, std)
+    x = augment(_on_host(images[index]), _on_host(offsets_y), _on_host(offsets_x), _on_host(flips).astype(bool),
+                size, padding, mean, std)
     return backend.to_device(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), backend.device_of(images))
+
+
+def _check_augment_batch(images, index, offsets_y, offsets_x, flips, size, padding, mean, std) -> None:
+    """gather_augmented's arguments, checked before a kernel reads by them."""
+    if str(images.dtype) != "uint8" or images.ndim != 4:
+        raise TypeError(f"gather_augmented: images must be a uint8 (N, H, W, C) array, got {images.dtype} "
+                        f"{tuple(images.shape)}")
+    shapes = {name: tuple(np.shape(a) if isinstance(a, (list, tuple)) else _raw(a).shape)
+              for name, a in (("index", index), ("offsets_y", offsets_y), ("offsets_x", offsets_x), ("flips", flips))}
+    if len(set(shapes.values())) != 1 or len(shapes["index"]) != 1:
+        raise ValueError(f"gather_augmented: index, offsets_y, offsets_x and flips must be 1-D of one length, got "
+                         f"shapes {shapes}")
+    _, h, w, c = images.shape
+    if len(mean) != c or len(std) != c:
+        raise ValueError(f"gather_augmented: mean and std need {c} values (the images' channels), got {len(mean)} "
+                         f"and {len(std)}")
+    if not 0 < size <= min(h, w) + 2 * padding or padding < 0:
+        raise ValueError(f"gather_augmented: a {size}x{size} window does not fit {h}x{w} images padded by {padding}")
 
 
 def draw_augment_gpu(n: int, size: int, padding: int, image_hw: tuple[int, int] | None = None,
@@ -344,4 +366,6 @@ def _raw(a):
 
 
 def _on_host(a) -> np.ndarray:
-    return np.asarray(backend.to_device(_raw(a), backend.CPU))
+    """a (an array, a tensor or a list) as a NumPy array."""
+    a = _raw(a)
+    return np.asarray(backend.to_device(a, backend.CPU) if type(a).__module__.startswith("cupy") else a)

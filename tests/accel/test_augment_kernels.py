@@ -81,6 +81,8 @@ def test_gpu_core_functions_take_the_kernels_and_equal_the_host_reference(dtype)
     images = cp.asarray(rng.integers(0, 256, (20, 8, 8, 3), dtype=np.uint8))
     index = cp.asarray(rng.permutation(20)[:6].astype(np.int64))
     oy, ox, flips = (cp.asarray(rng.integers(0, k, 6)) for k in (5, 5, 2))
+    assert dispatch.lookup("gather_scaled", images, index, dtype=dtype) is gather_scaled_gpu
+    assert dispatch.lookup("gather_augmented", images, index, oy, ox, flips, 8, 2, MEAN, STD) is augment_gpu
     fast = T.gather_scaled(images, index, dtype), T.gather_augmented(images, index, oy, ox, flips, 8, 2, MEAN, STD)
     with dispatch.disabled("gather_scaled", "gather_augmented"):
         slow = T.gather_scaled(images, index, dtype), T.gather_augmented(images, index, oy, ox, flips, 8, 2, MEAN, STD)

@@ -125,6 +125,38 @@ def test_gather_augmented_on_the_cpu_is_augment_in_nchw():
                                   .transpose(0, 3, 1, 2))
 
 
+def test_gather_augmented_takes_lists_and_tensors_on_the_cpu():
+    import frost
+    images = np.random.default_rng(6).integers(0, 256, (5, 8, 8, 3), dtype=np.uint8)
+    want = T.gather_augmented(images, np.array([1, 3]), np.array([0, 4]), np.array([2, 1]), np.array([1, 0]), 8, 2,
+                              MEAN, STD)
+    np.testing.assert_array_equal(T.gather_augmented(images, [1, 3], [0, 4], (2, 1), [True, False], 8, 2, MEAN, STD),
+                                  want)
+    got = T.gather_augmented(frost.tensor(images), frost.tensor([1, 3]), frost.tensor([0, 4]), frost.tensor([2, 1]),
+                             frost.tensor([1, 0]), 8, 2, MEAN, STD)
+    np.testing.assert_array_equal(got, want)
+    x = T.gather_scaled(frost.tensor(images), frost.tensor(np.array([4, 0])))
+    np.testing.assert_array_equal(x, images[[4, 0]].astype(np.float32) / np.float32(255))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(images=np.zeros((5, 8, 8), np.uint8)), r"images must be a uint8 \(N, H, W, C\) array, got uint8 \(5, 8, 8\)"),
+    (dict(images=np.zeros((5, 8, 8, 3), np.float32)), "images must be a uint8 .* got float32"),
+    (dict(offsets_x=[0, 1, 2]),
+     r"index, offsets_y, offsets_x and flips must be 1-D of one length, got shapes .*'offsets_x': \(3,\)"),
+    (dict(index=np.zeros((2, 1), np.int64), offsets_y=np.zeros((2, 1)), offsets_x=np.zeros((2, 1)),
+          flips=np.zeros((2, 1))), "index, offsets_y, offsets_x and flips must be 1-D of one length"),
+    (dict(mean=(0.5, 0.5)), r"mean and std need 3 values \(the images' channels\), got 2 and 3"),
+    (dict(size=13), "a 13x13 window does not fit 8x8 images padded by 2"),
+])
+def test_gather_augmented_names_bad_arguments(change, message):
+    args = dict(images=np.zeros((5, 8, 8, 3), np.uint8), index=[0, 1], offsets_y=[0, 0], offsets_x=[0, 0],
+                flips=[0, 1], size=8, padding=2, mean=MEAN, std=STD)
+    args.update(change)
+    with pytest.raises((TypeError, ValueError), match="gather_augmented: " + message):
+        T.gather_augmented(**args)
+
+
 def test_random_crop_larger_than_the_padded_image_is_refused():
     with pytest.raises(ValueError, match=r"RandomCrop: the crop \(32, 32\) is larger than the image \(24, 24\) padded "
                                          r"by 2"):
