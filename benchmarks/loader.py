@@ -75,6 +75,7 @@ from frost.data import DataLoader, DevicePNGList, ImageFolder, ImageList
 from frost.data.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
 from frost.data.cifar import CLASSES, seed_png_files
 from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
+from frost.io import read_npy, read_npz_array
 from frost.parallel import finish, spawn, split
 
 HERE = Path(__file__).resolve().parent
@@ -89,12 +90,12 @@ def source_images(n: int) -> tuple[np.ndarray, np.ndarray, str]:
         for s in "abcde":
             if have >= n:
                 break
-            parts.append(np.load(SHARED / f"train_x_{s}.npz")["x"])
+            parts.append(read_npz_array(SHARED / f"train_x_{s}.npz", "x"))
             have += len(parts[-1])
         x = np.concatenate(parts)[:n]
         if len(x) < n:
             raise SystemExit(f"loader: --n {n} is more than the {len(x)} shared training images")
-        return x, np.load(SHARED / "train_y.npy")[:n].astype(np.int64), "shared CIFAR-10 train parts"
+        return x, read_npy(SHARED / "train_y.npy")[:n].astype(np.int64), "shared CIFAR-10 train parts"
     rng = np.random.default_rng(0)
     return (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, n), "random images")
 

@@ -263,24 +263,54 @@ def read_npz_array(path: str | os.PathLike, name: str) -> np.ndarray:
     read other files, in parallel). NumPy parses a .npy header with ast.literal_eval, which CPython 3.11 cannot run
     in two threads at once: parts loaded in parallel take turns with each other and with the kernel language."""
     with zipfile.ZipFile(path) as z, z.open(f"{name}.npy") as f:
-        with PARSE_LOCK:
-            version = np.lib.format.read_magic(f)
-            if version not in _NPY_HEADER_READERS:
-                raise ValueError(f"{path}: {name}.npy is an .npy file of version {version}, not 1.0 or 2.0")
-            shape, fortran_order, dtype = getattr(np.lib.format, _NPY_HEADER_READERS[version])(f)
-        size = math.prod(shape) * dtype.itemsize
-        if dtype.hasobject or size > z.getinfo(f"{name}.npy").file_size:
-            raise ValueError(f"{path}: {name}.npy claims {shape} {dtype}, which it does not hold")
-        data = f.read(size)
-    if len(data) != size:
-        raise ValueError(f"{path}: {name}.npy ends after {len(data)} of its {size} bytes")
-    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
+        return _read_npy_stream(f, z.getinfo(f"{name}.npy").file_size, f"{path}: {name}.npy")
+
+
+def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every array of an .npz file by name (np.load(path) read whole), each as read_npz_array reads it."""
+    with zipfile.ZipFile(path) as z:
+        names = [member[:-len(".npy")] for member in z.namelist() if member.endswith(".npy")]
+    return {name: read_npz_array(path, name) for name in names}
 
 
 def read_npy(path: str | os.PathLike, mmap_mode: str | None = None) -> np.ndarray:
-    """np.load of a .npy file (no pickles), under PARSE_LOCK for its header (see read_npz_array)."""
+    """np.load of a .npy file (no pickles), its header parsed under PARSE_LOCK (see read_npz_array); mmap_mode as
+    np.load's."""
+    if mmap_mode is not None:
+        try:
+            with PARSE_LOCK:   # np.memmap parses the header when it maps the file
+                array = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+        if not isinstance(array, np.ndarray):
+            raise ValueError(f"{path}: not an .npy file (np.load found {type(array).__name__})")
+        return array
+    with open(path, "rb") as f:
+        return _read_npy_stream(f, os.fstat(f.fileno()).st_size, str(path))
+
+
+def _read_npy_stream(f, available: int, where: str) -> np.ndarray:
+    """The array of the .npy stream f holding at most `available` bytes: the header under PARSE_LOCK, the data read
+    into a new writable buffer after a check that the stream can hold it (a small file claiming a huge shape
+    allocates nothing)."""
     with PARSE_LOCK:
-        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        try:
+            version = np.lib.format.read_magic(f)
+        except ValueError as e:
+            raise ValueError(f"{where} is not an .npy file: {e}") from e
+        if version not in _NPY_HEADER_READERS:
+            raise ValueError(f"{where} is an .npy file of version {version}, not 1.0 or 2.0")
+        shape, fortran_order, dtype = getattr(np.lib.format, _NPY_HEADER_READERS[version])(f)
+    if dtype.hasobject:
+        raise ValueError(f"{where} holds Python objects ({dtype}), which frost never unpickles")
+    size = math.prod(shape) * dtype.itemsize
+    if size > available:
+        raise ValueError(f"{where} claims {shape} {dtype}, which it does not hold")
+    data = bytearray(size)
+    got = f.readinto(data)
+    if got != size:
+        raise ValueError(f"{where} ends after {got} of its {size} bytes")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
 
 
 def load(path: str | os.PathLike, device: str | Device | None = None, *, map_location: Any = None,

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import itertools
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ from frost.backend import cuda as cuda_backend
 from frost.bench import common
 from frost.data import cifar
 from frost.data.transforms import gather_scaled
-from frost.io import expand_path
+from frost.io import expand_path, read_npy, read_npz
 from frost.layout import as_channels_last
 from frost.nn.parallel import DistributedDataParallel
 
@@ -366,10 +367,8 @@ def load_streams(folder: Path, seed: int) -> tuple[dict, np.ndarray]:
             raise SystemExit(f"frost bench: --streams: {f} is missing (write it with "
                              f"benchmarks/torch_resnet_cifar10.py --save-streams {folder} --seeds {seed})")
     try:
-        with np.load(weights_file, allow_pickle=False) as z:
-            weights = {k: z[k] for k in z.files}
-        orders = np.load(orders_file, allow_pickle=False)
-    except ValueError as e:
+        weights, orders = read_npz(weights_file), read_npy(orders_file)
+    except (ValueError, zipfile.BadZipFile) as e:
         raise SystemExit(f"frost bench: --streams: cannot read {weights_file} or {orders_file}: {e}")
     if orders.ndim != 2 or orders.dtype.kind not in "iu":
         raise SystemExit(f"frost bench: --streams: {orders_file} must hold an (epochs, images) integer array, got "
