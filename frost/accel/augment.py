@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from frost import dispatch
+from frost.accel.conv_common import capturing
 from frost.backend import cuda
 from frost.dtype import to_dtype
 from frost.kernel import Array, bdx, bf16, bx, f32, i32, i64, kernel, tx, u8
@@ -45,11 +46,16 @@ _constants: dict = {}
 
 
 def _device_constants(mean: tuple, std: tuple, device: int):
-    """mean and std as device arrays, made once: a host-to-device copy cannot happen inside a captured step."""
+    """mean and std as arrays on `device`, made once, by the first eager call: a host-to-device copy cannot happen
+    inside a captured step."""
     key = (mean, std, device)
     if key not in _constants:
+        if capturing():
+            raise RuntimeError(f"gather_augmented: mean {mean} and std {std} are first used inside a captured step; "
+                               f"call the step once eagerly first (frost.jit's warm-up does)")
         cp = cuda.cupy()
-        _constants[key] = (cp.asarray(mean, dtype=cp.float32), cp.asarray(std, dtype=cp.float32))
+        with cp.cuda.Device(device):
+            _constants[key] = (cp.asarray(mean, dtype=cp.float32), cp.asarray(std, dtype=cp.float32))
     return _constants[key]
 
 
@@ -57,20 +63,24 @@ def _raw(a):
     return a.data if isinstance(a, Tensor) else a
 
 
-@dispatch.register("gather_augmented", device="cuda", dtypes=("uint8",))
+def indexes_in_32_bits(images, *args, **kwargs) -> bool:
+    """The augment kernel computes its addresses in int32: datasets of 2^31 values and more take the reference."""
+    return _raw(images).size < 2 ** 31
+
+
+@dispatch.register("gather_augmented", device="cuda", dtypes=("uint8",), applies=indexes_in_32_bits)
 def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],
                 std: Sequence[float]) -> Any:
     """frost.data.transforms.gather_augmented for a uint8 NHWC dataset on the GPU: NCHW float32, one launch. All
-    arrays (CuPy, or CUDA tensors) are on the device already."""
+    arrays (CuPy, or CUDA tensors; any strides, integer or bool) are on the device already."""
     cp = cuda.cupy()
     images = _raw(images)
     n, h, w, c = images.shape
-    idx = cp.asarray(_raw(index), dtype=cp.int32)
-    as_i32 = [cp.asarray(_raw(a), dtype=cp.int32) for a in (offsets_y, offsets_x, flips)]
+    idx, oy, ox, fl = (cp.ascontiguousarray(_raw(a), dtype=cp.int32) for a in (index, offsets_y, offsets_x, flips))
     out = cp.empty((len(idx), c, size, size), dtype=cp.float32)
     mean32, std32 = _device_constants(tuple(mean), tuple(std), images.device.id)
     if out.size:
-        augment_kernel[(out.size + THREADS - 1) // THREADS, THREADS](images.reshape(-1), idx, *as_i32, mean32, std32,
+        augment_kernel[(out.size + THREADS - 1) // THREADS, THREADS](images.reshape(-1), idx, oy, ox, fl, mean32, std32,
                                                                      out, out.size, h, w, c, size, padding)
     return out
 
@@ -99,9 +109,10 @@ GATHER_SCALED = {"float32": gather_scaled, "bfloat16": gather_scaled_bf16}
 
 def gather_scaled_gpu(images, index, dtype: str = "float32", simulate: bool = False) -> Any:
     """images[index] / 255 for a uint8 dataset (any layout: rows are gathered whole) as float32 or bfloat16 in one
-    launch; index 1-D int64 (checked by the core's frost.data.transforms.gather_scaled). simulate: NumPy arrays,
-    run by the kernel language's simulator (the tests)."""
+    launch; index 1-D integers (checked by the core's frost.data.transforms.gather_scaled; any strides). simulate:
+    NumPy arrays, run by the kernel language's simulator (the tests)."""
     xp = np if simulate else cuda.cupy()
+    index = xp.ascontiguousarray(index, dtype=xp.int64)
     out = xp.empty((len(index), *images.shape[1:]), dtype=to_dtype(dtype).np)
     row = int(np.prod(images.shape[1:]))
     kern = GATHER_SCALED[dtype].simulate if simulate else GATHER_SCALED[dtype]

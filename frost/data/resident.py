@@ -46,12 +46,19 @@ class DeviceDataset:
 
     def batch(self, index: Tensor) -> tuple[Tensor, Tensor]:
         """(images as float32 NCHW in [0, 1], labels) at `index` (on the GPU the gather and scaling are one kernel)."""
-        i = index.data
-        return Tensor(transforms.gather_scaled(self.images, i.astype("int64", copy=False))), Tensor(self.labels[i])
+        i = self._index(index, "batch")
+        return Tensor(transforms.gather_scaled(self.images, i)), Tensor(self.labels[i])
 
     def augment(self, index: Tensor, offsets_y, offsets_x, flips, size: int, padding: int,
                 mean: Sequence[float], std: Sequence[float]) -> tuple[Tensor, Tensor]:
         """(augmented float32 NCHW images, labels) at `index`: the CPU `augment` or its one-launch GPU twin."""
-        i = index.data
+        i = self._index(index, "augment")
         x = transforms.gather_augmented(self.images_nhwc, i, offsets_y, offsets_x, flips, size, padding, mean, std)
         return Tensor(x), Tensor(self.labels[i])
+
+    def _index(self, index: Tensor, what: str):
+        """index's array: integers (a bool mask would gather images 0 and 1 while the labels took the mask)."""
+        i = index.data
+        if i.dtype.kind not in "iu" or i.ndim != 1:
+            raise TypeError(f"DeviceDataset.{what}: index must be a 1-D integer tensor, got {i.dtype} {tuple(i.shape)}")
+        return i

@@ -302,13 +302,14 @@ class Compose:
 
 def gather_scaled(images, index, dtype: str = "float32") -> Any:
     """images[index] as float32(x) / 255 (to_float's math), stored as float32 or rounded to nearest bfloat16, on the
-    images' device: images uint8 of any layout (rows are gathered whole), index 1-D int64 on the same device (not
-    checked against len(images): that would read the device)."""
-    images, index = _raw(images), _raw(index)
+    images' device: images uint8 of any layout (rows are gathered whole), index 1-D integers on the same device (a
+    list too; not checked against len(images) on a GPU: that would read the device)."""
+    images = _raw(images)
+    index = _batch_array(index, images)
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"gather_scaled: dtype must be float32 or bfloat16, got {dtype!r}")
-    if str(images.dtype) != "uint8" or str(index.dtype) != "int64" or index.ndim != 1:
-        raise TypeError(f"gather_scaled: images must be uint8 and index 1-D int64, got images {images.dtype} "
+    if str(images.dtype) != "uint8" or index.dtype.kind not in "iu" or index.ndim != 1:
+        raise TypeError(f"gather_scaled: images must be uint8 and index 1-D integers, got images {images.dtype} "
                         f"{tuple(images.shape)}, index {index.dtype} {tuple(index.shape)}")
     fast = dispatch.lookup("gather_scaled", images, index, dtype=dtype)
     if fast is not None:
@@ -320,32 +321,43 @@ def gather_scaled(images, index, dtype: str = "float32") -> Any:
 def gather_augmented(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],
                      std: Sequence[float]) -> Any:
     """`augment` of images[index] as NCHW float32 on the images' device: images a uint8 NHWC dataset; index, the
-    offsets and the flip flags 1-D, one per image of the batch (arrays, tensors or lists), on the same device; a
-    window partly outside the padded image reads zeros there."""
-    images, index = _raw(images), _raw(index)
+    offsets and the flip flags 1-D, one per image of the batch (arrays, tensors or lists), on the same device. The
+    offsets are not checked (on a GPU that would read the device): a window outside the padded image reads zeros
+    there, on either device."""
+    images = _raw(images)
+    index, offsets_y, offsets_x, flips = (_batch_array(a, images) for a in (index, offsets_y, offsets_x, flips))
     _check_augment_batch(images, index, offsets_y, offsets_x, flips, size, padding, mean, std)
     fast = dispatch.lookup("gather_augmented", images, index, offsets_y, offsets_x, flips, size, padding, mean, std)
     if fast is not None:
         return fast(images, index, offsets_y, offsets_x, flips, size, padding, mean, std)
-    x = augment(_on_host(images[index]), _on_host(offsets_y), _on_host(offsets_x), _on_host(flips).astype(bool),
-                size, padding, mean, std)
+    _, h, w, _ = images.shape
+    # padded by `size` more, the offsets clipped into the larger frame: any window reads zeros outside the image
+    oy = np.clip(_on_host(offsets_y).astype(np.int64) + size, 0, h + 2 * padding + size)
+    ox = np.clip(_on_host(offsets_x).astype(np.int64) + size, 0, w + 2 * padding + size)
+    x = augment(_on_host(images[index]), oy, ox, _on_host(flips).astype(bool), size, padding + size, mean, std)
     return backend.to_device(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), backend.device_of(images))
 
 
 def _check_augment_batch(images, index, offsets_y, offsets_x, flips, size, padding, mean, std) -> None:
-    """gather_augmented's arguments, checked before a kernel reads by them."""
+    """gather_augmented's arguments, checked on the host before a kernel reads by them."""
     if str(images.dtype) != "uint8" or images.ndim != 4:
         raise TypeError(f"gather_augmented: images must be a uint8 (N, H, W, C) array, got {images.dtype} "
                         f"{tuple(images.shape)}")
-    shapes = {name: tuple(np.shape(a) if isinstance(a, (list, tuple)) else _raw(a).shape)
-              for name, a in (("index", index), ("offsets_y", offsets_y), ("offsets_x", offsets_x), ("flips", flips))}
+    named = {"index": index, "offsets_y": offsets_y, "offsets_x": offsets_x, "flips": flips}
+    shapes = {name: tuple(a.shape) for name, a in named.items()}
     if len(set(shapes.values())) != 1 or len(shapes["index"]) != 1:
         raise ValueError(f"gather_augmented: index, offsets_y, offsets_x and flips must be 1-D of one length, got "
                          f"shapes {shapes}")
+    kinds = {"index": "iu", "offsets_y": "iu", "offsets_x": "iu", "flips": "iub"}
+    wrong = {name: str(a.dtype) for name, a in named.items() if a.dtype.kind not in kinds[name]}
+    if wrong:
+        raise TypeError(f"gather_augmented: index and offsets must be integers, flips integers or bools; got {wrong}")
     _, h, w, c = images.shape
     if len(mean) != c or len(std) != c:
         raise ValueError(f"gather_augmented: mean and std need {c} values (the images' channels), got {len(mean)} "
                          f"and {len(std)}")
+    if not all(std):
+        raise ValueError(f"gather_augmented: std {list(std)} has a zero, which would divide by zero")
     if not 0 < size <= min(h, w) + 2 * padding or padding < 0:
         raise ValueError(f"gather_augmented: a {size}x{size} window does not fit {h}x{w} images padded by {padding}")
 
@@ -363,6 +375,12 @@ def draw_augment_gpu(n: int, size: int, padding: int, image_hw: tuple[int, int] 
 
 def _raw(a):
     return a.data if isinstance(a, Tensor) else a
+
+
+def _batch_array(a, images):
+    """a (an array, a tensor, or a list or tuple: copied to the images' device) as an array."""
+    a = _raw(a)
+    return backend.to_device(np.asarray(a), backend.device_of(images)) if isinstance(a, (list, tuple)) else a
 
 
 def _on_host(a) -> np.ndarray:

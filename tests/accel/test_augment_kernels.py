@@ -89,3 +89,33 @@ def test_gpu_core_functions_take_the_kernels_and_equal_the_host_reference(dtype)
     for f, s in zip(fast, slow):
         assert isinstance(f, cp.ndarray) and isinstance(s, cp.ndarray) and f.dtype == s.dtype
         np.testing.assert_array_equal(cp.asnumpy(f).astype(np.float32), cp.asnumpy(s).astype(np.float32))
+
+
+def test_the_kernel_reads_zeros_outside_the_padded_image_as_the_reference_does():
+    rng = np.random.default_rng(11)
+    images = rng.integers(0, 256, (3, 8, 8, 3), dtype=np.uint8)
+    index = np.array([0, 1, 2, 0, 1], np.int32)
+    oy = np.array([6, -3, 40, 0, 12], np.int32)
+    ox = np.array([0, 2, 0, -30, 11], np.int32)
+    flips = np.array([0, 1, 0, 0, 1], np.int32)
+    mean, std = np.array(MEAN, np.float32), np.array(STD, np.float32)
+    out = np.full((5, 3, 8, 8), np.nan, np.float32)
+    augment_kernel.simulate[(out.size + 127) // 128, 128](images.reshape(-1), index, oy, ox, flips, mean, std, out,
+                                                          out.size, 8, 8, 3, 8, 2)
+    np.testing.assert_array_equal(out, T.gather_augmented(images, index, oy, ox, flips, 8, 2, MEAN, STD))
+
+
+def test_the_gather_kernel_takes_strided_and_int32_indices():
+    images = np.random.default_rng(12).integers(0, 256, (7, 2, 2, 3), dtype=np.uint8)
+    index = np.array([6, 9, 0, 9, 3], np.int32)[::2]   # a strided int32 view: 6, 0, 3
+    out = gather_scaled_gpu(images, index, "float32", simulate=True)
+    np.testing.assert_array_equal(out, images[[6, 0, 3]].astype(np.float32) / np.float32(255))
+
+
+def test_datasets_of_2_to_the_31_values_take_the_reference():
+    from frost.accel.augment import indexes_in_32_bits
+
+    class Huge:
+        size = 2 ** 31
+    assert indexes_in_32_bits(np.zeros((2, 2, 2, 3), np.uint8)) and not indexes_in_32_bits(Huge())
+

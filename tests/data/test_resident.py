@@ -46,3 +46,14 @@ def test_bad_input_is_named():
         DeviceDataset(np.zeros((2, 4, 4, 3), np.float32), [0, 1], device="cpu")
     with pytest.raises(ValueError, match="2 images but 3 labels"):
         DeviceDataset(np.zeros((2, 4, 4, 3), np.uint8), [0, 1, 2], device="cpu")
+
+
+def test_an_index_that_is_not_integers_is_refused():
+    # a bool mask gathered as indices 0 and 1 while the labels took the mask (found in review)
+    ds = DeviceDataset(*_data(4), device="cpu")
+    for bad in (np.array([False, True, False, True]), np.array([1.0, 2.0])):
+        message = f"DeviceDataset.batch: index must be a 1-D integer tensor, got {bad.dtype}"
+        with pytest.raises(TypeError, match=message):
+            ds.batch(frost.tensor(bad))
+    with pytest.raises(TypeError, match="DeviceDataset.augment: index must be a 1-D integer tensor, got bool"):
+        ds.augment(frost.tensor(np.array([True, False])), [0, 0], [0, 0], [0, 0], 8, 0, (0, 0, 0), (1, 1, 1))

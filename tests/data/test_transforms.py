@@ -98,8 +98,16 @@ def test_gather_scaled_rejects_bad_input_by_name():
         T.gather_scaled(images, np.array([0], np.int64), "float16")
     with pytest.raises(TypeError, match=r"gather_scaled: images must be uint8 .* got images float32"):
         T.gather_scaled(images.astype(np.float32), np.array([0], np.int64))
-    with pytest.raises(TypeError, match="index int32"):
-        T.gather_scaled(images, np.array([0], np.int32))
+    for index in (np.array([0.0]), np.array([True, False, True])):   # a mask is not an index here
+        with pytest.raises(TypeError, match=f"index 1-D integers, got .* index {index.dtype}"):
+            T.gather_scaled(images, index)
+
+
+def test_gather_scaled_takes_any_integer_index_and_lists():
+    images = np.random.default_rng(9).integers(0, 256, (5, 2, 3, 3), dtype=np.uint8)
+    want = images[[4, 1, 1]].astype(np.float32) / np.float32(255)
+    for index in ([4, 1, 1], np.array([4, 1, 1], np.int32), np.array([4, 0, 1, 0, 1], np.uint8)[::2]):
+        np.testing.assert_array_equal(T.gather_scaled(images, index), want)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -148,6 +156,11 @@ def test_gather_augmented_takes_lists_and_tensors_on_the_cpu():
           flips=np.zeros((2, 1))), "index, offsets_y, offsets_x and flips must be 1-D of one length"),
     (dict(mean=(0.5, 0.5)), r"mean and std need 3 values \(the images' channels\), got 2 and 3"),
     (dict(size=13), "a 13x13 window does not fit 8x8 images padded by 2"),
+    (dict(flips=[0.5, 1.0]),
+     r"index and offsets must be integers, flips integers or bools; got \{'flips': 'float64'\}"),
+    (dict(index=[True, False]), r"index and offsets must be .* got \{'index': 'bool'\}"),
+    (dict(offsets_y=np.zeros(2, np.float32)), r"index and offsets must be .* got \{'offsets_y': 'float32'\}"),
+    (dict(std=(0.2, 0.0, 0.3)), r"std \[0.2, 0.0, 0.3\] has a zero"),
 ])
 def test_gather_augmented_names_bad_arguments(change, message):
     args = dict(images=np.zeros((5, 8, 8, 3), np.uint8), index=[0, 1], offsets_y=[0, 0], offsets_x=[0, 0],
@@ -155,6 +168,22 @@ def test_gather_augmented_names_bad_arguments(change, message):
     args.update(change)
     with pytest.raises((TypeError, ValueError), match="gather_augmented: " + message):
         T.gather_augmented(**args)
+
+
+def test_gather_augmented_reads_zeros_outside_the_padded_image_for_any_offset():
+    # what the GPU kernel does (it cannot check offsets without reading the device): checked against it in
+    # tests/accel/test_augment_kernels.py
+    images = np.random.default_rng(10).integers(1, 256, (3, 8, 8, 3), dtype=np.uint8)
+    mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    out = T.gather_augmented(images, [0, 1, 2, 0], [6, -3, 40, 0], [0, 2, 0, -30], [0, 1, 0, 0], 8, 2, mean, std)
+    # image 0, offsets (6, 0): window rows 0-3 are image rows 4-7, columns 2-7 image columns 0-5; the rest is outside
+    np.testing.assert_array_equal(out[0, :, :4, 2:], images[0, 4:8, :6].transpose(2, 0, 1) / np.float32(255))
+    assert (out[0, :, 4:] == 0).all() and (out[0, :, :4, :2] == 0).all()
+    assert (out[1, :, :5] == 0).all() and (out[1, :, 5:] != 0).any()         # rows -5..-1 above image 1
+    assert (out[2] == 0).all() and (out[3] == 0).all()                       # windows wholly outside
+    in_range = T.gather_augmented(images, [0], [4], [2], [1], 8, 2, mean, std)
+    np.testing.assert_array_equal(in_range, T.augment(images[[0]], [4], [2], [True], 8, 2, mean, std)
+                                  .transpose(0, 3, 1, 2))
 
 
 def test_random_crop_larger_than_the_padded_image_is_refused():
