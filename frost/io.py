@@ -296,21 +296,21 @@ def _read_npy_stream(f, available: int, where: str) -> np.ndarray:
     with PARSE_LOCK:
         try:
             version = np.lib.format.read_magic(f)
+            if version not in _NPY_HEADER_READERS:
+                raise ValueError(f"an .npy file of version {version}, not 1.0 or 2.0")
+            shape, fortran_order, dtype = getattr(np.lib.format, _NPY_HEADER_READERS[version])(f)
         except ValueError as e:
-            raise ValueError(f"{where} is not an .npy file: {e}") from e
-        if version not in _NPY_HEADER_READERS:
-            raise ValueError(f"{where} is an .npy file of version {version}, not 1.0 or 2.0")
-        shape, fortran_order, dtype = getattr(np.lib.format, _NPY_HEADER_READERS[version])(f)
+            raise ValueError(f"{where} is not a readable .npy file: {e}") from e
     if dtype.hasobject:
         raise ValueError(f"{where} holds Python objects ({dtype}), which frost never unpickles")
     size = math.prod(shape) * dtype.itemsize
     if size > available:
         raise ValueError(f"{where} claims {shape} {dtype}, which it does not hold")
-    data = bytearray(size)
+    data = np.empty(size, np.uint8)   # not zero-filled: readinto fills it
     got = f.readinto(data)
     if got != size:
         raise ValueError(f"{where} ends after {got} of its {size} bytes")
-    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
+    return data.view(dtype).reshape(shape, order="F" if fortran_order else "C")
 
 
 def load(path: str | os.PathLike, device: str | Device | None = None, *, map_location: Any = None,

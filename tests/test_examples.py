@@ -83,12 +83,13 @@ def test_dcgan_example_with_both_steps_captured_on_cuda_trains_as_eager():
     # eager's and round differently, which eight GAN steps grew to 1.03e-3 of loss_G on an H100
     dcgan = load_example("dcgan")
     args = ["--sample", "--steps", "8", "--batch-size", "16", "--ngf", "8", "--ndf", "8", "--device", "cuda"]
+    before = frost.get_float32_matmul_precision()
     frost.set_float32_matmul_precision("highest")
     try:
         eager = dcgan.main(args)
         captured = dcgan.main(args + ["--jit"])
     finally:
-        frost.set_float32_matmul_precision("high")
+        frost.set_float32_matmul_precision(before)
     assert all(np.isfinite(v) for v in captured.values()), captured
     for name, value in eager.items():
         np.testing.assert_allclose(captured[name], value, rtol=1e-4, err_msg=name)

@@ -666,7 +666,8 @@ def test_a_damaged_npz_member_is_named(tmp_path):
     buf = BytesIO()
     np.lib.format.write_array(buf, np.zeros(3, np.dtype([("é", np.uint8)])), version=(3, 0))
     v3 = _npz_with_member(tmp_path / "v3.npz", buf.getvalue())
-    with pytest.raises(ValueError, match=r"v3.npz: x.npy is an .npy file of version \(3, 0\), not 1.0 or 2.0"):
+    with pytest.raises(ValueError, match=r"v3.npz: x.npy is not a readable .npy file: an .npy file of version "
+                                         r"\(3, 0\), not 1.0 or 2.0"):
         io.read_npz_array(v3, "x")
     buf = BytesIO()
     np.save(buf, np.array([None, 1], dtype=object), allow_pickle=True)
@@ -694,8 +695,13 @@ def test_an_npy_file_reads_under_the_parse_lock(tmp_path, monkeypatch):
         np.savez(f, x=np.zeros(2))
     with pytest.raises(ValueError, match=r"z.npy: not an .npy file \(np.load found NpzFile\)"):
         io.read_npy(tmp_path / "z.npy", mmap_mode="r")
-    with pytest.raises(ValueError, match="z.npy"):
+    with pytest.raises(ValueError, match="z.npy is not a readable .npy file: the magic string is not correct"):
         io.read_npy(tmp_path / "z.npy")
+    bad = BytesIO()   # a header without the keys NumPy needs
+    np.lib.format.write_array_header_1_0(bad, {"descr": "<f8", "fortran_order": False, "shape": (2,)})
+    (tmp_path / "bad.npy").write_bytes(bad.getvalue().replace(b"descr", b"descX") + bytes(16))
+    with pytest.raises(ValueError, match="bad.npy is not a readable .npy file: Header does not contain the correct"):
+        io.read_npy(tmp_path / "bad.npy")
 
 
 def test_arrays_read_from_npy_and_npz_files_are_writable(tmp_path):
