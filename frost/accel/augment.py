@@ -14,7 +14,6 @@ from frost.accel.conv_common import capturing
 from frost.backend import cuda
 from frost.dtype import to_dtype
 from frost.kernel import Array, bdx, bf16, bx, f32, i32, i64, kernel, tx, u8
-from frost.tensor import Tensor
 
 THREADS = 256
 
@@ -59,24 +58,19 @@ def _device_constants(mean: tuple, std: tuple, device: int):
     return _constants[key]
 
 
-def _raw(a):
-    return a.data if isinstance(a, Tensor) else a
-
-
 def indexes_in_32_bits(images, *args, **kwargs) -> bool:
     """The augment kernel computes its addresses in int32: datasets of 2^31 values and more take the reference."""
-    return _raw(images).size < 2 ** 31
+    return images.size < 2 ** 31
 
 
 @dispatch.register("gather_augmented", device="cuda", dtypes=("uint8",), applies=indexes_in_32_bits)
 def augment_gpu(images, index, offsets_y, offsets_x, flips, size: int, padding: int, mean: Sequence[float],
                 std: Sequence[float]) -> Any:
     """frost.data.transforms.gather_augmented for a uint8 NHWC dataset on the GPU: NCHW float32, one launch. All
-    arrays (CuPy, or CUDA tensors; any strides, integer or bool) are on the device already."""
+    arrays (CuPy: the core unwraps tensors and lists; any strides, integer or bool) are on the device already."""
     cp = cuda.cupy()
-    images = _raw(images)
     n, h, w, c = images.shape
-    idx, oy, ox, fl = (cp.ascontiguousarray(_raw(a), dtype=cp.int32) for a in (index, offsets_y, offsets_x, flips))
+    idx, oy, ox, fl = (cp.ascontiguousarray(a, dtype=cp.int32) for a in (index, offsets_y, offsets_x, flips))
     out = cp.empty((len(idx), c, size, size), dtype=cp.float32)
     mean32, std32 = _device_constants(tuple(mean), tuple(std), images.device.id)
     if out.size:

@@ -169,20 +169,21 @@ def generator(index: int | None = None):
     if index is None:
         index = gpu_cupy().cuda.Device().id
     if index not in _generators:
-        if _generator_factory is None:
-            raise RuntimeError("frost.backend.cuda.generator: no GPU generator is registered; import frost (or "
-                               "frost.accel.philox, which registers PhiloxGenerator) before drawing on a GPU")
-        _generators[index] = _generator_factory(_seed, index)
+        _generators[index] = _registered_factory("generator")(_seed, index)
     return _generators[index]
 
 
 def new_generator(seed: int, index: int):
     """A GPU generator of its own (not the device's global one), from the registered factory: what a
     frost.Generator(device="cuda") draws from."""
+    return _registered_factory("new_generator")(seed, index)
+
+
+def _registered_factory(caller: str) -> Callable[[int, int], Any]:
     if _generator_factory is None:
-        raise RuntimeError("frost.backend.cuda.new_generator: no GPU generator is registered; import frost (or "
-                           "frost.accel.philox, which registers PhiloxGenerator) before drawing on a GPU")
-    return _generator_factory(seed, index)
+        raise RuntimeError(f"frost.backend.cuda.{caller}: no GPU generator is registered; import frost (or "
+                           f"frost.accel.philox, which registers PhiloxGenerator) before drawing on a GPU")
+    return _generator_factory
 
 
 def manual_seed(seed: int) -> None:

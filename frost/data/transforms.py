@@ -384,6 +384,5 @@ def _batch_array(a, images):
 
 
 def _on_host(a) -> np.ndarray:
-    """a (an array, a tensor or a list) as a NumPy array."""
-    a = _raw(a)
-    return np.asarray(backend.to_device(a, backend.CPU) if type(a).__module__.startswith("cupy") else a)
+    """an array (NumPy or CuPy) as a NumPy array."""
+    return backend.to_device(a, backend.CPU)
