@@ -1,21 +1,47 @@
-"""Random CIFAR-10-shaped parts in the layout `frost bench resnet-cifar10 --data DIR` reads (train_x_a..e.npz,
-train_y.npy, test_x.npz, test_y.npy: uint8 HWC images, uint8 labels): for timing a step where the pixels do not
-matter, or an older tree that lacks --sample. Usage: python benchmarks/synthetic_cifar.py DIR"""
+"""CIFAR-10-shaped parts in the layout `frost bench resnet-cifar10 --data DIR` reads (train_x_a..e.npz, train_y.npy,
+test_x.npz, test_y.npy: uint8 HWC images, uint8 labels): for timing a step where the pixels do not matter, or an
+older tree that lacks --sample. Usage: python benchmarks/synthetic_cifar.py DIR [--like-cifar]
+
+Random pixels by default. --like-cifar builds the 60,000 images from the package's embedded sample of real CIFAR-10
+images instead (each shifted by a random offset and flipped at random): their PNG files compress, and so decode, like
+CIFAR-10's, which random pixels' do not (a loader benchmark then times real inflate work, not stored blocks)."""
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from frost.data.cifar import load_sample
 
-def write(folder: Path, seed: int = 0) -> None:
+PARTS = "abcde"
+PART_SIZE = 10000
+
+
+def random_images(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
+
+
+def images_like_cifar(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n images drawn from the embedded sample's real ones, each rolled by up to 31 pixels each way and flipped."""
+    real = load_sample(train=True)[0]
+    out = real[rng.integers(0, len(real), n)]
+    shifts = rng.integers(0, 32, (n, 2))
+    for i, (dy, dx) in enumerate(shifts):
+        out[i] = np.roll(out[i], (dy, dx), axis=(0, 1))
+    flip = rng.random(n) < 0.5
+    out[flip] = out[flip, :, ::-1]
+    return out
+
+
+def write(folder: Path, seed: int = 0, like_cifar: bool = False) -> None:
     rng = np.random.default_rng(seed)
+    make = images_like_cifar if like_cifar else random_images
     folder.mkdir(parents=True, exist_ok=True)
-    for part in "abcde":
-        np.savez(folder / f"train_x_{part}.npz", x=rng.integers(0, 256, (10000, 32, 32, 3), dtype=np.uint8))
-    np.save(folder / "train_y.npy", rng.integers(0, 10, 50000).astype(np.uint8))
-    np.savez(folder / "test_x.npz", x=rng.integers(0, 256, (10000, 32, 32, 3), dtype=np.uint8))
-    np.save(folder / "test_y.npy", rng.integers(0, 10, 10000).astype(np.uint8))
+    for part in PARTS:
+        np.savez(folder / f"train_x_{part}.npz", x=make(rng, PART_SIZE))
+    np.save(folder / "train_y.npy", rng.integers(0, 10, len(PARTS) * PART_SIZE).astype(np.uint8))
+    np.savez(folder / "test_x.npz", x=make(rng, PART_SIZE))
+    np.save(folder / "test_y.npy", rng.integers(0, 10, PART_SIZE).astype(np.uint8))
 
 
 if __name__ == "__main__":
-    write(Path(sys.argv[1]))
+    write(Path(sys.argv[1]), like_cifar="--like-cifar" in sys.argv[2:])

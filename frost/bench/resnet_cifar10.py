@@ -38,7 +38,6 @@ from frost.bench import common
 from frost.data import cifar
 from frost.data.transforms import gather_scaled
 from frost.io import expand_path, read_npy, read_npz
-from frost.layout import as_channels_last
 from frost.nn.parallel import DistributedDataParallel
 
 LOADER_WAIT_THRESHOLD_S = 2e-4  # a fetch slower than this counts as a step that waited for data
@@ -69,7 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--pipeline", choices=["resident", "loader"], default="resident",
                    help="resident: the uint8 dataset held on the device; loader: frost.data.DataLoader threads")
-    p.add_argument("--workers", type=int, default=3, help="DataLoader worker threads (loader pipeline)")
+    p.add_argument("--workers", type=int, default=3, help="DataLoader workers (loader pipeline)")
+    p.add_argument("--worker-type", choices=["thread", "process"], default="thread",
+                   help="loader pipeline: DataLoader worker threads, or processes handing batches over in shared "
+                        "memory (CPU decode only: they decode where the GIL does not serialize them)")
     p.add_argument("--prefetch-to-device", type=int, default=4,
                    help="loader pipeline on cuda: batches copied (and decoded) on the GPU ahead of the step, "
                         "counting the one in use (DataLoader's prefetch_to_device)")
@@ -260,7 +262,9 @@ def load_data(root: Path | None, device: str, pipeline: str, channels_last: bool
         data["x_train"] = np.ascontiguousarray(x_train if channels_last else x_train.transpose(0, 3, 1, 2))
         data["y_train"], data["x_train_nhwc"] = y_train, channels_last
     else:
+        t0 = time.perf_counter()
         data["png_root"] = common.png_folder_for(root or cifar.SAMPLE_FILE, x_train, y_train, x_test, y_test)
+        data["png_folder_s"] = time.perf_counter() - t0  # the one-time PNG copy, when this data had none yet
     if device == "cuda":
         dev = backend.Device("cuda")
         for k in ("x_train", "y_train", "x_test", "y_test"):
@@ -314,47 +318,37 @@ def resident_batches(n: int, batch_size: int, device: str, orders=None):
 
 
 def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict,
-                   decode: str = "device", channels_last: bool = False, prefetch_to_device: int = 4):
-    """Endless batches from frost.data.DataLoader over the seed's PNG files: worker threads decode them, or read
-    them for the GPU to decode (decode="device", on cuda)."""
+                   decode: str = "device", prefetch_to_device: int = 4, worker_type: str = "thread"):
+    """Endless batches (uint8 NHWC images, int64 labels on the device) from frost.data.DataLoader over the seed's PNG
+    files: worker threads or processes decode them, or threads read them for the GPU to decode (decode="device", on
+    cuda). The scaling to [0, 1] is the step's (see on_loader_batches)."""
     files, labels = seed_png_files(Path(png_root) / "train")
     dataset = (DevicePNGList if decode == "device" else ImageList)(files, labels)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
-                        num_workers=workers, seed=seed, device=device, prefetch_to_device=prefetch_to_device)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers, seed=seed,
+                        device=device, prefetch_to_device=prefetch_to_device, worker_type=worker_type,
+                        persistent_workers=worker_type == "process" and workers > 0)
     while True:
         it = iter(loader)
         while True:
             t0 = time.perf_counter()
             try:
-                batch = next(it)
+                images, labels = next(it)
             except StopIteration:
                 break
             waited = time.perf_counter() - t0
             stats["wait_s"] += waited
             stats["waited_steps"] += waited > LOADER_WAIT_THRESHOLD_S
             stats["fetches"] += 1
-            yield _as_model_input(batch[0], device, channels_last), _as_labels(batch[1], device)
+            yield _on_device(images, device), _as_labels(labels, device)
 
 
-def _as_model_input(x, device: str, channels_last: bool = False):
-    """A dense float32 NCHW tensor in [0, 1] on the device (C-contiguous, or channels-last memory), from a loader
-    batch (uint8 or float, HWC or CHW)."""
-    t = x if isinstance(x, Tensor) else Tensor(np.asarray(x))
-    if str(t.device).split(":")[0] != device:
-        t = t.to(device)
-    a, xp = t.data, t.xp
-    if a.ndim == 4 and a.shape[-1] == 3 and a.shape[1] != 3:
-        a = a.transpose(0, 3, 1, 2)
-    out = a.astype(xp.float32, order="C")  # always a copy: the loader reuses its batch buffers
-    if t.dtype == frost.uint8:
-        out /= 255.0
-    return Tensor(as_channels_last(out) if channels_last else out)
+def _on_device(t, device: str):
+    t = t if isinstance(t, Tensor) else Tensor(np.asarray(t))
+    return t if str(t.device).split(":")[0] == device else t.to(device)
 
 
 def _as_labels(y, device: str):
-    t = y if isinstance(y, Tensor) else Tensor(np.asarray(y))
-    if str(t.device).split(":")[0] != device:
-        t = t.to(device)
+    t = _on_device(y, device)
     return t if t.dtype == frost.int64 else t.to(frost.int64)
 
 
@@ -434,15 +428,19 @@ def build_model(seed: int, device: str, channels_last: bool = False, weights: di
     return model
 
 
-def make_step(model, opt, precision: str, jit, x_all=None, y_all=None, nhwc: bool = False):
+def make_step(model, opt, precision: str, jit, x_all=None, y_all=None, nhwc: bool = False, loader: bool = False):
     """The training step (forward, loss, backward, AdamW) as one function, captured by frost.jit if given.
 
     With resident data (x_all uint8 NCHW, or NHWC with nhwc=True for a channels-last model; y_all int64 on the
-    device) the step takes the batch indices and gathers the batch itself; otherwise it takes the batch (x, y).
+    device) the step takes the batch indices and gathers the batch itself; with loader=True it takes a loader's
+    batch (uint8 NHWC images, labels) and scales it itself; otherwise it takes the float batch (x, y).
     """
     step = training_step(model, opt, precision)
+    dtype = "bfloat16" if precision == "bf16" else "float32"
     if x_all is not None:
-        step = on_resident_data(step, x_all, y_all, nhwc, "bfloat16" if precision == "bf16" else "float32")
+        step = on_resident_data(step, x_all, y_all, nhwc, dtype)
+    elif loader:
+        step = on_loader_batches(step, nhwc, dtype)
     return jit(step) if jit is not None else step
 
 
@@ -480,6 +478,26 @@ def on_resident_data(fn, x_all, y_all, nhwc: bool = False, dtype: str = "float32
         return fn(Tensor(x), Tensor(y_all[i]))
 
     return gather_and_call
+
+
+def on_loader_batches(fn, nhwc: bool = False, dtype: str = "float32"):
+    """fn(x, y) as a function of a loader's batch (uint8 NHWC images, labels): the images scaled to [0, 1] inside, by
+    the resident pipeline's gather over the whole batch (on the GPU the same kernel, so both pipelines train on the
+    same numbers and, with frost.jit, the scaling is part of the captured graph); NCHW copies unless nhwc."""
+    whole_batch: dict = {}
+
+    def scale_and_call(images, labels):
+        a = images.data
+        if isinstance(a, np.ndarray):
+            x = scaled(a)
+        else:
+            if len(a) not in whole_batch:
+                whole_batch[len(a)] = images.xp.arange(len(a))
+            x = gather_scaled(a, whole_batch[len(a)], dtype)
+        x = x.transpose(0, 3, 1, 2)  # the NCHW view of NHWC images is channels-last
+        return fn(Tensor(x if nhwc else images.xp.ascontiguousarray(x)), labels)
+
+    return scale_and_call
 
 
 def scaled(images):
@@ -528,9 +546,9 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
         batches = rank_slices(resident_batches(len(data["x_train"]), batch_size * world, device, orders), rank,
                               batch_size)
     else:
-        step = make_step(model, opt, args.precision, jit)
+        step = make_step(model, opt, args.precision, jit, nhwc=channels_last, loader=True)
         batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats, args.decode,
-                                 channels_last, args.prefetch_to_device)
+                                 args.prefetch_to_device, args.worker_type)
 
     curve: list[list[float]] = []
     bar = common.progress_bar(args.steps, f"seed {seed}", disable=args.quiet)
@@ -609,6 +627,8 @@ def load_into(result: dict, args: argparse.Namespace, root: Path | None, device:
         announce_sample(args, data["n_train"], data["n_test"])
     source = "embedded sample" if root is None else str(args.data) if args.data else "default cache"
     result.update({"data": source, "data_load_s": data_load_s, "n_train": data["n_train"], "n_test": data["n_test"]})
+    if "png_folder_s" in data:
+        result["png_folder_s"] = data["png_folder_s"]  # within data_load_s: writing the PNG copy, or finding it
     return data, data_load_s
 
 
@@ -646,6 +666,7 @@ def run_here(args: argparse.Namespace, report: bool = True, data_ready=lambda: N
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)
     result.update({"pipeline": args.pipeline, "workers": args.workers if args.pipeline == "loader" else None,
+                   "worker_type": args.worker_type if args.pipeline == "loader" else None,
                    "prefetch_to_device": args.prefetch_to_device if args.pipeline == "loader" else None,
                    "decode": (args.decode if device == "cuda" else "cpu") if args.pipeline == "loader" else None,
                    "jit": jit_on, "eval_batch": args.eval_batch, "memory_format": args.memory_format,
