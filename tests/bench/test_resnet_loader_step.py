@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import frost
+import frost.backends
 from frost.bench import resnet_cifar10 as bench
 from frost.jit import jit
 from frost.tensor import Tensor
@@ -53,9 +54,11 @@ def test_the_loader_step_takes_uint8_nhwc_images():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("channels_last", [True, False])
-def test_the_loader_step_trains_as_the_resident_step_on_the_gpu(channels_last):
+def test_the_loader_step_trains_as_the_resident_step_on_the_gpu(channels_last, monkeypatch):
+    # plain float32: under TF32 the two models' convolutions, planned apart, parted by up to 5e-4 of the loss (H100)
+    monkeypatch.setattr(frost.backends, "allow_tf32", False)
     losses_r, losses_l, w_r, w_l = _train_both("cuda", channels_last, use_jit=True)
-    # the same kernels on the same numbers; only a plan timed apart (cuDNN's choice per capture) may round otherwise
+    # the same kernels on the same numbers; only a plan timed apart (cuDNN's choice per capture) may sum otherwise
     np.testing.assert_allclose(losses_l, losses_r, rtol=1e-5)
     for k in w_r:
         np.testing.assert_allclose(w_l[k], w_r[k], rtol=1e-4, atol=1e-6, err_msg=k)
