@@ -1,16 +1,20 @@
 """benchmarks/inflate_nvcomp.py gives both GPU inflaters the streams it says: the PNGs' zlib streams for Frost's kernel
 and their raw deflate data (no header, no Adler-32) for nvCOMP, both inflating to zlib's scanlines; the nvCOMP
 library is looked for where its wheel installs it."""
+import importlib.util
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from frost.data.png import decode_bytes
 from frost.data.png_device import raw_size
-from tests.bench.test_benchmark_scripts import load_script
 
-script = load_script("inflate_nvcomp")
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+_spec = importlib.util.spec_from_file_location("benchmarks_inflate_nvcomp", BENCHMARKS / "inflate_nvcomp.py")
+script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(script)
 
 
 def test_the_streams_are_the_pngs_zlib_streams_and_their_raw_deflate_data():
