@@ -677,6 +677,7 @@ class _Consumer:
                 yield copier.hand_over(flight)
         finally:
             self.lookahead.drain()
+            copier.retire()
 
     def check_handed_out(self) -> None:
         """Run the deferred checks of the batches already handed out (the iterator's close)."""
@@ -1372,13 +1373,22 @@ class _EpochIterator:
 class _Flight:
     """One batch issued to the device: its arrays, its events on the copy stream, its deferred checks."""
 
-    __slots__ = ("kind", "arrays", "copied", "done", "checks", "worker", "slot")
+    __slots__ = ("kind", "arrays", "copied", "done", "checks", "worker", "slot", "sources")
 
-    def __init__(self, kind: str, arrays: list, copied: Any, done: Any, checks: list[Callable[[], None]]) -> None:
+    def __init__(self, kind: str, arrays: list, copied: Any, done: Any, checks: list[Callable[[], None]],
+                 sources: list | None = None) -> None:
         self.kind, self.arrays, self.checks = kind, arrays, checks
         self.copied = copied  # the host-to-device copies are finished: the host buffer may go back
         self.done = done  # the copies and finish_on_device's work are finished: its checks may run
         self.worker, self.slot = -1, -1
+        # the host arrays the copies read, held until `copied`: a worker thread that ends drops its buffers, and
+        # pinned memory goes back to CuPy's pool at once, where the next batch's buffer may take it before the
+        # queued copy has read it (a batch then got the next one's lengths and indices, seen under GPU load)
+        self.sources = sources
+
+    def release_sources(self) -> None:
+        """The copies are finished: the host arrays may be freed (or reused)."""
+        self.sources = None
 
 
 class _Lookahead:
@@ -1446,6 +1456,7 @@ class _Lookahead:
                 continue  # a worker's failure, not a batch
             with contextlib.suppress(Exception):
                 flight.done.synchronize()
+                flight.release_sources()
 
     def _fill(self) -> None:
         """Issue the following batches that are ready, up to `depth` in flight (counting the one handed out)."""
@@ -1479,6 +1490,7 @@ class _Lookahead:
             if flight.worker == sync_worker and not flight.copied.done:
                 flight.copied.synchronize()
             if flight.copied.done:
+                flight.release_sources()
                 self.give_back(flight.worker, flight.slot)
             else:
                 still.append(flight)
@@ -1526,7 +1538,7 @@ class _GpuCopier:
                 out = list(self.finish(out, defer=checks.append) if self.defers else self.finish(out))
                 kind = _flat(kind, len(out))
             done = stream.record()
-        return _Flight(kind, out, copied, done, checks)
+        return _Flight(kind, out, copied, done, checks, sources=[host[:n] for host in buffers.slots[slot]])
 
     def hand_over(self, flight: _Flight) -> Any:
         """The batch as Tensors; the caller's current stream waits for this batch's work, and only for it."""
@@ -1534,6 +1546,16 @@ class _GpuCopier:
             self.cp.cuda.get_current_stream().wait_event(flight.done)
         self.last = flight.arrays
         return _restructure(flight.kind, [Tensor(a) for a in flight.arrays])
+
+    def retire(self) -> None:
+        """The epoch is over. The batches' device memory goes back to the copy streams' pools, where the next
+        epoch's copies (on the same kept streams) may reuse it: those streams first wait for everything the caller's
+        stream has queued so far, which may still read the last batches. No host sync."""
+        with self.gpu:
+            caller = self.cp.cuda.get_current_stream().record()
+            for stream in self.streams:
+                stream.wait_event(caller)
+        self.in_use, self.last = [], None
 
     def release_last(self) -> None:
         """Called at each batch request: the caller is done with the previous batch."""

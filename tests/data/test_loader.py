@@ -7,6 +7,7 @@ import textwrap
 import threading
 import time
 import types
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -435,7 +436,10 @@ def test_gpu_path_logic_with_a_fake_cupy(monkeypatch):
         np.testing.assert_array_equal(x.numpy(), rx)
         np.testing.assert_array_equal(y.numpy(), ry)
     assert len(pinned) == 3 * 2 * 2  # 3 workers x 2 buffers x 2 fields, all pinned
-    assert fake.log.count("copy") == 24 and fake.log.count("wait") == 12
+    # the caller's stream waits once per batch; at the end each of the 2 copy streams waits once for the caller's
+    # (the batches' memory goes back to those streams' pools while the caller's stream may still read it)
+    assert fake.log.count("copy") == 24 and fake.log.count("wait") == 12 + 2
+    assert fake.log[-2:] == ["wait", "wait"]
     assert "sync" in fake.log  # a worker's buffer was handed back only after its copy had finished
 
 
@@ -473,7 +477,7 @@ def test_prefetch_to_device_is_checked():
 
 
 # ---------------------------------------------------------------- the device look-ahead's bookkeeping, with models
-from frost.data.loader import _END, _Flight, _Lookahead  # noqa: E402
+from frost.data.loader import _END, _BatchBuffers, _fields, _Flight, _GpuCopier, _Lookahead  # noqa: E402
 
 
 class ModelEvent:
@@ -658,6 +662,7 @@ def fake_cupy(monkeypatch):
     fake = FakeCupy()
     monkeypatch.setattr(cuda, "cupy", lambda: fake)
     monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "_kept_streams", {})  # copy streams of this fake, not of an earlier test's
     pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.empty(shape, dtype))
     monkeypatch.setitem(sys.modules, "cupyx", pinned)
     return fake
@@ -677,7 +682,8 @@ def test_device_lookahead_with_worker_threads_keeps_order(monkeypatch, workers, 
     for (x, y), (rx, ry) in zip(got, reference):
         np.testing.assert_array_equal(x, rx)
         np.testing.assert_array_equal(y, ry)
-    assert fake.log.count("copy") == 2 * 33 and fake.log.count("wait") == 33
+    # a wait per batch on the caller's stream, and one per copy stream at the end (the batches' memory goes back)
+    assert fake.log.count("copy") == 2 * 33 and fake.log.count("wait") == 33 + prefetch
     assert wait_no_loader_threads(ignore=older) == []
 
 
@@ -992,3 +998,28 @@ def test_a_stuck_worker_does_not_hold_up_the_interpreters_exit():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=15)
     assert out.returncode == 0, out.stderr
     assert "worker 1 has delivered no batch within timeout=0.5 s; it is loading batch 3, sample 3" in out.stdout
+
+
+def test_a_flight_keeps_the_host_buffers_it_copies_from_until_its_copy_is_done(monkeypatch):
+    # a worker thread that ends drops its pinned buffers; CuPy's pinned pool hands freed memory out again at once,
+    # so the next batch's buffer took it while a queued copy had not read it yet (a batch got the next one's
+    # lengths and indices under GPU load): the flight holds its sources until `copied`
+    fake_cupy(monkeypatch)
+    kind, fields = _fields((np.arange(8).reshape(4, 2), np.arange(4)))
+    buffers = _BatchBuffers(kind, len(fields), 4, None, 2)
+    buffers.put_batch(0, kind, fields, 4)
+    source = weakref.ref(buffers.slots[0][0])
+    flight = _GpuCopier(frost.backend.Device("cuda")).issue(buffers, 0, 4)
+    del buffers
+    gc.collect()
+    assert source() is not None  # the worker's buffers are gone, the copy's source is not
+    ahead = _Lookahead(1, 1, poll=None, wait=None, issue=None, give_back=lambda w, slot: None)
+    flight.worker, flight.slot = 0, 0
+    ahead.copying = [flight]
+    while not flight.copied.done:  # the fake's events report done after a few queries
+        ahead._recycle()
+        gc.collect()
+        assert (source() is None) == (flight.sources is None) and ahead.copying == [flight]
+    ahead._recycle()
+    gc.collect()
+    assert flight.sources is None and source() is None and ahead.copying == []
