@@ -72,12 +72,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_arguments(p)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--pipeline", choices=["resident", "loader"], default="resident",
-                   help="resident: the uint8 dataset held on the device; loader: frost.data.DataLoader threads")
-    p.add_argument("--workers", type=int, default=min(LOADER_WORKERS, os.cpu_count() or 1),
-                   help="DataLoader workers (loader pipeline; default: 8, or the CPU count when smaller)")
-    p.add_argument("--worker-type", choices=["thread", "process"], default="process",
+                   help="resident: the uint8 dataset held on the device; loader: frost.data.DataLoader workers "
+                        "reading the seed's PNG files")
+    p.add_argument("--workers", type=int, default=min(LOADER_WORKERS, usable_cpus()),
+                   help="DataLoader workers (loader pipeline; default: 8, or the CPUs this process may use when "
+                        "fewer)")
+    p.add_argument("--worker-type", choices=["thread", "process"], default=None,
                    help="loader pipeline: DataLoader worker processes handing batches over in shared memory (they "
-                        "decode where the GIL does not serialize them), or threads")
+                        "decode where the GIL does not serialize them; the default with --decode cpu), or threads "
+                        "(the default and the only choice with --decode device)")
     p.add_argument("--prefetch-to-device", type=int, default=4,
                    help="loader pipeline on cuda: batches copied (and decoded) on the GPU ahead of the step, "
                         "counting the one in use (DataLoader's prefetch_to_device)")
@@ -107,6 +110,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     common.add_data_parallel_argument(p)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a container's limit, where os.cpu_count() gives the host's)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def resolve_worker_type(args: argparse.Namespace) -> None:
+    """--worker-type's default for the decode: processes decode on the CPU; the GPU decode needs threads (its
+    dataset learns the image size in the worker and decodes in the caller, which processes do not share)."""
+    if args.worker_type is None:
+        args.worker_type = "thread" if args.decode == "device" else "process"
+    if args.pipeline == "loader" and args.worker_type == "process" and args.decode == "device":
+        raise SystemExit("frost bench: --decode device needs --worker-type thread (worker processes would learn the "
+                         "PNG size where the GPU decode, in this process, cannot see it); or use --decode cpu")
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -324,7 +343,7 @@ def resident_batches(n: int, batch_size: int, device: str, orders=None):
 
 
 def loader_batches(png_root: Path, batch_size: int, workers: int, seed: int, device: str, stats: dict,
-                   decode: str = "device", prefetch_to_device: int = 4, worker_type: str = "thread"):
+                   decode: str = "cpu", prefetch_to_device: int = 4, worker_type: str = "process"):
     """Endless batches (uint8 NHWC images, int64 labels on the device) from frost.data.DataLoader over the seed's PNG
     files: worker threads or processes decode them, or threads read them for the GPU to decode (decode="device", on
     cuda). The scaling to [0, 1] is the step's (see on_loader_batches)."""
@@ -655,6 +674,7 @@ def run(args: argparse.Namespace) -> dict:
     if (args.streams or args.save_streams) and args.pipeline != "resident":
         raise SystemExit("frost bench: --streams and --save-streams need --pipeline resident (the loader draws its "
                          "own order)")
+    resolve_worker_type(args)
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
     common.check_data_parallel_arguments(args)
@@ -667,6 +687,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def run_here(args: argparse.Namespace, report: bool = True, data_ready=lambda: None) -> dict:
     """The benchmark in this process (one rank of several with --nproc-per-node)."""
+    resolve_worker_type(args)
     device, channels_last, root, jit_on = prepare(args)
     data_ready()
     mode = args.pipeline + ("-jit" if jit_on else "-eager")

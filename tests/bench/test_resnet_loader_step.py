@@ -1,6 +1,8 @@
 """`frost bench resnet-cifar10 --pipeline loader` trains on the numbers the resident pipeline trains on: its step takes
 the loader's uint8 NHWC batch and scales it inside (the resident gather's kernel on the GPU), so the same images give
 the same losses and weights, eager and captured."""
+import argparse
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,20 @@ def test_the_loader_step_trains_as_the_resident_step_on_the_gpu(channels_last, m
         # make of the same order
         travelled = np.linalg.norm(w_r[k] - w_0[k])
         assert np.linalg.norm(w_l[k] - w_r[k]) <= 0.1 * travelled + 1e-7, k
+
+
+def _parsed(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_the_worker_type_follows_the_decode_and_refuses_processes_for_the_gpu_decode():
+    for argv, want in (((), "process"), (("--decode", "device"), "thread"), (("--worker-type", "thread"), "thread")):
+        args = _parsed("--pipeline", "loader", *argv)
+        bench.resolve_worker_type(args)
+        assert args.worker_type == want, argv
+    args = _parsed("--pipeline", "loader", "--decode", "device", "--worker-type", "process")
+    with pytest.raises(SystemExit, match="--decode device needs --worker-type thread"):
+        bench.resolve_worker_type(args)
+    assert 1 <= _parsed().workers <= bench.LOADER_WORKERS
