@@ -225,13 +225,13 @@ def _on_gpu(a, dtype=None):
     return cp.asarray(nhwc if dtype is None else nhwc.astype(dtype)).transpose(0, 3, 1, 2)
 
 
-def _empty_channels_last(shape, dtype):
-    """An uninitialized NCHW-shaped output with channels-last memory, made so without copying anything:
-    as_channels_last of a cp.empty copies memory nothing wrote, and compute-sanitizer's initcheck reported those
-    reads (H100, ff5e4f2)."""
+def _nan_channels_last(shape, dtype):
+    """An NCHW-shaped output with channels-last memory, every byte 0xFF (NaN in float32 and bf16), made without a
+    copy: an element a kernel leaves unwritten then fails the comparison, as the CPU tests' NaN-filled outputs do
+    (as_channels_last of a cp.empty copied memory nothing wrote, which initcheck reported: H100, ff5e4f2)."""
     import cupy as cp
     n, c, h, w = shape
-    return cp.empty((n, h, w, c), dtype).transpose(0, 3, 1, 2)
+    return cp.full((n, h, w, c * np.dtype(dtype).itemsize), 0xFF, cp.uint8).view(dtype).transpose(0, 3, 1, 2)
 
 
 def _tf32(a):
@@ -364,7 +364,7 @@ def test_gpu_strided_candidates_and_conv2d_match_float64(cin, cout, h, k, dtype)
     xd, wd = _on_gpu(x, dtype), _on_gpu(w, dtype)
     scale = np.abs(want).max()
     for t in fm.candidate_tiles(fm.geometry(xd.shape, wd.shape, pad, stride=(2, 2)), 32, item=xd.dtype.itemsize):
-        out = fm.conv2d_forward_gpu(xd, wd, pad, _empty_channels_last(want.shape, xd.dtype), tiles=t,
+        out = fm.conv2d_forward_gpu(xd, wd, pad, _nan_channels_last(want.shape, xd.dtype), tiles=t,
                                     stride=(2, 2))
         assert np.abs(cp.asnumpy(out).astype(np.float64) - want).max() <= 2 ** -8 * scale, t
     for _ in range(2):   # a shape's first call may only queue our candidates (cuDNN runs it); the next one picks
@@ -386,7 +386,7 @@ def test_gpu_candidates_and_conv2d_match_float64(cin, cout, h):
     xd, wd = _on_gpu(x), _on_gpu(w)
     scale = np.abs(want).max()
     for t in fm.candidate_tiles(fm.geometry(xd.shape, wd.shape, (1, 1)), 32):
-        out = fm.conv2d_forward_gpu(xd, wd, (1, 1), _empty_channels_last(want.shape, xd.dtype), tiles=t)
+        out = fm.conv2d_forward_gpu(xd, wd, (1, 1), _nan_channels_last(want.shape, xd.dtype), tiles=t)
         assert np.abs(cp.asnumpy(out).astype(np.float64) - want).max() <= 2 ** -8 * scale, t
     for _ in range(2):   # a shape's first call may only queue our candidates (cuDNN runs it); the next one picks
         y = conv2d_forward(xd, wd, 1, 1)
@@ -411,7 +411,7 @@ def test_gpu_input_gradients_match_torch_float64(cin, cout, h, monkeypatch):
     dyd, wd = _on_gpu(dy), _on_gpu(w)
     scale = np.abs(want).max()
     for t in fm.candidate_tiles(fm.geometry(dyd.shape, wd.shape, (1, 1), True), 32, True):
-        out = fm.conv2d_forward_gpu(dyd, wd, (1, 1), _empty_channels_last(x.shape, dyd.dtype), tiles=t,
+        out = fm.conv2d_forward_gpu(dyd, wd, (1, 1), _nan_channels_last(x.shape, dyd.dtype), tiles=t,
                                     flip=True)
         assert np.abs(cp.asnumpy(out).astype(np.float64) - want).max() <= 2 ** -8 * scale, t
     for _ in range(2):   # a shape's first call may only queue our candidates (cuDNN runs it); the next one picks
@@ -442,7 +442,7 @@ def test_gpu_tf32_forward_and_input_gradient_match_float64(cin, cout, h):
     for src, want, flip in ((xd, want_y, False), (dyd, want_dx, True)):
         scale = np.abs(want).max()
         for t in fm.candidate_tiles(fm.geometry(src.shape, wd.shape, (1, 1), flip), 32, flip, item=4):
-            out = fm.conv2d_forward_gpu(src, wd, (1, 1), _empty_channels_last(want.shape, cp.float32), tiles=t,
+            out = fm.conv2d_forward_gpu(src, wd, (1, 1), _nan_channels_last(want.shape, cp.float32), tiles=t,
                                         flip=flip)
             assert np.abs(cp.asnumpy(out) - want).max() <= 2 ** -9 * scale, (t, flip)
     for _ in range(2):   # a shape's first call may only queue our candidates (cuDNN runs it); the next one picks
@@ -495,7 +495,7 @@ def test_gpu_statistics_from_the_epilogue_feed_batch_norm(cin, cout, h, dtype, m
     x, w, _ = _inputs(32, cin, cout, h, h, 3, (1, 1), seed=h)
     xd, wd = _on_gpu(x, dtype), _on_gpu(w, dtype)
     for t in fm.candidate_tiles(fm.geometry(xd.shape, wd.shape, (1, 1)), 32, item=xd.dtype.itemsize):
-        out = _empty_channels_last((32, cout, h, h), xd.dtype)
+        out = _nan_channels_last((32, cout, h, h), xd.dtype)
         out, stats = fm.conv2d_forward_gpu_stats(xd, wd, (1, 1), out, tiles=t)
         mean, m2 = tile_stats64(cp.asnumpy(out), t["R"])
         np.testing.assert_allclose(cp.asnumpy(stats.part_mean).reshape(cout, -1), mean, rtol=1e-5,
