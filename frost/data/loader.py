@@ -1456,7 +1456,7 @@ class _Lookahead:
                 continue  # a worker's failure, not a batch
             with contextlib.suppress(Exception):
                 flight.done.synchronize()
-                flight.release_sources()
+            flight.release_sources()
 
     def _fill(self) -> None:
         """Issue the following batches that are ready, up to `depth` in flight (counting the one handed out)."""
