@@ -113,17 +113,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (a container's limit, where os.cpu_count() gives the host's)."""
+    """The CPUs this process may run on (its affinity, a container's cpuset; not a CPU-time quota), where
+    os.cpu_count() gives the host's."""
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
-def resolve_worker_type(args: argparse.Namespace) -> None:
-    """--worker-type's default for the decode: processes decode on the CPU; the GPU decode needs threads (its
-    dataset learns the image size in the worker and decodes in the caller, which processes do not share)."""
+def resolve_worker_type(args: argparse.Namespace, device: str) -> None:
+    """--worker-type's default for the decode that runs: processes decode on the CPU; the GPU decode (--decode
+    device on cuda) needs threads (its dataset learns the image size in the worker and decodes in the caller, which
+    processes do not share). On the CPU every decode is the workers'."""
+    gpu_decode = args.decode == "device" and device == "cuda"
     if args.worker_type is None:
-        args.worker_type = "thread" if args.decode == "device" else "process"
-    if args.pipeline == "loader" and args.worker_type == "process" and args.decode == "device":
+        args.worker_type = "thread" if gpu_decode else "process"
+    if args.pipeline == "loader" and args.worker_type == "process" and gpu_decode:
         raise SystemExit("frost bench: --decode device needs --worker-type thread (worker processes would learn the "
                          "PNG size where the GPU decode, in this process, cannot see it); or use --decode cpu")
 
@@ -674,7 +677,6 @@ def run(args: argparse.Namespace) -> dict:
     if (args.streams or args.save_streams) and args.pipeline != "resident":
         raise SystemExit("frost bench: --streams and --save-streams need --pipeline resident (the loader draws its "
                          "own order)")
-    resolve_worker_type(args)
     if args.precision == "bf16":
         _autocast("bf16")  # fail early with a clear message when autocast is missing
     common.check_data_parallel_arguments(args)
@@ -687,8 +689,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def run_here(args: argparse.Namespace, report: bool = True, data_ready=lambda: None) -> dict:
     """The benchmark in this process (one rank of several with --nproc-per-node)."""
-    resolve_worker_type(args)
     device, channels_last, root, jit_on = prepare(args)
+    resolve_worker_type(args, device)
     data_ready()
     mode = args.pipeline + ("-jit" if jit_on else "-eager")
     result = new_frost_result(mode, args.precision, device, args.steps, args.seeds)

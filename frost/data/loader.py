@@ -1521,6 +1521,7 @@ class _GpuCopier:
         self.issued = 0
         self.in_use: list[tuple[Any, list]] = []  # (event on the compute stream, device arrays)
         self.last: list | None = None
+        self.consumer: Any = None  # the stream the batches were handed to (retire may run in another thread)
 
     def issue(self, buffers: _BatchBuffers, slot: int, n: int) -> _Flight:
         """Queue one batch's copies and finish on the copy stream; nothing here waits for the GPU."""
@@ -1528,33 +1529,44 @@ class _GpuCopier:
         checks: list[Callable[[], None]] = []
         stream = self.streams[self.issued % len(self.streams)]
         self.issued += 1
+        sources = [host[:n] for host in buffers.slots[slot]]  # what the copies read, held by the flight
         with self.gpu, stream:
-            out = [cp.empty((n, *buf.shape[1:]), buf.dtype) for buf in buffers.slots[slot]]
-            for dev, host in zip(out, buffers.slots[slot]):
-                dev.set(host[:n], stream=stream)
-            copied = stream.record()
-            kind = buffers.kind
-            if self.finish is not None:
-                out = list(self.finish(out, defer=checks.append) if self.defers else self.finish(out))
-                kind = _flat(kind, len(out))
-            done = stream.record()
-        return _Flight(kind, out, copied, done, checks, sources=[host[:n] for host in buffers.slots[slot]])
+            try:
+                out = [cp.empty((n, *host.shape[1:]), host.dtype) for host in sources]
+                for dev, host in zip(out, sources):
+                    dev.set(host, stream=stream)
+                copied = stream.record()
+                kind = buffers.kind
+                if self.finish is not None:
+                    out = list(self.finish(out, defer=checks.append) if self.defers else self.finish(out))
+                    kind = _flat(kind, len(out))
+                done = stream.record()
+            except BaseException:
+                # no flight will own what is queued (copies out of `sources`, a finish's copy into pinned memory):
+                # let it finish before those buffers can go back to their pools
+                with contextlib.suppress(Exception):
+                    stream.synchronize()
+                raise
+        return _Flight(kind, out, copied, done, checks, sources=sources)
 
     def hand_over(self, flight: _Flight) -> Any:
         """The batch as Tensors; the caller's current stream waits for this batch's work, and only for it."""
         with self.gpu:
-            self.cp.cuda.get_current_stream().wait_event(flight.done)
+            self.consumer = self.cp.cuda.get_current_stream()
+            self.consumer.wait_event(flight.done)
         self.last = flight.arrays
         return _restructure(flight.kind, [Tensor(a) for a in flight.arrays])
 
     def retire(self) -> None:
         """The epoch is over. The batches' device memory goes back to the copy streams' pools, where the next
-        epoch's copies (on the same kept streams) may reuse it: those streams first wait for everything the caller's
-        stream has queued so far, which may still read the last batches. No host sync."""
-        with self.gpu:
-            caller = self.cp.cuda.get_current_stream().record()
+        epoch's copies (on the same kept streams) may reuse it: those streams first wait for everything queued so far
+        on the stream the batches went to (recorded at hand-over: an abandoned iterator may end in another thread),
+        which may still read the last batches. No host sync. Best effort, as drain: an error here (a broken device)
+        would hide the one that ended the epoch."""
+        with contextlib.suppress(Exception), self.gpu:
+            consumed = (self.consumer or self.cp.cuda.get_current_stream()).record()
             for stream in self.streams:
-                stream.wait_event(caller)
+                stream.wait_event(consumed)
         self.in_use, self.last = [], None
 
     def release_last(self) -> None:

@@ -79,11 +79,15 @@ def _parsed(*argv: str) -> argparse.Namespace:
 
 
 def test_the_worker_type_follows_the_decode_and_refuses_processes_for_the_gpu_decode():
-    for argv, want in (((), "process"), (("--decode", "device"), "thread"), (("--worker-type", "thread"), "thread")):
+    for argv, device, want in (((), "cuda", "process"), (("--decode", "device"), "cuda", "thread"),
+                               (("--worker-type", "thread"), "cuda", "thread"),
+                               (("--decode", "device"), "cpu", "process")):   # on the CPU the workers decode
         args = _parsed("--pipeline", "loader", *argv)
-        bench.resolve_worker_type(args)
-        assert args.worker_type == want, argv
+        bench.resolve_worker_type(args, device)
+        assert args.worker_type == want, (argv, device)
     args = _parsed("--pipeline", "loader", "--decode", "device", "--worker-type", "process")
     with pytest.raises(SystemExit, match="--decode device needs --worker-type thread"):
-        bench.resolve_worker_type(args)
+        bench.resolve_worker_type(args, "cuda")
+    bench.resolve_worker_type(_parsed("--pipeline", "resident", "--decode", "device", "--worker-type", "process"),
+                              "cuda")   # no loader: nothing to refuse
     assert 1 <= _parsed().workers <= bench.LOADER_WORKERS

@@ -1013,13 +1013,35 @@ def test_a_flight_keeps_the_host_buffers_it_copies_from_until_its_copy_is_done(m
     del buffers
     gc.collect()
     assert source() is not None  # the worker's buffers are gone, the copy's source is not
-    ahead = _Lookahead(1, 1, poll=None, wait=None, issue=None, give_back=lambda w, slot: None)
+    flight.copied = HeldEvent()  # done only when the test says so
     flight.worker, flight.slot = 0, 0
+    ahead = _Lookahead(1, 1, poll=None, wait=None, issue=None, give_back=lambda w, slot: None)
     ahead.copying = [flight]
-    while not flight.copied.done:  # the fake's events report done after a few queries
+    for _ in range(3):  # the copy is still queued: the buffer stays
         ahead._recycle()
         gc.collect()
-        assert (source() is None) == (flight.sources is None) and ahead.copying == [flight]
+        assert source() is not None and ahead.copying == [flight]
+    flight.copied.done = True
     ahead._recycle()
     gc.collect()
     assert flight.sources is None and source() is None and ahead.copying == []
+
+
+class HeldEvent:
+    def __init__(self) -> None:
+        self.done = False
+
+    def synchronize(self) -> None:
+        self.done = True
+
+
+def test_drain_lets_go_of_the_host_buffers_once_the_copies_are_done():
+    sources = [np.zeros(4)]
+    flight = _Flight("one", [], HeldEvent(), HeldEvent(), [], sources=sources)
+    source = weakref.ref(sources[0])
+    del sources
+    ahead = _Lookahead(1, 1, poll=None, wait=None, issue=None, give_back=lambda w, slot: None)
+    ahead.copying = [flight]
+    ahead.drain()
+    gc.collect()
+    assert flight.done.done and flight.sources is None and source() is None
