@@ -39,8 +39,12 @@ The other rows deliver uint8 batches in host memory.
 --jpeg reads an ImageNet-style folder instead: CIFAR-10 images upscaled to 224 x 224 (Pillow's bicubic) and saved as
 JPEGs (quality 90) in root/<class>/<index>.jpg, read by frost.data.ImageFolder with RandomResizedCrop(224) and
 RandomHorizontalFlip (Pillow's decode and antialiased bilinear resize in the workers, as torchvision's ImageFolder
-and transforms on PIL images do); PyTorch's loader reads the same dataset object (torchvision is not needed), so the
-rows differ only in the loader: Frost's threads and processes against PyTorch's processes, CPU decode.
+and transforms on PIL images do); PyTorch's loader reads the same dataset object, so those rows differ only in the
+loader. Where torchvision is installed two more rows read the folder torchvision's way: `torchvision` (torchvision.io
+decode and transforms.v2 on tensors in PyTorch's worker processes) and `torchvision GPU` (the workers read the
+files, the main process decodes each batch with torchvision.io.decode_jpeg(device="cuda"), nvJPEG, and crops each
+image there). Frost's GPU row is frost.data.DeviceJPEGList (nvImageCodec's batched decode, --decoder picks its back
+ends, then one batched crop-and-resize: Pillow's resize bit for bit).
 
 --strategies times raw decoding without any loader: N plain threads (each a strided share of the
 files) run one strategy over all the files, for N in --threads; images/s for
@@ -71,7 +75,7 @@ from PIL import Image
 
 import frost
 from frost.bench import common
-from frost.data import DataLoader, DevicePNGList, ImageFolder, ImageList
+from frost.data import DataLoader, DeviceJPEGList, DevicePNGList, ImageFolder, ImageList
 from frost.data.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
 from frost.data.cifar import CLASSES, seed_png_files
 from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
@@ -172,6 +176,55 @@ class PillowImageList(ImageList):
         return pillow_decode(self.paths[index]), self.targets[index]
 
 
+class TorchvisionJPEGs:
+    """The JPEG folder for PyTorch's loader, torchvision's way: torchvision.io reads and decodes (libjpeg-turbo on
+    the CPU) and transforms.v2 crops, resizes (antialiased bilinear) and flips uint8 CHW tensors in the workers.
+    With gpu=True the workers only read the files; the batch is decoded on the GPU in the main process
+    (torchvision.io.decode_jpeg(list, device="cuda"): nvJPEG, batched) and each image cropped there."""
+
+    def __init__(self, paths, targets, gpu: bool = False) -> None:
+        self.paths, self.targets, self.gpu = list(paths), np.asarray(targets), gpu
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        import torchvision
+        data = torchvision.io.read_file(self.paths[i])
+        if self.gpu:
+            return data, int(self.targets[i])
+        image = torchvision.io.decode_jpeg(data, mode=torchvision.io.ImageReadMode.RGB)
+        return torchvision_transform()(image), int(self.targets[i])
+
+
+def has_torchvision() -> bool:
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def torchvision_transform():
+    from torchvision.transforms import v2
+    return v2.Compose([v2.RandomResizedCrop(JPEG_SIZE, antialias=True), v2.RandomHorizontalFlip()])
+
+
+def bytes_collate(batch):
+    """A batch of (file bytes, label): the bytes as a list, for decode_jpeg's batched GPU decode."""
+    import torch
+    return [data for data, _ in batch], torch.tensor([label for _, label in batch])
+
+
+def torchvision_gpu_batch(datas):
+    """Decode a list of JPEG byte tensors on the GPU in one call, then crop, resize and flip each there."""
+    import torch
+    import torchvision
+    images = torchvision.io.decode_jpeg(datas, mode=torchvision.io.ImageReadMode.RGB, device="cuda")
+    transform = torchvision_transform()
+    return torch.stack([transform(image) for image in images])
+
+
 def frost_loader(ds, batch: int, workers: int, worker_type: str = "thread", context: str | None = None,
                  persistent: bool = False, device: str | None = None) -> DataLoader:
     """Frost's loader for one path; worker processes are kept across epochs when `persistent`."""
@@ -182,12 +235,12 @@ def frost_loader(ds, batch: int, workers: int, worker_type: str = "thread", cont
 
 
 def torch_loader(ds, batch: int, workers: int, persistent: bool = False, pin_memory: bool = False,
-                 context: str | None = None):
+                 context: str | None = None, collate_fn=None):
     """PyTorch's loader (worker processes, default collate; `context` None: PyTorch's default start method)."""
     import torch.utils.data
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores
     return torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=pin_memory,
-                                       persistent_workers=persistent and workers > 0,
+                                       persistent_workers=persistent and workers > 0, collate_fn=collate_fn,
                                        multiprocessing_context=context if workers > 0 else None)
 
 
@@ -266,6 +319,9 @@ def main(argv=None) -> dict:
     p.add_argument("--strategies", action="store_true", help="time raw decode strategies in plain threads instead")
     p.add_argument("--jpeg", action="store_true",
                    help="an ImageFolder of 224 x 224 JPEGs with RandomResizedCrop and flips instead of the PNGs")
+    p.add_argument("--decoder", default="hybrid", choices=["hybrid", "hardware", "auto"],
+                   help="--jpeg: nvImageCodec's back ends for Frost's GPU row (frost/accel/jpeg_decode.py)")
+    p.add_argument("--no-torchvision", action="store_true", help="--jpeg: skip the torchvision rows")
     p.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = p.parse_args(argv)
 
@@ -274,7 +330,7 @@ def main(argv=None) -> dict:
     if args.jpeg:
         origin = make_jpeg_folder(folder, args.n)
         ds = pillow_ds = jpeg_dataset(folder)
-        args.no_torch_pillow, args.no_gpu = True, True   # Pillow is the decoder already; no GPU JPEG path yet
+        args.no_torch_pillow = True   # Pillow is the decoder already
     else:
         origin = make_png_folder(folder, args.n)
         files, labels = seed_png_files(folder / "train")
@@ -294,13 +350,15 @@ def main(argv=None) -> dict:
     inline = timed_epochs(frost_loader(ds, args.batch, 0), len(ds), args.repeats)
     print(f"frost, loading in the calling thread: {inline['rate']:,.0f} images/s")
     frost_gpu, torch_gpu = gpu_rows_available(args)
-    gpu_ds = DevicePNGList(ds.paths, ds.targets) if frost_gpu else None
+    gpu_ds = None if not frost_gpu else (DeviceJPEGList(ds.paths, ds.targets, size=JPEG_SIZE, decoder=args.decoder)
+                                         if args.jpeg else DevicePNGList(ds.paths, ds.targets))
     if frost_gpu:
         one_epoch(frost_loader(gpu_ds, args.batch, 1, device="cuda"), sync=cuda_sync)  # load the kernels
     print("delivered: frost threads/processes, torch, torch+Pillow: uint8 batches in host memory; "
           "frost GPU-decode, torch+.cuda(): uint8 batches on the GPU (synchronized each epoch)")
     print(f"{'workers':>7} {'frost threads':>13} {'frost procs':>11} {'torch img/s':>12} {'procs/torch':>11} "
-          f"{'torch+Pillow img/s':>19} {'frost GPU-decode':>16} {'torch+.cuda()':>13} {'GPU ratio':>9}")
+          f"{'torch+Pillow img/s':>19} {'frost GPU-decode':>16} {'torch+.cuda()':>13} {'GPU ratio':>9} "
+          f"{'torchvision':>11} {'torchvision GPU':>15}")
     rows = [measure_row(args, ds, pillow_ds, gpu_ds, w, frost_gpu, torch_gpu) for w in workers]
     scaling = scaling_of(rows)
     print_scaling(scaling)
@@ -324,7 +382,13 @@ def main(argv=None) -> dict:
                            "torch": "uint8 batches in host memory (CPU decode in processes)",
                            "torch_pillow": "uint8 batches in host memory (plain Pillow decode in processes)",
                            "frost_gpu_decode": "uint8 batches on the GPU (threads read files, the GPU decodes)",
-                           "torch_cuda": "uint8 batches on the GPU (CPU decode in processes, pinned, .cuda())"},
+                           "torch_cuda": "uint8 batches on the GPU (CPU decode in processes, pinned, .cuda())",
+                           "torchvision": "--jpeg: uint8 CHW batches in host memory (torchvision.io decode and "
+                                          "transforms.v2 in processes)",
+                           "torchvision_gpu": "--jpeg: uint8 CHW batches on the GPU (processes read the files, "
+                                              "torchvision.io.decode_jpeg(device='cuda') per batch, transforms.v2 "
+                                              "per image on the GPU)"},
+              "jpeg_decoder": args.decoder if args.jpeg else None,
               "rows": rows, "scaling": scaling, "versions": versions, "command": _command()}
     common.keep_result(args.out, result)
     return result
@@ -347,6 +411,15 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
     if frost_gpu:
         runs["frost_gpu_decode"] = lambda: timed_epochs(frost_loader(gpu_ds, args.batch, w, device="cuda"), n,
                                                         repeats, sync=cuda_sync)
+    if args.jpeg and not args.no_torch and not args.no_torchvision and has_torchvision():
+        tv = TorchvisionJPEGs(ds.paths, ds.targets)
+        runs["torchvision"] = lambda: timed_epochs(torch_loader(tv, args.batch, w, persistent, context=context), n,
+                                                   repeats)
+        if torch_gpu:
+            tv_gpu = TorchvisionJPEGs(ds.paths, ds.targets, gpu=True)
+            runs["torchvision_gpu"] = lambda: timed_epochs(
+                torch_loader(tv_gpu, args.batch, w, persistent, context=context, collate_fn=bytes_collate), n,
+                repeats, to_gpu=torchvision_gpu_batch, sync=torch_sync)
     if torch_gpu:
         runs["torch_cuda"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent, pin_memory=True,
                                                                context=context), n, repeats, to_gpu=torch_to_gpu,
@@ -362,13 +435,15 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
     print(f"{w:>7} {_cell(rate['frost']):>13} {_cell(rate['frost_process']):>11} {_cell(rate['torch']):>12} "
           f"{_ratio(rate['frost_process'], rate['torch']):>11} {_cell(rate['torch_pillow']):>19} "
           f"{_cell(rate['frost_gpu_decode']):>16} {_cell(rate['torch_cuda']):>13} "
-          f"{_ratio(rate['frost_gpu_decode'], rate['torch_cuda']):>9}", flush=True)
+          f"{_ratio(rate['frost_gpu_decode'], rate['torch_cuda']):>9} {_cell(rate['torchvision']):>11} "
+          f"{_cell(rate['torchvision_gpu']):>15}", flush=True)
     print("        first epoch, s: " + ", ".join(f"{name} {run['first_s']:.2f}" for name, run in got.items()),
           flush=True)
     return row
 
 
-PATHS = ("frost", "frost_process", "torch", "torch_pillow", "frost_gpu_decode", "torch_cuda")
+PATHS = ("frost", "frost_process", "torch", "torch_pillow", "frost_gpu_decode", "torch_cuda", "torchvision",
+         "torchvision_gpu")
 
 
 def _cell(rate: float | None) -> str:

@@ -7,8 +7,9 @@ Frost stays correct, only slower, except that random draws on a GPU need its gen
 docs/gpu.md, "How a fast path registers".
 """
 from frost.accel import (add, augment, batch_norm, bias, cast, conv, cross_entropy, cudnn_attention, dropout,
-                         flash_attention, gelu, grad_norm, head, layer_norm, matmul, philox, png_inflate, resized_crop)
+                         flash_attention, gelu, grad_norm, head, jpeg_decode, layer_norm, matmul, philox, png_inflate,
+                         resized_crop)
 
 __all__ = ["add", "augment", "batch_norm", "bias", "cast", "conv", "cross_entropy", "cudnn_attention", "dropout",
-           "flash_attention", "gelu", "grad_norm", "head", "layer_norm", "matmul", "philox", "png_inflate",
-           "resized_crop"]
+           "flash_attention", "gelu", "grad_norm", "head", "jpeg_decode", "layer_norm", "matmul", "philox",
+           "png_inflate", "resized_crop"]

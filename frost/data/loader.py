@@ -46,7 +46,10 @@ How it works (num_workers = W > 0):
   batch (or at the end of the epoch, or in the iterator's close()), so such an error surfaces one batch
   after the batch holding it. Called without `defer` (the W = 0 path, direct calls) the hook checks
   before returning. A hook without a `defer` parameter is called as `finish_on_device(fields)`.
-  A dataset may also define `for_device(device) -> dataset`: the loader then reads that dataset instead.
+  A dataset may also define `for_device(device) -> dataset`: the loader then reads that dataset instead, and
+  `host_fields` (a tuple of field positions): those fields are not copied, finish_on_device receives the host
+  arrays themselves (a decoder that reads host memory, frost.data.jpeg_device.DeviceJPEGList), held by the
+  loader until the batch's work on the copy stream is done.
 - An IterableDataset has one order, so it is read by one worker thread (still overlapping loading
   with training); shuffle needs a map-style Dataset.
 - Randomness, as PyTorch's scheme but independent of W: each iteration (epoch) has a base seed, a function of
@@ -469,6 +472,12 @@ class DataLoader:
             return None
         return getattr(self.dataset, "finish_on_device", None)
 
+    def _host_fields(self) -> frozenset[int]:
+        """The fields finish_on_device takes on the host (not copied to the device)."""
+        if self._finisher() is None:
+            return frozenset()
+        return frozenset(getattr(self.dataset, "host_fields", ()))
+
     def _inline(self, key: tuple) -> Iterator[Any]:
         # each batch is built under its own generator, and handed out after it: the caller's draws stay its own
         get_batch = self._batch_getter()
@@ -487,12 +496,12 @@ class DataLoader:
 
     def _to_tensors(self, batch: Any) -> Any:
         kind, fields = _fields(batch)
-        out = [Tensor(f) if self.device.type == "cpu" else Tensor(f).to(self.device) for f in fields]
-        finish = self._finisher()
+        finish, host = self._finisher(), self._host_fields()
         if finish is not None:
-            out = [Tensor(a) for a in finish([t.data for t in out])]
-            kind = _flat(kind, len(out))
-        return _restructure(kind, out)
+            out = finish([f if k in host else Tensor(f).to(self.device).data for k, f in enumerate(fields)])
+            return _restructure(_flat(kind, len(out)), [Tensor(a) for a in out])
+        return _restructure(kind, [Tensor(f) if self.device.type == "cpu" else Tensor(f).to(self.device)
+                                   for f in fields])
 
     def _threaded(self, key: tuple) -> Iterator[Any]:
         workers = 1 if self.is_stream else self.num_workers  # a stream has one order: one reader
@@ -665,7 +674,8 @@ class _Consumer:
 
     def _device_batches(self) -> Iterator[Any]:
         """GPU batches in order, up to prefetch_to_device of them queued on the copy stream (see _Lookahead)."""
-        copier = _GpuCopier(self.loader.device, self.loader._finisher(), streams=self.loader.prefetch_to_device)
+        copier = _GpuCopier(self.loader.device, self.loader._finisher(), streams=self.loader.prefetch_to_device,
+                            host_fields=self.loader._host_fields())
         self.lookahead = _Lookahead(self.workers, self.loader.prefetch_to_device, poll=self._poll, wait=self._wait,
                                     issue=copier.issue, give_back=self._give_back, fail=self._raise_if_failed)
         try:
@@ -1511,8 +1521,10 @@ class _GpuCopier:
     batches in flight decode side by side: a decode kernel of a few blocks leaves most of the GPU idle, and on one
     stream each would wait for the one before); the caller's stream waits per batch."""
 
-    def __init__(self, device: Device, finish: Callable[..., list] | None = None, streams: int = 1) -> None:
+    def __init__(self, device: Device, finish: Callable[..., list] | None = None, streams: int = 1,
+                 host_fields: frozenset[int] = frozenset()) -> None:
         self.finish = finish  # runs on the copy stream: its work overlaps the caller's steps
+        self.host_fields = host_fields  # handed to finish as they are: its queued work may read them
         self.defers = finish is not None and _takes_defer(finish)
         self.cp = cuda.cupy()
         self.gpu = self.cp.cuda.Device(device.index or 0)
@@ -1532,15 +1544,19 @@ class _GpuCopier:
         sources = [host[:n] for host in buffers.slots[slot]]  # what the copies read, held by the flight
         with self.gpu, stream:
             try:
-                out = [cp.empty((n, *host.shape[1:]), host.dtype) for host in sources]
+                out = [host if k in self.host_fields else cp.empty((n, *host.shape[1:]), host.dtype)
+                       for k, host in enumerate(sources)]
                 for dev, host in zip(out, sources):
-                    dev.set(host, stream=stream)
+                    if dev is not host:
+                        dev.set(host, stream=stream)
                 copied = stream.record()
                 kind = buffers.kind
                 if self.finish is not None:
                     out = list(self.finish(out, defer=checks.append) if self.defers else self.finish(out))
                     kind = _flat(kind, len(out))
                 done = stream.record()
+                if self.host_fields:
+                    copied = done  # finish's queued work reads the host fields: the buffer goes back after it
             except BaseException:
                 # no flight will own what is queued (copies out of `sources`, a finish's copy into pinned memory):
                 # let it finish before those buffers can go back to their pools

@@ -1,0 +1,202 @@
+"""Tests for frost/data/jpeg_device.py: DeviceJPEGList's batches against the CPU pipeline (ImageList with
+RandomResizedCrop and RandomHorizontalFlip: the same draws, Pillow's decode and resize), through the DataLoader
+with a fake CuPy (only the labels are copied, the file bytes stay on the host until the batch's work is done) and
+on the GPU (nvImageCodec where installed), and the limits and errors that name the file."""
+import io
+import sys
+import types
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import frost
+from frost import dispatch
+from frost.accel import jpeg_decode
+from frost.backend import cpu
+from frost.data import DataLoader, DeviceJPEGList, ImageList
+from frost.data import jpeg_device as jd
+
+
+def write_jpegs(folder, n=10, classes=("cat", "dog"), seed=0):
+    """n JPEGs of varied sizes (smooth content, as photos are) under folder/<class>/, and their paths and labels."""
+    rng = np.random.default_rng(seed)
+    paths, labels = [], []
+    for k in range(n):
+        h, w = int(rng.integers(20, 70)), int(rng.integers(20, 70))
+        y, x = np.mgrid[0:h, 0:w]
+        image = np.stack([(x * 255 // w), (y * 255 // h), (x + y) * 127 // (h + w)], -1).astype(np.uint8)
+        image = np.clip(image.astype(int) + rng.integers(-20, 20, image.shape), 0, 255).astype(np.uint8)
+        label = k % len(classes)
+        (folder / classes[label]).mkdir(parents=True, exist_ok=True)
+        path = folder / classes[label] / f"{k}.jpg"
+        Image.fromarray(image).save(path, quality=90, progressive=bool(k % 3 == 0))
+        paths.append(path)
+        labels.append(label)
+    return paths, labels
+
+
+def reference_batch(ds, indices, seed):
+    """The CPU pipeline's batch under a generator: ImageList + the same transforms."""
+    with cpu.use_generator(np.random.default_rng(seed)):
+        return ds.for_device("cpu").get_batch(np.asarray(indices))
+
+
+def test_a_batch_is_the_cpu_pipelines_batch_bit_for_bit_on_the_host(tmp_path):
+    paths, labels = write_jpegs(tmp_path)
+    ds = DeviceJPEGList(paths, labels, size=24, scale=(0.2, 1.0))
+    indices = [3, 0, 7, 9, 1]
+    with cpu.use_generator(np.random.default_rng(5)):
+        fields = ds.get_batch(np.asarray(indices))
+    images, got_labels = ds.finish_on_device(list(fields))   # NumPy labels: Pillow's decode and resize
+    ref_images, ref_labels = reference_batch(ds, indices, 5)
+    assert images.shape == (5, 24, 24, 3) and images.dtype == np.uint8
+    np.testing.assert_array_equal(images, ref_images)
+    np.testing.assert_array_equal(got_labels, ref_labels)
+    packed, offsets, lengths, sizes, windows, flips, idx, _ = fields
+    for k, i in enumerate(indices):   # the bytes back to back, each file whole
+        assert packed.reshape(-1)[offsets[k]:offsets[k] + lengths[k]].tobytes() == paths[i].read_bytes()
+        with Image.open(paths[i]) as image:
+            assert tuple(sizes[k]) == (image.height, image.width)
+    assert packed.shape[0] == 5 and (packed.shape[1] & (packed.shape[1] - 1)) == 0   # a power of two
+    assert packed.size < 2 * lengths.sum() + 5 * 64
+
+
+def test_folder_and_cpu_loader(tmp_path):
+    write_jpegs(tmp_path / "train", n=8)
+    ds = DeviceJPEGList.folder(tmp_path / "train", size=(16, 12))
+    assert ds.classes == ["cat", "dog"] and ds.class_to_idx == {"cat": 0, "dog": 1} and len(ds) == 8
+    loader = DataLoader(ds, batch_size=3, shuffle=True, seed=4, num_workers=2)   # on the CPU: ImageList + Pillow
+    assert type(loader.dataset) is ImageList
+    batches = [(x.numpy(), y.numpy()) for x, y in loader]
+    assert [b[0].shape for b in batches] == [(3, 16, 12, 3), (3, 16, 12, 3), (2, 16, 12, 3)]
+    image, label = ds[2]   # one item: decoded on the CPU with the transforms
+    assert image.shape == (16, 12, 3) and label == ds.targets[2]
+
+
+def fake_device(monkeypatch):
+    from test_loader import FakeCupy
+    from frost.backend import cuda
+    fake = FakeCupy()
+    monkeypatch.setattr(cuda, "cupy", lambda: fake)
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "_kept_streams", {})
+    monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=np.empty))
+    return fake
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_loader_keeps_the_files_on_the_host_and_copies_only_the_labels(tmp_path, monkeypatch, workers):
+    paths, labels = write_jpegs(tmp_path, n=9)
+    ds = DeviceJPEGList(paths, labels, size=20)
+    reference = [(x.numpy().copy(), y.numpy().copy()) for x, y in
+                 DataLoader(ds.for_device("cpu"), batch_size=4, shuffle=True, seed=3, num_workers=workers)]
+    fake = fake_device(monkeypatch)
+    seen = []
+    finish = ds.finish_on_device
+
+    def spy(fields, defer=None):
+        seen.append([type(f).__name__ for f in fields])
+        return finish(fields, defer=defer)
+    monkeypatch.setattr(ds, "finish_on_device", spy)
+    got = [(x.numpy().copy(), y.numpy().copy()) for x, y in
+           DataLoader(ds, batch_size=4, shuffle=True, seed=3, num_workers=workers, device="cuda")]
+    assert len(got) == len(reference) == 3
+    for (x, y), (rx, ry) in zip(got, reference):   # the same draws as the CPU pipeline, the same bits
+        np.testing.assert_array_equal(x, rx)
+        np.testing.assert_array_equal(y, ry)
+    assert all(kinds[:7] == ["ndarray"] * 7 and kinds[7] == "DeviceArray" for kinds in seen), seen
+    assert fake.log.count("copy") == 3   # the labels, once a batch
+
+
+def test_a_cut_file_is_refused_in_the_worker(tmp_path):
+    # the GPU decoders fill in a cut scan where Pillow refuses the file: the worker checks for the end marker
+    paths, labels = write_jpegs(tmp_path, n=3)
+    data = paths[2].read_bytes()
+    paths[2].write_bytes(data[:len(data) // 2])
+    with pytest.raises(ValueError, match=rf"{paths[2]} is truncated \(no end-of-image marker"):
+        DeviceJPEGList(paths, labels, size=16).get_batch(np.arange(3))
+    with pytest.raises(ValueError, match=r"decoder must be one of \('hybrid', 'hardware', 'auto'\), got 'gpu'"):
+        DeviceJPEGList(paths, labels, decoder="gpu")
+    assert set(jd.DECODERS) == set(jpeg_decode.BACKENDS)
+
+
+def test_a_corrupt_file_is_named(tmp_path, monkeypatch):
+    paths, labels = write_jpegs(tmp_path, n=6)
+    data = paths[4].read_bytes()
+    paths[4].write_bytes(data[:200] + b"\x00" * 50 + b"\xff\xd9")   # broken inside, its end marker kept
+    ds = DeviceJPEGList(paths, labels, size=16)
+    with pytest.raises(RuntimeError, match=rf"DeviceJPEGList: cannot decode {paths[4]}: OSError: "):
+        with cpu.use_generator(np.random.default_rng(0)):
+            ds.finish_on_device(list(ds.get_batch(np.arange(6))))
+    fake_device(monkeypatch)
+    with pytest.raises(RuntimeError, match=rf"cannot decode {paths[4]}: OSError"):   # in the loop, as it is
+        list(DataLoader(ds, batch_size=3, num_workers=2, device="cuda"))
+
+
+def test_what_the_decoder_does_not_take_is_refused_in_the_worker(tmp_path):
+    paths, labels = write_jpegs(tmp_path, n=4)
+    png = tmp_path / "x.png"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(png)
+    ds = DeviceJPEGList([*paths, png], [*labels, 0], size=8)
+    with pytest.raises(ValueError, match=rf"{png} is not a JPEG file .*use frost.data.ImageList"):
+        ds.get_batch(np.arange(5))
+
+
+def test_a_small_file_claiming_a_huge_image_is_refused_before_any_buffer(tmp_path, monkeypatch):
+    paths, labels = write_jpegs(tmp_path, n=3)
+    data = bytearray(paths[1].read_bytes())
+    sof = next(i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] in (0xC0, 0xC2))
+    data[sof + 5:sof + 9] = b"\xea\x60\xea\x60"   # 60000 x 60000
+    paths[1].write_bytes(bytes(data))
+    ds = DeviceJPEGList(paths, labels, size=8)
+    with pytest.raises(ValueError, match=rf"{paths[1]} claims 60000 x 60000 pixels, more than the decoder's limit"):
+        ds.get_batch(np.arange(3))
+    monkeypatch.setattr(jd, "MAX_BATCH_PIXELS", 3 * 70 * 70 * 2)   # two of the largest images at most
+    ds = DeviceJPEGList(*write_jpegs(tmp_path / "more", n=8), size=8)
+    with pytest.raises(ValueError, match=r"a batch of 8 images decodes to \d+ bytes, more than .*MAX_BATCH_PIXELS "
+                                         r".* the largest is .*\.jpg: use a smaller batch"):
+        ds.get_batch(np.arange(8))
+
+
+def test_the_layers_decoder_takes_cupy_targets_only(tmp_path):
+    jpeg = (write_jpegs(tmp_path, n=1)[0][0]).read_bytes()
+    host = jd.decode_jpeg_batch(np.zeros(1), [jpeg, b"junk"])
+    with Image.open(io.BytesIO(jpeg)) as image:
+        np.testing.assert_array_equal(host[0], np.asarray(image.convert("RGB")))
+    assert host[1] is None
+    assert dispatch.lookup("decode_jpeg", np.zeros(1), [jpeg]) is None   # NumPy: the reference
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("workers", [0, 3])
+def test_gpu_loader_against_the_cpu_pipeline(tmp_path, workers):
+    """Labels and windows exact; pixels within the GPU decoder's rounding of libjpeg's (exact without it)."""
+    paths, labels = write_jpegs(tmp_path, n=40, seed=1)
+    ds = DeviceJPEGList(paths, labels, size=32)
+    cpu_batches = [(x.numpy(), y.numpy()) for x, y in
+                   DataLoader(ds.for_device("cpu"), batch_size=16, shuffle=True, seed=7, num_workers=workers)]
+    gpu_batches = [(x, y) for x, y in DataLoader(ds, batch_size=16, shuffle=True, seed=7, num_workers=workers,
+                                                 device="cuda")]
+    exact = jpeg_decode.nvimgcodec() is None
+    assert len(gpu_batches) == len(cpu_batches) == 3
+    for (x, y), (rx, ry) in zip(gpu_batches, cpu_batches):
+        assert x.device == "cuda:0" and x.dtype == frost.uint8 and x.shape == rx.shape
+        np.testing.assert_array_equal(y.numpy(), ry)
+        diff = np.abs(x.numpy().astype(int) - rx.astype(int))
+        if exact:
+            assert diff.max() == 0
+        else:
+            assert diff.mean() < 1.5 and np.percentile(diff, 99) <= 8, (diff.mean(), diff.max())
+
+
+@pytest.mark.cuda
+def test_gpu_loader_names_a_corrupt_file(tmp_path):
+    paths, labels = write_jpegs(tmp_path, n=24, seed=2)
+    data = paths[13].read_bytes()
+    paths[13].write_bytes(data[:200] + b"\x00" * 50 + b"\xff\xd9")   # broken inside, its end marker kept
+    for workers in (0, 2):
+        with pytest.raises(RuntimeError, match=rf"DeviceJPEGList: cannot decode {paths[13]}: "):
+            for _ in DataLoader(DeviceJPEGList(paths, labels, size=16), batch_size=8, num_workers=workers,
+                                device="cuda"):
+                pass
