@@ -7,8 +7,8 @@
     python benchmarks/loader.py --strategies         # raw decode strategies in N plain threads
 
 Makes a PNG folder in the seed's layout (`train/<index>_<class>.png`) from the shared CIFAR-10 npz
-parts (FROST_CIFAR10_PARTS=DIR names another folder of them; random images when they are absent), then
-reads one epoch of it with each worker count:
+parts (FROST_CIFAR10_PARTS=DIR names another folder of them; the embedded sample's 2,000 real images, cycled,
+when they are absent), then reads one epoch of it with each worker count:
 both loaders use the same dataset object (frost.data.ImageList: frost.data.png's decoder -> uint8 HWC
 array per item; Frost's loader calls its get_batch once per batch, PyTorch's __getitem__ per sample),
 the same batch size and no shuffling; PyTorch also gets a row with plain Pillow decoding
@@ -77,7 +77,7 @@ import frost
 from frost.bench import common
 from frost.data import DataLoader, DeviceJPEGList, DevicePNGList, ImageFolder, ImageList
 from frost.data.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
-from frost.data.cifar import CLASSES, seed_png_files
+from frost.data.cifar import CLASSES, load_sample, seed_png_files
 from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
 from frost.io import read_npy, read_npz_array
 from frost.parallel import finish, spawn, split
@@ -88,7 +88,8 @@ SHARED = Path(os.environ.get("FROST_CIFAR10_PARTS", HERE.parent / ".." / "shared
 
 
 def source_images(n: int) -> tuple[np.ndarray, np.ndarray, str]:
-    """n CIFAR-10 training images and labels from the shared parts, or random ones."""
+    """n CIFAR-10 training images and labels from the shared parts, else the embedded sample's (real images, so that
+    their PNGs and JPEGs compress and decode as CIFAR-10's do; random pixels would not)."""
     if (SHARED / "train_x_a.npz").is_file():
         parts, have = [], 0
         for s in "abcde":
@@ -100,8 +101,10 @@ def source_images(n: int) -> tuple[np.ndarray, np.ndarray, str]:
         if len(x) < n:
             raise SystemExit(f"loader: --n {n} is more than the {len(x)} shared training images")
         return x, read_npy(SHARED / "train_y.npy")[:n].astype(np.int64), "shared CIFAR-10 train parts"
-    rng = np.random.default_rng(0)
-    return (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, n), "random images")
+    x, y = load_sample()   # real CIFAR-10 images (2,000 of them, embedded in the package), cycled
+    reps = -(-n // len(x))
+    return (np.concatenate([x] * reps)[:n], np.concatenate([y] * reps)[:n].astype(np.int64),
+            f"the package's embedded CIFAR-10 sample ({len(x)} training images, cycled)")
 
 
 def make_png_folder(folder: Path, n: int) -> str:
