@@ -244,7 +244,16 @@ def torch_loader(ds, batch: int, workers: int, persistent: bool = False, pin_mem
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores
     return torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=pin_memory,
                                        persistent_workers=persistent and workers > 0, collate_fn=collate_fn,
-                                       multiprocessing_context=context if workers > 0 else None)
+                                       multiprocessing_context=context if workers > 0 else None,
+                                       worker_init_fn=torch_worker_init, timeout=120 if workers > 0 else 0)
+
+
+def torch_worker_init(worker_id: int) -> None:
+    """Tensors go back to the main process through shared-memory files, not one file descriptor each: a batch of
+    256 file byte tensors (torchvision_gpu's) from 16 workers, two batches ahead, would hold 8,192 descriptors,
+    over the usual limit of 1,024 (seen on the H100 host: "Bad file descriptor" in the workers' feeder threads)."""
+    import torch.multiprocessing
+    torch.multiprocessing.set_sharing_strategy("file_system")
 
 
 def torch_context(frost_gpu: bool) -> str | None:
@@ -427,7 +436,7 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
         runs["torch_cuda"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent, pin_memory=True,
                                                                context=context), n, repeats, to_gpu=torch_to_gpu,
                                                   sync=torch_sync)
-    got = {name: run() for name, run in runs.items()}  # each loader (and its workers) is dropped after its run
+    got = {name: attempt(name, run) for name, run in runs.items()}  # each loader (and its workers) is dropped after
     row = {"workers": w}
     for name in PATHS:
         run = got.get(name)
@@ -440,9 +449,18 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
           f"{_cell(rate['frost_gpu_decode']):>16} {_cell(rate['torch_cuda']):>13} "
           f"{_ratio(rate['frost_gpu_decode'], rate['torch_cuda']):>9} {_cell(rate['torchvision']):>11} "
           f"{_cell(rate['torchvision_gpu']):>15}", flush=True)
-    print("        first epoch, s: " + ", ".join(f"{name} {run['first_s']:.2f}" for name, run in got.items()),
+    print("        first epoch, s: " + ", ".join(f"{name} {run['first_s']:.2f}" for name, run in got.items() if run),
           flush=True)
     return row
+
+
+def attempt(name: str, run) -> dict | None:
+    """One path's run, or None (printed) where it fails: the other paths' rows still come."""
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001 - a benchmark row, reported and skipped
+        print(f"        {name} failed: {type(e).__name__}: {e}", flush=True)
+        return None
 
 
 PATHS = ("frost", "frost_process", "torch", "torch_pillow", "frost_gpu_decode", "torch_cuda", "torchvision",

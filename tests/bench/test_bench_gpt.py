@@ -244,9 +244,11 @@ def test_jit_replay_equals_eager_for_20_gpt_steps_on_the_gpu(exact_gpu_math, pre
     # product before its one rounding (cuBLAS's C, cuDNN's epilogue); when eager ones added it to the bf16 product,
     # c_attn's weight parted by 2.4 % of its norm after 20 steps (an H100, 2026-12-06). A stale input, mask or learning
     # rate in the replay moves whole tensors by steps of the learning rate (1e-3, on weights of about 2e-2) and the
-    # first losses at once.
+    # first losses at once. In bf16 two eager runs alone part by up to 2.2 % of a weight's norm (layer 0's c_attn;
+    # 1.5 % the position embedding) and two replays by 1.4 %, eager against replay by 2.8 % (an H100, 2026-12-06,
+    # gptnoise in the closing note): 5 % is that spread with room, far below a stale input's 100 %.
     first_rtol, loss_rtol, weight_atol, norm_rtol = {"fp32": (1e-5, 1e-3, 1e-4, 1e-2),
-                                                     "bf16": (1e-3, 3e-2, 5e-3, 2e-2)}[precision]
+                                                     "bf16": (1e-3, 3e-2, 5e-3, 5e-2)}[precision]
     np.testing.assert_allclose(jit_losses[:3], eager_losses[:3], rtol=first_rtol)
     np.testing.assert_allclose(jit_losses, eager_losses, rtol=loss_rtol)
     for name, value in eager_state.items():
