@@ -58,6 +58,7 @@ so one run shows where each stops scaling (the GIL).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import platform
 import statistics
@@ -214,15 +215,19 @@ def torchvision_transform():
 
 
 def bytes_collate(batch):
-    """A batch of (file bytes, label): the bytes as a list, for decode_jpeg's batched GPU decode."""
+    """A batch of (file bytes, label): the files' bytes in one tensor with their lengths (one shared buffer a batch,
+    as Frost's workers hand over), for decode_jpeg's batched GPU decode."""
     import torch
-    return [data for data, _ in batch], torch.tensor([label for _, label in batch])
+    return ((torch.cat([data for data, _ in batch]), torch.tensor([len(data) for data, _ in batch])),
+            torch.tensor([label for _, label in batch]))
 
 
-def torchvision_gpu_batch(datas):
-    """Decode a list of JPEG byte tensors on the GPU in one call, then crop, resize and flip each there."""
+def torchvision_gpu_batch(packed):
+    """Decode a batch of JPEG files on the GPU in one call, then crop, resize and flip each image there."""
     import torch
     import torchvision
+    data, lengths = packed
+    datas = list(torch.split(data, lengths.tolist()))
     images = torchvision.io.decode_jpeg(datas, mode=torchvision.io.ImageReadMode.RGB, device="cuda")
     transform = torchvision_transform()
     return torch.stack([transform(image) for image in images])
@@ -238,20 +243,20 @@ def frost_loader(ds, batch: int, workers: int, worker_type: str = "thread", cont
 
 
 def torch_loader(ds, batch: int, workers: int, persistent: bool = False, pin_memory: bool = False,
-                 context: str | None = None, collate_fn=None):
+                 context: str | None = None, collate_fn=None, worker_init_fn=None):
     """PyTorch's loader (worker processes, default collate; `context` None: PyTorch's default start method)."""
     import torch.utils.data
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores
     return torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=pin_memory,
                                        persistent_workers=persistent and workers > 0, collate_fn=collate_fn,
                                        multiprocessing_context=context if workers > 0 else None,
-                                       worker_init_fn=torch_worker_init, timeout=120 if workers > 0 else 0)
+                                       worker_init_fn=worker_init_fn, timeout=120 if workers > 0 else 0)
 
 
 def torch_worker_init(worker_id: int) -> None:
-    """Tensors go back to the main process through shared-memory files, not one file descriptor each: a batch of
-    256 file byte tensors (torchvision_gpu's) from 16 workers, two batches ahead, would hold 8,192 descriptors,
-    over the usual limit of 1,024 (seen on the H100 host: "Bad file descriptor" in the workers' feeder threads)."""
+    """(torchvision_gpu's workers) Tensors go back to the main process through shared-memory files, not one file
+    descriptor each: 256 file byte tensors a batch from 16 workers, two batches ahead, held 8,192 descriptors, over
+    the usual limit of 1,024 ("Bad file descriptor" in the workers' feeder threads, an H100 host)."""
     import torch.multiprocessing
     torch.multiprocessing.set_sharing_strategy("file_system")
 
@@ -430,14 +435,16 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
         if torch_gpu:
             tv_gpu = TorchvisionJPEGs(ds.paths, ds.targets, gpu=True)
             runs["torchvision_gpu"] = lambda: timed_epochs(
-                torch_loader(tv_gpu, args.batch, w, persistent, context=context, collate_fn=bytes_collate), n,
+                torch_loader(tv_gpu, args.batch, w, persistent, context=context, collate_fn=bytes_collate,
+                             worker_init_fn=torch_worker_init), n,
                 repeats, to_gpu=torchvision_gpu_batch, sync=torch_sync)
     if torch_gpu:
         runs["torch_cuda"] = lambda: timed_epochs(torch_loader(ds, args.batch, w, persistent, pin_memory=True,
                                                                context=context), n, repeats, to_gpu=torch_to_gpu,
                                                   sync=torch_sync)
-    got = {name: attempt(name, run) for name, run in runs.items()}  # each loader (and its workers) is dropped after
-    row = {"workers": w}
+    errors: dict = {}
+    got = {name: attempt(name, run, errors) for name, run in runs.items()}  # each loader is dropped after its run
+    row = {"workers": w, "errors": errors}
     for name in PATHS:
         run = got.get(name)
         row[f"{name}_images_per_s"] = run["rate"] if run else None
@@ -454,12 +461,14 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
     return row
 
 
-def attempt(name: str, run) -> dict | None:
-    """One path's run, or None (printed) where it fails: the other paths' rows still come."""
+def attempt(name: str, run, errors: dict) -> dict | None:
+    """One path's run, or None where it fails (the error printed and kept in the row's JSON): the other paths' rows
+    still come."""
     try:
         return run()
     except Exception as e:  # noqa: BLE001 - a benchmark row, reported and skipped
-        print(f"        {name} failed: {type(e).__name__}: {e}", flush=True)
+        errors[name] = f"{type(e).__name__}: {e}"
+        print(f"        {name} failed: {errors[name]}", flush=True)
         return None
 
 
@@ -497,8 +506,14 @@ def print_scaling(scaling: dict) -> None:
 
 
 def _versions() -> dict:
-    return {"python": platform.python_version(), "numpy": np.__version__, "pillow": Image.__version__,
-            "frost": frost.__version__}
+    versions = {"python": platform.python_version(), "numpy": np.__version__, "pillow": Image.__version__,
+                "frost": frost.__version__}
+    for name in ("torchvision", "cupy", "nvidia.nvimgcodec"):
+        try:
+            versions[name] = importlib.import_module(name).__version__
+        except Exception:  # noqa: BLE001 - not installed, or unable to load its libraries
+            pass
+    return versions
 
 
 def _command() -> str:

@@ -20,26 +20,30 @@ the CPU pipeline, slowly. On the CPU the loader reads `for_device`'s plain Image
 """
 from __future__ import annotations
 
+import io
 import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from PIL import Image
 
 from frost import dispatch
 from frost.backend import cuda
 from frost.data.folder import ImageFolder, ImageList
-from frost.data.jpeg import ends_whole, jpeg_size
+from frost.data import png_device
+from frost.data.jpeg import ends_whole, is_jpeg, jpeg_frame
 from frost.data.png import decode_with_pillow
-from frost.data.png_device import MAX_BATCH_BYTES, MAX_PIXELS, _read, _read_gate
+from frost.data.png_device import _read, _read_gate
 from frost.data.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop, resized_crops
 
 __all__ = ["DeviceJPEGList", "decode_jpeg_batch", "MAX_BATCH_PIXELS", "DECODERS"]
 
 DECODERS = ("hybrid", "hardware", "auto")   # nvImageCodec's back ends to use (frost/accel/jpeg_decode.py)
 
-# The most decoded bytes (height x width x 3, summed over a batch) one batch may ask the GPU for: 256 images of
-# 2,000 x 2,000 pixels fit; 256 files of 300 bytes each claiming 20,000 x 20,000 pixels do not.
-MAX_BATCH_PIXELS = 4 << 30
+# The most decoded bytes (height x width x 3, summed over a batch) one batch may ask the GPU for: the resize kernels
+# address the batch with int32 offsets. 256 ImageNet photos (about 500 x 375) take 144 MB; 256 files of 300 bytes
+# each claiming 20,000 x 20,000 pixels are refused.
+MAX_BATCH_PIXELS = (2 << 30) - 1
 
 
 def decode_jpeg_batch(like: Any, files: Sequence, decoder: str = "hybrid") -> list:
@@ -52,17 +56,16 @@ def decode_jpeg_batch(like: Any, files: Sequence, decoder: str = "hybrid") -> li
     fast = dispatch.lookup("decode_jpeg", like, files, decoder=decoder)
     if fast is not None:
         return fast(like, files, decoder=decoder)
-    images = [_pillow_or_none(f) for f in files]
-    if isinstance(like, np.ndarray):
-        return images
-    return [None if image is None else cuda.cupy().asarray(image) for image in images]
+    return [_on_host(like, f) for f in files]
 
 
-def _pillow_or_none(data) -> np.ndarray | None:
+def _on_host(like: Any, data) -> Any:
+    """Pillow's decode of one file, uploaded to `like`'s device; None where Pillow refuses it."""
     try:
-        return decode_with_pillow(bytes(data))
+        image = decode_with_pillow(bytes(data))
     except Exception:  # noqa: BLE001 - the caller names the file and asks Pillow again for the reason
         return None
+    return image if isinstance(like, np.ndarray) else cuda.cupy().asarray(image)
 
 
 def _why(data) -> str:
@@ -87,7 +90,8 @@ class DeviceJPEGList(ImageList):
     probability `flip`, as uint8 (B, height, width, 3) batches.
 
     get_batch (in the workers) gives the files' bytes back to back (packed (B, chunk) uint8, offsets, lengths),
-    each image's (height, width) and (top, left, height, width) window, the flips, the indices and the labels;
+    each image's (height, width), its (top, left, height, width) window, whether the GPU decodes it (else Pillow
+    does: another format named .jpg, a 12-bit JPEG), the flips, the indices and the labels;
     all but the labels stay on the host (`host_fields`) for finish_on_device. Items read one at a time (`ds[i]`)
     and a DataLoader on the CPU decode with Pillow and apply the same transforms."""
 
@@ -100,7 +104,7 @@ class DeviceJPEGList(ImageList):
         self.decoder = decoder   # nvImageCodec's back ends (decode_jpeg_batch)
         super().__init__(paths, targets, transform=Compose([self.crop, self.flip]))
         self.size = self.crop.size
-        self.host_fields = (0, 1, 2, 3, 4, 5, 6)   # everything but the labels
+        self.host_fields = (0, 1, 2, 3, 4, 5, 6, 7)   # everything but the labels
 
     @classmethod
     def folder(cls, root: str | os.PathLike, size: int | Sequence[int] = 224, scale: Sequence[float] = (0.08, 1.0),
@@ -120,45 +124,51 @@ class DeviceJPEGList(ImageList):
 
     def get_batch(self, indices: np.ndarray) -> tuple[np.ndarray, ...]:
         """(packed (B, chunk) uint8, offsets (B,) int64, lengths (B,) int64, sizes (B, 2) int32, windows (B, 4)
-        int32, flips (B,) uint8, indices (B,) int64, labels (B,) int64)."""
+        int32, on_gpu (B,) uint8, flips (B,) uint8, indices (B,) int64, labels (B,) int64). on_gpu is 0 for a file
+        the GPU decoder does not take (another format named .jpg, a 12-bit JPEG): Pillow decodes it on the host."""
         indices = np.asarray(indices, dtype=np.int64)
         if len(indices) == 0:
             raise ValueError("DeviceJPEGList.get_batch: no indices")
         paths, n = self.paths, len(indices)
         with _read_gate:
             files = [_read(paths[i]) for i in indices.tolist()]
-        sizes, windows, flips = np.empty((n, 2), np.int32), np.empty((n, 4), np.int32), np.empty(n, np.uint8)
+        sizes, windows = np.empty((n, 2), np.int32), np.empty((n, 4), np.int32)
+        on_gpu, flips = np.empty(n, np.uint8), np.empty(n, np.uint8)
         for k, (i, data) in enumerate(zip(indices.tolist(), files)):
-            height, width = self._size_of(data, paths[i])
+            height, width, on_gpu[k] = self._size_of(data, paths[i])
             sizes[k] = height, width
             windows[k] = self.crop.draw(height, width)   # the CPU pipeline's draws, in its order
             flips[k] = self.flip.draw(1)[0]
         self._check_batch(sizes, indices)
         lengths = np.array([len(f) for f in files], np.int64)
-        if lengths.sum() > MAX_BATCH_BYTES:
+        if lengths.sum() > png_device.MAX_BATCH_BYTES:
             raise ValueError(f"DeviceJPEGList: a batch of {n} files holds {int(lengths.sum())} bytes, more than "
-                             f"frost.data.png_device.MAX_BATCH_BYTES ({MAX_BATCH_BYTES}); use a smaller batch")
+                             f"frost.data.png_device.MAX_BATCH_BYTES ({png_device.MAX_BATCH_BYTES}); use a smaller "
+                             f"batch")
         offsets = np.concatenate([[0], np.cumsum(lengths[:-1])]).astype(np.int64)
         packed = np.zeros(n * _chunk(int(lengths.sum()), n), np.uint8)
         for start, data in zip(offsets.tolist(), files):
             packed[start:start + len(data)] = np.frombuffer(data, np.uint8)
-        return packed.reshape(n, -1), offsets, lengths, sizes, windows, flips, indices, self.targets[indices]
+        return (packed.reshape(n, -1), offsets, lengths, sizes, windows, on_gpu, flips, indices,
+                self.targets[indices])
 
-    def _size_of(self, data: bytes, name: str) -> tuple[int, int]:
-        try:
-            height, width, components = jpeg_size(data, name)
-        except ValueError as e:
-            raise ValueError(f"DeviceJPEGList: {e} (the GPU decoder takes JPEG files only; use "
-                             f"frost.data.ImageList for other formats)") from e
-        if not ends_whole(data):
-            raise ValueError(f"DeviceJPEGList: {name} is truncated (no end-of-image marker in its last KiB)")
-        if components not in (1, 3, 4):
-            raise ValueError(f"DeviceJPEGList: {name} has {components} colour components; 1 (grey), 3 (YCbCr or "
-                             f"RGB) or 4 (CMYK) are decoded")
-        if height * width > MAX_PIXELS:
+    def _size_of(self, data: bytes, name: str) -> tuple[int, int, bool]:
+        """(height, width, whether the GPU decoder takes the file), or ValueError naming it."""
+        if is_jpeg(data):
+            try:
+                frame = jpeg_frame(data, name)
+            except ValueError as e:
+                raise ValueError(f"DeviceJPEGList: {e}") from e
+            if not ends_whole(data, frame):
+                raise ValueError(f"DeviceJPEGList: {name} is truncated (no end-of-image marker after its scan)")
+            height, width, on_gpu = frame.height, frame.width, frame.precision == 8 and frame.components in (1, 3)
+        else:   # another format in a JPEG folder (ImageNet's training set holds a PNG named .JPEG)
+            height, width, on_gpu = *_pillow_size(data, name), False
+        if height * width > png_device.MAX_PIXELS:
             raise ValueError(f"DeviceJPEGList: {name} claims {width} x {height} pixels, more than the decoder's "
-                             f"limit of {MAX_PIXELS} (frost.data.png_device.MAX_PIXELS; a decompression bomb?)")
-        return height, width
+                             f"limit of {png_device.MAX_PIXELS} (frost.data.png_device.MAX_PIXELS; a decompression "
+                             f"bomb?)")
+        return height, width, on_gpu
 
     def _check_batch(self, sizes: np.ndarray, indices: np.ndarray) -> None:
         pixels = sizes.astype(np.int64).prod(axis=1) * 3
@@ -172,32 +182,59 @@ class DeviceJPEGList(ImageList):
         """Called by the DataLoader on each batch (host fields, device labels): decode, crop, resize and flip on
         the labels' device -> [images (B, h, w, 3) uint8, labels].
 
-        The work runs on the current stream. A file the decoder refuses raises RuntimeError naming it (the
-        decoder answers before its work is done, so nothing is deferred). The decoded images must outlive the
-        resize's kernels: with `defer` the loader holds them until this batch's work is done, without it the
-        stream is synchronized here."""
-        packed, offsets, lengths, sizes, windows, flips, indices, labels = fields
+        The work runs on the current stream. A file that cannot be decoded raises RuntimeError naming it: at once
+        without `defer`; with it (the threaded DataLoader) its image is left black and the loader raises when the
+        caller asks for the next batch, as for DevicePNGList. The decoded images must outlive the resize's
+        kernels: with `defer` the loader holds them until this batch's work is done, without it the stream is
+        synchronized here."""
+        packed, offsets, lengths, sizes, windows, on_gpu, flips, indices, labels = fields
         flat = np.asarray(packed).reshape(-1)
         files = [flat[o:o + n] for o, n in zip(np.asarray(offsets).tolist(), np.asarray(lengths).tolist())]
-        images = decode_jpeg_batch(labels, files, self.decoder)
-        images = [self._checked(image, k, files, sizes, indices) for k, image in enumerate(images)]
+        gpu = np.flatnonzero(np.asarray(on_gpu)).tolist()
+        raw = [None] * len(files)
+        for k, image in zip(gpu, decode_jpeg_batch(labels, [files[k] for k in gpu], self.decoder)):
+            raw[k] = image
+        for k in sorted(set(range(len(files))) - set(gpu)):
+            raw[k] = _on_host(labels, files[k])
+        failed = [k for k, image in enumerate(raw) if image is None]
+        names = [self.paths[int(i)] for i in np.asarray(indices)[failed]]
+        reasons = [_why(files[k]) for k in failed]
+        images = [self._checked(image, k, sizes, indices, labels) for k, image in enumerate(raw)]
         out = resized_crops(images, np.asarray(windows), self.size, np.asarray(flips))
+
+        def check() -> None:
+            raw.clear(), images.clear()   # the batch's work is done: its decoded images may go
+            if failed:
+                raise RuntimeError(f"DeviceJPEGList: cannot decode {names[0]}: {reasons[0]}")
         if defer is not None:
-            defer(lambda: images.clear())
-        elif not isinstance(labels, np.ndarray):
-            cuda.cupy().cuda.get_current_stream().synchronize()
+            defer(check)
+        else:
+            if not isinstance(labels, np.ndarray):
+                cuda.cupy().cuda.get_current_stream().synchronize()
+            check()
         return [out, labels]
 
-    def _checked(self, image: Any, k: int, files: list, sizes, indices) -> Any:
-        """Image k as C-order (H, W, 3), or RuntimeError naming its file."""
-        name = self.paths[int(indices[k])]
+    def _checked(self, image: Any, k: int, sizes, indices, like) -> Any:
+        """Image k as C-order (H, W, 3) uint8; black where it failed to decode (reported by the caller)."""
+        height, width = (int(v) for v in sizes[k])
+        xp = np if isinstance(like, np.ndarray) else cuda.cupy()
         if image is None:
-            raise RuntimeError(f"DeviceJPEGList: cannot decode {name}: {_why(files[k])}")
+            return xp.zeros((height, width, 3), np.uint8)
         if image.ndim == 2:
             image = image[:, :, None]
         if image.shape[2] == 1:
             image = image.repeat(3, axis=2)
-        if image.shape != (*tuple(int(v) for v in sizes[k]), 3):
-            raise RuntimeError(f"DeviceJPEGList: {name} decoded to {tuple(image.shape)}, but its frame header "
-                               f"says {int(sizes[k][0])} x {int(sizes[k][1])} pixels")
+        if image.shape != (height, width, 3) or image.dtype != np.uint8:
+            raise RuntimeError(f"DeviceJPEGList: {self.paths[int(indices[k])]} decoded to {tuple(image.shape)} "
+                               f"{image.dtype}, but its header says {height} x {width} pixels of 8 bits")
         return image if image.flags.c_contiguous else image.copy()
+
+
+def _pillow_size(data: bytes, name: str) -> tuple[int, int]:
+    """(height, width) from Pillow's reading of a header (it decodes nothing), or ValueError naming the file."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.height, image.width
+    except Exception as e:  # noqa: BLE001 - any reason Pillow gives, with the file's name
+        raise ValueError(f"DeviceJPEGList: {name} is neither a JPEG file nor an image Pillow reads: "
+                         f"{type(e).__name__}: {e}") from e

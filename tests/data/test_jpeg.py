@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from frost.data.jpeg import is_jpeg, jpeg_size
+from frost.data.jpeg import ends_whole, is_jpeg, jpeg_frame, jpeg_size
 
 
 def jpeg_bytes(array, **options) -> bytes:
@@ -52,9 +52,29 @@ def test_broken_headers_raise_naming_the_file():
         jpeg_size(bytes(zero), "z.jpg")
     app0 = data.index(b"\xff\xe0")
     end = app0 + 2 + struct.unpack_from(">H", data, app0 + 2)[0]   # the first segment's end
-    junk = data[:end] + b"\x00" + data[end:]
-    with pytest.raises(ValueError, match=r"j\.jpg: expected a marker at byte \d+, found 0x00"):
-        jpeg_size(junk, "j.jpg")
+    junk = data[:end] + b"\x00\x17" + data[end:]   # stray bytes between segments: skipped, as libjpeg does
+    assert jpeg_size(junk, "j.jpg") == (6, 7, 3)
+    bad = data[:app0 + 2] + b"\x00\x01" + data[app0 + 4:]
+    with pytest.raises(ValueError, match=r"b\.jpg has a segment \(marker 0xe0\) of length 1"):
+        jpeg_size(bad, "b.jpg")
     short = data[:sof + 2] + struct.pack(">H", 5) + data[sof + 4:]
     with pytest.raises(ValueError, match=r"f\.jpg has a frame header of 5 bytes"):
         jpeg_size(short, "f.jpg")
+
+
+def test_the_end_marker_is_looked_for_after_the_scan():
+    image = np.random.default_rng(1).integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    data = jpeg_bytes(image)
+    frame = jpeg_frame(data, "x.jpg")
+    assert data[frame.scan:frame.scan + 2] == b"\xff\xda" and frame.precision == 8
+    assert ends_whole(data, frame)
+    cut = data[:frame.scan + 100]
+    assert not ends_whole(cut, jpeg_frame(cut, "cut.jpg"))
+    # a thumbnail's end marker (in an APP segment before the scan) does not make a cut file whole
+    thumb = io.BytesIO()
+    Image.fromarray(image[:8, :8]).save(thumb, format="JPEG")
+    app = b"\xff\xe1" + struct.pack(">H", len(thumb.getvalue()) + 2) + thumb.getvalue()
+    with_thumb = data[:2] + app + data[2:]
+    frame = jpeg_frame(with_thumb, "t.jpg")
+    assert ends_whole(with_thumb, frame) and not ends_whole(with_thumb[:frame.scan + 100], frame)
+    assert ends_whole(data + b"\x00" * 5000, jpeg_frame(data, "x.jpg"))   # data appended after the image

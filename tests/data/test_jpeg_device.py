@@ -16,6 +16,7 @@ from frost.accel import jpeg_decode
 from frost.backend import cpu
 from frost.data import DataLoader, DeviceJPEGList, ImageList
 from frost.data import jpeg_device as jd
+from frost.data import png_device as pd
 
 
 def write_jpegs(folder, n=10, classes=("cat", "dog"), seed=0):
@@ -36,6 +37,13 @@ def write_jpegs(folder, n=10, classes=("cat", "dog"), seed=0):
     return paths, labels
 
 
+def bogus_huffman_table(data: bytes) -> bytes:
+    """The file with its first Huffman table's code counts over-subscribed: every segment and marker in place (the
+    worker's checks pass), but no decoder can build the table (libjpeg: "Bogus Huffman table definition")."""
+    dht = data.index(b"\xff\xc4")
+    return data[:dht + 5] + b"\xff" * 16 + data[dht + 21:]
+
+
 def reference_batch(ds, indices, seed):
     """The CPU pipeline's batch under a generator: ImageList + the same transforms."""
     with cpu.use_generator(np.random.default_rng(seed)):
@@ -53,7 +61,8 @@ def test_a_batch_is_the_cpu_pipelines_batch_bit_for_bit_on_the_host(tmp_path):
     assert images.shape == (5, 24, 24, 3) and images.dtype == np.uint8
     np.testing.assert_array_equal(images, ref_images)
     np.testing.assert_array_equal(got_labels, ref_labels)
-    packed, offsets, lengths, sizes, windows, flips, idx, _ = fields
+    packed, offsets, lengths, sizes, windows, on_gpu, flips, idx, _ = fields
+    assert on_gpu.tolist() == [1] * 5
     for k, i in enumerate(indices):   # the bytes back to back, each file whole
         assert packed.reshape(-1)[offsets[k]:offsets[k] + lengths[k]].tobytes() == paths[i].read_bytes()
         with Image.open(paths[i]) as image:
@@ -105,7 +114,7 @@ def test_loader_keeps_the_files_on_the_host_and_copies_only_the_labels(tmp_path,
     for (x, y), (rx, ry) in zip(got, reference):   # the same draws as the CPU pipeline, the same bits
         np.testing.assert_array_equal(x, rx)
         np.testing.assert_array_equal(y, ry)
-    assert all(kinds[:7] == ["ndarray"] * 7 and kinds[7] == "DeviceArray" for kinds in seen), seen
+    assert all(kinds[:8] == ["ndarray"] * 8 and kinds[8] == "DeviceArray" for kinds in seen), seen
     assert fake.log.count("copy") == 3   # the labels, once a batch
 
 
@@ -114,7 +123,7 @@ def test_a_cut_file_is_refused_in_the_worker(tmp_path):
     paths, labels = write_jpegs(tmp_path, n=3)
     data = paths[2].read_bytes()
     paths[2].write_bytes(data[:len(data) // 2])
-    with pytest.raises(ValueError, match=rf"{paths[2]} is truncated \(no end-of-image marker"):
+    with pytest.raises(ValueError, match=rf"{paths[2]} is truncated \(no end-of-image marker after its scan\)"):
         DeviceJPEGList(paths, labels, size=16).get_batch(np.arange(3))
     with pytest.raises(ValueError, match=r"decoder must be one of \('hybrid', 'hardware', 'auto'\), got 'gpu'"):
         DeviceJPEGList(paths, labels, decoder="gpu")
@@ -123,24 +132,38 @@ def test_a_cut_file_is_refused_in_the_worker(tmp_path):
 
 def test_a_corrupt_file_is_named(tmp_path, monkeypatch):
     paths, labels = write_jpegs(tmp_path, n=6)
-    data = paths[4].read_bytes()
-    paths[4].write_bytes(data[:200] + b"\x00" * 50 + b"\xff\xd9")   # broken inside, its end marker kept
+    paths[4].write_bytes(bogus_huffman_table(paths[4].read_bytes()))
     ds = DeviceJPEGList(paths, labels, size=16)
     with pytest.raises(RuntimeError, match=rf"DeviceJPEGList: cannot decode {paths[4]}: OSError: "):
         with cpu.use_generator(np.random.default_rng(0)):
             ds.finish_on_device(list(ds.get_batch(np.arange(6))))
     fake_device(monkeypatch)
-    with pytest.raises(RuntimeError, match=rf"cannot decode {paths[4]}: OSError"):   # in the loop, as it is
-        list(DataLoader(ds, batch_size=3, num_workers=2, device="cuda"))
+    got = []
+    with pytest.raises(RuntimeError, match=rf"cannot decode {paths[4]}: OSError"):
+        for x, _ in DataLoader(ds, batch_size=3, num_workers=2, device="cuda"):
+            got.append(x.numpy().copy())
+    # the batch before the broken one comes whole; the broken batch too, the error raised when the next is asked for
+    assert len(got) == 2
+    with cpu.use_generator(np.random.default_rng(0)):
+        first = ds.for_device("cpu").get_batch(np.arange(3))[0]
+    assert got[0].shape == first.shape
 
 
-def test_what_the_decoder_does_not_take_is_refused_in_the_worker(tmp_path):
+def test_other_formats_in_the_folder_are_decoded_by_pillow(tmp_path, monkeypatch):
+    # ImageNet's training set holds a PNG named .JPEG: the worker reads its size with Pillow and marks it for the host
     paths, labels = write_jpegs(tmp_path, n=4)
-    png = tmp_path / "x.png"
-    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(png)
+    png = tmp_path / "x.jpg"
+    Image.fromarray(np.arange(8 * 9 * 3, dtype=np.uint8).reshape(8, 9, 3)).save(png, format="PNG")
     ds = DeviceJPEGList([*paths, png], [*labels, 0], size=8)
-    with pytest.raises(ValueError, match=rf"{png} is not a JPEG file .*use frost.data.ImageList"):
-        ds.get_batch(np.arange(5))
+    with cpu.use_generator(np.random.default_rng(2)):
+        fields = ds.get_batch(np.arange(5))
+    assert fields[5].tolist() == [1, 1, 1, 1, 0] and tuple(fields[3][4]) == (8, 9)
+    images, _ = ds.finish_on_device(list(fields))
+    np.testing.assert_array_equal(images, reference_batch(ds, range(5), 2)[0])
+    junk = tmp_path / "junk.jpg"
+    junk.write_bytes(b"not an image at all")
+    with pytest.raises(ValueError, match=rf"{junk} is neither a JPEG file nor an image Pillow reads"):
+        DeviceJPEGList([junk], [0]).get_batch(np.arange(1))
 
 
 def test_a_small_file_claiming_a_huge_image_is_refused_before_any_buffer(tmp_path, monkeypatch):
@@ -152,6 +175,11 @@ def test_a_small_file_claiming_a_huge_image_is_refused_before_any_buffer(tmp_pat
     ds = DeviceJPEGList(paths, labels, size=8)
     with pytest.raises(ValueError, match=rf"{paths[1]} claims 60000 x 60000 pixels, more than the decoder's limit"):
         ds.get_batch(np.arange(3))
+    with monkeypatch.context() as patch:
+        patch.setattr(pd, "MAX_PIXELS", 10)   # the limit the message names is the one applied
+        with pytest.raises(ValueError, match=rf"{paths[0]} claims \d+ x \d+ pixels, more than the decoder's limit "
+                                             rf"of 10"):
+            ds.get_batch(np.arange(1))
     monkeypatch.setattr(jd, "MAX_BATCH_PIXELS", 3 * 70 * 70 * 2)   # two of the largest images at most
     ds = DeviceJPEGList(*write_jpegs(tmp_path / "more", n=8), size=8)
     with pytest.raises(ValueError, match=r"a batch of 8 images decodes to \d+ bytes, more than .*MAX_BATCH_PIXELS "
@@ -193,8 +221,7 @@ def test_gpu_loader_against_the_cpu_pipeline(tmp_path, workers):
 @pytest.mark.cuda
 def test_gpu_loader_names_a_corrupt_file(tmp_path):
     paths, labels = write_jpegs(tmp_path, n=24, seed=2)
-    data = paths[13].read_bytes()
-    paths[13].write_bytes(data[:200] + b"\x00" * 50 + b"\xff\xd9")   # broken inside, its end marker kept
+    paths[13].write_bytes(bogus_huffman_table(paths[13].read_bytes()))
     for workers in (0, 2):
         with pytest.raises(RuntimeError, match=rf"DeviceJPEGList: cannot decode {paths[13]}: "):
             for _ in DataLoader(DeviceJPEGList(paths, labels, size=16), batch_size=8, num_workers=workers,
