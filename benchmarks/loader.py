@@ -339,6 +339,8 @@ def main(argv=None) -> dict:
     p.add_argument("--decoder", default="hybrid", choices=["hybrid", "hardware", "auto"],
                    help="--jpeg: nvImageCodec's back ends for Frost's GPU row (frost/accel/jpeg_decode.py)")
     p.add_argument("--no-torchvision", action="store_true", help="--jpeg: skip the torchvision rows")
+    p.add_argument("--only", default=None, help=f"comma-separated paths to run, of {', '.join(PATHS)} (default: all; "
+                                                 f"with --only the calling-thread baseline is skipped)")
     p.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = p.parse_args(argv)
 
@@ -362,15 +364,16 @@ def main(argv=None) -> dict:
               "--persistent: worker processes (Frost's and PyTorch's) start in the first epoch only" if args.persistent
               else "Worker processes (Frost's and PyTorch's) start anew each epoch: every epoch includes their "
                    "start-up (--persistent keeps them)"))
-    one_epoch(frost_loader(ds, args.batch, 1))  # warm the page cache
-    one_epoch(frost_loader(ds, args.batch, 1, "process", args.frost_context))  # start the fork server, once
-    inline = timed_epochs(frost_loader(ds, args.batch, 0), len(ds), args.repeats)
-    print(f"frost, loading in the calling thread: {inline['rate']:,.0f} images/s")
+    one_epoch(frost_loader(ds, args.batch, 4, "process", args.frost_context))  # the page cache, the fork server
+    inline = ({"rate": None, "epoch_s": [], "first_s": None} if args.only else
+              timed_epochs(frost_loader(ds, args.batch, 0), len(ds), args.repeats))
+    print(f"frost, loading in the calling thread: {_cell(inline['rate'])} images/s")
     frost_gpu, torch_gpu = gpu_rows_available(args)
     gpu_ds = None if not frost_gpu else (DeviceJPEGList(ds.paths, ds.targets, size=JPEG_SIZE, decoder=args.decoder)
                                          if args.jpeg else DevicePNGList(ds.paths, ds.targets))
-    if frost_gpu:
-        one_epoch(frost_loader(gpu_ds, args.batch, 1, device="cuda"), sync=cuda_sync)  # load the kernels
+    if frost_gpu:  # load the kernels (and nvImageCodec)
+        one_epoch(frost_loader(gpu_ds, args.batch, 4, "process" if args.jpeg else "thread", args.frost_context,
+                               device="cuda"), sync=cuda_sync)
     print("delivered: frost threads/processes, torch, torch+Pillow: uint8 batches in host memory; "
           "frost GPU-decode, torch+.cuda(): uint8 batches on the GPU (synchronized each epoch)")
     print(f"{'workers':>7} {'frost threads':>13} {'frost procs':>11} {'torch img/s':>12} {'procs/torch':>11} "
@@ -426,8 +429,10 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
         runs["torch_pillow"] = lambda: timed_epochs(torch_loader(pillow_ds, args.batch, w, persistent,
                                                                  context=context), n, repeats)
     if frost_gpu:
-        runs["frost_gpu_decode"] = lambda: timed_epochs(frost_loader(gpu_ds, args.batch, w, device="cuda"), n,
-                                                        repeats, sync=cuda_sync)
+        # DeviceJPEGList's workers do Python work per file (header, crop draws): processes; DevicePNGList's only read
+        gpu_workers = ("process", args.frost_context, persistent) if args.jpeg else ("thread",)
+        runs["frost_gpu_decode"] = lambda: timed_epochs(frost_loader(gpu_ds, args.batch, w, *gpu_workers,
+                                                                     device="cuda"), n, repeats, sync=cuda_sync)
     if args.jpeg and not args.no_torch and not args.no_torchvision and has_torchvision():
         tv = TorchvisionJPEGs(ds.paths, ds.targets)
         runs["torchvision"] = lambda: timed_epochs(torch_loader(tv, args.batch, w, persistent, context=context), n,
@@ -443,6 +448,8 @@ def measure_row(args, ds, pillow_ds, gpu_ds, w: int, frost_gpu: bool, torch_gpu:
                                                                context=context), n, repeats, to_gpu=torch_to_gpu,
                                                   sync=torch_sync)
     errors: dict = {}
+    if args.only:
+        runs = {name: run for name, run in runs.items() if name in args.only.split(",")}
     got = {name: attempt(name, run, errors) for name, run in runs.items()}  # each loader is dropped after its run
     row = {"workers": w, "errors": errors}
     for name in PATHS:

@@ -157,3 +157,26 @@ def test_gpu_crops_match_the_twin():
     got = resized_crops([cupy.asarray(a) for a in images], boxes, (224, 224), flips)
     want = hflip(np.stack([twin(image, box, (224, 224)) for image, box in zip(images, boxes)]), np.array(flips, bool))
     np.testing.assert_array_equal(cupy.asnumpy(got), want)
+
+
+def test_batch_coefficients_are_each_windows_own():
+    """The batch's coefficients (a few NumPy calls for all windows) hold, bit for bit, each window's own from
+    `coefficients`, padded with zero weights to the batch's widest ksize."""
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        n, size = int(rng.integers(1, 30)), (int(rng.integers(1, 260)), int(rng.integers(1, 260)))
+        heights, widths = rng.integers(1, 600, n), rng.integers(1, 600, n)
+        tops, lefts = [int(rng.integers(0, h)) for h in heights], [int(rng.integers(0, w)) for w in widths]
+        boxes = [(t, q, int(rng.integers(1, h - t + 1)), int(rng.integers(1, w - q + 1)))
+                 for t, q, h, w in zip(tops, lefts, heights, widths)]
+        plan = rc.batch_coefficients(heights, widths, boxes, size)
+        for i, (h, w, (top, left, height, width)) in enumerate(zip(heights, widths, boxes)):
+            row_b, row_k = rc.coefficients(int(h), top, top + height, size[0])
+            col_b, col_k = rc.coefficients(int(w), left, left + width, size[1])
+            assert plan["first_row"][i] == row_b[0, 0]
+            assert plan["rows"][i] == row_b[-1, 0] + row_b[-1, 1] - row_b[0, 0]
+            np.testing.assert_array_equal(plan["row_bounds"][i], row_b - np.array([row_b[0, 0], 0]))
+            np.testing.assert_array_equal(plan["col_bounds"][i], col_b)
+            np.testing.assert_array_equal(plan["row_k"][i, :, :row_k.shape[1]], row_k)
+            np.testing.assert_array_equal(plan["col_k"][i, :, :col_k.shape[1]], col_k)
+            assert not plan["row_k"][i, :, row_k.shape[1]:].any() and not plan["col_k"][i, :, col_k.shape[1]:].any()

@@ -83,6 +83,15 @@ def test_folder_and_cpu_loader(tmp_path):
     assert image.shape == (16, 12, 3) and label == ds.targets[2]
 
 
+class RecordingJPEGList(DeviceJPEGList):
+    """Records what finish_on_device receives (in the main process: a worker process gets a pickled copy)."""
+    seen: list = []
+
+    def finish_on_device(self, fields, defer=None):
+        RecordingJPEGList.seen.append([type(f).__name__ for f in fields])
+        return super().finish_on_device(fields, defer=defer)
+
+
 def fake_device(monkeypatch):
     from test_loader import FakeCupy
     from frost.backend import cuda
@@ -94,22 +103,18 @@ def fake_device(monkeypatch):
     return fake
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_loader_keeps_the_files_on_the_host_and_copies_only_the_labels(tmp_path, monkeypatch, workers):
+@pytest.mark.parametrize("workers,worker_type", [(1, "thread"), (2, "thread"), (2, "process")])
+def test_loader_keeps_the_files_on_the_host_and_copies_only_the_labels(tmp_path, monkeypatch, workers, worker_type):
     paths, labels = write_jpegs(tmp_path, n=9)
     ds = DeviceJPEGList(paths, labels, size=20)
     reference = [(x.numpy().copy(), y.numpy().copy()) for x, y in
                  DataLoader(ds.for_device("cpu"), batch_size=4, shuffle=True, seed=3, num_workers=workers)]
     fake = fake_device(monkeypatch)
-    seen = []
-    finish = ds.finish_on_device
-
-    def spy(fields, defer=None):
-        seen.append([type(f).__name__ for f in fields])
-        return finish(fields, defer=defer)
-    monkeypatch.setattr(ds, "finish_on_device", spy)
+    ds = RecordingJPEGList(paths, labels, size=20)
+    RecordingJPEGList.seen = seen = []
     got = [(x.numpy().copy(), y.numpy().copy()) for x, y in
-           DataLoader(ds, batch_size=4, shuffle=True, seed=3, num_workers=workers, device="cuda")]
+           DataLoader(ds, batch_size=4, shuffle=True, seed=3, num_workers=workers, device="cuda",
+                      worker_type=worker_type)]
     assert len(got) == len(reference) == 3
     for (x, y), (rx, ry) in zip(got, reference):   # the same draws as the CPU pipeline, the same bits
         np.testing.assert_array_equal(x, rx)
