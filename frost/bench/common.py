@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import inspect
 import io
 import json
 import math
@@ -110,7 +111,6 @@ def load_cifar10_arrays(root, train: bool, download: bool = False) -> tuple[np.n
 
 
 def _make_cifar10(cls, root, train: bool, download: bool):
-    import inspect
     try:
         params = inspect.signature(cls).parameters
     except (TypeError, ValueError):

@@ -382,7 +382,7 @@ class DataLoader:
         if worker_init_fn is not None and not callable(worker_init_fn):
             raise TypeError(f"DataLoader: worker_init_fn must be callable, got {worker_init_fn!r}")
         self.timeout = _check_timeout(timeout, num_workers)
-        self.worker_type = _check_worker_type(worker_type, multiprocessing_context)
+        self.worker_type = _check_worker_type(worker_type, multiprocessing_context, num_workers)
         self.multiprocessing_context = multiprocessing_context
         self.prefetch_factor = _check_prefetch_factor(prefetch_factor, num_workers)
         if persistent_workers and num_workers == 0:
@@ -553,14 +553,15 @@ def _check_timeout(timeout: Any, num_workers: int) -> float:
     return float(timeout)
 
 
-def _check_worker_type(worker_type: Any, context: Any) -> str:
-    """'thread' or 'process'; a multiprocessing context only with worker processes, which need shared memory."""
+def _check_worker_type(worker_type: Any, context: Any, num_workers: int) -> str:
+    """'thread' or 'process'; a multiprocessing context only with worker processes, which need shared memory (when
+    there are any: with num_workers=0 the caller's thread loads)."""
     if worker_type not in ("thread", "process"):
         raise ValueError(f"DataLoader: worker_type must be 'thread' or 'process', got {worker_type!r}")
     if context is not None and worker_type != "process":
         raise ValueError("DataLoader: multiprocessing_context needs worker_type='process' (worker threads start no "
                          "processes)")
-    if worker_type == "process" and not shm.available():
+    if worker_type == "process" and num_workers > 0 and not shm.available():
         raise RuntimeError("DataLoader: worker_type='process' needs POSIX shared memory, which this system lacks; "
                            "use worker threads")
     return worker_type
@@ -1460,13 +1461,24 @@ class _Lookahead:
     def drain(self) -> None:
         """Wait for everything issued (end of epoch, abandoned iterator): a host copy of a status that is still
         being written must not go back to the pinned pool. Best effort: an error here would hide the one that
-        ended the epoch, and the next GPU call reports a broken device anyway."""
+        ended the epoch, and the next GPU call reports a broken device anyway. A Ctrl-C in the middle is raised
+        after the other flights are waited for too (a GPU's queued work ends by itself; their buffers must not go
+        back to a pool while it reads them)."""
+        interrupted = None
         for flight in (*self.ahead, *self.handed, *self.copying):  # on several copy streams: each its own event
             if not isinstance(flight, _Flight):
                 continue  # a worker's failure, not a batch
-            with contextlib.suppress(Exception):
+            try:
                 flight.done.synchronize()
+            except Exception:  # noqa: BLE001 - best effort, as above
+                pass
+            except BaseException as e:  # KeyboardInterrupt, SystemExit: finish draining, then raise it
+                interrupted = interrupted or e
+                with contextlib.suppress(Exception):
+                    flight.done.synchronize()
             flight.release_sources()
+        if interrupted is not None:
+            raise interrupted
 
     def _fill(self) -> None:
         """Issue the following batches that are ready, up to `depth` in flight (counting the one handed out)."""

@@ -1045,3 +1045,33 @@ def test_drain_lets_go_of_the_host_buffers_once_the_copies_are_done():
     ahead.drain()
     gc.collect()
     assert flight.done.done and flight.sources is None and source() is None
+
+
+def test_worker_processes_need_shared_memory_only_when_there_are_workers(monkeypatch):
+    from frost.data import shm
+    monkeypatch.setattr(shm, "available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"worker_type='process' needs POSIX shared memory, which this system "
+                                           r"lacks; use worker threads"):
+        DataLoader(Squares(5), batch_size=2, num_workers=2, worker_type="process")
+    loader = DataLoader(Squares(5), batch_size=2, num_workers=0, worker_type="process")   # the caller's thread loads
+    assert [tuple(y.numpy()) for _, y in loader] == [(0, 1), (4, 9), (16,)]
+
+
+def test_a_ctrl_c_in_drain_is_raised_after_every_flight_is_waited_for():
+    class InterruptedOnce(HeldEvent):
+        calls = 0
+
+        def synchronize(self) -> None:
+            InterruptedOnce.calls += 1
+            if InterruptedOnce.calls == 1:
+                raise KeyboardInterrupt
+            super().synchronize()
+
+    flights = [_Flight(str(k), [], HeldEvent(), InterruptedOnce() if k == 0 else HeldEvent(), [],
+                       sources=[np.zeros(2)]) for k in range(3)]
+    ahead = _Lookahead(1, 1, poll=None, wait=None, issue=None, give_back=lambda w, slot: None)
+    ahead.copying = flights
+    with pytest.raises(KeyboardInterrupt):
+        ahead.drain()
+    # the interrupted flight is waited for again, the others as usual; every host buffer is let go after its wait
+    assert all(f.done.done and f.sources is None for f in flights)
