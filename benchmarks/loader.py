@@ -343,6 +343,9 @@ def main(argv=None) -> dict:
                                                  f"with --only the calling-thread baseline is skipped)")
     p.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = p.parse_args(argv)
+    unknown = sorted(set(args.only.split(",")) - set(PATHS)) if args.only else []
+    if unknown:
+        p.error(f"--only: unknown path(s) {', '.join(unknown)}; the paths are {', '.join(PATHS)}")
 
     kind = "jpeg" if args.jpeg else "png"
     folder = args.dir or Path(tempfile.gettempdir()) / f"frost-cifar10-{kind}-{args.n}"
@@ -401,7 +404,10 @@ def main(argv=None) -> dict:
                            "frost_process": "uint8 batches in host memory (CPU decode in processes, shared memory)",
                            "torch": "uint8 batches in host memory (CPU decode in processes)",
                            "torch_pillow": "uint8 batches in host memory (plain Pillow decode in processes)",
-                           "frost_gpu_decode": "uint8 batches on the GPU (threads read files, the GPU decodes)",
+                           "frost_gpu_decode": ("uint8 batches on the GPU (worker processes read the files and "
+                                                "draw the windows; nvImageCodec decodes, Frost's kernels resize)"
+                                                if args.jpeg else
+                                                "uint8 batches on the GPU (threads read files, the GPU decodes)"),
                            "torch_cuda": "uint8 batches on the GPU (CPU decode in processes, pinned, .cuda())",
                            "torchvision": "--jpeg: uint8 CHW batches in host memory (torchvision.io decode and "
                                           "transforms.v2 in processes)",

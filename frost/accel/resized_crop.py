@@ -50,8 +50,8 @@ def axis_coefficients(in_sizes, in0, in1, out_size: int) -> tuple[np.ndarray, np
     out_size, 2) and k (B, out_size, K), K the batch's widest ksize. The same float64 operations element by element,
     so the same bits; the columns past an image's own ksize hold zero weights (adding them to Pillow's total changes
     nothing)."""
-    in_sizes, in0 = np.asarray(in_sizes, np.int64), np.asarray(in0, np.int64)
-    scale = (np.asarray(in1).astype(np.float32) - in0.astype(np.float32)).astype(np.float64) / out_size
+    in_sizes, in0 = np.asarray(in_sizes, np.int64), np.asarray(in0, np.float64)
+    scale = (np.asarray(in1, np.float64).astype(np.float32) - in0.astype(np.float32)).astype(np.float64) / out_size
     filterscale = np.maximum(scale, 1.0)
     support = 1.0 * filterscale
     ksize = int(np.ceil(support).max()) * 2 + 1
@@ -69,14 +69,30 @@ def axis_coefficients(in_sizes, in0, in1, out_size: int) -> tuple[np.ndarray, np
     return np.stack([xmin, xmax], axis=-1).astype(np.int32), k
 
 
+def _grouped(in_sizes, in0, in1, out_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """axis_coefficients computed per group of windows that share a ksize, then padded to the widest: one huge
+    window (a wide ksize) would otherwise widen every window's float64 temporaries (2 s and 1 GiB for a batch holding
+    a 65,535-pixel window)."""
+    in_sizes, in0, in1 = np.asarray(in_sizes), np.asarray(in0, np.float64), np.asarray(in1, np.float64)
+    scale = (in1.astype(np.float32) - in0.astype(np.float32)).astype(np.float64) / out_size
+    ksizes = np.ceil(np.maximum(scale, 1.0)).astype(np.int64) * 2 + 1
+    widest = int(ksizes.max())
+    bounds = np.empty((len(in0), out_size, 2), np.int32)
+    k = np.zeros((len(in0), out_size, widest), np.int32)
+    for ksize in np.unique(ksizes).tolist():
+        group = np.flatnonzero(ksizes == ksize)
+        bounds[group], k[group, :, :ksize] = axis_coefficients(in_sizes[group], in0[group], in1[group], out_size)
+    return bounds, k
+
+
 def batch_coefficients(heights, widths, boxes, size: tuple[int, int]) -> dict:
     """Every image's coefficients for both axes, padded to the batch's widest ksize, and the rows each horizontal pass
     makes: the arrays the kernels read (NumPy, int32). A few NumPy calls for the whole batch: per image they took 63 ms
     for 256 windows on one core, more than the batch's decode."""
     out_h, out_w = size
-    top, left, height, width = np.asarray(boxes, np.int64).reshape(-1, 4).T
-    row_bounds, row_k = axis_coefficients(heights, top, top + height, out_h)
-    col_bounds, col_k = axis_coefficients(widths, left, left + width, out_w)
+    top, left, height, width = np.asarray(boxes, np.float64).reshape(-1, 4).T   # Pillow takes fractional boxes
+    row_bounds, row_k = _grouped(heights, top, top + height, out_h)
+    col_bounds, col_k = _grouped(widths, left, left + width, out_w)
     first = row_bounds[:, 0, 0].copy()
     last = row_bounds[:, -1, 0] + row_bounds[:, -1, 1]
     row_bounds[:, :, 0] -= first[:, None]   # the vertical pass reads the horizontal pass's rows
@@ -126,7 +142,8 @@ def resample_columns(tmp: Array[u8], flips: Array[i32], bounds: Array[i32], k: A
 
 def fits(first, images, boxes, size, flips) -> bool:
     """C-order uint8 HWC images with 3 channels, of one array type, with int32 indices."""
-    rows = len(images) * max(a.shape[0] for a in images)   # the horizontal pass's rows at most
+    # the horizontal pass's rows at most: a window's height and its filter's reach on both sides
+    rows = len(images) * max(int(math.ceil(h)) + 2 * int(math.ceil(h / size[0])) + 4 for _, _, h, _ in boxes)
     return (all(type(a) is type(first) and str(a.dtype) == "uint8" and a.ndim == 3 and a.shape[2] == 3
                 and a.flags.c_contiguous for a in images)
             and sum(a.size for a in images) < 2**31 and rows * size[1] * 3 < 2**31)

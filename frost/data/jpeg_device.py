@@ -205,10 +205,12 @@ class DeviceJPEGList(ImageList):
         images = [self._checked(image, k, sizes, indices, labels) for k, image in enumerate(raw)]
         out = resized_crops(images, np.asarray(windows), self.size, np.asarray(flips))
 
+        more = f" (and {len(failed) - 1} more file(s) of the batch: {', '.join(names[1:4])})" if failed[1:] else ""
+
         def check() -> None:
             raw.clear(), images.clear()   # the batch's work is done: its decoded images may go
             if failed:
-                raise RuntimeError(f"DeviceJPEGList: cannot decode {names[0]}: {reasons[0]}")
+                raise RuntimeError(f"DeviceJPEGList: cannot decode {names[0]}: {reasons[0]}{more}")
         if defer is not None:
             defer(check)
         else:

@@ -687,8 +687,10 @@ class _Consumer:
                     return
                 yield copier.hand_over(flight)
         finally:
-            self.lookahead.drain()
-            copier.retire()
+            try:
+                self.lookahead.drain()
+            finally:   # a Ctrl-C in drain is raised after this too
+                copier.retire()
 
     def check_handed_out(self) -> None:
         """Run the deferred checks of the batches already handed out (the iterator's close)."""
@@ -1336,8 +1338,13 @@ class _ProcessRun(_Consumer):
         if self.stopped:
             return
         self.stopped = True
-        if self.lookahead is not None:
-            self.lookahead.drain()  # no copy out of a slot may still run when its worker is given it again
+        try:
+            if self.lookahead is not None:
+                self.lookahead.drain()  # no copy out of a slot may still run when its worker is given it again
+        finally:   # a Ctrl-C in drain still releases the pool (it is raised after)
+            self._release_pool()
+
+    def _release_pool(self) -> None:
         pool = self.pool
         if pool.owner is not self:
             return

@@ -200,6 +200,9 @@ def resized_crops(images: Sequence, boxes: Sequence, size: tuple[int, int], flip
     fast = dispatch.lookup("resized_crops", images[0], images, boxes, size, flips)
     if fast is not None:
         return fast(images[0], images, boxes, size, flips)
+    if not isinstance(images[0], np.ndarray):   # GPU images the kernels do not take (or no layer): via the host
+        host = resized_crops([backend.to_device(a, backend.CPU) for a in images], boxes, size, flips)
+        return backend.to_device(host, backend.device_of(images[0]))
     return hflip(np.stack([resized_crop(image, *box, size) for image, box in zip(images, boxes)]), np.asarray(flips))
 
 

@@ -35,3 +35,14 @@ def test_the_jpeg_mode_reads_a_224_pixel_jpeg_folder_with_each_loader(tmp_path):
     (row,) = written["rows"]
     assert all(row[f"{name}_images_per_s"] > 0 for name in ("frost", "frost_process", "torch"))
     assert row["torch_pillow_images_per_s"] is None and row["frost_gpu_decode_images_per_s"] is None
+
+
+def test_only_names_known_paths(capsys):
+    loader = load_loader_script()
+    try:
+        loader.main(["--only", "frost,torhc"])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("--only accepted an unknown path")
+    assert "--only: unknown path(s) torhc" in capsys.readouterr().err

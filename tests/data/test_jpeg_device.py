@@ -232,3 +232,32 @@ def test_gpu_loader_names_a_corrupt_file(tmp_path):
             for _ in DataLoader(DeviceJPEGList(paths, labels, size=16), batch_size=8, num_workers=workers,
                                 device="cuda"):
                 pass
+
+
+def test_a_ctrl_c_while_an_epoch_ends_still_releases_the_worker_processes(tmp_path, monkeypatch):
+    from frost.data import loader as loader_module
+    paths, labels = write_jpegs(tmp_path, n=8)
+    fake_device(monkeypatch)
+    it = iter(DataLoader(DeviceJPEGList(paths, labels, size=8), batch_size=2, num_workers=2, worker_type="process",
+                         device="cuda"))
+    next(it)
+    run = it._run
+    monkeypatch.setattr(run.lookahead, "drain", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        run.shutdown()
+    assert run.pool.closed   # the workers were told to go although drain was interrupted
+    assert isinstance(run, loader_module._ProcessRun)
+    run.lookahead.drain = lambda: None   # the iterator's own end drains again
+    it.close()
+
+
+def test_every_broken_file_of_a_batch_is_counted(tmp_path):
+    paths, labels = write_jpegs(tmp_path, n=5)
+    for k in (1, 3):
+        paths[k].write_bytes(bogus_huffman_table(paths[k].read_bytes()))
+    ds = DeviceJPEGList(paths, labels, size=8)
+    with cpu.use_generator(np.random.default_rng(0)):
+        fields = ds.get_batch(np.arange(5))
+    with pytest.raises(RuntimeError, match=rf"cannot decode {paths[1]}: .*\(and 1 more file\(s\) of the batch: "
+                                           rf"{paths[3]}\)"):
+        ds.finish_on_device(list(fields))
