@@ -79,6 +79,7 @@ from frost.bench import common
 from frost.data import DataLoader, DeviceJPEGList, DevicePNGList, ImageFolder, ImageList
 from frost.data.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
 from frost.data.cifar import CLASSES, load_sample, seed_png_files
+from frost.data.jpeg_device import DECODERS
 from frost.data.png import PNG_SIGNATURE, read_file, read_png, decode_png
 from frost.io import read_npy, read_npz_array
 from frost.parallel import finish, spawn, split
@@ -336,7 +337,7 @@ def main(argv=None) -> dict:
     p.add_argument("--strategies", action="store_true", help="time raw decode strategies in plain threads instead")
     p.add_argument("--jpeg", action="store_true",
                    help="an ImageFolder of 224 x 224 JPEGs with RandomResizedCrop and flips instead of the PNGs")
-    p.add_argument("--decoder", default="hybrid", choices=["hybrid", "hardware", "auto"],
+    p.add_argument("--decoder", default="hybrid", choices=DECODERS,
                    help="--jpeg: nvImageCodec's back ends for Frost's GPU row (frost/accel/jpeg_decode.py)")
     p.add_argument("--no-torchvision", action="store_true", help="--jpeg: skip the torchvision rows")
     p.add_argument("--only", default=None, help=f"comma-separated paths to run, of {', '.join(PATHS)} (default: all; "

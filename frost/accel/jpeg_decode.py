@@ -63,9 +63,7 @@ def _code_stream(nv, data) -> Any | None:
 @dispatch.register("decode_jpeg", device="cuda", applies=available)
 def decode_jpeg_nvimgcodec(like, files: Sequence, decoder: str = "hybrid") -> list:
     """Decode host bitstreams to (H, W, 3) uint8 CuPy arrays on the current stream; None for a refused file.
-    The call returns once the batch is decoded (its GIL released meanwhile)."""
-    if decoder not in BACKENDS:
-        raise ValueError(f"decode_jpeg: decoder must be one of {sorted(BACKENDS)}, got {decoder!r}")
+    The call returns once the batch is decoded (its GIL released meanwhile); `decoder` is checked by the op."""
     nv, cp = nvimgcodec(), cuda.cupy()
     decoder, params = _decoder(cp.cuda.runtime.getDevice(), decoder)
     streams = [_code_stream(nv, f) for f in files]

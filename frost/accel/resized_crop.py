@@ -45,16 +45,27 @@ def coefficients(in_size: int, in0: float, in1: float, out_size: int) -> tuple[n
     return np.stack([xmin, xmax], axis=1).astype(np.int32), k
 
 
+def _scales(in0, in1, out_size: int) -> np.ndarray:
+    """Each window's input pixels per output pixel, as `coefficients` computes it (float32 ends, float64 ratio)."""
+    return (np.asarray(in1, np.float64).astype(np.float32)
+            - np.asarray(in0, np.float64).astype(np.float32)).astype(np.float64) / out_size
+
+
+def _ksizes(scale: np.ndarray) -> np.ndarray:
+    """Each window's filter taps: Pillow's bilinear support (the scale, at least 1) on both sides, plus one."""
+    return np.ceil(np.maximum(scale, 1.0)).astype(np.int64) * 2 + 1
+
+
 def axis_coefficients(in_sizes, in0, in1, out_size: int) -> tuple[np.ndarray, np.ndarray]:
     """`coefficients` for one axis of a batch of windows at once (in_sizes, in0, in1: (B,) arrays): bounds (B,
     out_size, 2) and k (B, out_size, K), K the batch's widest ksize. The same float64 operations element by element,
     so the same bits; the columns past an image's own ksize hold zero weights (adding them to Pillow's total changes
     nothing)."""
     in_sizes, in0 = np.asarray(in_sizes, np.int64), np.asarray(in0, np.float64)
-    scale = (np.asarray(in1, np.float64).astype(np.float32) - in0.astype(np.float32)).astype(np.float64) / out_size
+    scale = _scales(in0, in1, out_size)
     filterscale = np.maximum(scale, 1.0)
     support = 1.0 * filterscale
-    ksize = int(np.ceil(support).max()) * 2 + 1
+    ksize = int(_ksizes(scale).max())
     center = in0[:, None] + (np.arange(out_size) + 0.5)[None, :] * scale[:, None]
     xmin = np.maximum(np.trunc(center - support[:, None] + 0.5), 0).astype(np.int64)
     xmax = np.minimum(np.trunc(center + support[:, None] + 0.5).astype(np.int64), in_sizes[:, None]) - xmin
@@ -74,8 +85,7 @@ def _grouped(in_sizes, in0, in1, out_size: int) -> tuple[np.ndarray, np.ndarray]
     window (a wide ksize) would otherwise widen every window's float64 temporaries (2 s and 1 GiB for a batch holding
     a 65,535-pixel window)."""
     in_sizes, in0, in1 = np.asarray(in_sizes), np.asarray(in0, np.float64), np.asarray(in1, np.float64)
-    scale = (in1.astype(np.float32) - in0.astype(np.float32)).astype(np.float64) / out_size
-    ksizes = np.ceil(np.maximum(scale, 1.0)).astype(np.int64) * 2 + 1
+    ksizes = _ksizes(_scales(in0, in1, out_size))
     widest = int(ksizes.max())
     bounds = np.empty((len(in0), out_size, 2), np.int32)
     k = np.zeros((len(in0), out_size, widest), np.int32)

@@ -56,10 +56,16 @@ def decode_jpeg_batch(like: Any, files: Sequence, decoder: str = "hybrid") -> li
     CuPy `like`: the acceleration layer's decoder on the current stream (`decoder` picks nvImageCodec's back ends:
     "hybrid", "hardware" or "auto", see frost/accel/jpeg_decode.py), else Pillow on the host and an upload. NumPy
     `like`: Pillow."""
+    _check_decoder(decoder, "decode_jpeg_batch")
     fast = dispatch.lookup("decode_jpeg", like, files, decoder=decoder)
     if fast is not None:
         return fast(like, files, decoder=decoder)
     return [_on_host(like, f) for f in files]
+
+
+def _check_decoder(decoder: str, who: str) -> None:
+    if decoder not in DECODERS:
+        raise ValueError(f"{who}: decoder must be one of {DECODERS}, got {decoder!r}")
 
 
 def _on_host(like: Any, data) -> Any:
@@ -102,8 +108,7 @@ class DeviceJPEGList(ImageList):
                  scale: Sequence[float] = (0.08, 1.0), ratio: Sequence[float] = (3 / 4, 4 / 3),
                  flip: float = 0.5, decoder: str = "hybrid") -> None:
         self.crop, self.flip = RandomResizedCrop(size, scale, ratio), RandomHorizontalFlip(flip)
-        if decoder not in DECODERS:
-            raise ValueError(f"DeviceJPEGList: decoder must be one of {DECODERS}, got {decoder!r}")
+        _check_decoder(decoder, "DeviceJPEGList")
         self.decoder = decoder   # nvImageCodec's back ends (decode_jpeg_batch)
         super().__init__(paths, targets, transform=Compose([self.crop, self.flip]))
         self.size = self.crop.size

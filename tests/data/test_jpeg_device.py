@@ -199,6 +199,8 @@ def test_the_layers_decoder_takes_cupy_targets_only(tmp_path):
         np.testing.assert_array_equal(host[0], np.asarray(image.convert("RGB")))
     assert host[1] is None
     assert dispatch.lookup("decode_jpeg", np.zeros(1), [jpeg]) is None   # NumPy: the reference
+    with pytest.raises(ValueError, match=r"decode_jpeg_batch: decoder must be one of .*, got 'gpu'"):
+        jd.decode_jpeg_batch(np.zeros(1), [jpeg], decoder="gpu")   # on every path, not only the GPU's
 
 
 @pytest.mark.cuda
