@@ -8,7 +8,9 @@ kernel, the block and thread, and the kernel's source line):
   (read at import). The default, a million, takes about a second for a simple loop; the kernels of Frost's test
   suite and examples stay under 100,000 per thread.
 - A race detector for shared memory: between two barriers of a block (syncthreads, grid_sync), two different
-  threads touching one shared address, at least one of them writing, is a SharedMemoryRaceError naming the array,
+  threads touching one shared address, at least one of them writing, unordered by a named barrier (bar_sync after
+  the other thread's bar_sync or bar_arrive of the same barrier instance, tracked with a vector clock per thread), is
+  a SharedMemoryRaceError naming the array,
   the index, both threads and both lines. Atomics on one address do not race with each other (they do with plain
   reads and writes). Warp operations (shuffles, ballot, ldmatrix, mma) order nothing: as CUDA's
   `__shfl_sync` / `__ballot_sync` they exchange registers but "do not imply a memory barrier", and the language
@@ -259,45 +261,96 @@ _PAST = {_READ: "read", _WRITE: "wrote", _ATOMIC: "atomically updated"}
 
 
 class _Cell:
-    """Who touched one shared address since the block's last barrier: the first plain writer, and up to two
-    distinct readers and two distinct atomic updaters (two are enough to find one other than any given thread)."""
+    """Who touched one shared address since the block's last full barrier: the last plain writer, and up to two
+    distinct readers and two distinct atomic updaters (two are enough to find one other than any given thread; a
+    block that used a named barrier keeps every reader and updater, as its threads are only partly ordered). Each
+    access is kept as (thread, at, the thread's epoch then): a later access by another thread is ordered after it
+    when that thread has passed a named barrier the first one arrived at since (_Cell.conflict)."""
 
     __slots__ = ("writer", "readers", "atomics")
 
     def __init__(self, thread, kind, at) -> None:
         """The first access since the barrier: by `thread`, at (file, line) of generated code."""
-        self.writer = (thread, at) if kind == _WRITE else None
-        self.readers = ((thread, at),) if kind == _READ else ()  # tuples: the empty one costs no allocation
-        self.atomics = ((thread, at),) if kind == _ATOMIC else ()
+        entry = (thread, at, thread.epoch)
+        self.writer = entry if kind == _WRITE else None
+        self.readers = (entry,) if kind == _READ else ()  # tuples: the empty one costs no allocation
+        self.atomics = (entry,) if kind == _ATOMIC else ()
 
     def conflict(self, thread, kind):
-        """The earlier access by another thread that `kind` by `thread` races with: (thread, at, kind) or None."""
+        """The earlier access by another thread, not ordered before this one, that `kind` by `thread` races with:
+        (thread, at, kind) or None."""
+        seen = thread.vc
+        if not seen:   # no named barrier ordered this thread after anyone: every other thread's access counts
+            return self._any_other(thread, kind)
+        w = self.writer
+        if w is not None and w[0] is not thread and seen.get(w[0].linear, -1) < w[2]:
+            return w[0], w[1], _WRITE
+        if kind != _READ:
+            for t, at, epoch in self.readers:
+                if t is not thread and seen.get(t.linear, -1) < epoch:
+                    return t, at, _READ
+        if kind != _ATOMIC:
+            for t, at, epoch in self.atomics:
+                if t is not thread and seen.get(t.linear, -1) < epoch:
+                    return t, at, _ATOMIC
+        return None
+
+    def _any_other(self, thread, kind):
         w = self.writer
         if w is not None and w[0] is not thread:
             return w[0], w[1], _WRITE
         if kind != _READ:
-            for t, at in self.readers:
+            for t, at, _ in self.readers:
                 if t is not thread:
                     return t, at, _READ
         if kind != _ATOMIC:
-            for t, at in self.atomics:
+            for t, at, _ in self.atomics:
                 if t is not thread:
                     return t, at, _ATOMIC
         return None
 
     def record(self, thread, kind, at) -> None:
-        """Note the access; at: its (file, line) in generated code, None for the caller's."""
+        """Note the access (conflict() found none); at: its (file, line) in generated code, None for the caller's.
+        A write is ordered after every access kept (else it raced): it replaces them."""
+        if not thread.block.partial:   # every epoch is 0: the first writer and two readers are enough
+            self._record_unordered(thread, kind, at)
+            return
+        if kind == _WRITE:
+            w = self.writer
+            if w is not None and w[0] is thread and w[2] == thread.epoch and not self.readers and not self.atomics:
+                return
+            self.writer, self.readers, self.atomics = (thread, at or _caller_line(), thread.epoch), (), ()
+            return
+        seen = self.readers if kind == _READ else self.atomics
+        for k, (t, _, epoch) in enumerate(seen):
+            if t is thread:
+                if epoch == thread.epoch:
+                    return
+                seen = seen[:k] + seen[k + 1:]   # kept again below with the thread's new epoch
+                break
+        if len(seen) < (_KEEP_PARTIAL if thread.block.partial else 2):
+            seen += ((thread, at or _caller_line(), thread.epoch),)
+        if kind == _READ:
+            self.readers = seen
+        else:
+            self.atomics = seen
+
+
+    def _record_unordered(self, thread, kind, at) -> None:
         if kind == _WRITE:
             if self.writer is None:
-                self.writer = (thread, at or _caller_line())
+                self.writer = (thread, at or _caller_line(), 0)
             return
         seen = self.readers if kind == _READ else self.atomics
         if not seen or (len(seen) == 1 and seen[0][0] is not thread):
-            seen += ((thread, at or _caller_line()),)
+            seen += ((thread, at or _caller_line(), 0),)
             if kind == _READ:
                 self.readers = seen
             else:
                 self.atomics = seen
+
+
+_KEEP_PARTIAL = 1024   # readers kept per address once a named barrier orders only some threads: one per thread
 
 
 def _caller_line():
@@ -704,6 +757,8 @@ class Block:
         self.top = -(-smem_bytes // 1024) * 1024
         self.cells: dict | None = {} if race_check else None  # shared address -> _Cell, since the last barrier
         self.current: Thread | None = None  # the thread the scheduler runs now: the accessor of what it touches
+        self.bars: dict = {}      # named barrier id -> its instance in progress (_named_barriers)
+        self.partial = False      # a named barrier has run: the race detector keeps every reader (_Cell)
 
     def add_static(self, data: np.ndarray) -> int:
         """Place a static shared array after the others; its shared address."""
@@ -738,7 +793,7 @@ class Block:
                 idx = idx[0]
             raise _Race(f"data race on shared array {arr.name!r} at index {idx}: this thread {kind} it, and "
                         f"{_describe(other[0])} {_PAST[other[2]]} it at {_source_line(other[1])}, with no "
-                        "syncthreads() between", thread)
+                        "syncthreads() between (nor a named barrier ordering them)", thread)
         cell.record(thread, kind, at)
 
     def address(self, arr: "SimArray", idx) -> int:
@@ -768,7 +823,7 @@ class Block:
 
 class Thread:
     __slots__ = ("idx", "block", "linear", "pending", "groups", "where", "wg_fenced", "wg_pending", "wg_groups",
-                 "steps")
+                 "steps", "vc", "epoch")
 
     def __init__(self, idx, block, linear, steps: int) -> None:
         self.idx, self.block, self.linear = idx, block, linear
@@ -778,6 +833,11 @@ class Thread:
         self.wg_fenced = False
         self.wg_pending: list = []  # wgmma operations issued since the last wgmma_commit
         self.wg_groups: list = []   # committed groups not yet retired by wgmma_wait
+        # the race detector's happens-before across named barriers: epoch counts this thread's arrivals at them, and
+        # vc[t] is the latest epoch of thread t (linear index) whose earlier accesses are ordered before this
+        # thread's (a vector clock; empty where only full barriers order threads, which clear the record instead)
+        self.epoch = 0
+        self.vc: dict = {}
 
     def out_of_steps(self):
         raise _StepLimit(f"more than {step_limit} loop iterations in this thread (an endless loop? the limit is "
@@ -1037,6 +1097,7 @@ def _block_steps(name, fn, threads, args):
     send = {t.linear: None for t in threads}
     live = {t.linear: t for t in threads}
     runnable = list(live)
+    at_barrier: set = set()   # threads counted at a named barrier, waiting for it to complete
     while live:
         for lin in runnable:
             th = live[lin]
@@ -1060,7 +1121,7 @@ def _block_steps(name, fn, threads, args):
             reqs = [waiting[lin] for lin in lanes]
             if all(r[0] == "wgmma" for r in reqs):
                 continue  # a warpgroup operation: resolved below when all four warps are there
-            if all(r[0] not in ("sync", "grid_sync") for r in reqs):
+            if all(r[0] not in ("sync", "grid_sync", "bar") for r in reqs):
                 kinds = {r[0] for r in reqs}
                 if len(kinds) != 1 or len({_position(gens[lin]) for lin in lanes}) != 1:
                     _deadlock(name, live, gens, waiting, f"the lanes of warp {w} wait at different warp operations")
@@ -1074,6 +1135,7 @@ def _block_steps(name, fn, threads, args):
                     del waiting[lin]
                     runnable.append(lin)
         runnable += _warpgroup_ops(name, threads, live, gens, waiting, send)
+        runnable += _named_barriers(name, threads, live, gens, waiting, send, at_barrier)
         if runnable:
             continue
         kinds = {waiting[lin][0] for lin in live}
@@ -1089,7 +1151,73 @@ def _block_steps(name, fn, threads, args):
                 del waiting[lin]
             runnable = list(live)
             continue
-        _deadlock(name, live, gens, waiting, "threads wait on a barrier that others never reach")
+        counts = "; ".join(f"named barrier {bar}: {len(st['arrived'])} of {st['count']} threads arrived"
+                           for bar, st in sorted(threads[0].block.bars.items()))
+        _deadlock(name, live, gens, waiting, "threads wait on a barrier that others never reach"
+                  + (f" ({counts})" if counts else ""))
+
+
+def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> list:
+    """Count the threads newly waiting at bar_sync / bar_arrive; complete each named barrier whose count is reached
+    (its bar_sync threads resume, ordered after everything its threads did before arriving). bar_arrive threads
+    resume at once. Returns the threads to resume."""
+    block = threads[0].block
+    resumed = []
+    for lin in sorted(live):
+        req = waiting.get(lin)
+        if req is None or req[0] != "bar" or lin in at_barrier:
+            continue
+        _, bar, count, arrive = req
+        th = live[lin]
+        state = block.bars.setdefault(bar, {"count": count, "arrived": [], "waiters": []})
+        why = _named_barrier_error(bar, count, state["count"], len(threads))
+        if why:
+            pyfile, line = _where(name, th, None, gens[lin])
+            raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: {why}")
+        block.partial = True
+        state["arrived"].append((lin, dict(th.vc), th.epoch))
+        th.epoch += 1
+        if arrive:
+            resumed.append(lin)
+        else:
+            state["waiters"].append(lin)
+            at_barrier.add(lin)
+        if len(state["arrived"]) == count:
+            resumed += _complete(block, bar, state, live, at_barrier)
+    for lin in resumed:
+        send[lin] = None
+        del waiting[lin]
+    return resumed
+
+
+def _named_barrier_error(bar: int, count: int, expected: int, block_threads: int) -> str | None:
+    if not 1 <= bar < 16:
+        return f"bar_sync/bar_arrive: barrier id {bar} is not in 1..15 (0 is syncthreads()'s)"
+    if count % 32 or not 0 < count <= block_threads:
+        return (f"bar_sync/bar_arrive on barrier {bar}: {count} threads is not a multiple of 32 up to the block's "
+                f"{block_threads}")
+    if count != expected:
+        return f"bar_sync/bar_arrive on barrier {bar}: {count} threads here, {expected} by a thread before"
+    return None
+
+
+def _complete(block, bar: int, state: dict, live: dict, at_barrier: set) -> list:
+    """A named barrier's count is reached: its waiters see everything its threads did before arriving."""
+    arrived: dict = {}
+    for lin, clock, epoch in state["arrived"]:
+        for t, e in clock.items():
+            if arrived.get(t, -1) < e:
+                arrived[t] = e
+        if arrived.get(lin, -1) < epoch:
+            arrived[lin] = epoch
+    for lin in state["waiters"]:
+        vc = live[lin].vc
+        for t, e in arrived.items():
+            if vc.get(t, -1) < e:
+                vc[t] = e
+        at_barrier.discard(lin)
+    del block.bars[bar]
+    return list(state["waiters"])
 
 
 def _warpgroup_ops(name, threads, live, gens, waiting, send):
