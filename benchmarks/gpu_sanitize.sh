@@ -18,6 +18,10 @@
 # H100 and an H200, and the H100's kernel log showed its OOM killer stopping a python3 of 130 GB; test_conv_wgrad
 # ran past 320 s. Run those alone with SELECT (environment), a pytest -k expression of small shapes, e.g.
 # SELECT='candidates_and_conv2d and 64-64-8' for test_conv_fprop_mma.py, 'odd_shapes' for test_conv_wgrad.py.
+# initcheck's reports in test_conv_fprop_mma (H100, 2e9921c, gpu_sanitizers_h100_2e9921c.json) are reads of written
+# memory: the same tests pass with every allocation NaN-filled (pytest --poison-gpu-memory, the check to trust for
+# unwritten elements); they came in a run where `choose` may have run the picked kernel first inside its CUDA-graph
+# timing, and benchmarks/initcheck_graph_first.py asks the tool whether that hides a kernel's stores from it.
 set -u
 out=${1:?usage: bash benchmarks/gpu_sanitize.sh OUTDIR [SECONDS] [FILE...]}
 limit=${2:-60}
