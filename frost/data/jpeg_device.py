@@ -60,7 +60,7 @@ def decode_jpeg_batch(like: Any, files: Sequence, decoder: str = "hybrid") -> li
     fast = dispatch.lookup("decode_jpeg", like, files, decoder=decoder)
     if fast is not None:
         return fast(like, files, decoder=decoder)
-    return [_on_host(like, f) for f in files]
+    return [_on_host(like, f)[0] for f in files]
 
 
 def _check_decoder(decoder: str, who: str) -> None:
@@ -68,13 +68,13 @@ def _check_decoder(decoder: str, who: str) -> None:
         raise ValueError(f"{who}: decoder must be one of {DECODERS}, got {decoder!r}")
 
 
-def _on_host(like: Any, data) -> Any:
-    """Pillow's decode of one file, uploaded to `like`'s device; None where Pillow refuses it."""
+def _on_host(like: Any, data) -> tuple[Any, str | None]:
+    """(Pillow's decode of one file uploaded to `like`'s device, None) or (None, Pillow's reason for refusing it)."""
     try:
         image = decode_with_pillow(bytes(data))
-    except Exception:  # noqa: BLE001 - the caller names the file and asks Pillow again for the reason
-        return None
-    return image if isinstance(like, np.ndarray) else cuda.cupy().asarray(image)
+    except Exception as e:  # noqa: BLE001 - the caller names the file with the reason
+        return None, f"{type(e).__name__}: {e}"
+    return (image if isinstance(like, np.ndarray) else cuda.cupy().asarray(image)), None
 
 
 def _why(data) -> str:
@@ -199,14 +199,14 @@ class DeviceJPEGList(ImageList):
         flat = np.asarray(packed).reshape(-1)
         files = [flat[o:o + n] for o, n in zip(np.asarray(offsets).tolist(), np.asarray(lengths).tolist())]
         gpu = np.flatnonzero(np.asarray(on_gpu)).tolist()
-        raw = [None] * len(files)
+        raw, why = [None] * len(files), {}
         for k, image in zip(gpu, decode_jpeg_batch(labels, [files[k] for k in gpu], self.decoder)):
             raw[k] = image
         for k in sorted(set(range(len(files))) - set(gpu)):
-            raw[k] = _on_host(labels, files[k])
+            raw[k], why[k] = _on_host(labels, files[k])
         failed = [k for k, image in enumerate(raw) if image is None]
         names = [self.paths[int(i)] for i in np.asarray(indices)[failed]]
-        reasons = [_why(files[k]) for k in failed]
+        reasons = [why.get(k) or _why(files[k]) for k in failed]   # Pillow asked again only for the GPU's refusals
         images = [self._checked(image, k, sizes, indices, labels) for k, image in enumerate(raw)]
         out = resized_crops(images, np.asarray(windows), self.size, np.asarray(flips))
 

@@ -263,3 +263,24 @@ def test_every_broken_file_of_a_batch_is_counted(tmp_path):
     with pytest.raises(RuntimeError, match=rf"cannot decode {paths[1]}: .*\(and 1 more file\(s\) of the batch: "
                                            rf"{paths[3]}\)"):
         ds.finish_on_device(list(fields))
+
+
+def test_a_file_pillow_refuses_on_the_host_is_decoded_once(tmp_path, monkeypatch):
+    """A PNG named .jpg (read on the host) whose compressed pixels are broken: Pillow's refusal names the file, and
+    Pillow was not asked a second time for the reason."""
+    paths, labels = write_jpegs(tmp_path, n=2)
+    png = tmp_path / "cut.jpg"
+    buffer = io.BytesIO()
+    Image.fromarray(np.arange(8 * 9 * 3, dtype=np.uint8).reshape(8, 9, 3)).save(buffer, format="PNG")
+    data = buffer.getvalue()
+    at = data.index(b"IDAT") + 6   # the header whole, the zlib stream's first bytes flipped
+    png.write_bytes(data[:at] + bytes(b ^ 0xFF for b in data[at:at + 14]) + data[at + 14:])
+    ds = DeviceJPEGList([*paths, png], [*labels, 0], size=8)
+    with cpu.use_generator(np.random.default_rng(0)):
+        fields = ds.get_batch(np.arange(3))
+    calls = []
+    decode = jd.decode_with_pillow
+    monkeypatch.setattr(jd, "decode_with_pillow", lambda data: calls.append(len(data)) or decode(data))
+    with pytest.raises(RuntimeError, match=rf"cannot decode {png}: "):
+        ds.finish_on_device(list(fields))
+    assert calls.count(len(data)) == 1
