@@ -61,9 +61,9 @@ Semantics (the simulator implements these; float results can differ from the GPU
 - `syncthreads()` waits for every thread of the block that has not exited; warp operations (shuffles, ballot,
   ldmatrix, mma) need all 32 lanes of the warp at the same operation, as `__shfl_sync(0xffffffff, ...)` does.
 - `bar_sync(id, threads)` / `bar_arrive(id, threads)`: named barrier `id` (1..15), complete when `threads` threads
-  (a multiple of 32) arrived; bar_sync waits, bar_arrive signals and goes on (warp-specialized producers and
-  consumers). `setmaxnreg_inc(n)` / `setmaxnreg_dec(n)`: Hopper's register reallocation for a warpgroup (sm_90a; the
-  simulator skips it).
+  (a multiple of 32; a warp arrives whole) arrived; bar_sync waits, bar_arrive signals and goes on (warp-specialized
+  producers and consumers). `setmaxnreg_inc(n)` / `setmaxnreg_dec(n)`: Hopper's register reallocation for a
+  warpgroup (sm_90a; the kernel needs launch_bounds(MAX_THREADS, MIN_BLOCKS); the simulator skips it).
 - `grid_sync(counter)` waits for every block of the grid (global writes before it are visible after it), in the
   kernel body only; `counter` is a one-element Array[u32] parameter, zeroed once and then kept (never reset). Every
   block must be resident at once: launch at most one block per SM (or as many as the occupancy allows) and let

@@ -291,7 +291,7 @@ class _Simulator:
             fn = spec.sim
             sim_args = [_sim_arg(k.__name__, n, t, v) for n, t, v in runtime]
             simulate.run(k.__name__, fn, spec.checked.has_yield, grid, block, sim_args, smem,
-                         spec.checked.uses_grid_sync)
+                         spec.checked.uses_grid_sync, spec.checked.uses_named_barriers)
         return run
 
 

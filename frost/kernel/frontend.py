@@ -89,6 +89,7 @@ class Checked:
         self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4 of f32: 16)
         self.uses_wgmma = False  # uses a Hopper warpgroup instruction: compiled for sm_90a
         self.uses_grid_sync = False  # waits for the whole grid (grid_sync): the simulator runs all blocks at once
+        self.uses_named_barriers = False  # bar_sync / bar_arrive: the simulator's race detector orders partially
         self.wgmma_accs: dict[str, int] = {}  # accumulator local -> floats, fenced at wgmma_fence/wgmma_wait
 
     def type(self, node):
@@ -870,6 +871,8 @@ class Checker:
             self.out.uses_dyn_smem = True
         if checked.uses_wgmma:
             self.out.uses_wgmma = True
+        if checked.uses_named_barriers:
+            self.out.uses_named_barriers = True
         if checked.uses_grid_sync:
             raise self.src.error(node, f"grid_sync() must be called in the kernel itself, not in device function "
                                        f"{checked.cname}")

@@ -238,12 +238,13 @@ class SharedArray(SimArray):
         at = at or _caller_line()
         block = self.block
         cells = block.cells
+        cell = _OrderedCell if block.partial else _Cell
         for k in range(count):
             address = start + k * step
             if address in cells:
                 block.touch(self, address, kind, idx, thread, at, k)
             else:  # the common case, inline: a first access since the barrier
-                cells[address] = _Cell(thread or block.current, kind, at)
+                cells[address] = cell(thread or block.current, kind, at)
 
     def sub(self, idx):
         idx = tuple(int(k) for k in idx)
@@ -261,96 +262,86 @@ _PAST = {_READ: "read", _WRITE: "wrote", _ATOMIC: "atomically updated"}
 
 
 class _Cell:
-    """Who touched one shared address since the block's last full barrier: the last plain writer, and up to two
-    distinct readers and two distinct atomic updaters (two are enough to find one other than any given thread; a
-    block that used a named barrier keeps every reader and updater, as its threads are only partly ordered). Each
-    access is kept as (thread, at, the thread's epoch then): a later access by another thread is ordered after it
-    when that thread has passed a named barrier the first one arrived at since (_Cell.conflict)."""
+    """Who touched one shared address since the block's last barrier: the first plain writer, and up to two
+    distinct readers and two distinct atomic updaters (two are enough to find one other than any given thread)."""
 
     __slots__ = ("writer", "readers", "atomics")
 
     def __init__(self, thread, kind, at) -> None:
         """The first access since the barrier: by `thread`, at (file, line) of generated code."""
-        entry = (thread, at, thread.epoch)
-        self.writer = entry if kind == _WRITE else None
-        self.readers = (entry,) if kind == _READ else ()  # tuples: the empty one costs no allocation
-        self.atomics = (entry,) if kind == _ATOMIC else ()
+        self.writer = (thread, at) if kind == _WRITE else None
+        self.readers = ((thread, at),) if kind == _READ else ()  # tuples: the empty one costs no allocation
+        self.atomics = ((thread, at),) if kind == _ATOMIC else ()
 
     def conflict(self, thread, kind):
-        """The earlier access by another thread, not ordered before this one, that `kind` by `thread` races with:
-        (thread, at, kind) or None."""
-        seen = thread.vc
-        if not seen:   # no named barrier ordered this thread after anyone: every other thread's access counts
-            return self._any_other(thread, kind)
-        w = self.writer
-        if w is not None and w[0] is not thread and seen.get(w[0].linear, -1) < w[2]:
-            return w[0], w[1], _WRITE
-        if kind != _READ:
-            for t, at, epoch in self.readers:
-                if t is not thread and seen.get(t.linear, -1) < epoch:
-                    return t, at, _READ
-        if kind != _ATOMIC:
-            for t, at, epoch in self.atomics:
-                if t is not thread and seen.get(t.linear, -1) < epoch:
-                    return t, at, _ATOMIC
-        return None
-
-    def _any_other(self, thread, kind):
+        """The earlier access by another thread that `kind` by `thread` races with: (thread, at, kind) or None."""
         w = self.writer
         if w is not None and w[0] is not thread:
             return w[0], w[1], _WRITE
         if kind != _READ:
-            for t, at, _ in self.readers:
+            for t, at in self.readers:
                 if t is not thread:
                     return t, at, _READ
         if kind != _ATOMIC:
-            for t, at, _ in self.atomics:
+            for t, at in self.atomics:
                 if t is not thread:
                     return t, at, _ATOMIC
         return None
 
     def record(self, thread, kind, at) -> None:
-        """Note the access (conflict() found none); at: its (file, line) in generated code, None for the caller's.
-        A write is ordered after every access kept (else it raced): it replaces them."""
-        if not thread.block.partial:   # every epoch is 0: the first writer and two readers are enough
-            self._record_unordered(thread, kind, at)
-            return
-        if kind == _WRITE:
-            w = self.writer
-            if w is not None and w[0] is thread and w[2] == thread.epoch and not self.readers and not self.atomics:
-                return
-            self.writer, self.readers, self.atomics = (thread, at or _caller_line(), thread.epoch), (), ()
-            return
-        seen = self.readers if kind == _READ else self.atomics
-        for k, (t, _, epoch) in enumerate(seen):
-            if t is thread:
-                if epoch == thread.epoch:
-                    return
-                seen = seen[:k] + seen[k + 1:]   # kept again below with the thread's new epoch
-                break
-        if len(seen) < (_KEEP_PARTIAL if thread.block.partial else 2):
-            seen += ((thread, at or _caller_line(), thread.epoch),)
-        if kind == _READ:
-            self.readers = seen
-        else:
-            self.atomics = seen
-
-
-    def _record_unordered(self, thread, kind, at) -> None:
+        """Note the access; at: its (file, line) in generated code, None for the caller's."""
         if kind == _WRITE:
             if self.writer is None:
-                self.writer = (thread, at or _caller_line(), 0)
+                self.writer = (thread, at or _caller_line())
             return
         seen = self.readers if kind == _READ else self.atomics
         if not seen or (len(seen) == 1 and seen[0][0] is not thread):
-            seen += ((thread, at or _caller_line(), 0),)
+            seen += ((thread, at or _caller_line()),)
             if kind == _READ:
                 self.readers = seen
             else:
                 self.atomics = seen
 
 
-_KEEP_PARTIAL = 1024   # readers kept per address once a named barrier orders only some threads: one per thread
+class _OrderedCell:
+    """_Cell for a kernel with named barriers, where threads are only partly ordered: the last plain writer and
+    every thread's latest read and atomic update, each as (thread, at, the thread's epoch then); an access by
+    another thread is ordered after one of them when that thread has passed a named barrier the first one had
+    arrived at since (its vector clock holds that epoch)."""
+
+    __slots__ = ("writer", "readers", "atomics")
+
+    def __init__(self, thread, kind, at) -> None:
+        entry = (thread, at, thread.epoch)
+        self.writer = entry if kind == _WRITE else None
+        self.readers = {thread.linear: entry} if kind == _READ else {}
+        self.atomics = {thread.linear: entry} if kind == _ATOMIC else {}
+
+    def conflict(self, thread, kind):
+        """The earlier access by another thread, not ordered before this one, that `kind` by `thread` races with:
+        (thread, at, kind) or None."""
+        seen = thread.vc
+        w = self.writer
+        if w is not None and w[0] is not thread and seen.get(w[0].linear, -1) < w[2]:
+            return w[0], w[1], _WRITE
+        for others, what in ((self.readers, _READ), (self.atomics, _ATOMIC)):
+            if kind == what:
+                continue
+            for t, at, epoch in others.values():
+                if t is not thread and seen.get(t.linear, -1) < epoch:
+                    return t, at, what
+        return None
+
+    def record(self, thread, kind, at) -> None:
+        """Note the access (conflict() found none). A write is ordered after every access kept (else it raced): it
+        replaces them."""
+        entry = (thread, at or _caller_line(), thread.epoch)
+        if kind == _WRITE:
+            self.writer, self.readers, self.atomics = entry, {}, {}
+        elif kind == _READ:
+            self.readers[thread.linear] = entry
+        else:
+            self.atomics[thread.linear] = entry
 
 
 def _caller_line():
@@ -750,7 +741,7 @@ class Block:
     """A block's shared memory: static arrays and the dynamic buffer, with simulated shared addresses (the
     dynamic buffer at 0, static arrays after it on 1024-byte boundaries) for wgmma's descriptors."""
 
-    def __init__(self, smem_bytes: int) -> None:
+    def __init__(self, smem_bytes: int, named_barriers: bool = False) -> None:
         self.shared_arrays: dict = {}
         self.dyn = np.zeros(smem_bytes, dtype=np.uint8)
         self.regions = [(0, self.dyn)]  # (shared address, the bytes there)
@@ -758,7 +749,8 @@ class Block:
         self.cells: dict | None = {} if race_check else None  # shared address -> _Cell, since the last barrier
         self.current: Thread | None = None  # the thread the scheduler runs now: the accessor of what it touches
         self.bars: dict = {}      # named barrier id -> its instance in progress (_named_barriers)
-        self.partial = False      # a named barrier has run: the race detector keeps every reader (_Cell)
+        # the kernel uses named barriers, which order only some threads: the race detector keeps every access
+        self.partial = named_barriers
 
     def add_static(self, data: np.ndarray) -> int:
         """Place a static shared array after the others; its shared address."""
@@ -782,7 +774,8 @@ class Block:
         cells = self.cells
         cell = cells.get(address)
         if cell is None:
-            cells[address] = _Cell(thread or self.current, kind, at or _caller_line())
+            cells[address] = (_OrderedCell if self.partial else _Cell)(thread or self.current, kind,
+                                                                        at or _caller_line())
             return
         thread = thread or self.current
         other = cell.conflict(thread, kind)
@@ -1022,7 +1015,8 @@ def _describe(th: Thread) -> str:
     return f"block ({bx}, {by}, {bz}) thread ({tx}, {ty}, {tz})"
 
 
-def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0, grid_sync: bool = False) -> None:
+def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0, grid_sync: bool = False,
+        named_barriers: bool = False) -> None:
     """Run every block of the grid, one after another, each block's threads interleaved at barriers; a kernel with
     grid_sync() runs all its blocks side by side, each up to the next grid_sync, as the GPU keeps them resident."""
     gdx, gdy, gdz = grid
@@ -1030,7 +1024,7 @@ def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0, 
     blocks = []
     with np.errstate(all="ignore"):
         for bz, by, bx in itertools.product(range(gdz), range(gdy), range(gdx)):
-            blk = Block(smem_bytes)
+            blk = Block(smem_bytes, named_barriers)
             threads = []
             for tz, ty, tx in itertools.product(range(bdz), range(bdy), range(bdx)):
                 linear = tx + bdx * (ty + bdy * tz)
@@ -1151,38 +1145,48 @@ def _block_steps(name, fn, threads, args):
                 del waiting[lin]
             runnable = list(live)
             continue
-        counts = "; ".join(f"named barrier {bar}: {len(st['arrived'])} of {st['count']} threads arrived"
+        counts = "; ".join(f"named barrier {bar}: {st['threads']} of {st['count']} threads arrived"
                            for bar, st in sorted(threads[0].block.bars.items()))
         _deadlock(name, live, gens, waiting, "threads wait on a barrier that others never reach"
                   + (f" ({counts})" if counts else ""))
 
 
 def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> list:
-    """Count the threads newly waiting at bar_sync / bar_arrive; complete each named barrier whose count is reached
-    (its bar_sync threads resume, ordered after everything its threads did before arriving). bar_arrive threads
-    resume at once. Returns the threads to resume."""
+    """Count the warps newly waiting at bar_sync / bar_arrive (PTX counts a warp's arrival as 32 threads, its live
+    lanes arriving together); complete each named barrier whose count is reached (its bar_sync threads resume,
+    ordered after everything its threads did before arriving). bar_arrive threads resume at once. Returns the
+    threads to resume."""
     block = threads[0].block
-    resumed = []
+    lanes_of: dict[int, list[int]] = {}
     for lin in sorted(live):
-        req = waiting.get(lin)
-        if req is None or req[0] != "bar" or lin in at_barrier:
+        lanes_of.setdefault(lin // 32, []).append(lin)
+    resumed = []
+    for w, lanes in lanes_of.items():
+        arriving = [lin for lin in lanes if waiting.get(lin, ("",))[0] == "bar" and lin not in at_barrier]
+        if not arriving:
             continue
-        _, bar, count, arrive = req
-        th = live[lin]
-        state = block.bars.setdefault(bar, {"count": count, "arrived": [], "waiters": []})
-        why = _named_barrier_error(bar, count, state["count"], len(threads))
+        if len(arriving) < len(lanes) or len({(waiting[lin], _position(gens[lin])) for lin in arriving}) > 1:
+            if any(lin not in waiting for lin in lanes):
+                continue   # some lanes were resumed this round and may still come
+            _deadlock(name, live, gens, waiting, f"the live lanes of warp {w} wait at different barriers or "
+                      "operations (bar.sync and bar.arrive are .aligned: a warp's lanes reach them together)")
+        _, bar, count, arrive = waiting[arriving[0]]
+        state = block.bars.setdefault(bar, {"count": count, "threads": 0, "arrived": [], "waiters": []})
+        why = _named_barrier_error(bar, count, state["count"], 32 * len(range(0, len(threads), 32)))
         if why:
-            pyfile, line = _where(name, th, None, gens[lin])
-            raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: {why}")
-        block.partial = True
-        state["arrived"].append((lin, dict(th.vc), th.epoch))
-        th.epoch += 1
+            pyfile, line = _where(name, live[arriving[0]], None, gens[arriving[0]])
+            raise SimulationError(f"{name}: {_describe(live[arriving[0]])} at {pyfile}:{line}: {why}")
+        state["threads"] += 32
+        for lin in arriving:
+            th = live[lin]
+            state["arrived"].append((lin, dict(th.vc), th.epoch))
+            th.epoch += 1
         if arrive:
-            resumed.append(lin)
+            resumed += arriving
         else:
-            state["waiters"].append(lin)
-            at_barrier.add(lin)
-        if len(state["arrived"]) == count:
+            state["waiters"] += arriving
+            at_barrier.update(arriving)
+        if state["threads"] == count:
             resumed += _complete(block, bar, state, live, at_barrier)
     for lin in resumed:
         send[lin] = None
@@ -1195,9 +1199,9 @@ def _named_barrier_error(bar: int, count: int, expected: int, block_threads: int
         return f"bar_sync/bar_arrive: barrier id {bar} is not in 1..15 (0 is syncthreads()'s)"
     if count % 32 or not 0 < count <= block_threads:
         return (f"bar_sync/bar_arrive on barrier {bar}: {count} threads is not a multiple of 32 up to the block's "
-                f"{block_threads}")
+                f"{block_threads} (its warps times 32)")
     if count != expected:
-        return f"bar_sync/bar_arrive on barrier {bar}: {count} threads here, {expected} by a thread before"
+        return f"bar_sync/bar_arrive on barrier {bar}: {count} threads here, {expected} by a warp before"
     return None
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from frost.kernel import (Array, Const, KernelError, SimulationError, bar_arrive, bar_sync, f32, i32, kernel,
-                          setmaxnreg_dec, setmaxnreg_inc, shared, syncthreads, tx)
+                          launch_bounds, setmaxnreg_dec, setmaxnreg_inc, shared, syncthreads, tx)
 from frost.kernel.simulate import SharedMemoryRaceError
 
 FULL, EMPTY = 1, 2   # barrier ids: the buffer holds a tile / the buffer may be refilled
@@ -83,6 +83,7 @@ def runtime_barrier_id(y: Array[f32], bar: i32):
 @kernel
 def reallocating(x: Array[f32], y: Array[f32]):
     """Warpgroup 0 gives registers away, warpgroup 1 takes them (as FlashAttention-3's producer and consumers)."""
+    launch_bounds(256, 1)   # ptxas needs the register count at entry, or it drops setmaxnreg
     if tx < 128:
         setmaxnreg_dec(40)
     else:
@@ -180,7 +181,7 @@ def test_setmaxnreg_compiles_for_sm_90a_and_runs_as_a_no_op_in_the_simulator():
     source = reallocating.source
     assert 'setmaxnreg.dec.sync.aligned.u32 40;' in source and 'setmaxnreg.inc.sync.aligned.u32 232;' in source
     info = reallocating.inspect("sm_90")
-    assert "for 'sm_90a'" in info["log"]
+    assert "for 'sm_90a'" in info["log"] and "C7508" not in info["log"]   # C7508: "'setmaxnreg' ignored"
     assert "setmaxnreg.dec.sync.aligned.u32 40" in info["ptx"]
     with pytest.raises(KernelError, match=r"reallocating: wgmma \(warpgroup MMA\) or setmaxnreg needs a Hopper GPU "
                                           r"\(sm_90a\); cannot compile for sm_80"):
@@ -197,6 +198,7 @@ def test_setmaxnreg_takes_a_multiple_of_8_in_range(registers):
                                           r"24..256"):
         @kernel
         def bad(y: Array[f32], R: Const[int]):
+            launch_bounds(32, 1)
             setmaxnreg_inc(R)
         bad.simulate[1, 32](np.zeros(32, np.float32), R=registers)
 
@@ -217,3 +219,65 @@ def test_gpu_producer_and_consumer_warps_match_numpy():
         y = cp.full(64, cp.nan, cp.float32)
         pipeline[1, 128](cp.asarray(x), y, tiles, EMPTY_WAIT=True)
         np.testing.assert_array_equal(cp.asnumpy(y), want)
+
+
+def test_setmaxnreg_needs_both_launch_bounds():
+    """Without launch_bounds(MAX_THREADS, MIN_BLOCKS) ptxas cannot tell the register count at entry and drops the
+    instruction with a warning (C7508): the language refuses such a kernel instead."""
+    @kernel
+    def unbounded(y: Array[f32]):
+        setmaxnreg_dec(40)
+
+    @kernel
+    def threads_bound_only(y: Array[f32]):
+        launch_bounds(256)
+        setmaxnreg_dec(40)
+    for k in (unbounded, threads_bound_only):
+        with pytest.raises(KernelError, match=r"setmaxnreg_dec\(\) needs launch_bounds\(MAX_THREADS, MIN_BLOCKS\) "
+                                              r".*C7508"):
+            k.simulate[1, 32](np.zeros(32, np.float32))
+
+
+def test_reads_before_the_first_named_barrier_still_count():
+    """Warps 0 and 2 read s[0]; warp 1, ordered after warp 0 only, then writes it: a race with warp 2's reads, though
+    they came before any named barrier ran."""
+    @kernel
+    def late_writer(y: Array[f32]):
+        s = shared(f32, 1)
+        if tx < 32 or tx >= 64:
+            y[tx] = s[0]
+        if tx < 32:
+            bar_arrive(1, 64)
+        elif tx < 64:
+            bar_sync(1, 64)
+            if tx == 32:
+                s[0] = 5.0
+    with pytest.raises(SharedMemoryRaceError, match=r"thread \(32, 0, 0\) .*data race on shared array 's' at index 0: "
+                                                    r"this thread writes it, and block \(0, 0, 0\) thread \(6[4-9]"):
+        late_writer.simulate[1, 96](np.zeros(96, np.float32))
+
+
+def test_a_warp_arrives_whole_even_with_exited_lanes():
+    """PTX counts a warp's arrival as 32 threads: two warps complete a 64-thread barrier after some lanes exit."""
+    @kernel
+    def partly_exited(y: Array[f32]):
+        if tx >= 40:
+            return
+        bar_sync(1, 64)
+        y[tx] = 1.0
+    y = np.zeros(64, np.float32)
+    partly_exited.simulate[1, 64](y)
+    assert (y[:40] == 1.0).all() and (y[40:] == 0.0).all()
+
+
+def test_a_barrier_only_some_lanes_of_a_warp_reach_is_an_error():
+    @kernel
+    def divergent(y: Array[f32]):
+        if tx % 2 == 0:
+            bar_sync(1, 64)
+        else:
+            bar_sync(2, 64)
+        y[tx] = 1.0
+    with pytest.raises(SimulationError, match=r"divergent: deadlock: the live lanes of warp 0 wait at different "
+                                              r"barriers or operations \(bar.sync and bar.arrive are .aligned"):
+        divergent.simulate[1, 64](np.zeros(64, np.float32))

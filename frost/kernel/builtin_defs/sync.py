@@ -44,6 +44,7 @@ class NamedBarrier(BuiltinDef):
             raise ck.src.error(node.args[1], f"{self.name}: {threads} threads is not a multiple of 32 in 32..1024 "
                                              "(warps arrive whole)")
         ck.out.has_yield = True
+        ck.out.uses_named_barriers = True
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
@@ -58,7 +59,9 @@ class NamedBarrier(BuiltinDef):
 class SetMaxNReg(BuiltinDef):
     """setmaxnreg_inc(N) / setmaxnreg_dec(N): Hopper's setmaxnreg (sm_90a), raising or lowering the registers per
     thread of the calling warpgroup to N (24..256, a multiple of 8), so that producer warpgroups that only issue
-    copies give registers to the consumers that hold accumulators. Every thread of the warpgroup must execute it.
+    copies give registers to the consumers that hold accumulators. Every thread of the warpgroup must execute it, in
+    the kernel's body, and the kernel must start with launch_bounds(MAX_THREADS, MIN_BLOCKS): without both bounds
+    ptxas cannot tell the register count at entry and drops the instruction (warning C7508).
     The simulator has no register file: there it checks nothing at run time and does nothing."""
 
     def __init__(self, name: str, op: str) -> None:
@@ -71,6 +74,11 @@ class SetMaxNReg(BuiltinDef):
         n = ck.const_int(node.args[0])
         if not (24 <= n <= 256 and n % 8 == 0):
             raise ck.src.error(node.args[0], f"{self.name}({n}): registers must be a multiple of 8 in 24..256")
+        bounds = ck.out.launch_bounds if ck.out.is_kernel else None
+        if bounds is None or len(bounds) != 2:
+            raise ck.src.error(node, f"{self.name}() needs launch_bounds(MAX_THREADS, MIN_BLOCKS) at the top of the "
+                                     "kernel itself (ptxas ignores setmaxnreg when it cannot tell the register count "
+                                     "at entry: warning C7508)")
         ck.out.uses_wgmma = True   # an arch-specific Hopper instruction: the kernel compiles for sm_90a
         return None
 
