@@ -1157,6 +1157,8 @@ def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> lis
     ordered after everything its threads did before arriving). bar_arrive threads resume at once. Returns the
     threads to resume."""
     block = threads[0].block
+    if not block.partial:   # the kernel has no bar_sync / bar_arrive (frontend.Checked.uses_named_barriers)
+        return []
     lanes_of: dict[int, list[int]] = {}
     for lin in sorted(live):
         lanes_of.setdefault(lin // 32, []).append(lin)

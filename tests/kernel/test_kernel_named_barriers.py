@@ -5,7 +5,7 @@ code generator writes PTX's bar.sync / bar.arrive / setmaxnreg, and NVRTC compil
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, Const, KernelError, SimulationError, bar_arrive, bar_sync, f32, i32, kernel,
+from frost.kernel import (Array, Const, KernelError, SimulationError, bar_arrive, bar_sync, device, f32, i32, kernel,
                           launch_bounds, setmaxnreg_dec, setmaxnreg_inc, shared, syncthreads, tx)
 from frost.kernel.simulate import SharedMemoryRaceError
 
@@ -281,3 +281,24 @@ def test_a_barrier_only_some_lanes_of_a_warp_reach_is_an_error():
     with pytest.raises(SimulationError, match=r"divergent: deadlock: the live lanes of warp 0 wait at different "
                                               r"barriers or operations \(bar.sync and bar.arrive are .aligned"):
         divergent.simulate[1, 64](np.zeros(64, np.float32))
+
+
+@device
+def _wait_for_tile():
+    bar_sync(FULL, 128)
+
+
+def test_a_named_barrier_in_a_device_function_orders_the_kernel_too():
+    @kernel
+    def hand_over_through_a_call(x: Array[f32], y: Array[f32]):
+        s = shared(f32, 64)
+        if tx < 64:
+            s[tx] = x[tx]
+            bar_arrive(FULL, 128)
+        else:
+            _wait_for_tile()
+            y[tx - 64] = s[127 - tx]
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, np.float32)
+    hand_over_through_a_call.simulate[1, 128](x, y)
+    np.testing.assert_array_equal(y, x[::-1])
