@@ -36,6 +36,7 @@ import numpy as np
 
 from frost.kernel import frontend
 from frost.kernel.builder import Bounds, Builder
+from frost.kernel.builtin_defs.sync import NAMED_BARRIERS
 from frost.kernel.frontend import Checked
 from frost.kernel.types import (ArrayType, bf16, boolean, f16, f32, f64, i32, i64,
                                 strong, u32, u8)
@@ -238,7 +239,7 @@ class SharedArray(SimArray):
         at = at or _caller_line()
         block = self.block
         cells = block.cells
-        cell = _OrderedCell if block.partial else _Cell
+        cell = block.cell
         for k in range(count):
             address = start + k * step
             if address in cells:
@@ -751,6 +752,7 @@ class Block:
         self.bars: dict = {}      # named barrier id -> its instance in progress (_named_barriers)
         # the kernel uses named barriers, which order only some threads: the race detector keeps every access
         self.partial = named_barriers
+        self.cell = _OrderedCell if named_barriers else _Cell   # what a first access since a barrier records
 
     def add_static(self, data: np.ndarray) -> int:
         """Place a static shared array after the others; its shared address."""
@@ -774,8 +776,7 @@ class Block:
         cells = self.cells
         cell = cells.get(address)
         if cell is None:
-            cells[address] = (_OrderedCell if self.partial else _Cell)(thread or self.current, kind,
-                                                                        at or _caller_line())
+            cells[address] = self.cell(thread or self.current, kind, at or _caller_line())
             return
         thread = thread or self.current
         other = cell.conflict(thread, kind)
@@ -1174,7 +1175,7 @@ def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> lis
                       "operations (bar.sync and bar.arrive are .aligned: a warp's lanes reach them together)")
         _, bar, count, arrive = waiting[arriving[0]]
         state = block.bars.setdefault(bar, {"count": count, "threads": 0, "arrived": [], "waiters": []})
-        why = _named_barrier_error(bar, count, state["count"], 32 * len(range(0, len(threads), 32)))
+        why = _named_barrier_error(bar, count, state["count"], 32 * math.ceil(len(threads) / 32))
         if why:
             pyfile, line = _where(name, live[arriving[0]], None, gens[arriving[0]])
             raise SimulationError(f"{name}: {_describe(live[arriving[0]])} at {pyfile}:{line}: {why}")
@@ -1197,8 +1198,8 @@ def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> lis
 
 
 def _named_barrier_error(bar: int, count: int, expected: int, block_threads: int) -> str | None:
-    if not 1 <= bar < 16:
-        return f"bar_sync/bar_arrive: barrier id {bar} is not in 1..15 (0 is syncthreads()'s)"
+    if not 1 <= bar < NAMED_BARRIERS:
+        return f"bar_sync/bar_arrive: barrier id {bar} is not in 1..{NAMED_BARRIERS - 1} (0 is syncthreads()'s)"
     if count % 32 or not 0 < count <= block_threads:
         return (f"bar_sync/bar_arrive on barrier {bar}: {count} threads is not a multiple of 32 up to the block's "
                 f"{block_threads} (its warps times 32)")
@@ -1211,19 +1212,20 @@ def _complete(block, bar: int, state: dict, live: dict, at_barrier: set) -> list
     """A named barrier's count is reached: its waiters see everything its threads did before arriving."""
     arrived: dict = {}
     for lin, clock, epoch in state["arrived"]:
-        for t, e in clock.items():
-            if arrived.get(t, -1) < e:
-                arrived[t] = e
-        if arrived.get(lin, -1) < epoch:
-            arrived[lin] = epoch
+        _advance(arrived, clock)
+        _advance(arrived, {lin: epoch})
     for lin in state["waiters"]:
-        vc = live[lin].vc
-        for t, e in arrived.items():
-            if vc.get(t, -1) < e:
-                vc[t] = e
+        _advance(live[lin].vc, arrived)
         at_barrier.discard(lin)
     del block.bars[bar]
     return list(state["waiters"])
+
+
+def _advance(clock: dict, other: dict) -> None:
+    """clock = the element-wise latest of clock and other (vector clocks: thread -> epoch)."""
+    for t, e in other.items():
+        if clock.get(t, -1) < e:
+            clock[t] = e
 
 
 def _warpgroup_ops(name, threads, live, gens, waiting, send):
