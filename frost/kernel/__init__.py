@@ -64,6 +64,11 @@ Semantics (the simulator implements these; float results can differ from the GPU
   (a multiple of 32; a warp arrives whole) arrived; bar_sync waits, bar_arrive signals and goes on (warp-specialized
   producers and consumers). `setmaxnreg_inc(n)` / `setmaxnreg_dec(n)`: Hopper's register reallocation for a
   warpgroup (sm_90a; the kernel needs launch_bounds(MAX_THREADS, MIN_BLOCKS); the simulator skips it).
+- mbarriers (sm_90a), elements of a shared Array[i64]: `mbarrier_init(bars, i, count)` (one thread, then a
+  syncthreads), `mbarrier_arrive(bars, i)`, `mbarrier_arrive_expect_tx(bars, i, nbytes)`, `mbarrier_wait(bars, i,
+  parity)` (until the phase of that parity completed); `cp_async_bulk(dst, di, src, si, nbytes, bars, i)` copies
+  nbytes (a multiple of 16) from global to shared memory and completes them on the barrier. The simulator lands a
+  bulk copy when its phase completes, so a read before the wait sees stale data (and races).
 - `grid_sync(counter)` waits for every block of the grid (global writes before it are visible after it), in the
   kernel body only; `counter` is a one-element Array[u32] parameter, zeroed once and then kept (never reset). Every
   block must be resident at once: launch at most one block per SM (or as many as the occupancy allows) and let

@@ -35,14 +35,14 @@ class Spec:
         return self._sim
 
     def arch(self, arch: str) -> str:
-        """The architecture to compile for: a kernel using wgmma or setmaxnreg needs sm_90a (Hopper's arch-specific
-        features)."""
-        if not self.checked.uses_wgmma or arch == "sm_90a":
+        """The architecture to compile for: a kernel using wgmma, setmaxnreg, mbarrier waits or bulk copies needs
+        sm_90a (Hopper's arch-specific features)."""
+        if not (self.checked.uses_wgmma or self.checked.needs_sm90a) or arch == "sm_90a":
             return arch
         if arch == "sm_90":
             return "sm_90a"
-        raise KernelError(f"{self.checked.cname}: wgmma (warpgroup MMA) or setmaxnreg needs a Hopper GPU (sm_90a); "
-                          f"cannot compile for {arch}")
+        raise KernelError(f"{self.checked.cname}: wgmma (warpgroup MMA), setmaxnreg, mbarriers or bulk copies "
+                          f"need a Hopper GPU (sm_90a); cannot compile for {arch}")
 
     def cubin(self, arch: str) -> bytes:
         """The cubin for `arch`: a finished or running prefetch's, else compiled now (a compile error raises here)."""

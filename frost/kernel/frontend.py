@@ -88,8 +88,9 @@ class Checked:
         self.launch_bounds: tuple | None = None  # (max threads per block, min blocks per SM) from launch_bounds()
         self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4 of f32: 16)
         self.uses_wgmma = False  # uses a Hopper warpgroup instruction: compiled for sm_90a
+        self.needs_sm90a = False  # other Hopper-only instructions (setmaxnreg, mbarrier waits, bulk copies): sm_90a too
         self.uses_grid_sync = False  # waits for the whole grid (grid_sync): the simulator runs all blocks at once
-        self.uses_named_barriers = False  # bar_sync / bar_arrive: the simulator's race detector orders partially
+        self.uses_named_barriers = False  # named barriers, mbarriers: the race detector orders partially
         self.wgmma_accs: dict[str, int] = {}  # accumulator local -> floats, fenced at wgmma_fence/wgmma_wait
 
     def type(self, node):
@@ -871,6 +872,8 @@ class Checker:
             self.out.uses_dyn_smem = True
         if checked.uses_wgmma:
             self.out.uses_wgmma = True
+        if checked.needs_sm90a:
+            self.out.needs_sm90a = True
         if checked.uses_named_barriers:
             self.out.uses_named_barriers = True
         if checked.uses_grid_sync:

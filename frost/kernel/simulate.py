@@ -9,14 +9,17 @@ kernel, the block and thread, and the kernel's source line):
   suite and examples stay under 100,000 per thread.
 - A race detector for shared memory: between two barriers of a block (syncthreads, grid_sync), two different
   threads touching one shared address, at least one of them writing, unordered by a named barrier (bar_sync after
-  the other thread's bar_sync or bar_arrive of the same barrier instance, tracked with a vector clock per thread), is
+  the other thread's bar_sync or bar_arrive of the same barrier instance) or an mbarrier (mbarrier_wait of a phase the
+  other thread arrived at, or whose bulk copy it issued), tracked with a vector clock per thread, is
   a SharedMemoryRaceError naming the array,
   the index, both threads and both lines. Atomics on one address do not race with each other (they do with plain
   reads and writes). Warp operations (shuffles, ballot, ldmatrix, mma) order nothing: as CUDA's
   `__shfl_sync` / `__ballot_sync` they exchange registers but "do not imply a memory barrier", and the language
   has no `__syncwarp`, so warp-synchronous shared-memory code needs a syncthreads() here as on the GPU.
   Tracked: loads and stores (scalar, vector, through `sub`/`tile` views), atomics, landed cp.async copies (as
-  writes by the issuing thread at its cp_wait) and ldmatrix rows (as reads by each lane); wgmma's descriptor
+  writes by the issuing thread at its cp_wait), landed bulk copies (writes by the copy engine as the issuing thread
+  left it, when the barrier's phase completes), mbarrier objects (init a write, other uses atomic) and ldmatrix rows
+  (as reads by each lane); wgmma's descriptor
   reads are not. Addresses are byte offsets in the block's shared memory, so differently typed views of dynamic
   shared memory meet where their elements start at the same byte. `race_check = False` (or
   FROST_KERNEL_RACECHECK=0) turns the detector off.
@@ -36,6 +39,7 @@ import numpy as np
 
 from frost.kernel import frontend
 from frost.kernel.builder import Bounds, Builder
+from frost.kernel.builtin_defs.mbarrier import BULK_ALIGN, MAX_COUNT
 from frost.kernel.builtin_defs.sync import NAMED_BARRIERS
 from frost.kernel.frontend import Checked
 from frost.kernel.types import (ArrayType, bf16, boolean, f16, f32, f64, i32, i64,
@@ -750,6 +754,7 @@ class Block:
         self.cells: dict | None = {} if race_check else None  # shared address -> _Cell, since the last barrier
         self.current: Thread | None = None  # the thread the scheduler runs now: the accessor of what it touches
         self.bars: dict = {}      # named barrier id -> its instance in progress (_named_barriers)
+        self.mbars: dict = {}     # shared address -> _MBarrier (mbarrier_init)
         # the kernel uses named barriers, which order only some threads: the race detector keeps every access
         self.partial = named_barriers
         self.cell = _OrderedCell if named_barriers else _Cell   # what a first access since a barrier records
@@ -903,6 +908,72 @@ class Thread:
                 if isinstance(dst, SharedArray):  # the copy lands now: a write by this thread, at its cp_wait
                     dst.track_span(didx, d.size, _WRITE)
 
+    # -- mbarriers and bulk copies: a phase completes (and its copies land) when its arrivals and bytes are all in
+    def _mbarrier(self, arr, i, name: str, kind: str) -> "_MBarrier":
+        """The mbarrier at arr[i], its use recorded for the race detector (using it before the syncthreads() after
+        its mbarrier_init races with the init's write)."""
+        addr = self._mbarrier_address(arr, i, name)
+        if isinstance(arr, SharedArray):
+            arr.track_span((i,), 1, kind)
+        bar = self.block.mbars.get(addr)
+        if bar is None:
+            raise _OutOfBounds(f"{name}: {arr.name}[{int(i)}] is not an initialized mbarrier (mbarrier_init first)")
+        return bar
+
+    def _mbarrier_address(self, arr, i, name: str) -> int:
+        idx = (int(i),)
+        arr._check(idx)
+        return self.block.address(arr, idx)
+
+    def mbarrier_init(self, arr, i, count):
+        count = int(count)
+        if not 1 <= count <= MAX_COUNT:
+            raise _OutOfBounds(f"mbarrier_init: count {count} is not in 1..{MAX_COUNT}")
+        addr = self._mbarrier_address(arr, i, "mbarrier_init")
+        if isinstance(arr, SharedArray):
+            arr.track_span((int(i),), 1, _WRITE)
+        self.block.mbars[addr] = _MBarrier(count, f"{arr.name}[{int(i)}]")
+
+    def mbarrier_arrive(self, arr, i, tx, name="mbarrier_arrive"):
+        bar = self._mbarrier(arr, i, name, _ATOMIC)
+        bar.tx += int(tx)
+        bar.pending -= 1
+        if bar.pending < 0:
+            raise _OutOfBounds(f"mbarrier {bar.name}: more than its count of {bar.count} arrivals in one phase")
+        bar.order_after(self.linear, self.vc, self.epoch)
+        self.epoch += 1
+        bar.complete_if_done()
+
+    def mbarrier_waiting(self, arr, i, parity):
+        """The scheduler's request of mbarrier_wait: it resumes the thread when the phase has completed."""
+        if int(parity) not in (0, 1):
+            raise _OutOfBounds(f"mbarrier_wait: parity {int(parity)} is not 0 or 1 (use k // STAGES % 2)")
+        return "mbar", self._mbarrier(arr, i, "mbarrier_wait", _ATOMIC), int(parity)
+
+    def cp_async_bulk(self, dst, didx, src, sidx, nbytes, bars, i):
+        nbytes, size = int(nbytes), dst.data.dtype.itemsize
+        if nbytes <= 0 or nbytes % BULK_ALIGN or nbytes > MAX_COUNT:
+            raise _OutOfBounds(f"cp_async_bulk: {nbytes} bytes is not a positive multiple of {BULK_ALIGN} up to "
+                               f"{MAX_COUNT}")
+        count = nbytes // size
+        d = dst.span((int(didx),), count)
+        s = src.span((int(sidx),), count)
+        if self.block.address(dst, (int(didx),)) % BULK_ALIGN:
+            raise _OutOfBounds(f"cp_async_bulk: {dst.name}[{int(didx)}] is not {BULK_ALIGN}-byte aligned in shared "
+                               "memory")
+        if int(sidx) * size % BULK_ALIGN:
+            raise _OutOfBounds(f"cp_async_bulk: {src.name}[{int(sidx)}] is {int(sidx) * size} bytes into its array, "
+                               f"not a multiple of {BULK_ALIGN}")
+        bar = self._mbarrier(bars, i, "cp_async_bulk", _ATOMIC)
+        # the copy engine writes as a thread of its own, ordered after what the issuing thread did before issuing
+        # and before whoever waits for the phase
+        engine = _CopyEngine(self)
+        bar.copies.append((d, s, dst, int(didx), engine, _caller_line()))
+        bar.order_after(engine.linear, engine.vc, engine.epoch)
+        self.epoch += 1
+        bar.tx -= nbytes
+        bar.complete_if_done()
+
     def finish(self):
         self.cp_commit()
         self.cp_wait(0)
@@ -910,6 +981,58 @@ class Thread:
             raise SimulationError(f"{_describe(self)} ended with wgmma operations in flight "
                                   f"({'uncommitted' if self.wg_pending else 'not waited for'}): call wgmma_commit() "
                                   "and wgmma_wait(0) before reading the accumulators or exiting")
+
+
+class _CopyEngine:
+    """The accessor of a bulk copy's landing, for the race detector: the issuing thread as it was when it issued the
+    copy (its earlier accesses ordered before the landing, its later ones not)."""
+
+    __slots__ = ("idx", "linear", "vc", "epoch")
+
+    def __init__(self, issuer: Thread) -> None:
+        self.idx, self.linear, self.epoch = issuer.idx, issuer.linear, issuer.epoch
+        self.vc = dict(issuer.vc)
+        self.vc[issuer.linear] = issuer.epoch
+
+
+class _MBarrier:
+    """An mbarrier (PTX): its current phase waits for `pending` more arrivals and `tx` more bytes (negative while
+    copies land before mbarrier_arrive_expect_tx announced them); when both are zero the phase completes: its
+    copies land, its parity flips and the next phase waits for `count` arrivals. `clock` gathers the vector clocks
+    of the phase's arrivals and copies; `done`, of every completed phase (a waiter is ordered after them)."""
+
+    __slots__ = ("count", "pending", "tx", "phase", "clock", "done", "copies", "name")
+
+    def __init__(self, count: int, name: str) -> None:
+        self.count, self.pending, self.tx, self.phase, self.name = count, count, 0, 0, name
+        self.clock: dict = {}
+        self.done: dict = {}
+        self.copies: list = []
+
+    def order_after(self, linear: int, clock: dict, epoch: int) -> None:
+        _advance(self.clock, clock)
+        _advance(self.clock, {linear: epoch})
+
+    def complete_if_done(self) -> None:
+        if self.pending or self.tx:
+            return
+        for d, s, dst, didx, engine, at in self.copies:
+            d[...] = s.view(d.dtype)
+            if isinstance(dst, SharedArray):
+                try:
+                    dst.track_span((didx,), d.size, _WRITE, engine, at)
+                except _Race as exc:
+                    raise _Race(f"{exc} (the write is the landing of the cp_async_bulk that {_describe(engine)} "
+                                f"issued at {_source_line(at)}, when {self.name}'s phase completed)",
+                                exc.thread) from None
+        _advance(self.done, self.clock)
+        self.phase ^= 1
+        self.pending, self.tx, self.clock, self.copies = self.count, 0, {}, []
+
+    def state(self) -> str:
+        copies = f", {len(self.copies)} bulk copies not landed" if self.copies else ""
+        return (f"mbarrier {self.name}: phase {self.phase} waits for {self.pending} of {self.count} arrivals and "
+                f"{self.tx} bytes{copies}")
 
 
 # -- wgmma ----------------------------------------------------------------------------------------------
@@ -1040,6 +1163,7 @@ def run(name: str, fn, has_yield: bool, grid, block, args, smem_bytes: int = 0, 
                         th.finish()
                     except Exception as exc:
                         _raise(name, th, exc)
+                _copies_landed(name, blk)
             elif grid_sync:
                 blocks.append(_block_steps(name, fn, threads, args))
             else:
@@ -1116,7 +1240,7 @@ def _block_steps(name, fn, threads, args):
             reqs = [waiting[lin] for lin in lanes]
             if all(r[0] == "wgmma" for r in reqs):
                 continue  # a warpgroup operation: resolved below when all four warps are there
-            if all(r[0] not in ("sync", "grid_sync", "bar") for r in reqs):
+            if all(r[0] not in ("sync", "grid_sync", "bar", "mbar") for r in reqs):
                 kinds = {r[0] for r in reqs}
                 if len(kinds) != 1 or len({_position(gens[lin]) for lin in lanes}) != 1:
                     _deadlock(name, live, gens, waiting, f"the lanes of warp {w} wait at different warp operations")
@@ -1131,6 +1255,7 @@ def _block_steps(name, fn, threads, args):
                     runnable.append(lin)
         runnable += _warpgroup_ops(name, threads, live, gens, waiting, send)
         runnable += _named_barriers(name, threads, live, gens, waiting, send, at_barrier)
+        runnable += _mbarrier_waits(threads[0].block, live, waiting, send)
         if runnable:
             continue
         kinds = {waiting[lin][0] for lin in live}
@@ -1146,10 +1271,13 @@ def _block_steps(name, fn, threads, args):
                 del waiting[lin]
             runnable = list(live)
             continue
-        counts = "; ".join(f"named barrier {bar}: {st['threads']} of {st['count']} threads arrived"
-                           for bar, st in sorted(threads[0].block.bars.items()))
+        counts = [f"named barrier {bar}: {st['threads']} of {st['count']} threads arrived"
+                  for bar, st in sorted(threads[0].block.bars.items())]
+        awaited = {id(req[1]): req[1] for req in waiting.values() if req[0] == "mbar"}
+        counts += [bar.state() for bar in awaited.values()]
         _deadlock(name, live, gens, waiting, "threads wait on a barrier that others never reach"
-                  + (f" ({counts})" if counts else ""))
+                  + (f" ({'; '.join(counts)})" if counts else ""))
+    _copies_landed(name, threads[0].block)
 
 
 def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> list:
@@ -1195,6 +1323,27 @@ def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> lis
         send[lin] = None
         del waiting[lin]
     return resumed
+
+
+def _mbarrier_waits(block, live, waiting, send) -> list:
+    """Resume the threads waiting on an mbarrier phase that has completed (mbarrier_wait(bars, i, parity) returns
+    once the barrier's current phase has the other parity), ordered after every completed phase's arrivals."""
+    if not block.mbars:
+        return []
+    resumed = [lin for lin in live if waiting.get(lin, ("",))[0] == "mbar" and waiting[lin][1].phase != waiting[lin][2]]
+    for lin in resumed:
+        _advance(live[lin].vc, waiting[lin][1].done)
+        send[lin] = None
+        del waiting[lin]
+    return resumed
+
+
+def _copies_landed(name: str, block) -> None:
+    """The block has exited: a bulk copy whose phase never completed would write shared memory after it."""
+    for bar in block.mbars.values():
+        if bar.copies:
+            raise SimulationError(f"{name}: the block exited with cp_async_bulk copies in flight ({bar.state()}); "
+                                  "announce their bytes with mbarrier_arrive_expect_tx and wait for the phase")
 
 
 def _named_barrier_error(bar: int, count: int, expected: int, block_threads: int) -> str | None:

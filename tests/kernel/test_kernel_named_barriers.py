@@ -183,8 +183,8 @@ def test_setmaxnreg_compiles_for_sm_90a_and_runs_as_a_no_op_in_the_simulator():
     info = reallocating.inspect("sm_90")
     assert "for 'sm_90a'" in info["log"] and "C7508" not in info["log"]   # C7508: "'setmaxnreg' ignored"
     assert "setmaxnreg.dec.sync.aligned.u32 40" in info["ptx"]
-    with pytest.raises(KernelError, match=r"reallocating: wgmma \(warpgroup MMA\) or setmaxnreg needs a Hopper GPU "
-                                          r"\(sm_90a\); cannot compile for sm_80"):
+    with pytest.raises(KernelError, match=r"reallocating: wgmma \(warpgroup MMA\), setmaxnreg, mbarriers or bulk "
+                                          r"copies need a Hopper GPU \(sm_90a\); cannot compile for sm_80"):
         reallocating.compile("sm_80")
     x = np.arange(256, dtype=np.float32)
     y = np.zeros(256, np.float32)

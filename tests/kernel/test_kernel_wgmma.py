@@ -95,7 +95,7 @@ def test_wgmma_kernels_compile_to_sm_90a():
     info = wgmma_tile.inspect("sm_90", N=256, ZERO_INIT=0)
     assert "for 'sm_90a'" in info["log"] and info["spill_stores"] == 0
     assert "serialized" not in info["log"]
-    with pytest.raises(KernelError, match="wgmma.*needs a Hopper GPU \\(sm_90a\\); cannot compile for sm_80"):
+    with pytest.raises(KernelError, match="wgmma.*need a Hopper GPU \\(sm_90a\\); cannot compile for sm_80"):
         wgmma_tile.compile("sm_80", N=64, ZERO_INIT=1)
 
 

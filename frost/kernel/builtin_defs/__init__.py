@@ -5,10 +5,10 @@ to builtins.FUNCTIONS (docs/kernels.md, "Adding a built-in")."""
 from __future__ import annotations
 
 from frost.kernel import builtins as B
-from frost.kernel.builtin_defs import arith, memory, sync, warp, wgmma
+from frost.kernel.builtin_defs import arith, mbarrier, memory, sync, warp, wgmma
 from frost.kernel.builtin_defs.base import BuiltinDef
 
-DEFINITIONS: dict[str, BuiltinDef] = {d.name: d for family in (arith, sync, memory, warp, wgmma)
+DEFINITIONS: dict[str, BuiltinDef] = {d.name: d for family in (arith, sync, mbarrier, memory, warp, wgmma)
                                       for d in family.DEFINITIONS}
 
 # every callable name of builtins.py has a definition, and every definition a name there: checked as this loads

@@ -79,7 +79,7 @@ class SetMaxNReg(BuiltinDef):
             raise ck.src.error(node, f"{self.name}() needs launch_bounds(MAX_THREADS, MIN_BLOCKS) at the top of the "
                                      "kernel itself (ptxas ignores setmaxnreg when it cannot tell the register count "
                                      "at entry: warning C7508)")
-        ck.out.uses_wgmma = True   # an arch-specific Hopper instruction: the kernel compiles for sm_90a
+        ck.out.needs_sm90a = True   # an arch-specific Hopper instruction
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:

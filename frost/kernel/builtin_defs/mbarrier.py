@@ -1,0 +1,176 @@
+"""Built-in asynchronous barriers and bulk copies (Hopper): mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx,
+mbarrier_wait, cp_async_bulk. An mbarrier is a 64-bit object in shared memory (an element of a shared Array[i64])
+whose phase completes when `count` threads have arrived and every byte it was told to expect has landed; the
+copy engine (cp.async.bulk) lands bytes on it without any thread waiting, so one producer thread can feed warps
+that each wait only for their own tile: the pipeline of FlashAttention-3 and CUTLASS's warp-specialized GEMMs.
+
+PTX from the ISA's "Parallel Synchronization and Communication Instructions: mbarrier" and "Data Movement and
+Conversion Instructions: cp.async.bulk"; the wait loop is CUTLASS's ClusterBarrier::wait."""
+from __future__ import annotations
+
+from frost.kernel.builtin_defs.base import BuiltinDef, Checking, CudaBuilding, SimBuilding
+from frost.kernel.types import ArrayType, Scalar, Weak
+
+MAX_COUNT = (1 << 20) - 1    # PTX: an mbarrier's expected arrivals and its pending transaction bytes fit 20 bits
+BULK_ALIGN = 16              # cp.async.bulk: both addresses and the size are multiples of 16 bytes
+
+
+def barrier_array(ck: Checking, node, arr_node, idx_node, name: str) -> None:
+    """The mbarrier of `name(bars, i, ...)`: element i of a 1-D shared Array[i64]."""
+    at = ck.expr(arr_node)
+    if not (isinstance(at, ArrayType) and at.space == "shared" and at.ndim == 1 and at.elem.name == "i64"):
+        raise ck.src.error(node, f"{name}() needs its mbarrier as an element of a 1-D shared array of i64 "
+                                 f"(bars = shared(i64, STAGES)), got {at}")
+    integer_arg(ck, idx_node, name, "barrier index")
+
+
+def integer_arg(ck: Checking, node, name: str, what: str) -> int | None:
+    """Check an integer argument; its value when it is a compile-time constant."""
+    t = ck.expr(node)
+    if not (isinstance(t, (Scalar, Weak)) and t.is_int):
+        raise ck.src.error(node, f"{name}(): the {what} must be an integer, got {t}")
+    value = ck.out.values.get(id(node))
+    return value if isinstance(value, int) else None
+
+
+def uses_mbarriers(ck: Checking) -> None:
+    """The kernel orders threads through mbarriers (the simulator's race detector follows them, as it does named
+    barriers) and needs sm_90a (try_wait, expect_tx and cp.async.bulk are Hopper's)."""
+    ck.out.uses_named_barriers = True
+    ck.out.needs_sm90a = True
+
+
+def smem_addr(g: CudaBuilding, arr, idx) -> str:
+    return f"frost_smem_addr({g.elem_ptr(arr, idx)})"
+
+
+class MbarrierInit(BuiltinDef):
+    """mbarrier_init(bars, i, count): set up bars[i] for phases of `count` arrivals. One thread does it, then a
+    syncthreads() before any other thread uses the barrier."""
+
+    def check(self, ck: Checking, node):
+        if len(node.args) != 3:
+            raise ck.src.error(node, "mbarrier_init(bars, i, count) takes 3 arguments")
+        barrier_array(ck, node, node.args[0], node.args[1], self.name)
+        count = integer_arg(ck, node.args[2], self.name, "arrival count")
+        if count is not None and not 1 <= count <= MAX_COUNT:
+            raise ck.src.error(node.args[2], f"mbarrier_init: count {count} is not in 1..{MAX_COUNT}")
+        uses_mbarriers(ck)
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        return (f'asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"({smem_addr(g, *node.args[:2])}), '
+                f'"r"((int)({g.ex(node.args[2])})) : "memory")')
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        return f"_T.mbarrier_init({g.ex(node.args[0])}, {g.ex(node.args[1])}, {g.ex(node.args[2])})"
+
+
+class MbarrierArrive(BuiltinDef):
+    """mbarrier_arrive(bars, i): this thread arrives at bars[i]'s current phase and goes on.
+    mbarrier_arrive_expect_tx(bars, i, nbytes): first raise the bytes the phase waits for by nbytes (the size of the
+    cp_async_bulk copies that will land on it), then arrive: what the thread that issues the copies calls."""
+
+    def __init__(self, name: str, expect_tx: bool) -> None:
+        super().__init__(name)
+        self.expect_tx = expect_tx
+
+    def check(self, ck: Checking, node):
+        n = 3 if self.expect_tx else 2
+        if len(node.args) != n:
+            raise ck.src.error(node, f"{self.name}(bars, i{', nbytes' if self.expect_tx else ''}) takes {n} "
+                                     "arguments")
+        barrier_array(ck, node, node.args[0], node.args[1], self.name)
+        if self.expect_tx:
+            nbytes = integer_arg(ck, node.args[2], self.name, "byte count")
+            if nbytes is not None and not 0 <= nbytes <= MAX_COUNT:
+                raise ck.src.error(node.args[2], f"{self.name}: {nbytes} bytes is not in 0..{MAX_COUNT}")
+        uses_mbarriers(ck)
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        addr = smem_addr(g, *node.args[:2])
+        if not self.expect_tx:
+            return (f'asm volatile("{{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }}" :: "r"({addr}) '
+                    ': "memory")')
+        return (f'asm volatile("{{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }}" :: '
+                f'"r"({addr}), "r"((int)({g.ex(node.args[2])})) : "memory")')
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        tx = g.ex(node.args[2]) if self.expect_tx else "0"
+        return f"_T.mbarrier_arrive({g.ex(node.args[0])}, {g.ex(node.args[1])}, {tx}, {self.name!r})"
+
+
+class MbarrierWait(BuiltinDef):
+    """mbarrier_wait(bars, i, parity): wait until the phase of bars[i] with that parity (0 for its first phase, 1 for
+    the next, ...) has completed; then this thread sees every write its arriving threads made before arriving and
+    every byte its copies landed. A pipeline of S stages waits for use k of stage s with parity (k // S) % 2."""
+
+    def check(self, ck: Checking, node):
+        if len(node.args) != 3:
+            raise ck.src.error(node, "mbarrier_wait(bars, i, parity) takes 3 arguments")
+        barrier_array(ck, node, node.args[0], node.args[1], self.name)
+        parity = integer_arg(ck, node.args[2], self.name, "phase parity")
+        if parity is not None and parity not in (0, 1):
+            raise ck.src.error(node.args[2], f"mbarrier_wait: parity {parity} is not 0 or 1")
+        uses_mbarriers(ck)
+        ck.out.has_yield = True
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        # try_wait suspends the thread for a while in hardware; the loop retries until the phase completes (labels
+        # inside { } are local to that scope, so the asm may be inlined any number of times)
+        return (f'asm volatile("{{ .reg .pred done; FROST_MBAR_WAIT: mbarrier.try_wait.parity.shared::cta.b64 done, '
+                f'[%0], %1; @!done bra FROST_MBAR_WAIT; }}" :: "r"({smem_addr(g, *node.args[:2])}), '
+                f'"r"((int)({g.ex(node.args[2])}) & 1) : "memory")')
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        return f"(yield _T.mbarrier_waiting({g.ex(node.args[0])}, {g.ex(node.args[1])}, {g.ex(node.args[2])}))"
+
+
+class CpAsyncBulk(BuiltinDef):
+    """cp_async_bulk(dst, dst_index, src, src_index, nbytes, bars, i): the copy engine moves nbytes contiguous bytes
+    from global src[src_index:] to shared dst[dst_index:] and counts them against bars[i]'s phase (PTX
+    cp.async.bulk ... mbarrier::complete_tx::bytes); one thread issues it, no thread waits for it but through the
+    barrier. Both addresses and nbytes are multiples of 16 bytes. The data may be read after mbarrier_wait on that
+    phase; the simulator lands it when the phase completes, so a read before the wait sees stale data and races."""
+
+    def check(self, ck: Checking, node):
+        if len(node.args) != 7:
+            raise ck.src.error(node, "cp_async_bulk(dst_shared, dst_index, src_global, src_index, nbytes, bars, i) "
+                                     "takes 7 arguments")
+        dt, st = ck.expr(node.args[0]), ck.expr(node.args[2])
+        if not (isinstance(dt, ArrayType) and isinstance(st, ArrayType) and dt.space == "shared"
+                and st.space == "global" and dt.ndim == 1 and st.ndim == 1):
+            raise ck.src.error(node, f"cp_async_bulk() copies from a 1-D global array to a 1-D shared one, got "
+                                     f"{st} -> {dt}")
+        if dt.elem.np.itemsize != st.elem.np.itemsize:
+            raise ck.src.error(node, f"cp_async_bulk() between {st.elem} and {dt.elem} elements")
+        integer_arg(ck, node.args[1], self.name, "destination index")
+        integer_arg(ck, node.args[3], self.name, "source index")
+        nbytes = integer_arg(ck, node.args[4], self.name, "byte count")
+        if nbytes is not None and not (0 < nbytes <= MAX_COUNT and nbytes % BULK_ALIGN == 0):
+            raise ck.src.error(node.args[4], f"cp_async_bulk: {nbytes} bytes is not a positive multiple of "
+                                             f"{BULK_ALIGN} up to {MAX_COUNT}")
+        barrier_array(ck, node, node.args[5], node.args[6], self.name)
+        src = node.args[2]
+        if getattr(src, "id", None) in {p.name for p in ck.out.params}:
+            ck.out.vector_params[src.id] = max(ck.out.vector_params.get(src.id, 0), BULK_ALIGN)
+        uses_mbarriers(ck)
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        dst = smem_addr(g, node.args[0], node.args[1])
+        src = g.elem_ptr(node.args[2], node.args[3])
+        bar = smem_addr(g, node.args[5], node.args[6])
+        return ('asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, '
+                f'[%3];" :: "r"({dst}), "l"({src}), "r"((int)({g.ex(node.args[4])})), "r"({bar}) : "memory")')
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        a = [g.ex(x) for x in node.args]
+        return f"_T.cp_async_bulk({a[0]}, {a[1]}, {a[2]}, {a[3]}, {a[4]}, {a[5]}, {a[6]})"
+
+
+DEFINITIONS = [MbarrierInit("mbarrier_init"), MbarrierArrive("mbarrier_arrive", expect_tx=False),
+               MbarrierArrive("mbarrier_arrive_expect_tx", expect_tx=True), MbarrierWait("mbarrier_wait"),
+               CpAsyncBulk("cp_async_bulk")]
