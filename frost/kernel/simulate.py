@@ -769,9 +769,20 @@ class Block:
     def shared_array(self, data: np.ndarray, name: str, base: int) -> SimArray:
         return SharedArray(data, name, self, base) if self.cells is not None else SimArray(data, name)
 
-    def barrier(self) -> None:
-        """Every thread of the block passed a barrier: what came before is ordered before what comes after."""
-        if self.cells:
+    def barrier(self, threads) -> None:
+        """Every thread of the block passed a barrier: what came before is ordered before what comes after. With
+        mbarriers the record is kept and the threads' clocks joined instead, since a barrier does not wait for the
+        copy engine: a bulk copy's landing, before or after the barrier, stays unordered until its phase is
+        waited for."""
+        if self.mbars:
+            joined: dict = {}
+            for th in threads:
+                _advance(joined, th.vc)
+                _advance(joined, {th.linear: th.epoch})
+            for th in threads:
+                _advance(th.vc, joined)
+                th.epoch += 1
+        elif self.cells:
             self.cells.clear()
 
     def touch(self, arr: SharedArray, address: int, kind: str, idx, thread=None, at=None, offset: int = 0) -> None:
@@ -790,9 +801,12 @@ class Block:
                 idx = idx[:-1] + (idx[-1] + offset,)
             if isinstance(idx, tuple) and len(idx) == 1:
                 idx = idx[0]
-            raise _Race(f"data race on shared array {arr.name!r} at index {idx}: this thread {kind} it, and "
-                        f"{_describe(other[0])} {_PAST[other[2]]} it at {_source_line(other[1])}, with no "
-                        "syncthreads() between (nor a named barrier ordering them)", thread)
+            who = thread.landing if isinstance(thread, _CopyEngine) else f"this thread {kind} it"
+            earlier = (f"the cp_async_bulk {_describe(other[0])} issued at {_source_line(other[1])} landed on it"
+                       if isinstance(other[0], _CopyEngine) else
+                       f"{_describe(other[0])} {_PAST[other[2]]} it at {_source_line(other[1])}")
+            raise _Race(f"data race on shared array {arr.name!r} at index {idx}: {who}, and {earlier}, with no "
+                        "syncthreads() between (nor a named barrier or an mbarrier wait ordering them)", thread)
         cell.record(thread, kind, at)
 
     def address(self, arr: "SimArray", idx) -> int:
@@ -930,13 +944,17 @@ class Thread:
         if not 1 <= count <= MAX_COUNT:
             raise _OutOfBounds(f"mbarrier_init: count {count} is not in 1..{MAX_COUNT}")
         addr = self._mbarrier_address(arr, i, "mbarrier_init")
+        if addr in self.block.mbars:   # PTX: mbarrier.init of a valid mbarrier is undefined
+            raise _OutOfBounds(f"mbarrier_init: {arr.name}[{int(i)}] is already an initialized mbarrier")
         if isinstance(arr, SharedArray):
             arr.track_span((int(i),), 1, _WRITE)
         self.block.mbars[addr] = _MBarrier(count, f"{arr.name}[{int(i)}]")
 
     def mbarrier_arrive(self, arr, i, tx, name="mbarrier_arrive"):
         bar = self._mbarrier(arr, i, name, _ATOMIC)
-        bar.tx += int(tx)
+        if not 0 <= int(tx) <= MAX_COUNT:
+            raise _OutOfBounds(f"{name}: {int(tx)} bytes is not in 0..{MAX_COUNT}")
+        bar.add_tx(int(tx))
         bar.pending -= 1
         if bar.pending < 0:
             raise _OutOfBounds(f"mbarrier {bar.name}: more than its count of {bar.count} arrivals in one phase")
@@ -961,17 +979,16 @@ class Thread:
         if self.block.address(dst, (int(didx),)) % BULK_ALIGN:
             raise _OutOfBounds(f"cp_async_bulk: {dst.name}[{int(didx)}] is not {BULK_ALIGN}-byte aligned in shared "
                                "memory")
-        if int(sidx) * size % BULK_ALIGN:
-            raise _OutOfBounds(f"cp_async_bulk: {src.name}[{int(sidx)}] is {int(sidx) * size} bytes into its array, "
-                               f"not a multiple of {BULK_ALIGN}")
+        if s.ctypes.data % BULK_ALIGN:
+            raise _OutOfBounds(f"cp_async_bulk: {src.name}[{int(sidx)}] is not {BULK_ALIGN}-byte aligned in global "
+                               "memory")
         bar = self._mbarrier(bars, i, "cp_async_bulk", _ATOMIC)
-        # the copy engine writes as a thread of its own, ordered after what the issuing thread did before issuing
-        # and before whoever waits for the phase
-        engine = _CopyEngine(self)
-        bar.copies.append((d, s, dst, int(didx), engine, _caller_line()))
-        bar.order_after(engine.linear, engine.vc, engine.epoch)
-        self.epoch += 1
-        bar.tx -= nbytes
+        # the copy engine writes as a thread of its own, after what the issuing thread did before issuing; a waiter
+        # of the phase is ordered after the landing only (PTX: complete-tx orders nothing else of the issuer's)
+        engine = _CopyEngine(self, _caller_line())
+        bar.copies.append((d, s, dst, int(didx), engine))
+        bar.order_after(engine.linear, {}, engine.epoch)
+        bar.add_tx(-nbytes)
         bar.complete_if_done()
 
     def finish(self):
@@ -984,15 +1001,22 @@ class Thread:
 
 
 class _CopyEngine:
-    """The accessor of a bulk copy's landing, for the race detector: the issuing thread as it was when it issued the
-    copy (its earlier accesses ordered before the landing, its later ones not)."""
+    """The accessor of one bulk copy's landing, for the race detector: a thread of its own (its clock key unique,
+    its one epoch 0), which has seen what the issuing thread had when it issued the copy; two copies in flight are
+    unordered, as PTX's asynchronous copies are."""
 
-    __slots__ = ("idx", "linear", "vc", "epoch")
+    __slots__ = ("idx", "linear", "vc", "epoch", "at")
+    issued = itertools.count()
 
-    def __init__(self, issuer: Thread) -> None:
-        self.idx, self.linear, self.epoch = issuer.idx, issuer.linear, issuer.epoch
+    def __init__(self, issuer: Thread, at) -> None:
+        self.idx, self.at, self.epoch = issuer.idx, at, 0
+        self.linear = ("cp_async_bulk", next(_CopyEngine.issued))
         self.vc = dict(issuer.vc)
         self.vc[issuer.linear] = issuer.epoch
+
+    @property
+    def landing(self) -> str:
+        return f"the cp_async_bulk {_describe(self)} issued at {_source_line(self.at)} lands on it"
 
 
 class _MBarrier:
@@ -1009,30 +1033,32 @@ class _MBarrier:
         self.done: dict = {}
         self.copies: list = []
 
-    def order_after(self, linear: int, clock: dict, epoch: int) -> None:
+    def order_after(self, linear, clock: dict, epoch: int) -> None:
         _advance(self.clock, clock)
         _advance(self.clock, {linear: epoch})
+
+    def add_tx(self, nbytes: int) -> None:
+        self.tx += nbytes
+        if abs(self.tx) > MAX_COUNT:
+            raise _OutOfBounds(f"mbarrier {self.name}: its phase's transaction count {self.tx} is out of PTX's range "
+                               f"+-{MAX_COUNT}")
 
     def complete_if_done(self) -> None:
         if self.pending or self.tx:
             return
-        for d, s, dst, didx, engine, at in self.copies:
+        for d, s, dst, didx, engine in self.copies:
             d[...] = s.view(d.dtype)
             if isinstance(dst, SharedArray):
-                try:
-                    dst.track_span((didx,), d.size, _WRITE, engine, at)
-                except _Race as exc:
-                    raise _Race(f"{exc} (the write is the landing of the cp_async_bulk that {_describe(engine)} "
-                                f"issued at {_source_line(at)}, when {self.name}'s phase completed)",
-                                exc.thread) from None
+                dst.track_span((didx,), d.size, _WRITE, engine, engine.at)
         _advance(self.done, self.clock)
         self.phase ^= 1
         self.pending, self.tx, self.clock, self.copies = self.count, 0, {}, []
 
     def state(self) -> str:
-        copies = f", {len(self.copies)} bulk copies not landed" if self.copies else ""
-        return (f"mbarrier {self.name}: phase {self.phase} waits for {self.pending} of {self.count} arrivals and "
-                f"{self.tx} bytes{copies}")
+        n = len(self.copies)
+        copies = f", {n} bulk cop{'y' if n == 1 else 'ies'} not landed" if n else ""
+        return (f"mbarrier {self.name}: its phase of parity {self.phase} waits for {self.pending} of {self.count} "
+                f"arrivals and {self.tx} bytes{copies}")
 
 
 # -- wgmma ----------------------------------------------------------------------------------------------
@@ -1134,7 +1160,8 @@ def _where(fn_name, thread, exc_tb=None, gen=None):
     return "<kernel>", 0
 
 
-def _describe(th: Thread) -> str:
+def _describe(th) -> str:
+    """The thread (or a bulk copy's engine: its issuing thread's) as messages name it."""
     tx, ty, tz, bx, by, bz = th.idx[:6]
     return f"block ({bx}, {by}, {bz}) thread ({tx}, {ty}, {tz})"
 
@@ -1265,7 +1292,7 @@ def _block_steps(name, fn, threads, args):
                 _deadlock(name, live, gens, waiting, f"threads wait at different {what} (divergent barrier)")
             if kinds == {"grid_sync"}:
                 yield
-            threads[0].block.barrier()
+            threads[0].block.barrier(threads)
             for lin in live:
                 send[lin] = None
                 del waiting[lin]
@@ -1342,8 +1369,10 @@ def _copies_landed(name: str, block) -> None:
     """The block has exited: a bulk copy whose phase never completed would write shared memory after it."""
     for bar in block.mbars.values():
         if bar.copies:
-            raise SimulationError(f"{name}: the block exited with cp_async_bulk copies in flight ({bar.state()}); "
-                                  "announce their bytes with mbarrier_arrive_expect_tx and wait for the phase")
+            engine = bar.copies[0][4]
+            raise SimulationError(f"{name}: the block exited with cp_async_bulk copies in flight (the first issued by "
+                                  f"{_describe(engine)} at {_source_line(engine.at)}; {bar.state()}): a phase "
+                                  "lands its copies when its arrivals and announced bytes are all in")
 
 
 def _named_barrier_error(bar: int, count: int, expected: int, block_threads: int) -> str | None:

@@ -65,12 +65,12 @@ def test_the_bulk_copy_pipeline_matches_numpy(stages):
 
 
 def test_refilling_a_stage_without_waiting_for_its_release_fails():
-    """The producer runs ahead: a stage's second fill lands before the consumers read the first, the barrier's
-    parity comes round again and the consumers wait for a phase that has passed (as on the GPU, where the same
-    kernel reads the wrong tile or hangs)."""
+    """The producer runs ahead: a stage's second fill is in flight with its first (two asynchronous copies are
+    unordered; on the GPU the consumers would read the wrong tile or wait for a phase that has passed)."""
     x = np.arange(TILE * 5, dtype=np.float32)
-    with pytest.raises(SimulationError, match=r"bulk_pipeline: deadlock: threads wait on a barrier that others never "
-                                              r"reach \(mbarrier full\[0\]: phase 1 waits for 1 of 1 arrivals"):
+    with pytest.raises(SharedMemoryRaceError, match=r"bulk_pipeline: .*data race on shared array 'buf' at index 0: "
+                                                    r"the cp_async_bulk block \(0, 0, 0\) thread \(0, 0, 0\) issued "
+                                                    r"at .*:\d+ lands on it, and the cp_async_bulk .* landed on it"):
         _pipeline(1).simulate[1, 96](x, np.zeros(TILE, np.float32), 5, STAGES=1, EMPTY_WAIT=False)
 
 
@@ -91,7 +91,8 @@ def read_before_wait(x: Array[f32], y: Array[f32]):
 def test_reading_a_stage_before_waiting_for_its_phase_races_with_the_copy():
     with pytest.raises(SharedMemoryRaceError, match=r"read_before_wait: block \(0, 0, 0\) thread \(1, 0, 0\).*data "
                                                     r"race on shared array 'buf' at index 1: this thread reads it, and "
-                                                    r"block \(0, 0, 0\) thread \(0, 0, 0\) wrote it"):
+                                                    r"the cp_async_bulk block \(0, 0, 0\) thread \(0, 0, 0\) issued "
+                                                    r"at .*test_kernel_mbarriers.py:\d+ landed on it"):
         read_before_wait.simulate[1, TILE](np.ones(TILE, np.float32), np.zeros(TILE, np.float32))
 
 
@@ -130,9 +131,10 @@ def test_a_copy_overwriting_reads_its_barrier_does_not_order_is_a_race():
     y = np.zeros(TILE, np.float32)
     _release(True).simulate[1, 64](x, y, READ_FIRST=True)
     np.testing.assert_array_equal(y[:32], x[:32])
-    with pytest.raises(SharedMemoryRaceError, match=r"data race on shared array 'buf' at index \d+: this thread "
-                                                    r"writes it.*the landing of the cp_async_bulk that block "
-                                                    r"\(0, 0, 0\) thread \(32, 0, 0\) issued"):
+    with pytest.raises(SharedMemoryRaceError, match=r"data race on shared array 'buf' at index \d+: the "
+                                                    r"cp_async_bulk block \(0, 0, 0\) thread \(32, 0, 0\) issued at "
+                                                    r".*:\d+ lands on it, and block \(0, 0, 0\) thread \(\d+, 0, 0\) "
+                                                    r"read it"):
         _release(False).simulate[1, 64](x, np.zeros(TILE, np.float32), READ_FIRST=False)
 
 
@@ -151,8 +153,9 @@ def too_many_bytes(x: Array[f32], y: Array[f32]):
 
 
 def test_a_phase_waiting_for_bytes_no_copy_brings_is_a_deadlock_naming_the_barrier():
-    with pytest.raises(SimulationError, match=r"(?s)too_many_bytes: deadlock: .*\(mbarrier full\[0\]: phase 0 waits "
-                                              r"for 0 of 1 arrivals and 256 bytes, 1 bulk copies not landed\).*"
+    with pytest.raises(SimulationError, match=r"(?s)too_many_bytes: deadlock: .*\(mbarrier full\[0\]: its phase of "
+                                              r"parity 0 waits for 0 of 1 arrivals and 256 bytes, 1 bulk copy not "
+                                              r"landed\).*"
                                               r"test_kernel_mbarriers.py:\d+ \(mbar\)"):
         too_many_bytes.simulate[1, 32](np.ones(TILE, np.float32), np.zeros(32, np.float32))
 
@@ -168,8 +171,9 @@ def copy_never_awaited(x: Array[f32]):
 
 def test_a_block_exiting_with_copies_in_flight_is_an_error():
     with pytest.raises(SimulationError, match=r"copy_never_awaited: the block exited with cp_async_bulk copies in "
-                                              r"flight \(mbarrier full\[0\]: phase 0 waits for 1 of 1 arrivals and "
-                                              r"-256 bytes"):
+                                              r"flight \(the first issued by block \(0, 0, 0\) thread \(0, 0, 0\) at "
+                                              r".*test_kernel_mbarriers.py:\d+; mbarrier full\[0\]: its phase of "
+                                              r"parity 0 waits for 1 of 1 arrivals and -256 bytes"):
         copy_never_awaited.simulate[1, 32](np.ones(TILE, np.float32))
 
 
@@ -193,7 +197,8 @@ def bulk_args(x: Array[f32], y: Array[f32], dst: i32, src: i32, nbytes: i32, par
 
 @pytest.mark.parametrize("change, message", [
     (dict(dst=2), r"cp_async_bulk: buf\[2\] is not 16-byte aligned in shared memory"),
-    (dict(src=1), r"cp_async_bulk: x\[1\] is 4 bytes into its array, not a multiple of 16"),
+    (dict(src=1), r"cp_async_bulk: x\[1\] is not 16-byte aligned in global memory"),
+    (dict(nbytes=-16), r"mbarrier_arrive_expect_tx: -16 bytes is not in 0..1048575"),
     (dict(nbytes=100), r"cp_async_bulk: 100 bytes is not a positive multiple of 16"),
     (dict(nbytes=1024), r"256 elements from index 0 run past the end of array 'buf' of shape \(128,\)"),
     (dict(parity=2), r"mbarrier_wait: parity 2 is not 0 or 1"),
@@ -244,7 +249,8 @@ def test_the_arguments_are_checked_when_the_kernel_is_built():
 def test_mbarriers_become_ptx_and_compile_for_sm_90a():
     pipeline = _pipeline(2)
     source = pipeline.source_for(STAGES=2, EMPTY_WAIT=True)
-    for ptx in ("mbarrier.init.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
+    for ptx in ("mbarrier.init.shared::cta.b64 [%0], %1; fence.proxy.async.shared::cta;",
+                "mbarrier.arrive.expect_tx.shared::cta.b64",
                 "mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"):
         assert ptx in source
@@ -293,3 +299,67 @@ def test_what_the_issuing_thread_writes_after_the_copy_is_not_ordered_by_the_pha
                                                     r"shared array 'note' at index 0: this thread reads it, and block "
                                                     r"\(0, 0, 0\) thread \(0, 0, 0\) wrote it"):
         late_note.simulate[1, 32](np.ones(TILE, np.float32), np.zeros(32, np.float32))
+
+
+def _unordered(KIND):
+    @kernel
+    def unordered(x: Array[f32], y: Array[f32], KIND: Const[int]):
+        """Each KIND a way of using a bulk copy's bytes or the issuer's writes that the barrier does not order."""
+        buf = shared(f32, TILE)
+        note = shared(f32, 1)
+        bars = shared(i64, 2)
+        if tx == 0:
+            mbarrier_init(bars, 0, 1)
+            mbarrier_init(bars, 1, 1)
+        syncthreads()
+        if KIND == 0:     # the issuer writes, then issues; another thread announces the bytes
+            if tx == 0:
+                note[0] = 3.0
+                cp_async_bulk(buf, 0, x, 0, TILE_BYTES, bars, 0)
+            elif tx == 32:
+                mbarrier_arrive_expect_tx(bars, 0, TILE_BYTES)
+            elif tx == 33:
+                mbarrier_wait(bars, 0, 0)
+                y[0] = note[0] + buf[0]
+        elif KIND == 1:   # syncthreads() instead of mbarrier_wait
+            if tx == 0:
+                mbarrier_arrive_expect_tx(bars, 0, TILE_BYTES)
+                cp_async_bulk(buf, 0, x, 0, TILE_BYTES, bars, 0)
+            syncthreads()
+            y[tx] = buf[tx]
+        else:             # two copies into one buffer in flight together
+            if tx == 0:
+                mbarrier_arrive_expect_tx(bars, 0, TILE_BYTES)
+                cp_async_bulk(buf, 0, x, 0, TILE_BYTES, bars, 0)
+                mbarrier_arrive_expect_tx(bars, 1, TILE_BYTES)
+                cp_async_bulk(buf, 0, x, TILE, TILE_BYTES, bars, 1)
+            mbarrier_wait(bars, 0, 0)
+            mbarrier_wait(bars, 1, 0)
+            y[tx] = buf[tx]
+    return unordered
+
+
+@pytest.mark.parametrize("kind, message", [
+    (0, r"'note' at index 0: this thread reads it, and block \(0, 0, 0\) thread \(0, 0, 0\) wrote it"),
+    (1, r"'buf' at index 0: this thread reads it, and the cp_async_bulk block \(0, 0, 0\) thread \(0, 0, 0\) "
+        r"issued at .*:\d+ landed on it"),
+    (2, r"'buf' at index 0: the cp_async_bulk .* lands on it, and the cp_async_bulk .* landed on it"),
+])
+def test_what_a_phase_does_not_order_is_a_race(kind, message):
+    """PTX: a copy's completion orders the waiter after the landing only, not after the issuing thread's earlier
+    writes; syncthreads() does not wait for the copy engine; two copies in flight are unordered."""
+    with pytest.raises(SharedMemoryRaceError, match=r"unordered: .*data race on shared array " + message):
+        _unordered(kind).simulate[1, 64](np.arange(2 * TILE, dtype=np.float32), np.zeros(64, np.float32), KIND=kind)
+
+
+def test_initializing_a_barrier_twice_is_an_error():
+    @kernel
+    def init_twice(y: Array[f32]):
+        bars = shared(i64, 1)
+        if tx == 0:
+            mbarrier_init(bars, 0, 1)
+            mbarrier_init(bars, 0, 1)   # PTX: mbarrier.init of a valid mbarrier is undefined
+        y[tx] = 1.0
+    with pytest.raises(SimulationError, match=r"init_twice: block \(0, 0, 0\) thread \(0, 0, 0\) at .*: "
+                                              r"mbarrier_init: bars\[0\] is already an initialized mbarrier"):
+        init_twice.simulate[1, 32](np.zeros(32, np.float32))

@@ -45,8 +45,9 @@ def smem_addr(g: CudaBuilding, arr, idx) -> str:
 
 
 class MbarrierInit(BuiltinDef):
-    """mbarrier_init(bars, i, count): set up bars[i] for phases of `count` arrivals. One thread does it, then a
-    syncthreads() before any other thread uses the barrier."""
+    """mbarrier_init(bars, i, count): set up bars[i] for phases of `count` arrivals. One thread does it, once, then a
+    syncthreads() before any other thread uses the barrier. The fence after it makes the initialized barrier visible
+    to the copy engine (the async proxy), as NVIDIA's TMA examples do."""
 
     def check(self, ck: Checking, node):
         if len(node.args) != 3:
@@ -59,8 +60,8 @@ class MbarrierInit(BuiltinDef):
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
-        return (f'asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"({smem_addr(g, *node.args[:2])}), '
-                f'"r"((int)({g.ex(node.args[2])})) : "memory")')
+        return (f'asm volatile("mbarrier.init.shared::cta.b64 [%0], %1; fence.proxy.async.shared::cta;" :: '
+                f'"r"({smem_addr(g, *node.args[:2])}), "r"((int)({g.ex(node.args[2])})) : "memory")')
 
     def sim(self, g: SimBuilding, node, t) -> str:
         return f"_T.mbarrier_init({g.ex(node.args[0])}, {g.ex(node.args[1])}, {g.ex(node.args[2])})"
@@ -104,7 +105,7 @@ class MbarrierArrive(BuiltinDef):
 class MbarrierWait(BuiltinDef):
     """mbarrier_wait(bars, i, parity): wait until the phase of bars[i] with that parity (0 for its first phase, 1 for
     the next, ...) has completed; then this thread sees every write its arriving threads made before arriving and
-    every byte its copies landed. A pipeline of S stages waits for use k of stage s with parity (k // S) % 2."""
+    every byte its copies landed. A ring of S stages waits for tile t (in stage t % S) with parity (t // S) % 2."""
 
     def check(self, ck: Checking, node):
         if len(node.args) != 3:
