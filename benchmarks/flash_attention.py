@@ -2,7 +2,8 @@
 (frost/accel/cudnn_attention.py, "frost cuDNN") against Frost's composed path and PyTorch's SDPA (flash and cuDNN
 backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
 --head-dim change them), causal and not. On a Hopper GPU "frost flash wgmma" is the same on warpgroup MMA
-(FROST_FLASH_WGMMA=1: the forward and backward kernels of frost/accel/flash_attention.py's Hopper section).
+(FROST_FLASH_WGMMA=1: the forward and backward kernels of frost/accel/flash_attention.py's Hopper section), and
+"frost flash bulk" its warp-specialized forward fed by the copy engine (FROST_FLASH_BULK=1) with the same backward.
 
 Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep] [--out FILE.json]
 --sweep times FlashAttention's own shapes (the issue's): head dims 64 and 128, lengths 512 to 16k at batch x length =
@@ -48,18 +49,20 @@ def environment(name: str, value: str):
             os.environ[name] = before
 
 
-PATHS = ("cudnn", "flash", "wgmma", "composed")
+PATHS = ("cudnn", "flash", "wgmma", "bulk", "composed")
 
 
 def attention_switch(path: str):
     """Which of Frost's attention paths runs: cuDNN's graphs (frost/accel/cudnn_attention.py), the flash kernels on
-    mma.sync or on wgmma (the Hopper ones), or the composed path."""
+    mma.sync or on wgmma (the Hopper ones; "bulk": the forward fed by the copy engine, wgmma's backward), or the
+    composed path."""
     if path not in PATHS:
         raise ValueError(f"attention_switch: path must be one of {PATHS}, got {path!r}")
     stack = contextlib.ExitStack()
     stack.enter_context(environment("FROST_CUDNN_ATTENTION", "1" if path == "cudnn" else "0"))
     stack.enter_context(environment("FROST_FLASH_ATTENTION", "0" if path == "composed" else "1"))
     stack.enter_context(environment("FROST_FLASH_WGMMA", "1" if path == "wgmma" else "0"))
+    stack.enter_context(environment("FROST_FLASH_BULK", "1" if path == "bulk" else "0"))
     return stack
 
 
@@ -155,6 +158,7 @@ def time_shape(shape: tuple, causal: bool, args, with_wgmma: bool, torch_rows: d
     paths = {"frost cuDNN": "cudnn", "frost flash": "flash"}
     if with_wgmma:
         paths["frost flash wgmma"] = "wgmma"
+        paths["frost flash bulk"] = "bulk"
     impls = {name: frost_calls(shape, causal, path, args.dropout) for name, path in paths.items()}
     errors = {name: check_against_composed(shape, causal, path) if check else None for name, path in paths.items()}
     if composed:
@@ -188,7 +192,8 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=HEADS)
     ap.add_argument("--head-dim", type=int, default=HEAD_DIM, choices=fa.HEAD_DIMS)
     ap.add_argument("--length", type=int, default=LENGTH)
-    ap.add_argument("--no-wgmma", action="store_true", help="leave out the Hopper kernels' row (frost flash wgmma)")
+    ap.add_argument("--no-wgmma", action="store_true",
+                    help="leave out the Hopper kernels' rows (frost flash wgmma, frost flash bulk)")
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = ap.parse_args()
     common.check_output_path("--out", args.out)
@@ -210,7 +215,8 @@ def main() -> None:
     print(f"Attention, bf16, dropout {args.dropout} on {device} ({iters} calls a row)")
     print(common.format_table(table, header))
     tiles = {d: dict(forward=fa.FORWARD_TILES[d], backward=fa.BACKWARD_TILES[d],
-                     forward_wgmma=fa.wgmma_tiles(d, args.dropout > 0.0), backward_wgmma=fa.WGMMA_BACKWARD_TILES[d])
+                     forward_wgmma=fa.wgmma_tiles(d, args.dropout > 0.0), backward_wgmma=fa.WGMMA_BACKWARD_TILES[d],
+                     forward_bulk=fa.bulk_tiles(d, args.dropout > 0.0))
              for d in sorted({shape[3] for shape in shapes})}
     common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
                                       iters=iters, warmup=args.warmup, dropout=args.dropout, tiles=tiles,

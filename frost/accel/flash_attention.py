@@ -51,6 +51,15 @@ it on for bf16 on sm_90) until benchmarks/flash_attention.py has timed it agains
 the simulator and the tests check it against float64 and against the mma.sync kernels (the backward's gradients
 agree bit for bit in the simulator at equal key order).
 
+Warp-specialized. `flash_fwd_bulk` is the Hopper forward as FlashAttention-3 arranges it: a producer warp (one
+thread) has the copy engine (cp_async_bulk) bring each tile's K and V^T into STAGES-deep rings of shared memory,
+counted on mbarriers, while the consumer warpgroups multiply, wait only for their tile, release it on the ring's
+empty barrier and meet on their own named barrier (not the block's) before P V. A bulk copy moves one contiguous
+piece, so `arrange_kv` first lays K and V out as those shared tiles' images (K's swizzled panels, V transposed):
+one extra pass over K and V, about 2 x 2 x (their bytes) of memory traffic, which tensor-map copies
+(cp.async.bulk.tensor, not yet in the kernel language) would make unnecessary. FROST_FLASH_BULK=1 turns it on (with
+wgmma's backward), off by default until timed ahead of the others.
+
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
 masks.
 """
@@ -63,10 +72,12 @@ import numpy as np
 
 from frost import dispatch, layout
 from frost.backend import cpu, cuda
-from frost.kernel import (Array, Const, bf16, bx, by, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
-                          exp2, f16, f32, fence_proxy_async, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4,
-                          ldmatrix_x4_trans, load8_into, local, log, mma, shfl_xor, static_range, swizzle, syncthreads,
-                          tx, u8, u32, warp, warp_sum, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+from frost.kernel import (Array, Const, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk, cp_commit, cp_wait,
+                          device, dynamic_shared, exp2, f16, f32, fence_proxy_async, i32, i64, inf, kernel, lane,
+                          launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
+                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, shared, shfl_xor, static_range,
+                          store8_from, swizzle, syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16, wgmma_commit,
+                          wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
@@ -739,6 +750,147 @@ def wgmma_forward():
     return flash_fwd_wgmma
 
 
+# ------------------------------------------------------------------ the forward fed by the copy engine
+@functools.cache
+def arrange_kernel():
+    """The kernel that lays K and V out as the bulk forward's shared tiles (made on first use)."""
+    @kernel
+    def arrange_kv(k: Array[bf16], v: Array[bf16], kp: Array[bf16], vp: Array[bf16], lk: i32, tiles: i32,
+                   D: Const[int], BC: Const[int]):
+        """Tile bx % tiles of key/value head bx // tiles (C-order rows of D) into the images of the bulk forward's
+        shared tiles, each BC * D elements in one piece: K as swizzled BC x 64 panels (columns 64p ... 64p + 63
+        in panel p), V transposed into swizzled D x 64 panels (keys 64p ... 64p + 63 in panel p). Keys past lk are
+        zeros (the forward masks them, and zero values add nothing)."""
+        vals = local(bf16, 8)
+        head = bx // tiles
+        k0 = bx % tiles * BC
+        out = bx * BC * D
+        for u in range(tx, BC * D // 8, 256):
+            r = u // (D // 8)
+            col = u % (D // 8) * 8
+            fetch_row(vals, k, head * lk + k0 + r, col, k0 + r < lk, D)
+            store8_from(kp, out + col // 64 * BC * 64 + r * 64 + swizzle(r, col % 64, 64), vals)
+        for u in range(tx, BC * D // 8, 256):
+            key = u % BC
+            d0 = u // BC * 8
+            fetch_row(vals, v, head * lk + k0 + key, d0, k0 + key < lk, D)
+            for e in static_range(8):
+                vp[out + key // 64 * D * 64 + (d0 + e) * 64 + swizzle(d0 + e, key % 64, 64)] = vals[e]
+    return arrange_kv
+
+
+@device
+def fetch_row(vals, src, row: i32, col: i32, inside: bool, D: Const[int]):
+    """vals = src[row * D + col ... + 7], or zeros where the row is past the keys."""
+    if inside:
+        load8_into(vals, src, row * D + col)
+    else:
+        for e in static_range(8):
+            vals[e] = 0.0
+
+
+@device
+def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, first: i32, tiles: i32, BC: Const[int],
+                  D: Const[int], STAGES: Const[int]):
+    """The producer (one thread): K and V^T images of tiles first ... first + tiles - 1 into the STAGES-deep rings
+    skf and svf by the copy engine, each stage refilled once its consumers released it (emptyk / emptyv)."""
+    TILE: Const[int] = BC * D
+    for j in range(tiles):
+        stage = j % STAGES
+        if j >= STAGES:
+            mbarrier_wait(emptyk, stage, (j // STAGES - 1) % 2)
+        mbarrier_arrive_expect_tx(fullk, stage, TILE * 2)
+        cp_async_bulk(skf, stage * TILE, kp, (first + j) * TILE, TILE * 2, fullk, stage)
+        if j >= STAGES:
+            mbarrier_wait(emptyv, stage, (j // STAGES - 1) % 2)
+        mbarrier_arrive_expect_tx(fullv, stage, TILE * 2)
+        cp_async_bulk(svf, stage * TILE, vp, (first + j) * TILE, TILE * 2, fullv, stage)
+
+
+@functools.cache
+def bulk_forward():
+    """The Hopper forward fed by the copy engine (bf16): made on first use."""
+    @kernel
+    def flash_fwd_bulk(q: Array[bf16, 2], kp: Array[bf16], vp: Array[bf16], o: Array[bf16, 2], lse: Array[f32],
+                       kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32,
+                       scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
+                       BC: Const[int], STAGES: Const[int], CAUSAL: Const[int], MASKED: Const[int],
+                       DROPOUT: Const[int]):
+        """flash_fwd_wgmma, warp-specialized: a producer warp (the block's last) has the copy engine bring each
+        tile's K and V^T images (arrange_kv's) into STAGES-deep rings of shared memory, counted on mbarriers, while
+        WGS consumer warpgroups multiply; a consumer waits only for its tile and releases K after S = Q K^T and V^T
+        after O += P V, and the four warps of a warpgroup meet on their own named barrier before P V. No thread
+        copies or transposes K and V, and no barrier of the whole block runs in the loop."""
+        BR: Const[int] = 64 * WGS
+        CONSUMERS: Const[int] = 128 * WGS
+        DP: Const[int] = D // 64   # panels of a Q or K tile
+        CP: Const[int] = BC // 64  # panels of a V^T or P tile
+        TILE: Const[int] = BC * D
+        launch_bounds(CONSUMERS + 32)
+        sq = dynamic_shared(bf16, (DP, BR, 64))
+        sk = dynamic_shared(bf16, (STAGES * DP, BC, 64), BR * D * 2)
+        skf = dynamic_shared(bf16, (STAGES * TILE,), BR * D * 2)
+        svt = dynamic_shared(bf16, (STAGES * CP, D, 64), (BR + STAGES * BC) * D * 2)
+        svf = dynamic_shared(bf16, (STAGES * TILE,), (BR + STAGES * BC) * D * 2)
+        sp = dynamic_shared(bf16, (CP, BR, 64), (BR + 2 * STAGES * BC) * D * 2)
+        fullk = shared(i64, STAGES)
+        fullv = shared(i64, STAGES)
+        emptyk = shared(i64, STAGES)
+        emptyv = shared(i64, STAGES)
+        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)
+        kv_end = min(lk, q0 + BR) if CAUSAL else lk
+        tiles = cdiv(kv_end, BC)
+        if tx == 0:
+            for ring in range(STAGES):
+                mbarrier_init(fullk, ring, 1)
+                mbarrier_init(fullv, ring, 1)
+                mbarrier_init(emptyk, ring, CONSUMERS)
+                mbarrier_init(emptyv, ring, CONSUMERS)
+        if tx < CONSUMERS:
+            load_panels(q, sq, 0, qbase, q0, lq, BR, D, CONSUMERS)
+        cp_commit()
+        cp_wait(0)
+        fence_proxy_async()
+        syncthreads()   # the barriers initialized, Q in place for wgmma
+        if tx == CONSUMERS:
+            produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk * cdiv(lk, BC), tiles, BC,
+                          D, STAGES)
+        if tx < CONSUMERS:
+            wg = warp // 4
+            s = local(f32, (BC // 8, 4))
+            acc = local(f32, (D // 8, 4))
+            m = local(f32, 2)
+            lsum = local(f32, 2)
+            zero(acc, D)
+            for h in static_range(2):
+                m[h] = -inf
+                lsum[h] = 0.0
+            jt = 0
+            while True:   # a do-while (at least one tile): see examples/kernels/gemm_wgmma.py on ptxas and wgmma
+                stage = jt % STAGES
+                parity = jt // STAGES % 2
+                k0 = jt * BC
+                mbarrier_wait(fullk, stage, parity)
+                wgmma_rows(s, sq, 0, wg * 64, sk, stage * DP, BC, D, 0)
+                wgmma_wait(0)
+                mbarrier_arrive(emptyk, stage)
+                whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
+                softmax_tile(s, acc, m, lsum, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
+                             keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
+                store_weights(sp, s, warp * 16 + lane // 4, BC)
+                fence_proxy_async()
+                bar_sync(1 + wg, 128)   # the warpgroup's P in place (each warpgroup has its own rows of sp)
+                mbarrier_wait(fullv, stage, parity)
+                wgmma_rows(acc, sp, 0, wg * 64, svt, stage * CP, D, BC, 1)
+                wgmma_wait(0)
+                mbarrier_arrive(emptyv, stage)
+                jt += 1
+                if jt >= tiles:
+                    break
+            write_rows(o, lse, acc, m, lsum, qbase, 1, qbase, row0, lq, D)
+    return flash_fwd_bulk
+
+
 @device
 def row_stats(sl, sd, lse, delta, qbase: i32, q0: i32, lq: i32, ROWS: Const[int], THREADS: Const[int]):
     """The saved log-sum-exp (log2 units) and delta of queries q0 ... q0 + ROWS - 1 into shared sl, sd."""
@@ -1056,16 +1208,29 @@ def _rng(xp, p: Problem, rng):
     return rng
 
 
-def uses_wgmma(xp, q, variant: str | None) -> bool:
-    """Whether attention runs the warpgroup-MMA kernels (forward and backward): asked for (variant "wgmma"), or by
-    default with FROST_FLASH_WGMMA=1 for bf16 on a Hopper GPU. Off by default until they are timed against the
-    mma.sync kernels (benchmarks/flash_attention.py's "frost flash wgmma" rows)."""
+VARIANTS = ("mma", "wgmma", "bulk")
+
+
+def forward_variant(xp, q, variant: str | None) -> str:
+    """Which forward kernel runs: "mma" (mma.sync, any GPU), "wgmma" (Hopper's warpgroup MMA) or "bulk" (wgmma fed
+    by the copy engine, warp-specialized); asked for by name, or by default "mma" unless FROST_FLASH_WGMMA=1 or
+    FROST_FLASH_BULK=1 asks for a Hopper kernel for bf16 on a Hopper GPU. The Hopper kernels stay off by default
+    until they are timed ahead of the others (benchmarks/flash_attention.py's "frost flash wgmma" and "frost flash
+    bulk" rows)."""
     if variant is not None:
-        if variant not in ("wgmma", "mma"):
-            raise ValueError(f"flash_attention: variant must be 'wgmma' or 'mma', got {variant!r}")
-        return variant == "wgmma"
-    return (os.environ.get("FROST_FLASH_WGMMA") == "1" and xp is not np and str(q.dtype) == "bfloat16"
-            and device_arch(q.device.id).startswith("sm_90"))
+        if variant not in VARIANTS:
+            raise ValueError(f"flash_attention: variant must be one of {', '.join(map(repr, VARIANTS))}, got "
+                             f"{variant!r}")
+        return variant
+    hopper = xp is not np and str(q.dtype) == "bfloat16" and device_arch(q.device.id).startswith("sm_90")
+    if hopper and os.environ.get("FROST_FLASH_BULK") == "1":
+        return "bulk"
+    return "wgmma" if hopper and os.environ.get("FROST_FLASH_WGMMA") == "1" else "mma"
+
+
+def uses_wgmma(xp, q, variant: str | None) -> bool:
+    """Whether attention runs the warpgroup-MMA kernels (the backward's for the "wgmma" and "bulk" forwards)."""
+    return forward_variant(xp, q, variant) != "mma"
 
 
 def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
@@ -1088,13 +1253,58 @@ def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 
+BULK_TILES = {64: dict(WGS=2, BC=128, STAGES=2), 128: dict(WGS=2, BC=64, STAGES=2)}
+
+
+def bulk_tiles(d: int, dropout: bool) -> dict:
+    """The bulk forward's tiles: with dropout, 64 keys a tile at head dim 64 (128 spill registers)."""
+    return dict(BULK_TILES[d], BC=64) if dropout else dict(BULK_TILES[d])
+
+
+def arrange_kv(xp, k, v, p: Problem, bc: int) -> tuple:
+    """K and V (C-order rows) as arrange_kv lays them out for tiles of bc keys: two flat arrays."""
+    heads = p.batch * p.heads // p.group
+    tiles = cdiv(p.lk, bc)
+    kp = xp.empty(heads * tiles * bc * p.d, k.dtype)
+    vp = xp.empty_like(kp)
+    _launcher(arrange_kernel(), xp)[heads * tiles, 256](_rows(xp, k, p.d).reshape(-1), _rows(xp, v, p.d).reshape(-1),
+                                                         kp, vp, p.lk, tiles, D=p.d, BC=bc)
+    return kp, vp
+
+
+def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
+    """forward_arrays by flash_fwd_bulk (bf16; tiles: {"WGS": consumer warpgroups, "BC": keys a tile, "STAGES":
+    tiles in flight}), K and V first laid out by arrange_kv."""
+    if str(q.dtype) != "bfloat16":
+        raise ValueError(f"flash_attention: the bulk forward takes bf16, got {q.dtype}")
+    tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
+    wgs, bc, stages = tiles["WGS"], tiles["BC"], tiles["STAGES"]
+    if wgs not in (1, 2) or bc not in (64, 128) or stages not in (1, 2, 3, 4):
+        raise ValueError(f"flash_attention: the bulk forward takes WGS 1 or 2, BC 64 or 128 and STAGES 1 to 4, "
+                         f"got {tiles}")
+    br = 64 * wgs
+    kp, vp = arrange_kv(xp, k, v, p, bc)
+    o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
+    lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
+    smem = (br + 2 * stages * bc) * p.d * 2 + br * bc * 2
+    grid = (p.batch * p.heads, cdiv(p.lq, br))
+    _launcher(bulk_forward(), xp)[grid, 128 * wgs + 32, smem](
+        _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
+        *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, CAUSAL=int(p.causal), MASKED=int(p.masked),
+        DROPOUT=int(p.dropout_p > 0.0))
+    return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
+
+
 def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None,
                    variant: str | None = None):
     """(O, log-sum-exp) of the attention of q (B, H, Lq, D) over k, v (B, H // group, Lk, D): O in q's dtype,
     the log-sum-exp float32 (B, H, Lq). kmask: a boolean (B, Lk) key-padding mask (True = attend) or None. rng:
     with p.dropout_p > 0, the generator state snapshot (4 uint32 words) the dropout mask comes from. variant:
-    "wgmma" or "mma" (mma.sync) for the forward kernel, None for the default (uses_wgmma)."""
-    if uses_wgmma(xp, q, variant):
+    "mma" (mma.sync), "wgmma" or "bulk" for the forward kernel, None for the default (forward_variant)."""
+    chosen = forward_variant(xp, q, variant)
+    if chosen == "bulk":
+        return forward_bulk(xp, q, k, v, p, kmask, tiles, rng)
+    if chosen == "wgmma":
         return forward_wgmma(xp, q, k, v, p, kmask, tiles, rng)
     tiles = dict(FORWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)

@@ -3,6 +3,8 @@ log-sum-exp and dQ, dK, dV against PyTorch's float64 attention of the same bf16/
 composed path, for causal (top-left, also with Lq != Lk) and not, ragged lengths, grouped-query attention and
 key-padding masks with fully masked rows; the rules of `supported`; sm_90 compiles; and (on a GPU) the real kernels
 behind scaled_dot_product_attention against the composed path."""
+import itertools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -384,7 +386,7 @@ def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatc
     monkeypatch.setenv("FROST_FLASH_WGMMA", "1")
     assert not fa.uses_wgmma(np, q, None)   # the simulator runs it only when asked by name
     assert fa.uses_wgmma(np, q, "wgmma") and not fa.uses_wgmma(np, q, "mma")
-    with pytest.raises(ValueError, match=r"flash_attention: variant must be 'wgmma' or 'mma', got 'tma'"):
+    with pytest.raises(ValueError, match=r"flash_attention: variant must be one of 'mma', 'wgmma', 'bulk', got 'tma'"):
         fa.uses_wgmma(np, q, "tma")
     with pytest.raises(ValueError, match=r"the wgmma forward takes bf16, got float16"):
         fa.forward_arrays(np, q, k, v, p, variant="wgmma")
@@ -406,6 +408,65 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
         assert "C7515" not in info["log"]   # ptxas would serialize the wgmmas
 
 
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,masked,tiles", [
+    (1, 2, 1, 70, 100, 64, True, False, dict(WGS=1, BC=64, STAGES=2)),    # GQA 2, causal, Lq != Lk, ragged
+    (2, 2, 2, 40, 90, 64, False, True, dict(WGS=1, BC=64, STAGES=1)),     # key-padding mask, one stage reused
+    (1, 1, 1, 200, 200, 128, True, False, dict(WGS=1, BC=64, STAGES=2)),  # head dim 128, a stage refilled twice
+    (1, 1, 1, 50, 70, 128, True, False, dict(WGS=1, BC=64, STAGES=3)),    # more stages than tiles
+    (1, 4, 1, 130, 300, 64, False, False, dict(WGS=2, BC=128, STAGES=2)),  # the default: 2 warpgroups, GQA 4
+])
+def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
+    """The warp-specialized forward: a producer thread's bulk copies through mbarrier rings, consumer warpgroups
+    meeting on named barriers; the simulator checks every ordering its race detector can see."""
+    rng = np.random.default_rng(lq + lk)
+    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
+    mask = None
+    if masked:
+        mask = rng.random((b, lk)) > 0.3
+        mask[1, :] = False
+    p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), masked)
+    o, lse = fa.forward_arrays(np, q, k, v, p, mask, tiles, variant="bulk")
+    o_mma, _ = fa.forward_arrays(np, q, k, v, p, mask, TINY, variant="mma")
+    want = reference(q, k, v, do, causal, hq // hkv, mask)
+    assert o.dtype == q.dtype and lse.dtype == np.float32
+    np.testing.assert_allclose(lse, want[1], rtol=1e-5, atol=1e-5)
+    assert_close("O", o, want[0], o_mma.astype(np.float64), UNIT["bfloat16"])
+    if masked:
+        assert (o[1] == 0).all() and np.isneginf(lse[1]).all()
+
+
+def test_arrange_kv_lays_out_the_bulk_forwards_shared_tiles():
+    """K as swizzled 64-column panels, V transposed, keys past the end zero: a NumPy twin of the layout."""
+    rng = np.random.default_rng(5)
+    lk, d, bc = 70, 128, 64
+    k, v = (rng.standard_normal((2, lk, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    p = fa.Problem(1, 2, 1, 10, lk, d, False, 1.0, False)
+    kp, vp = fa.arrange_kv(np, k, v, p, bc)
+    tiles = 2
+    want_k = np.zeros((2, tiles, d // 64, bc, 64), np.float32)
+    want_v = np.zeros((2, tiles, bc // 64, d, 64), np.float32)
+    for h, t, r, c in itertools.product(range(2), range(tiles), range(bc), range(d)):
+        key = t * bc + r
+        if key < lk:
+            sw = (c % 64 // 8 ^ r % 8) * 8 + c % 8
+            want_k[h, t, c // 64, r, sw] = k[h, key, c]
+            want_v[h, t, r // 64, c, (r % 64 // 8 ^ c % 8) * 8 + r % 8] = v[h, key, c]
+    np.testing.assert_array_equal(kp.astype(np.float32), want_k.reshape(-1))
+    np.testing.assert_array_equal(vp.astype(np.float32), want_v.reshape(-1))
+
+
+@pytest.mark.parametrize("d", fa.HEAD_DIMS)
+def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings")
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+    for dropout in (False, True):
+        info = fa.bulk_forward().inspect("sm_90", D=d, CAUSAL=1, MASKED=1, DROPOUT=int(dropout),
+                                         **fa.bulk_tiles(d, dropout))
+        assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (d, dropout, info["registers"])
+        assert "C7515" not in info["log"]
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in info["ptx"]
+
+
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
 def test_wgmma_backward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings")
@@ -424,7 +485,8 @@ def test_wgmma_backward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypat
                                                            (2, 8, 2, 257, 300, 128, True, 0.0),
                                                            (2, 4, 2, 200, 130, 64, True, 0.2),
                                                            (1, 4, 4, 150, 150, 128, False, 0.1)])
-def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p):
+@pytest.mark.parametrize("variant", ["wgmma", "bulk"])   # bulk: its own forward, the wgmma backward
+def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, variant):
     cp = pytest.importorskip("cupy")
     if cp.cuda.Device().compute_capability != "90":
         pytest.skip("the wgmma forward needs a Hopper GPU")
@@ -433,8 +495,8 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p):
     state = np.array([3, 1, 4, 0], np.uint32)
     p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), False, drop_p)
     arrays = [cp.asarray(a) for a in (q, k, v, do)]
-    o, lse = fa.forward_arrays(cp, *arrays[:3], p, rng=cp.asarray(state), variant="wgmma")
-    grads = fa.backward_arrays(cp, *arrays[:3], o, lse, arrays[3], p, rng=cp.asarray(state), variant="wgmma")
+    o, lse = fa.forward_arrays(cp, *arrays[:3], p, rng=cp.asarray(state), variant=variant)
+    grads = fa.backward_arrays(cp, *arrays[:3], o, lse, arrays[3], p, rng=cp.asarray(state), variant=variant)
     if drop_p:
         keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
         want, unit = reference_with_dropout(q, k, v, do, causal, hq // hkv, keep), 2 * UNIT["bfloat16"]
