@@ -309,6 +309,11 @@ WG_SMALL = dict(WGS=1, BC=64)   # one warpgroup of 64 rows: the smallest wgmma t
     (1, 1, 1, 130, 140, 64, False, False, dict(WGS=2, BC=128)),   # the default shape: two warpgroups, 128 keys
 ])
 def test_wgmma_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
+    _check_hopper_forward("wgmma", b, hq, hkv, lq, lk, d, causal, masked, tiles)
+
+
+def _check_hopper_forward(variant, b, hq, hkv, lq, lk, d, causal, masked, tiles):
+    """The forward `variant` in the simulator against float64 and the mma.sync forward."""
     rng = np.random.default_rng(lq + lk)
     q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
     mask = None
@@ -316,7 +321,7 @@ def test_wgmma_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d
         mask = rng.random((b, lk)) > 0.3
         mask[1, :] = False   # a batch entry that attends nothing: O = 0, log-sum-exp -inf
     p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), masked)
-    o, lse = fa.forward_arrays(np, q, k, v, p, mask, tiles, variant="wgmma")
+    o, lse = fa.forward_arrays(np, q, k, v, p, mask, tiles, variant=variant)
     o_mma, lse_mma = fa.forward_arrays(np, q, k, v, p, mask, TINY, variant="mma")
     want = reference(q, k, v, do, causal, hq // hkv, mask)
     assert o.dtype == q.dtype and lse.dtype == np.float32
@@ -418,21 +423,7 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
     """The warp-specialized forward: a producer thread's bulk copies through mbarrier rings, consumer warpgroups
     meeting on named barriers; the simulator checks every ordering its race detector can see."""
-    rng = np.random.default_rng(lq + lk)
-    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
-    mask = None
-    if masked:
-        mask = rng.random((b, lk)) > 0.3
-        mask[1, :] = False
-    p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), masked)
-    o, lse = fa.forward_arrays(np, q, k, v, p, mask, tiles, variant="bulk")
-    o_mma, _ = fa.forward_arrays(np, q, k, v, p, mask, TINY, variant="mma")
-    want = reference(q, k, v, do, causal, hq // hkv, mask)
-    assert o.dtype == q.dtype and lse.dtype == np.float32
-    np.testing.assert_allclose(lse, want[1], rtol=1e-5, atol=1e-5)
-    assert_close("O", o, want[0], o_mma.astype(np.float64), UNIT["bfloat16"])
-    if masked:
-        assert (o[1] == 0).all() and np.isneginf(lse[1]).all()
+    _check_hopper_forward("bulk", b, hq, hkv, lq, lk, d, causal, masked, tiles)
 
 
 def test_arrange_kv_lays_out_the_bulk_forwards_shared_tiles():

@@ -6,7 +6,7 @@ NVRTC compiles for sm_90a."""
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, Const, KernelError, SimulationError, cp_async_bulk, f32, i32, i64, kernel,
+from frost.kernel import (Array, Const, KernelError, SimulationError, cp_async_bulk, device, f32, i32, i64, kernel,
                           mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, shared,
                           syncthreads, tx)
 from frost.kernel.simulate import SharedMemoryRaceError
@@ -74,13 +74,19 @@ def test_refilling_a_stage_without_waiting_for_its_release_fails():
         _pipeline(1).simulate[1, 96](x, np.zeros(TILE, np.float32), 5, STAGES=1, EMPTY_WAIT=False)
 
 
+@device
+def ready(full):
+    """Barrier full[0] set up for one arrival, seen by every thread."""
+    if tx == 0:
+        mbarrier_init(full, 0, 1)
+    syncthreads()
+
+
 @kernel
 def read_before_wait(x: Array[f32], y: Array[f32]):
     buf = shared(f32, TILE)
     full = shared(i64, 1)
-    if tx == 0:
-        mbarrier_init(full, 0, 1)
-    syncthreads()
+    ready(full)
     if tx == 0:
         mbarrier_arrive_expect_tx(full, 0, TILE_BYTES)
         cp_async_bulk(buf, 0, x, 0, TILE_BYTES, full, 0)
@@ -142,9 +148,7 @@ def test_a_copy_overwriting_reads_its_barrier_does_not_order_is_a_race():
 def too_many_bytes(x: Array[f32], y: Array[f32]):
     buf = shared(f32, TILE)
     full = shared(i64, 1)
-    if tx == 0:
-        mbarrier_init(full, 0, 1)
-    syncthreads()
+    ready(full)
     if tx == 0:
         mbarrier_arrive_expect_tx(full, 0, 2 * TILE_BYTES)   # one copy of TILE_BYTES follows
         cp_async_bulk(buf, 0, x, 0, TILE_BYTES, full, 0)
@@ -216,34 +220,41 @@ def test_bad_bulk_copies_and_barrier_uses_are_errors_naming_the_thread_and_line(
         bulk_args.simulate[1, 32](x, np.zeros(32, np.float32), *args.values(), **consts)
 
 
-def test_the_arguments_are_checked_when_the_kernel_is_built():
-    with pytest.raises(KernelError, match=r"mbarrier_init\(\) needs its mbarrier as an element of a 1-D shared array "
-                                          r"of i64"):
-        @kernel
-        def f32_barrier(y: Array[f32]):
-            bars = shared(f32, 2)
-            mbarrier_init(bars, 0, 1)
-        f32_barrier.simulate[1, 32](np.zeros(32, np.float32))
-    with pytest.raises(KernelError, match=r"cp_async_bulk: 24 bytes is not a positive multiple of 16"):
-        @kernel
-        def odd_size(x: Array[f32]):
-            buf = shared(f32, 8)
-            bars = shared(i64, 1)
-            cp_async_bulk(buf, 0, x, 0, 24, bars, 0)
-        odd_size.simulate[1, 32](np.zeros(32, np.float32))
-    with pytest.raises(KernelError, match=r"cp_async_bulk\(\) copies from a 1-D global array to a 1-D shared one"):
-        @kernel
-        def wrong_way(x: Array[f32]):
-            buf = shared(f32, 8)
-            bars = shared(i64, 1)
-            cp_async_bulk(x, 0, buf, 0, 32, bars, 0)
-        wrong_way.simulate[1, 32](np.zeros(32, np.float32))
-    with pytest.raises(KernelError, match=r"mbarrier_init: count 0 is not in 1..1048575"):
-        @kernel
-        def no_arrivals(x: Array[f32]):
-            bars = shared(i64, 1)
-            mbarrier_init(bars, 0, 0)
-        no_arrivals.simulate[1, 32](np.zeros(32, np.float32))
+@kernel
+def f32_barrier(x: Array[f32]):
+    bars = shared(f32, 2)
+    mbarrier_init(bars, 0, 1)
+
+
+@kernel
+def odd_size(x: Array[f32]):
+    buf = shared(f32, 8)
+    bars = shared(i64, 1)
+    cp_async_bulk(buf, 0, x, 0, 24, bars, 0)
+
+
+@kernel
+def wrong_way(x: Array[f32]):
+    buf = shared(f32, 8)
+    bars = shared(i64, 1)
+    cp_async_bulk(x, 0, buf, 0, 32, bars, 0)
+
+
+@kernel
+def no_arrivals(x: Array[f32]):
+    bars = shared(i64, 1)
+    mbarrier_init(bars, 0, 0)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (f32_barrier, r"mbarrier_init\(\) needs its mbarrier as an element of a 1-D shared array of i64"),
+    (odd_size, r"cp_async_bulk: 24 bytes is not a positive multiple of 16"),
+    (wrong_way, r"cp_async_bulk\(\) copies from a 1-D global array to a 1-D shared one"),
+    (no_arrivals, r"mbarrier_init: count 0 is not in 1..1048575"),
+])
+def test_the_arguments_are_checked_when_the_kernel_is_built(bad, message):
+    with pytest.raises(KernelError, match=message):
+        bad.simulate[1, 32](np.zeros(32, np.float32))
 
 
 def test_mbarriers_become_ptx_and_compile_for_sm_90a():
