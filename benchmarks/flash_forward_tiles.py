@@ -1,0 +1,94 @@
+"""Attention forward alone, Frost's kernels by variant and tiles beside cuDNN (Frost's path through its graphs) and
+PyTorch's SDPA backends: the table to tune the Hopper forwards by (bf16, FlashAttention's shapes: batch x length =
+16k tokens, heads x dim = 2048).
+
+Run on a CUDA machine:  python benchmarks/flash_forward_tiles.py [--lengths 1024 4096] [--out FILE.json]
+Rows: "frost cuDNN", "torch flash", "torch cuDNN" (with a CUDA build of torch), then Frost's forward_arrays with
+variant mma (its default tiles), wgmma (its default tiles) and bulk at each tile setting of BULK_SETTINGS, and
+"arrange_kv", the bulk forward's layout pass alone (included in the bulk rows). Each row: the mean of --iters
+calls queued back to back after --warmup (common.seconds_per_call); TFLOP/s count 4 x B x H x L^2 x D, halved when
+causal. Each Frost kernel row is checked against the mma forward first (max |difference|, bf16 outputs)."""
+import argparse
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from flash_attention import frost_calls, torch_backends, torch_calls
+from frost.accel import flash_attention as fa
+from frost.bench import common
+
+TOKENS, WIDTH = 16384, 2048
+BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2), dict(WGS=2, BC=64, STAGES=3), dict(WGS=2, BC=128, STAGES=2),
+                 dict(WGS=1, BC=64, STAGES=3))
+
+
+def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:
+    """(name, seconds a call, max |O - O_mma|) of each Frost kernel setting at one shape."""
+    b, h, length, d = shape
+    rng = np.random.default_rng(0)
+    q, k, v = (cp.asarray(rng.standard_normal(shape).astype(ml_dtypes.bfloat16)) for _ in range(3))
+    p = fa.Problem(b, h, 1, length, length, d, causal, 1 / np.sqrt(d), False)
+    sync = cp.cuda.Device().synchronize
+    base = cp.asnumpy(fa.forward_arrays(cp, q, k, v, p, variant="mma")[0]).astype(np.float32)
+    settings = [("mma", None), ("wgmma", None)] + [("bulk", t) for t in BULK_SETTINGS if t["BC"] <= length]
+    rows = []
+    for variant, tiles in settings:
+        def call(variant=variant, tiles=tiles):
+            return fa.forward_arrays(cp, q, k, v, p, tiles=tiles, variant=variant)
+        diff = float(np.abs(cp.asnumpy(call()[0]).astype(np.float32) - base).max())
+        name = f"frost {variant}" + ("" if tiles is None else " " + " ".join(f"{a}={x}" for a, x in tiles.items()))
+        rows.append((name, common.seconds_per_call(call, sync, iters, warmup), diff))
+    bc = fa.bulk_tiles(d, False)["BC"]
+    rows.append((f"arrange_kv BC={bc}", common.seconds_per_call(lambda: fa.arrange_kv(cp, k, v, p, bc), sync, iters,
+                                                                 warmup), None))
+    return rows
+
+
+def library_rows(shape: tuple, causal: bool, iters: int, warmup: int, torch_rows: dict) -> list:
+    import frost
+    rows = [("frost cuDNN", common.seconds_per_call(frost_calls(shape, causal, "cudnn")[0], frost.cuda.synchronize,
+                                                    iters, warmup), None)]
+    for name, backend in torch_rows.items():
+        import torch
+        rows.append((name, common.seconds_per_call(torch_calls(shape, causal, backend)[0], torch.cuda.synchronize,
+                                                   iters, warmup), None))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128], choices=fa.HEAD_DIMS)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
+    args = ap.parse_args()
+    common.check_output_path("--out", args.out)
+    common.require_cuda("benchmarks/flash_forward_tiles.py")
+    import cupy as cp
+    torch_rows = torch_backends()
+    results = []
+    for d in args.head_dims:
+        for length in args.lengths:
+            shape = (TOKENS // length, WIDTH // d, length, d)
+            for causal in (False, True):
+                flops = 4 * shape[0] * shape[1] * length ** 2 * d * (0.5 if causal else 1.0)
+                for name, seconds, diff in (library_rows(shape, causal, args.iters, args.warmup, torch_rows)
+                                            + kernel_rows(cp, shape, causal, args.iters, args.warmup)):
+                    results.append(dict(impl=name, batch=shape[0], heads=shape[1], length=length, head_dim=d,
+                                        causal=causal, forward_ms=1e3 * seconds, forward_tflops=flops / seconds / 1e12,
+                                        max_abs_diff_vs_mma=diff))
+    device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
+    header = ["impl", "B x H x L x D", "causal", "fwd ms", "fwd TFLOP/s", "max |O - O_mma|"]
+    table = [[r["impl"], f"{r['batch']}x{r['heads']}x{r['length']}x{r['head_dim']}", "yes" if r["causal"] else "no",
+              f"{r['forward_ms']:.3f}", f"{r['forward_tflops']:.1f}",
+              "" if r["max_abs_diff_vs_mma"] is None else f"{r['max_abs_diff_vs_mma']:.3g}"] for r in results]
+    print(f"Attention forward, bf16, on {device} (mean of {args.iters} calls a row)")
+    print(common.format_table(table, header))
+    common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
+                                      iters=args.iters, warmup=args.warmup, results=results))
+
+
+if __name__ == "__main__":
+    main()
