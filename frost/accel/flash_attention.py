@@ -75,9 +75,9 @@ from frost.backend import cpu, cuda
 from frost.kernel import (Array, Const, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk, cp_commit, cp_wait,
                           device, dynamic_shared, exp2, f16, f32, fence_proxy_async, i32, i64, inf, kernel, lane,
                           launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
-                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, shared, shfl_xor, static_range,
-                          store8_from, swizzle, syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16, wgmma_commit,
-                          wgmma_desc, wgmma_fence, wgmma_wait)
+                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
+                          shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp,
+                          warp_sum, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
@@ -298,6 +298,27 @@ def softmax_tile(s, acc, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32, lk: 
     """The forward's online softmax over one tile of scores s (C fragments: this lane's rows row0 and row0 + 8,
     keys k0 + 8j + 2t + e): invisible scores to -inf, the running max m and sum lsum (log2 units) updated, the
     output accumulator acc rescaled, and s turned into the (dropped) weights P of this tile."""
+    alpha = local(f32, 2)
+    softmax_weights(s, alpha, m, lsum, row0, k0, whole, lq, lk, kmask, mbase, rng, scale_log2, drop_p, keep_scale, BC,
+                    CAUSAL, MASKED, DROPOUT)
+    rescale(acc, alpha, D)
+
+
+@device
+def rescale(acc, alpha, D: Const[int]):
+    """acc's rows row0 and row0 + 8 (C fragments) times alpha[0] and alpha[1]: the output under a new running max."""
+    for h in static_range(2):
+        for d in static_range(D // 8):
+            acc[d, 2 * h] *= alpha[h]
+            acc[d, 2 * h + 1] *= alpha[h]
+
+
+@device
+def softmax_weights(s, alpha, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
+                    scale_log2: f32, drop_p: f32, keep_scale: f32, BC: Const[int], CAUSAL: Const[int],
+                    MASKED: Const[int], DROPOUT: Const[int]):
+    """softmax_tile without touching the output: the factors its rows must be rescaled by go to alpha (so that a
+    kernel can compute them while a wgmma still accumulates into the output)."""
     t = lane % 4
     for h in static_range(2):
         top = -inf
@@ -310,7 +331,7 @@ def softmax_tile(s, acc, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32, lk: 
                 top = max(top, x)
         m_new = max(m[h], quad_max(top))
         m_use = 0.0 if m_new == -inf else m_new   # no visible key yet: exp2(-inf - 0) = 0 everywhere
-        alpha = exp2(m[h] - m_use)
+        alpha[h] = exp2(m[h] - m_use)
         part = 0.0
         for j in static_range(BC // 8):
             keep0 = keep_scale
@@ -323,11 +344,8 @@ def softmax_tile(s, acc, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32, lk: 
                 if DROPOUT:
                     p *= keep0 if e == 0 else keep1
                 s[j, 2 * h + e] = p
-        lsum[h] = lsum[h] * alpha + part   # this lane's share; the quad's sum is taken at the end
+        lsum[h] = lsum[h] * alpha[h] + part   # this lane's share; the quad's sum is taken at the end
         m[h] = m_new
-        for d in static_range(D // 8):
-            acc[d, 2 * h] *= alpha
-            acc[d, 2 * h + 1] *= alpha
 
 
 @device
@@ -807,6 +825,15 @@ def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, first: i32, ti
         cp_async_bulk(svf, stage * TILE, vp, (first + j) * TILE, TILE * 2, fullv, stage)
 
 
+@device
+def publish_weights(sp, s, wg: i32, BC: Const[int]):
+    """This warp's weights P into sp, visible to wgmma, once all four warps of warpgroup wg have stored theirs (the
+    warpgroup's own named barrier: the other warpgroups go on)."""
+    store_weights(sp, s, warp * 16 + lane // 4, BC)
+    fence_proxy_async()
+    bar_sync(1 + wg, 128)
+
+
 @functools.cache
 def bulk_forward():
     """The Hopper forward fed by the copy engine (bf16): made on first use."""
@@ -816,17 +843,20 @@ def bulk_forward():
                        scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
                        BC: Const[int], STAGES: Const[int], CAUSAL: Const[int], MASKED: Const[int],
                        DROPOUT: Const[int]):
-        """flash_fwd_wgmma, warp-specialized: a producer warp (the block's last) has the copy engine bring each
-        tile's K and V^T images (arrange_kv's) into STAGES-deep rings of shared memory, counted on mbarriers, while
-        WGS consumer warpgroups multiply; a consumer waits only for its tile and releases K after S = Q K^T and V^T
-        after O += P V, and the four warps of a warpgroup meet on their own named barrier before P V. No thread
-        copies or transposes K and V, and no barrier of the whole block runs in the loop."""
+        """flash_fwd_wgmma, warp-specialized: a producer warpgroup (the block's last; one thread of it issues, and
+        it gives its registers to the consumers with setmaxnreg, as FlashAttention-3's) has the copy engine bring
+        each tile's K and V^T images (arrange_kv's) into STAGES-deep rings of shared memory, counted on mbarriers,
+        while WGS consumer warpgroups multiply; a consumer waits only for its tile and releases K after
+        S = Q K^T and V^T after O += P V, and the four warps of a warpgroup meet on their own named barrier before
+        P V. S(j) = Q K(j)^T is issued with O += P(j - 1) V(j - 1), so that the softmax of tile j overlaps that
+        product (FlashAttention-3's intra-warpgroup pipelining). No thread copies or transposes K and V, and no
+        barrier of the whole block runs in the loop."""
         BR: Const[int] = 64 * WGS
         CONSUMERS: Const[int] = 128 * WGS
         DP: Const[int] = D // 64   # panels of a Q or K tile
         CP: Const[int] = BC // 64  # panels of a V^T or P tile
         TILE: Const[int] = BC * D
-        launch_bounds(CONSUMERS + 32)
+        launch_bounds(CONSUMERS + 128, 1)
         sq = dynamic_shared(bf16, (DP, BR, 64))
         sk = dynamic_shared(bf16, (STAGES * DP, BC, 64), BR * D * 2)
         skf = dynamic_shared(bf16, (STAGES * TILE,), BR * D * 2)
@@ -852,41 +882,56 @@ def bulk_forward():
         cp_wait(0)
         fence_proxy_async()
         syncthreads()   # the barriers initialized, Q in place for wgmma
-        if tx == CONSUMERS:
-            produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk * cdiv(lk, BC), tiles, BC,
-                          D, STAGES)
-        if tx < CONSUMERS:
+        if tx >= CONSUMERS:   # the producer warpgroup: one thread issues, its registers go to the consumers
+            if WGS == 2:       # three warpgroups start with 168 registers a thread: 40 + 2 x 232 of them fit
+                setmaxnreg_dec(40)
+            if tx == CONSUMERS:
+                produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk * cdiv(lk, BC), tiles, BC,
+                              D, STAGES)
+        else:
+            if WGS == 2:
+                setmaxnreg_inc(232)
             wg = warp // 4
             s = local(f32, (BC // 8, 4))
             acc = local(f32, (D // 8, 4))
             m = local(f32, 2)
             lsum = local(f32, 2)
+            alpha = local(f32, 2)
             zero(acc, D)
             for h in static_range(2):
                 m[h] = -inf
                 lsum[h] = 0.0
-            jt = 0
-            while True:   # a do-while (at least one tile): see examples/kernels/gemm_wgmma.py on ptxas and wgmma
+            # tile 0: S = Q K^T, its weights P into sp
+            mbarrier_wait(fullk, 0, 0)
+            wgmma_rows(s, sq, 0, wg * 64, sk, 0, BC, D, 0)
+            wgmma_wait(0)
+            mbarrier_arrive(emptyk, 0)
+            softmax_tile(s, acc, m, lsum, row0, 0, whole_tile(q0, 0, lk, BC, CAUSAL, MASKED), lq, lk, kmask, b * lk,
+                         rng, scale_log2, drop_p, keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
+            publish_weights(sp, s, wg, BC)
+            # tile jt: S(jt) = Q K(jt)^T and O += P(jt - 1) V(jt - 1) issued together; the softmax of S(jt) runs
+            # while the tensor cores still add P V, and only the rescale of O waits for them
+            for jt in range(1, tiles):
                 stage = jt % STAGES
-                parity = jt // STAGES % 2
+                prev = (jt - 1) % STAGES
                 k0 = jt * BC
-                mbarrier_wait(fullk, stage, parity)
+                mbarrier_wait(fullk, stage, jt // STAGES % 2)
                 wgmma_rows(s, sq, 0, wg * 64, sk, stage * DP, BC, D, 0)
-                wgmma_wait(0)
+                mbarrier_wait(fullv, prev, (jt - 1) // STAGES % 2)
+                wgmma_rows(acc, sp, 0, wg * 64, svt, prev * CP, D, BC, 1)
+                wgmma_wait(1)   # S(jt) is in
                 mbarrier_arrive(emptyk, stage)
-                whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
-                softmax_tile(s, acc, m, lsum, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
-                             keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
-                store_weights(sp, s, warp * 16 + lane // 4, BC)
-                fence_proxy_async()
-                bar_sync(1 + wg, 128)   # the warpgroup's P in place (each warpgroup has its own rows of sp)
-                mbarrier_wait(fullv, stage, parity)
-                wgmma_rows(acc, sp, 0, wg * 64, svt, stage * CP, D, BC, 1)
-                wgmma_wait(0)
-                mbarrier_arrive(emptyv, stage)
-                jt += 1
-                if jt >= tiles:
-                    break
+                softmax_weights(s, alpha, m, lsum, row0, k0, whole_tile(q0, k0, lk, BC, CAUSAL, MASKED), lq, lk,
+                                kmask, b * lk, rng, scale_log2, drop_p, keep_scale, BC, CAUSAL, MASKED, DROPOUT)
+                wgmma_wait(0)   # O += P V(jt - 1) is in: V(jt - 1) and sp are free
+                mbarrier_arrive(emptyv, prev)
+                rescale(acc, alpha, D)
+                publish_weights(sp, s, wg, BC)
+            last = (tiles - 1) % STAGES
+            mbarrier_wait(fullv, last, (tiles - 1) // STAGES % 2)
+            wgmma_rows(acc, sp, 0, wg * 64, svt, last * CP, D, BC, 1)
+            wgmma_wait(0)
+            mbarrier_arrive(emptyv, last)
             write_rows(o, lse, acc, m, lsum, qbase, 1, qbase, row0, lq, D)
     return flash_fwd_bulk
 
@@ -1288,7 +1333,7 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
     smem = (br + 2 * stages * bc) * p.d * 2 + br * bc * 2
     grid = (p.batch * p.heads, cdiv(p.lq, br))
-    _launcher(bulk_forward(), xp)[grid, 128 * wgs + 32, smem](
+    _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](
         _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
         *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, CAUSAL=int(p.causal), MASKED=int(p.masked),
         DROPOUT=int(p.dropout_p > 0.0))
