@@ -19,7 +19,8 @@ from frost.accel import flash_attention as fa
 from frost.bench import common
 
 TOKENS, WIDTH = 16384, 2048
-BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2), dict(WGS=2, BC=128, STAGES=2))
+BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2, PINGPONG=0), dict(WGS=2, BC=64, STAGES=2, PINGPONG=1),
+                 dict(WGS=2, BC=128, STAGES=2, PINGPONG=0))
 
 
 def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:

@@ -72,9 +72,9 @@ import numpy as np
 
 from frost import dispatch, layout
 from frost.backend import cpu, cuda
-from frost.kernel import (Array, Const, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk, cp_commit, cp_wait,
-                          device, dynamic_shared, exp2, f16, f32, fence_proxy_async, i32, i64, inf, kernel, lane,
-                          launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
+from frost.kernel import (Array, Const, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk, cp_commit,
+                          cp_wait, device, dynamic_shared, exp2, f16, f32, fence_proxy_async, i32, i64, inf, kernel,
+                          lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
                           mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
                           shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp,
                           warp_sum, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
@@ -841,8 +841,8 @@ def bulk_forward():
     def flash_fwd_bulk(q: Array[bf16, 2], kp: Array[bf16], vp: Array[bf16], o: Array[bf16, 2], lse: Array[f32],
                        kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32,
                        scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
-                       BC: Const[int], STAGES: Const[int], CAUSAL: Const[int], MASKED: Const[int],
-                       DROPOUT: Const[int]):
+                       BC: Const[int], STAGES: Const[int], PINGPONG: Const[int], CAUSAL: Const[int],
+                       MASKED: Const[int], DROPOUT: Const[int]):
         """flash_fwd_wgmma, warp-specialized: a producer warpgroup (the block's last; one thread of it issues, and
         it gives its registers to the consumers with setmaxnreg, as FlashAttention-3's) has the copy engine bring
         each tile's K and V^T images (arrange_kv's) into STAGES-deep rings of shared memory, counted on mbarriers,
@@ -910,15 +910,23 @@ def bulk_forward():
                          rng, scale_log2, drop_p, keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
             publish_weights(sp, s, wg, BC)
             # tile jt: S(jt) = Q K(jt)^T and O += P(jt - 1) V(jt - 1) issued together; the softmax of S(jt) runs
-            # while the tensor cores still add P V, and only the rescale of O waits for them
+            # while the tensor cores still add P V, and only the rescale of O waits for them. PINGPONG: the two
+            # warpgroups take turns issuing (named barriers 3 and 4), so one's softmax runs while the other multiplies
+            turns = PINGPONG == 1 and WGS == 2
+            if turns and wg == 1 and tiles > 1:
+                bar_arrive(3, 256)   # warpgroup 0 issues first
             for jt in range(1, tiles):
                 stage = jt % STAGES
                 prev = (jt - 1) % STAGES
                 k0 = jt * BC
                 mbarrier_wait(fullk, stage, jt // STAGES % 2)
+                if turns:
+                    bar_sync(3 + wg, 256)
                 wgmma_rows(s, sq, 0, wg * 64, sk, stage * DP, BC, D, 0)
                 mbarrier_wait(fullv, prev, (jt - 1) // STAGES % 2)
                 wgmma_rows(acc, sp, 0, wg * 64, svt, prev * CP, D, BC, 1)
+                if turns and not (wg == 1 and jt == tiles - 1):   # every arrival has its bar_sync
+                    bar_arrive(4 - wg, 256)
                 wgmma_wait(1)   # S(jt) is in
                 mbarrier_arrive(emptyk, stage)
                 softmax_weights(s, alpha, m, lsum, row0, k0, whole_tile(q0, k0, lk, BC, CAUSAL, MASKED), lq, lk,
@@ -1298,7 +1306,7 @@ def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 
-BULK_TILES = {64: dict(WGS=2, BC=128, STAGES=2), 128: dict(WGS=2, BC=64, STAGES=2)}
+BULK_TILES = {64: dict(WGS=2, BC=128, STAGES=2, PINGPONG=0), 128: dict(WGS=2, BC=64, STAGES=2, PINGPONG=0)}
 
 
 def bulk_tiles(d: int, dropout: bool) -> dict:
@@ -1319,14 +1327,15 @@ def arrange_kv(xp, k, v, p: Problem, bc: int) -> tuple:
 
 def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
     """forward_arrays by flash_fwd_bulk (bf16; tiles: {"WGS": consumer warpgroups, "BC": keys a tile, "STAGES":
-    tiles in flight}), K and V first laid out by arrange_kv."""
+    tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores}), K and V first laid out
+    by arrange_kv."""
     if str(q.dtype) != "bfloat16":
         raise ValueError(f"flash_attention: the bulk forward takes bf16, got {q.dtype}")
     tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
-    wgs, bc, stages = tiles["WGS"], tiles["BC"], tiles["STAGES"]
-    if wgs not in (1, 2) or bc not in (64, 128) or stages not in (1, 2, 3, 4):
-        raise ValueError(f"flash_attention: the bulk forward takes WGS 1 or 2, BC 64 or 128 and STAGES 1 to 4, "
-                         f"got {tiles}")
+    wgs, bc, stages, pingpong = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["PINGPONG"]
+    if wgs not in (1, 2) or bc not in (64, 128) or stages not in (1, 2, 3, 4) or pingpong not in (0, 1):
+        raise ValueError(f"flash_attention: the bulk forward takes WGS 1 or 2, BC 64 or 128, STAGES 1 to 4 and "
+                         f"PINGPONG 0 or 1, got {tiles}")
     br = 64 * wgs
     kp, vp = arrange_kv(xp, k, v, p, bc)
     o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
@@ -1335,8 +1344,8 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     grid = (p.batch * p.heads, cdiv(p.lq, br))
     _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](
         _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
-        *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, CAUSAL=int(p.causal), MASKED=int(p.masked),
-        DROPOUT=int(p.dropout_p > 0.0))
+        *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, PINGPONG=pingpong, CAUSAL=int(p.causal),
+        MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 

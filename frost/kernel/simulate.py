@@ -1318,9 +1318,11 @@ def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> lis
     lanes_of: dict[int, list[int]] = {}
     for lin in sorted(live):
         lanes_of.setdefault(lin // 32, []).append(lin)
-    resumed = []
+    resumed: list = []
+    released: set = set()   # waiters of a barrier completed in this pass: their requests are answered, not new
     for w, lanes in lanes_of.items():
-        arriving = [lin for lin in lanes if waiting.get(lin, ("",))[0] == "bar" and lin not in at_barrier]
+        arriving = [lin for lin in lanes if waiting.get(lin, ("",))[0] == "bar" and lin not in at_barrier
+                    and lin not in released]
         if not arriving:
             continue
         if len(arriving) < len(lanes) or len({(waiting[lin], _position(gens[lin])) for lin in arriving}) > 1:
@@ -1345,7 +1347,9 @@ def _named_barriers(name, threads, live, gens, waiting, send, at_barrier) -> lis
             state["waiters"] += arriving
             at_barrier.update(arriving)
         if state["threads"] == count:
-            resumed += _complete(block, bar, state, live, at_barrier)
+            waiters = _complete(block, bar, state, live, at_barrier)
+            released.update(waiters)
+            resumed += waiters
     for lin in resumed:
         send[lin] = None
         del waiting[lin]

@@ -419,6 +419,7 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (1, 1, 1, 200, 200, 128, True, False, dict(WGS=1, BC=64, STAGES=2)),  # head dim 128, a stage refilled twice
     (1, 1, 1, 50, 70, 128, True, False, dict(WGS=1, BC=64, STAGES=3)),    # more stages than tiles
     (1, 4, 1, 130, 300, 64, False, False, dict(WGS=2, BC=128, STAGES=2)),  # the default: 2 warpgroups, GQA 4
+    (1, 2, 1, 130, 300, 64, True, False, dict(WGS=2, BC=64, STAGES=2, PINGPONG=1)),  # the warpgroups take turns
 ])
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
     """The warp-specialized forward: a producer thread's bulk copies through mbarrier rings, consumer warpgroups

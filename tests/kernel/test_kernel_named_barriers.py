@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from frost.kernel import (Array, Const, KernelError, SimulationError, bar_arrive, bar_sync, device, f32, i32, kernel,
-                          launch_bounds, setmaxnreg_dec, setmaxnreg_inc, shared, syncthreads, tx)
+                          launch_bounds, setmaxnreg_dec, setmaxnreg_inc, shared, shfl_xor, syncthreads, tx, warp)
 from frost.kernel.simulate import SharedMemoryRaceError
 
 FULL, EMPTY = 1, 2   # barrier ids: the buffer holds a tile / the buffer may be refilled
@@ -302,3 +302,29 @@ def test_a_named_barrier_in_a_device_function_orders_the_kernel_too():
     y = np.zeros(64, np.float32)
     hand_over_through_a_call.simulate[1, 128](x, y)
     np.testing.assert_array_equal(y, x[::-1])
+
+
+@kernel
+def taking_turns(y: Array[f32], tiles: i32):
+    """Warps 0 and 1 take turns (barriers 1 and 2, the ping-pong schedule of two warpgroups); warp 0 is slower, so
+    warp 1 already waits when warp 0 hands over."""
+    v = f32(tx)
+    if warp == 1 and tiles > 1:
+        bar_arrive(1, 64)
+    for jt in range(1, tiles):
+        bar_sync(1 + warp, 64)
+        if warp == 0:
+            for _ in range(3):
+                v = shfl_xor(v, 1)
+        y[tx] += 1.0
+        if not (warp == 1 and jt == tiles - 1):
+            bar_arrive(2 - warp, 64)
+    y[tx] += v - v
+
+
+def test_waiters_released_by_a_lower_warp_are_not_counted_again():
+    """A barrier completed by warp 0's arrival released warp 1's waiting lanes; the same pass must not count them
+    as arriving anew (which completed a later instance without them, and deadlocked this schedule)."""
+    y = np.zeros(64, np.float32)
+    taking_turns.simulate[1, 64](y, 5)
+    np.testing.assert_array_equal(y, np.full(64, 4.0, np.float32))
