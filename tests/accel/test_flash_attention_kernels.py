@@ -500,6 +500,23 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, 
         assert_close(name, got.get(), ref, None, unit)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("d, causal", [(64, True), (128, False)])
+@pytest.mark.parametrize("tiles", [dict(PINGPONG=1), dict(BC=128), dict(STAGES=3)])
+def test_gpu_bulk_forward_settings_match_float64(d, causal, tiles):
+    """The bulk forward's other tile settings (warpgroups taking turns, 128-key tiles, three stages) on the GPU."""
+    cp = pytest.importorskip("cupy")
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the bulk forward needs a Hopper GPU")
+    rng = np.random.default_rng(6)
+    q, k, v, do = inputs(rng, 2, 4, 2, 333, 390, d, "bfloat16")
+    p = fa.Problem(2, 4, 2, 333, 390, d, causal, 1 / np.sqrt(d), False)
+    o, lse = fa.forward_arrays(cp, *(cp.asarray(a) for a in (q, k, v)), p, tiles=tiles, variant="bulk")
+    full = reference(q, k, v, do, causal, 2, None)
+    np.testing.assert_allclose(lse.get(), full[1], rtol=1e-5, atol=1e-5)
+    assert_close("O", o.get(), full[0], None, UNIT["bfloat16"])
+
+
 # ------------------------------------------------------------------ on the GPU: the real kernels behind SDPA
 GPU_CASES = [
     (2, 4, 4, 300, 300, 64, False, "bfloat16", False),
