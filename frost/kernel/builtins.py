@@ -29,6 +29,7 @@ FUNCTIONS = ("cdiv", "len", "range", "grid", "static_range", "shared", "dynamic_
              "ldmatrix_x2_trans", "mma_16x8x16", "mma", "load4", "store4", "load2", "store2", "load8", "store8",
              "ldg", "ldg4",
              "launch_bounds", "wgmma_desc", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_bf16",
+             "wgmma_bf16_rs",
              "fence_proxy_async")
 ALL_NAMES = INDEX_NAMES + MATH_1 + MATH_OTHER + VALUES + FUNCTIONS
 BUILTINS = {name: Builtin(name) for name in ALL_NAMES}

@@ -1102,16 +1102,19 @@ def wgmma_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: int =
 class WgmmaOp:
     """One wgmma.mma_async.m64nNk16.f32.bf16.bf16 of a warpgroup: D[64, N] (= or +=) A[64, 16] @ B[N, 16]^T."""
 
-    def __init__(self, block, accs, desc_a, desc_b, n, scale_d) -> None:
+    def __init__(self, block, accs, desc_a, desc_b, n, scale_d, a_rows=None) -> None:
         self.block, self.accs, self.desc_a, self.desc_b, self.n, self.scale_d = (block, accs, desc_a, desc_b, n,
                                                                                   scale_d)
+        self.a_rows = a_rows   # A[64, 16] (float64) taken from the threads' registers (wgmma_bf16_rs), else None
         self.prod = None
 
     def product(self) -> np.ndarray:
         """A[64, 16] @ B[N, 16]^T from shared memory as it is when the first thread's wgmma_wait retires the
         operation (the hardware may read it any time until then)."""
         if self.prod is None:
-            a = self.block.read_u16(wgmma_operand_addresses(self.desc_a, 64)).view(ml_dtypes.bfloat16)
+            a = self.a_rows
+            if a is None:
+                a = self.block.read_u16(wgmma_operand_addresses(self.desc_a, 64)).view(ml_dtypes.bfloat16)
             b = self.block.read_u16(wgmma_operand_addresses(self.desc_b, self.n)).view(ml_dtypes.bfloat16)
             self.prod = a.astype(np.float64) @ b.astype(np.float64).T
         return self.prod
@@ -1122,6 +1125,20 @@ class WgmmaOp:
         flat = self.accs[thread_in_group].data.reshape(-1)
         base = flat.astype(np.float64) if self.scale_d else 0.0
         flat[...] = (base + self.product()[rows[thread_in_group], cols[thread_in_group]]).astype(np.float32)
+
+
+def wgmma_a_from_registers(frags: list) -> np.ndarray:
+    """A[64, 16] (float64) of a wgmma with A in registers from the 128 threads' 8-element fragments (PTX ISA, the
+    register fragment layout of matrix A for .m64nNk16 with 16-bit types: warp w holds rows 16w..16w+15 as the A
+    fragment of mma.m16n8k16, g = lane // 4, c = lane % 4: a[i] is row g + 8 * (i // 2 % 2), column 2c + i % 2 +
+    8 * (i // 4))."""
+    a = np.empty((64, 16))
+    i = np.arange(8)
+    for t, frag in enumerate(frags):
+        lane = t % 32
+        a[16 * (t // 32) + lane // 4 + 8 * (i // 2 % 2), 2 * (lane % 4) + i % 2 + 8 * (i // 4)] = \
+            np.asarray(frag.data, dtype=np.float64).reshape(-1)
+    return a
 
 
 @functools.lru_cache(maxsize=None)
@@ -1432,8 +1449,12 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
             _deadlock(name, live, gens, waiting, f"the threads of warpgroup {g} wait at different wgmma_bf16 calls")
         reqs = [waiting[lin][1] for lin in members]
         acc0, da, db, n, scale = reqs[0]
+        registers = isinstance(da, SimArray)   # wgmma_bf16_rs: A from each thread's fragment, read at issue
+        a_rows = wgmma_a_from_registers([r[1] for r in reqs]) if registers else None
+        da = 0 if registers else da
         for lin, (acc, a, b, nn, sc) in zip(members, reqs):
             th = by_linear[lin]
+            a = 0 if registers else a
             if (int(a), int(b), nn, sc) != (int(da), int(db), n, scale):
                 raise SimulationError(f"{name}: {_describe(th)}: wgmma_bf16 operands differ across warpgroup {g} "
                                       f"(descriptors {int(a):#x}, {int(b):#x}, scale_d {sc} here vs {int(da):#x}, "
@@ -1442,7 +1463,7 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
                 pyfile, line = _where(name, th, None, gens[lin])
                 raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: wgmma_bf16 without a "
                                       "wgmma_fence() before it (needed before the first wgmma and after wgmma_wait)")
-        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale)
+        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale, a_rows)
         for lin in members:
             by_linear[lin].wg_pending.append(op)
             send[lin] = None

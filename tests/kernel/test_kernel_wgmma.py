@@ -6,7 +6,7 @@ import pytest
 
 from frost.kernel import (Array, KernelError, SimulationError, bf16, device, dynamic_shared, f32, fence_proxy_async,
                           i64, kernel, lane, local, shared, static_range, swizzle, syncthreads, tx, wgmma_bf16,
-                          wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.simulate import decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index, wgmma_operand_addresses
 
 from examples_loader import load_example
@@ -360,3 +360,79 @@ def test_shared_memory_is_read_when_the_wgmma_retires():
     c = np.zeros(128, np.float32)
     overwrite.simulate[1, 128, 64 * 64 * 2](c)
     np.testing.assert_array_equal(c, 64.0)   # 16 products of 2 * 2, not 16 of 1 * 1
+
+
+# -- A from registers (wgmma_bf16_rs) -------------------------------------------------------------------------
+@kernel
+def chained_products(a: Array[bf16], b: Array[bf16], c: Array[bf16], out: Array[f32]):
+    """S = A B^T (64 x 64, both K-major in shared memory), then O = S C^T with S kept in registers: S's C fragments
+    are the A fragments of the second wgmma (bf16), as FlashAttention-3 feeds P into P V."""
+    sa = dynamic_shared(bf16, (64, 64))
+    sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
+    sc = dynamic_shared(bf16, (64, 64), 2 * 64 * 64 * 2)
+    for u in range(tx, 64 * 64, 128):
+        r = u // 64
+        k = u % 64
+        sa[r, swizzle(r, k, 64)] = a[u]
+        sb[r, swizzle(r, k, 64)] = b[u]
+        sc[r, swizzle(r, k, 64)] = c[u]
+    fence_proxy_async()
+    syncthreads()
+    s = local(f32, (8, 4))
+    o = local(f32, (8, 4))
+    frags = local(bf16, (4, 8))
+    wgmma_fence()
+    for kk in static_range(4):
+        wgmma_bf16(s, wgmma_desc(sa, (0, kk * 16), 128), wgmma_desc(sb, (0, kk * 16), 128), 64, kk)
+    wgmma_commit()
+    wgmma_wait(0)
+    for kk in static_range(4):   # C tiles 2kk and 2kk + 1 are the A fragment of columns 16kk ... 16kk + 15
+        for i in static_range(8):
+            frags[kk, i] = s[2 * kk + i // 4, i % 4]
+    wgmma_fence()
+    for kk in static_range(4):
+        wgmma_bf16_rs(o, frags[kk], wgmma_desc(sc, (0, kk * 16), 128), 64, kk)
+    wgmma_commit()
+    wgmma_wait(0)
+    w = tx // 32
+    for j in static_range(8):
+        for q in static_range(4):
+            out[(16 * w + lane // 4 + 8 * (q // 2)) * 64 + 8 * j + 2 * (lane % 4) + q % 2] = o[j, q]
+
+
+def _chained_want(seed=3):
+    rng = np.random.default_rng(seed)
+    a, b, c = (rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    s = (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.float32).astype(ml_dtypes.bfloat16)
+    return a, b, c, s.astype(np.float64) @ c.astype(np.float64).T
+
+
+def test_wgmma_with_a_from_registers_chains_two_products():
+    a, b, c, want = _chained_want()
+    out = np.zeros(64 * 64, np.float32)
+    chained_products.simulate[1, 128, 3 * 64 * 64 * 2](a.reshape(-1), b.reshape(-1), c.reshape(-1), out)
+    np.testing.assert_allclose(out.reshape(64, 64), want, rtol=1e-5, atol=1e-4)
+
+
+def test_wgmma_with_a_from_registers_compiles_for_sm_90a():
+    source = chained_products.source
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in source and "p, 1, 1, 0;" in source
+    info = chained_products.inspect("sm_90")
+    assert "for 'sm_90a'" in info["log"] and info["spill_stores"] == 0 and "C7515" not in info["log"]
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in info["ptx"]
+    with pytest.raises(KernelError, match=r"wgmma_bf16_rs\(\) takes A as a local bf16 fragment of 8 values"):
+        @kernel
+        def bad(out: Array[f32]):
+            acc = local(f32, (8, 4))
+            frag = local(f32, 8)
+            wgmma_bf16_rs(acc, frag, 0, 64)
+        bad.simulate[1, 128](np.zeros(1, np.float32))
+
+
+@pytest.mark.cuda
+def test_gpu_wgmma_with_a_from_registers_chains_two_products():
+    import cupy as cp
+    a, b, c, want = _chained_want()
+    out = cp.zeros(64 * 64, cp.float32)
+    chained_products[1, 128, 3 * 64 * 64 * 2](*(cp.asarray(x.reshape(-1)) for x in (a, b, c)), out)
+    np.testing.assert_allclose(cp.asnumpy(out).reshape(64, 64), want, rtol=1e-5, atol=1e-4)

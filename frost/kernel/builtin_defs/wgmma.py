@@ -8,7 +8,7 @@ import ast
 import math
 
 from frost.kernel.builtin_defs.base import BuiltinDef, Checking, CudaBuilding, SimBuilding, array_any
-from frost.kernel.types import ArrayType, Scalar, Weak, boolean, f32, i32, i64
+from frost.kernel.types import ArrayType, Scalar, Weak, bf16, boolean, f32, i32, i64
 
 WGMMA_SWIZZLES = {0: 0, 128: 1, 64: 2, 32: 3}  # bytes -> the descriptor's 2-bit swizzle mode (PTX ISA)
 
@@ -112,7 +112,7 @@ class WgmmaWait(BuiltinDef):
 
 
 class WgmmaBf16(BuiltinDef):
-    def check(self, ck: Checking, node):
+    def check(self, ck: Checking, node, operands=None):
         """wgmma_bf16(acc, desc_a, desc_b, N[, scale_d]): acc (local f32, N/2 per thread) += A[64, 16] @ B[N, 16]^T,
         both K-major in shared memory (wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16); scale_d 0 ignores acc."""
         if len(node.args) not in (4, 5):
@@ -126,9 +126,9 @@ class WgmmaBf16(BuiltinDef):
         if math.prod(acc.shape) != n // 2:
             raise ck.src.error(node.args[0], f"wgmma_bf16() with N={n} needs an accumulator of N/2 = {n // 2} f32 "
                                              f"per thread, got {acc}")
-        for d in node.args[1:3]:
+        for d in operands if operands is not None else node.args[1:3]:
             if ck.expr(d) is not i64:
-                raise ck.src.error(d, f"wgmma_bf16() takes descriptors made by wgmma_desc() (i64), got "
+                raise ck.src.error(d, f"{self.name}() takes descriptors made by wgmma_desc() (i64), got "
                                       f"{ck.type(d)}")
         if len(node.args) == 5:
             t = ck.expr(node.args[4])
@@ -163,8 +163,41 @@ class WgmmaBf16(BuiltinDef):
         return f"(yield ('wgmma', ({acc}, {da}, {db}, {n}, {scale})))"
 
 
+class WgmmaBf16Registers(WgmmaBf16):
+    """wgmma_bf16_rs(acc, a, desc_b, N[, scale_d]): wgmma_bf16 with A from registers: each thread's local bf16
+    fragment a (8 values: mma.sync m16n8k16's A fragment for its warp's 16 rows of the 64), B K-major in shared
+    memory. Scores computed by one wgmma feed the next without a trip through shared memory (FlashAttention-3's
+    P V). a must not change until wgmma_wait has retired the operation."""
+
+    def check(self, ck: Checking, node):
+        if len(node.args) not in (4, 5):
+            raise ck.src.error(node, "wgmma_bf16_rs(acc, a_frag, desc_b, N[, scale_d]) takes 4 or 5 arguments")
+        a = ck.expr(node.args[1])
+        if not (isinstance(a, ArrayType) and a.space == "local" and a.elem is bf16 and a.shape is not None
+                and math.prod(a.shape) == 8):
+            raise ck.src.error(node.args[1], f"wgmma_bf16_rs() takes A as a local bf16 fragment of 8 values, got {a}")
+        return super().check(ck, node, operands=(node.args[2],))
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        acc = g.array_ref(node.args[0])
+        n = g.fn.values[id(node.args[3])]
+        regs = n // 2
+        flat = acc if g.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({acc})"
+        a, db = g.array_ref(node.args[1]), g.ex(node.args[2])
+        scale = g.ex(node.args[4], i32) if len(node.args) == 5 else "1"
+        outs = ", ".join(f"%{k}" for k in range(regs))
+        ins = ", ".join(f"%{regs + k}" for k in range(4))
+        # A from registers: no imm-trans-a; imm-trans-b = 0 (B K-major)
+        return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n'
+                f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, {{{ins}}}, %{regs + 4}, '
+                f'p, 1, 1, 0;\\n}}" : '
+                + ", ".join(f'"+f"({flat}[{k}])' for k in range(regs))
+                + " : " + ", ".join(f'"r"(reinterpret_cast<const unsigned*>({a})[{k}])' for k in range(4))
+                + f', "l"({db}), "r"((int)({scale})) : "memory")')
+
+
 DEFINITIONS = [
-    WgmmaDesc("wgmma_desc"), WgmmaBf16("wgmma_bf16"), WgmmaWait("wgmma_wait"),
+    WgmmaDesc("wgmma_desc"), WgmmaBf16("wgmma_bf16"), WgmmaBf16Registers("wgmma_bf16_rs"), WgmmaWait("wgmma_wait"),
     WgmmaSync("wgmma_fence", "wgmma.fence.sync.aligned", "_T.wgmma_fence()", fences_accs=True),
     WgmmaSync("wgmma_commit", "wgmma.commit_group.sync.aligned", "_T.wgmma_commit()"),
     WgmmaSync("fence_proxy_async", "fence.proxy.async.shared::cta", "None"),
