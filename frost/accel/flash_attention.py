@@ -57,8 +57,11 @@ counted on mbarriers, while the consumer warpgroups multiply, wait only for thei
 empty barrier and meet on their own named barrier (not the block's) before P V. A bulk copy moves one contiguous
 piece, so `arrange_kv` first lays K and V out as those shared tiles' images (K's swizzled panels, V transposed):
 one extra pass over K and V, about 2 x 2 x (their bytes) of memory traffic, which tensor-map copies
-(cp.async.bulk.tensor, not yet in the kernel language) would make unnecessary. FROST_FLASH_BULK=1 turns it on (with
-wgmma's backward), off by default until timed ahead of the others.
+(cp.async.bulk.tensor, not yet in the kernel language) would make unnecessary. Settings, each tested in the simulator
+and timed by benchmarks/flash_forward_tiles.py: STAGES, PINGPONG (the two consumer warpgroups take turns at the
+tensor cores, FlashAttention-3's inter-warpgroup schedule) and RS (P kept in registers as the A operand of P V,
+wgmma_bf16_rs, instead of shared memory). FROST_FLASH_BULK=1 turns it on (with wgmma's backward), off by default
+until timed ahead of the others.
 
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
 masks.
@@ -77,7 +80,7 @@ from frost.kernel import (Array, Const, bar_arrive, bar_sync, bf16, bx, by, cdiv
                           lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
                           mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
                           shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp,
-                          warp_sum, wgmma_bf16, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+                          warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
@@ -826,6 +829,27 @@ def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, first: i32, ti
 
 
 @device
+def hand_over_weights(sp, pa, s, wg: i32, BC: Const[int], RS: Const[int]):
+    """This tile's weights P (s) to the P V wgmma: as A fragments in registers (RS), or through shared memory."""
+    if RS:
+        to_a(pa, s, BC)
+    else:
+        publish_weights(sp, s, wg, BC)
+
+
+@device
+def weights_times_values(acc, sp, pa, wg: i32, svt, first: i32, D: Const[int], BC: Const[int], RS: Const[int]):
+    """Issue acc += P V^T(panels svt[first...]) with P from registers (RS) or from this warpgroup's rows of sp."""
+    if RS:
+        wgmma_fence()
+        for kk in static_range(BC // 16):
+            wgmma_bf16_rs(acc, pa[kk], wgmma_desc(svt[first + kk // 4], (0, kk % 4 * 16), 128), D, 1)
+        wgmma_commit()
+    else:
+        wgmma_rows(acc, sp, 0, wg * 64, svt, first, D, BC, 1)
+
+
+@device
 def publish_weights(sp, s, wg: i32, BC: Const[int]):
     """This warp's weights P into sp, visible to wgmma, once all four warps of warpgroup wg have stored theirs (the
     warpgroup's own named barrier: the other warpgroups go on)."""
@@ -841,15 +865,16 @@ def bulk_forward():
     def flash_fwd_bulk(q: Array[bf16, 2], kp: Array[bf16], vp: Array[bf16], o: Array[bf16, 2], lse: Array[f32],
                        kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32,
                        scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
-                       BC: Const[int], STAGES: Const[int], PINGPONG: Const[int], CAUSAL: Const[int],
-                       MASKED: Const[int], DROPOUT: Const[int]):
+                       BC: Const[int], STAGES: Const[int], PINGPONG: Const[int], RS: Const[int],
+                       CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
         """flash_fwd_wgmma, warp-specialized: a producer warpgroup (the block's last; one thread of it issues, and
         it gives its registers to the consumers with setmaxnreg, as FlashAttention-3's) has the copy engine bring
         each tile's K and V^T images (arrange_kv's) into STAGES-deep rings of shared memory, counted on mbarriers,
         while WGS consumer warpgroups multiply; a consumer waits only for its tile and releases K after
         S = Q K^T and V^T after O += P V, and the four warps of a warpgroup meet on their own named barrier before
         P V. S(j) = Q K(j)^T is issued with O += P(j - 1) V(j - 1), so that the softmax of tile j overlaps that
-        product (FlashAttention-3's intra-warpgroup pipelining). No thread copies or transposes K and V, and no
+        product (FlashAttention-3's intra-warpgroup pipelining). RS=1 keeps P in registers as the A operand of
+        P V (wgmma_bf16_rs) instead of storing it to shared memory. No thread copies or transposes K and V, and no
         barrier of the whole block runs in the loop."""
         BR: Const[int] = 64 * WGS
         CONSUMERS: Const[int] = 128 * WGS
@@ -897,6 +922,7 @@ def bulk_forward():
             m = local(f32, 2)
             lsum = local(f32, 2)
             alpha = local(f32, 2)
+            pa = local(bf16, (BC // 16, 8))   # RS: this tile's weights P as wgmma's A fragments
             zero(acc, D)
             for h in static_range(2):
                 m[h] = -inf
@@ -908,7 +934,7 @@ def bulk_forward():
             mbarrier_arrive(emptyk, 0)
             softmax_tile(s, acc, m, lsum, row0, 0, whole_tile(q0, 0, lk, BC, CAUSAL, MASKED), lq, lk, kmask, b * lk,
                          rng, scale_log2, drop_p, keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
-            publish_weights(sp, s, wg, BC)
+            hand_over_weights(sp, pa, s, wg, BC, RS)
             # tile jt: S(jt) = Q K(jt)^T and O += P(jt - 1) V(jt - 1) issued together; the softmax of S(jt) runs
             # while the tensor cores still add P V, and only the rescale of O waits for them. PINGPONG: the two
             # warpgroups take turns issuing (named barriers 3 and 4), so one's softmax runs while the other multiplies
@@ -924,7 +950,7 @@ def bulk_forward():
                     bar_sync(3 + wg, 256)
                 wgmma_rows(s, sq, 0, wg * 64, sk, stage * DP, BC, D, 0)
                 mbarrier_wait(fullv, prev, (jt - 1) // STAGES % 2)
-                wgmma_rows(acc, sp, 0, wg * 64, svt, prev * CP, D, BC, 1)
+                weights_times_values(acc, sp, pa, wg, svt, prev * CP, D, BC, RS)
                 if turns and not (wg == 1 and jt == tiles - 1):   # every arrival has its bar_sync
                     bar_arrive(4 - wg, 256)
                 wgmma_wait(1)   # S(jt) is in
@@ -934,10 +960,10 @@ def bulk_forward():
                 wgmma_wait(0)   # O += P V(jt - 1) is in: V(jt - 1) and sp are free
                 mbarrier_arrive(emptyv, prev)
                 rescale(acc, alpha, D)
-                publish_weights(sp, s, wg, BC)
+                hand_over_weights(sp, pa, s, wg, BC, RS)
             last = (tiles - 1) % STAGES
             mbarrier_wait(fullv, last, (tiles - 1) // STAGES % 2)
-            wgmma_rows(acc, sp, 0, wg * 64, svt, last * CP, D, BC, 1)
+            weights_times_values(acc, sp, pa, wg, svt, last * CP, D, BC, RS)
             wgmma_wait(0)
             mbarrier_arrive(emptyv, last)
             write_rows(o, lse, acc, m, lsum, qbase, 1, qbase, row0, lq, D)
@@ -1306,7 +1332,7 @@ def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 
-BULK_TILES = {64: dict(WGS=2, BC=128, STAGES=2, PINGPONG=0), 128: dict(WGS=2, BC=64, STAGES=2, PINGPONG=0)}
+BULK_TILES = {64: dict(WGS=2, BC=128, STAGES=2, PINGPONG=0, RS=0), 128: dict(WGS=2, BC=64, STAGES=2, PINGPONG=0, RS=0)}
 
 
 def bulk_tiles(d: int, dropout: bool) -> dict:
@@ -1327,15 +1353,16 @@ def arrange_kv(xp, k, v, p: Problem, bc: int) -> tuple:
 
 def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
     """forward_arrays by flash_fwd_bulk (bf16; tiles: {"WGS": consumer warpgroups, "BC": keys a tile, "STAGES":
-    tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores}), K and V first laid out
-    by arrange_kv."""
+    tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores, "RS": 1 for P kept in
+    registers}), K and V first laid out by arrange_kv."""
     if str(q.dtype) != "bfloat16":
         raise ValueError(f"flash_attention: the bulk forward takes bf16, got {q.dtype}")
     tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
-    wgs, bc, stages, pingpong = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["PINGPONG"]
-    if wgs not in (1, 2) or bc not in (64, 128) or stages not in (1, 2, 3, 4) or pingpong not in (0, 1):
+    wgs, bc, stages = tiles["WGS"], tiles["BC"], tiles["STAGES"]
+    if wgs not in (1, 2) or bc not in (64, 128) or stages not in (1, 2, 3, 4) or tiles["PINGPONG"] not in (0, 1) \
+            or tiles["RS"] not in (0, 1):
         raise ValueError(f"flash_attention: the bulk forward takes WGS 1 or 2, BC 64 or 128, STAGES 1 to 4 and "
-                         f"PINGPONG 0 or 1, got {tiles}")
+                         f"PINGPONG and RS 0 or 1, got {tiles}")
     br = 64 * wgs
     kp, vp = arrange_kv(xp, k, v, p, bc)
     o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
@@ -1344,8 +1371,8 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     grid = (p.batch * p.heads, cdiv(p.lq, br))
     _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](
         _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
-        *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, PINGPONG=pingpong, CAUSAL=int(p.causal),
-        MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
+        *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, PINGPONG=tiles["PINGPONG"], RS=tiles["RS"],
+        CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 

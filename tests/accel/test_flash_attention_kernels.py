@@ -420,6 +420,7 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (1, 1, 1, 50, 70, 128, True, False, dict(WGS=1, BC=64, STAGES=3)),    # more stages than tiles
     (1, 4, 1, 130, 300, 64, False, False, dict(WGS=2, BC=128, STAGES=2)),  # the default: 2 warpgroups, GQA 4
     (1, 2, 1, 130, 300, 64, True, False, dict(WGS=2, BC=64, STAGES=2, PINGPONG=1)),  # the warpgroups take turns
+    (2, 2, 2, 120, 200, 128, False, True, dict(WGS=2, BC=64, STAGES=2, RS=1)),  # P in registers (wgmma_bf16_rs)
 ])
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
     """The warp-specialized forward: a producer thread's bulk copies through mbarrier rings, consumer warpgroups
@@ -502,9 +503,10 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("d, causal", [(64, True), (128, False)])
-@pytest.mark.parametrize("tiles", [dict(PINGPONG=1), dict(BC=128), dict(STAGES=3)])
+@pytest.mark.parametrize("tiles", [dict(PINGPONG=1), dict(BC=128), dict(STAGES=3), dict(RS=1), dict(RS=1, PINGPONG=1)])
 def test_gpu_bulk_forward_settings_match_float64(d, causal, tiles):
-    """The bulk forward's other tile settings (warpgroups taking turns, 128-key tiles, three stages) on the GPU."""
+    """The bulk forward's other settings (warpgroups taking turns, 128-key tiles, three stages, P in registers) on
+    the GPU."""
     cp = pytest.importorskip("cupy")
     if cp.cuda.Device().compute_capability != "90":
         pytest.skip("the bulk forward needs a Hopper GPU")
