@@ -1106,6 +1106,7 @@ class WgmmaOp:
         self.block, self.accs, self.desc_a, self.desc_b, self.n, self.scale_d = (block, accs, desc_a, desc_b, n,
                                                                                   scale_d)
         self.a_rows = a_rows   # A[64, 16] (float64) taken from the threads' registers (wgmma_bf16_rs), else None
+        self.a_frags: list | None = None   # each thread's A fragment and its values at issue (wgmma_bf16_rs)
         self.prod = None
 
     def product(self) -> np.ndarray:
@@ -1121,6 +1122,11 @@ class WgmmaOp:
 
     def retire(self, thread_in_group: int) -> None:
         """Write one thread's accumulator registers (at that thread's wgmma_wait)."""
+        if self.a_frags is not None:
+            frag, at_issue = self.a_frags[thread_in_group]
+            if not np.array_equal(np.asarray(frag.data), at_issue, equal_nan=True):
+                raise _OutOfBounds(f"wgmma_bf16_rs: A fragment {frag.name!r} changed before wgmma_wait retired the "
+                                   "operation that reads it (PTX: its registers must not be written until then)")
         rows, cols = wgmma_fragment_index(self.n)
         flat = self.accs[thread_in_group].data.reshape(-1)
         base = flat.astype(np.float64) if self.scale_d else 0.0
@@ -1464,6 +1470,8 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
                 raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: wgmma_bf16 without a "
                                       "wgmma_fence() before it (needed before the first wgmma and after wgmma_wait)")
         op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale, a_rows)
+        if registers:   # PTX: the A registers must not change until the operation is retired
+            op.a_frags = [(r[1], np.array(r[1].data, copy=True)) for r in reqs]
         for lin in members:
             by_linear[lin].wg_pending.append(op)
             send[lin] = None

@@ -421,6 +421,7 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (1, 4, 1, 130, 300, 64, False, False, dict(WGS=2, BC=128, STAGES=2)),  # the default: 2 warpgroups, GQA 4
     (1, 2, 1, 130, 300, 64, True, False, dict(WGS=2, BC=64, STAGES=2, PINGPONG=1)),  # the warpgroups take turns
     (2, 2, 2, 120, 200, 128, False, True, dict(WGS=2, BC=64, STAGES=2, RS=1)),  # P in registers (wgmma_bf16_rs)
+    (1, 2, 2, 100, 60, 64, False, False, dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1)),   # one tile: no turns
 ])
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
     """The warp-specialized forward: a producer thread's bulk copies through mbarrier rings, consumer warpgroups
@@ -452,9 +453,9 @@ def test_arrange_kv_lays_out_the_bulk_forwards_shared_tiles():
 def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    for dropout in (False, True):
+    for dropout, extra in itertools.product((False, True), ({}, dict(RS=1), dict(RS=1, PINGPONG=1))):
         info = fa.bulk_forward().inspect("sm_90", D=d, CAUSAL=1, MASKED=1, DROPOUT=int(dropout),
-                                         **fa.bulk_tiles(d, dropout))
+                                         **dict(fa.bulk_tiles(d, dropout), **extra))
         assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (d, dropout, info["registers"])
         assert "C7515" not in info["log"]
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in info["ptx"]

@@ -4,9 +4,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, KernelError, SimulationError, bf16, device, dynamic_shared, f32, fence_proxy_async,
-                          i64, kernel, lane, local, shared, static_range, swizzle, syncthreads, tx, wgmma_bf16,
-                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+from frost.kernel import (Array, Const, KernelError, SimulationError, bf16, device, dynamic_shared, f32,
+                          fence_proxy_async, i64, kernel, lane, local, shared, static_range, swizzle, syncthreads, tx,
+                          wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.simulate import decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index, wgmma_operand_addresses
 
 from examples_loader import load_example
@@ -363,10 +363,19 @@ def test_shared_memory_is_read_when_the_wgmma_retires():
 
 
 # -- A from registers (wgmma_bf16_rs) -------------------------------------------------------------------------
-@kernel
-def chained_products(a: Array[bf16], b: Array[bf16], c: Array[bf16], out: Array[f32]):
-    """S = A B^T (64 x 64, both K-major in shared memory), then O = S C^T with S kept in registers: S's C fragments
-    are the A fragments of the second wgmma (bf16), as FlashAttention-3 feeds P into P V."""
+def _chained():
+    """The chained-products kernel (made here: its Const has no default, which module-level kernels need)."""
+    @kernel
+    def chained_products(a: Array[bf16], b: Array[bf16], c: Array[bf16], out: Array[f32], CLOBBER: Const[bool]):
+        """S = A B^T (64 x 64, both K-major in shared memory), then O = S C^T with S kept in registers: S's C
+        fragments are the A fragments of the second wgmma (bf16), as FlashAttention-3 feeds P into P V. CLOBBER:
+        the fragments are overwritten before the wait (undefined on the GPU)."""
+        _chained_body(a, b, c, out, CLOBBER)
+    return chained_products
+
+
+@device
+def _chained_body(a, b, c, out, CLOBBER: Const[bool]):
     sa = dynamic_shared(bf16, (64, 64))
     sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
     sc = dynamic_shared(bf16, (64, 64), 2 * 64 * 64 * 2)
@@ -393,6 +402,10 @@ def chained_products(a: Array[bf16], b: Array[bf16], c: Array[bf16], out: Array[
     for kk in static_range(4):
         wgmma_bf16_rs(o, frags[kk], wgmma_desc(sc, (0, kk * 16), 128), 64, kk)
     wgmma_commit()
+    if CLOBBER:
+        for kk in static_range(4):
+            for i in static_range(8):
+                frags[kk, i] = 0.0
     wgmma_wait(0)
     w = tx // 32
     for j in static_range(8):
@@ -410,14 +423,19 @@ def _chained_want(seed=3):
 def test_wgmma_with_a_from_registers_chains_two_products():
     a, b, c, want = _chained_want()
     out = np.zeros(64 * 64, np.float32)
-    chained_products.simulate[1, 128, 3 * 64 * 64 * 2](a.reshape(-1), b.reshape(-1), c.reshape(-1), out)
+    chained = _chained()
+    chained.simulate[1, 128, 3 * 64 * 64 * 2](a.reshape(-1), b.reshape(-1), c.reshape(-1), out, CLOBBER=False)
     np.testing.assert_allclose(out.reshape(64, 64), want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(SimulationError, match=r"chained_products: block \(0, 0, 0\) thread \(0, 0, 0\) at .*: "
+                                              r"wgmma_bf16_rs: A fragment 'frags\[0\]' changed before wgmma_wait"):
+        chained.simulate[1, 128, 3 * 64 * 64 * 2](a.reshape(-1), b.reshape(-1), c.reshape(-1), out, CLOBBER=True)
 
 
 def test_wgmma_with_a_from_registers_compiles_for_sm_90a():
-    source = chained_products.source
+    chained = _chained()
+    source = chained.source_for(CLOBBER=False)
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in source and "p, 1, 1, 0;" in source
-    info = chained_products.inspect("sm_90")
+    info = chained.inspect("sm_90", CLOBBER=False)
     assert "for 'sm_90a'" in info["log"] and info["spill_stores"] == 0 and "C7515" not in info["log"]
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in info["ptx"]
     with pytest.raises(KernelError, match=r"wgmma_bf16_rs\(\) takes A as a local bf16 fragment of 8 values"):
@@ -434,5 +452,5 @@ def test_gpu_wgmma_with_a_from_registers_chains_two_products():
     import cupy as cp
     a, b, c, want = _chained_want()
     out = cp.zeros(64 * 64, cp.float32)
-    chained_products[1, 128, 3 * 64 * 64 * 2](*(cp.asarray(x.reshape(-1)) for x in (a, b, c)), out)
+    _chained()[1, 128, 3 * 64 * 64 * 2](*(cp.asarray(x.reshape(-1)) for x in (a, b, c)), out, CLOBBER=False)
     np.testing.assert_allclose(cp.asnumpy(out).reshape(64, 64), want, rtol=1e-5, atol=1e-4)
