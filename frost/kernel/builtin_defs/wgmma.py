@@ -111,6 +111,25 @@ class WgmmaWait(BuiltinDef):
         return f"_T.wgmma_wait({int(g.fn.values[id(node.args[0])])})"
 
 
+def wgmma_asm(g: CudaBuilding, node, a_operand: str, a_inputs: list[str], transposes: str) -> str:
+    """The asm of wgmma.mma_async m64nNk16 f32 += bf16 x bf16 for a call (acc, A, desc_b, N[, scale_d]): the
+    accumulator's N/2 registers read and written, then A's inputs (a_operand names them from %{r} on), B's
+    descriptor and scale-d, a predicate operand (D = A*B + D when true, A*B when false); imm-scale-a/b = 1."""
+    acc = g.array_ref(node.args[0])
+    n = g.fn.values[id(node.args[3])]
+    regs = n // 2
+    flat = acc if g.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({acc})"
+    scale = g.ex(node.args[4], i32) if len(node.args) == 5 else "1"
+    outs = ", ".join(f"%{k}" for k in range(regs))
+    a_op = a_operand.format(r=regs, r1=regs + 1, r2=regs + 2, r3=regs + 3)
+    b_at = regs + len(a_inputs)
+    return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{b_at + 1}, 0;\\n'
+            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, {a_op}, %{b_at}, '
+            f'p, 1, 1, {transposes};\\n}}" : '
+            + ", ".join(f'"+f"({flat}[{k}])' for k in range(regs))
+            + " : " + ", ".join(a_inputs) + f', "l"({g.ex(node.args[2])}), "r"((int)({scale})) : "memory")')
+
+
 class WgmmaBf16(BuiltinDef):
     def check(self, ck: Checking, node, operands=None):
         """wgmma_bf16(acc, desc_a, desc_b, N[, scale_d]): acc (local f32, N/2 per thread) += A[64, 16] @ B[N, 16]^T,
@@ -141,20 +160,8 @@ class WgmmaBf16(BuiltinDef):
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
-        acc = g.array_ref(node.args[0])
-        n = g.fn.values[id(node.args[3])]
-        regs = n // 2
-        flat = acc if g.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({acc})"
-        da, db = g.ex(node.args[1]), g.ex(node.args[2])
-        scale = g.ex(node.args[4], i32) if len(node.args) == 5 else "1"
-        outs = ", ".join(f"%{k}" for k in range(regs))
-        # scale-d is a predicate operand (D = A*B + D when true, A*B when false); imm-scale-a/b = 1 (no negation);
-        # imm-trans-a/b = 0: both operands K-major.
-        return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n'
-                f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, %{regs}, %{regs + 1}, '
-                f'p, 1, 1, 0, 0;\\n}}" : '
-                + ", ".join(f'"+f"({flat}[{k}])' for k in range(regs))
-                + f' : "l"({da}), "l"({db}), "r"((int)({scale})) : "memory")')
+        # A by descriptor; imm-trans-a/b = 0: both operands K-major
+        return wgmma_asm(g, node, "%{r}", [f'"l"({g.ex(node.args[1])})'], "0, 0")
 
     def sim(self, g: SimBuilding, node, t) -> str:
         acc, da, db = (g.ex(x) for x in node.args[:3])
@@ -179,21 +186,10 @@ class WgmmaBf16Registers(WgmmaBf16):
         return super().check(ck, node, operands=(node.args[2],))
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
-        acc = g.array_ref(node.args[0])
-        n = g.fn.values[id(node.args[3])]
-        regs = n // 2
-        flat = acc if g.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({acc})"
-        a, db = g.array_ref(node.args[1]), g.ex(node.args[2])
-        scale = g.ex(node.args[4], i32) if len(node.args) == 5 else "1"
-        outs = ", ".join(f"%{k}" for k in range(regs))
-        ins = ", ".join(f"%{regs + k}" for k in range(4))
-        # A from registers: no imm-trans-a; imm-trans-b = 0 (B K-major)
-        return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n'
-                f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, {{{ins}}}, %{regs + 4}, '
-                f'p, 1, 1, 0;\\n}}" : '
-                + ", ".join(f'"+f"({flat}[{k}])' for k in range(regs))
-                + " : " + ", ".join(f'"r"(reinterpret_cast<const unsigned*>({a})[{k}])' for k in range(4))
-                + f', "l"({db}), "r"((int)({scale})) : "memory")')
+        # A from registers (four 32-bit words of two bf16 each): no imm-trans-a; imm-trans-b = 0 (B K-major)
+        a = g.array_ref(node.args[1])
+        return wgmma_asm(g, node, "{{%{r}, %{r1}, %{r2}, %{r3}}}",
+                         [f'"r"(reinterpret_cast<const unsigned*>({a})[{k}])' for k in range(4)], "0")
 
 
 DEFINITIONS = [
