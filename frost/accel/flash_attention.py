@@ -1312,17 +1312,21 @@ def uses_wgmma(xp, q, variant: str | None) -> bool:
     return forward_variant(xp, q, variant) != "mma"
 
 
+def _hopper_outputs(xp, q, p: Problem, variant: str) -> tuple:
+    """O (its rows in C order) and the log-sum-exp a Hopper forward writes, for bf16 q (the only type they take)."""
+    if str(q.dtype) != "bfloat16":
+        raise ValueError(f"flash_attention: the {variant} forward takes bf16, got {q.dtype}")
+    return xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype), xp.empty(p.batch * p.heads * p.lq, np.float32)
+
+
 def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
     """forward_arrays by flash_fwd_wgmma (bf16; tiles: {"WGS": warpgroups, "BC": keys a tile})."""
-    if str(q.dtype) != "bfloat16":
-        raise ValueError(f"flash_attention: the wgmma forward takes bf16, got {q.dtype}")
+    o, lse = _hopper_outputs(xp, q, p, "wgmma")
     tiles = dict(wgmma_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
     wgs, bc = tiles["WGS"], tiles["BC"]
     if wgs not in (1, 2) or bc not in (64, 128):
         raise ValueError(f"flash_attention: the wgmma forward takes WGS 1 or 2 and BC 64 or 128, got {tiles}")
     br = 64 * wgs
-    o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
-    lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
     smem = (br + 4 * bc) * p.d * 2 + br * bc * 2
     grid = (p.batch * p.heads, cdiv(p.lq, br))
     _launcher(wgmma_forward(), xp)[grid, 128 * wgs, smem](
@@ -1355,8 +1359,7 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     """forward_arrays by flash_fwd_bulk (bf16; tiles: {"WGS": consumer warpgroups, "BC": keys a tile, "STAGES":
     tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores, "RS": 1 for P kept in
     registers}), K and V first laid out by arrange_kv."""
-    if str(q.dtype) != "bfloat16":
-        raise ValueError(f"flash_attention: the bulk forward takes bf16, got {q.dtype}")
+    o, lse = _hopper_outputs(xp, q, p, "bulk")
     tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
     wgs, bc, stages = tiles["WGS"], tiles["BC"], tiles["STAGES"]
     if wgs not in (1, 2) or bc not in (64, 128) or stages not in (1, 2, 3, 4) or tiles["PINGPONG"] not in (0, 1) \
@@ -1365,8 +1368,6 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
                          f"PINGPONG and RS 0 or 1, got {tiles}")
     br = 64 * wgs
     kp, vp = arrange_kv(xp, k, v, p, bc)
-    o = xp.empty((p.batch * p.heads * p.lq, p.d), q.dtype)
-    lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
     smem = (br + 2 * stages * bc) * p.d * 2 + br * bc * 2
     grid = (p.batch * p.heads, cdiv(p.lq, br))
     _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](

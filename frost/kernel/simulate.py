@@ -777,8 +777,7 @@ class Block:
         if self.mbars:
             joined: dict = {}
             for th in threads:
-                _advance(joined, th.vc)
-                _advance(joined, {th.linear: th.epoch})
+                _join(joined, th.linear, th.vc, th.epoch)
             for th in threads:
                 _advance(th.vc, joined)
                 th.epoch += 1
@@ -926,7 +925,7 @@ class Thread:
     def _mbarrier(self, arr, i, name: str, kind: str) -> "_MBarrier":
         """The mbarrier at arr[i], its use recorded for the race detector (using it before the syncthreads() after
         its mbarrier_init races with the init's write)."""
-        addr = self._mbarrier_address(arr, i, name)
+        addr = self._mbarrier_address(arr, i)
         if isinstance(arr, SharedArray):
             arr.track_span((i,), 1, kind)
         bar = self.block.mbars.get(addr)
@@ -934,7 +933,7 @@ class Thread:
             raise _OutOfBounds(f"{name}: {arr.name}[{int(i)}] is not an initialized mbarrier (mbarrier_init first)")
         return bar
 
-    def _mbarrier_address(self, arr, i, name: str) -> int:
+    def _mbarrier_address(self, arr, i) -> int:
         idx = (int(i),)
         arr._check(idx)
         return self.block.address(arr, idx)
@@ -943,7 +942,7 @@ class Thread:
         count = int(count)
         if not 1 <= count <= MAX_COUNT:
             raise _OutOfBounds(f"mbarrier_init: count {count} is not in 1..{MAX_COUNT}")
-        addr = self._mbarrier_address(arr, i, "mbarrier_init")
+        addr = self._mbarrier_address(arr, i)
         if addr in self.block.mbars:   # PTX: mbarrier.init of a valid mbarrier is undefined
             raise _OutOfBounds(f"mbarrier_init: {arr.name}[{int(i)}] is already an initialized mbarrier")
         if isinstance(arr, SharedArray):
@@ -958,7 +957,7 @@ class Thread:
         bar.pending -= 1
         if bar.pending < 0:
             raise _OutOfBounds(f"mbarrier {bar.name}: more than its count of {bar.count} arrivals in one phase")
-        bar.order_after(self.linear, self.vc, self.epoch)
+        _join(bar.clock, self.linear, self.vc, self.epoch)
         self.epoch += 1
         bar.complete_if_done()
 
@@ -987,7 +986,7 @@ class Thread:
         # of the phase is ordered after the landing only (PTX: complete-tx orders nothing else of the issuer's)
         engine = _CopyEngine(self, _caller_line())
         bar.copies.append((d, s, dst, int(didx), engine))
-        bar.order_after(engine.linear, {}, engine.epoch)
+        _join(bar.clock, engine.linear, {}, engine.epoch)
         bar.add_tx(-nbytes)
         bar.complete_if_done()
 
@@ -1032,10 +1031,6 @@ class _MBarrier:
         self.clock: dict = {}
         self.done: dict = {}
         self.copies: list = []
-
-    def order_after(self, linear, clock: dict, epoch: int) -> None:
-        _advance(self.clock, clock)
-        _advance(self.clock, {linear: epoch})
 
     def add_tx(self, nbytes: int) -> None:
         self.tx += nbytes
@@ -1102,19 +1097,21 @@ def wgmma_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: int =
 class WgmmaOp:
     """One wgmma.mma_async.m64nNk16.f32.bf16.bf16 of a warpgroup: D[64, N] (= or +=) A[64, 16] @ B[N, 16]^T."""
 
-    def __init__(self, block, accs, desc_a, desc_b, n, scale_d, a_rows=None) -> None:
+    def __init__(self, block, accs, desc_a, desc_b, n, scale_d, a_frags=None) -> None:
         self.block, self.accs, self.desc_a, self.desc_b, self.n, self.scale_d = (block, accs, desc_a, desc_b, n,
                                                                                   scale_d)
-        self.a_rows = a_rows   # A[64, 16] (float64) taken from the threads' registers (wgmma_bf16_rs), else None
-        self.a_frags: list | None = None   # each thread's A fragment and its values at issue (wgmma_bf16_rs)
+        # wgmma_bf16_rs: each thread's A fragment and its values at issue (PTX: they must not change until the
+        # operation is retired); None when A is in shared memory
+        self.a_frags = a_frags
         self.prod = None
 
     def product(self) -> np.ndarray:
         """A[64, 16] @ B[N, 16]^T from shared memory as it is when the first thread's wgmma_wait retires the
         operation (the hardware may read it any time until then)."""
         if self.prod is None:
-            a = self.a_rows
-            if a is None:
+            if self.a_frags is not None:
+                a = wgmma_a_from_registers([at_issue for _, at_issue in self.a_frags])
+            else:
                 a = self.block.read_u16(wgmma_operand_addresses(self.desc_a, 64)).view(ml_dtypes.bfloat16)
             b = self.block.read_u16(wgmma_operand_addresses(self.desc_b, self.n)).view(ml_dtypes.bfloat16)
             self.prod = a.astype(np.float64) @ b.astype(np.float64).T
@@ -1124,7 +1121,7 @@ class WgmmaOp:
         """Write one thread's accumulator registers (at that thread's wgmma_wait)."""
         if self.a_frags is not None:
             frag, at_issue = self.a_frags[thread_in_group]
-            if not np.array_equal(np.asarray(frag.data), at_issue, equal_nan=True):
+            if not np.array_equal(np.asarray(frag.data, dtype=np.float64), at_issue, equal_nan=True):
                 raise _OutOfBounds(f"wgmma_bf16_rs: A fragment {frag.name!r} changed before wgmma_wait retired the "
                                    "operation that reads it (PTX: its registers must not be written until then)")
         rows, cols = wgmma_fragment_index(self.n)
@@ -1134,7 +1131,7 @@ class WgmmaOp:
 
 
 def wgmma_a_from_registers(frags: list) -> np.ndarray:
-    """A[64, 16] (float64) of a wgmma with A in registers from the 128 threads' 8-element fragments (PTX ISA, the
+    """A[64, 16] (float64) of a wgmma with A in registers from the 128 threads' 8 fragment values (PTX ISA, the
     register fragment layout of matrix A for .m64nNk16 with 16-bit types: warp w holds rows 16w..16w+15 as the A
     fragment of mma.m16n8k16, g = lane // 4, c = lane % 4: a[i] is row g + 8 * (i // 2 % 2), column 2c + i % 2 +
     8 * (i // 4))."""
@@ -1142,8 +1139,7 @@ def wgmma_a_from_registers(frags: list) -> np.ndarray:
     i = np.arange(8)
     for t, frag in enumerate(frags):
         lane = t % 32
-        a[16 * (t // 32) + lane // 4 + 8 * (i // 2 % 2), 2 * (lane % 4) + i % 2 + 8 * (i // 4)] = \
-            np.asarray(frag.data, dtype=np.float64).reshape(-1)
+        a[16 * (t // 32) + lane // 4 + 8 * (i // 2 % 2), 2 * (lane % 4) + i % 2 + 8 * (i // 4)] = frag.reshape(-1)
     return a
 
 
@@ -1417,8 +1413,7 @@ def _complete(block, bar: int, state: dict, live: dict, at_barrier: set) -> list
     """A named barrier's count is reached: its waiters see everything its threads did before arriving."""
     arrived: dict = {}
     for lin, clock, epoch in state["arrived"]:
-        _advance(arrived, clock)
-        _advance(arrived, {lin: epoch})
+        _join(arrived, lin, clock, epoch)
     for lin in state["waiters"]:
         _advance(live[lin].vc, arrived)
         at_barrier.discard(lin)
@@ -1431,6 +1426,12 @@ def _advance(clock: dict, other: dict) -> None:
     for t, e in other.items():
         if clock.get(t, -1) < e:
             clock[t] = e
+
+
+def _join(clock: dict, linear, seen: dict, epoch: int) -> None:
+    """clock takes in what a thread (`linear`, its clock `seen`, its current `epoch`) has done so far."""
+    _advance(clock, seen)
+    _advance(clock, {linear: epoch})
 
 
 def _warpgroup_ops(name, threads, live, gens, waiting, send):
@@ -1456,7 +1457,6 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
         reqs = [waiting[lin][1] for lin in members]
         acc0, da, db, n, scale = reqs[0]
         registers = isinstance(da, SimArray)   # wgmma_bf16_rs: A from each thread's fragment, read at issue
-        a_rows = wgmma_a_from_registers([r[1] for r in reqs]) if registers else None
         da = 0 if registers else da
         for lin, (acc, a, b, nn, sc) in zip(members, reqs):
             th = by_linear[lin]
@@ -1469,9 +1469,8 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
                 pyfile, line = _where(name, th, None, gens[lin])
                 raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: wgmma_bf16 without a "
                                       "wgmma_fence() before it (needed before the first wgmma and after wgmma_wait)")
-        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale, a_rows)
-        if registers:   # PTX: the A registers must not change until the operation is retired
-            op.a_frags = [(r[1], np.array(r[1].data, copy=True)) for r in reqs]
+        a_frags = [(r[1], np.array(r[1].data, dtype=np.float64)) for r in reqs] if registers else None
+        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale, a_frags)
         for lin in members:
             by_linear[lin].wg_pending.append(op)
             send[lin] = None
