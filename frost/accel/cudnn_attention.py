@@ -90,7 +90,7 @@ def cudnn_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
 
 
 def supported(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-              is_causal: bool = False, enable_gqa: bool = False) -> bool:
+              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> bool:
     """Whether cudnn_attention computes this scaled_dot_product_attention call: CUDA tensors on a GPU with bf16
     tensor cores, the cuDNN frontend installed, no mask, dropout_p below 1, problem()'s rules, and cuDNN building
     the call's graphs (else the flash kernels take it). FROST_CUDNN_ATTENTION=0 (read at each call) switches it

@@ -76,11 +76,12 @@ import numpy as np
 from frost import dispatch, layout
 from frost.backend import cpu, cuda
 from frost.kernel import (Array, Const, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk, cp_commit,
-                          cp_wait, device, dynamic_shared, exp2, f16, f32, fence_proxy_async, i32, i64, inf, kernel,
-                          lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
-                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
-                          shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp,
-                          warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+                          cp_wait, device, dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, i32, i64, inf,
+                          kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log,
+                          mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec,
+                          setmaxnreg_inc, shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8,
+                          u32, warp, warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence,
+                          wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
@@ -321,20 +322,19 @@ def softmax_weights(s, alpha, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32,
                     scale_log2: f32, drop_p: f32, keep_scale: f32, BC: Const[int], CAUSAL: Const[int],
                     MASKED: Const[int], DROPOUT: Const[int]):
     """softmax_tile without touching the output: the factors its rows must be rescaled by go to alpha (so that a
-    kernel can compute them while a wgmma still accumulates into the output)."""
+    kernel can compute them while a wgmma still accumulates into the output). The maximum is taken over the raw
+    scores and scaled once (scale_log2 > 0: `applies` sends other scales to the composed path), so that a weight
+    costs one fused multiply-add and one fast_exp2; only a tile that is not whole tests each score's visibility."""
     t = lane % 4
+    if not whole:
+        hide_scores(s, row0, k0, lq, lk, kmask, mbase, BC, CAUSAL, MASKED)
     for h in static_range(2):
         top = -inf
         for j in static_range(BC // 8):
-            for e in static_range(2):
-                x = -inf
-                if whole or visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, mbase, CAUSAL, MASKED):
-                    x = s[j, 2 * h + e] * scale_log2
-                s[j, 2 * h + e] = x
-                top = max(top, x)
-        m_new = max(m[h], quad_max(top))
+            top = max(top, s[j, 2 * h], s[j, 2 * h + 1])
+        m_new = max(m[h], quad_max(top) * scale_log2)
         m_use = 0.0 if m_new == -inf else m_new   # no visible key yet: exp2(-inf - 0) = 0 everywhere
-        alpha[h] = exp2(m[h] - m_use)
+        alpha[h] = fast_exp2(m[h] - m_use)
         part = 0.0
         for j in static_range(BC // 8):
             keep0 = keep_scale
@@ -342,7 +342,7 @@ def softmax_weights(s, alpha, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32,
             if DROPOUT:
                 keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
             for e in static_range(2):
-                p = exp2(s[j, 2 * h + e] - m_use)
+                p = fast_exp2(s[j, 2 * h + e] * scale_log2 - m_use)
                 part += p   # the undropped weights' sum: softmax normalizes before dropout
                 if DROPOUT:
                     p *= keep0 if e == 0 else keep1
@@ -352,12 +352,40 @@ def softmax_weights(s, alpha, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32,
 
 
 @device
+def hide_scores(s, row0: i32, k0: i32, lq: i32, lk: i32, kmask, mbase: i32, BC: Const[int], CAUSAL: Const[int],
+                MASKED: Const[int]):
+    """The scores of this lane's C fragments (rows row0 and row0 + 8, keys k0 + 8j + 2t + e) that their query does
+    not see set to -inf."""
+    t = lane % 4
+    for h in static_range(2):
+        for j in static_range(BC // 8):
+            for e in static_range(2):
+                if not visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, mbase, CAUSAL, MASKED):
+                    s[j, 2 * h + e] = -inf
+
+
+@device
+def hide_scores_of_keys(st, key0: i32, q0: i32, lq: i32, lk: i32, kmask, mbase: i32, BR: Const[int],
+                        CAUSAL: Const[int], MASKED: Const[int]):
+    """hide_scores of transposed scores S^T (C fragments: this lane's keys key0 and key0 + 8, queries q0 + 8j + 2t
+    + e)."""
+    t = lane % 4
+    for h in static_range(2):
+        for j in static_range(BR // 8):
+            for e in static_range(2):
+                if not visible(q0 + j * 8 + 2 * t + e, key0 + 8 * h, lq, lk, kmask, mbase, CAUSAL, MASKED):
+                    st[j, 2 * h + e] = -inf
+
+
+@device
 def ds_tile(s, dp, lrow, drow, row0: i32, k0: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
             scale_log2: f32, drop_p: f32, keep_scale: f32, BC: Const[int], CAUSAL: Const[int], MASKED: Const[int],
             DROPOUT: Const[int]):
     """The dQ kernels' step from S and dP (C fragments, this lane's rows row0 and row0 + 8, keys k0 + 8j + 2t + e)
     to dS = P (dP - delta) in s, P = exp2(S - L) recomputed from the saved log-sum-exp lrow (log2 units)."""
     t = lane % 4
+    if not whole:
+        hide_scores(s, row0, k0, lq, lk, kmask, mbase, BC, CAUSAL, MASKED)   # their weights: fast_exp2(-inf) = 0
     for h in static_range(2):
         for j in static_range(BC // 8):
             keep0 = keep_scale
@@ -365,9 +393,7 @@ def ds_tile(s, dp, lrow, drow, row0: i32, k0: i32, whole: bool, lq: i32, lk: i32
             if DROPOUT:
                 keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
             for e in static_range(2):
-                p = 0.0
-                if whole or visible(row0 + 8 * h, k0 + j * 8 + 2 * t + e, lq, lk, kmask, mbase, CAUSAL, MASKED):
-                    p = exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
+                p = fast_exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
                 dpv = dp[j, 2 * h + e]
                 if DROPOUT:   # dP of the undropped weights: the dropped ones' times the mask's scale
                     dpv *= keep0 if e == 0 else keep1
@@ -381,6 +407,8 @@ def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32,
     """The dK/dV kernels' step from S^T and dP^T (C fragments: this lane's keys key0 and key0 + 8, queries q0 + 8j +
     2t + e, whose log-sum-exp and delta are sl[] and sd[]): st becomes the dropped P^T (for dV), dpt dS^T."""
     t = lane % 4
+    if not whole:
+        hide_scores_of_keys(st, key0, q0, lq, lk, kmask, mbase, BR, CAUSAL, MASKED)
     for h in static_range(2):
         for j in static_range(BR // 8):
             keep0 = keep_scale
@@ -390,9 +418,7 @@ def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32,
                                                        keep_scale)
             for e in static_range(2):
                 col = j * 8 + 2 * t + e
-                p = 0.0
-                if whole or visible(q0 + col, key0 + 8 * h, lq, lk, kmask, mbase, CAUSAL, MASKED):
-                    p = exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
+                p = fast_exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
                 dpv = dpt[j, 2 * h + e]
                 if DROPOUT:
                     keep = keep0 if e == 0 else keep1
@@ -829,6 +855,15 @@ def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, first: i32, ti
 
 
 @device
+def release_stage(empty, stage: i32):
+    """A consumer warpgroup's release of a ring stage its wgmmas have read (after its wgmma_wait): one arrival by
+    the warpgroup's first thread, as CUTLASS's PipelineTmaAsync (the operation is the warpgroup's; 256 arrivals a
+    stage were 256 shared-memory atomics on one address)."""
+    if tx % 128 == 0:
+        mbarrier_arrive(empty, stage)
+
+
+@device
 def hand_over_weights(sp, pa, s, wg: i32, BC: Const[int], RS: Const[int]):
     """This tile's weights P (s) to the P V wgmma: as A fragments in registers (RS), or through shared memory."""
     if RS:
@@ -899,8 +934,8 @@ def bulk_forward():
             for ring in range(STAGES):
                 mbarrier_init(fullk, ring, 1)
                 mbarrier_init(fullv, ring, 1)
-                mbarrier_init(emptyk, ring, CONSUMERS)
-                mbarrier_init(emptyv, ring, CONSUMERS)
+                mbarrier_init(emptyk, ring, WGS)   # one arrival a consumer warpgroup (release_stage)
+                mbarrier_init(emptyv, ring, WGS)
         if tx < CONSUMERS:
             load_panels(q, sq, 0, qbase, q0, lq, BR, D, CONSUMERS)
         cp_commit()
@@ -931,7 +966,7 @@ def bulk_forward():
             mbarrier_wait(fullk, 0, 0)
             wgmma_rows(s, sq, 0, wg * 64, sk, 0, BC, D, 0)
             wgmma_wait(0)
-            mbarrier_arrive(emptyk, 0)
+            release_stage(emptyk, 0)
             softmax_tile(s, acc, m, lsum, row0, 0, whole_tile(q0, 0, lk, BC, CAUSAL, MASKED), lq, lk, kmask, b * lk,
                          rng, scale_log2, drop_p, keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
             hand_over_weights(sp, pa, s, wg, BC, RS)
@@ -954,18 +989,18 @@ def bulk_forward():
                 if turns and not (wg == 1 and jt == tiles - 1):   # every arrival has its bar_sync
                     bar_arrive(4 - wg, 256)
                 wgmma_wait(1)   # S(jt) is in
-                mbarrier_arrive(emptyk, stage)
+                release_stage(emptyk, stage)
                 softmax_weights(s, alpha, m, lsum, row0, k0, whole_tile(q0, k0, lk, BC, CAUSAL, MASKED), lq, lk,
                                 kmask, b * lk, rng, scale_log2, drop_p, keep_scale, BC, CAUSAL, MASKED, DROPOUT)
                 wgmma_wait(0)   # O += P V(jt - 1) is in: V(jt - 1) and sp are free
-                mbarrier_arrive(emptyv, prev)
+                release_stage(emptyv, prev)
                 rescale(acc, alpha, D)
                 hand_over_weights(sp, pa, s, wg, BC, RS)
             last = (tiles - 1) % STAGES
             mbarrier_wait(fullv, last, (tiles - 1) // STAGES % 2)
             weights_times_values(acc, sp, pa, wg, svt, last * CP, D, BC, RS)
             wgmma_wait(0)
-            mbarrier_arrive(emptyv, last)
+            release_stage(emptyv, last)
             write_rows(o, lse, acc, m, lsum, qbase, 1, qbase, row0, lq, D)
     return flash_fwd_bulk
 
@@ -1574,7 +1609,7 @@ def key_padding_mask(attn_mask: Tensor | None, query: Tensor, key: Tensor):
 
 
 def supported(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-              is_causal: bool = False, enable_gqa: bool = False) -> bool:
+              is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> bool:
     """Whether flash_attention computes this scaled_dot_product_attention call: CUDA tensors on a GPU with bf16
     mma.sync (compute capability 8.0 or newer) for which `applies` holds. FROST_FLASH_ATTENTION=0 (read at each call)
     switches it off."""
@@ -1582,16 +1617,19 @@ def supported(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | Non
         return False
     if any(not isinstance(t, Tensor) or t.device.type != "cuda" for t in (query, key, value)):
         return False
-    return has_mma(query.data) and applies(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    return has_mma(query.data) and applies(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
 def applies(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-            is_causal: bool = False, enable_gqa: bool = False) -> bool:
+            is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> bool:
     """The kernels' own rules, on any device: q, k and v 4-D of one dtype (bf16 or f16), head dim 64 or 128 for all
-    three, dropout_p in [0, 1], no mask or a boolean key-padding mask ((B or 1, 1, 1, Lk)), non-empty sequences,
-    equal heads or grouped ones with enable_gqa, fewer than 2^31 elements each."""
+    three, dropout_p in [0, 1], a positive finite scale (the online softmax scales each row's maximum), no mask or a
+    boolean key-padding mask ((B or 1, 1, 1, Lk)), non-empty sequences, equal heads or grouped ones with enable_gqa,
+    fewer than 2^31 elements each."""
     tensors = (query, key, value)
     if not 0.0 <= dropout_p <= 1.0 or any(t.ndim != 4 or t.data.size >= 2**31 for t in tensors):
+        return False
+    if scale is not None and not 0.0 < float(scale) < math.inf:
         return False
     if key_padding_mask(attn_mask, query, key) is False:
         return False

@@ -21,6 +21,8 @@ Semantics (the simulator implements these; float results can differ from the GPU
   2^32). Signed overflow (i32, i64) is undefined in the generated C++: the simulator wraps, but the GPU compiler
   may assume it never happens (an H200 found `j * 1000000000 < 0` false for j = 3); compute in u32 or i64.
 - `mulhi(a, b)`: the high 32 bits of the exact 64-bit product of two u32 (CUDA's `__umulhi`) or two i32 (`__mulhi`).
+- `fast_exp2(x)`: 2^x in f32 by one `ex2.approx.ftz.f32`, subnormal inputs and results flushed to zero (`exp2` keeps
+  them with a few more instructions).
 - Vector access on 1-D arrays: `a, b, c, d = load4(x, i)` and `store4(x, i, a, b, c, d)` move 4 elements in one
   access (16 bytes of f32/i32/u32, 8 of bf16/f16), `load2`/`store2` two, `load8`/`store8` eight bf16/f16 (16
   bytes); `ldg4(x, i)` is load4 of 4-byte elements through the read-only cache. i must be a multiple of the count

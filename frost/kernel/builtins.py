@@ -19,7 +19,7 @@ class Builtin:
 
 INDEX_NAMES = ("tx", "ty", "tz", "bx", "by", "bz", "bdx", "bdy", "bdz", "gdx", "gdy", "gdz", "warp", "lane")
 MATH_1 = ("sqrt", "rsqrt", "exp", "exp2", "log", "log2", "tanh", "sin", "cos", "floor", "ceil", "erf")
-MATH_OTHER = ("abs", "min", "max", "fma", "pow", "mulhi")
+MATH_OTHER = ("abs", "min", "max", "fma", "pow", "mulhi", "fast_exp2")
 VALUES = ("inf", "nan")
 FUNCTIONS = ("cdiv", "len", "range", "grid", "static_range", "shared", "dynamic_shared", "local", "syncthreads",
              "grid_sync", "bar_sync", "bar_arrive", "setmaxnreg_inc", "setmaxnreg_dec",

@@ -28,6 +28,8 @@ __device__ __forceinline__ frost_f16 frost_to_f16(float f) {
 template <typename T> __device__ __forceinline__ frost_view2<T> frost_tile(
         frost_view2<T> v, long long r, long long c, long long i, long long j) {
     frost_view2<T> t = {v.p + i * r * v.s0 + j * c * v.s1, r, c, v.s0, v.s1}; return t; }
+__device__ __forceinline__ float frost_fast_exp2(float x) {
+    float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 __device__ __forceinline__ unsigned frost_dynamic_smem_size() {
     unsigned r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
 // atomic_max/atomic_min on floats ignore a NaN value (as fmaxf/fminf do) and replace a stored NaN; the NaN test

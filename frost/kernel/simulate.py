@@ -458,14 +458,27 @@ def _float_to_u8(x):
     return np.uint8(int(_float_to_u32(x)) & 0xFF)
 
 
+_SMALLEST_NORMAL = np.float32(2.0 ** -126)
+
+
+def _fast_exp2(x):
+    """ex2.approx.ftz.f32: subnormal inputs read as zero, subnormal results flushed to zero (the rounding of the
+    approximation itself, about 2^-22 relative, is not modelled)."""
+    x = np.float32(x)
+    if abs(x) < _SMALLEST_NORMAL:
+        x = np.float32(0.0)
+    r = np.exp2(x)
+    return np.float32(0.0) if r < _SMALLEST_NORMAL else r
+
+
 NAMESPACE = {
     "_np": np, "_idiv": _idiv, "_imod": _imod, "_fma": _fma, "_erf": _erf, "_mulhi": _mulhi, "_rsqrt": _rsqrt,
     "_range": _range, "_grid": _grid, "_B": bool, "_fmod": np.fmod, "_ftrunc": np.trunc, "_pow": np.power,
     "_fmin": np.fmin, "_fmax": np.fmax, "_min": min, "_max": max, "_abs": abs,
     "_SYNC": ("sync",), "_GRID_SYNC": ("grid_sync",),
     "_local": lambda dtype, shape, name: SimArray(_filled(dtype, shape), name),
-    "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_log": np.log, "_log2": np.log2, "_tanh": np.tanh,
-    "_sin": np.sin, "_cos": np.cos, "_floor": np.floor, "_ceil": np.ceil, "_SimArray": SimArray,
+    "_sqrt": np.sqrt, "_exp": np.exp, "_exp2": np.exp2, "_fast_exp2": _fast_exp2, "_log": np.log, "_log2": np.log2,
+    "_tanh": np.tanh, "_sin": np.sin, "_cos": np.cos, "_floor": np.floor, "_ceil": np.ceil, "_SimArray": SimArray,
     "_sat_i32": _float_to_int(np.int32), "_sat_i64": _float_to_int(np.int64, nan_value=-2 ** 63),
     "_sat_u32": _float_to_u32,
     "_sat_u8": _float_to_u8,

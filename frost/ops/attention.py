@@ -61,7 +61,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     _check(query, key, value, attn_mask, is_causal, enable_gqa)
     # the acceleration layer's fused kernels where they apply (frost/accel/flash_attention.py): no L x S matrix
     fast = dispatch.lookup("scaled_dot_product_attention", query, key, value, attn_mask=attn_mask,
-                           dropout_p=dropout_p, is_causal=is_causal, enable_gqa=enable_gqa)
+                           dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     if fast is not None:
         return fast(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if enable_gqa:

@@ -197,6 +197,9 @@ def test_applies_covers_only_what_the_kernels_compute():
     assert not fa.applies(*_tensors((4, 8, 64), (4, 8, 64), (4, 8, 64)))                   # 3-D
     assert not fa.applies(*_tensors((2, 4, 8, 64), (2, 4, 8, 64), (2, 4, 8, 128)))         # Ev != E
     assert not fa.applies(*_tensors((2, 4, 0, 64), (2, 4, 8, 64), (2, 4, 8, 64)))          # empty
+    assert fa.applies(q, q, q, scale=0.01)
+    for scale in (0.0, -0.125, float("inf"), float("nan")):   # the online softmax scales each row's maximum
+        assert not fa.applies(q, q, q, scale=scale), scale
 
 
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,drop_p", [(1, 2, 2, 33, 33, True, 0.3), (1, 4, 2, 20, 37, False, 0.5),
@@ -422,6 +425,7 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (1, 2, 1, 130, 300, 64, True, False, dict(WGS=2, BC=64, STAGES=2, PINGPONG=1)),  # the warpgroups take turns
     (2, 2, 2, 120, 200, 128, False, True, dict(WGS=2, BC=64, STAGES=2, RS=1)),  # P in registers (wgmma_bf16_rs)
     (1, 2, 2, 100, 60, 64, False, False, dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1)),   # one tile: no turns
+    (1, 2, 1, 150, 290, 128, True, False, dict(WGS=2, BC=128, STAGES=2, RS=1)),  # 128-key tiles, P in registers
 ])
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
     """The warp-specialized forward: a producer thread's bulk copies through mbarrier rings, consumer warpgroups
@@ -453,7 +457,10 @@ def test_arrange_kv_lays_out_the_bulk_forwards_shared_tiles():
 def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    for dropout, extra in itertools.product((False, True), ({}, dict(RS=1), dict(RS=1, PINGPONG=1))):
+    for dropout, extra in itertools.product((False, True), ({}, dict(RS=1), dict(RS=1, PINGPONG=1),
+                                                           dict(BC=128, RS=1, PINGPONG=1))):
+        if dropout and extra.get("BC") == 128:
+            continue   # bulk_tiles keeps dropout at 64-key tiles
         info = fa.bulk_forward().inspect("sm_90", D=d, CAUSAL=1, MASKED=1, DROPOUT=int(dropout),
                                          **dict(fa.bulk_tiles(d, dropout), **extra))
         assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (d, dropout, info["registers"])
@@ -504,7 +511,8 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("d, causal", [(64, True), (128, False)])
-@pytest.mark.parametrize("tiles", [dict(PINGPONG=1), dict(BC=128), dict(STAGES=3), dict(RS=1), dict(RS=1, PINGPONG=1)])
+@pytest.mark.parametrize("tiles", [dict(PINGPONG=1), dict(BC=128), dict(STAGES=3), dict(RS=1), dict(RS=1, PINGPONG=1),
+                                   dict(BC=128, RS=1), dict(BC=128, RS=1, PINGPONG=1)])
 def test_gpu_bulk_forward_settings_match_float64(d, causal, tiles):
     """The bulk forward's other settings (warpgroups taking turns, 128-key tiles, three stages, P in registers) on
     the GPU."""
@@ -592,7 +600,7 @@ def test_sdpa_asks_the_table_with_its_arguments_and_returns_the_fast_paths_answe
         return answer
     q, k, v = _tensors((1, 2, 8, 64), (1, 1, 8, 64), (1, 1, 8, 64))
     assert sdpa(q, k, v, dropout_p=0.25, is_causal=True, scale=0.5, enable_gqa=True) is answer
-    assert asked == [((q, k, v), dict(attn_mask=None, dropout_p=0.25, is_causal=True, enable_gqa=True))]
+    assert asked == [((q, k, v), dict(attn_mask=None, dropout_p=0.25, is_causal=True, scale=0.5, enable_gqa=True))]
     assert called == [(q, k, v, None, 0.25, True, 0.5, True)]
 
 

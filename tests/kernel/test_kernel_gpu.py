@@ -12,6 +12,7 @@ import frost
 from frost.kernel import Array, bx, f32, kernel, tx
 
 from examples_loader import EXAMPLES, load_example
+from test_kernel_language import FAST_EXP2_INPUTS, fast_exp2_kernel, fast_exp2_want
 
 pytestmark = pytest.mark.cuda
 
@@ -282,3 +283,9 @@ def test_tf32_fragments_agree_with_the_simulator(cp):
     k[1, 32](cp.asarray(a), cp.asarray(b), c)
     np.testing.assert_allclose(cp.asnumpy(c), _tf32(a) @ _tf32(b) + 1, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(cp.asnumpy(c), sim, rtol=1e-6, atol=1e-6)
+
+
+def test_fast_exp2_on_the_gpu_flushes_like_the_simulator(cp):
+    out = cp.zeros(16, cp.float32)
+    fast_exp2_kernel[1, 16](cp.asarray(FAST_EXP2_INPUTS), out)
+    np.testing.assert_allclose(out.get(), fast_exp2_want(FAST_EXP2_INPUTS), rtol=2e-6, atol=0)   # ex2.approx: 2^-22

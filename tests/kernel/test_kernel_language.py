@@ -113,6 +113,39 @@ def test_math_builtins():
     np.testing.assert_allclose(out, want, rtol=2e-6, atol=1e-6)
 
 
+FAST_EXP2_INPUTS = np.array([0.0, 1.0, -1.0, 0.5, 10.25, -20.5, 127.5, -125.0, -126.0, -126.5, -149.0, -1000.0,
+                             -np.inf, 1e-40, -1e-40, 3.0], np.float32)
+
+
+def fast_exp2_want(x):
+    """ex2.approx.ftz.f32's results up to its rounding: subnormal inputs read as 0, results below 2^-126 are 0."""
+    r = np.exp2(np.where(np.abs(x) < 2.0 ** -126, 0, x).astype(np.float64))
+    return np.where(r < 2.0 ** -126, 0.0, r)
+
+
+@kernel
+def fast_exp2_kernel(x: Array[f32], out: Array[f32]):
+    out[tx] = fast_exp2(x[tx])
+
+
+def test_fast_exp2_flushes_subnormals():
+    """fast_exp2 in the simulator: 2^x, with 2^-126.5 and 2^-149 (subnormal) flushed to zero and a subnormal input
+    read as 0; exp2 keeps the subnormal results."""
+    out = np.zeros(16, np.float32)
+    fast_exp2_kernel.simulate[1, 16](FAST_EXP2_INPUTS, out)
+    np.testing.assert_allclose(out, fast_exp2_want(FAST_EXP2_INPUTS), rtol=1e-6, atol=0)
+    assert out[9] == 0.0 and np.exp2(np.float32(-126.5)) > 0   # where exp2 and fast_exp2 part
+    assert "frost_fast_exp2(" in fast_exp2_kernel.source and "ex2.approx.ftz.f32" in fast_exp2_kernel.source
+
+
+def test_fast_exp2_takes_f32():
+    with pytest.raises(KernelError, match="fast_exp2"):
+        @kernel
+        def twice(x: Array[f64], out: Array[f64]):
+            out[tx] = fast_exp2(x[tx])
+        twice.source
+
+
 def test_control_flow():
     @kernel
     def control(out: Array[i32]):
