@@ -41,21 +41,20 @@ one Philox block per pair of weights in every kernel. Untuned: the backward kern
 math, padded shared rows rather than swizzled.
 
 Hopper. `flash_fwd_wgmma` is the forward on warpgroup MMA (bf16): warpgroups of 64 query rows, S = Q K^T and O += P V
-as wgmmas on 128-byte-swizzled shared panels (V transposed into shared memory on the way, P stored there as bf16),
-the softmax, masks, dropout stream and output the mma.sync forward's (shared device functions). `wgmma_backward`'s
-dQ kernel (S, dP, then dQ += dS K with K transposed) and dK/dV kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q
-with Q and dO transposed) do the same for the backward (at head dim 128 in steps of 32 keys or queries, half a panel:
-steps of 64 spill). Every operand is K-major: the only wgmma layout
-checked on the H200 so far (examples/kernels/gemm_wgmma.py). All of it is off by default (FROST_FLASH_WGMMA=1 turns
-it on for bf16 on sm_90) until benchmarks/flash_attention.py has timed it against the mma.sync kernels on the H200;
-the simulator and the tests check it against float64 and against the mma.sync kernels (the backward's gradients
-agree bit for bit in the simulator at equal key order).
+as wgmmas on 128-byte-swizzled shared panels (P stored there as bf16), the softmax, masks, dropout stream and output
+the mma.sync forward's (shared device functions). `wgmma_backward`'s dQ kernel (S, dP, then dQ += dS K) and dK/dV
+kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q) do the same for the backward (at head dim 128 in steps of 32
+keys or queries, half a panel: steps of 64 spill). No tile is transposed: the second operand of P V, dS K, P^T dO
+and dS^T Q is read MN-major (wgmma_bf16's B_MAJOR) from the row-major panels the copies write.
+All of it is off by default (FROST_FLASH_WGMMA=1 turns it on for bf16 on sm_90) until benchmarks/flash_attention.py
+has timed it against the mma.sync kernels on the H200; the simulator and the tests check it against float64 and
+against the mma.sync kernels (the backward's gradients agree bit for bit in the simulator at equal key order).
 
 Warp-specialized. `flash_fwd_bulk` is the Hopper forward as FlashAttention-3 arranges it: a producer warp (one
-thread) has the copy engine (cp_async_bulk) bring each tile's K and V^T into STAGES-deep rings of shared memory,
+thread) has the copy engine (cp_async_bulk) bring each tile's K and V into STAGES-deep rings of shared memory,
 counted on mbarriers, while the consumer warpgroups multiply, wait only for their tile, release it on the ring's
 empty barrier and meet on their own named barrier (not the block's) before P V. A bulk copy moves one contiguous
-piece, so `arrange_kv` first lays K and V out as those shared tiles' images (K's swizzled panels, V transposed):
+piece, so `arrange_kv` first lays K and V out as those shared tiles' images (swizzled panels):
 one extra pass over K and V, about 2 x 2 x (their bytes) of memory traffic, which tensor-map copies
 (cp.async.bulk.tensor, not yet in the kernel language) would make unnecessary. Settings, each tested in the simulator
 and timed by benchmarks/flash_forward_tiles.py: STAGES, PINGPONG (the two consumer warpgroups take turns at the
@@ -75,9 +74,9 @@ import numpy as np
 
 from frost import dispatch, layout
 from frost.backend import cpu, cuda
-from frost.kernel import (Array, Const, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk, cp_commit,
-                          cp_wait, device, dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, i32, i64, inf,
-                          kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log,
+from frost.kernel import (MN_MAJOR, Array, Const, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk,
+                          cp_commit, cp_wait, device, dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, i32, i64,
+                          inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log,
                           mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec,
                           setmaxnreg_inc, shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8,
                           u32, warp, warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence,
@@ -109,17 +108,17 @@ WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=32, B
 
 
 def wgmma_dq_smem(d: int, br: int, bc: int) -> int:
-    """Bytes of shared memory of flash_bwd_dq_wgmma: Q and dO, two K and two V tiles, two K^T and one dS in panels
-    of 64 columns (a 32-key step uses half of each)."""
+    """Bytes of shared memory of flash_bwd_dq_wgmma: Q and dO, two K and two V tiles, and dS in panels of 64
+    columns (a 32-key step uses half of one)."""
     panels = -(-bc // 64)
-    return 4 * br * d + 8 * bc * d + 2 * panels * d * 128 + panels * br * 128
+    return 4 * br * d + 8 * bc * d + panels * br * 128
 
 
 def wgmma_dkdv_smem(d: int, bk: int, br: int) -> int:
-    """Bytes of shared memory of flash_bwd_dkdv_wgmma: K and V, two Q and two dO tiles, two Q^T and two dO^T, P^T
-    and dS^T (in panels of 64 columns), and two buffers of the queries' log-sum-exp and delta."""
+    """Bytes of shared memory of flash_bwd_dkdv_wgmma: K and V, two Q and two dO tiles, P^T and dS^T (in panels of
+    64 columns), and two buffers of the queries' log-sum-exp and delta."""
     panels = -(-br // 64)
-    return 4 * bk * d + 8 * br * d + 4 * panels * d * 128 + 2 * panels * bk * 128 + 16 * br
+    return 4 * bk * d + 8 * br * d + 2 * panels * bk * 128 + 16 * br
 
 
 def wgmma_tiles(d: int, dropout: bool) -> dict:
@@ -680,23 +679,6 @@ def load_panels(src, dst, first: i32, base: i32, r0: i32, n: i32, ROWS: Const[in
 
 
 @device
-def load_transposed(v, dst, first: i32, base: i32, k0: i32, n: i32, BC: Const[int], D: Const[int],
-                    THREADS: Const[int]):
-    """Rows k0 ... k0 + BC - 1 of V (flat, D a row; past n: row n - 1) transposed into the swizzled D x 64 panels
-    dst[first + key // 64]: element (key, d) at row d, column key % 64, so that P V is a wgmma whose B operand (V^T)
-    is K-major. Consecutive threads take consecutive keys of one 8-column chunk: 16-byte loads, and 2-byte stores
-    that fall in different banks."""
-    vals = local(bf16, 8)
-    for u in static_range(BC * D // 8 // THREADS):
-        chunk = tx + u * THREADS
-        key = chunk % BC
-        d0 = chunk // BC * 8
-        load8_into(vals, v, (base + min(k0 + key, n - 1)) * D + d0)
-        for e in static_range(8):
-            dst[first + key // 64, d0 + e, swizzle(d0 + e, key % 64, 64)] = vals[e]
-
-
-@device
 def publish_tiles():
     """This thread's copies landed (cp.async) and its stores and theirs visible to wgmma (the async proxy), for every
     thread of the block: the tiles just written are ready to multiply, and every warpgroup is past its last wgmma."""
@@ -731,28 +713,48 @@ def wgmma_rows(acc, a_tiles, a_first: i32, a_row: i32, b_tiles, b_first: i32, N:
     wgmma_commit()
 
 
+@device
+def row_major_b(b_tiles, first: i32, k: i32, ROWS: Const[int]) -> i64:
+    """The descriptor of B[0:N, k:k + 16] for a wgmma reading it MN-major from a row-major [K, N] tile held as
+    swizzled ROWS x 64 panels b_tiles[first], b_tiles[first + 1], ... (columns 64p ... 64p + 63 in panel p, as
+    load_panels writes K, V, Q or dO): rows k ... k + 15 of the panels, the next 64 columns one panel (LBO) on,
+    the next 8 rows 1024 bytes (SBO) on. No transpose: V for P V, K for dS K, Q and dO for the dK and dV products."""
+    return wgmma_desc(b_tiles[first], (k, 0), 128, ROWS * 128, 1024)
+
+
+@device
+def wgmma_rows_mn(acc, a_tiles, a_first: i32, a_row: i32, b_tiles, b_first: i32, N: Const[int], K: Const[int],
+                  ROWS: Const[int]):
+    """acc (64 x N) += A[a_row: a_row + 64, 0:K] @ B[0:K, 0:N], A as in wgmma_rows, B a row-major tile in swizzled
+    ROWS x 64 panels (row_major_b): K / 16 wgmmas issued and committed as one group; the caller waits."""
+    wgmma_fence()
+    for kk in static_range(K // 16):
+        wgmma_bf16(acc, wgmma_desc(a_tiles[a_first + kk // 4], (a_row, kk % 4 * 16), 128),
+                   row_major_b(b_tiles, b_first, kk * 16, ROWS), N, 1, MN_MAJOR)
+    wgmma_commit()
+
+
 @functools.cache
 def wgmma_forward():
     """The Hopper forward (bf16): made on first use, as kernels_for's."""
     @kernel
-    def flash_fwd_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16], o: Array[bf16, 2], lse: Array[f32],
+    def flash_fwd_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16, 2], o: Array[bf16, 2], lse: Array[f32],
                         kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32,
                         scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
                         BC: Const[int], CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
         """flash_fwd with warpgroup MMA: WGS warpgroups of 64 query rows each share K and V tiles of BC keys. S = Q
-        K^T and O += P V are wgmmas on 128-byte-swizzled shared panels (Q, K, P and V^T, all K-major); the
-        softmax, masking, dropout and the output are flash_fwd's, on the same fragment layout (each warp's 16 rows
-        as mma.sync's C fragments), so the dropout mask and the log-sum-exp are those its backward expects. K(j + 1)
-        is copied (cp.async) while S(j) and the softmax run, V(j + 1) transposed into shared memory while P V(j)
-        runs; two buffers each."""
+        K^T and O += P V are wgmmas on 128-byte-swizzled shared panels (Q, K and P K-major, V read MN-major as it
+        lies); the softmax, masking, dropout and the output are flash_fwd's, on the same fragment layout (each
+        warp's 16 rows as mma.sync's C fragments), so the dropout mask and the log-sum-exp are those its backward
+        expects. K(j + 1) and V(j + 1) are copied (cp.async) while tile j is multiplied; two buffers each."""
         BR: Const[int] = 64 * WGS
         THREADS: Const[int] = 128 * WGS
-        DP: Const[int] = D // 64   # panels of a Q or K tile
-        CP: Const[int] = BC // 64  # panels of a V^T or P tile
+        DP: Const[int] = D // 64   # panels of a Q, K or V tile
+        CP: Const[int] = BC // 64  # panels of a P tile
         launch_bounds(THREADS)
         sq = dynamic_shared(bf16, (DP, BR, 64))
         sk = dynamic_shared(bf16, (2 * DP, BC, 64), BR * D * 2)
-        svt = dynamic_shared(bf16, (2 * CP, D, 64), (BR + 2 * BC) * D * 2)
+        sv = dynamic_shared(bf16, (2 * DP, BC, 64), (BR + 2 * BC) * D * 2)
         sp = dynamic_shared(bf16, (CP, BR, 64), (BR + 4 * BC) * D * 2)
         s = local(f32, (BC // 8, 4))
         acc = local(f32, (D // 8, 4))
@@ -762,8 +764,8 @@ def wgmma_forward():
         b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
         load_panels(q, sq, 0, qbase, q0, lq, BR, D, THREADS)
         load_panels(k, sk, 0, kbase, 0, lk, BC, D, THREADS)
+        load_panels(v, sv, 0, kbase, 0, lk, BC, D, THREADS)
         cp_commit()
-        load_transposed(v, svt, 0, kbase, 0, lk, BC, D, THREADS)
         zero(acc, D)
         for h in static_range(2):
             m[h] = -inf
@@ -774,9 +776,10 @@ def wgmma_forward():
         while True:   # a do-while (at least one tile): see examples/kernels/gemm_wgmma.py on ptxas and wgmma
             buf = jt % 2
             k0 = jt * BC
-            publish_tiles()   # K(jt) (cp.async) and V^T(jt) (stores) in place; every warpgroup done with tile jt - 1
+            publish_tiles()   # K(jt) and V(jt) in place; every warpgroup done with tile jt - 1
             if jt + 1 < tiles:
                 load_panels(k, sk, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
+                load_panels(v, sv, (1 - buf) * DP, kbase, k0 + BC, lk, BC, D, THREADS)
                 cp_commit()
             wgmma_rows(s, sq, 0, wg * 64, sk, buf * DP, BC, D, 0)
             wgmma_wait(0)
@@ -786,9 +789,7 @@ def wgmma_forward():
             store_weights(sp, s, warp * 16 + lane // 4, BC)
             fence_proxy_async()
             syncthreads()
-            wgmma_rows(acc, sp, 0, wg * 64, svt, buf * CP, D, BC, 1)
-            if jt + 1 < tiles:
-                load_transposed(v, svt, (1 - buf) * CP, kbase, k0 + BC, lk, BC, D, THREADS)
+            wgmma_rows_mn(acc, sp, 0, wg * 64, sv, buf * DP, D, BC, BC)
             wgmma_wait(0)
             jt += 1
             if jt >= tiles:
@@ -805,9 +806,9 @@ def arrange_kernel():
     def arrange_kv(k: Array[bf16], v: Array[bf16], kp: Array[bf16], vp: Array[bf16], lk: i32, tiles: i32,
                    D: Const[int], BC: Const[int]):
         """Tile bx % tiles of key/value head bx // tiles (C-order rows of D) into the images of the bulk forward's
-        shared tiles, each BC * D elements in one piece: K as swizzled BC x 64 panels (columns 64p ... 64p + 63
-        in panel p), V transposed into swizzled D x 64 panels (keys 64p ... 64p + 63 in panel p). Keys past lk are
-        zeros (the forward masks them, and zero values add nothing)."""
+        shared tiles, each BC * D elements in one piece: K and V as swizzled BC x 64 panels (columns 64p ... 64p +
+        63 in panel p; P V reads V MN-major). Keys past lk are zeros (the forward masks them, and zero values add
+        nothing)."""
         vals = local(bf16, 8)
         head = bx // tiles
         k0 = bx % tiles * BC
@@ -815,14 +816,11 @@ def arrange_kernel():
         for u in range(tx, BC * D // 8, 256):
             r = u // (D // 8)
             col = u % (D // 8) * 8
+            at = out + col // 64 * BC * 64 + r * 64 + swizzle(r, col % 64, 64)
             fetch_row(vals, k, head * lk + k0 + r, col, k0 + r < lk, D)
-            store8_from(kp, out + col // 64 * BC * 64 + r * 64 + swizzle(r, col % 64, 64), vals)
-        for u in range(tx, BC * D // 8, 256):
-            key = u % BC
-            d0 = u // BC * 8
-            fetch_row(vals, v, head * lk + k0 + key, d0, k0 + key < lk, D)
-            for e in static_range(8):
-                vp[out + key // 64 * D * 64 + (d0 + e) * 64 + swizzle(d0 + e, key % 64, 64)] = vals[e]
+            store8_from(kp, at, vals)
+            fetch_row(vals, v, head * lk + k0 + r, col, k0 + r < lk, D)
+            store8_from(vp, at, vals)
     return arrange_kv
 
 
@@ -839,7 +837,7 @@ def fetch_row(vals, src, row: i32, col: i32, inside: bool, D: Const[int]):
 @device
 def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, first: i32, tiles: i32, BC: Const[int],
                   D: Const[int], STAGES: Const[int]):
-    """The producer (one thread): K and V^T images of tiles first ... first + tiles - 1 into the STAGES-deep rings
+    """The producer (one thread): K and V images of tiles first ... first + tiles - 1 into the STAGES-deep rings
     skf and svf by the copy engine, each stage refilled once its consumers released it (emptyk / emptyv)."""
     TILE: Const[int] = BC * D
     for j in range(tiles):
@@ -873,15 +871,16 @@ def hand_over_weights(sp, pa, s, wg: i32, BC: Const[int], RS: Const[int]):
 
 
 @device
-def weights_times_values(acc, sp, pa, wg: i32, svt, first: i32, D: Const[int], BC: Const[int], RS: Const[int]):
-    """Issue acc += P V^T(panels svt[first...]) with P from registers (RS) or from this warpgroup's rows of sp."""
+def weights_times_values(acc, sp, pa, wg: i32, sv, first: i32, D: Const[int], BC: Const[int], RS: Const[int]):
+    """Issue acc += P V (V's panels sv[first...], read MN-major) with P from registers (RS) or from this warpgroup's
+    rows of sp."""
     if RS:
         wgmma_fence()
         for kk in static_range(BC // 16):
-            wgmma_bf16_rs(acc, pa[kk], wgmma_desc(svt[first + kk // 4], (0, kk % 4 * 16), 128), D, 1)
+            wgmma_bf16_rs(acc, pa[kk], row_major_b(sv, first, kk * 16, BC), D, 1, MN_MAJOR)
         wgmma_commit()
     else:
-        wgmma_rows(acc, sp, 0, wg * 64, svt, first, D, BC, 1)
+        wgmma_rows_mn(acc, sp, 0, wg * 64, sv, first, D, BC, BC)
 
 
 @device
@@ -904,23 +903,23 @@ def bulk_forward():
                        CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
         """flash_fwd_wgmma, warp-specialized: a producer warpgroup (the block's last; one thread of it issues, and
         it gives its registers to the consumers with setmaxnreg, as FlashAttention-3's) has the copy engine bring
-        each tile's K and V^T images (arrange_kv's) into STAGES-deep rings of shared memory, counted on mbarriers,
+        each tile's K and V images (arrange_kv's) into STAGES-deep rings of shared memory, counted on mbarriers,
         while WGS consumer warpgroups multiply; a consumer waits only for its tile and releases K after
-        S = Q K^T and V^T after O += P V, and the four warps of a warpgroup meet on their own named barrier before
+        S = Q K^T and V after O += P V, and the four warps of a warpgroup meet on their own named barrier before
         P V. S(j) = Q K(j)^T is issued with O += P(j - 1) V(j - 1), so that the softmax of tile j overlaps that
         product (FlashAttention-3's intra-warpgroup pipelining). RS=1 keeps P in registers as the A operand of
-        P V (wgmma_bf16_rs) instead of storing it to shared memory. No thread copies or transposes K and V, and no
-        barrier of the whole block runs in the loop."""
+        P V (wgmma_bf16_rs) instead of storing it to shared memory. No thread copies K or V (P V reads V MN-major as
+        it lies), and no barrier of the whole block runs in the loop."""
         BR: Const[int] = 64 * WGS
         CONSUMERS: Const[int] = 128 * WGS
         DP: Const[int] = D // 64   # panels of a Q or K tile
-        CP: Const[int] = BC // 64  # panels of a V^T or P tile
+        CP: Const[int] = BC // 64  # panels of a P tile
         TILE: Const[int] = BC * D
         launch_bounds(CONSUMERS + 128, 1)
         sq = dynamic_shared(bf16, (DP, BR, 64))
         sk = dynamic_shared(bf16, (STAGES * DP, BC, 64), BR * D * 2)
         skf = dynamic_shared(bf16, (STAGES * TILE,), BR * D * 2)
-        svt = dynamic_shared(bf16, (STAGES * CP, D, 64), (BR + STAGES * BC) * D * 2)
+        sv = dynamic_shared(bf16, (STAGES * DP, BC, 64), (BR + STAGES * BC) * D * 2)
         svf = dynamic_shared(bf16, (STAGES * TILE,), (BR + STAGES * BC) * D * 2)
         sp = dynamic_shared(bf16, (CP, BR, 64), (BR + 2 * STAGES * BC) * D * 2)
         fullk = shared(i64, STAGES)
@@ -985,7 +984,7 @@ def bulk_forward():
                     bar_sync(3 + wg, 256)
                 wgmma_rows(s, sq, 0, wg * 64, sk, stage * DP, BC, D, 0)
                 mbarrier_wait(fullv, prev, (jt - 1) // STAGES % 2)
-                weights_times_values(acc, sp, pa, wg, svt, prev * CP, D, BC, RS)
+                weights_times_values(acc, sp, pa, wg, sv, prev * DP, D, BC, RS)
                 if turns and not (wg == 1 and jt == tiles - 1):   # every arrival has its bar_sync
                     bar_arrive(4 - wg, 256)
                 wgmma_wait(1)   # S(jt) is in
@@ -998,7 +997,7 @@ def bulk_forward():
                 hand_over_weights(sp, pa, s, wg, BC, RS)
             last = (tiles - 1) % STAGES
             mbarrier_wait(fullv, last, (tiles - 1) // STAGES % 2)
-            weights_times_values(acc, sp, pa, wg, svt, last * CP, D, BC, RS)
+            weights_times_values(acc, sp, pa, wg, sv, last * DP, D, BC, RS)
             wgmma_wait(0)
             release_stage(emptyv, last)
             write_rows(o, lse, acc, m, lsum, qbase, 1, qbase, row0, lq, D)
@@ -1017,27 +1016,26 @@ def row_stats(sl, sd, lse, delta, qbase: i32, q0: i32, lq: i32, ROWS: Const[int]
 def wgmma_backward():
     """The Hopper backward (bf16): (dQ kernel, dK/dV kernel), made on first use."""
     @kernel
-    def flash_bwd_dq_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], kflat: Array[bf16], v: Array[bf16, 2],
+    def flash_bwd_dq_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16, 2],
                            do: Array[bf16, 2], lse: Array[f32], delta: Array[f32], kmask: Array[u8], rng: Array[u32],
                            dq: Array[bf16, 2], lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32,
                            drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int], BC: Const[int],
                            CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
-        """flash_bwd_dq with warpgroup MMA: S = Q K^T, dP = dO V^T, dQ += dS K (K transposed into shared memory for
-        it), the element-wise step flash_bwd_dq's (ds_tile). K(j + 1) and V(j + 1) are copied while S, dP and dS
-        run, K(j + 1)^T written while dQ's wgmmas run; two buffers each."""
+        """flash_bwd_dq with warpgroup MMA: S = Q K^T, dP = dO V^T, dQ += dS K (K read MN-major from its tile), the
+        element-wise step flash_bwd_dq's (ds_tile). K(j + 1) and V(j + 1) are copied while tile j is multiplied;
+        two buffers each."""
         BR: Const[int] = 64 * WGS
         THREADS: Const[int] = 128 * WGS
         DP: Const[int] = D // 64
         CP: Const[int] = (BC + 63) // 64   # panels along the keys (BC = 32 uses half of one)
         TILE: Const[int] = BC * D * 2
-        AT_KT: Const[int] = 4 * BR * D + 4 * TILE   # byte offsets (wgmma_dq_smem adds them up for the launch)
+        AT_DS: Const[int] = 4 * BR * D + 4 * TILE   # byte offsets (wgmma_dq_smem adds them up for the launch)
         launch_bounds(THREADS)
         sq = dynamic_shared(bf16, (DP, BR, 64))
         sdo = dynamic_shared(bf16, (DP, BR, 64), BR * D * 2)
         sk = dynamic_shared(bf16, (2 * DP, BC, 64), 2 * BR * D * 2)
         sv = dynamic_shared(bf16, (2 * DP, BC, 64), 2 * BR * D * 2 + 2 * TILE)
-        skt = dynamic_shared(bf16, (2 * CP, D, 64), AT_KT)
-        sds = dynamic_shared(bf16, (CP, BR, 64), AT_KT + 2 * CP * D * 128)
+        sds = dynamic_shared(bf16, (CP, BR, 64), AT_DS)
         s = local(f32, (BC // 8, 4))
         dp = local(f32, (BC // 8, 4))
         acc = local(f32, (D // 8, 4))
@@ -1050,7 +1048,6 @@ def wgmma_backward():
         load_panels(k, sk, 0, kbase, 0, lk, BC, D, THREADS)
         load_panels(v, sv, 0, kbase, 0, lk, BC, D, THREADS)
         cp_commit()
-        load_transposed(kflat, skt, 0, kbase, 0, lk, BC, D, THREADS)
         for h in static_range(2):
             lrow[h] = saved_lse(lse, qbase + row0 + 8 * h, qbase + lq)
             drow[h] = delta[qbase + row0 + 8 * h] if row0 + 8 * h < lq else 0.0
@@ -1075,9 +1072,7 @@ def wgmma_backward():
             store_weights(sds, s, warp * 16 + lane // 4, BC)
             fence_proxy_async()
             syncthreads()
-            wgmma_rows(acc, sds, 0, wg * 64, skt, buf * CP, D, BC, 1)
-            if jt + 1 < tiles:
-                load_transposed(kflat, skt, (1 - buf) * CP, kbase, k0 + BC, lk, BC, D, THREADS)
+            wgmma_rows_mn(acc, sds, 0, wg * 64, sk, buf * DP, D, BC, BC)
             wgmma_wait(0)
             jt += 1
             if jt >= tiles:
@@ -1085,32 +1080,29 @@ def wgmma_backward():
         write_scaled_rows(dq, acc, qbase, 1, row0, lq, scale, D)
 
     @kernel
-    def flash_bwd_dkdv_wgmma(q: Array[bf16, 2], qflat: Array[bf16], k: Array[bf16, 2], v: Array[bf16, 2],
-                             do: Array[bf16, 2], doflat: Array[bf16], lse: Array[f32], delta: Array[f32],
+    def flash_bwd_dkdv_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16, 2],
+                             do: Array[bf16, 2], lse: Array[f32], delta: Array[f32],
                              kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2], dv: Array[bf16, 2], lq: i32,
                              lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32, drop_p: f32,
                              keep_scale: f32, D: Const[int], WGS: Const[int], BR: Const[int], CAUSAL: Const[int],
                              MASKED: Const[int], DROPOUT: Const[int]):
         """flash_bwd_dkdv with warpgroup MMA: warpgroup w owns keys k0 + 64w ... + 63 of the block's 64 WGS; over the
         query heads of the group and their tiles of BR queries, S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and
-        dK += dS^T Q with Q and dO transposed into shared memory; the element-wise step flash_bwd_dkdv's
-        (dst_tile). The next tile's Q and dO are copied while S^T, dP^T and the element-wise step run, their
-        transposes and statistics written while dV's and dK's wgmmas run; two buffers each."""
+        dK += dS^T Q with Q and dO read MN-major from their tiles; the element-wise step flash_bwd_dkdv's
+        (dst_tile). The next tile's Q and dO are copied while tile j is multiplied, its statistics written while
+        dV's and dK's wgmmas run; two buffers each."""
         BK: Const[int] = 64 * WGS
         THREADS: Const[int] = 128 * WGS
         DP: Const[int] = D // 64
         RP: Const[int] = (BR + 63) // 64   # panels along the queries (BR = 32 uses half of one)
         TILE: Const[int] = BR * D * 2
-        AT_QT: Const[int] = 4 * BK * D + 4 * TILE   # byte offsets (wgmma_dkdv_smem adds them up for the launch)
-        AT_PT: Const[int] = AT_QT + 4 * RP * D * 128
+        AT_PT: Const[int] = 4 * BK * D + 4 * TILE   # byte offsets (wgmma_dkdv_smem adds them up for the launch)
         AT_STATS: Const[int] = AT_PT + 2 * RP * BK * 128
         launch_bounds(THREADS)
         sk = dynamic_shared(bf16, (DP, BK, 64))
         sv = dynamic_shared(bf16, (DP, BK, 64), BK * D * 2)
         sq = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2)
         sdo = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2 + 2 * TILE)
-        sqt = dynamic_shared(bf16, (2 * RP, D, 64), AT_QT)
-        sdot = dynamic_shared(bf16, (2 * RP, D, 64), AT_QT + 2 * RP * D * 128)
         spt = dynamic_shared(bf16, (RP, BK, 64), AT_PT)
         sdst = dynamic_shared(bf16, (RP, BK, 64), AT_PT + RP * BK * 128)
         stats = dynamic_shared(f32, (4, BR), AT_STATS)  # lse and delta, two buffers
@@ -1133,8 +1125,6 @@ def wgmma_backward():
         load_panels(q, sq, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
         load_panels(do, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
         cp_commit()
-        load_transposed(qflat, sqt, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
-        load_transposed(doflat, sdot, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
         row_stats(stats[0], stats[1], lse, delta, head0 * lq, first * BR, lq, BR, THREADS)
         zero(dk_acc, D)
         zero(dv_acc, D)
@@ -1162,11 +1152,9 @@ def wgmma_backward():
                 store_weights(sdst, dpt, warp * 16 + lane // 4, BR)
                 fence_proxy_async()
                 syncthreads()
-                wgmma_rows(dv_acc, spt, 0, wg * 64, sdot, buf * RP, D, BR, 1)
-                wgmma_rows(dk_acc, sdst, 0, wg * 64, sqt, buf * RP, D, BR, 1)
+                wgmma_rows_mn(dv_acc, spt, 0, wg * 64, sdo, buf * DP, D, BR, BR)
+                wgmma_rows_mn(dk_acc, sdst, 0, wg * 64, sq, buf * DP, D, BR, BR)
                 if step + 1 < steps:
-                    load_transposed(qflat, sqt, (1 - buf) * RP, nbase, nq0, lq, BR, D, THREADS)
-                    load_transposed(doflat, sdot, (1 - buf) * RP, nbase, nq0, lq, BR, D, THREADS)
                     row_stats(stats[2 - 2 * buf], stats[3 - 2 * buf], lse, delta, nbase, nq0, lq, BR, THREADS)
                 wgmma_wait(0)
                 step += 1
@@ -1365,7 +1353,7 @@ def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None
     smem = (br + 4 * bc) * p.d * 2 + br * bc * 2
     grid = (p.batch * p.heads, cdiv(p.lq, br))
     _launcher(wgmma_forward(), xp)[grid, 128 * wgs, smem](
-        _rows(xp, q, p.d), _rows(xp, k, p.d), _rows(xp, v, p.d).reshape(-1), o, lse, _kmask(xp, kmask),
+        _rows(xp, q, p.d), _rows(xp, k, p.d), _rows(xp, v, p.d), o, lse, _kmask(xp, kmask),
         _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E, *p.dropout_args(), D=p.d, WGS=wgs, BC=bc,
         CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
@@ -1514,12 +1502,12 @@ def _backward_wgmma(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
     wbr, wbc = 64 * wt["WGS"], wt["BC"]
     smem = wgmma_dq_smem(p.d, wbr, wbc)
     _launcher(dq_wgmma, xp)[(p.batch * p.heads, cdiv(p.lq, wbr)), 128 * wt["WGS"], smem](
-        q2, k2, k2.reshape(-1), v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(),
+        q2, k2, v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(),
         D=p.d, WGS=wt["WGS"], BC=wbc, **flags)
     bk, wbr = 64 * wt["WGS"], wt["BR"]
     smem = wgmma_dkdv_smem(p.d, bk, wbr)
     _launcher(dkdv_wgmma, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, bk)), 128 * wt["WGS"], smem](
-        q2, q2.reshape(-1), k2, v2, do2, do2.reshape(-1), lse, delta, mask, state, dk, dv, *p.sizes(), *scales,
+        q2, k2, v2, do2, lse, delta, mask, state, dk, dv, *p.sizes(), *scales,
         *p.dropout_args(), D=p.d, WGS=wt["WGS"], BR=wbr, **flags)
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 

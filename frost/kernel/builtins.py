@@ -36,6 +36,8 @@ BUILTINS = {name: Builtin(name) for name in ALL_NAMES}
 PYTHON_NAMES = ("abs", "min", "max", "pow", "len", "range")  # Python's own builtins: kernels use them by name
 __all__ = [n for n in ALL_NAMES if n not in PYTHON_NAMES]
 globals().update({n: BUILTINS[n] for n in __all__})
+K_MAJOR, MN_MAJOR = 0, 1   # wgmma_bf16's B_MAJOR: B's K elements contiguous, or its N elements (imm-trans-b)
+__all__ += ["K_MAJOR", "MN_MAJOR"]
 
 # Device functions of frost.kernel.lib that a kernel may call without importing them (`acc += a @ b` calls mma_tile):
 # lib registers them as it loads (the package imports it), so that the front end below it never imports it back

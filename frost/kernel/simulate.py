@@ -1107,12 +1107,32 @@ def wgmma_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: int =
     return addr ^ (((addr >> 7) & mask) << 4)
 
 
+def wgmma_mn_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: int = 2) -> np.ndarray:
+    """wgmma_operand_addresses of an MN-major operand (imm-trans-b = 1: element (r, k) with r contiguous), the PTX
+    ISA's canonical MN-major layouts in bytes (CUTLASS make_gmma_desc<Major::MN>), T = 16 bytes of elements:
+      no swizzle:     ((T, m), (8, k)) : ((1, SBO), (16, LBO))  -- 8 K-rows of 16 bytes, LBO apart along K
+      W-byte swizzle: ((W, m), (8, k)) : ((1, LBO), (W, SBO))   -- K-rows W bytes apart, a W-byte run of r then
+    the next LBO on, 8 K-rows then SBO on; the same Swizzle<log2(W/16), 4, 3> on the address as K-major."""
+    f = decode_wgmma_desc(desc)
+    if f["base_offset"]:
+        raise SimulationError("wgmma: descriptors with a nonzero base offset are not simulated")
+    rb = np.arange(rows)[:, None] * elem_bytes
+    kk = np.arange(k)[None, :]
+    w = f["swizzle"]
+    if w == 0:
+        return f["start"] + (rb // 16) * f["sbo"] + rb % 16 + (kk % 8) * 16 + (kk // 8) * f["lbo"]
+    addr = f["start"] + (rb // w) * f["lbo"] + rb % w + (kk % 8) * w + (kk // 8) * f["sbo"]
+    mask = w // 16 - 1
+    return addr ^ (((addr >> 7) & mask) << 4)
+
+
 class WgmmaOp:
     """One wgmma.mma_async.m64nNk16.f32.bf16.bf16 of a warpgroup: D[64, N] (= or +=) A[64, 16] @ B[N, 16]^T."""
 
-    def __init__(self, block, accs, desc_a, desc_b, n, scale_d, a_frags=None) -> None:
+    def __init__(self, block, accs, desc_a, desc_b, n, scale_d, a_frags=None, b_mn=0) -> None:
         self.block, self.accs, self.desc_a, self.desc_b, self.n, self.scale_d = (block, accs, desc_a, desc_b, n,
                                                                                   scale_d)
+        self.b_addresses = wgmma_mn_operand_addresses if b_mn else wgmma_operand_addresses   # imm-trans-b
         # wgmma_bf16_rs: each thread's A fragment and its values at issue (PTX: they must not change until the
         # operation is retired); None when A is in shared memory
         self.a_frags = a_frags
@@ -1126,7 +1146,7 @@ class WgmmaOp:
                 a = wgmma_a_from_registers([at_issue for _, at_issue in self.a_frags])
             else:
                 a = self.block.read_u16(wgmma_operand_addresses(self.desc_a, 64)).view(ml_dtypes.bfloat16)
-            b = self.block.read_u16(wgmma_operand_addresses(self.desc_b, self.n)).view(ml_dtypes.bfloat16)
+            b = self.block.read_u16(self.b_addresses(self.desc_b, self.n)).view(ml_dtypes.bfloat16)
             self.prod = a.astype(np.float64) @ b.astype(np.float64).T
         return self.prod
 
@@ -1468,10 +1488,10 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
         if len({_position(gens[lin]) for lin in lins}) != 1:
             _deadlock(name, live, gens, waiting, f"the threads of warpgroup {g} wait at different wgmma_bf16 calls")
         reqs = [waiting[lin][1] for lin in members]
-        acc0, da, db, n, scale = reqs[0]
+        acc0, da, db, n, scale, b_mn = reqs[0]
         registers = isinstance(da, SimArray)   # wgmma_bf16_rs: A from each thread's fragment, read at issue
         da = 0 if registers else da
-        for lin, (acc, a, b, nn, sc) in zip(members, reqs):
+        for lin, (acc, a, b, nn, sc, _) in zip(members, reqs):
             th = by_linear[lin]
             a = 0 if registers else a
             if (int(a), int(b), nn, sc) != (int(da), int(db), n, scale):
@@ -1483,7 +1503,7 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
                 raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: wgmma_bf16 without a "
                                       "wgmma_fence() before it (needed before the first wgmma and after wgmma_wait)")
         a_frags = [(r[1], np.array(r[1].data, dtype=np.float64)) for r in reqs] if registers else None
-        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale, a_frags)
+        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale, a_frags, b_mn)
         for lin in members:
             by_linear[lin].wg_pending.append(op)
             send[lin] = None

@@ -434,7 +434,7 @@ def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d,
 
 
 def test_arrange_kv_lays_out_the_bulk_forwards_shared_tiles():
-    """K as swizzled 64-column panels, V transposed, keys past the end zero: a NumPy twin of the layout."""
+    """K and V as swizzled 64-column panels, keys past the end zero: a NumPy twin of the layout."""
     rng = np.random.default_rng(5)
     lk, d, bc = 70, 128, 64
     k, v = (rng.standard_normal((2, lk, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
@@ -442,13 +442,13 @@ def test_arrange_kv_lays_out_the_bulk_forwards_shared_tiles():
     kp, vp = fa.arrange_kv(np, k, v, p, bc)
     tiles = 2
     want_k = np.zeros((2, tiles, d // 64, bc, 64), np.float32)
-    want_v = np.zeros((2, tiles, bc // 64, d, 64), np.float32)
+    want_v = np.zeros_like(want_k)
     for h, t, r, c in itertools.product(range(2), range(tiles), range(bc), range(d)):
         key = t * bc + r
         if key < lk:
             sw = (c % 64 // 8 ^ r % 8) * 8 + c % 8
             want_k[h, t, c // 64, r, sw] = k[h, key, c]
-            want_v[h, t, r // 64, c, (r % 64 // 8 ^ c % 8) * 8 + r % 8] = v[h, key, c]
+            want_v[h, t, c // 64, r, sw] = v[h, key, c]
     np.testing.assert_array_equal(kp.astype(np.float32), want_k.reshape(-1))
     np.testing.assert_array_equal(vp.astype(np.float32), want_v.reshape(-1))
 

@@ -4,10 +4,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, Const, KernelError, SimulationError, bf16, device, dynamic_shared, f32,
+from frost.kernel import (MN_MAJOR, Array, Const, KernelError, SimulationError, bf16, device, dynamic_shared, f32,
                           fence_proxy_async, i64, kernel, lane, local, shared, static_range, swizzle, syncthreads, tx,
                           wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
-from frost.kernel.simulate import decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index, wgmma_operand_addresses
+from frost.kernel.simulate import (decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index,
+                                   wgmma_mn_operand_addresses, wgmma_operand_addresses)
 
 from examples_loader import load_example
 
@@ -454,3 +455,111 @@ def test_gpu_wgmma_with_a_from_registers_chains_two_products():
     out = cp.zeros(64 * 64, cp.float32)
     _chained()[1, 128, 3 * 64 * 64 * 2](*(cp.asarray(x.reshape(-1)) for x in (a, b, c)), out, CLOBBER=False)
     np.testing.assert_allclose(cp.asnumpy(out).reshape(64, 64), want, rtol=1e-5, atol=1e-4)
+
+
+# -- B in MN-major layout (imm-trans-b): a row-major [K, N] tile, as attention's V, without a transpose ---------
+def test_mn_major_addresses_read_row_major_panels():
+    """An MN-major SW128 operand B[N, 16] over 64-column panels of a row-major [K, N] tile (panel p holds columns
+    64p ... 64p + 63, row k at k * 128 bytes, swizzled as the language's swizzle() writes it): element (n, k) is
+    tile row k0 + k, column n; LBO is the panel stride, SBO 8 rows."""
+    rows, k0, base = 64, 32, 4096
+    desc = encode_wgmma_desc(base + k0 * 128, rows * 128, 1024, 128)
+    addr = wgmma_mn_operand_addresses(desc, 128)
+    n, k = np.meshgrid(np.arange(128), np.arange(16), indexing="ij")
+    want = base + (n // 64) * rows * 128 + (k0 + k) * 128 + np.vectorize(swizzle_py)(k0 + k, n % 64) * 2
+    np.testing.assert_array_equal(addr, want)
+    desc0 = encode_wgmma_desc(base, 256, 128, 0)   # no swizzle: 8 x 16-byte core matrices, SBO along N, LBO along K
+    addr0 = wgmma_mn_operand_addresses(desc0, 16)
+    assert addr0[9, 3] == base + 1 * 128 + 2 + 3 * 16 and addr0[2, 12] == base + 4 + 4 * 16 + 256
+
+
+def _mn_major():
+    """A kernel of the two MN-major forms (made here, as _chained)."""
+    @kernel
+    def mn_major_products(a: Array[bf16], b: Array[bf16], v: Array[bf16], o: Array[f32], o2: Array[f32]):
+        """S = A B^T (64 x 64), then O = S V and O2 = A V (64 x 128) with V a row-major [64, 128] tile read
+        MN-major: O's A from registers (S's fragments, as P V), O2's from shared memory."""
+        sa = dynamic_shared(bf16, (64, 64))
+        sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
+        sv = dynamic_shared(bf16, (2, 64, 64), 2 * 64 * 64 * 2)   # V's two 64-column panels
+        for u in range(tx, 64 * 64, 128):
+            r = u // 64
+            k = u % 64
+            sa[r, swizzle(r, k, 64)] = a[u]
+            sb[r, swizzle(r, k, 64)] = b[u]
+        for u in range(tx, 64 * 128, 128):
+            r = u // 128
+            col = u % 128
+            sv[col // 64, r, swizzle(r, col % 64, 64)] = v[u]
+        fence_proxy_async()
+        syncthreads()
+        s = local(f32, (8, 4))
+        acc = local(f32, (16, 4))
+        acc2 = local(f32, (16, 4))
+        frags = local(bf16, (4, 8))
+        wgmma_fence()
+        for kk in static_range(4):
+            wgmma_bf16(s, wgmma_desc(sa, (0, kk * 16), 128), wgmma_desc(sb, (0, kk * 16), 128), 64, kk)
+        wgmma_commit()
+        wgmma_wait(0)
+        for kk in static_range(4):
+            for i in static_range(8):
+                frags[kk, i] = s[2 * kk + i // 4, i % 4]
+        wgmma_fence()
+        for kk in static_range(4):   # keys kk * 16 ... + 15: rows of V, LBO = one panel (64 rows of 128 bytes)
+            vd = wgmma_desc(sv[0], (kk * 16, 0), 128, 64 * 128, 1024)
+            wgmma_bf16_rs(acc, frags[kk], vd, 128, kk, MN_MAJOR)
+            wgmma_bf16(acc2, wgmma_desc(sa, (0, kk * 16), 128), vd, 128, kk, MN_MAJOR)
+        wgmma_commit()
+        wgmma_wait(0)
+        w = tx // 32
+        for j in static_range(16):
+            for q in static_range(4):
+                at = (16 * w + lane // 4 + 8 * (q // 2)) * 128 + 8 * j + 2 * (lane % 4) + q % 2
+                o[at] = acc[j, q]
+                o2[at] = acc2[j, q]
+    return mn_major_products
+
+
+def _mn_major_want(seed=4):
+    rng = np.random.default_rng(seed)
+    a, b = (rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    v = rng.standard_normal((64, 128)).astype(ml_dtypes.bfloat16)
+    f64 = [x.astype(np.float64) for x in (a, b, v)]
+    s = (f64[0] @ f64[1].T).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+    return a, b, v, s @ f64[2], f64[0] @ f64[2]
+
+
+MN_SMEM = 4 * 64 * 64 * 2
+
+
+def test_wgmma_reads_b_mn_major():
+    a, b, v, want, want2 = _mn_major_want()
+    o, o2 = np.zeros(64 * 128, np.float32), np.zeros(64 * 128, np.float32)
+    _mn_major().simulate[1, 128, MN_SMEM](a.reshape(-1), b.reshape(-1), v.reshape(-1), o, o2)
+    np.testing.assert_allclose(o.reshape(64, 128), want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(o2.reshape(64, 128), want2, rtol=1e-5, atol=1e-4)
+
+
+def test_mn_major_compiles_with_imm_trans_b():
+    kern = _mn_major()
+    source = kern.source
+    assert "p, 1, 1, 1;" in source and "p, 1, 1, 0, 1;" in source   # register A: trans-b; descriptor A: 0, trans-b
+    info = kern.inspect("sm_90")
+    assert info["spill_stores"] == 0 and "C7515" not in info["log"]
+    with pytest.raises(KernelError, match=r"B_MAJOR is K_MAJOR \(0\) or MN_MAJOR \(1\), got 2"):
+        @kernel
+        def bad(out: Array[f32]):
+            acc = local(f32, (8, 4))
+            wgmma_bf16(acc, 0, 0, 64, 1, 2)
+        bad.source
+
+
+@pytest.mark.cuda
+def test_gpu_wgmma_reads_b_mn_major():
+    import cupy as cp
+    a, b, v, want, want2 = _mn_major_want()
+    o, o2 = cp.zeros(64 * 128, cp.float32), cp.zeros(64 * 128, cp.float32)
+    _mn_major()[1, 128, MN_SMEM](*(cp.asarray(x.reshape(-1)) for x in (a, b, v)), o, o2)
+    np.testing.assert_allclose(cp.asnumpy(o).reshape(64, 128), want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(cp.asnumpy(o2).reshape(64, 128), want2, rtol=1e-5, atol=1e-4)

@@ -130,12 +130,23 @@ def wgmma_asm(g: CudaBuilding, node, a_operand: str, a_inputs: list[str], transp
             + " : " + ", ".join(a_inputs) + f', "l"({g.ex(node.args[2])}), "r"((int)({scale})) : "memory")')
 
 
+def b_major(g, node) -> int:
+    """The call's B_MAJOR argument: 0 (K-major, the default) or 1 (MN-major), PTX's imm-trans-b."""
+    return int(g.fn.values[id(node.args[5])]) if len(node.args) == 6 else 0
+
+
 class WgmmaBf16(BuiltinDef):
     def check(self, ck: Checking, node, operands=None):
-        """wgmma_bf16(acc, desc_a, desc_b, N[, scale_d]): acc (local f32, N/2 per thread) += A[64, 16] @ B[N, 16]^T,
-        both K-major in shared memory (wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16); scale_d 0 ignores acc."""
-        if len(node.args) not in (4, 5):
-            raise ck.src.error(node, "wgmma_bf16(acc, desc_a, desc_b, N[, scale_d]) takes 4 or 5 arguments")
+        """wgmma_bf16(acc, desc_a, desc_b, N[, scale_d[, B_MAJOR]]): acc (local f32, N/2 per thread) += A[64, 16] @
+        B[N, 16]^T (wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16), A K-major in shared memory, B K-major
+        (B_MAJOR = K_MAJOR = 0, the default) or MN-major (MN_MAJOR = 1: B's N elements contiguous, so that a
+        row-major [K, N] tile such as attention's V serves without a transpose); scale_d 0 ignores acc."""
+        if len(node.args) not in (4, 5, 6):
+            raise ck.src.error(node, "wgmma_bf16(acc, desc_a, desc_b, N[, scale_d[, B_MAJOR]]) takes 4 to 6 "
+                                     "arguments")
+        if len(node.args) == 6 and ck.const_int(node.args[5]) not in (0, 1):
+            raise ck.src.error(node.args[5], f"{self.name}(): B_MAJOR is K_MAJOR (0) or MN_MAJOR (1), got "
+                                             f"{ck.const_int(node.args[5])}")
         n = ck.const_int(node.args[3])
         if not (8 <= n <= 256 and n % 8 == 0):
             raise ck.src.error(node, f"wgmma_bf16(): N={n} is not a wgmma shape (m64nNk16 has N = 8, 16, ..., 256)")
@@ -149,7 +160,7 @@ class WgmmaBf16(BuiltinDef):
             if ck.expr(d) is not i64:
                 raise ck.src.error(d, f"{self.name}() takes descriptors made by wgmma_desc() (i64), got "
                                       f"{ck.type(d)}")
-        if len(node.args) == 5:
+        if len(node.args) >= 5:
             t = ck.expr(node.args[4])
             if not (isinstance(t, (Scalar, Weak)) and (t.is_int or t is boolean)):
                 raise ck.src.error(node.args[4], f"wgmma_bf16(): scale_d is an integer (0 or 1), got {t}")
@@ -160,25 +171,26 @@ class WgmmaBf16(BuiltinDef):
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
-        # A by descriptor; imm-trans-a/b = 0: both operands K-major
-        return wgmma_asm(g, node, "%{r}", [f'"l"({g.ex(node.args[1])})'], "0, 0")
+        # A by descriptor; imm-trans-a = 0 (A K-major), imm-trans-b = B_MAJOR
+        return wgmma_asm(g, node, "%{r}", [f'"l"({g.ex(node.args[1])})'], f"0, {b_major(g, node)}")
 
     def sim(self, g: SimBuilding, node, t) -> str:
         acc, da, db = (g.ex(x) for x in node.args[:3])
         n = g.fn.values[id(node.args[3])]
-        scale = f"int({g.ex(node.args[4])})" if len(node.args) == 5 else "1"
-        return f"(yield ('wgmma', ({acc}, {da}, {db}, {n}, {scale})))"
+        scale = f"int({g.ex(node.args[4])})" if len(node.args) >= 5 else "1"
+        return f"(yield ('wgmma', ({acc}, {da}, {db}, {n}, {scale}, {b_major(g, node)})))"
 
 
 class WgmmaBf16Registers(WgmmaBf16):
-    """wgmma_bf16_rs(acc, a, desc_b, N[, scale_d]): wgmma_bf16 with A from registers: each thread's local bf16
-    fragment a (8 values: mma.sync m16n8k16's A fragment for its warp's 16 rows of the 64), B K-major in shared
-    memory. Scores computed by one wgmma feed the next without a trip through shared memory (FlashAttention-3's
+    """wgmma_bf16_rs(acc, a, desc_b, N[, scale_d[, B_MAJOR]]): wgmma_bf16 with A from registers: each thread's
+    local bf16 fragment a (8 values: mma.sync m16n8k16's A fragment for its warp's 16 rows of the 64), B in shared
+    memory as for wgmma_bf16. Scores computed by one wgmma feed the next without a trip through shared memory (FlashAttention-3's
     P V). a must not change until wgmma_wait has retired the operation."""
 
     def check(self, ck: Checking, node):
-        if len(node.args) not in (4, 5):
-            raise ck.src.error(node, "wgmma_bf16_rs(acc, a_frag, desc_b, N[, scale_d]) takes 4 or 5 arguments")
+        if len(node.args) not in (4, 5, 6):
+            raise ck.src.error(node, "wgmma_bf16_rs(acc, a_frag, desc_b, N[, scale_d[, B_MAJOR]]) takes 4 to 6 "
+                                     "arguments")
         a = ck.expr(node.args[1])
         if not (isinstance(a, ArrayType) and a.space == "local" and a.elem is bf16 and a.shape is not None
                 and math.prod(a.shape) == 8):
@@ -186,10 +198,11 @@ class WgmmaBf16Registers(WgmmaBf16):
         return super().check(ck, node, operands=(node.args[2],))
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
-        # A from registers (four 32-bit words of two bf16 each): no imm-trans-a; imm-trans-b = 0 (B K-major)
+        # A from registers (four 32-bit words of two bf16 each): no imm-trans-a; imm-trans-b = B_MAJOR
         a = g.array_ref(node.args[1])
         return wgmma_asm(g, node, "{{%{r}, %{r1}, %{r2}, %{r3}}}",
-                         [f'"r"(reinterpret_cast<const unsigned*>({a})[{k}])' for k in range(4)], "0")
+                         [f'"r"(reinterpret_cast<const unsigned*>({a})[{k}])' for k in range(4)],
+                         str(b_major(g, node)))
 
 
 DEFINITIONS = [
