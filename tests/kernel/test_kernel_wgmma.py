@@ -4,9 +4,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (MN_MAJOR, Array, Const, KernelError, SimulationError, bf16, device, dynamic_shared, f32,
-                          fence_proxy_async, i64, kernel, lane, local, shared, static_range, swizzle, syncthreads, tx,
-                          wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+from frost.kernel import (K_MAJOR, MN_MAJOR, Array, Const, KernelError, SimulationError, bf16, device, dynamic_shared,
+                          f32, fence_proxy_async, i64, kernel, lane, local, shared, static_range, swizzle, syncthreads,
+                          tx, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
 from frost.kernel.simulate import (decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index,
                                    wgmma_mn_operand_addresses, wgmma_operand_addresses)
 
@@ -547,6 +547,19 @@ def test_mn_major_compiles_with_imm_trans_b():
     assert "p, 1, 1, 1;" in source and "p, 1, 1, 0, 1;" in source   # register A: trans-b; descriptor A: 0, trans-b
     info = kern.inspect("sm_90")
     assert info["spill_stores"] == 0 and "C7515" not in info["log"]
+    # scale_d survives a sixth argument: K_MAJOR given is the five-argument form, byte for byte
+    @kernel
+    def five(d: i64):
+        acc = local(f32, (8, 4))
+        wgmma_bf16(acc, d, d, 64, 0)
+
+    @kernel
+    def six(d: i64):
+        acc = local(f32, (8, 4))
+        wgmma_bf16(acc, d, d, 64, 0, K_MAJOR)
+    def code(k):
+        return [line for line in k.source.replace("six", "five").splitlines() if not line.startswith("#line")]
+    assert '"r"((int)(0))' in five.source and code(six) == code(five)
     with pytest.raises(KernelError, match=r"B_MAJOR is K_MAJOR \(0\) or MN_MAJOR \(1\), got 2"):
         @kernel
         def bad(out: Array[f32]):

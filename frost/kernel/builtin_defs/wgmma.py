@@ -112,14 +112,14 @@ class WgmmaWait(BuiltinDef):
 
 
 def wgmma_asm(g: CudaBuilding, node, a_operand: str, a_inputs: list[str], transposes: str) -> str:
-    """The asm of wgmma.mma_async m64nNk16 f32 += bf16 x bf16 for a call (acc, A, desc_b, N[, scale_d]): the
+    """The asm of wgmma.mma_async m64nNk16 f32 += bf16 x bf16 for a call (acc, A, desc_b, N[, scale_d[, B_MAJOR]]): the
     accumulator's N/2 registers read and written, then A's inputs (a_operand names them from %{r} on), B's
     descriptor and scale-d, a predicate operand (D = A*B + D when true, A*B when false); imm-scale-a/b = 1."""
     acc = g.array_ref(node.args[0])
     n = g.fn.values[id(node.args[3])]
     regs = n // 2
     flat = acc if g.type(node.args[0]).ndim == 1 else f"reinterpret_cast<float*>({acc})"
-    scale = g.ex(node.args[4], i32) if len(node.args) == 5 else "1"
+    scale = g.ex(node.args[4], i32) if len(node.args) >= 5 else "1"
     outs = ", ".join(f"%{k}" for k in range(regs))
     a_op = a_operand.format(r=regs, r1=regs + 1, r2=regs + 2, r3=regs + 3)
     b_at = regs + len(a_inputs)
@@ -184,8 +184,8 @@ class WgmmaBf16(BuiltinDef):
 class WgmmaBf16Registers(WgmmaBf16):
     """wgmma_bf16_rs(acc, a, desc_b, N[, scale_d[, B_MAJOR]]): wgmma_bf16 with A from registers: each thread's
     local bf16 fragment a (8 values: mma.sync m16n8k16's A fragment for its warp's 16 rows of the 64), B in shared
-    memory as for wgmma_bf16. Scores computed by one wgmma feed the next without a trip through shared memory (FlashAttention-3's
-    P V). a must not change until wgmma_wait has retired the operation."""
+    memory as for wgmma_bf16. Scores computed by one wgmma feed the next without a trip through shared memory
+    (FlashAttention-3's P V). a must not change until wgmma_wait has retired the operation."""
 
     def check(self, ck: Checking, node):
         if len(node.args) not in (4, 5, 6):
