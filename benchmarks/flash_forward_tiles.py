@@ -22,7 +22,8 @@ TOKENS, WIDTH = 16384, 2048
 BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2), dict(WGS=2, BC=64, STAGES=2, PINGPONG=1),
                  dict(WGS=2, BC=64, STAGES=2, RS=1), dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1),
                  dict(WGS=2, BC=128, STAGES=2), dict(WGS=2, BC=128, STAGES=2, RS=1),
-                 dict(WGS=2, BC=128, STAGES=2, RS=1, PINGPONG=1))
+                 dict(WGS=2, BC=128, STAGES=2, RS=1, PINGPONG=1), dict(WGS=2, BC=176, STAGES=2, RS=1),
+                 dict(WGS=2, BC=176, STAGES=2, RS=1, PINGPONG=1))
 
 
 def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:

@@ -913,7 +913,8 @@ def bulk_forward():
         BR: Const[int] = 64 * WGS
         CONSUMERS: Const[int] = 128 * WGS
         DP: Const[int] = D // 64   # panels of a Q or K tile
-        CP: Const[int] = BC // 64  # panels of a P tile
+        CP: Const[int] = 1 if RS else BC // 64   # panels of a P tile (RS keeps P in registers: a stub)
+        P_ROWS: Const[int] = 16 if RS else BR
         TILE: Const[int] = BC * D
         launch_bounds(CONSUMERS + 128, 1)
         sq = dynamic_shared(bf16, (DP, BR, 64))
@@ -921,7 +922,7 @@ def bulk_forward():
         skf = dynamic_shared(bf16, (STAGES * TILE,), BR * D * 2)
         sv = dynamic_shared(bf16, (STAGES * DP, BC, 64), (BR + STAGES * BC) * D * 2)
         svf = dynamic_shared(bf16, (STAGES * TILE,), (BR + STAGES * BC) * D * 2)
-        sp = dynamic_shared(bf16, (CP, BR, 64), (BR + 2 * STAGES * BC) * D * 2)
+        sp = dynamic_shared(bf16, (CP, P_ROWS, 64), (BR + 2 * STAGES * BC) * D * 2)
         fullk = shared(i64, STAGES)
         fullv = shared(i64, STAGES)
         emptyk = shared(i64, STAGES)
@@ -1384,14 +1385,14 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     registers}), K and V first laid out by arrange_kv."""
     o, lse = _hopper_outputs(xp, q, p, "bulk")
     tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
-    wgs, bc, stages = tiles["WGS"], tiles["BC"], tiles["STAGES"]
-    if wgs not in (1, 2) or bc not in (64, 128) or stages not in (1, 2, 3, 4) or tiles["PINGPONG"] not in (0, 1) \
-            or tiles["RS"] not in (0, 1):
-        raise ValueError(f"flash_attention: the bulk forward takes WGS 1 or 2, BC 64 or 128, STAGES 1 to 4 and "
-                         f"PINGPONG and RS 0 or 1, got {tiles}")
+    wgs, bc, stages, rs = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"]
+    if wgs not in (1, 2) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
+            or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1):
+        raise ValueError(f"flash_attention: the bulk forward takes WGS 1 or 2, BC 64 or 128 (176 and 192 with RS=1), "
+                         f"STAGES 1 to 4 and PINGPONG and RS 0 or 1, got {tiles}")
     br = 64 * wgs
     kp, vp = arrange_kv(xp, k, v, p, bc)
-    smem = (br + 2 * stages * bc) * p.d * 2 + br * bc * 2
+    smem = (br + 2 * stages * bc) * p.d * 2 + (16 * 64 * 2 if rs else br * bc * 2)   # P's panels, or a stub
     grid = (p.batch * p.heads, cdiv(p.lq, br))
     _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](
         _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,

@@ -732,6 +732,10 @@ class Checker:
         a, b = self.expr(node.body), self.expr(node.orelse)
         self.scalar(a, node.body)
         self.scalar(b, node.orelse)
+        test = self.folded_condition(node.test)
+        va, vb = self.out.values.get(id(node.body)), self.out.values.get(id(node.orelse))
+        if test is not None and va is not None and vb is not None and isinstance(a, Weak) and isinstance(b, Weak):
+            return self.const(node, va if test else vb)   # `16 if RS else BR` is a constant too
         t = a if (a == b and not isinstance(a, Weak)) else promote(a, b)
         return strong(t)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from frost.kernel import Array, Const, KernelError, bf16, device, f32, f64, i32, kernel, tx
+from frost.kernel import Array, Const, KernelError, bf16, device, dynamic_shared, f32, f64, i32, kernel, tx
 from frost.kernel.frontend import enclosing_scope
 
 DEBUG_OFFSET = False  # a module-level bool a kernel reads as a constant
@@ -105,6 +105,24 @@ def test_a_named_const_bool_needs_a_compile_time_condition():
 
     with pytest.raises(KernelError, match="'BIG' is a Const; its value must be a compile-time constant"):
         runtime_flag.source
+
+
+@kernel
+def rows_by_flag(out: Array[f32], SMALL: Const[int]):
+    ROWS: Const[int] = 16 if SMALL else 64   # a conditional expression on constants is a constant
+    s = dynamic_shared(f32, (ROWS, 2))
+    if tx < ROWS:
+        s[tx, 0] = 1.0
+    out[tx] = f32(ROWS) + (0.5 if SMALL == 1 else 0.25)
+
+
+def test_a_conditional_expression_on_constants_folds():
+    out = np.zeros(64, np.float32)
+    rows_by_flag.simulate[1, 64, 16 * 8](out, SMALL=1)   # 16 rows fit 128 bytes: the shape folded
+    assert (out == 16.5).all()
+    rows_by_flag.simulate[1, 64, 64 * 8](out, SMALL=0)
+    assert (out == 64.25).all()
+    assert "out[tx] = (16.0f + 0.5f);" in rows_by_flag.source_for(SMALL=1)
 
 
 def test_const_of_another_type_is_still_refused():
