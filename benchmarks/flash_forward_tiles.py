@@ -23,7 +23,8 @@ BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2), dict(WGS=2, BC=64, STAGES=2, PING
                  dict(WGS=2, BC=64, STAGES=2, RS=1), dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1),
                  dict(WGS=2, BC=128, STAGES=2), dict(WGS=2, BC=128, STAGES=2, RS=1),
                  dict(WGS=2, BC=128, STAGES=2, RS=1, PINGPONG=1), dict(WGS=2, BC=176, STAGES=2, RS=1),
-                 dict(WGS=2, BC=176, STAGES=2, RS=1, PINGPONG=1))
+                 dict(WGS=2, BC=176, STAGES=2, RS=1, PINGPONG=1), dict(WGS=3, BC=64, STAGES=2, RS=1),
+                 dict(WGS=3, BC=128, STAGES=2, RS=1))
 
 
 def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:

@@ -945,12 +945,16 @@ def bulk_forward():
         if tx >= CONSUMERS:   # the producer warpgroup: one thread issues, its registers go to the consumers
             if WGS == 2:       # three warpgroups start with 168 registers a thread: 40 + 2 x 232 of them fit
                 setmaxnreg_dec(40)
+            if WGS == 3:       # four start with 128: 24 + 3 x 160
+                setmaxnreg_dec(24)
             if tx == CONSUMERS:
                 produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk * cdiv(lk, BC), tiles, BC,
                               D, STAGES)
         else:
             if WGS == 2:
                 setmaxnreg_inc(232)
+            if WGS == 3:
+                setmaxnreg_inc(160)
             wg = warp // 4
             s = local(f32, (BC // 8, 4))
             acc = local(f32, (D // 8, 4))
@@ -1386,9 +1390,9 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     o, lse = _hopper_outputs(xp, q, p, "bulk")
     tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
     wgs, bc, stages, rs = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"]
-    if wgs not in (1, 2) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
+    if wgs not in (1, 2, 3) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
             or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1):
-        raise ValueError(f"flash_attention: the bulk forward takes WGS 1 or 2, BC 64 or 128 (176 and 192 with RS=1), "
+        raise ValueError(f"flash_attention: the bulk forward takes WGS 1 to 3, BC 64 or 128 (176 and 192 with RS=1), "
                          f"STAGES 1 to 4 and PINGPONG and RS 0 or 1, got {tiles}")
     br = 64 * wgs
     kp, vp = arrange_kv(xp, k, v, p, bc)

@@ -427,6 +427,7 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (1, 2, 2, 100, 60, 64, False, False, dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1)),   # one tile: no turns
     (1, 2, 1, 150, 290, 128, True, False, dict(WGS=2, BC=128, STAGES=2, RS=1)),  # 128-key tiles, P in registers
     (1, 2, 1, 70, 400, 128, False, False, dict(WGS=2, BC=176, STAGES=2, RS=1)),  # 176-key tiles (not panels of 64)
+    (1, 1, 1, 250, 200, 64, True, False, dict(WGS=3, BC=64, STAGES=2, RS=1)),    # three consumer warpgroups
 ])
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
     """The warp-specialized forward: a producer thread's bulk copies through mbarrier rings, consumer warpgroups
@@ -513,7 +514,8 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, 
 @pytest.mark.cuda
 @pytest.mark.parametrize("d, causal", [(64, True), (128, False)])
 @pytest.mark.parametrize("tiles", [dict(PINGPONG=1), dict(BC=128), dict(STAGES=3), dict(RS=1), dict(RS=1, PINGPONG=1),
-                                   dict(BC=128, RS=1), dict(BC=128, RS=1, PINGPONG=1), dict(BC=176, RS=1)])
+                                   dict(BC=128, RS=1), dict(BC=128, RS=1, PINGPONG=1), dict(BC=176, RS=1),
+                                   dict(WGS=3, BC=64, RS=1)])
 def test_gpu_bulk_forward_settings_match_float64(d, causal, tiles):
     """The bulk forward's other settings (warpgroups taking turns, 128-key tiles, three stages, P in registers) on
     the GPU."""
