@@ -1,9 +1,10 @@
 """Flash attention: Frost's kernels (frost/accel/flash_attention.py) and Frost's path through cuDNN's graphs
 (frost/accel/cudnn_attention.py, "frost cuDNN") against Frost's composed path and PyTorch's SDPA (flash and cuDNN
 backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
---head-dim change them), causal and not. On a Hopper GPU "frost flash wgmma" is the same on warpgroup MMA
-(FROST_FLASH_WGMMA=1: the forward and backward kernels of frost/accel/flash_attention.py's Hopper section), and
-"frost flash bulk" its warp-specialized forward fed by the copy engine (FROST_FLASH_BULK=1) with the same backward.
+--head-dim change them), causal and not. "frost flash" is the mma.sync kernels (FROST_FLASH_BULK=0); on a Hopper GPU
+"frost flash wgmma" is the same on warpgroup MMA (FROST_FLASH_WGMMA=1: the forward and backward kernels of
+frost/accel/flash_attention.py's Hopper section), and "frost flash bulk" its warp-specialized forward fed by the copy
+engine (the default for bf16 there) with the same backward.
 
 Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep] [--out FILE.json]
 --sweep times FlashAttention's own shapes (the issue's): head dims 64 and 128, lengths 512 to 16k at batch x length =

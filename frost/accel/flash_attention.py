@@ -46,9 +46,9 @@ the mma.sync forward's (shared device functions). `wgmma_backward`'s dQ kernel (
 kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q) do the same for the backward (at head dim 128 in steps of 32
 keys or queries, half a panel: steps of 64 spill). No tile is transposed: the second operand of P V, dS K, P^T dO
 and dS^T Q is read MN-major (wgmma_bf16's B_MAJOR) from the row-major panels the copies write.
-All of it is off by default (FROST_FLASH_WGMMA=1 turns it on for bf16 on sm_90) until benchmarks/flash_attention.py
-has timed it against the mma.sync kernels on the H200; the simulator and the tests check it against float64 and
-against the mma.sync kernels (the backward's gradients agree bit for bit in the simulator at equal key order).
+The backward is the default for bf16 on sm_90 (with the bulk forward below); FROST_FLASH_WGMMA=1 runs this forward
+too. The simulator and the tests check them against float64 and against the mma.sync kernels (the backward's
+gradients agree bit for bit in the simulator at equal key order).
 
 Warp-specialized. `flash_fwd_bulk` is the Hopper forward as FlashAttention-3 arranges it: a producer warp (one
 thread) has the copy engine (cp_async_bulk) bring each tile's K and V into STAGES-deep rings of shared memory,
@@ -59,8 +59,9 @@ one extra pass over K and V, about 2 x 2 x (their bytes) of memory traffic, whic
 (cp.async.bulk.tensor, not yet in the kernel language) would make unnecessary. Settings, each tested in the simulator
 and timed by benchmarks/flash_forward_tiles.py: STAGES, PINGPONG (the two consumer warpgroups take turns at the
 tensor cores, FlashAttention-3's inter-warpgroup schedule) and RS (P kept in registers as the A operand of P V,
-wgmma_bf16_rs, instead of shared memory). FROST_FLASH_BULK=1 turns it on (with wgmma's backward), off by default
-until timed ahead of the others.
+wgmma_bf16_rs, instead of shared memory), WGS (2 or 3 consumer warpgroups). The default forward for bf16 on sm_90:
+2.0x the mma.sync forward at 4 x 16 x 4096 x 128 on an H100 (benchmarks/RESULTS.md); FROST_FLASH_BULK=0 runs the
+mma.sync kernels instead.
 
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
 masks.
@@ -102,9 +103,10 @@ WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
 
 
 # the Hopper backward's: dQ blocks of 64 WGS queries stepping over BC keys, dK/dV blocks of 64 WGS keys stepping over
-# BR queries. At head dim 128 steps of 64 spill (S, dP and two D-wide accumulators pass 255 registers a thread);
-# steps of 32, half a 64-column panel each, fit: 184-249 registers, no spills (ptxas, sm_90a)
-WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=32, BR=32)}
+# BR queries. At head dim 128 the dK/dV kernel's steps of 64 spill (S^T, dP^T and two D-wide accumulators pass 255
+# registers a thread), steps of 32 (half a 64-column panel) fit; the dQ kernel's steps of 64 fit (187 registers) and
+# made the backward 7 % faster than 32 on an H100 (4 x 16 x 4096 x 128: 5.24 against 5.63 ms, tree 5a9727e)
+WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, BR=32)}
 
 
 def wgmma_dq_smem(d: int, br: int, bc: int) -> int:
@@ -1320,19 +1322,20 @@ VARIANTS = ("mma", "wgmma", "bulk")
 
 def forward_variant(xp, q, variant: str | None) -> str:
     """Which forward kernel runs: "mma" (mma.sync, any GPU), "wgmma" (Hopper's warpgroup MMA) or "bulk" (wgmma fed
-    by the copy engine, warp-specialized); asked for by name, or by default "mma" unless FROST_FLASH_WGMMA=1 or
-    FROST_FLASH_BULK=1 asks for a Hopper kernel for bf16 on a Hopper GPU. The Hopper kernels stay off by default
-    until they are timed ahead of the others (benchmarks/flash_attention.py's "frost flash wgmma" and "frost flash
-    bulk" rows)."""
+    by the copy engine, warp-specialized); asked for by name, or by default "bulk" for bf16 on a Hopper GPU (2.0x
+    the mma forward at 4 x 16 x 4096 x 128 on an H100, flash_forward_tiles_h100_5a9727e.json) and "mma" elsewhere.
+    FROST_FLASH_WGMMA=1 asks for "wgmma" there, FROST_FLASH_BULK=0 for "mma"."""
     if variant is not None:
         if variant not in VARIANTS:
             raise ValueError(f"flash_attention: variant must be one of {', '.join(map(repr, VARIANTS))}, got "
                              f"{variant!r}")
         return variant
     hopper = xp is not np and str(q.dtype) == "bfloat16" and device_arch(q.device.id).startswith("sm_90")
-    if hopper and os.environ.get("FROST_FLASH_BULK") == "1":
-        return "bulk"
-    return "wgmma" if hopper and os.environ.get("FROST_FLASH_WGMMA") == "1" else "mma"
+    if not hopper:
+        return "mma"
+    if os.environ.get("FROST_FLASH_WGMMA") == "1":
+        return "wgmma"
+    return "mma" if os.environ.get("FROST_FLASH_BULK") == "0" else "bulk"
 
 
 def uses_wgmma(xp, q, variant: str | None) -> bool:
@@ -1364,12 +1367,16 @@ def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 
-BULK_TILES = {64: dict(WGS=2, BC=128, STAGES=2, PINGPONG=0, RS=0), 128: dict(WGS=2, BC=64, STAGES=2, PINGPONG=0, RS=0)}
+# three consumer warpgroups of 64 query rows, 64-key tiles, P in registers: the fastest setting at 4 x 16 x 4096 x 128
+# (causal and not) and 4 x 32 x 4096 x 64 non-causal on an H100, 6 % behind 128-key tiles at 64 causal (which spill)
+# (benchmarks/results/flash_forward_tiles_h100_5a9727e.json)
+BULK_TILES = {64: dict(WGS=3, BC=64, STAGES=2, PINGPONG=0, RS=1), 128: dict(WGS=3, BC=64, STAGES=2, PINGPONG=0, RS=1)}
 
 
 def bulk_tiles(d: int, dropout: bool) -> dict:
-    """The bulk forward's tiles: with dropout, 64 keys a tile at head dim 64 (128 spill registers)."""
-    return dict(BULK_TILES[d], BC=64) if dropout else dict(BULK_TILES[d])
+    """The bulk forward's tiles: with dropout, two consumer warpgroups and 64 keys a tile (three warpgroups spill at
+    head dim 128, 128 keys at 64)."""
+    return dict(BULK_TILES[d], WGS=2, BC=64) if dropout else dict(BULK_TILES[d])
 
 
 def arrange_kv(xp, k, v, p: Problem, bc: int) -> tuple:

@@ -460,7 +460,7 @@ def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     for dropout, extra in itertools.product((False, True), ({}, dict(RS=1), dict(RS=1, PINGPONG=1),
-                                                           dict(BC=128, RS=1, PINGPONG=1))):
+                                                           dict(WGS=2, BC=128, RS=1, PINGPONG=1))):
         if dropout and extra.get("BC") == 128:
             continue   # bulk_tiles keeps dropout at 64-key tiles
         info = fa.bulk_forward().inspect("sm_90", D=d, CAUSAL=1, MASKED=1, DROPOUT=int(dropout),
@@ -542,18 +542,24 @@ GPU_CASES = [
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,dtype,masked", GPU_CASES)
-@pytest.mark.parametrize("wgmma", ["0", "1"])   # FROST_FLASH_WGMMA: the Hopper kernels for bf16 on sm_90
-def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, causal, dtype, masked, wgmma,
+@pytest.mark.parametrize("forward", ["mma", "wgmma", "bulk"])
+def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, causal, dtype, masked, forward,
                                                      monkeypatch):
-    monkeypatch.setenv("FROST_FLASH_WGMMA", wgmma)
+    """The flash kernels behind SDPA against the composed path; for bf16 on sm_90 each forward: FROST_FLASH_BULK=0
+    (mma), FROST_FLASH_WGMMA=1, and the default (bulk)."""
+    monkeypatch.setenv("FROST_FLASH_WGMMA", "1" if forward == "wgmma" else "0")
+    monkeypatch.delenv("FROST_FLASH_BULK", raising=False)
+    if forward == "mma":
+        monkeypatch.setenv("FROST_FLASH_BULK", "0")
     monkeypatch.setenv("FROST_CUDNN_ATTENTION", "0")   # cuDNN's graphs come first where they apply
-    wgmma_calls = []
-    if wgmma == "1":
+    hopper_calls = []
+    if forward != "mma":
         cp = pytest.importorskip("cupy")
         if dtype != "bfloat16" or cp.cuda.Device().compute_capability != "90":
-            pytest.skip("the wgmma kernels take bf16 on a Hopper GPU")
-        forward_wgmma = fa.forward_wgmma
-        monkeypatch.setattr(fa, "forward_wgmma", lambda *a, **kw: wgmma_calls.append(1) or forward_wgmma(*a, **kw))
+            pytest.skip("the Hopper kernels take bf16 on a Hopper GPU")
+        real_forward = getattr(fa, "forward_" + forward)
+        monkeypatch.setattr(fa, "forward_" + forward,
+                            lambda *a, **kw: hopper_calls.append(1) or real_forward(*a, **kw))
     rng = np.random.default_rng(0)
     arrays = inputs(rng, b, hq, hkv, lq, lk, d, dtype)
     mask = rng.random((b, lk)) > 0.3 if masked else None
@@ -572,7 +578,7 @@ def test_gpu_kernels_behind_sdpa_match_composed_path(b, hq, hkv, lq, lk, d, caus
         out = sdpa(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=hq != hkv)
         out.backward(do)
         results.append([t.detach().cpu().numpy().astype(np.float64) for t in (out, q.grad, k.grad, v.grad)])
-    assert calls == [1] and wgmma_calls == ([1] if wgmma == "1" else [])
+    assert calls == [1] and hopper_calls == ([] if forward == "mma" else [1])
     want = reference(*arrays, causal, hq // hkv, mask)
     for name, got, comp, ref in zip(("O", "dQ", "dK", "dV"), results[0], results[1], want[:1] + want[2:]):
         assert_close(name, got, ref, comp, UNIT[dtype])

@@ -367,16 +367,17 @@ def test_shared_memory_is_read_when_the_wgmma_retires():
 def _chained():
     """The chained-products kernel (made here: its Const has no default, which module-level kernels need)."""
     @kernel
-    def chained_products(a: Array[bf16], b: Array[bf16], c: Array[bf16], out: Array[f32], CLOBBER: Const[bool]):
+    def chained_products(a: Array[bf16], b: Array[bf16], c: Array[bf16], out: Array[f32], sout: Array[f32],
+                         CLOBBER: Const[bool]):
         """S = A B^T (64 x 64, both K-major in shared memory), then O = S C^T with S kept in registers: S's C
         fragments are the A fragments of the second wgmma (bf16), as FlashAttention-3 feeds P into P V. CLOBBER:
-        the fragments are overwritten before the wait (undefined on the GPU)."""
-        _chained_body(a, b, c, out, CLOBBER)
+        the fragments are overwritten before the wait (undefined on the GPU). sout: S as accumulated."""
+        _chained_body(a, b, c, out, sout, CLOBBER)
     return chained_products
 
 
 @device
-def _chained_body(a, b, c, out, CLOBBER: Const[bool]):
+def _chained_body(a, b, c, out, sout, CLOBBER: Const[bool]):
     sa = dynamic_shared(bf16, (64, 64))
     sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
     sc = dynamic_shared(bf16, (64, 64), 2 * 64 * 64 * 2)
@@ -411,25 +412,36 @@ def _chained_body(a, b, c, out, CLOBBER: Const[bool]):
     w = tx // 32
     for j in static_range(8):
         for q in static_range(4):
-            out[(16 * w + lane // 4 + 8 * (q // 2)) * 64 + 8 * j + 2 * (lane % 4) + q % 2] = o[j, q]
+            at = (16 * w + lane // 4 + 8 * (q // 2)) * 64 + 8 * j + 2 * (lane % 4) + q % 2
+            out[at] = o[j, q]
+            sout[at] = s[j, q]
 
 
 def _chained_want(seed=3):
     rng = np.random.default_rng(seed)
     a, b, c = (rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
-    s = (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.float32).astype(ml_dtypes.bfloat16)
-    return a, b, c, s.astype(np.float64) @ c.astype(np.float64).T
+    return a, b, c, a.astype(np.float64) @ b.astype(np.float64).T
+
+
+def _second_product(s, c):
+    """S (as the first wgmma accumulated it, f32) rounded to bf16 times C^T: the chained product's reference. Built
+    from the kernel's own S, since an S that float32 accumulation leaves next to a bf16 rounding boundary may round
+    either way (a GPU run found one such element, changing a row of O by 0.17)."""
+    return s.reshape(64, 64).astype(ml_dtypes.bfloat16).astype(np.float64) @ c.astype(np.float64).T
 
 
 def test_wgmma_with_a_from_registers_chains_two_products():
-    a, b, c, want = _chained_want()
-    out = np.zeros(64 * 64, np.float32)
+    a, b, c, want_s = _chained_want()
+    out, sout = np.zeros(64 * 64, np.float32), np.zeros(64 * 64, np.float32)
     chained = _chained()
-    chained.simulate[1, 128, 3 * 64 * 64 * 2](a.reshape(-1), b.reshape(-1), c.reshape(-1), out, CLOBBER=False)
-    np.testing.assert_allclose(out.reshape(64, 64), want, rtol=1e-5, atol=1e-4)
+    chained.simulate[1, 128, 3 * 64 * 64 * 2](a.reshape(-1), b.reshape(-1), c.reshape(-1), out, sout, CLOBBER=False)
+    np.testing.assert_allclose(sout.reshape(64, 64), want_s, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(out.reshape(64, 64), _second_product(want_s.astype(np.float32), c), rtol=1e-5,
+                               atol=1e-4)
     with pytest.raises(SimulationError, match=r"chained_products: block \(0, 0, 0\) thread \(0, 0, 0\) at .*: "
                                               r"wgmma_bf16_rs: A fragment 'frags\[0\]' changed before wgmma_wait"):
-        chained.simulate[1, 128, 3 * 64 * 64 * 2](a.reshape(-1), b.reshape(-1), c.reshape(-1), out, CLOBBER=True)
+        chained.simulate[1, 128, 3 * 64 * 64 * 2](a.reshape(-1), b.reshape(-1), c.reshape(-1), out, sout,
+                                                  CLOBBER=True)
 
 
 def test_wgmma_with_a_from_registers_compiles_for_sm_90a():
@@ -451,10 +463,12 @@ def test_wgmma_with_a_from_registers_compiles_for_sm_90a():
 @pytest.mark.cuda
 def test_gpu_wgmma_with_a_from_registers_chains_two_products():
     import cupy as cp
-    a, b, c, want = _chained_want()
-    out = cp.zeros(64 * 64, cp.float32)
-    _chained()[1, 128, 3 * 64 * 64 * 2](*(cp.asarray(x.reshape(-1)) for x in (a, b, c)), out, CLOBBER=False)
-    np.testing.assert_allclose(cp.asnumpy(out).reshape(64, 64), want, rtol=1e-5, atol=1e-4)
+    a, b, c, want_s = _chained_want()
+    out, sout = cp.zeros(64 * 64, cp.float32), cp.zeros(64 * 64, cp.float32)
+    _chained()[1, 128, 3 * 64 * 64 * 2](*(cp.asarray(x.reshape(-1)) for x in (a, b, c)), out, sout, CLOBBER=False)
+    s = cp.asnumpy(sout)
+    np.testing.assert_allclose(s.reshape(64, 64), want_s, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(cp.asnumpy(out).reshape(64, 64), _second_product(s, c), rtol=1e-5, atol=1e-4)
 
 
 # -- B in MN-major layout (imm-trans-b): a row-major [K, N] tile, as attention's V, without a transpose ---------
@@ -476,9 +490,10 @@ def test_mn_major_addresses_read_row_major_panels():
 def _mn_major():
     """A kernel of the two MN-major forms (made here, as _chained)."""
     @kernel
-    def mn_major_products(a: Array[bf16], b: Array[bf16], v: Array[bf16], o: Array[f32], o2: Array[f32]):
+    def mn_major_products(a: Array[bf16], b: Array[bf16], v: Array[bf16], o: Array[f32], o2: Array[f32],
+                          so: Array[f32]):
         """S = A B^T (64 x 64), then O = S V and O2 = A V (64 x 128) with V a row-major [64, 128] tile read
-        MN-major: O's A from registers (S's fragments, as P V), O2's from shared memory."""
+        MN-major: O's A from registers (S's fragments, as P V), O2's from shared memory; so: S."""
         sa = dynamic_shared(bf16, (64, 64))
         sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
         sv = dynamic_shared(bf16, (2, 64, 64), 2 * 64 * 64 * 2)   # V's two 64-column panels
@@ -518,27 +533,36 @@ def _mn_major():
                 at = (16 * w + lane // 4 + 8 * (q // 2)) * 128 + 8 * j + 2 * (lane % 4) + q % 2
                 o[at] = acc[j, q]
                 o2[at] = acc2[j, q]
+        for j in static_range(8):
+            for q in static_range(4):
+                so[(16 * w + lane // 4 + 8 * (q // 2)) * 64 + 8 * j + 2 * (lane % 4) + q % 2] = s[j, q]
     return mn_major_products
 
 
 def _mn_major_want(seed=4):
+    """A, B, V and the float64 S = A B^T and A V (S V is checked from the kernel's own S: _second_product's note)."""
     rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
     v = rng.standard_normal((64, 128)).astype(ml_dtypes.bfloat16)
     f64 = [x.astype(np.float64) for x in (a, b, v)]
-    s = (f64[0] @ f64[1].T).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-    return a, b, v, s @ f64[2], f64[0] @ f64[2]
+    return a, b, v, f64[0] @ f64[1].T, f64[0] @ f64[2]
+
+
+def _check_mn_major(o, o2, so, v, want_s, want2):
+    np.testing.assert_allclose(so.reshape(64, 64), want_s, rtol=1e-5, atol=1e-4)
+    s = so.reshape(64, 64).astype(ml_dtypes.bfloat16).astype(np.float64)
+    np.testing.assert_allclose(o.reshape(64, 128), s @ v.astype(np.float64), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(o2.reshape(64, 128), want2, rtol=1e-5, atol=1e-4)
 
 
 MN_SMEM = 4 * 64 * 64 * 2
 
 
 def test_wgmma_reads_b_mn_major():
-    a, b, v, want, want2 = _mn_major_want()
-    o, o2 = np.zeros(64 * 128, np.float32), np.zeros(64 * 128, np.float32)
-    _mn_major().simulate[1, 128, MN_SMEM](a.reshape(-1), b.reshape(-1), v.reshape(-1), o, o2)
-    np.testing.assert_allclose(o.reshape(64, 128), want, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(o2.reshape(64, 128), want2, rtol=1e-5, atol=1e-4)
+    a, b, v, want_s, want2 = _mn_major_want()
+    o, o2, so = np.zeros(64 * 128, np.float32), np.zeros(64 * 128, np.float32), np.zeros(64 * 64, np.float32)
+    _mn_major().simulate[1, 128, MN_SMEM](a.reshape(-1), b.reshape(-1), v.reshape(-1), o, o2, so)
+    _check_mn_major(o, o2, so, v, want_s, want2)
 
 
 def test_mn_major_compiles_with_imm_trans_b():
@@ -571,8 +595,7 @@ def test_mn_major_compiles_with_imm_trans_b():
 @pytest.mark.cuda
 def test_gpu_wgmma_reads_b_mn_major():
     import cupy as cp
-    a, b, v, want, want2 = _mn_major_want()
-    o, o2 = cp.zeros(64 * 128, cp.float32), cp.zeros(64 * 128, cp.float32)
-    _mn_major()[1, 128, MN_SMEM](*(cp.asarray(x.reshape(-1)) for x in (a, b, v)), o, o2)
-    np.testing.assert_allclose(cp.asnumpy(o).reshape(64, 128), want, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(cp.asnumpy(o2).reshape(64, 128), want2, rtol=1e-5, atol=1e-4)
+    a, b, v, want_s, want2 = _mn_major_want()
+    o, o2, so = cp.zeros(64 * 128, cp.float32), cp.zeros(64 * 128, cp.float32), cp.zeros(64 * 64, cp.float32)
+    _mn_major()[1, 128, MN_SMEM](*(cp.asarray(x.reshape(-1)) for x in (a, b, v)), o, o2, so)
+    _check_mn_major(*(cp.asnumpy(x) for x in (o, o2, so)), v, want_s, want2)
