@@ -134,9 +134,19 @@ def check_against_composed(shape: tuple, causal: bool, path: str) -> float:
 SWEEP_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
-def sweep_shapes() -> list[tuple]:
+def sweep_shapes(head_dims=fa.HEAD_DIMS, lengths=SWEEP_LENGTHS) -> list[tuple]:
     """FlashAttention's benchmark shapes (the issue's): batch x length = 16k tokens, heads x dim = 2048."""
-    return [(16384 // length, 2048 // d, length, d) for d in fa.HEAD_DIMS for length in SWEEP_LENGTHS]
+    return [(16384 // length, 2048 // d, length, d) for d in head_dims for length in lengths]
+
+
+def print_and_keep(out, title: str, header: list, table: list, results: list, iters: int, warmup: int) -> None:
+    """Print a benchmark's table under its title and keep its JSON (device, commit, versions) where --out says."""
+    import cupy as cp
+    device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
+    print(f"{title}, on {device} (mean of {iters} calls a row)")
+    print(common.format_table(table, header))
+    common.keep_result(out, dict(device=device, commit=common.git_commit(), versions=common.versions(), iters=iters,
+                                 warmup=warmup, results=results))
 
 
 def peak_mib(forward_backward) -> float:

@@ -14,11 +14,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from flash_attention import torch_backends
+from flash_attention import print_and_keep, sweep_shapes, torch_backends
 from frost.accel import flash_attention as fa
 from frost.bench import common
 
-TOKENS, WIDTH = 16384, 2048
 DQ_STEPS = (32, 64)   # the dQ kernel's keys a step at head dim 128 (WGMMA_BACKWARD_TILES)
 
 
@@ -74,25 +73,20 @@ def main() -> None:
     import cupy as cp
     backends = torch_backends()
     results = []
-    for d in args.head_dims:
-        for length in args.lengths:
-            shape = (TOKENS // length, WIDTH // d, length, d)
-            for causal in (False, True):
-                flops = 2.5 * 4 * shape[0] * shape[1] * length ** 2 * d * (0.5 if causal else 1.0)
-                for name, seconds, diff in (torch_rows(shape, causal, args.iters, args.warmup, backends)
-                                            + frost_rows(cp, shape, causal, args.iters, args.warmup)):
-                    results.append(dict(impl=name, batch=shape[0], heads=shape[1], length=length, head_dim=d,
-                                        causal=causal, backward_ms=1e3 * seconds,
-                                        backward_tflops=flops / seconds / 1e12, max_abs_diff_vs_mma=diff))
-    device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
+    for shape in sweep_shapes(args.head_dims, args.lengths):
+        b, h, length, d = shape
+        for causal in (False, True):
+            flops = 2.5 * 4 * b * h * length ** 2 * d * (0.5 if causal else 1.0)
+            for name, seconds, diff in (torch_rows(shape, causal, args.iters, args.warmup, backends)
+                                        + frost_rows(cp, shape, causal, args.iters, args.warmup)):
+                results.append(dict(impl=name, batch=b, heads=h, length=length, head_dim=d, causal=causal,
+                                    backward_ms=1e3 * seconds, backward_tflops=flops / seconds / 1e12,
+                                    max_abs_diff_vs_mma=diff))
     header = ["impl", "B x H x L x D", "causal", "bwd ms", "bwd TFLOP/s", "max |dX - dX_mma|"]
     table = [[r["impl"], f"{r['batch']}x{r['heads']}x{r['length']}x{r['head_dim']}", "yes" if r["causal"] else "no",
               f"{r['backward_ms']:.3f}", f"{r['backward_tflops']:.1f}",
               "" if r["max_abs_diff_vs_mma"] is None else f"{r['max_abs_diff_vs_mma']:.3g}"] for r in results]
-    print(f"Attention backward, bf16, on {device} (mean of {args.iters} calls a row)")
-    print(common.format_table(table, header))
-    common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
-                                      iters=args.iters, warmup=args.warmup, results=results))
+    print_and_keep(args.out, "Attention backward, bf16", header, table, results, args.iters, args.warmup)
 
 
 if __name__ == "__main__":

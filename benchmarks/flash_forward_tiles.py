@@ -14,11 +14,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from flash_attention import frost_calls, torch_backends, torch_calls
+from flash_attention import frost_calls, print_and_keep, sweep_shapes, torch_backends, torch_calls
 from frost.accel import flash_attention as fa
 from frost.bench import common
 
-TOKENS, WIDTH = 16384, 2048
 BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2), dict(WGS=2, BC=64, STAGES=2, PINGPONG=1),
                  dict(WGS=2, BC=64, STAGES=2, RS=1), dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1),
                  dict(WGS=2, BC=128, STAGES=2), dict(WGS=2, BC=128, STAGES=2, RS=1),
@@ -43,7 +42,7 @@ def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list
         diff = float(np.abs(cp.asnumpy(call()[0]).astype(np.float32) - base).max())
         name = f"frost {variant}" + ("" if tiles is None else " " + " ".join(f"{a}={x}" for a, x in tiles.items()))
         rows.append((name, common.seconds_per_call(call, sync, iters, warmup), diff))
-    bc = fa.bulk_tiles(d, False)["BC"]
+    bc = fa.bulk_tiles(d, False, causal)["BC"]
     rows.append((f"arrange_kv BC={bc}", common.seconds_per_call(lambda: fa.arrange_kv(cp, k, v, p, bc), sync, iters,
                                                                  warmup), None))
     return rows
@@ -73,25 +72,20 @@ def main() -> None:
     import cupy as cp
     torch_rows = torch_backends()
     results = []
-    for d in args.head_dims:
-        for length in args.lengths:
-            shape = (TOKENS // length, WIDTH // d, length, d)
-            for causal in (False, True):
-                flops = 4 * shape[0] * shape[1] * length ** 2 * d * (0.5 if causal else 1.0)
-                for name, seconds, diff in (library_rows(shape, causal, args.iters, args.warmup, torch_rows)
-                                            + kernel_rows(cp, shape, causal, args.iters, args.warmup)):
-                    results.append(dict(impl=name, batch=shape[0], heads=shape[1], length=length, head_dim=d,
-                                        causal=causal, forward_ms=1e3 * seconds, forward_tflops=flops / seconds / 1e12,
-                                        max_abs_diff_vs_mma=diff))
-    device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
+    for shape in sweep_shapes(args.head_dims, args.lengths):
+        b, h, length, d = shape
+        for causal in (False, True):
+            flops = 4 * b * h * length ** 2 * d * (0.5 if causal else 1.0)
+            for name, seconds, diff in (library_rows(shape, causal, args.iters, args.warmup, torch_rows)
+                                        + kernel_rows(cp, shape, causal, args.iters, args.warmup)):
+                results.append(dict(impl=name, batch=b, heads=h, length=length, head_dim=d, causal=causal,
+                                    forward_ms=1e3 * seconds, forward_tflops=flops / seconds / 1e12,
+                                    max_abs_diff_vs_mma=diff))
     header = ["impl", "B x H x L x D", "causal", "fwd ms", "fwd TFLOP/s", "max |O - O_mma|"]
     table = [[r["impl"], f"{r['batch']}x{r['heads']}x{r['length']}x{r['head_dim']}", "yes" if r["causal"] else "no",
               f"{r['forward_ms']:.3f}", f"{r['forward_tflops']:.1f}",
               "" if r["max_abs_diff_vs_mma"] is None else f"{r['max_abs_diff_vs_mma']:.3g}"] for r in results]
-    print(f"Attention forward, bf16, on {device} (mean of {args.iters} calls a row)")
-    print(common.format_table(table, header))
-    common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
-                                      iters=args.iters, warmup=args.warmup, results=results))
+    print_and_keep(args.out, "Attention forward, bf16", header, table, results, args.iters, args.warmup)
 
 
 if __name__ == "__main__":

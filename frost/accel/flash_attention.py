@@ -1368,15 +1368,19 @@ def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None
 
 
 # three consumer warpgroups of 64 query rows, 64-key tiles, P in registers: the fastest setting at 4 x 16 x 4096 x 128
-# (causal and not) and 4 x 32 x 4096 x 64 non-causal on an H100, 6 % behind 128-key tiles at 64 causal (which spill)
-# (benchmarks/results/flash_forward_tiles_h100_5a9727e.json)
+# (causal and not) and 4 x 32 x 4096 x 64 non-causal on an H100; causal at head dim 64, 128-key tiles, 6 % faster
+# although they spill (76 bytes a thread), and the only setting ahead of PyTorch's flash backend there (296.3
+# against 283.2 TFLOP/s; benchmarks/results/flash_forward_tiles_h100_5a9727e.json)
 BULK_TILES = {64: dict(WGS=3, BC=64, STAGES=2, PINGPONG=0, RS=1), 128: dict(WGS=3, BC=64, STAGES=2, PINGPONG=0, RS=1)}
+CAUSAL_BULK_TILES = {64: dict(BULK_TILES[64], BC=128), 128: BULK_TILES[128]}
 
 
-def bulk_tiles(d: int, dropout: bool) -> dict:
+def bulk_tiles(d: int, dropout: bool, causal: bool = False) -> dict:
     """The bulk forward's tiles: with dropout, two consumer warpgroups and 64 keys a tile (three warpgroups spill at
     head dim 128, 128 keys at 64)."""
-    return dict(BULK_TILES[d], WGS=2, BC=64) if dropout else dict(BULK_TILES[d])
+    if dropout:
+        return dict(BULK_TILES[d], WGS=2, BC=64)
+    return dict(CAUSAL_BULK_TILES[d] if causal else BULK_TILES[d])
 
 
 def arrange_kv(xp, k, v, p: Problem, bc: int) -> tuple:
@@ -1395,7 +1399,7 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores, "RS": 1 for P kept in
     registers}), K and V first laid out by arrange_kv."""
     o, lse = _hopper_outputs(xp, q, p, "bulk")
-    tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0), **(tiles or {}))
+    tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0, p.causal), **(tiles or {}))
     wgs, bc, stages, rs = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"]
     if wgs not in (1, 2, 3) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
             or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1):

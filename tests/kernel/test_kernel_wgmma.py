@@ -392,14 +392,7 @@ def _chained_body(a, b, c, out, sout, CLOBBER: Const[bool]):
     s = local(f32, (8, 4))
     o = local(f32, (8, 4))
     frags = local(bf16, (4, 8))
-    wgmma_fence()
-    for kk in static_range(4):
-        wgmma_bf16(s, wgmma_desc(sa, (0, kk * 16), 128), wgmma_desc(sb, (0, kk * 16), 128), 64, kk)
-    wgmma_commit()
-    wgmma_wait(0)
-    for kk in static_range(4):   # C tiles 2kk and 2kk + 1 are the A fragment of columns 16kk ... 16kk + 15
-        for i in static_range(8):
-            frags[kk, i] = s[2 * kk + i // 4, i % 4]
+    _scores_as_fragments(sa, sb, s, frags)
     wgmma_fence()
     for kk in static_range(4):
         wgmma_bf16_rs(o, frags[kk], wgmma_desc(sc, (0, kk * 16), 128), 64, kk)
@@ -415,6 +408,20 @@ def _chained_body(a, b, c, out, sout, CLOBBER: Const[bool]):
             at = (16 * w + lane // 4 + 8 * (q // 2)) * 64 + 8 * j + 2 * (lane % 4) + q % 2
             out[at] = o[j, q]
             sout[at] = s[j, q]
+
+
+@device
+def _scores_as_fragments(sa, sb, s, frags):
+    """S = A B^T (64 x 64, both K-major swizzled tiles) into s, then as bf16 A fragments: C tiles 2kk and 2kk + 1 are
+    the A fragment of columns 16kk ... 16kk + 15."""
+    wgmma_fence()
+    for kk in static_range(4):
+        wgmma_bf16(s, wgmma_desc(sa, (0, kk * 16), 128), wgmma_desc(sb, (0, kk * 16), 128), 64, kk)
+    wgmma_commit()
+    wgmma_wait(0)
+    for kk in static_range(4):
+        for i in static_range(8):
+            frags[kk, i] = s[2 * kk + i // 4, i % 4]
 
 
 def _chained_want(seed=3):
@@ -512,14 +519,7 @@ def _mn_major():
         acc = local(f32, (16, 4))
         acc2 = local(f32, (16, 4))
         frags = local(bf16, (4, 8))
-        wgmma_fence()
-        for kk in static_range(4):
-            wgmma_bf16(s, wgmma_desc(sa, (0, kk * 16), 128), wgmma_desc(sb, (0, kk * 16), 128), 64, kk)
-        wgmma_commit()
-        wgmma_wait(0)
-        for kk in static_range(4):
-            for i in static_range(8):
-                frags[kk, i] = s[2 * kk + i // 4, i % 4]
+        _scores_as_fragments(sa, sb, s, frags)
         wgmma_fence()
         for kk in static_range(4):   # keys kk * 16 ... + 15: rows of V, LBO = one panel (64 rows of 128 bytes)
             vd = wgmma_desc(sv[0], (kk * 16, 0), 128, 64 * 128, 1024)
