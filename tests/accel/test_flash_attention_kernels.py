@@ -356,7 +356,7 @@ def test_wgmma_forward_with_dropout_draws_the_mma_forwards_mask():
     (1, 1, 1, 130, 130, True, False, 0.0, 2),   # the default two warpgroups
     (1, 1, 1, 80, 80, True, False, 0.3, 1),     # dropout
 ])
-@pytest.mark.parametrize("d", [64, 128])        # 128: steps of 32 keys (dQ) and queries (dK/dV), half a panel
+@pytest.mark.parametrize("d", [64, 128])        # 128: steps of 64 keys (dQ), 32 queries (dK/dV, half a panel)
 def test_wgmma_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk, causal, masked, drop_p, wgs, d,
                                                              monkeypatch):
     if d == 128 and (masked or wgs == 2):
