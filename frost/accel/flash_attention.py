@@ -87,6 +87,7 @@ from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
 
 LOG2E = math.log2(math.e)
+HOPPER_SHARED_BYTES = 227 * 1024   # a block's dynamic shared memory on sm_90
 LN2 = math.log(2.0)
 HEAD_DIMS = (64, 128)
 STREAM = 0x464C4153   # xor-ed into the key's high word: dropout masks are a stream apart from the generator's draws
@@ -1383,6 +1384,11 @@ def bulk_tiles(d: int, dropout: bool, causal: bool = False) -> dict:
     return dict(CAUSAL_BULK_TILES[d] if causal else BULK_TILES[d])
 
 
+def bulk_fits(p: Problem, bc: int = 192) -> bool:
+    """Whether arrange_kv's padded K and V (whole tiles of up to bc keys) keep their element indices below 2^31."""
+    return p.batch * p.heads // p.group * cdiv(p.lk, bc) * bc * p.d < 2 ** 31
+
+
 def arrange_kv(xp, k, v, p: Problem, bc: int) -> tuple:
     """K and V (C-order rows) as arrange_kv lays them out for tiles of bc keys: two flat arrays."""
     heads = p.batch * p.heads // p.group
@@ -1406,8 +1412,12 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
         raise ValueError(f"flash_attention: the bulk forward takes WGS 1 to 3, BC 64 or 128 (176 and 192 with RS=1), "
                          f"STAGES 1 to 4 and PINGPONG and RS 0 or 1, got {tiles}")
     br = 64 * wgs
-    kp, vp = arrange_kv(xp, k, v, p, bc)
     smem = (br + 2 * stages * bc) * p.d * 2 + (16 * 64 * 2 if rs else br * bc * 2)   # P's panels, or a stub
+    if smem > HOPPER_SHARED_BYTES or not bulk_fits(p, bc):
+        raise ValueError(f"flash_attention: the bulk forward's tiles {tiles} need {smem} bytes of shared memory (at "
+                         f"most {HOPPER_SHARED_BYTES}) and K, V padded to whole tiles below 2^31 elements, at head dim "
+                         f"{p.d}, {p.lk} keys")
+    kp, vp = arrange_kv(xp, k, v, p, bc)
     grid = (p.batch * p.heads, cdiv(p.lq, br))
     _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](
         _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
@@ -1422,7 +1432,11 @@ def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = Non
     the log-sum-exp float32 (B, H, Lq). kmask: a boolean (B, Lk) key-padding mask (True = attend) or None. rng:
     with p.dropout_p > 0, the generator state snapshot (4 uint32 words) the dropout mask comes from. variant:
     "mma" (mma.sync), "wgmma" or "bulk" for the forward kernel, None for the default (forward_variant)."""
+    if variant is None and tiles is not None and "BR" in tiles:
+        variant = "mma"   # tiles naming query rows (BR) are the mma.sync forward's
     chosen = forward_variant(xp, q, variant)
+    if chosen == "bulk" and variant is None and not bulk_fits(p):
+        chosen = "mma"
     if chosen == "bulk":
         return forward_bulk(xp, q, k, v, p, kmask, tiles, rng)
     if chosen == "wgmma":
@@ -1554,6 +1568,18 @@ def problem(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: f
     return Problem(b, h, h // hk, lq, lk, d, bool(is_causal), scale, masked, float(dropout_p))
 
 
+def check_scale(p: Problem) -> Problem:
+    """p, or a ValueError: the flash kernels' online softmax scales each row's maximum of the raw scores, which is the
+    maximum of the scaled ones only for a positive scale, and a masked score times a zero scale would be NaN; the
+    kernels get scale * log2(e) as a float32, which must be normal."""
+    with np.errstate(over="ignore"):
+        scale_log2 = np.float32(p.scale * LOG2E)
+    if not 2.0 ** -126 <= scale_log2 < math.inf:
+        raise ValueError(f"flash_attention: scale must be positive and finite (a normal float32 in log2 units), got "
+                         f"{p.scale}; scaled_dot_product_attention takes such scales on its composed path")
+    return p
+
+
 def dropout_keep_numpy(rng, bh: int, lq: int, lk: int, p: float) -> np.ndarray:
     """The kernels' dropout multipliers as a float32 (bh, lq, lk) array: 1 / (1 - p) where a weight is kept, else
     0, from the 4-word state snapshot `rng` (the twin of dropout_pair and dropout_pair_of_queries)."""
@@ -1587,7 +1613,7 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
     if mask is not None and tuple(mask.shape) != (query.shape[0], key.shape[-2]):
         raise ValueError(f"flash_attention: key_padding_mask must have shape (batch, key length) = "
                          f"{(query.shape[0], key.shape[-2])}, got {tuple(mask.shape)}")
-    p = problem(query, key, value, is_causal, scale, enable_gqa, mask is not None, dropout_p)
+    p = check_scale(problem(query, key, value, is_causal, scale, enable_gqa, mask is not None, dropout_p))
     xp = query.xp
     q, k, v = query.data, key.data, value.data
     rng = dropout_state(xp) if p.dropout_p > 0.0 else None
@@ -1633,12 +1659,10 @@ def applies(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None 
     tensors = (query, key, value)
     if not 0.0 <= dropout_p <= 1.0 or any(t.ndim != 4 or t.data.size >= 2**31 for t in tensors):
         return False
-    if scale is not None and not 0.0 < float(scale) < math.inf:
-        return False
     if key_padding_mask(attn_mask, query, key) is False:
         return False
     try:
-        problem(query, key, value, is_causal, None, enable_gqa, attn_mask is not None)
+        check_scale(problem(query, key, value, is_causal, scale, enable_gqa, attn_mask is not None))
     except ValueError:
         return False
     return True

@@ -198,8 +198,17 @@ def test_applies_covers_only_what_the_kernels_compute():
     assert not fa.applies(*_tensors((2, 4, 8, 64), (2, 4, 8, 64), (2, 4, 8, 128)))         # Ev != E
     assert not fa.applies(*_tensors((2, 4, 0, 64), (2, 4, 8, 64), (2, 4, 8, 64)))          # empty
     assert fa.applies(q, q, q, scale=0.01)
-    for scale in (0.0, -0.125, float("inf"), float("nan")):   # the online softmax scales each row's maximum
-        assert not fa.applies(q, q, q, scale=scale), scale
+    for scale in (0.0, -0.125, float("inf"), float("nan"), 1e-46, 1e39):   # the online softmax scales each row's
+        assert not fa.applies(q, q, q, scale=scale), scale                  # maximum; float32 0 and inf
+
+
+def test_flash_attention_refuses_a_scale_its_softmax_cannot_take():
+    """Called directly, a causal problem (tiles that are not whole) with a zero or negative scale gave NaN; now an
+    error naming the op and the scale (scaled_dot_product_attention takes such scales on its composed path)."""
+    q = frost.Tensor(np.random.default_rng(0).standard_normal((1, 1, 16, 64)).astype(DTYPES["bfloat16"]))
+    for scale in (0.0, -0.125, 1e-46):
+        with pytest.raises(ValueError, match=r"flash_attention: scale must be positive and finite .* got "):
+            fa.flash_attention(q, q, q, is_causal=True, scale=scale, tiles=TINY)
 
 
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,drop_p", [(1, 2, 2, 33, 33, True, 0.3), (1, 4, 2, 20, 37, False, 0.5),
