@@ -64,7 +64,7 @@ wgmma_bf16_rs, instead of shared memory), WGS (2 or 3 consumer warpgroups). The 
 mma.sync kernels instead.
 
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
-masks.
+masks, scales that are not positive (check_scale).
 """
 import functools
 import math
