@@ -139,14 +139,33 @@ def sweep_shapes(head_dims=fa.HEAD_DIMS, lengths=SWEEP_LENGTHS) -> list[tuple]:
     return [(16384 // length, 2048 // d, length, d) for d in head_dims for length in lengths]
 
 
-def print_and_keep(out, title: str, header: list, table: list, results: list, iters: int, warmup: int) -> None:
-    """Print a benchmark's table under its title and keep its JSON (device, commit, versions) where --out says."""
+PASSES = {"forward": (1.0, "fwd"), "backward": (2.5, "bwd")}   # flops per 4 B H L^2 D, the table's short name
+
+
+def time_pass(args, kind: str, rows, diff_label: str) -> None:
+    """The loop and output of benchmarks/flash_forward_tiles.py and flash_backward.py: rows(shape, causal) gives
+    (name, seconds a call, max |difference| or None) at FlashAttention's shapes of args.head_dims and args.lengths,
+    causal and not; TFLOP/s count 4 B H L^2 D for the forward and 2.5 times that for the backward, halved when
+    causal. The table is printed and the JSON (device, commit, versions) kept where args.out says."""
     import cupy as cp
+    per_flop, short = PASSES[kind]
+    results = []
+    for b, h, length, d in sweep_shapes(args.head_dims, args.lengths):
+        for causal in (False, True):
+            flops = per_flop * 4 * b * h * length ** 2 * d * (0.5 if causal else 1.0)
+            for name, seconds, diff in rows((b, h, length, d), causal):
+                results.append(dict(impl=name, batch=b, heads=h, length=length, head_dim=d, causal=causal,
+                                    **{f"{kind}_ms": 1e3 * seconds, f"{kind}_tflops": flops / seconds / 1e12},
+                                    max_abs_diff_vs_mma=diff))
+    header = ["impl", "B x H x L x D", "causal", f"{short} ms", f"{short} TFLOP/s", f"max |{diff_label}|"]
+    table = [[r["impl"], f"{r['batch']}x{r['heads']}x{r['length']}x{r['head_dim']}", "yes" if r["causal"] else "no",
+              f"{r[kind + '_ms']:.3f}", f"{r[kind + '_tflops']:.1f}",
+              "" if r["max_abs_diff_vs_mma"] is None else f"{r['max_abs_diff_vs_mma']:.3g}"] for r in results]
     device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
-    print(f"{title}, on {device} (mean of {iters} calls a row)")
+    print(f"Attention {kind}, bf16, on {device} (mean of {args.iters} calls a row)")
     print(common.format_table(table, header))
-    common.keep_result(out, dict(device=device, commit=common.git_commit(), versions=common.versions(), iters=iters,
-                                 warmup=warmup, results=results))
+    common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
+                                      iters=args.iters, warmup=args.warmup, results=results))
 
 
 def peak_mib(forward_backward) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from flash_attention import print_and_keep, sweep_shapes, torch_backends
+from flash_attention import time_pass, torch_backends
 from frost.accel import flash_attention as fa
 from frost.bench import common
 
@@ -72,21 +72,10 @@ def main() -> None:
     common.require_cuda("benchmarks/flash_backward.py")
     import cupy as cp
     backends = torch_backends()
-    results = []
-    for shape in sweep_shapes(args.head_dims, args.lengths):
-        b, h, length, d = shape
-        for causal in (False, True):
-            flops = 2.5 * 4 * b * h * length ** 2 * d * (0.5 if causal else 1.0)
-            for name, seconds, diff in (torch_rows(shape, causal, args.iters, args.warmup, backends)
-                                        + frost_rows(cp, shape, causal, args.iters, args.warmup)):
-                results.append(dict(impl=name, batch=b, heads=h, length=length, head_dim=d, causal=causal,
-                                    backward_ms=1e3 * seconds, backward_tflops=flops / seconds / 1e12,
-                                    max_abs_diff_vs_mma=diff))
-    header = ["impl", "B x H x L x D", "causal", "bwd ms", "bwd TFLOP/s", "max |dX - dX_mma|"]
-    table = [[r["impl"], f"{r['batch']}x{r['heads']}x{r['length']}x{r['head_dim']}", "yes" if r["causal"] else "no",
-              f"{r['backward_ms']:.3f}", f"{r['backward_tflops']:.1f}",
-              "" if r["max_abs_diff_vs_mma"] is None else f"{r['max_abs_diff_vs_mma']:.3g}"] for r in results]
-    print_and_keep(args.out, "Attention backward, bf16", header, table, results, args.iters, args.warmup)
+    def rows(shape, causal):
+        return (torch_rows(shape, causal, args.iters, args.warmup, backends)
+                + frost_rows(cp, shape, causal, args.iters, args.warmup))
+    time_pass(args, "backward", rows, "dX - dX_mma")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from flash_attention import frost_calls, print_and_keep, sweep_shapes, torch_backends, torch_calls
+from flash_attention import frost_calls, time_pass, torch_backends, torch_calls
 from frost.accel import flash_attention as fa
 from frost.bench import common
 
@@ -71,21 +71,10 @@ def main() -> None:
     common.require_cuda("benchmarks/flash_forward_tiles.py")
     import cupy as cp
     torch_rows = torch_backends()
-    results = []
-    for shape in sweep_shapes(args.head_dims, args.lengths):
-        b, h, length, d = shape
-        for causal in (False, True):
-            flops = 4 * b * h * length ** 2 * d * (0.5 if causal else 1.0)
-            for name, seconds, diff in (library_rows(shape, causal, args.iters, args.warmup, torch_rows)
-                                        + kernel_rows(cp, shape, causal, args.iters, args.warmup)):
-                results.append(dict(impl=name, batch=b, heads=h, length=length, head_dim=d, causal=causal,
-                                    forward_ms=1e3 * seconds, forward_tflops=flops / seconds / 1e12,
-                                    max_abs_diff_vs_mma=diff))
-    header = ["impl", "B x H x L x D", "causal", "fwd ms", "fwd TFLOP/s", "max |O - O_mma|"]
-    table = [[r["impl"], f"{r['batch']}x{r['heads']}x{r['length']}x{r['head_dim']}", "yes" if r["causal"] else "no",
-              f"{r['forward_ms']:.3f}", f"{r['forward_tflops']:.1f}",
-              "" if r["max_abs_diff_vs_mma"] is None else f"{r['max_abs_diff_vs_mma']:.3g}"] for r in results]
-    print_and_keep(args.out, "Attention forward, bf16", header, table, results, args.iters, args.warmup)
+    def rows(shape, causal):
+        return (library_rows(shape, causal, args.iters, args.warmup, torch_rows)
+                + kernel_rows(cp, shape, causal, args.iters, args.warmup))
+    time_pass(args, "forward", rows, "O - O_mma")
 
 
 if __name__ == "__main__":

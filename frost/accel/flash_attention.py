@@ -43,9 +43,10 @@ math, padded shared rows rather than swizzled.
 Hopper. `flash_fwd_wgmma` is the forward on warpgroup MMA (bf16): warpgroups of 64 query rows, S = Q K^T and O += P V
 as wgmmas on 128-byte-swizzled shared panels (P stored there as bf16), the softmax, masks, dropout stream and output
 the mma.sync forward's (shared device functions). `wgmma_backward`'s dQ kernel (S, dP, then dQ += dS K) and dK/dV
-kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q) do the same for the backward (at head dim 128 in steps of 32
-keys or queries, half a panel: steps of 64 spill). No tile is transposed: the second operand of P V, dS K, P^T dO
-and dS^T Q is read MN-major (wgmma_bf16's B_MAJOR) from the row-major panels the copies write.
+kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q) do the same for the backward (at head dim 128 the dK/dV kernel
+steps over 32 queries, half a panel: steps of 64 spill; WGMMA_BACKWARD_TILES). No tile is transposed: the second
+operand of P V, dS K, P^T dO and dS^T Q is read MN-major (wgmma_bf16's B_MAJOR) from the row-major panels the copies
+write.
 The backward is the default for bf16 on sm_90 (with the bulk forward below); FROST_FLASH_WGMMA=1 runs this forward
 too. The simulator and the tests check them against float64 and against the mma.sync kernels (the backward's
 gradients agree bit for bit in the simulator at equal key order).
@@ -915,7 +916,7 @@ def bulk_forward():
         it lies), and no barrier of the whole block runs in the loop."""
         BR: Const[int] = 64 * WGS
         CONSUMERS: Const[int] = 128 * WGS
-        DP: Const[int] = D // 64   # panels of a Q or K tile
+        DP: Const[int] = D // 64   # panels of a Q, K or V tile
         CP: Const[int] = 1 if RS else BC // 64   # panels of a P tile (RS keeps P in registers: a stub)
         P_ROWS: Const[int] = 16 if RS else BR
         TILE: Const[int] = BC * D

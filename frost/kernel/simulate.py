@@ -1094,17 +1094,25 @@ def wgmma_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: int =
       no swizzle:    ((8, m), (T, 2k)) : ((16, SBO), (1, LBO))  -- 8x16-byte core matrices, LBO apart along K
       W-byte swizzle: ((8, m), (T, 2k)) : ((W, SBO), (1, T))    -- rows W bytes apart, then Swizzle<log2(W/16), 4, 3>
     on the address: bits [4, 4 + log2(W/16)) ^= bits [7, 7 + log2(W/16)) (CUTLASS cute/swizzle.hpp)."""
-    f = decode_wgmma_desc(desc)
-    if f["base_offset"]:
-        raise SimulationError("wgmma: descriptors with a nonzero base offset are not simulated")
+    f = _simulated_desc(desc)
     r = np.arange(rows)[:, None]
     kb = np.arange(k)[None, :] * elem_bytes
     w = f["swizzle"]
     if w == 0:
         return f["start"] + (r // 8) * f["sbo"] + (r % 8) * 16 + (kb // 16) * f["lbo"] + kb % 16
-    addr = f["start"] + (r // 8) * f["sbo"] + (r % 8) * w + (kb // w) * f["lbo"] + kb % w
-    mask = w // 16 - 1
-    return addr ^ (((addr >> 7) & mask) << 4)
+    return _swizzled(f["start"] + (r // 8) * f["sbo"] + (r % 8) * w + (kb // w) * f["lbo"] + kb % w, w)
+
+
+def _simulated_desc(desc: int) -> dict:
+    f = decode_wgmma_desc(desc)
+    if f["base_offset"]:
+        raise SimulationError("wgmma: descriptors with a nonzero base offset are not simulated")
+    return f
+
+
+def _swizzled(addr: np.ndarray, w: int) -> np.ndarray:
+    """Swizzle<log2(w/16), 4, 3> on shared addresses: bits [4, 4 + log2(w/16)) ^= bits [7, 7 + log2(w/16))."""
+    return addr ^ (((addr >> 7) & (w // 16 - 1)) << 4)
 
 
 def wgmma_mn_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: int = 2) -> np.ndarray:
@@ -1113,17 +1121,13 @@ def wgmma_mn_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: in
       no swizzle:     ((T, m), (8, k)) : ((1, SBO), (16, LBO))  -- 8 K-rows of 16 bytes, LBO apart along K
       W-byte swizzle: ((W, m), (8, k)) : ((1, LBO), (W, SBO))   -- K-rows W bytes apart, a W-byte run of r then
     the next LBO on, 8 K-rows then SBO on; the same Swizzle<log2(W/16), 4, 3> on the address as K-major."""
-    f = decode_wgmma_desc(desc)
-    if f["base_offset"]:
-        raise SimulationError("wgmma: descriptors with a nonzero base offset are not simulated")
+    f = _simulated_desc(desc)
     rb = np.arange(rows)[:, None] * elem_bytes
     kk = np.arange(k)[None, :]
     w = f["swizzle"]
     if w == 0:
         return f["start"] + (rb // 16) * f["sbo"] + rb % 16 + (kk % 8) * 16 + (kk // 8) * f["lbo"]
-    addr = f["start"] + (rb // w) * f["lbo"] + rb % w + (kk % 8) * w + (kk // 8) * f["sbo"]
-    mask = w // 16 - 1
-    return addr ^ (((addr >> 7) & mask) << 4)
+    return _swizzled(f["start"] + (rb // w) * f["lbo"] + rb % w + (kk % 8) * w + (kk // 8) * f["sbo"], w)
 
 
 class WgmmaOp:

@@ -402,12 +402,18 @@ def _chained_body(a, b, c, out, sout, CLOBBER: Const[bool]):
             for i in static_range(8):
                 frags[kk, i] = 0.0
     wgmma_wait(0)
+    _store_accumulator(out, o, 64)
+    _store_accumulator(sout, s, 64)
+
+
+@device
+def _store_accumulator(out, acc, N: Const[int]):
+    """The accumulator of an m64nN wgmma (C fragments: acc[j, q] is row 16 w + lane // 4 + 8 (q // 2), column 8 j +
+    2 (lane % 4) + q % 2 for warp w) into the row-major 64 x N out."""
     w = tx // 32
-    for j in static_range(8):
+    for j in static_range(N // 8):
         for q in static_range(4):
-            at = (16 * w + lane // 4 + 8 * (q // 2)) * 64 + 8 * j + 2 * (lane % 4) + q % 2
-            out[at] = o[j, q]
-            sout[at] = s[j, q]
+            out[(16 * w + lane // 4 + 8 * (q // 2)) * N + 8 * j + 2 * (lane % 4) + q % 2] = acc[j, q]
 
 
 @device
@@ -527,15 +533,9 @@ def _mn_major():
             wgmma_bf16(acc2, wgmma_desc(sa, (0, kk * 16), 128), vd, 128, kk, MN_MAJOR)
         wgmma_commit()
         wgmma_wait(0)
-        w = tx // 32
-        for j in static_range(16):
-            for q in static_range(4):
-                at = (16 * w + lane // 4 + 8 * (q // 2)) * 128 + 8 * j + 2 * (lane % 4) + q % 2
-                o[at] = acc[j, q]
-                o2[at] = acc2[j, q]
-        for j in static_range(8):
-            for q in static_range(4):
-                so[(16 * w + lane // 4 + 8 * (q // 2)) * 64 + 8 * j + 2 * (lane % 4) + q % 2] = s[j, q]
+        _store_accumulator(o, acc, 128)
+        _store_accumulator(o2, acc2, 128)
+        _store_accumulator(so, s, 64)
     return mn_major_products
 
 
