@@ -1,6 +1,7 @@
-"""Flash attention's backward alone: Frost's kernels (the mma.sync pair and the warpgroup-MMA pair, the latter at each
-dQ key step of DQ_STEPS) against PyTorch's SDPA backward (cuDNN and flash backends), bf16, at the issue's shapes
-(batch x length = 16k tokens, heads x head dim = 2048), causal and not.
+"""Flash attention's backward alone: Frost's kernels (the mma.sync pair, the warpgroup-MMA pair at each dQ key step of
+DQ_STEPS, and the fused one-kernel backward in each setting of FUSED_SETTINGS) against PyTorch's SDPA backward (cuDNN
+and flash backends), bf16, at the issue's shapes (batch x length = 16k tokens, heads x head dim = 2048), causal and
+not.
 
 Run on a CUDA machine:  python benchmarks/flash_backward.py [--head-dims 128 64] [--lengths 4096] [--out FILE.json]
 Each row is the mean of --iters calls queued back to back after --warmup (common.seconds_per_call) of the backward
@@ -19,6 +20,7 @@ from frost.accel import flash_attention as fa
 from frost.bench import common
 
 DQ_STEPS = (32, 64)   # the dQ kernel's keys a step at head dim 128 (WGMMA_BACKWARD_TILES)
+FUSED_SETTINGS = (dict(WGS=2, RS=0), dict(WGS=2, RS=1), dict(WGS=2, ROWS=1))
 
 
 def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:
@@ -43,6 +45,17 @@ def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[
                          common.seconds_per_call(lambda: backward("wgmma"), sync, iters, warmup), diff))
         finally:
             fa.WGMMA_BACKWARD_TILES[d] = keep
+    keep = dict(fa.FUSED_BACKWARD_TILES[d])
+    for setting in FUSED_SETTINGS:
+        fa.FUSED_BACKWARD_TILES[d] = setting
+        try:
+            diff = max(float(np.abs(cp.asnumpy(g).astype(np.float32) - r).max())
+                       for g, r in zip(backward("fused"), base))
+            name = "frost fused " + " ".join(f"{k}={v}" for k, v in setting.items())
+            rows.append((name + (" (default)" if setting == keep else ""),
+                         common.seconds_per_call(lambda: backward("fused"), sync, iters, warmup), diff))
+        finally:
+            fa.FUSED_BACKWARD_TILES[d] = keep
     return rows
 
 

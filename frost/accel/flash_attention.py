@@ -77,12 +77,13 @@ import numpy as np
 from frost import dispatch, layout
 from frost.backend import cpu, cuda
 from frost.kernel import (MN_MAJOR, Array, Const, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk,
-                          cp_commit, cp_wait, device, dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, i32, i64,
-                          inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log,
-                          mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec,
-                          setmaxnreg_inc, shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8,
-                          u32, warp, warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence,
-                          wgmma_wait)
+                          cp_async_bulk_commit, cp_async_bulk_wait, cp_async_bulk_wait_read, cp_commit,
+                          cp_reduce_async_bulk_add, cp_wait, device, dynamic_shared, f16, f32, fast_exp2,
+                          fence_proxy_async, i32, i64, inf, kernel, lane, launch_bounds, ldmatrix_x4,
+                          ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive, mbarrier_arrive_expect_tx,
+                          mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc, shared, shfl_xor,
+                          static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16,
+                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
@@ -109,6 +110,9 @@ WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
 # registers a thread), steps of 32 (half a 64-column panel) fit; the dQ kernel's steps of 64 fit (187 registers) and
 # made the backward 7 % faster than 32 on an H100 (4 x 16 x 4096 x 128: 5.24 against 5.63 ms, tree 5a9727e)
 WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, BR=32)}
+# The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers); its
+# query steps are 64 (one wgmma's M for dQ)
+FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=0), 128: dict(WGS=2, RS=0)}
 
 
 def wgmma_dq_smem(d: int, br: int, bc: int) -> int:
@@ -1174,6 +1178,341 @@ def wgmma_backward():
     return flash_bwd_dq_wgmma, flash_bwd_dkdv_wgmma
 
 
+@device
+def keys_times_ds(dq, sdst, sk, wg: i32, DW: Const[int], BK: Const[int]):
+    """dq (64 queries x DW) = dS K[:, DW wg ... DW wg + DW - 1], both read MN-major: dS from dS^T's panel (a row of
+    the block's BK keys each), K from its row-major panels (a column offset within a panel is an offset of the
+    descriptor's start; the swizzle acts on the whole address). K / 16 wgmmas, one group; the caller waits."""
+    wgmma_fence()
+    for kk in static_range(BK // 16):
+        wgmma_bf16(dq, wgmma_desc(sdst[0], (kk * 16, 0), 128, BK * 128, 1024),
+                   wgmma_desc(sk[wg * DW // 64], (kk * 16, wg * DW % 64), 128, BK * 128, 1024), DW, kk, MN_MAJOR,
+                   MN_MAJOR)
+    wgmma_commit()
+
+
+@device
+def store_dq_tile(sdq, dq, DW: Const[int], THREADS: Const[int]):
+    """This thread's dQ fragments into sdq in register order (value i of thread t at i * THREADS + t): stores without
+    bank conflicts; the float32 accumulator in global memory keeps that order and dq_from_tiles undoes it."""
+    for j in static_range(DW // 8):
+        for e in static_range(4):
+            sdq[(j * 4 + e) * THREADS + tx] = dq[j, e]
+
+
+@device
+def p_ds_tile(s, dp, lrow, drow, row0: i32, k0: i32, bh: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
+              scale_log2: f32, drop_p: f32, keep_scale: f32, BC: Const[int], CAUSAL: Const[int], MASKED: Const[int],
+              DROPOUT: Const[int]):
+    """ds_tile keeping P: from S and dP (C fragments, rows row0 and row0 + 8, keys k0 + 8j + 2t + e) s becomes the
+    dropped P (for dV) and dp dS = P (dP - delta) (for dK and dQ), P recomputed from the saved log-sum-exp lrow."""
+    t = lane % 4
+    if not whole:
+        hide_scores(s, row0, k0, lq, lk, kmask, mbase, BC, CAUSAL, MASKED)
+    for h in static_range(2):
+        for j in static_range(BC // 8):
+            keep0 = keep_scale
+            keep1 = keep_scale
+            if DROPOUT:
+                keep0, keep1 = dropout_pair(rng, bh, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
+            for e in static_range(2):
+                p = fast_exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
+                dpv = dp[j, 2 * h + e]
+                if DROPOUT:
+                    keep = keep0 if e == 0 else keep1
+                    s[j, 2 * h + e] = p * keep
+                    dpv *= keep
+                else:
+                    s[j, 2 * h + e] = p
+                dp[j, 2 * h + e] = p * (dpv - drow[h])
+
+
+@device
+def store_panel(sp, panel: i32, s, row: i32):
+    """This lane's 64-column C fragments (rows row and row + 8) as bf16 into the swizzled panel sp[panel]."""
+    t = lane % 4
+    for h in static_range(2):
+        r = row + 8 * h
+        for j in static_range(8):
+            for e in static_range(2):
+                col = j * 8 + 2 * t + e
+                sp[panel, r, swizzle(r, col, 64)] = s[j, 2 * h + e]
+
+
+@device
+def transposed_times_rows(acc, sa, panel: i32, b_tiles, b_first: i32, D: Const[int], K: Const[int]):
+    """acc (64 x D) += A^T B with A = the 64 columns of sa[panel] (K rows; read MN-major, so A^T's rows are sa's
+    columns) and B a row-major [K, D] tile in panels b_tiles[b_first...]: the backward's dV += P^T dO and dK += dS^T
+    Q from P and dS stored with queries as rows. K / 16 wgmmas, one group; the caller waits."""
+    wgmma_fence()
+    for kk in static_range(K // 16):
+        wgmma_bf16(acc, wgmma_desc(sa[panel], (kk * 16, 0), 128, K * 128, 1024),
+                   row_major_b(b_tiles, b_first, kk * 16, K), D, 1, MN_MAJOR, MN_MAJOR)
+    wgmma_commit()
+
+
+@device
+def ds_times_keys(dq, sds, sk, wg: i32, DW: Const[int], BK: Const[int]):
+    """keys_times_ds with dS stored with queries as rows (panels of 64 keys): A K-major."""
+    wgmma_fence()
+    for kk in static_range(BK // 16):
+        wgmma_bf16(dq, wgmma_desc(sds[kk // 4], (0, kk % 4 * 16), 128),
+                   wgmma_desc(sk[wg * DW // 64], (kk * 16, wg * DW % 64), 128, BK * 128, 1024), DW, kk, MN_MAJOR)
+    wgmma_commit()
+
+
+def fused_smem(d: int, wgs: int) -> int:
+    """Bytes of shared memory of flash_bwd_wgmma: K and V (64 wgs keys), two Q and two dO tiles of 64 queries, P^T and
+    dS^T, the float32 dQ tile, and two buffers of the queries' log-sum-exp and delta."""
+    bk = 64 * wgs
+    return 4 * bk * d + 8 * 64 * d + 2 * bk * 128 + 4 * 64 * d + 16 * 64
+
+
+@functools.cache
+def fused_backward():
+    """The Hopper backward in one kernel (bf16), FlashAttention-3's: (flash_bwd_wgmma, flash_bwd_dq_convert), made on
+    first use."""
+    @kernel
+    def flash_bwd_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16, 2], do: Array[bf16, 2], lse: Array[f32],
+                        delta: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2], dv: Array[bf16, 2],
+                        dq_acc: Array[f32], lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32,
+                        drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int], RS: Const[int],
+                        CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
+        """flash_bwd_dkdv_wgmma with 64-query steps that also compute dQ's share of the block's keys: after S^T,
+        dP^T and the element-wise step, dV += P^T dO, dK += dS^T Q and dQ_tile = dS K (warpgroup w the D / WGS
+        columns from D w / WGS), five products instead of the two kernels' seven. The dQ tile goes through shared
+        memory (register order) into the float32 accumulator dq_acc (rows of each head padded to 64) by one bulk
+        reduction a step, which the next step's stores wait to have read; dQ sums in an order the GPU chooses.
+        RS: P^T and dS^T reach the dV and dK products as A fragments in registers, issued before the block's barrier
+        (only dQ needs the other warpgroups' dS^T); otherwise both go through shared memory."""
+        BK: Const[int] = 64 * WGS
+        BR: Const[int] = 64
+        THREADS: Const[int] = 128 * WGS
+        DP: Const[int] = D // 64
+        DW: Const[int] = D // WGS
+        TILE: Const[int] = BR * D * 2
+        AT_PT: Const[int] = 4 * BK * D + 4 * TILE   # byte offsets (fused_smem adds them up for the launch)
+        AT_DQ: Const[int] = AT_PT + 2 * BK * 128
+        AT_STATS: Const[int] = AT_DQ + BR * D * 4
+        launch_bounds(THREADS)
+        sk = dynamic_shared(bf16, (DP, BK, 64))
+        sv = dynamic_shared(bf16, (DP, BK, 64), BK * D * 2)
+        sq = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2)
+        sdo = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2 + 2 * TILE)
+        spt = dynamic_shared(bf16, (1, BK, 64), AT_PT)
+        sdst = dynamic_shared(bf16, (1, BK, 64), AT_PT + BK * 128)
+        sdq = dynamic_shared(f32, BR * D, AT_DQ)
+        stats = dynamic_shared(f32, (4, BR), AT_STATS)  # lse and delta, two buffers
+        st = local(f32, (BR // 8, 4))
+        dpt = local(f32, (BR // 8, 4))
+        dq = local(f32, (DW // 8, 4))
+        pa = local(bf16, (BR // 16, 8))
+        dsa = local(bf16, (BR // 16, 8))
+        dk_acc = local(f32, (D // 8, 4))
+        dv_acc = local(f32, (D // 8, 4))
+        wg = warp // 4
+        kv_heads = heads // group
+        b = bx // kv_heads
+        kbase = bx * lk
+        k0 = by * BK
+        key0 = k0 + warp * 16 + lane // 4   # this lane's keys: key0 and key0 + 8
+        first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
+        per_head = cdiv(lq, BR) - first
+        steps = group * per_head
+        head0 = b * heads + bx % kv_heads * group   # the group's first query head's (batch, head) row block
+        lq_pad = cdiv(lq, BR) * BR
+        load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
+        load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
+        load_panels(q, sq, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        load_panels(do, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        cp_commit()
+        row_stats(stats[0], stats[1], lse, delta, head0 * lq, first * BR, lq, BR, THREADS)
+        zero(dk_acc, D)
+        zero(dv_acc, D)
+        step = 0
+        if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
+            while True:   # over (query head, query tile) of the group
+                buf = step % 2
+                bh = head0 + step // per_head
+                q0 = (first + step % per_head) * BR
+                nbase = (head0 + (step + 1) // per_head) * lq   # the next step's query rows
+                nq0 = (first + (step + 1) % per_head) * BR
+                publish_tiles()
+                if step + 1 < steps:
+                    load_panels(q, sq, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
+                    load_panels(do, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
+                    cp_commit()
+                # S^T, dP^T and dQ start afresh each step: their registers are free between uses (dK and dV hold
+                # 128 a thread at head dim 128)
+                wgmma_discard(st, dpt, dq)
+                wgmma_rows(st, sk, 0, wg * 64, sq, buf * DP, BR, D, 0)
+                wgmma_rows(dpt, sv, 0, wg * 64, sdo, buf * DP, BR, D, 0)
+                wgmma_wait(0, st, dpt)
+                # queries past the end would add to dK and dV here: the tile is whole only with all of them in range
+                whole = q0 + BR <= lq and whole_tile(q0, k0, lk, BK, CAUSAL, MASKED)
+                dst_tile(st, dpt, stats[2 * buf], stats[2 * buf + 1], q0, key0, bh, whole, lq, lk, kmask, b * lk, rng,
+                         scale_log2, drop_p, keep_scale, BR, CAUSAL, MASKED, DROPOUT)
+                store_weights(sdst, dpt, warp * 16 + lane // 4, BR)
+                if RS:   # P^T and dS^T as A fragments: dV and dK need no other warpgroup's rows, so go now
+                    to_a(pa, st, BR)
+                    to_a(dsa, dpt, BR)
+                    weights_times_values(dv_acc, spt, pa, wg, sdo, buf * DP, D, BR, RS)
+                    weights_times_values(dk_acc, sdst, dsa, wg, sq, buf * DP, D, BR, RS)
+                else:
+                    store_weights(spt, st, warp * 16 + lane // 4, BR)
+                if tx == 0:
+                    cp_async_bulk_wait_read(0)   # the last step's dQ tile has left sdq
+                fence_proxy_async()
+                syncthreads()
+                if not RS:
+                    weights_times_values(dv_acc, spt, pa, wg, sdo, buf * DP, D, BR, RS)
+                    weights_times_values(dk_acc, sdst, dsa, wg, sq, buf * DP, D, BR, RS)
+                keys_times_ds(dq, sdst, sk, wg, DW, BK)
+                if step + 1 < steps:
+                    row_stats(stats[2 - 2 * buf], stats[3 - 2 * buf], lse, delta, nbase, nq0, lq, BR, THREADS)
+                wgmma_wait(0, dv_acc, dk_acc, dq)
+                store_dq_tile(sdq, dq, DW, THREADS)
+                fence_proxy_async()
+                syncthreads()
+                if tx == 0:
+                    cp_reduce_async_bulk_add(dq_acc, (bh * lq_pad + q0) * D, sdq, 0, BR * D * 4)
+                    cp_async_bulk_commit()
+                step += 1
+                if step >= steps:
+                    break
+        if tx == 0:
+            cp_async_bulk_wait(0)
+        write_scaled_rows(dk, dk_acc, kbase, 1, key0, lk, scale, D)
+        write_scaled_rows(dv, dv_acc, kbase, 1, key0, lk, 1.0, D)
+
+    @kernel
+    def flash_bwd_wgmma_rows(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16, 2], do: Array[bf16, 2],
+                             lse: Array[f32], delta: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2],
+                             dv: Array[bf16, 2], dq_acc: Array[f32], lq: i32, lk: i32, heads: i32, group: i32,
+                             scale_log2: f32, scale: f32, drop_p: f32, keep_scale: f32, D: Const[int],
+                             WGS: Const[int], CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
+        """flash_bwd_wgmma with the queries as rows (FlashAttention-3's layout at head dim 128): S = Q K_w^T and dP =
+        dO V_w^T for warpgroup w's 64 keys (two rows of statistics a lane, not 16 columns), P and dS stored with
+        queries as rows, then dV_w += P^T dO and dK_w += dS^T Q reading them MN-major (only the warpgroup's own
+        panel: a warpgroup barrier), and dQ = dS K (every panel: the block's) as flash_bwd_wgmma."""
+        BK: Const[int] = 64 * WGS
+        BR: Const[int] = 64
+        THREADS: Const[int] = 128 * WGS
+        DP: Const[int] = D // 64
+        DW: Const[int] = D // WGS
+        TILE: Const[int] = BR * D * 2
+        AT_P: Const[int] = 4 * BK * D + 4 * TILE   # byte offsets (fused_smem adds them up for the launch)
+        AT_DQ: Const[int] = AT_P + 2 * BK * 128
+        launch_bounds(THREADS)
+        sk = dynamic_shared(bf16, (DP, BK, 64))
+        sv = dynamic_shared(bf16, (DP, BK, 64), BK * D * 2)
+        sq = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2)
+        sdo = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2 + 2 * TILE)
+        sp = dynamic_shared(bf16, (WGS, BR, 64), AT_P)
+        sds = dynamic_shared(bf16, (WGS, BR, 64), AT_P + BK * 128)
+        sdq = dynamic_shared(f32, BR * D, AT_DQ)
+        s = local(f32, (8, 4))
+        dp = local(f32, (8, 4))
+        dq = local(f32, (DW // 8, 4))
+        lrow = local(f32, 2)
+        drow = local(f32, 2)
+        dk_acc = local(f32, (D // 8, 4))
+        dv_acc = local(f32, (D // 8, 4))
+        wg = warp // 4
+        row = warp % 4 * 16 + lane // 4   # this lane's query rows of the tile: row and row + 8
+        kv_heads = heads // group
+        b = bx // kv_heads
+        kbase = bx * lk
+        k0 = by * BK
+        kw = k0 + 64 * wg   # this warpgroup's keys
+        first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
+        per_head = cdiv(lq, BR) - first
+        steps = group * per_head
+        head0 = b * heads + bx % kv_heads * group   # the group's first query head's (batch, head) row block
+        lq_pad = cdiv(lq, BR) * BR
+        load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
+        load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
+        load_panels(q, sq, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        load_panels(do, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        cp_commit()
+        zero(dk_acc, D)
+        zero(dv_acc, D)
+        step = 0
+        if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
+            while True:   # over (query head, query tile) of the group
+                buf = step % 2
+                bh = head0 + step // per_head
+                q0 = (first + step % per_head) * BR
+                nbase = (head0 + (step + 1) // per_head) * lq   # the next step's query rows
+                nq0 = (first + (step + 1) % per_head) * BR
+                publish_tiles()
+                if step + 1 < steps:
+                    load_panels(q, sq, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
+                    load_panels(do, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
+                    cp_commit()
+                wgmma_discard(s, dp, dq)
+                wgmma_fence()
+                for kk in static_range(D // 16):
+                    wgmma_bf16(s, wgmma_desc(sq[buf * DP + kk // 4], (0, kk % 4 * 16), 128),
+                               wgmma_desc(sk[kk // 4], (64 * wg, kk % 4 * 16), 128), 64, kk)
+                wgmma_commit()
+                wgmma_fence()
+                for kk in static_range(D // 16):
+                    wgmma_bf16(dp, wgmma_desc(sdo[buf * DP + kk // 4], (0, kk % 4 * 16), 128),
+                               wgmma_desc(sv[kk // 4], (64 * wg, kk % 4 * 16), 128), 64, kk)
+                wgmma_commit()
+                qrow = bh * lq + q0 + row
+                for h in static_range(2):
+                    lrow[h] = saved_lse(lse, qrow + 8 * h, bh * lq + lq)
+                    drow[h] = delta[qrow + 8 * h] if q0 + row + 8 * h < lq else 0.0
+                wgmma_wait(0, s, dp)
+                # queries past the end would add to dK and dV here: the tile is whole only with all of them in range
+                whole = q0 + BR <= lq and whole_tile(q0, kw, lk, 64, CAUSAL, MASKED)
+                p_ds_tile(s, dp, lrow, drow, q0 + row, kw, bh, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
+                          keep_scale, 64, CAUSAL, MASKED, DROPOUT)
+                store_panel(sp, wg, s, row)
+                store_panel(sds, wg, dp, row)
+                fence_proxy_async()
+                bar_sync(1 + wg, 128)   # the warpgroup's P and dS panels are whole
+                transposed_times_rows(dv_acc, sp, wg, sdo, buf * DP, D, BR)
+                transposed_times_rows(dk_acc, sds, wg, sq, buf * DP, D, BR)
+                if tx == 0:
+                    cp_async_bulk_wait_read(0)   # the last step's dQ tile has left sdq
+                syncthreads()   # every warpgroup's dS
+                ds_times_keys(dq, sds, sk, wg, DW, BK)
+                wgmma_wait(0, dv_acc, dk_acc, dq)
+                store_dq_tile(sdq, dq, DW, THREADS)
+                fence_proxy_async()
+                syncthreads()
+                if tx == 0:
+                    cp_reduce_async_bulk_add(dq_acc, (bh * lq_pad + q0) * D, sdq, 0, BR * D * 4)
+                    cp_async_bulk_commit()
+                step += 1
+                if step >= steps:
+                    break
+        if tx == 0:
+            cp_async_bulk_wait(0)
+        write_scaled_rows(dk, dk_acc, kbase, 1, k0 + warp * 16 + lane // 4, lk, scale, D)
+        write_scaled_rows(dv, dv_acc, kbase, 1, k0 + warp * 16 + lane // 4, lk, 1.0, D)
+
+    @kernel
+    def flash_bwd_dq_convert(dq_acc: Array[f32], dq: Array[bf16, 2], lq: i32, scale: f32, D: Const[int],
+                             WGS: Const[int]):
+        """dQ (rows bh * lq + query) = scale x the float32 accumulator of flash_bwd_wgmma, block (tile, bh) undoing
+        the register order of tile `tile` of head bh (store_dq_tile)."""
+        THREADS: Const[int] = 128 * WGS
+        DW: Const[int] = D // WGS
+        q0 = bx * 64
+        base = (by * cdiv(lq, 64) * 64 + q0) * D
+        w = warp % 4
+        for i in static_range(DW // 2):
+            row = q0 + 16 * w + lane // 4 + 8 * (i % 4 // 2)
+            if row < lq:
+                col = warp // 4 * DW + 8 * (i // 4) + 2 * (lane % 4) + i % 2
+                dq[by * lq + row, col] = dq_acc[base + i * THREADS + tx] * scale
+    return flash_bwd_wgmma, flash_bwd_dq_convert, flash_bwd_wgmma_rows
+
+
 @dataclass(frozen=True)
 class FlashKernels:
     forward: object
@@ -1340,6 +1679,18 @@ def forward_variant(xp, q, variant: str | None) -> str:
     return "mma" if os.environ.get("FROST_FLASH_BULK") == "0" else "bulk"
 
 
+def backward_variant(xp, q, variant: str | None) -> str:
+    """Which backward runs: "mma" (after the mma.sync forward), "wgmma" (the two warpgroup-MMA kernels, asked for by
+    name or after the "bulk" forward) or "fused" (one kernel per key block, dQ added in float32: asked for by name,
+    or after the "bulk" and default forwards when FROST_FLASH_FUSED_BACKWARD=1)."""
+    if variant == "fused":
+        return "fused"
+    if not uses_wgmma(xp, q, variant):
+        return "mma"
+    fused = variant != "wgmma" and os.environ.get("FROST_FLASH_FUSED_BACKWARD", "0") == "1"
+    return "fused" if fused else "wgmma"
+
+
 def uses_wgmma(xp, q, variant: str | None) -> bool:
     """Whether attention runs the warpgroup-MMA kernels (the backward's for the "wgmma" and "bulk" forwards)."""
     return forward_variant(xp, q, variant) != "mma"
@@ -1466,8 +1817,10 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
     tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     lse = xp.ascontiguousarray(lse).reshape(-1)
-    if uses_wgmma(xp, q, variant):
-        return _backward_wgmma(xp, q, k, v, o, lse, do, p, _kmask(xp, kmask), _rng(xp, p, rng))
+    chosen = backward_variant(xp, q, variant)
+    if chosen != "mma":
+        run = _backward_fused if chosen == "fused" else _backward_wgmma
+        return run(xp, q, k, v, o, lse, do, p, _kmask(xp, kmask), _rng(xp, p, rng))
     kernels = kernels_for(str(q.dtype))
     br, bc = tiles["BR"], tiles["BC"]
     q, k, v = _readable(xp, q, p.d), *_readable_pair(xp, k, v, p.d)
@@ -1517,14 +1870,42 @@ def _in_layout_of(xp, a, like):
     return out
 
 
-def _backward_wgmma(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
-    """backward_arrays by the warpgroup-MMA kernels (C-order rows throughout)."""
-    q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
-    kernels = kernels_for(str(q.dtype))
-    delta = xp.empty(q2.shape[0], np.float32)
+def _row_deltas(xp, q, o2, do2, p: Problem):
+    """D = rowsum(dO * O) of each query row (C-order rows)."""
+    delta = xp.empty(o2.shape[0], np.float32)
     c_order = (p.heads * p.lq, p.lq, 1)
-    _launcher(kernels.dot, xp)[cdiv(q2.shape[0], 4), 128](o2, do2, delta, q2.shape[0], p.lq, p.heads, *c_order,
-                                                          D=p.d)
+    _launcher(kernels_for(str(q.dtype)).dot, xp)[cdiv(o2.shape[0], 4), 128](o2, do2, delta, o2.shape[0], p.lq,
+                                                                            p.heads, *c_order, D=p.d)
+    return delta
+
+
+def _backward_fused(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
+    """backward_arrays by the one-kernel Hopper backward (C-order rows throughout): dQ summed in float32 across the
+    key blocks, then converted."""
+    q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
+    delta = _row_deltas(xp, q, o2, do2, p)
+    tiles = FUSED_BACKWARD_TILES[p.d]
+    wgs = tiles["WGS"]
+    dk, dv = xp.empty_like(k2), xp.empty_like(v2)
+    dq_acc = xp.zeros(p.batch * p.heads * cdiv(p.lq, 64) * 64 * p.d, np.float32)
+    flags = dict(D=p.d, WGS=wgs, CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
+    fused, convert, fused_rows = fused_backward()
+    if tiles.get("ROWS"):
+        fused = fused_rows
+    else:
+        flags["RS"] = tiles.get("RS", 0)
+    _launcher(fused, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, 64 * wgs)), 128 * wgs, fused_smem(p.d, wgs)](
+        q2, k2, v2, do2, lse, delta, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
+        *p.dropout_args(), **flags)
+    dq = xp.empty_like(q2)
+    _launcher(convert, xp)[(cdiv(p.lq, 64), p.batch * p.heads), 128 * wgs](dq_acc, dq, p.lq, p.scale, D=p.d, WGS=wgs)
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+
+def _backward_wgmma(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
+    """backward_arrays by the two warpgroup-MMA kernels (C-order rows throughout)."""
+    q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
+    delta = _row_deltas(xp, q, o2, do2, p)
     dq, dk, dv = xp.empty_like(q2), xp.empty_like(k2), xp.empty_like(v2)
     scales = (p.scale * LOG2E, p.scale)
     flags = dict(CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))

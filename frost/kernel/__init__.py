@@ -71,6 +71,8 @@ Semantics (the simulator implements these; float results can differ from the GPU
   parity)` (until the phase of that parity completed); `cp_async_bulk(dst, di, src, si, nbytes, bars, i)` copies
   nbytes (a multiple of 16) from global to shared memory and completes them on the barrier. The simulator lands a
   bulk copy when its phase completes, so a read before the wait sees stale data (and races).
+  `cp_reduce_async_bulk_add(dst, di, src, si, nbytes)` adds f32 from shared into global memory (bulk groups:
+  `cp_async_bulk_commit()`, `cp_async_bulk_wait_read(n)`, `cp_async_bulk_wait(n)`).
 - `grid_sync(counter)` waits for every block of the grid (global writes before it are visible after it), in the
   kernel body only; `counter` is a one-element Array[u32] parameter, zeroed once and then kept (never reset). Every
   block must be resident at once: launch at most one block per SM (or as many as the occupancy allows) and let

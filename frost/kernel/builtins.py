@@ -24,11 +24,12 @@ VALUES = ("inf", "nan")
 FUNCTIONS = ("cdiv", "len", "range", "grid", "static_range", "shared", "dynamic_shared", "local", "syncthreads",
              "grid_sync", "bar_sync", "bar_arrive", "setmaxnreg_inc", "setmaxnreg_dec",
              "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_wait", "cp_async_bulk",
+             "cp_reduce_async_bulk_add", "cp_async_bulk_commit", "cp_async_bulk_wait", "cp_async_bulk_wait_read",
              "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "shfl_xor", "shfl_down", "shfl_up", "shfl_idx",
              "ballot", "cp_async16", "cp_commit", "cp_wait", "ldmatrix_x4", "ldmatrix_x2", "ldmatrix_x4_trans",
              "ldmatrix_x2_trans", "mma_16x8x16", "mma", "load4", "store4", "load2", "store2", "load8", "store8",
              "ldg", "ldg4",
-             "launch_bounds", "wgmma_desc", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_bf16",
+             "launch_bounds", "wgmma_desc", "wgmma_discard", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_bf16",
              "wgmma_bf16_rs",
              "fence_proxy_async")
 ALL_NAMES = INDEX_NAMES + MATH_1 + MATH_OTHER + VALUES + FUNCTIONS

@@ -848,7 +848,7 @@ class Block:
 
 class Thread:
     __slots__ = ("idx", "block", "linear", "pending", "groups", "where", "wg_fenced", "wg_pending", "wg_groups",
-                 "steps", "vc", "epoch")
+                 "bulk_pending", "bulk_groups", "steps", "vc", "epoch")
 
     def __init__(self, idx, block, linear, steps: int) -> None:
         self.idx, self.block, self.linear = idx, block, linear
@@ -858,6 +858,8 @@ class Thread:
         self.wg_fenced = False
         self.wg_pending: list = []  # wgmma operations issued since the last wgmma_commit
         self.wg_groups: list = []   # committed groups not yet retired by wgmma_wait
+        self.bulk_pending: list = []  # cp_reduce_async_bulk_add operations since the last cp_async_bulk_commit
+        self.bulk_groups: list = []   # committed bulk groups not yet performed by a cp_async_bulk_wait[_read]
         # the race detector's happens-before across named barriers: epoch counts this thread's arrivals at them, and
         # vc[t] is the latest epoch of thread t (linear index) whose earlier accesses are ordered before this
         # thread's (a vector clock; empty where only full barriers order threads, which clear the record instead)
@@ -1003,9 +1005,39 @@ class Thread:
         bar.add_tx(-nbytes)
         bar.complete_if_done()
 
+    # -- bulk reductions: performed (their shared source read) at the wait that retires their group
+    def cp_reduce_async_bulk_add(self, dst, didx, src, sidx, nbytes):
+        nbytes = int(nbytes)
+        if nbytes <= 0 or nbytes % BULK_ALIGN:
+            raise _OutOfBounds(f"cp_reduce_async_bulk_add: {nbytes} bytes is not a positive multiple of {BULK_ALIGN}")
+        count = nbytes // 4
+        d = dst.span((int(didx),), count)
+        src.span((int(sidx),), count)   # bounds now; the values at the wait
+        if self.block.address(src, (int(sidx),)) % BULK_ALIGN:
+            raise _OutOfBounds(f"cp_reduce_async_bulk_add: {src.name}[{int(sidx)}] is not {BULK_ALIGN}-byte aligned in "
+                               "shared memory")
+        if d.ctypes.data % BULK_ALIGN:
+            raise _OutOfBounds(f"cp_reduce_async_bulk_add: {dst.name}[{int(didx)}] is not {BULK_ALIGN}-byte aligned "
+                               "in global memory")
+        self.bulk_pending.append((d, src, int(sidx), count))
+
+    def bulk_commit(self):
+        self.bulk_groups.append(self.bulk_pending)
+        self.bulk_pending = []
+
+    def bulk_wait(self, n):
+        while len(self.bulk_groups) > n:
+            for d, src, sidx, count in self.bulk_groups.pop(0):
+                src.track_span((sidx,), count, _READ)
+                d += src.span((sidx,), count)
+
     def finish(self):
         self.cp_commit()
         self.cp_wait(0)
+        if self.bulk_pending or self.bulk_groups:
+            raise SimulationError(f"{_describe(self)} ended with bulk reductions in flight "
+                                  f"({'uncommitted' if self.bulk_pending else 'not waited for'}): call "
+                                  "cp_async_bulk_commit() and cp_async_bulk_wait(0) before exiting")
         if self.wg_pending or self.wg_groups:
             raise SimulationError(f"{_describe(self)} ended with wgmma operations in flight "
                                   f"({'uncommitted' if self.wg_pending else 'not waited for'}): call wgmma_commit() "
@@ -1116,7 +1148,7 @@ def _swizzled(addr: np.ndarray, w: int) -> np.ndarray:
 
 
 def wgmma_mn_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: int = 2) -> np.ndarray:
-    """wgmma_operand_addresses of an MN-major operand (imm-trans-b = 1: element (r, k) with r contiguous), the PTX
+    """wgmma_operand_addresses of an MN-major operand (imm-trans-a/b = 1: element (r, k) with r contiguous), the PTX
     ISA's canonical MN-major layouts in bytes (CUTLASS make_gmma_desc<Major::MN>), T = 16 bytes of elements:
       no swizzle:     ((T, m), (8, k)) : ((1, SBO), (16, LBO))  -- 8 K-rows of 16 bytes, LBO apart along K
       W-byte swizzle: ((W, m), (8, k)) : ((1, LBO), (W, SBO))   -- K-rows W bytes apart, a W-byte run of r then
@@ -1133,10 +1165,11 @@ def wgmma_mn_operand_addresses(desc: int, rows: int, k: int = 16, elem_bytes: in
 class WgmmaOp:
     """One wgmma.mma_async.m64nNk16.f32.bf16.bf16 of a warpgroup: D[64, N] (= or +=) A[64, 16] @ B[N, 16]^T."""
 
-    def __init__(self, block, accs, desc_a, desc_b, n, scale_d, a_frags=None, b_mn=0) -> None:
+    def __init__(self, block, accs, desc_a, desc_b, n, scale_d, a_frags=None, b_mn=0, a_mn=0) -> None:
         self.block, self.accs, self.desc_a, self.desc_b, self.n, self.scale_d = (block, accs, desc_a, desc_b, n,
                                                                                   scale_d)
         self.b_addresses = wgmma_mn_operand_addresses if b_mn else wgmma_operand_addresses   # imm-trans-b
+        self.a_addresses = wgmma_mn_operand_addresses if a_mn else wgmma_operand_addresses   # imm-trans-a
         # wgmma_bf16_rs: each thread's A fragment and its values at issue (PTX: they must not change until the
         # operation is retired); None when A is in shared memory
         self.a_frags = a_frags
@@ -1149,7 +1182,7 @@ class WgmmaOp:
             if self.a_frags is not None:
                 a = wgmma_a_from_registers([at_issue for _, at_issue in self.a_frags])
             else:
-                a = self.block.read_u16(wgmma_operand_addresses(self.desc_a, 64)).view(ml_dtypes.bfloat16)
+                a = self.block.read_u16(self.a_addresses(self.desc_a, 64)).view(ml_dtypes.bfloat16)
             b = self.block.read_u16(self.b_addresses(self.desc_b, self.n)).view(ml_dtypes.bfloat16)
             self.prod = a.astype(np.float64) @ b.astype(np.float64).T
         return self.prod
@@ -1492,10 +1525,10 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
         if len({_position(gens[lin]) for lin in lins}) != 1:
             _deadlock(name, live, gens, waiting, f"the threads of warpgroup {g} wait at different wgmma_bf16 calls")
         reqs = [waiting[lin][1] for lin in members]
-        acc0, da, db, n, scale, b_mn = reqs[0]
+        acc0, da, db, n, scale, b_mn, a_mn = reqs[0]
         registers = isinstance(da, SimArray)   # wgmma_bf16_rs: A from each thread's fragment, read at issue
         da = 0 if registers else da
-        for lin, (acc, a, b, nn, sc, _) in zip(members, reqs):
+        for lin, (acc, a, b, nn, sc, _, _) in zip(members, reqs):
             th = by_linear[lin]
             a = 0 if registers else a
             if (int(a), int(b), nn, sc) != (int(da), int(db), n, scale):
@@ -1507,7 +1540,8 @@ def _warpgroup_ops(name, threads, live, gens, waiting, send):
                 raise SimulationError(f"{name}: {_describe(th)} at {pyfile}:{line}: wgmma_bf16 without a "
                                       "wgmma_fence() before it (needed before the first wgmma and after wgmma_wait)")
         a_frags = [(r[1], np.array(r[1].data, dtype=np.float64)) for r in reqs] if registers else None
-        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale, a_frags, b_mn)
+        op = WgmmaOp(by_linear[members[0]].block, [r[0] for r in reqs], int(da), int(db), n, scale, a_frags, b_mn,
+                     a_mn)
         for lin in members:
             by_linear[lin].wg_pending.append(op)
             send[lin] = None

@@ -396,6 +396,52 @@ def test_wgmma_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
         assert (grads[0][1] == 0).all() and (grads[1][1] == 0).all()
 
 
+KEYS = dict(RS=0)      # the fused backward with keys as rows, P^T and dS^T through shared memory
+KEYS_RS = dict(RS=1)   # ... from registers
+ROWS = dict(ROWS=1)    # queries as rows
+
+
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,masked,drop_p,wgs,d", [
+    (1, 2, 1, 70, 150, True, False, 0.0, 1, 64),    # GQA, two query tiles; causal Lk > Lq: late key blocks get zeros
+    (2, 1, 1, 40, 70, False, True, 0.0, 2, 64),     # key-padding mask with an empty row; dQ split over warpgroups
+    (1, 1, 1, 80, 80, True, False, 0.3, 1, 64),     # dropout
+    (1, 2, 1, 70, 40, True, False, 0.0, 1, 128),    # head dim 128: two K panels; GQA; Lq > Lk
+    (1, 1, 1, 65, 65, False, False, 0.0, 2, 128),   # two warpgroups, each half of dQ's 128 columns
+])
+@pytest.mark.parametrize("setting", [KEYS, KEYS_RS, ROWS], ids=["keys", "keys_rs", "rows"])
+def test_fused_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk, causal, masked, drop_p, wgs, d,
+                                                             setting, monkeypatch):
+    """One kernel per key block, dQ added across blocks in float32 through bulk reductions (variant "fused"), in
+    each layout: keys as rows (P^T and dS^T from shared memory or registers) or queries as rows."""
+    if setting is not ROWS and (wgs, d) in ((1, 128), (2, 64)) and not masked:
+        pytest.skip("the keys-as-rows layouts take the other cases (the simulator is slow)")
+    monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, d, dict(setting, WGS=wgs))
+    rng = np.random.default_rng(lq * 5 + lk)
+    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
+    mask = None
+    if masked:
+        mask = rng.random((b, lk)) > 0.3
+        mask[1, :] = False
+    group = hq // hkv
+    p = fa.Problem(b, hq, group, lq, lk, d, causal, 1 / np.sqrt(d), masked, drop_p)
+    state = np.array([0x9E37, 0x79B9, 3, 0], np.uint32)
+    o, lse = fa.forward_arrays(np, q, k, v, p, mask, SMALL, rng=state, variant="mma")
+    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="fused")
+    mma = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="mma")
+    if drop_p:
+        keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
+        want = reference_with_dropout(q, k, v, do, causal, group, keep)[1:]
+        unit = 2 * UNIT["bfloat16"]
+    else:
+        want = reference(q, k, v, do, causal, group, mask)[2:]
+        unit = UNIT["bfloat16"]
+    for name, got, ref, other in zip(("dQ", "dK", "dV"), grads, want, mma):
+        assert got.dtype == q.dtype
+        assert_close(name, got, ref, other.astype(np.float64), unit)
+    if masked:
+        assert (grads[0][1] == 0).all() and (grads[1][1] == 0).all()
+
+
 def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatch):
     rng = np.random.default_rng(1)
     q, k, v, _ = inputs(rng, 1, 1, 1, 16, 16, 64, "float16")
@@ -522,6 +568,41 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, 
         want, unit = full[:1] + full[2:], UNIT["bfloat16"]
     for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o, *grads), want):
         assert_close(name, got.get(), ref, None, unit)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,d,causal,masked,drop_p", [(2, 4, 4, 300, 300, 64, False, False, 0.0),
+                                                                  (2, 8, 2, 257, 300, 128, True, False, 0.0),
+                                                                  (2, 4, 1, 200, 130, 64, True, False, 0.2),
+                                                                  (2, 4, 4, 150, 190, 128, False, True, 0.0),
+                                                                  (1, 8, 1, 1000, 1000, 128, True, False, 0.0)])
+@pytest.mark.parametrize("setting", [KEYS, KEYS_RS, ROWS], ids=["keys", "keys_rs", "rows"])
+def test_gpu_fused_backward_matches_float64(b, hq, hkv, lq, lk, d, causal, masked, drop_p, setting, monkeypatch):
+    cp = pytest.importorskip("cupy")
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the fused backward needs a Hopper GPU")
+    monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, d, dict(setting, WGS=2))
+    rng = np.random.default_rng(5)
+    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
+    mask = None
+    if masked:
+        mask = rng.random((b, lk)) > 0.3
+        mask[1, :] = False
+    state = np.array([3, 1, 4, 0], np.uint32)
+    p = fa.Problem(b, hq, hq // hkv, lq, lk, d, causal, 1 / np.sqrt(d), masked, drop_p)
+    arrays = [cp.asarray(a) for a in (q, k, v, do)]
+    kmask = None if mask is None else cp.asarray(mask)
+    o, lse = fa.forward_arrays(cp, *arrays[:3], p, kmask, rng=cp.asarray(state), variant="bulk")
+    grads = fa.backward_arrays(cp, *arrays[:3], o, lse, arrays[3], p, kmask, rng=cp.asarray(state), variant="fused")
+    if drop_p:
+        keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
+        want, unit = reference_with_dropout(q, k, v, do, causal, hq // hkv, keep)[1:], 2 * UNIT["bfloat16"]
+    else:
+        want, unit = reference(q, k, v, do, causal, hq // hkv, mask)[2:], UNIT["bfloat16"]
+    for name, got, ref in zip(("dQ", "dK", "dV"), grads, want):
+        assert_close(name, got.get(), ref, None, unit)
+    if masked:
+        assert (grads[0][1] == 0).all().get() and (grads[1][1] == 0).all().get()
 
 
 @pytest.mark.cuda

@@ -599,3 +599,81 @@ def test_gpu_wgmma_reads_b_mn_major():
     o, o2, so = cp.zeros(64 * 128, cp.float32), cp.zeros(64 * 128, cp.float32), cp.zeros(64 * 64, cp.float32)
     _mn_major()[1, 128, MN_SMEM](*(cp.asarray(x.reshape(-1)) for x in (a, b, v)), o, o2, so)
     _check_mn_major(*(cp.asnumpy(x) for x in (o, o2, so)), v, want_s, want2)
+
+
+# -- A in MN-major layout (imm-trans-a): a tile stored transposed, as the backward's dS^T serving as dS ------------
+def _a_mn_major():
+    """A kernel of MN-major A with either B (made here, as _chained)."""
+    @kernel
+    def a_mn_major_products(a: Array[bf16], b: Array[bf16], v: Array[bf16], o: Array[f32], o2: Array[f32]):
+        """O = A B^T (64 x 64) with A held transposed (a row-major [K, M] tile: sat[k, m] = A[m, k]) read MN-major and
+        B K-major; O2 = A V (64 x 128) with both read MN-major (V a row-major [64, 128] tile)."""
+        sat = dynamic_shared(bf16, (64, 64))
+        sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
+        sv = dynamic_shared(bf16, (2, 64, 64), 2 * 64 * 64 * 2)
+        for u in range(tx, 64 * 64, 128):
+            r = u // 64
+            k = u % 64
+            sat[k, swizzle(k, r, 64)] = a[u]
+            sb[r, swizzle(r, k, 64)] = b[u]
+        for u in range(tx, 64 * 128, 128):
+            r = u // 128
+            col = u % 128
+            sv[col // 64, r, swizzle(r, col % 64, 64)] = v[u]
+        fence_proxy_async()
+        syncthreads()
+        acc = local(f32, (8, 4))
+        acc2 = local(f32, (16, 4))
+        wgmma_fence()
+        for kk in static_range(4):   # rows kk * 16 ... + 15 of the transposed tile: one panel, 8 rows 1024 bytes on
+            ad = wgmma_desc(sat, (kk * 16, 0), 128, 64 * 128, 1024)
+            wgmma_bf16(acc, ad, wgmma_desc(sb, (0, kk * 16), 128), 64, kk, K_MAJOR, MN_MAJOR)
+            wgmma_bf16(acc2, ad, wgmma_desc(sv[0], (kk * 16, 0), 128, 64 * 128, 1024), 128, kk, MN_MAJOR, MN_MAJOR)
+        wgmma_commit()
+        wgmma_wait(0)
+        _store_accumulator(o, acc, 64)
+        _store_accumulator(o2, acc2, 128)
+    return a_mn_major_products
+
+
+def _check_a_mn_major(o, o2, a, b, v):
+    f64 = [x.astype(np.float64) for x in (a, b, v)]
+    np.testing.assert_allclose(o.reshape(64, 64), f64[0] @ f64[1].T, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(o2.reshape(64, 128), f64[0] @ f64[2], rtol=1e-5, atol=1e-4)
+
+
+def test_wgmma_reads_a_mn_major():
+    a, b, v, _, _ = _mn_major_want(seed=7)
+    o, o2 = np.zeros(64 * 64, np.float32), np.zeros(64 * 128, np.float32)
+    _a_mn_major().simulate[1, 128, MN_SMEM](a.reshape(-1), b.reshape(-1), v.reshape(-1), o, o2)
+    _check_a_mn_major(o, o2, a, b, v)
+
+
+def test_a_mn_major_compiles_with_imm_trans_a():
+    kern = _a_mn_major()
+    assert "p, 1, 1, 1, 0;" in kern.source and "p, 1, 1, 1, 1;" in kern.source   # imm-trans-a, then imm-trans-b
+    info = kern.inspect("sm_90")
+    assert info["spill_stores"] == 0 and "C7515" not in info["log"]
+    with pytest.raises(KernelError, match=r"A_MAJOR is K_MAJOR \(0\) or MN_MAJOR \(1\), got 3"):
+        @kernel
+        def bad(out: Array[f32]):
+            acc = local(f32, (8, 4))
+            wgmma_bf16(acc, 0, 0, 64, 1, 0, 3)
+        bad.source
+    with pytest.raises(KernelError, match=r"wgmma_bf16_rs\(acc, a_frag, desc_b, N\[, scale_d\[, B_MAJOR\]\]\) takes "
+                                          r"4 to 6 arguments"):
+        @kernel
+        def bad_rs(out: Array[f32]):
+            acc = local(f32, (8, 4))
+            frag = local(bf16, 8)
+            wgmma_bf16_rs(acc, frag, 0, 64, 1, 0, 1)
+        bad_rs.source
+
+
+@pytest.mark.cuda
+def test_gpu_wgmma_reads_a_mn_major():
+    import cupy as cp
+    a, b, v, _, _ = _mn_major_want(seed=7)
+    o, o2 = cp.zeros(64 * 64, cp.float32), cp.zeros(64 * 128, cp.float32)
+    _a_mn_major()[1, 128, MN_SMEM](*(cp.asarray(x.reshape(-1)) for x in (a, b, v)), o, o2)
+    _check_a_mn_major(cp.asnumpy(o), cp.asnumpy(o2), a, b, v)

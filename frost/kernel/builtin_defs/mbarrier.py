@@ -1,8 +1,10 @@
 """Built-in asynchronous barriers and bulk copies (Hopper): mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx,
-mbarrier_wait, cp_async_bulk. An mbarrier is a 64-bit object in shared memory (an element of a shared Array[i64])
-whose phase completes when `count` threads have arrived and every byte it was told to expect has landed; the
-copy engine (cp.async.bulk) lands bytes on it without any thread waiting, so one producer thread can feed warps
-that each wait only for their own tile: the pipeline of FlashAttention-3 and CUTLASS's warp-specialized GEMMs.
+mbarrier_wait, cp_async_bulk; and bulk reductions into global memory, tracked by bulk groups instead of a barrier:
+cp_reduce_async_bulk_add, cp_async_bulk_commit, cp_async_bulk_wait, cp_async_bulk_wait_read. An mbarrier is a 64-bit
+object in shared memory (an element of a shared Array[i64]) whose phase completes when `count` threads have arrived
+and every byte it was told to expect has landed; the copy engine (cp.async.bulk) lands bytes on it without any thread
+waiting, so one producer thread can feed warps that each wait only for their own tile: the pipeline of
+FlashAttention-3 and CUTLASS's warp-specialized GEMMs.
 
 PTX from the ISA's "Parallel Synchronization and Communication Instructions: mbarrier" and "Data Movement and
 Conversion Instructions: cp.async.bulk"; the wait loop is CUTLASS's ClusterBarrier::wait."""
@@ -172,6 +174,81 @@ class CpAsyncBulk(BuiltinDef):
         return f"_T.cp_async_bulk({a[0]}, {a[1]}, {a[2]}, {a[3]}, {a[4]}, {a[5]}, {a[6]})"
 
 
+class CpReduceAsyncBulkAdd(BuiltinDef):
+    """cp_reduce_async_bulk_add(dst, dst_index, src, src_index, nbytes): the copy engine adds nbytes contiguous bytes
+    of f32 from shared src[src_index:] into global dst[dst_index:], element by element and atomically with respect
+    to other such adds (PTX cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32): how blocks that each own a
+    part of a sum add it into one float32 accumulator without a thread-per-element atomic (FlashAttention-3's dQ).
+    One thread issues it, after the threads that wrote src made their stores visible to the copy engine
+    (fence_proxy_async, then a barrier); cp_async_bulk_commit() closes a group of them; cp_async_bulk_wait_read(n)
+    waits until all but the n newest groups have read their source (src may then be written again),
+    cp_async_bulk_wait(n) until their adds are done. The simulator reads src at the wait, the latest time the
+    hardware may, so a kernel that writes src before waiting computes a wrong sum there."""
+
+    def check(self, ck: Checking, node):
+        if len(node.args) != 5:
+            raise ck.src.error(node, "cp_reduce_async_bulk_add(dst_global, dst_index, src_shared, src_index, nbytes) "
+                                     "takes 5 arguments")
+        dt, st = ck.expr(node.args[0]), ck.expr(node.args[2])
+        if not (isinstance(dt, ArrayType) and isinstance(st, ArrayType) and dt.space == "global"
+                and st.space == "shared" and dt.ndim == 1 and st.ndim == 1 and dt.elem.name == st.elem.name == "f32"):
+            raise ck.src.error(node, f"cp_reduce_async_bulk_add() adds a 1-D shared f32 array into a 1-D global f32 "
+                                     f"one, got {st} -> {dt}")
+        integer_arg(ck, node.args[1], self.name, "destination index")
+        integer_arg(ck, node.args[3], self.name, "source index")
+        nbytes = integer_arg(ck, node.args[4], self.name, "byte count")
+        if nbytes is not None and not (0 < nbytes and nbytes % BULK_ALIGN == 0):
+            raise ck.src.error(node.args[4], f"cp_reduce_async_bulk_add: {nbytes} bytes is not a positive multiple "
+                                             f"of {BULK_ALIGN}")
+        dst = node.args[0]
+        if getattr(dst, "id", None) in {p.name for p in ck.out.params}:
+            ck.out.vector_params[dst.id] = max(ck.out.vector_params.get(dst.id, 0), BULK_ALIGN)
+        ck.out.needs_sm90a = True
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        dst = g.elem_ptr(node.args[0], node.args[1])
+        src = smem_addr(g, node.args[2], node.args[3])
+        return ('asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" :: '
+                f'"l"({dst}), "r"({src}), "r"((int)({g.ex(node.args[4])})) : "memory")')
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        a = [g.ex(x) for x in node.args]
+        return f"_T.cp_reduce_async_bulk_add({a[0]}, {a[1]}, {a[2]}, {a[3]}, {a[4]})"
+
+
+class CpAsyncBulkGroup(BuiltinDef):
+    """cp_async_bulk_commit(), cp_async_bulk_wait(n), cp_async_bulk_wait_read(n): the bulk groups of this thread's
+    cp_reduce_async_bulk_add calls (PTX cp.async.bulk.commit_group / wait_group[.read] n)."""
+
+    def __init__(self, name: str, ptx: str, sim_call: str, takes_n: bool) -> None:
+        super().__init__(name)
+        self.ptx, self.sim_call, self.takes_n = ptx, sim_call, takes_n
+
+    def check(self, ck: Checking, node):
+        if not self.takes_n:
+            ck.args(node, 0, self.name)
+            return None
+        if len(node.args) != 1:
+            raise ck.src.error(node, f"{self.name}(n) takes the number of bulk groups left in flight")
+        n = ck.const_int(node.args[0])
+        if not 0 <= n <= 63:
+            raise ck.src.error(node, f"{self.name}({n}): n must be 0..63")
+        ck.out.needs_sm90a = True
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        n = f" {int(g.fn.values[id(node.args[0])])}" if self.takes_n else ""
+        return f'asm volatile("{self.ptx}{n};" ::: "memory")'
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        n = str(int(g.fn.values[id(node.args[0])])) if self.takes_n else ""
+        return f"_T.{self.sim_call}({n})"
+
+
 DEFINITIONS = [MbarrierInit("mbarrier_init"), MbarrierArrive("mbarrier_arrive", expect_tx=False),
                MbarrierArrive("mbarrier_arrive_expect_tx", expect_tx=True), MbarrierWait("mbarrier_wait"),
-               CpAsyncBulk("cp_async_bulk")]
+               CpAsyncBulk("cp_async_bulk"), CpReduceAsyncBulkAdd("cp_reduce_async_bulk_add"),
+               CpAsyncBulkGroup("cp_async_bulk_commit", "cp.async.bulk.commit_group", "bulk_commit", False),
+               CpAsyncBulkGroup("cp_async_bulk_wait", "cp.async.bulk.wait_group", "bulk_wait", True),
+               CpAsyncBulkGroup("cp_async_bulk_wait_read", "cp.async.bulk.wait_group.read", "bulk_wait", True)]

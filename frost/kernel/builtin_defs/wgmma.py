@@ -61,11 +61,14 @@ class WgmmaDesc(BuiltinDef):
         return f"_T.wgmma_desc({g.ex(node.args[0])}, {g.index_tuple(node.args[1])}, {lbo}, {sbo}, {swz})"
 
 
-def fence_accs(g: CudaBuilding) -> list[str]:
-    """CUTLASS's warpgroup_fence_operand: an empty asm that reads and writes every accumulator register, so
-    the compiler neither reads an accumulator before wgmma_wait nor writes one after wgmma_fence."""
+def fence_accs(g: CudaBuilding, only: list[str] | None = None) -> list[str]:
+    """CUTLASS's warpgroup_fence_operand: an empty asm that reads and writes every accumulator register (or those of
+    the accumulators named in `only`), so the compiler neither reads an accumulator before wgmma_wait nor writes one
+    after wgmma_fence."""
     out = []
     for name, n in g.fn.wgmma_accs.items():
+        if only is not None and name not in only:
+            continue
         at = g.fn.locals[name].type
         flat = g.cname(name) if at.ndim == 1 else f"reinterpret_cast<float*>({g.cname(name)})"
         out += [f'asm volatile("" : "+f"({flat}[{k}]) :: "memory")' for k in range(n)]
@@ -95,17 +98,27 @@ class WgmmaSync(BuiltinDef):
 
 class WgmmaWait(BuiltinDef):
     def check(self, ck: Checking, node):
-        if len(node.args) != 1:
-            raise ck.src.error(node, "wgmma_wait(n) takes the number of wgmma groups left in flight")
+        """wgmma_wait(n[, acc, ...]): wait until n groups remain in flight, then fence the accumulators named (by
+        default every accumulator of the function). Naming only those of the groups it retires keeps the others'
+        registers free where they are dead (S and dP between the backward's steps): the fence reads and writes
+        each accumulator it names, so the compiler keeps it live across."""
+        if not node.args:
+            raise ck.src.error(node, "wgmma_wait(n[, acc, ...]) takes the number of wgmma groups left in flight")
         n = ck.const_int(node.args[0])
         if not 0 <= n <= 7:
             raise ck.src.error(node, f"wgmma_wait({n}): n must be 0..7")
+        for a in node.args[1:]:
+            t = ck.expr(a)
+            if not (isinstance(a, ast.Name) and isinstance(t, ArrayType) and t.space == "local" and t.elem is f32):
+                raise ck.src.error(a, f"wgmma_wait(): the accumulators to fence are local f32 arrays named by a "
+                                      f"variable, got {t}")
         ck.out.uses_wgmma = True
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
         n = int(g.fn.values[id(node.args[0])])
-        return "; ".join([f'asm volatile("wgmma.wait_group.sync.aligned {n};" ::: "memory")'] + fence_accs(g))
+        only = [a.id for a in node.args[1:]] if len(node.args) > 1 else None
+        return "; ".join([f'asm volatile("wgmma.wait_group.sync.aligned {n};" ::: "memory")'] + fence_accs(g, only))
 
     def sim(self, g: SimBuilding, node, t) -> str:
         return f"_T.wgmma_wait({int(g.fn.values[id(node.args[0])])})"
@@ -132,21 +145,30 @@ def wgmma_asm(g: CudaBuilding, node, a_operand: str, a_inputs: list[str], transp
 
 def b_major(g, node) -> int:
     """The call's B_MAJOR argument: 0 (K-major, the default) or 1 (MN-major), PTX's imm-trans-b."""
-    return int(g.fn.values[id(node.args[5])]) if len(node.args) == 6 else 0
+    return int(g.fn.values[id(node.args[5])]) if len(node.args) >= 6 else 0
+
+
+def a_major(g, node) -> int:
+    """wgmma_bf16's A_MAJOR argument: 0 (K-major, the default) or 1 (MN-major), PTX's imm-trans-a."""
+    return int(g.fn.values[id(node.args[6])]) if len(node.args) == 7 else 0
 
 
 class WgmmaBf16(BuiltinDef):
     def check(self, ck: Checking, node, operands=None):
-        """wgmma_bf16(acc, desc_a, desc_b, N[, scale_d[, B_MAJOR]]): acc (local f32, N/2 per thread) += A[64, 16] @
-        B[N, 16]^T (wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16), A K-major in shared memory, B K-major
+        """wgmma_bf16(acc, desc_a, desc_b, N[, scale_d[, B_MAJOR[, A_MAJOR]]]): acc (local f32, N/2 per thread) +=
+        A[64, 16] @ B[N, 16]^T (wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16), both in shared memory, B K-major
         (B_MAJOR = K_MAJOR = 0, the default) or MN-major (MN_MAJOR = 1: B's N elements contiguous, so that a
-        row-major [K, N] tile such as attention's V serves without a transpose); scale_d 0 ignores acc."""
-        if len(node.args) not in (4, 5, 6):
-            raise ck.src.error(node, "wgmma_bf16(acc, desc_a, desc_b, N[, scale_d[, B_MAJOR]]) takes 4 to 6 "
-                                     "arguments")
-        if len(node.args) == 6 and ck.const_int(node.args[5]) not in (0, 1):
-            raise ck.src.error(node.args[5], f"{self.name}(): B_MAJOR is K_MAJOR (0) or MN_MAJOR (1), got "
-                                             f"{ck.const_int(node.args[5])}")
+        row-major [K, N] tile such as attention's V serves without a transpose), A likewise (A_MAJOR = MN_MAJOR: A's
+        64 M elements contiguous, so that a tile stored transposed, such as the backward's dS^T, serves as dS);
+        scale_d 0 ignores acc."""
+        most = 7 if operands is None else 6
+        if not 4 <= len(node.args) <= most:
+            raise ck.src.error(node, f"{self.name}(acc, {'desc_a' if most == 7 else 'a_frag'}, desc_b, N[, scale_d"
+                                     f"[, B_MAJOR{'[, A_MAJOR]' if most == 7 else ''}]]) takes 4 to {most} arguments")
+        for at, what in ((5, "B_MAJOR"), (6, "A_MAJOR")):
+            if len(node.args) > at and ck.const_int(node.args[at]) not in (0, 1):
+                raise ck.src.error(node.args[at], f"{self.name}(): {what} is K_MAJOR (0) or MN_MAJOR (1), got "
+                                                  f"{ck.const_int(node.args[at])}")
         n = ck.const_int(node.args[3])
         if not (8 <= n <= 256 and n % 8 == 0):
             raise ck.src.error(node, f"wgmma_bf16(): N={n} is not a wgmma shape (m64nNk16 has N = 8, 16, ..., 256)")
@@ -171,14 +193,14 @@ class WgmmaBf16(BuiltinDef):
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
-        # A by descriptor; imm-trans-a = 0 (A K-major), imm-trans-b = B_MAJOR
-        return wgmma_asm(g, node, "%{r}", [f'"l"({g.ex(node.args[1])})'], f"0, {b_major(g, node)}")
+        # A by descriptor; imm-trans-a = A_MAJOR, imm-trans-b = B_MAJOR
+        return wgmma_asm(g, node, "%{r}", [f'"l"({g.ex(node.args[1])})'], f"{a_major(g, node)}, {b_major(g, node)}")
 
     def sim(self, g: SimBuilding, node, t) -> str:
         acc, da, db = (g.ex(x) for x in node.args[:3])
         n = g.fn.values[id(node.args[3])]
         scale = f"int({g.ex(node.args[4])})" if len(node.args) >= 5 else "1"
-        return f"(yield ('wgmma', ({acc}, {da}, {db}, {n}, {scale}, {b_major(g, node)})))"
+        return f"(yield ('wgmma', ({acc}, {da}, {db}, {n}, {scale}, {b_major(g, node)}, {a_major(g, node)})))"
 
 
 class WgmmaBf16Registers(WgmmaBf16):
@@ -188,9 +210,8 @@ class WgmmaBf16Registers(WgmmaBf16):
     (FlashAttention-3's P V). a must not change until wgmma_wait has retired the operation."""
 
     def check(self, ck: Checking, node):
-        if len(node.args) not in (4, 5, 6):
-            raise ck.src.error(node, "wgmma_bf16_rs(acc, a_frag, desc_b, N[, scale_d[, B_MAJOR]]) takes 4 to 6 "
-                                     "arguments")
+        if len(node.args) < 4:
+            return super().check(ck, node, operands=())   # raises the message that names the arguments
         a = ck.expr(node.args[1])
         if not (isinstance(a, ArrayType) and a.space == "local" and a.elem is bf16 and a.shape is not None
                 and math.prod(a.shape) == 8):
@@ -205,8 +226,38 @@ class WgmmaBf16Registers(WgmmaBf16):
                          str(b_major(g, node)))
 
 
+class WgmmaDiscard(BuiltinDef):
+    """wgmma_discard(acc, ...): the values of these local f32 arrays are dead here; the compiler may have used their
+    registers for anything before. For an accumulator that the next wgmma overwrites (scale_d 0) in a loop: without
+    it, the fence before that wgmma reads the last iteration's values, which then stay live through the whole loop
+    (a kernel-wide array keeps them; CUTLASS declares such accumulators inside the loop instead). An empty asm that
+    writes each register; the simulator fills the arrays with NaN, so a read of a discarded value shows."""
+
+    def check(self, ck: Checking, node):
+        if not node.args:
+            raise ck.src.error(node, "wgmma_discard(acc, ...) takes the local f32 arrays whose values are dead")
+        for a in node.args:
+            t = ck.expr(a)
+            if not (isinstance(a, ast.Name) and isinstance(t, ArrayType) and t.space == "local" and t.elem is f32
+                    and t.kind == "native"):
+                raise ck.src.error(a, f"wgmma_discard() takes local f32 arrays named by a variable, got {t}")
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        out = []
+        for a in node.args:
+            at = g.type(a)
+            flat = g.cname(a.id) if at.ndim == 1 else f"reinterpret_cast<float*>({g.cname(a.id)})"
+            out += [f'asm volatile("" : "=f"({flat}[{k}]))' for k in range(math.prod(at.shape))]
+        return "; ".join(out)
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        return "; ".join(f"{g.ex(a)}.data.fill(float('nan'))" for a in node.args)
+
+
 DEFINITIONS = [
-    WgmmaDesc("wgmma_desc"), WgmmaBf16("wgmma_bf16"), WgmmaBf16Registers("wgmma_bf16_rs"), WgmmaWait("wgmma_wait"),
+    WgmmaDesc("wgmma_desc"), WgmmaDiscard("wgmma_discard"),
+    WgmmaBf16("wgmma_bf16"), WgmmaBf16Registers("wgmma_bf16_rs"), WgmmaWait("wgmma_wait"),
     WgmmaSync("wgmma_fence", "wgmma.fence.sync.aligned", "_T.wgmma_fence()", fences_accs=True),
     WgmmaSync("wgmma_commit", "wgmma.commit_group.sync.aligned", "_T.wgmma_commit()"),
     WgmmaSync("fence_proxy_async", "fence.proxy.async.shared::cta", "None"),
