@@ -48,7 +48,13 @@ steps over 32 queries, half a panel: steps of 64 spill; WGMMA_BACKWARD_TILES). N
 operand of P V, dS K, P^T dO and dS^T Q is read MN-major (wgmma_bf16's B_MAJOR) from the row-major panels the copies
 write.
 The backward is the default for bf16 on sm_90 (with the bulk forward below); FROST_FLASH_WGMMA=1 runs this forward
-too. The simulator and the tests check them against float64 and against the mma.sync kernels (the backward's
+too. `fused_backward` is FlashAttention-3's backward: one kernel per block of 64 WGS keys computes S, dP, dV, dK and
+that block's share of dQ (five products where the two kernels recompute S and dP: seven), adding dQ into a float32
+accumulator by one bulk reduction a step (cp_reduce_async_bulk_add), then a small kernel converts it; dQ's sum is
+then in an order the GPU chooses (not deterministic bit for bit). Layouts: keys as rows (S^T, with P^T and dS^T from
+shared memory or, RS, registers) or queries as rows (ROWS: S = Q K_w^T, P and dS read MN-major for dV and dK:
+wgmma_bf16's A_MAJOR; two statistics a lane instead of 16, so no spill at head dim 128). FUSED_BACKWARD_TILES.
+The simulator and the tests check them against float64 and against the mma.sync kernels (the two-kernel backward's
 gradients agree bit for bit in the simulator at equal key order).
 
 Warp-specialized. `flash_fwd_bulk` is the Hopper forward as FlashAttention-3 arranges it: a producer warp (one
@@ -687,6 +693,38 @@ def load_panels(src, dst, first: i32, base: i32, r0: i32, n: i32, ROWS: Const[in
 
 
 @device
+def key_block(lq: i32, lk: i32, heads: i32, group: i32, BK: Const[int], BR: Const[int],
+              CAUSAL: Const[int]) -> (i32, i32, i32, i32, i32, i32, i32):
+    """The backward's block (bx: batch x key/value head, by: BK keys): (batch, its first key row, its first key,
+    the first query tile that sees them, query tiles a head, steps over the group's heads, the group's first query
+    head's (batch, head) row block)."""
+    kv_heads = heads // group
+    b = bx // kv_heads
+    k0 = by * BK
+    first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
+    per_head = cdiv(lq, BR) - first
+    return b, bx * lk, k0, first, per_head, group * per_head, b * heads + bx % kv_heads * group
+
+
+@device
+def query_step(step: i32, head0: i32, first: i32, per_head: i32, lq: i32, BR: Const[int]) -> (i32, i32, i32, i32,
+                                                                                              i32):
+    """A key block's step over (query head, query tile): (buffer, the head's (batch, head) row block, the first query,
+    the next step's head rows and first query)."""
+    return (step % 2, head0 + step // per_head, (first + step % per_head) * BR,
+            (head0 + (step + 1) // per_head) * lq, (first + (step + 1) % per_head) * BR)
+
+
+@device
+def load_query_tiles(q, do, sq, sdo, first: i32, base: i32, q0: i32, lq: i32, BR: Const[int], D: Const[int],
+                     THREADS: Const[int]):
+    """Start copying the BR queries from q0 of Q and dO (rows base + ...) into panels sq[first...], sdo[first...]."""
+    load_panels(q, sq, first, base, q0, lq, BR, D, THREADS)
+    load_panels(do, sdo, first, base, q0, lq, BR, D, THREADS)
+    cp_commit()
+
+
+@device
 def publish_tiles():
     """This thread's copies landed (cp.async) and its stores and theirs visible to wgmma (the async proxy), for every
     thread of the block: the tiles just written are ready to multiply, and every warpgroup is past its last wgmma."""
@@ -1124,36 +1162,21 @@ def wgmma_backward():
         dk_acc = local(f32, (D // 8, 4))
         dv_acc = local(f32, (D // 8, 4))
         wg = warp // 4
-        kv_heads = heads // group
-        b = bx // kv_heads
-        kbase = bx * lk
-        k0 = by * BK
+        b, kbase, k0, first, per_head, steps, head0 = key_block(lq, lk, heads, group, BK, BR, CAUSAL)
         key0 = k0 + warp * 16 + lane // 4   # this lane's keys: key0 and key0 + 8
-        first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
-        per_head = cdiv(lq, BR) - first
-        steps = group * per_head
-        head0 = b * heads + bx % kv_heads * group   # the group's first query head's (batch, head) row block
         load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
         load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
-        load_panels(q, sq, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
-        load_panels(do, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
-        cp_commit()
+        load_query_tiles(q, do, sq, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
         row_stats(stats[0], stats[1], lse, delta, head0 * lq, first * BR, lq, BR, THREADS)
         zero(dk_acc, D)
         zero(dv_acc, D)
         step = 0
         if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
             while True:   # over (query head, query tile) of the group
-                buf = step % 2
-                bh = head0 + step // per_head
-                q0 = (first + step % per_head) * BR
-                nbase = (head0 + (step + 1) // per_head) * lq   # the next step's query rows
-                nq0 = (first + (step + 1) % per_head) * BR
+                buf, bh, q0, nbase, nq0 = query_step(step, head0, first, per_head, lq, BR)
                 publish_tiles()
                 if step + 1 < steps:
-                    load_panels(q, sq, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
-                    load_panels(do, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
-                    cp_commit()
+                    load_query_tiles(q, do, sq, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
                 wgmma_rows(st, sk, 0, wg * 64, sq, buf * DP, BR, D, 0)
                 wgmma_rows(dpt, sv, 0, wg * 64, sdo, buf * DP, BR, D, 0)
                 wgmma_wait(0)
@@ -1311,37 +1334,22 @@ def fused_backward():
         dk_acc = local(f32, (D // 8, 4))
         dv_acc = local(f32, (D // 8, 4))
         wg = warp // 4
-        kv_heads = heads // group
-        b = bx // kv_heads
-        kbase = bx * lk
-        k0 = by * BK
+        b, kbase, k0, first, per_head, steps, head0 = key_block(lq, lk, heads, group, BK, BR, CAUSAL)
         key0 = k0 + warp * 16 + lane // 4   # this lane's keys: key0 and key0 + 8
-        first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
-        per_head = cdiv(lq, BR) - first
-        steps = group * per_head
-        head0 = b * heads + bx % kv_heads * group   # the group's first query head's (batch, head) row block
         lq_pad = cdiv(lq, BR) * BR
         load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
         load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
-        load_panels(q, sq, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
-        load_panels(do, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
-        cp_commit()
+        load_query_tiles(q, do, sq, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
         row_stats(stats[0], stats[1], lse, delta, head0 * lq, first * BR, lq, BR, THREADS)
         zero(dk_acc, D)
         zero(dv_acc, D)
         step = 0
         if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
             while True:   # over (query head, query tile) of the group
-                buf = step % 2
-                bh = head0 + step // per_head
-                q0 = (first + step % per_head) * BR
-                nbase = (head0 + (step + 1) // per_head) * lq   # the next step's query rows
-                nq0 = (first + (step + 1) % per_head) * BR
+                buf, bh, q0, nbase, nq0 = query_step(step, head0, first, per_head, lq, BR)
                 publish_tiles()
                 if step + 1 < steps:
-                    load_panels(q, sq, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
-                    load_panels(do, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
-                    cp_commit()
+                    load_query_tiles(q, do, sq, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
                 # S^T, dP^T and dQ start afresh each step: their registers are free between uses (dK and dV hold
                 # 128 a thread at head dim 128)
                 wgmma_discard(st, dpt, dq)
@@ -1420,36 +1428,21 @@ def fused_backward():
         dv_acc = local(f32, (D // 8, 4))
         wg = warp // 4
         row = warp % 4 * 16 + lane // 4   # this lane's query rows of the tile: row and row + 8
-        kv_heads = heads // group
-        b = bx // kv_heads
-        kbase = bx * lk
-        k0 = by * BK
+        b, kbase, k0, first, per_head, steps, head0 = key_block(lq, lk, heads, group, BK, BR, CAUSAL)
         kw = k0 + 64 * wg   # this warpgroup's keys
-        first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
-        per_head = cdiv(lq, BR) - first
-        steps = group * per_head
-        head0 = b * heads + bx % kv_heads * group   # the group's first query head's (batch, head) row block
         lq_pad = cdiv(lq, BR) * BR
         load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
         load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
-        load_panels(q, sq, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
-        load_panels(do, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
-        cp_commit()
+        load_query_tiles(q, do, sq, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
         zero(dk_acc, D)
         zero(dv_acc, D)
         step = 0
         if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
             while True:   # over (query head, query tile) of the group
-                buf = step % 2
-                bh = head0 + step // per_head
-                q0 = (first + step % per_head) * BR
-                nbase = (head0 + (step + 1) // per_head) * lq   # the next step's query rows
-                nq0 = (first + (step + 1) % per_head) * BR
+                buf, bh, q0, nbase, nq0 = query_step(step, head0, first, per_head, lq, BR)
                 publish_tiles()
                 if step + 1 < steps:
-                    load_panels(q, sq, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
-                    load_panels(do, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
-                    cp_commit()
+                    load_query_tiles(q, do, sq, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
                 wgmma_discard(s, dp, dq)
                 wgmma_fence()
                 for kk in static_range(D // 16):

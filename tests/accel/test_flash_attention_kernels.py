@@ -371,7 +371,13 @@ def test_wgmma_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
     if d == 128 and (masked or wgs == 2):
         pytest.skip("head dim 128 takes the other cases (the simulator is slow)")
     monkeypatch.setitem(fa.WGMMA_BACKWARD_TILES, d, dict(fa.WGMMA_BACKWARD_TILES[d], WGS=wgs))
-    rng = np.random.default_rng(lq * 7 + lk)
+    _check_hopper_backward("wgmma", b, hq, hkv, lq, lk, causal, masked, drop_p, d, seed=lq * 7 + lk)
+
+
+def _check_hopper_backward(variant, b, hq, hkv, lq, lk, causal, masked, drop_p, d, seed):
+    """A Hopper backward (simulated) against float64 PyTorch and the mma.sync backward: dQ, dK, dV in bf16, zeros
+    for a batch whose keys are all masked."""
+    rng = np.random.default_rng(seed)
     q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
     mask = None
     if masked:
@@ -381,7 +387,7 @@ def test_wgmma_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
     p = fa.Problem(b, hq, group, lq, lk, d, causal, 1 / np.sqrt(d), masked, drop_p)
     state = np.array([0x9E37, 0x79B9, 3, 0], np.uint32)
     o, lse = fa.forward_arrays(np, q, k, v, p, mask, SMALL, rng=state, variant="mma")
-    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="wgmma")
+    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant=variant)
     mma = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="mma")
     if drop_p:
         keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
@@ -391,6 +397,7 @@ def test_wgmma_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
         want = reference(q, k, v, do, causal, group, mask)[2:]
         unit = UNIT["bfloat16"]
     for name, got, ref, other in zip(("dQ", "dK", "dV"), grads, want, mma):
+        assert got.dtype == q.dtype
         assert_close(name, got, ref, other.astype(np.float64), unit)
     if masked:
         assert (grads[0][1] == 0).all() and (grads[1][1] == 0).all()
@@ -416,30 +423,7 @@ def test_fused_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
     if setting is not ROWS and (wgs, d) in ((1, 128), (2, 64)) and not masked:
         pytest.skip("the keys-as-rows layouts take the other cases (the simulator is slow)")
     monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, d, dict(setting, WGS=wgs))
-    rng = np.random.default_rng(lq * 5 + lk)
-    q, k, v, do = inputs(rng, b, hq, hkv, lq, lk, d, "bfloat16")
-    mask = None
-    if masked:
-        mask = rng.random((b, lk)) > 0.3
-        mask[1, :] = False
-    group = hq // hkv
-    p = fa.Problem(b, hq, group, lq, lk, d, causal, 1 / np.sqrt(d), masked, drop_p)
-    state = np.array([0x9E37, 0x79B9, 3, 0], np.uint32)
-    o, lse = fa.forward_arrays(np, q, k, v, p, mask, SMALL, rng=state, variant="mma")
-    grads = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="fused")
-    mma = fa.backward_arrays(np, q, k, v, o, lse, do, p, mask, SMALL, rng=state, variant="mma")
-    if drop_p:
-        keep = fa.dropout_keep_numpy(state, b * hq, lq, lk, drop_p).reshape(b, hq, lq, lk).astype(np.float64)
-        want = reference_with_dropout(q, k, v, do, causal, group, keep)[1:]
-        unit = 2 * UNIT["bfloat16"]
-    else:
-        want = reference(q, k, v, do, causal, group, mask)[2:]
-        unit = UNIT["bfloat16"]
-    for name, got, ref, other in zip(("dQ", "dK", "dV"), grads, want, mma):
-        assert got.dtype == q.dtype
-        assert_close(name, got, ref, other.astype(np.float64), unit)
-    if masked:
-        assert (grads[0][1] == 0).all() and (grads[1][1] == 0).all()
+    _check_hopper_backward("fused", b, hq, hkv, lq, lk, causal, masked, drop_p, d, seed=lq * 5 + lk)
 
 
 def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatch):

@@ -500,6 +500,26 @@ def test_mn_major_addresses_read_row_major_panels():
     assert addr0[9, 3] == base + 1 * 128 + 2 + 3 * 16 and addr0[2, 12] == base + 4 + 4 * 16 + 256
 
 
+@device
+def _load_a_b_v(a, b, v, sa, sb, sv, A_TRANSPOSED: Const[int]):
+    """The row-major 64 x 64 A and B and 64 x 128 V into swizzled 128-byte-row tiles (A transposed: sa[k, m] = A[m,
+    k]; V as two 64-column panels), visible to wgmma."""
+    for u in range(tx, 64 * 64, 128):
+        r = u // 64
+        k = u % 64
+        if A_TRANSPOSED:
+            sa[k, swizzle(k, r, 64)] = a[u]
+        else:
+            sa[r, swizzle(r, k, 64)] = a[u]
+        sb[r, swizzle(r, k, 64)] = b[u]
+    for u in range(tx, 64 * 128, 128):
+        r = u // 128
+        col = u % 128
+        sv[col // 64, r, swizzle(r, col % 64, 64)] = v[u]
+    fence_proxy_async()
+    syncthreads()
+
+
 def _mn_major():
     """A kernel of the two MN-major forms (made here, as _chained)."""
     @kernel
@@ -510,17 +530,7 @@ def _mn_major():
         sa = dynamic_shared(bf16, (64, 64))
         sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
         sv = dynamic_shared(bf16, (2, 64, 64), 2 * 64 * 64 * 2)   # V's two 64-column panels
-        for u in range(tx, 64 * 64, 128):
-            r = u // 64
-            k = u % 64
-            sa[r, swizzle(r, k, 64)] = a[u]
-            sb[r, swizzle(r, k, 64)] = b[u]
-        for u in range(tx, 64 * 128, 128):
-            r = u // 128
-            col = u % 128
-            sv[col // 64, r, swizzle(r, col % 64, 64)] = v[u]
-        fence_proxy_async()
-        syncthreads()
+        _load_a_b_v(a, b, v, sa, sb, sv, 0)
         s = local(f32, (8, 4))
         acc = local(f32, (16, 4))
         acc2 = local(f32, (16, 4))
@@ -611,17 +621,7 @@ def _a_mn_major():
         sat = dynamic_shared(bf16, (64, 64))
         sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
         sv = dynamic_shared(bf16, (2, 64, 64), 2 * 64 * 64 * 2)
-        for u in range(tx, 64 * 64, 128):
-            r = u // 64
-            k = u % 64
-            sat[k, swizzle(k, r, 64)] = a[u]
-            sb[r, swizzle(r, k, 64)] = b[u]
-        for u in range(tx, 64 * 128, 128):
-            r = u // 128
-            col = u % 128
-            sv[col // 64, r, swizzle(r, col % 64, 64)] = v[u]
-        fence_proxy_async()
-        syncthreads()
+        _load_a_b_v(a, b, v, sat, sb, sv, 1)
         acc = local(f32, (8, 4))
         acc2 = local(f32, (16, 4))
         wgmma_fence()
