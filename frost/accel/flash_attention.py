@@ -53,7 +53,8 @@ that block's share of dQ (five products where the two kernels recompute S and dP
 accumulator by one bulk reduction a step (cp_reduce_async_bulk_add), then a small kernel converts it; dQ's sum is
 then in an order the GPU chooses (not deterministic bit for bit). Layouts: keys as rows (S^T, with P^T and dS^T from
 shared memory or, RS, registers) or queries as rows (ROWS: S = Q K_w^T, P and dS read MN-major for dV and dK:
-wgmma_bf16's A_MAJOR; two statistics a lane instead of 16, so no spill at head dim 128). FUSED_BACKWARD_TILES.
+wgmma_bf16's A_MAJOR; two statistics a lane instead of 16: at head dim 128 no spill without mask or dropout, where
+keys as rows spill 12 bytes and with RS 36). FUSED_BACKWARD_TILES.
 The simulator and the tests check them against float64 and against the mma.sync kernels (the two-kernel backward's
 gradients agree bit for bit in the simulator at equal key order).
 
@@ -1383,7 +1384,7 @@ def fused_backward():
                 fence_proxy_async()
                 syncthreads()
                 if tx == 0:
-                    cp_reduce_async_bulk_add(dq_acc, (bh * lq_pad + q0) * D, sdq, 0, BR * D * 4)
+                    cp_reduce_async_bulk_add(dq_acc, (i64(bh) * lq_pad + q0) * D, sdq, 0, BR * D * 4)
                     cp_async_bulk_commit()
                 step += 1
                 if step >= steps:
@@ -1478,7 +1479,7 @@ def fused_backward():
                 fence_proxy_async()
                 syncthreads()
                 if tx == 0:
-                    cp_reduce_async_bulk_add(dq_acc, (bh * lq_pad + q0) * D, sdq, 0, BR * D * 4)
+                    cp_reduce_async_bulk_add(dq_acc, (i64(bh) * lq_pad + q0) * D, sdq, 0, BR * D * 4)
                     cp_async_bulk_commit()
                 step += 1
                 if step >= steps:
@@ -1491,18 +1492,18 @@ def fused_backward():
     @kernel
     def flash_bwd_dq_convert(dq_acc: Array[f32], dq: Array[bf16, 2], lq: i32, scale: f32, D: Const[int],
                              WGS: Const[int]):
-        """dQ (rows bh * lq + query) = scale x the float32 accumulator of flash_bwd_wgmma, block (tile, bh) undoing
+        """dQ (rows bh * lq + query) = scale x the float32 accumulator of flash_bwd_wgmma, block (bh, tile) undoing
         the register order of tile `tile` of head bh (store_dq_tile)."""
         THREADS: Const[int] = 128 * WGS
         DW: Const[int] = D // WGS
-        q0 = bx * 64
-        base = (by * cdiv(lq, 64) * 64 + q0) * D
+        q0 = by * 64
+        base = (i64(bx) * cdiv(lq, 64) * 64 + q0) * D   # past 2^31 elements at 16M (batch x heads x lq) rows
         w = warp % 4
         for i in static_range(DW // 2):
             row = q0 + 16 * w + lane // 4 + 8 * (i % 4 // 2)
             if row < lq:
                 col = warp // 4 * DW + 8 * (i // 4) + 2 * (lane % 4) + i % 2
-                dq[by * lq + row, col] = dq_acc[base + i * THREADS + tx] * scale
+                dq[bx * lq + row, col] = dq_acc[base + i * THREADS + tx] * scale
     return flash_bwd_wgmma, flash_bwd_dq_convert, flash_bwd_wgmma_rows
 
 
@@ -1872,13 +1873,28 @@ def _row_deltas(xp, q, o2, do2, p: Problem):
     return delta
 
 
+def check_fused(xp, q, d: int, wgs: int) -> None:
+    """A ValueError naming what the fused backward does not take: other than bf16, a GPU other than Hopper, or
+    warpgroups whose dQ columns or shared memory do not fit."""
+    if str(q.dtype) != "bfloat16":
+        raise ValueError(f"flash_attention: the fused backward takes bfloat16, got {q.dtype}")
+    if xp is not np and not device_arch(q.device.id).startswith("sm_90"):
+        raise ValueError(f"flash_attention: the fused backward needs a Hopper GPU (sm_90), got "
+                         f"{device_arch(q.device.id)}")
+    if wgs not in (1, 2) or fused_smem(d, wgs) > HOPPER_SHARED_BYTES:
+        raise ValueError(f"flash_attention: the fused backward takes 1 or 2 warpgroups within "
+                         f"{HOPPER_SHARED_BYTES} bytes of shared memory, got WGS={wgs} at head dim {d} "
+                         f"({fused_smem(d, wgs)} bytes)")
+
+
 def _backward_fused(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
     """backward_arrays by the one-kernel Hopper backward (C-order rows throughout): dQ summed in float32 across the
     key blocks, then converted."""
-    q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
-    delta = _row_deltas(xp, q, o2, do2, p)
     tiles = FUSED_BACKWARD_TILES[p.d]
     wgs = tiles["WGS"]
+    check_fused(xp, q, p.d, wgs)
+    q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
+    delta = _row_deltas(xp, q, o2, do2, p)
     dk, dv = xp.empty_like(k2), xp.empty_like(v2)
     dq_acc = xp.zeros(p.batch * p.heads * cdiv(p.lq, 64) * 64 * p.d, np.float32)
     flags = dict(D=p.d, WGS=wgs, CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
@@ -1891,7 +1907,7 @@ def _backward_fused(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
         q2, k2, v2, do2, lse, delta, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
         *p.dropout_args(), **flags)
     dq = xp.empty_like(q2)
-    _launcher(convert, xp)[(cdiv(p.lq, 64), p.batch * p.heads), 128 * wgs](dq_acc, dq, p.lq, p.scale, D=p.d, WGS=wgs)
+    _launcher(convert, xp)[(p.batch * p.heads, cdiv(p.lq, 64)), 128 * wgs](dq_acc, dq, p.lq, p.scale, D=p.d, WGS=wgs)
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
 

@@ -848,7 +848,7 @@ class Block:
 
 class Thread:
     __slots__ = ("idx", "block", "linear", "pending", "groups", "where", "wg_fenced", "wg_pending", "wg_groups",
-                 "bulk_pending", "bulk_groups", "steps", "vc", "epoch")
+                 "bulk_pending", "bulk_groups", "bulk_read", "steps", "vc", "epoch")
 
     def __init__(self, idx, block, linear, steps: int) -> None:
         self.idx, self.block, self.linear = idx, block, linear
@@ -859,7 +859,8 @@ class Thread:
         self.wg_pending: list = []  # wgmma operations issued since the last wgmma_commit
         self.wg_groups: list = []   # committed groups not yet retired by wgmma_wait
         self.bulk_pending: list = []  # cp_reduce_async_bulk_add operations since the last cp_async_bulk_commit
-        self.bulk_groups: list = []   # committed bulk groups not yet performed by a cp_async_bulk_wait[_read]
+        self.bulk_groups: list = []   # committed bulk groups not yet retired by a cp_async_bulk_wait[_read]
+        self.bulk_read: list = []     # groups retired by cp_async_bulk_wait_read whose adds have not landed
         # the race detector's happens-before across named barriers: epoch counts this thread's arrivals at them, and
         # vc[t] is the latest epoch of thread t (linear index) whose earlier accesses are ordered before this
         # thread's (a vector clock; empty where only full barriers order threads, which clear the record instead)
@@ -894,11 +895,20 @@ class Thread:
         self.wg_groups.append(self.wg_pending)
         self.wg_pending = []
 
-    def wgmma_wait(self, n):
+    def wgmma_wait(self, n, *named):
         while len(self.wg_groups) > n:
             for op in self.wg_groups.pop(0):
+                acc = op.accs[self.linear % 128]
+                if named and not any(acc is a for a in named):
+                    raise _OutOfBounds(f"wgmma_wait: it retires a wgmma into {acc.name!r}, which it does not name "
+                                       "among the accumulators to fence (name it, or name none to fence them all)")
                 op.retire(self.linear % 128)
         self.wg_fenced = False  # the accumulators may be touched now: the next wgmma needs a wgmma_fence first
+
+    def wgmma_discard(self, *arrays):
+        for a in arrays:
+            a.data.fill(np.nan)
+        self.wg_fenced = False  # as a write of the accumulators: the next wgmma needs a wgmma_fence first
 
     def dynamic_shared(self, dtype, shape=None, offset=0):
         dtype = np.dtype(dtype)
@@ -1005,35 +1015,52 @@ class Thread:
         bar.add_tx(-nbytes)
         bar.complete_if_done()
 
-    # -- bulk reductions: performed (their shared source read) at the wait that retires their group
+    # -- bulk reductions: the source is read at the issue (as the issuing thread, for the race detector) and must not
+    # change until a wait retires the group (the hardware may read it any time until then); the adds land at
+    # cp_async_bulk_wait (or the thread's exit), not at cp_async_bulk_wait_read, which promises only the reads
     def cp_reduce_async_bulk_add(self, dst, didx, src, sidx, nbytes):
         nbytes = int(nbytes)
         if nbytes <= 0 or nbytes % BULK_ALIGN:
             raise _OutOfBounds(f"cp_reduce_async_bulk_add: {nbytes} bytes is not a positive multiple of {BULK_ALIGN}")
         count = nbytes // 4
         d = dst.span((int(didx),), count)
-        src.span((int(sidx),), count)   # bounds now; the values at the wait
+        source = src.span((int(sidx),), count)
         if self.block.address(src, (int(sidx),)) % BULK_ALIGN:
             raise _OutOfBounds(f"cp_reduce_async_bulk_add: {src.name}[{int(sidx)}] is not {BULK_ALIGN}-byte aligned in "
                                "shared memory")
         if d.ctypes.data % BULK_ALIGN:
             raise _OutOfBounds(f"cp_reduce_async_bulk_add: {dst.name}[{int(didx)}] is not {BULK_ALIGN}-byte aligned "
                                "in global memory")
-        self.bulk_pending.append((d, src, int(sidx), count))
+        src.track_span((int(sidx),), count, _READ)
+        self.bulk_pending.append((d, src, int(sidx), count, source.copy()))
 
     def bulk_commit(self):
         self.bulk_groups.append(self.bulk_pending)
         self.bulk_pending = []
 
-    def bulk_wait(self, n):
+    def bulk_wait_read(self, n):
         while len(self.bulk_groups) > n:
-            for d, src, sidx, count in self.bulk_groups.pop(0):
-                src.track_span((sidx,), count, _READ)
-                d += src.span((sidx,), count)
+            group = self.bulk_groups.pop(0)
+            for _, src, sidx, count, read in group:
+                if not np.array_equal(src.span((sidx,), count), read, equal_nan=True):
+                    raise _OutOfBounds(f"cp_reduce_async_bulk_add: its source {src.name}[{sidx}:{sidx + count}] was "
+                                       "written before a cp_async_bulk_wait_read or cp_async_bulk_wait retired it")
+            self.bulk_read.append(group)
+
+    def bulk_wait(self, n):
+        self.bulk_wait_read(n)
+        self._bulk_land()
+
+    def _bulk_land(self):
+        for group in self.bulk_read:
+            for d, _, _, _, read in group:
+                d += read
+        self.bulk_read = []
 
     def finish(self):
         self.cp_commit()
         self.cp_wait(0)
+        self._bulk_land()
         if self.bulk_pending or self.bulk_groups:
             raise SimulationError(f"{_describe(self)} ended with bulk reductions in flight "
                                   f"({'uncommitted' if self.bulk_pending else 'not waited for'}): call "

@@ -711,3 +711,16 @@ def test_the_registered_path_behind_sdpa_matches_float64_and_composed(table, cau
     for name, got, ref, comp in zip(("O", "dQ", "dK", "dV"), (out, tq.grad, tk.grad, tv.grad), want[:1] + want[2:],
                                     composed):
         assert_close(name, got.detach().numpy(), ref, comp, UNIT["bfloat16"])
+
+
+def test_fused_backward_refuses_what_it_does_not_take(monkeypatch):
+    rng = np.random.default_rng(3)
+    q, k, v, do = inputs(rng, 1, 1, 1, 16, 16, 64, "float16")
+    p = fa.Problem(1, 1, 1, 16, 16, 64, False, 0.125, False)
+    o, lse = fa.forward_arrays(np, q, k, v, p, None, TINY)
+    with pytest.raises(ValueError, match=r"flash_attention: the fused backward takes bfloat16, got float16"):
+        fa.backward_arrays(np, q, k, v, o, lse, do, p, variant="fused")
+    q, k, v, do = (a.astype(ml_dtypes.bfloat16) for a in (q, k, v, do))
+    monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, 64, dict(ROWS=1, WGS=3))
+    with pytest.raises(ValueError, match=r"takes 1 or 2 warpgroups within 232448 bytes of shared memory, got WGS=3"):
+        fa.backward_arrays(np, q, k, v, o, lse, do, p, variant="fused")

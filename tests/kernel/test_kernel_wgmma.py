@@ -6,7 +6,8 @@ import pytest
 
 from frost.kernel import (K_MAJOR, MN_MAJOR, Array, Const, KernelError, SimulationError, bf16, device, dynamic_shared,
                           f32, fence_proxy_async, i64, kernel, lane, local, shared, static_range, swizzle, syncthreads,
-                          tx, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_fence, wgmma_wait)
+                          tx, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence,
+                          wgmma_wait)
 from frost.kernel.simulate import (decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index,
                                    wgmma_mn_operand_addresses, wgmma_operand_addresses)
 
@@ -677,3 +678,64 @@ def test_gpu_wgmma_reads_a_mn_major():
     o, o2 = cp.zeros(64 * 64, cp.float32), cp.zeros(64 * 128, cp.float32)
     _a_mn_major()[1, 128, MN_SMEM](*(cp.asarray(x.reshape(-1)) for x in (a, b, v)), o, o2)
     _check_a_mn_major(cp.asnumpy(o), cp.asnumpy(o2), a, b, v)
+
+
+def _waits(NAMED: Const[int]):
+    @kernel
+    def named_waits(a: Array[bf16], b: Array[bf16], v: Array[bf16], o: Array[f32], NAMED: Const[int]):
+        """S = A B^T, then a wait that names S (NAMED=1) or another accumulator (NAMED=0), then S read."""
+        sa = dynamic_shared(bf16, (64, 64))
+        sb = dynamic_shared(bf16, (64, 64), 64 * 64 * 2)
+        sv = dynamic_shared(bf16, (2, 64, 64), 2 * 64 * 64 * 2)
+        _load_a_b_v(a, b, v, sa, sb, sv, 0)
+        s = local(f32, (8, 4))
+        other = local(f32, (8, 4))
+        wgmma_discard(s, other)
+        wgmma_fence()
+        wgmma_bf16(other, wgmma_desc(sa, (0, 0), 128), wgmma_desc(sb, (0, 0), 128), 64, 0)
+        wgmma_commit()
+        wgmma_wait(0, other)
+        wgmma_fence()
+        for kk in static_range(4):
+            wgmma_bf16(s, wgmma_desc(sa, (0, kk * 16), 128), wgmma_desc(sb, (0, kk * 16), 128), 64, kk)
+        wgmma_commit()
+        if NAMED:
+            wgmma_wait(0, s)
+        else:
+            wgmma_wait(0, other)
+        _store_accumulator(o, s, 64)
+    return named_waits
+
+
+def test_wgmma_wait_fences_the_accumulators_it_names_and_must_name_those_it_retires():
+    a, b, v, want_s, _ = _mn_major_want(seed=9)
+    o = np.zeros(64 * 64, np.float32)
+    kern = _waits(1)
+    kern.simulate[1, 128, MN_SMEM](a.reshape(-1), b.reshape(-1), v.reshape(-1), o, NAMED=1)
+    np.testing.assert_allclose(o.reshape(64, 64), want_s, rtol=1e-5, atol=1e-4)
+    source = kern.source_for(NAMED=1)
+    waits = [line for line in source.splitlines() if "wgmma.wait_group" in line]
+    assert waits and all(w.count('"+f"') == 32 for w in waits)   # one accumulator each, not both
+    assert source.count('asm volatile("" : "=f"') == 64   # wgmma_discard: an empty asm writing each register
+    with pytest.raises(SimulationError, match=r"wgmma_wait: it retires a wgmma into 's', which it does not name"):
+        kern.simulate[1, 128, MN_SMEM](a.reshape(-1), b.reshape(-1), v.reshape(-1), o, NAMED=0)
+
+
+def test_wgmma_wait_names_only_accumulators_and_a_discard_needs_a_fence_after_it():
+    with pytest.raises(KernelError, match=r"wgmma_wait\(\): 'x' is not the accumulator of a wgmma issued before it"):
+        @kernel
+        def not_an_accumulator(out: Array[f32]):
+            x = local(f32, (8, 4))
+            wgmma_wait(0, x)
+        not_an_accumulator.source
+
+    @kernel
+    def discard_after_fence(d: i64):
+        acc = local(f32, (8, 4))
+        wgmma_fence()
+        wgmma_discard(acc)
+        wgmma_bf16(acc, d, d, 64, 0)
+        wgmma_commit()
+        wgmma_wait(0)
+    with pytest.raises(SimulationError, match=r"wgmma_bf16 without a wgmma_fence\(\) before it"):
+        discard_after_fence.simulate[1, 128](0)

@@ -182,8 +182,10 @@ class CpReduceAsyncBulkAdd(BuiltinDef):
     One thread issues it, after the threads that wrote src made their stores visible to the copy engine
     (fence_proxy_async, then a barrier); cp_async_bulk_commit() closes a group of them; cp_async_bulk_wait_read(n)
     waits until all but the n newest groups have read their source (src may then be written again),
-    cp_async_bulk_wait(n) until their adds are done. The simulator reads src at the wait, the latest time the
-    hardware may, so a kernel that writes src before waiting computes a wrong sum there."""
+    cp_async_bulk_wait(n) until their adds are done. The simulator reads src at the issue (a race without the
+    barrier after the other threads' stores), raises if src changed before a wait retired the group, and lands
+    the adds at cp_async_bulk_wait (or the thread's exit), so a read of dst after only cp_async_bulk_wait_read
+    sees the old sum."""
 
     def check(self, ck: Checking, node):
         if len(node.args) != 5:
@@ -203,7 +205,6 @@ class CpReduceAsyncBulkAdd(BuiltinDef):
         dst = node.args[0]
         if getattr(dst, "id", None) in {p.name for p in ck.out.params}:
             ck.out.vector_params[dst.id] = max(ck.out.vector_params.get(dst.id, 0), BULK_ALIGN)
-        ck.out.needs_sm90a = True
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
@@ -234,7 +235,6 @@ class CpAsyncBulkGroup(BuiltinDef):
         n = ck.const_int(node.args[0])
         if not 0 <= n <= 63:
             raise ck.src.error(node, f"{self.name}({n}): n must be 0..63")
-        ck.out.needs_sm90a = True
         return None
 
     def cuda(self, g: CudaBuilding, node, t) -> str:
@@ -251,4 +251,4 @@ DEFINITIONS = [MbarrierInit("mbarrier_init"), MbarrierArrive("mbarrier_arrive", 
                CpAsyncBulk("cp_async_bulk"), CpReduceAsyncBulkAdd("cp_reduce_async_bulk_add"),
                CpAsyncBulkGroup("cp_async_bulk_commit", "cp.async.bulk.commit_group", "bulk_commit", False),
                CpAsyncBulkGroup("cp_async_bulk_wait", "cp.async.bulk.wait_group", "bulk_wait", True),
-               CpAsyncBulkGroup("cp_async_bulk_wait_read", "cp.async.bulk.wait_group.read", "bulk_wait", True)]
+               CpAsyncBulkGroup("cp_async_bulk_wait_read", "cp.async.bulk.wait_group.read", "bulk_wait_read", True)]

@@ -112,6 +112,8 @@ class WgmmaWait(BuiltinDef):
             if not (isinstance(a, ast.Name) and isinstance(t, ArrayType) and t.space == "local" and t.elem is f32):
                 raise ck.src.error(a, f"wgmma_wait(): the accumulators to fence are local f32 arrays named by a "
                                       f"variable, got {t}")
+            if a.id not in ck.out.wgmma_accs:
+                raise ck.src.error(a, f"wgmma_wait(): {a.id!r} is not the accumulator of a wgmma issued before it")
         ck.out.uses_wgmma = True
         return None
 
@@ -121,11 +123,13 @@ class WgmmaWait(BuiltinDef):
         return "; ".join([f'asm volatile("wgmma.wait_group.sync.aligned {n};" ::: "memory")'] + fence_accs(g, only))
 
     def sim(self, g: SimBuilding, node, t) -> str:
-        return f"_T.wgmma_wait({int(g.fn.values[id(node.args[0])])})"
+        named = "".join(f", {g.ex(a)}" for a in node.args[1:])
+        return f"_T.wgmma_wait({int(g.fn.values[id(node.args[0])])}{named})"
 
 
 def wgmma_asm(g: CudaBuilding, node, a_operand: str, a_inputs: list[str], transposes: str) -> str:
-    """The asm of wgmma.mma_async m64nNk16 f32 += bf16 x bf16 for a call (acc, A, desc_b, N[, scale_d[, B_MAJOR]]): the
+    """The asm of wgmma.mma_async m64nNk16 f32 += bf16 x bf16 for a call (acc, A, desc_b, N[, scale_d[, B_MAJOR[,
+    A_MAJOR]]]): the
     accumulator's N/2 registers read and written, then A's inputs (a_operand names them from %{r} on), B's
     descriptor and scale-d, a predicate operand (D = A*B + D when true, A*B when false); imm-scale-a/b = 1."""
     acc = g.array_ref(node.args[0])
@@ -252,7 +256,7 @@ class WgmmaDiscard(BuiltinDef):
         return "; ".join(out)
 
     def sim(self, g: SimBuilding, node, t) -> str:
-        return "; ".join(f"{g.ex(a)}.data.fill(float('nan'))" for a in node.args)
+        return f"_T.wgmma_discard({', '.join(g.ex(a) for a in node.args)})"
 
 
 DEFINITIONS = [
