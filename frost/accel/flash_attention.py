@@ -1205,22 +1205,28 @@ def wgmma_backward():
 
 
 @device
+def key_columns(sk, wg: i32, k: i32, DW: Const[int], BK: Const[int]) -> i64:
+    """The MN-major descriptor of K's rows k ... k + 15, columns DW wg ... DW wg + DW - 1 (dQ's B for warpgroup wg)
+    in K's row-major panels: a column offset within a panel is an offset of the descriptor's start (the swizzle acts
+    on the whole address)."""
+    return wgmma_desc(sk[wg * DW // 64], (k, wg * DW % 64), 128, BK * 128, 1024)
+
+
+@device
 def keys_times_ds(dq, sdst, sk, wg: i32, DW: Const[int], BK: Const[int]):
     """dq (64 queries x DW) = dS K[:, DW wg ... DW wg + DW - 1], both read MN-major: dS from dS^T's panel (a row of
-    the block's BK keys each), K from its row-major panels (a column offset within a panel is an offset of the
-    descriptor's start; the swizzle acts on the whole address). K / 16 wgmmas, one group; the caller waits."""
+    the block's BK keys each), K's columns by key_columns. K / 16 wgmmas, one group; the caller waits."""
     wgmma_fence()
     for kk in static_range(BK // 16):
-        wgmma_bf16(dq, wgmma_desc(sdst[0], (kk * 16, 0), 128, BK * 128, 1024),
-                   wgmma_desc(sk[wg * DW // 64], (kk * 16, wg * DW % 64), 128, BK * 128, 1024), DW, kk, MN_MAJOR,
-                   MN_MAJOR)
+        wgmma_bf16(dq, wgmma_desc(sdst[0], (kk * 16, 0), 128, BK * 128, 1024), key_columns(sk, wg, kk * 16, DW, BK),
+                   DW, kk, MN_MAJOR, MN_MAJOR)
     wgmma_commit()
 
 
 @device
 def store_dq_tile(sdq, dq, DW: Const[int], THREADS: Const[int]):
     """This thread's dQ fragments into sdq in register order (value i of thread t at i * THREADS + t): stores without
-    bank conflicts; the float32 accumulator in global memory keeps that order and dq_from_tiles undoes it."""
+    bank conflicts; the float32 accumulator in global memory keeps that order and flash_bwd_dq_convert undoes it."""
     for j in static_range(DW // 8):
         for e in static_range(4):
             sdq[(j * 4 + e) * THREADS + tx] = dq[j, e]
@@ -1282,8 +1288,8 @@ def ds_times_keys(dq, sds, sk, wg: i32, DW: Const[int], BK: Const[int]):
     """keys_times_ds with dS stored with queries as rows (panels of 64 keys): A K-major."""
     wgmma_fence()
     for kk in static_range(BK // 16):
-        wgmma_bf16(dq, wgmma_desc(sds[kk // 4], (0, kk % 4 * 16), 128),
-                   wgmma_desc(sk[wg * DW // 64], (kk * 16, wg * DW % 64), 128, BK * 128, 1024), DW, kk, MN_MAJOR)
+        wgmma_bf16(dq, wgmma_desc(sds[kk // 4], (0, kk % 4 * 16), 128), key_columns(sk, wg, kk * 16, DW, BK), DW, kk,
+                   MN_MAJOR)
     wgmma_commit()
 
 

@@ -992,6 +992,13 @@ class Thread:
             raise _OutOfBounds(f"mbarrier_wait: parity {int(parity)} is not 0 or 1 (use k // STAGES % 2)")
         return "mbar", self._mbarrier(arr, i, "mbarrier_wait", _ATOMIC), int(parity)
 
+    def _bulk_aligned(self, op: str, shared, sidx: int, glob, gidx: int, span) -> None:
+        """A bulk operation's two addresses are 16-byte aligned (span: its elements of the global array)."""
+        if self.block.address(shared, (sidx,)) % BULK_ALIGN:
+            raise _OutOfBounds(f"{op}: {shared.name}[{sidx}] is not {BULK_ALIGN}-byte aligned in shared memory")
+        if span.ctypes.data % BULK_ALIGN:
+            raise _OutOfBounds(f"{op}: {glob.name}[{gidx}] is not {BULK_ALIGN}-byte aligned in global memory")
+
     def cp_async_bulk(self, dst, didx, src, sidx, nbytes, bars, i):
         nbytes, size = int(nbytes), dst.data.dtype.itemsize
         if nbytes <= 0 or nbytes % BULK_ALIGN or nbytes > MAX_COUNT:
@@ -1000,12 +1007,7 @@ class Thread:
         count = nbytes // size
         d = dst.span((int(didx),), count)
         s = src.span((int(sidx),), count)
-        if self.block.address(dst, (int(didx),)) % BULK_ALIGN:
-            raise _OutOfBounds(f"cp_async_bulk: {dst.name}[{int(didx)}] is not {BULK_ALIGN}-byte aligned in shared "
-                               "memory")
-        if s.ctypes.data % BULK_ALIGN:
-            raise _OutOfBounds(f"cp_async_bulk: {src.name}[{int(sidx)}] is not {BULK_ALIGN}-byte aligned in global "
-                               "memory")
+        self._bulk_aligned("cp_async_bulk", dst, int(didx), src, int(sidx), s)
         bar = self._mbarrier(bars, i, "cp_async_bulk", _ATOMIC)
         # the copy engine writes as a thread of its own, after what the issuing thread did before issuing; a waiter
         # of the phase is ordered after the landing only (PTX: complete-tx orders nothing else of the issuer's)
@@ -1025,12 +1027,7 @@ class Thread:
         count = nbytes // 4
         d = dst.span((int(didx),), count)
         source = src.span((int(sidx),), count)
-        if self.block.address(src, (int(sidx),)) % BULK_ALIGN:
-            raise _OutOfBounds(f"cp_reduce_async_bulk_add: {src.name}[{int(sidx)}] is not {BULK_ALIGN}-byte aligned in "
-                               "shared memory")
-        if d.ctypes.data % BULK_ALIGN:
-            raise _OutOfBounds(f"cp_reduce_async_bulk_add: {dst.name}[{int(didx)}] is not {BULK_ALIGN}-byte aligned "
-                               "in global memory")
+        self._bulk_aligned("cp_reduce_async_bulk_add", src, int(sidx), dst, int(didx), d)
         src.track_span((int(sidx),), count, _READ)
         self.bulk_pending.append((d, src, int(sidx), count, source.copy()))
 
