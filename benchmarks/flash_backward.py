@@ -20,7 +20,7 @@ from frost.accel import flash_attention as fa
 from frost.bench import common
 
 DQ_STEPS = (32, 64)   # the dQ kernel's keys a step at head dim 128 (WGMMA_BACKWARD_TILES)
-FUSED_SETTINGS = (dict(WGS=2, ROWS=1), dict(WGS=2, RS=0), dict(WGS=2, RS=1))
+FUSED_SETTINGS = (dict(WGS=2, RS=0), dict(WGS=2, RS=1))
 
 
 def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:
@@ -35,13 +35,15 @@ def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[
         return fa.backward_arrays(cp, q, k, v, o, lse, do, p, variant=variant)
     base = [cp.asnumpy(g).astype(np.float32) for g in backward("mma")]
     rows = [("frost mma", common.seconds_per_call(lambda: backward("mma"), sync, iters, warmup), None)]
+    fused_default = fa.backward_variant(cp, q, p, "bulk") == "fused"
     keep = dict(fa.WGMMA_BACKWARD_TILES[d])
     for step in DQ_STEPS if d == 128 else (keep["BC"],):
         fa.WGMMA_BACKWARD_TILES[d] = dict(keep, BC=step)
         try:
             diff = max(float(np.abs(cp.asnumpy(g).astype(np.float32) - r).max())
                        for g, r in zip(backward("wgmma"), base))
-            rows.append((f"frost wgmma dQ BC={step}" + (" (default)" if step == keep["BC"] else ""),
+            default = step == keep["BC"] and fused_default is False
+            rows.append((f"frost wgmma dQ BC={step}" + (" (default)" if default else ""),
                          common.seconds_per_call(lambda: backward("wgmma"), sync, iters, warmup), diff))
         finally:
             fa.WGMMA_BACKWARD_TILES[d] = keep
@@ -52,7 +54,8 @@ def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[
             diff = max(float(np.abs(cp.asnumpy(g).astype(np.float32) - r).max())
                        for g, r in zip(backward("fused"), base))
             name = "frost fused " + " ".join(f"{k}={v}" for k, v in setting.items())
-            rows.append((name + (" (default)" if setting == keep else ""),
+            default = setting == keep and fused_default
+            rows.append((name + (" (default)" if default else ""),
                          common.seconds_per_call(lambda: backward("fused"), sync, iters, warmup), diff))
         finally:
             fa.FUSED_BACKWARD_TILES[d] = keep

@@ -47,14 +47,13 @@ kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q) do the same for the backw
 steps over 32 queries, half a panel: steps of 64 spill; WGMMA_BACKWARD_TILES). No tile is transposed: the second
 operand of P V, dS K, P^T dO and dS^T Q is read MN-major (wgmma_bf16's B_MAJOR) from the row-major panels the copies
 write.
-The backward is the default for bf16 on sm_90 (with the bulk forward below); FROST_FLASH_WGMMA=1 runs this forward
-too. `fused_backward` is FlashAttention-3's backward: one kernel per block of 64 WGS keys computes S, dP, dV, dK and
-that block's share of dQ (five products where the two kernels recompute S and dP: seven), adding dQ into a float32
-accumulator by one bulk reduction a step (cp_reduce_async_bulk_add), then a small kernel converts it; dQ's sum is
-then in an order the GPU chooses (not deterministic bit for bit). Layouts: keys as rows (S^T, with P^T and dS^T from
-shared memory or, RS, registers) or queries as rows (ROWS: S = Q K_w^T, P and dS read MN-major for dV and dK:
-wgmma_bf16's A_MAJOR; two statistics a lane instead of 16: at head dim 128 no spill when not causal, 16 bytes when
-causal, where keys as rows spill 12 and with RS 36). FUSED_BACKWARD_TILES.
+The two kernels are the backward for bf16 on sm_90 (with the bulk forward below) except at head dim 128 from 4096
+queries; FROST_FLASH_WGMMA=1 runs this forward too. `fused_backward` is FlashAttention-3's backward, the default
+there: one kernel per block of 64 WGS keys computes S^T, dP^T, dV, dK and that block's share of dQ (five products
+where the two kernels recompute S and dP: seven), adding dQ into a float32 accumulator by one bulk reduction a step
+(cp_reduce_async_bulk_add), then a small kernel converts it; dQ's sum is then in an order the GPU chooses (not
+deterministic bit for bit: frost.backends.deterministic keeps the two kernels). RS takes P^T and dS^T to the dV and
+dK products from registers instead of shared memory. FUSED_BACKWARD_TILES, FUSED_FROM_LENGTH.
 The simulator and the tests check them against float64 and against the mma.sync kernels (the two-kernel backward's
 gradients agree bit for bit in the simulator at equal key order).
 
@@ -81,7 +80,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from frost import dispatch, layout
+from frost import backends, dispatch, layout
 from frost.backend import cpu, cuda
 from frost.kernel import (MN_MAJOR, Array, Const, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk,
                           cp_async_bulk_commit, cp_async_bulk_wait, cp_async_bulk_wait_read, cp_commit,
@@ -118,10 +117,13 @@ WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
 # made the backward 7 % faster than 32 on an H100 (4 x 16 x 4096 x 128: 5.24 against 5.63 ms, tree 5a9727e)
 WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, BR=32)}
 # The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers); its
-# query steps are 64 (one wgmma's M for dQ)
-# ROWS by default: at head dim 128 it alone compiles without spilling when not causal (registers chose it, not yet
-# GPU timings)
-FUSED_BACKWARD_TILES = {64: dict(WGS=2, ROWS=1), 128: dict(WGS=2, ROWS=1)}
+# query steps are 64 (one wgmma's M for dQ). RS=1 was the fastest layout on an H100 (tree 6e25189, 4 x 16 x 4096 x 128:
+# 4.74 ms against 4.87 with RS=0 and 5.31 with the queries as rows, which has since gone)
+FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1), 128: dict(WGS=2, RS=1)}
+# where the fused backward is the default: head dim -> the shortest query length. On an H100 (tree 6e25189,
+# benchmarks/flash_backward.py) at head dim 128 it beat the two kernels by 11 % at length 4096 (4.74 against 5.34 ms,
+# causal 2.81 against 3.13) and lost by 6-8 % at 2048 (3.26 against 3.06); at 64 it lost by 1-3 % at both
+FUSED_FROM_LENGTH = {128: 4096}
 
 
 def wgmma_dq_smem(d: int, br: int, bc: int) -> int:
@@ -1232,67 +1234,6 @@ def store_dq_tile(sdq, dq, DW: Const[int], THREADS: Const[int]):
             sdq[(j * 4 + e) * THREADS + tx] = dq[j, e]
 
 
-@device
-def p_ds_tile(s, dp, lrow, drow, row0: i32, k0: i32, bh: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
-              scale_log2: f32, drop_p: f32, keep_scale: f32, BC: Const[int], CAUSAL: Const[int], MASKED: Const[int],
-              DROPOUT: Const[int]):
-    """ds_tile keeping P: from S and dP (C fragments, rows row0 and row0 + 8, keys k0 + 8j + 2t + e) s becomes the
-    dropped P (for dV) and dp dS = P (dP - delta) (for dK and dQ), P recomputed from the saved log-sum-exp lrow."""
-    t = lane % 4
-    if not whole:
-        hide_scores(s, row0, k0, lq, lk, kmask, mbase, BC, CAUSAL, MASKED)
-    for h in static_range(2):
-        for j in static_range(BC // 8):
-            keep0 = keep_scale
-            keep1 = keep_scale
-            if DROPOUT:
-                keep0, keep1 = dropout_pair(rng, bh, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
-            for e in static_range(2):
-                p = fast_exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
-                dpv = dp[j, 2 * h + e]
-                if DROPOUT:
-                    keep = keep0 if e == 0 else keep1
-                    s[j, 2 * h + e] = p * keep
-                    dpv *= keep
-                else:
-                    s[j, 2 * h + e] = p
-                dp[j, 2 * h + e] = p * (dpv - drow[h])
-
-
-@device
-def store_panel(sp, panel: i32, s, row: i32):
-    """This lane's 64-column C fragments (rows row and row + 8) as bf16 into the swizzled panel sp[panel]."""
-    t = lane % 4
-    for h in static_range(2):
-        r = row + 8 * h
-        for j in static_range(8):
-            for e in static_range(2):
-                col = j * 8 + 2 * t + e
-                sp[panel, r, swizzle(r, col, 64)] = s[j, 2 * h + e]
-
-
-@device
-def transposed_times_rows(acc, sa, panel: i32, b_tiles, b_first: i32, D: Const[int], K: Const[int]):
-    """acc (64 x D) += A^T B with A = the 64 columns of sa[panel] (K rows; read MN-major, so A^T's rows are sa's
-    columns) and B a row-major [K, D] tile in panels b_tiles[b_first...]: the backward's dV += P^T dO and dK += dS^T
-    Q from P and dS stored with queries as rows. K / 16 wgmmas, one group; the caller waits."""
-    wgmma_fence()
-    for kk in static_range(K // 16):
-        wgmma_bf16(acc, wgmma_desc(sa[panel], (kk * 16, 0), 128, K * 128, 1024),
-                   row_major_b(b_tiles, b_first, kk * 16, K), D, 1, MN_MAJOR, MN_MAJOR)
-    wgmma_commit()
-
-
-@device
-def ds_times_keys(dq, sds, sk, wg: i32, DW: Const[int], BK: Const[int]):
-    """keys_times_ds with dS stored with queries as rows (panels of 64 keys): A K-major."""
-    wgmma_fence()
-    for kk in static_range(BK // 16):
-        wgmma_bf16(dq, wgmma_desc(sds[kk // 4], (0, kk % 4 * 16), 128), key_columns(sk, wg, kk * 16, DW, BK), DW, kk,
-                   MN_MAJOR)
-    wgmma_commit()
-
-
 def fused_smem(d: int, wgs: int) -> int:
     """Bytes of shared memory of flash_bwd_wgmma: K and V (64 wgs keys), two Q and two dO tiles of 64 queries, P^T and
     dS^T, the float32 dQ tile, and two buffers of the queries' log-sum-exp and delta."""
@@ -1403,101 +1344,6 @@ def fused_backward():
         write_scaled_rows(dv, dv_acc, kbase, 1, key0, lk, 1.0, D)
 
     @kernel
-    def flash_bwd_wgmma_rows(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16, 2], do: Array[bf16, 2],
-                             lse: Array[f32], delta: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2],
-                             dv: Array[bf16, 2], dq_acc: Array[f32], lq: i32, lk: i32, heads: i32, group: i32,
-                             scale_log2: f32, scale: f32, drop_p: f32, keep_scale: f32, D: Const[int],
-                             WGS: Const[int], CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
-        """flash_bwd_wgmma with the queries as rows (FlashAttention-3's layout at head dim 128): S = Q K_w^T and dP =
-        dO V_w^T for warpgroup w's 64 keys (two rows of statistics a lane, not 16 columns), P and dS stored with
-        queries as rows, then dV_w += P^T dO and dK_w += dS^T Q reading them MN-major (only the warpgroup's own
-        panel: a warpgroup barrier), and dQ = dS K (every panel: the block's) as flash_bwd_wgmma."""
-        BK: Const[int] = 64 * WGS
-        BR: Const[int] = 64
-        THREADS: Const[int] = 128 * WGS
-        DP: Const[int] = D // 64
-        DW: Const[int] = D // WGS
-        TILE: Const[int] = BR * D * 2
-        AT_P: Const[int] = 4 * BK * D + 4 * TILE   # byte offsets (fused_smem adds them up for the launch)
-        AT_DQ: Const[int] = AT_P + 2 * BK * 128
-        launch_bounds(THREADS)
-        sk = dynamic_shared(bf16, (DP, BK, 64))
-        sv = dynamic_shared(bf16, (DP, BK, 64), BK * D * 2)
-        sq = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2)
-        sdo = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2 + 2 * TILE)
-        sp = dynamic_shared(bf16, (WGS, BR, 64), AT_P)
-        sds = dynamic_shared(bf16, (WGS, BR, 64), AT_P + BK * 128)
-        sdq = dynamic_shared(f32, BR * D, AT_DQ)
-        s = local(f32, (8, 4))
-        dp = local(f32, (8, 4))
-        dq = local(f32, (DW // 8, 4))
-        lrow = local(f32, 2)
-        drow = local(f32, 2)
-        dk_acc = local(f32, (D // 8, 4))
-        dv_acc = local(f32, (D // 8, 4))
-        wg = warp // 4
-        row = warp % 4 * 16 + lane // 4   # this lane's query rows of the tile: row and row + 8
-        b, kbase, k0, first, per_head, steps, head0 = key_block(lq, lk, heads, group, BK, BR, CAUSAL)
-        kw = k0 + 64 * wg   # this warpgroup's keys
-        lq_pad = cdiv(lq, BR) * BR
-        load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
-        load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
-        load_query_tiles(q, do, sq, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
-        zero(dk_acc, D)
-        zero(dv_acc, D)
-        step = 0
-        if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
-            while True:   # over (query head, query tile) of the group
-                buf, bh, q0, nbase, nq0 = query_step(step, head0, first, per_head, lq, BR)
-                publish_tiles()
-                if step + 1 < steps:
-                    load_query_tiles(q, do, sq, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
-                wgmma_discard(s, dp, dq)
-                wgmma_fence()
-                for kk in static_range(D // 16):
-                    wgmma_bf16(s, wgmma_desc(sq[buf * DP + kk // 4], (0, kk % 4 * 16), 128),
-                               wgmma_desc(sk[kk // 4], (64 * wg, kk % 4 * 16), 128), 64, kk)
-                wgmma_commit()
-                wgmma_fence()
-                for kk in static_range(D // 16):
-                    wgmma_bf16(dp, wgmma_desc(sdo[buf * DP + kk // 4], (0, kk % 4 * 16), 128),
-                               wgmma_desc(sv[kk // 4], (64 * wg, kk % 4 * 16), 128), 64, kk)
-                wgmma_commit()
-                qrow = bh * lq + q0 + row
-                for h in static_range(2):
-                    lrow[h] = saved_lse(lse, qrow + 8 * h, bh * lq + lq)
-                    drow[h] = delta[qrow + 8 * h] if q0 + row + 8 * h < lq else 0.0
-                wgmma_wait(0, s, dp)
-                # queries past the end would add to dK and dV here: the tile is whole only with all of them in range
-                whole = q0 + BR <= lq and whole_tile(q0, kw, lk, 64, CAUSAL, MASKED)
-                p_ds_tile(s, dp, lrow, drow, q0 + row, kw, bh, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
-                          keep_scale, 64, CAUSAL, MASKED, DROPOUT)
-                store_panel(sp, wg, s, row)
-                store_panel(sds, wg, dp, row)
-                fence_proxy_async()
-                bar_sync(1 + wg, 128)   # the warpgroup's P and dS panels are whole
-                transposed_times_rows(dv_acc, sp, wg, sdo, buf * DP, D, BR)
-                transposed_times_rows(dk_acc, sds, wg, sq, buf * DP, D, BR)
-                if tx == 0:
-                    cp_async_bulk_wait_read(0)   # the last step's dQ tile has left sdq
-                syncthreads()   # every warpgroup's dS
-                ds_times_keys(dq, sds, sk, wg, DW, BK)
-                wgmma_wait(0, dv_acc, dk_acc, dq)
-                store_dq_tile(sdq, dq, DW, THREADS)
-                fence_proxy_async()
-                syncthreads()
-                if tx == 0:
-                    cp_reduce_async_bulk_add(dq_acc, (i64(bh) * lq_pad + q0) * D, sdq, 0, BR * D * 4)
-                    cp_async_bulk_commit()
-                step += 1
-                if step >= steps:
-                    break
-        if tx == 0:
-            cp_async_bulk_wait(0)
-        write_scaled_rows(dk, dk_acc, kbase, 1, k0 + warp * 16 + lane // 4, lk, scale, D)
-        write_scaled_rows(dv, dv_acc, kbase, 1, k0 + warp * 16 + lane // 4, lk, 1.0, D)
-
-    @kernel
     def flash_bwd_dq_convert(dq_acc: Array[f32], dq: Array[bf16, 2], lq: i32, scale: f32, D: Const[int],
                              WGS: Const[int]):
         """dQ (rows bh * lq + query) = scale x the float32 accumulator of flash_bwd_wgmma, block (bh, tile) undoing
@@ -1512,7 +1358,7 @@ def fused_backward():
             if row < lq:
                 col = warp // 4 * DW + 8 * (i // 4) + 2 * (lane % 4) + i % 2
                 dq[bx * lq + row, col] = dq_acc[base + i * THREADS + tx] * scale
-    return flash_bwd_wgmma, flash_bwd_dq_convert, flash_bwd_wgmma_rows
+    return flash_bwd_wgmma, flash_bwd_dq_convert
 
 
 @dataclass(frozen=True)
@@ -1681,15 +1527,20 @@ def forward_variant(xp, q, variant: str | None) -> str:
     return "mma" if os.environ.get("FROST_FLASH_BULK") == "0" else "bulk"
 
 
-def backward_variant(xp, q, variant: str | None) -> str:
-    """Which backward runs: "mma" (after the mma.sync forward), "wgmma" (the two warpgroup-MMA kernels, asked for by
-    name or after the "bulk" forward) or "fused" (one kernel per key block, dQ added in float32: asked for by name,
-    or after the "bulk" and default forwards when FROST_FLASH_FUSED_BACKWARD=1)."""
+def backward_variant(xp, q, p: "Problem", variant: str | None) -> str:
+    """Which backward runs: "mma" (after the mma.sync forward), "wgmma" (the two warpgroup-MMA kernels) or "fused"
+    (one kernel per key block, dQ added in float32). After the "bulk" and default forwards the fused one runs at the
+    head dims and lengths of FUSED_FROM_LENGTH unless frost.backends.deterministic (its dQ sums in an order the GPU
+    chooses); FROST_FLASH_FUSED_BACKWARD=1 asks for it everywhere, =0 for the two kernels."""
     if variant == "fused":
         return "fused"
     if not uses_wgmma(xp, q, variant):
         return "mma"
-    fused = variant != "wgmma" and os.environ.get("FROST_FLASH_FUSED_BACKWARD", "0") == "1"
+    if variant == "wgmma":
+        return "wgmma"
+    asked = os.environ.get("FROST_FLASH_FUSED_BACKWARD", "")
+    long = p.lq >= FUSED_FROM_LENGTH.get(p.d, math.inf)
+    fused = asked == "1" or (asked == "" and long and not backends.deterministic)
     return "fused" if fused else "wgmma"
 
 
@@ -1819,7 +1670,7 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
     tiles = dict(BACKWARD_TILES[p.d], **(tiles or {}))
     check_tiles(tiles, p.d)
     lse = xp.ascontiguousarray(lse).reshape(-1)
-    chosen = backward_variant(xp, q, variant)
+    chosen = backward_variant(xp, q, p, variant)
     if chosen != "mma":
         run = _backward_fused if chosen == "fused" else _backward_wgmma
         return run(xp, q, k, v, o, lse, do, p, _kmask(xp, kmask), _rng(xp, p, rng))
@@ -1905,12 +1756,9 @@ def _backward_fused(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
     delta = _row_deltas(xp, q, o2, do2, p)
     dk, dv = xp.empty_like(k2), xp.empty_like(v2)
     dq_acc = xp.zeros(p.batch * p.heads * cdiv(p.lq, 64) * 64 * p.d, np.float32)
-    flags = dict(D=p.d, WGS=wgs, CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
-    fused, convert, fused_rows = fused_backward()
-    if tiles.get("ROWS"):
-        fused = fused_rows
-    else:
-        flags["RS"] = tiles.get("RS", 0)
+    flags = dict(D=p.d, WGS=wgs, RS=tiles.get("RS", 0), CAUSAL=int(p.causal), MASKED=int(p.masked),
+                 DROPOUT=int(p.dropout_p > 0.0))
+    fused, convert = fused_backward()
     _launcher(fused, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, 64 * wgs)), 128 * wgs, fused_smem(p.d, wgs)](
         q2, k2, v2, do2, lse, delta, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
         *p.dropout_args(), **flags)
