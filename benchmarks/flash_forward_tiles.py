@@ -4,8 +4,8 @@ PyTorch's SDPA backends: the table to tune the Hopper forwards by (bf16, FlashAt
 
 Run on a CUDA machine:  python benchmarks/flash_forward_tiles.py [--lengths 1024 4096] [--out FILE.json]
 Rows: "frost cuDNN", "torch flash", "torch cuDNN" (with a CUDA build of torch), then Frost's forward_arrays with
-variant mma (its default tiles), wgmma (its default tiles) and bulk at each tile setting of BULK_SETTINGS, and
-"arrange_kv", the bulk forward's layout pass alone (included in the bulk rows). Each row: the mean of --iters
+variant mma (its default tiles), wgmma (its default tiles) and bulk at each tile setting of BULK_SETTINGS (K and V
+through tensor maps, or with TMA=0 laid out by arrange_kv first), and "arrange_kv", that layout pass alone. Each row: the mean of --iters
 calls queued back to back after --warmup (common.seconds_per_call); TFLOP/s count 4 x B x H x L^2 x D, halved when
 causal. Each Frost kernel row is checked against the mma forward first (max |difference|, bf16 outputs)."""
 import argparse
@@ -23,7 +23,8 @@ BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2), dict(WGS=2, BC=64, STAGES=2, PING
                  dict(WGS=2, BC=128, STAGES=2), dict(WGS=2, BC=128, STAGES=2, RS=1),
                  dict(WGS=2, BC=128, STAGES=2, RS=1, PINGPONG=1), dict(WGS=2, BC=176, STAGES=2, RS=1),
                  dict(WGS=2, BC=176, STAGES=2, RS=1, PINGPONG=1), dict(WGS=3, BC=64, STAGES=2, RS=1),
-                 dict(WGS=3, BC=128, STAGES=2, RS=1))
+                 dict(WGS=3, BC=128, STAGES=2, RS=1), dict(WGS=3, BC=64, STAGES=2, RS=1, TMA=0),
+                 dict(WGS=3, BC=128, STAGES=2, RS=1, TMA=0))   # TMA=0: arrange_kv's images, the others tensor maps
 
 
 def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:

@@ -82,15 +82,17 @@ import numpy as np
 
 from frost import backends, dispatch, layout
 from frost.backend import cpu, cuda
-from frost.kernel import (MN_MAJOR, Array, Const, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16, cp_async_bulk,
-                          cp_async_bulk_commit, cp_async_bulk_wait, cp_async_bulk_wait_read, cp_commit,
-                          cp_reduce_async_bulk_add, cp_wait, device, dynamic_shared, f16, f32, fast_exp2,
-                          fence_proxy_async, i32, i64, inf, kernel, lane, launch_bounds, ldmatrix_x4,
-                          ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive, mbarrier_arrive_expect_tx,
-                          mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc, shared, shfl_xor,
-                          static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16,
-                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence, wgmma_wait)
+from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16,
+                          cp_async_bulk, cp_async_bulk_commit, cp_async_bulk_tensor, cp_async_bulk_wait,
+                          cp_async_bulk_wait_read, cp_commit, cp_reduce_async_bulk_add, cp_wait, device,
+                          dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, i32, i64, inf, kernel, lane,
+                          launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
+                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
+                          shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp,
+                          warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence,
+                          wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
+from frost.kernel.tensor_map import tensor_map
 from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
 
@@ -886,11 +888,13 @@ def fetch_row(vals, src, row: i32, col: i32, inside: bool, D: Const[int]):
 
 
 @device
-def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, first: i32, tiles: i32, BC: Const[int],
-                  D: Const[int], STAGES: Const[int]):
-    """The producer (one thread): K and V images of tiles first ... first + tiles - 1 into the STAGES-deep rings
-    skf and svf by the copy engine, each stage refilled once its consumers released it (emptyk / emptyv)."""
+def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, head: i32, kv_heads: i32, lk: i32, tiles: i32,
+                  BC: Const[int], D: Const[int], STAGES: Const[int]):
+    """The producer (one thread): K and V images (arrange_kv's) of key/value head `head`'s tiles 0 ... tiles - 1 into
+    the STAGES-deep rings skf and svf by the copy engine, each stage refilled once its consumers released it
+    (emptyk / emptyv)."""
     TILE: Const[int] = BC * D
+    first = head * cdiv(lk, BC)
     for j in range(tiles):
         stage = j % STAGES
         if j >= STAGES:
@@ -901,6 +905,29 @@ def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, first: i32, ti
             mbarrier_wait(emptyv, stage, (j // STAGES - 1) % 2)
         mbarrier_arrive_expect_tx(fullv, stage, TILE * 2)
         cp_async_bulk(svf, stage * TILE, vp, (first + j) * TILE, TILE * 2, fullv, stage)
+
+
+@device
+def produce_tensor_tiles(kmap, vmap, skf, svf, fullk, fullv, emptyk, emptyv, head: i32, kv_heads: i32, lk: i32,
+                         tiles: i32, BC: Const[int], D: Const[int], STAGES: Const[int]):
+    """produce_tiles reading K and V where they lie, through tensor maps over (batch, key/value head, key, column)
+    with boxes of BC keys x 64 columns: a tile is D / 64 boxes, swizzled as the consumers' wgmmas read them, keys
+    past lk zeros (the copy engine fills them), so no arrange_kv pass comes first."""
+    TILE: Const[int] = BC * D
+    b = head // kv_heads
+    hk = head % kv_heads
+    for j in range(tiles):
+        stage = j % STAGES
+        if j >= STAGES:
+            mbarrier_wait(emptyk, stage, (j // STAGES - 1) % 2)
+        mbarrier_arrive_expect_tx(fullk, stage, TILE * 2)
+        for p in static_range(D // 64):
+            cp_async_bulk_tensor(skf, stage * TILE + p * BC * 64, kmap, (b, hk, j * BC, p * 64), fullk, stage)
+        if j >= STAGES:
+            mbarrier_wait(emptyv, stage, (j // STAGES - 1) % 2)
+        mbarrier_arrive_expect_tx(fullv, stage, TILE * 2)
+        for p in static_range(D // 64):
+            cp_async_bulk_tensor(svf, stage * TILE + p * BC * 64, vmap, (b, hk, j * BC, p * 64), fullv, stage)
 
 
 @device
@@ -944,10 +971,14 @@ def publish_weights(sp, s, wg: i32, BC: Const[int]):
 
 
 @functools.cache
-def bulk_forward():
-    """The Hopper forward fed by the copy engine (bf16): made on first use."""
+def bulk_forward(tma: bool = True):
+    """The Hopper forward fed by the copy engine (bf16): made on first use. tma: K and V through tensor maps
+    (TensorMap[bf16, 4] parameters), else as arrange_kv's flat images."""
+    KV = TensorMap[bf16, 4] if tma else Array[bf16]
+    produce = produce_tensor_tiles if tma else produce_tiles
+
     @kernel
-    def flash_fwd_bulk(q: Array[bf16, 2], kp: Array[bf16], vp: Array[bf16], o: Array[bf16, 2], lse: Array[f32],
+    def flash_fwd_bulk(q: Array[bf16, 2], kp: KV, vp: KV, o: Array[bf16, 2], lse: Array[f32],
                        kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32,
                        scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
                        BC: Const[int], STAGES: Const[int], PINGPONG: Const[int], RS: Const[int],
@@ -999,8 +1030,8 @@ def bulk_forward():
             if WGS == 3:       # four start with 128: 24 + 3 x 160
                 setmaxnreg_dec(24)
             if tx == CONSUMERS:
-                produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk * cdiv(lk, BC), tiles, BC,
-                              D, STAGES)
+                produce(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk, heads // group, lk, tiles, BC, D,
+                        STAGES)
         else:
             if WGS == 2:
                 setmaxnreg_inc(232)
@@ -1605,26 +1636,40 @@ def arrange_kv(xp, k, v, p: Problem, bc: int) -> tuple:
     return kp, vp
 
 
+def kv_tensor_map(xp, a, p: Problem, bc: int):
+    """A tensor map over K or V (B, H // group, Lk, D) where they lie, boxes of bc keys x 64 columns: a layout the
+    copy engine cannot read (rows not whole, a dimension repeated by a zero stride) is copied into C order first."""
+    a = _readable(xp, a, p.d)
+    if any(s <= 0 for s, n in zip(a.strides[:3], a.shape[:3]) if n > 1):
+        a = xp.ascontiguousarray(a)
+    strides = list(a.strides)
+    for i in (2, 1, 0):   # a dimension of one element is never stepped over: give it the stride C order would
+        if a.shape[i] == 1:
+            strides[i] = a.shape[i + 1] * strides[i + 1]
+    return tensor_map(xp.lib.stride_tricks.as_strided(a, a.shape, tuple(strides)), (1, 1, bc, 64))
+
+
 def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
     """forward_arrays by flash_fwd_bulk (bf16; tiles: {"WGS": consumer warpgroups, "BC": keys a tile, "STAGES":
     tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores, "RS": 1 for P kept in
-    registers}), K and V first laid out by arrange_kv."""
+    registers, "TMA": 1 for K and V read where they lie through tensor maps, 0 for arrange_kv's images first})."""
     o, lse = _hopper_outputs(xp, q, p, "bulk")
     tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0, p.causal), **(tiles or {}))
     wgs, bc, stages, rs = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"]
+    tma = tiles.get("TMA", 1)
     if wgs not in (1, 2, 3) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
-            or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1):
+            or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1) or tma not in (0, 1):
         raise ValueError(f"flash_attention: the bulk forward takes WGS 1 to 3, BC 64 or 128 (176 and 192 with RS=1), "
-                         f"STAGES 1 to 4 and PINGPONG and RS 0 or 1, got {tiles}")
+                         f"STAGES 1 to 4 and PINGPONG, RS and TMA 0 or 1, got {tiles}")
     br = 64 * wgs
     smem = (br + 2 * stages * bc) * p.d * 2 + (16 * 64 * 2 if rs else br * bc * 2)   # P's panels, or a stub
-    if smem > HOPPER_SHARED_BYTES or not bulk_fits(p, bc):
+    if smem > HOPPER_SHARED_BYTES or not (tma or bulk_fits(p, bc)):
         raise ValueError(f"flash_attention: the bulk forward's tiles {tiles} need {smem} bytes of shared memory (at "
                          f"most {HOPPER_SHARED_BYTES}) and K, V padded to whole tiles below 2^31 elements, at head dim "
                          f"{p.d}, {p.lk} keys")
-    kp, vp = arrange_kv(xp, k, v, p, bc)
+    kp, vp = (kv_tensor_map(xp, k, p, bc), kv_tensor_map(xp, v, p, bc)) if tma else arrange_kv(xp, k, v, p, bc)
     grid = (p.batch * p.heads, cdiv(p.lq, br))
-    _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](
+    _launcher(bulk_forward(bool(tma)), xp)[grid, 128 * wgs + 128, smem](
         _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
         *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, PINGPONG=tiles["PINGPONG"], RS=tiles["RS"],
         CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))

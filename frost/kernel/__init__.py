@@ -73,6 +73,10 @@ Semantics (the simulator implements these; float results can differ from the GPU
   bulk copy when its phase completes, so a read before the wait sees stale data (and races).
   `cp_reduce_async_bulk_add(dst, di, src, si, nbytes)` adds f32 from shared into global memory (bulk groups:
   `cp_async_bulk_commit()`, `cp_async_bulk_wait_read(n)`, `cp_async_bulk_wait(n)`).
+- TMA tensor maps: `tensor_map(array, box, swizzle=128)` (host side; NumPy for the simulator, CuPy for the GPU)
+  describes a strided array and a box, outermost first; a kernel takes it as a `TensorMap[T, rank]` parameter and
+  `cp_async_bulk_tensor(dst, di, tmap, coords, bars, i)` copies the box at coords into shared memory, swizzled as
+  wgmma reads it, zeros where the box leaves the array, completing its bytes (tmap's box_bytes) on the barrier.
 - `grid_sync(counter)` waits for every block of the grid (global writes before it are visible after it), in the
   kernel body only; `counter` is a one-element Array[u32] parameter, zeroed once and then kept (never reset). Every
   block must be resident at once: launch at most one block per SM (or as many as the occupancy allows) and let
@@ -110,16 +114,18 @@ from frost.kernel.frontend import KernelError
 from frost.kernel.lib import (block_max, block_sum, load8_f32_into, load8_into, load8_of, mma_tile, store8_f32_from,
                               store8_from, store8_of, swizzle, warp_max, warp_min, warp_sum)
 from frost.kernel.simulate import SimulationError
-from frost.kernel.types import Array, Const, bf16, f16, f32, f64, i32, i64, u32, u8
+from frost.kernel.tensor_map import tensor_map
+from frost.kernel.types import Array, Const, TensorMap, bf16, f16, f32, f64, i32, i64, u32, u8
 from frost.kernel.types import boolean as bool_
 
 kernel.device = device
 kernel.warm = warm
 
 __all__ = ["kernel", "device", "warm", "cuda_source", "grid_sync_counter", "Kernel", "DeviceFunction", "CudaSource",
-           "KernelError", "SimulationError", "compile_stats", "Array", "Const", "f16", "bf16", "f32", "f64", "i32",
-           "i64", "u32", "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum", "block_max", "mma_tile",
-           "swizzle", "load8_into", "load8_f32_into", "store8_from", "store8_f32_from", "load8_of", "store8_of"] + \
+           "KernelError", "SimulationError", "compile_stats", "Array", "Const", "TensorMap", "tensor_map", "f16",
+           "bf16", "f32", "f64", "i32", "i64", "u32", "u8", "bool_", "warp_sum", "warp_max", "warp_min", "block_sum",
+           "block_max", "mma_tile", "swizzle", "load8_into", "load8_f32_into", "store8_from", "store8_f32_from",
+           "load8_of", "store8_of"] + \
     list(_builtins.__all__)
 
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from frost.kernel import cgen, compile as kcompile, pdl, simulate
 from frost.kernel.frontend import Checker, DeviceFunction, KernelError, Source, enclosing_scope
-from frost.kernel.types import SCALARS, ArrayType, ConstType, bf16, f16
+from frost.kernel.tensor_map import MAP_BYTES, TensorMap
+from frost.kernel.types import SCALARS, ArrayType, ConstType, TensorMapType, bf16, f16
 
 
 class Spec:
@@ -307,7 +308,23 @@ def _host_array(v):
     return data
 
 
+def _tensor_map_arg(kname, name, t, v, on_gpu: bool) -> TensorMap:
+    """A TensorMap argument that matches its parameter: element type, rank, and where it was made."""
+    if not isinstance(v, TensorMap):
+        raise TypeError(f"{kname}: argument {name!r} is {t}: make it with frost.kernel.tensor_map(array, box), got "
+                        f"{type(v).__name__}")
+    if v.elem != t.elem or v.rank != t.rank:
+        raise TypeError(f"{kname}: argument {name!r} is {t} but got a tensor map of {v.elem} of rank {v.rank}")
+    if on_gpu != (v.encoded is not None):
+        raise TypeError(f"{kname}: argument {name!r} is a tensor map over a "
+                        f"{'NumPy' if on_gpu else 'GPU'} array; the {'GPU' if on_gpu else 'simulator'} needs one over "
+                        f"a {'CuPy' if on_gpu else 'NumPy'} array")
+    return v
+
+
 def _sim_arg(kname, name, t, v):
+    if isinstance(t, TensorMapType):
+        return _tensor_map_arg(kname, name, t, v, on_gpu=False)
     if isinstance(t, ArrayType):
         a = _host_array(v)
         if not isinstance(a, np.ndarray):
@@ -392,6 +409,8 @@ def _gpu_args(kname, runtime, aligned=None):
                 item = a.dtype.itemsize
                 out += [ptr, np.int64(a.shape[0]), np.int64(a.shape[1]), np.int64(a.strides[0] // item),
                         np.int64(a.strides[1] // item)]
+        elif isinstance(t, TensorMapType):   # by value: the 128 bytes, which only cuLaunchKernelEx's path takes
+            out.append(np.void(_tensor_map_arg(kname, name, t, v, on_gpu=True).encoded, f"V{MAP_BYTES}"))
         else:
             s = _scalar_arg(kname, name, t, v)
             if t in (bf16, f16):
@@ -428,8 +447,10 @@ def _gpu_launch(fn, device: int, grid, block, smem, stream, args, pdl_name: str 
         cupy.cuda.driver.funcSetAttribute(fn.ptr, 8, smem)
         _smem_opt_in[id(fn)] = (fn, smem)  # holding fn keeps its id from being reused
     stream = stream if stream is not None else cupy.cuda.get_current_stream()
-    if pdl_name is not None and pdl.usable(device):
-        pdl.launch(pdl_name, fn.ptr, grid, block, smem, getattr(stream, "ptr", stream), args)
+    by_value = any(isinstance(a, np.void) for a in args)   # a tensor map: CuPy's launch does not pass such records
+    if pdl_name is not None and (by_value or pdl.usable(device)):
+        pdl.launch(pdl_name, fn.ptr, grid, block, smem, getattr(stream, "ptr", stream), args,
+                   serialize=pdl.usable(device))
     else:
         fn(grid, block, tuple(args), shared_mem=smem, stream=stream)
 

@@ -13,9 +13,9 @@ from typing import Callable
 
 from frost.kernel import builtins as B
 from frost.kernel.builtin_defs import DEFINITIONS
-from frost.kernel.types import (WEAK_FLOAT, WEAK_INT, Array, ArrayType, Const, ConstType, Scalar, TupleType, Weak,
-                                _ArrayAnnotation, _ConstAnnotation, arith_type, bf16, boolean, c_div, c_mod, f16, f32,
-                                f64, i32, i64, promote, strong, u32, u8)
+from frost.kernel.types import (WEAK_FLOAT, WEAK_INT, Array, ArrayType, Const, ConstType, Scalar, TensorMap,
+                                TensorMapType, TupleType, Weak, _ArrayAnnotation, _ConstAnnotation, arith_type, bf16,
+                                boolean, c_div, c_mod, f16, f32, f64, i32, i64, promote, strong, u32, u8)
 
 
 # CPython 3.11's conversions between its parser's tree and Python's ast objects are not safe in two threads at once
@@ -88,6 +88,7 @@ class Checked:
         self.launch_bounds: tuple | None = None  # (max threads per block, min blocks per SM) from launch_bounds()
         self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4 of f32: 16)
         self.uses_wgmma = False  # uses a Hopper warpgroup instruction: compiled for sm_90a
+        self.uses_tensor_maps = False  # cp_async_bulk_tensor: dynamic shared memory on a 1024-byte boundary
         self.needs_sm90a = False  # other Hopper-only instructions (setmaxnreg, mbarrier waits, bulk copies): sm_90a too
         self.uses_grid_sync = False  # waits for the whole grid (grid_sync): the simulator runs all blocks at once
         self.uses_named_barriers = False  # named barriers, mbarriers: the race detector orders partially
@@ -223,7 +224,7 @@ class Checker:
             return f32
         if value is bool:
             return boolean
-        if isinstance(value, (Scalar, ArrayType, ConstType)):
+        if isinstance(value, (Scalar, ArrayType, ConstType, TensorMapType)):
             return value
         raise self.src.error(where, f"{value!r} is not a kernel type (use f32, i32, Array[f32], Const[int], ...)")
 
@@ -995,7 +996,7 @@ def _as_load(node):
 def _meaningful(obj) -> bool:
     """Whether a global means something in a kernel (else a built-in of the same name wins)."""
     return (isinstance(obj, (B.Builtin, Scalar, int, float, pytypes.ModuleType, _ArrayAnnotation, _ConstAnnotation,
-                             ConstType)) or _is_device(obj))
+                             ConstType, type(TensorMap))) or _is_device(obj))
 
 
 def _is_allocation(node) -> bool:
@@ -1009,7 +1010,7 @@ def _is_device(obj) -> bool:
 
 def _annotation_namespace():
     ns = dict(SCALAR_BY_NAME)
-    ns.update(Array=Array, Const=Const)
+    ns.update(Array=Array, Const=Const, TensorMap=TensorMap)
     return ns
 
 

@@ -118,10 +118,12 @@ def usable(device_id: int) -> bool:
     return _capable[device_id]
 
 
-def launch(name: str, fn_ptr: int, grid, block, smem: int, stream_ptr: int, args) -> None:
-    """Launch a loaded kernel with the programmatic-serialization attribute; a driver error names the kernel."""
+def launch(name: str, fn_ptr: int, grid, block, smem: int, stream_ptr: int, args, serialize: bool = True) -> None:
+    """Launch a loaded kernel through cuLaunchKernelEx, with the programmatic-serialization attribute unless
+    serialize is False (a plain launch, for arguments CuPy cannot pass); a driver error names the kernel."""
     values, params = kernel_params(args)
-    config = _LaunchConfig(*grid, *block, smem, stream_ptr, _SERIALIZATION_POINTER, 1)
+    attrs = (_SERIALIZATION_POINTER, 1) if serialize else (None, 0)
+    config = _LaunchConfig(*grid, *block, smem, stream_ptr, *attrs)
     err = _launch_kernel_ex()(ctypes.byref(config), fn_ptr, params, None)
     if err:
         raise RuntimeError(f"{name}: cuLaunchKernelEx failed with CUresult {err} ({driver_error_name(err)}); "

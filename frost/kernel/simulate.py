@@ -814,7 +814,7 @@ class Block:
             if isinstance(idx, tuple) and len(idx) == 1:
                 idx = idx[0]
             who = thread.landing if isinstance(thread, _CopyEngine) else f"this thread {kind} it"
-            earlier = (f"the cp_async_bulk {_describe(other[0])} issued at {_source_line(other[1])} landed on it"
+            earlier = (f"the {other[0].linear[0]} {_describe(other[0])} issued at {_source_line(other[1])} landed on it"
                        if isinstance(other[0], _CopyEngine) else
                        f"{_describe(other[0])} {_PAST[other[2]]} it at {_source_line(other[1])}")
             raise _Race(f"data race on shared array {arr.name!r} at index {idx}: {who}, and {earlier}, with no "
@@ -1017,6 +1017,22 @@ class Thread:
         bar.add_tx(-nbytes)
         bar.complete_if_done()
 
+    def cp_async_bulk_tensor(self, dst, didx, tmap, coords, bars, i):
+        coords = tuple(int(c) for c in coords)
+        align = 1024 if tmap.swizzle else 128
+        if self.block.address(dst, (int(didx),)) % align:
+            raise _OutOfBounds(f"cp_async_bulk_tensor: {dst.name}[{int(didx)}] is not on a {align}-byte boundary of "
+                               f"shared memory" + (f" (the {tmap.swizzle}-byte swizzle repeats every 1024 bytes)"
+                                                   if tmap.swizzle else ""))
+        d = dst.span((int(didx),), int(np.prod(tmap.box)))
+        image = tmap.box_image(coords)   # read at the issue: the copy engine reads global memory as it goes
+        bar = self._mbarrier(bars, i, "cp_async_bulk_tensor", _ATOMIC)
+        engine = _CopyEngine(self, _caller_line(), "cp_async_bulk_tensor")
+        bar.copies.append((d, image, dst, int(didx), engine))
+        _join(bar.clock, engine.linear, {}, engine.epoch)
+        bar.add_tx(-tmap.box_bytes)
+        bar.complete_if_done()
+
     # -- bulk reductions: the source is read at the issue (as the issuing thread, for the race detector) and must not
     # change until a wait retires the group (the hardware may read it any time until then); the adds land at
     # cp_async_bulk_wait (or the thread's exit), not at cp_async_bulk_wait_read, which promises only the reads
@@ -1076,15 +1092,15 @@ class _CopyEngine:
     __slots__ = ("idx", "linear", "vc", "epoch", "at")
     issued = itertools.count()
 
-    def __init__(self, issuer: Thread, at) -> None:
+    def __init__(self, issuer: Thread, at, op: str = "cp_async_bulk") -> None:
         self.idx, self.at, self.epoch = issuer.idx, at, 0
-        self.linear = ("cp_async_bulk", next(_CopyEngine.issued))
+        self.linear = (op, next(_CopyEngine.issued))
         self.vc = dict(issuer.vc)
         self.vc[issuer.linear] = issuer.epoch
 
     @property
     def landing(self) -> str:
-        return f"the cp_async_bulk {_describe(self)} issued at {_source_line(self.at)} lands on it"
+        return f"the {self.linear[0]} {_describe(self)} issued at {_source_line(self.at)} lands on it"
 
 
 class _MBarrier:

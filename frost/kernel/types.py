@@ -163,6 +163,40 @@ class _ArrayAnnotation:
         return "Array"
 
 
+class TensorMapType:
+    """A TMA tensor map parameter (`TensorMap[bf16, 3]`): the copy engine's description of a global array of `rank`
+    dimensions and of the box it copies into shared memory (cp_async_bulk_tensor). It arrives as a 128-byte
+    __grid_constant__ parameter; a kernel only passes it on."""
+
+    def __init__(self, elem: Scalar, rank: int) -> None:
+        self.elem, self.rank = elem, rank
+
+    def __repr__(self) -> str:
+        return f"TensorMap[{self.elem}, {self.rank}]"
+
+    def key(self):
+        return ("tensor_map", self.elem.name, self.rank)
+
+    def __eq__(self, other):
+        return isinstance(other, TensorMapType) and self.key() == other.key()
+
+    def __hash__(self):
+        return hash(self.key())
+
+
+class _TensorMapAnnotation:
+    """`TensorMap[bf16, 3]` in a signature: element type and rank (1 to 5)."""
+
+    def __getitem__(self, item) -> TensorMapType:
+        elem, rank = item if isinstance(item, tuple) else (item, None)
+        if not isinstance(elem, Scalar) or rank not in (1, 2, 3, 4, 5):
+            raise TypeError(f"TensorMap[...] takes a scalar type and a rank of 1 to 5, got {item!r}")
+        return TensorMapType(elem, rank)
+
+    def __repr__(self) -> str:
+        return "TensorMap"
+
+
 class ConstType:
     """`Const[int]`: a compile-time constant baked into the kernel's specialization."""
 
@@ -193,6 +227,7 @@ class _ConstAnnotation:
 
 Array = _ArrayAnnotation()
 Const = _ConstAnnotation()
+TensorMap = _TensorMapAnnotation()
 
 
 def np_scalar(value, t: Scalar):

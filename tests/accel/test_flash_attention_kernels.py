@@ -464,10 +464,13 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (1, 2, 1, 150, 290, 128, True, False, dict(WGS=2, BC=128, STAGES=2, RS=1)),  # 128-key tiles, P in registers
     (1, 2, 1, 70, 400, 128, False, False, dict(WGS=2, BC=176, STAGES=2, RS=1)),  # 176-key tiles (not panels of 64)
     (1, 1, 1, 250, 200, 64, True, False, dict(WGS=3, BC=64, STAGES=2, RS=1)),    # three consumer warpgroups
+    (1, 2, 1, 70, 100, 64, True, False, dict(WGS=1, BC=64, STAGES=2, TMA=0)),    # arrange_kv's images, not maps
+    (1, 2, 1, 150, 290, 128, True, False, dict(WGS=2, BC=128, STAGES=2, RS=1, TMA=0)),
 ])
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
-    """The warp-specialized forward: a producer thread's bulk copies through mbarrier rings, consumer warpgroups
-    meeting on named barriers; the simulator checks every ordering its race detector can see."""
+    """The warp-specialized forward: a producer thread's tensor-map copies (TMA=0: bulk copies of arrange_kv's images)
+    through mbarrier rings, consumer warpgroups meeting on named barriers; the simulator checks every ordering its
+    race detector can see."""
     _check_hopper_forward("bulk", b, hq, hkv, lq, lk, d, causal, masked, tiles)
 
 
@@ -502,12 +505,16 @@ def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch
                 for dropout in (False, True)]
     settings += [(True, False, dict(fa.bulk_tiles(d, False), **extra))
                  for extra in (dict(RS=0), dict(RS=1, PINGPONG=1), dict(WGS=2, BC=128, RS=1, PINGPONG=1))]
+    settings += [(False, False, dict(fa.bulk_tiles(d, False), TMA=0))]
     for causal, dropout, tiles in settings:
-        info = fa.bulk_forward().inspect("sm_90", D=d, CAUSAL=int(causal), MASKED=1, DROPOUT=int(dropout), **tiles)
+        tma = tiles.pop("TMA", 1)
+        info = fa.bulk_forward(bool(tma)).inspect("sm_90", D=d, CAUSAL=int(causal), MASKED=1, DROPOUT=int(dropout),
+                                                  **tiles)
         spilling_default = d == 64 and causal and not dropout and tiles == fa.CAUSAL_BULK_TILES[64]
         assert info["spill_stores"] <= (140 if spilling_default else 0), (d, causal, dropout, tiles, info["registers"])
         assert "C7515" not in info["log"]
-        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in info["ptx"]
+        copy = "tensor.4d.shared::cluster.global.tile" if tma else "shared::cluster.global"
+        assert f"cp.async.bulk.{copy}.mbarrier::complete_tx::bytes" in info["ptx"]
 
 
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)

@@ -9,7 +9,8 @@ import pytest
 
 import frost
 from fake_cupy import FakeArray
-from frost.kernel import Array, bdx, bx, f32, gdx, grid_sync, i32, kernel, pdl, tx, u32
+from frost.kernel import Array, TensorMap, bdx, bf16, bx, f32, gdx, grid_sync, i32, kernel, pdl, tx, u32
+from frost.kernel.tensor_map import TensorMap as TensorMap_
 
 
 @kernel
@@ -125,7 +126,7 @@ def test_switched_off_it_is_not_used():
 def test_frost_kernels_go_through_it_and_cuda_source_does_not(fake_cupy, monkeypatch):
     pdl_launches = []
     monkeypatch.setattr(pdl, "usable", lambda device_id: True)
-    monkeypatch.setattr(pdl, "launch", lambda name, fn, grid, block, smem, stream, args:
+    monkeypatch.setattr(pdl, "launch", lambda name, fn, grid, block, smem, stream, args, serialize=True:
                         pdl_launches.append((name, grid, block, smem, stream, list(args))))
     x = FakeArray(np.zeros(8, np.float32))
     add_next[2, 4](x, x)
@@ -134,6 +135,29 @@ def test_frost_kernels_go_through_it_and_cuda_source_does_not(fake_cupy, monkeyp
     assert fake_cupy.launches == []
     frost.cuda_source('extern "C" __global__ void nop(float* x) {}', "nop")[1, 1](x)
     assert len(fake_cupy.launches) == 1 and len(pdl_launches) == 1
+
+
+@frost.kernel
+def takes_a_map(tmap: TensorMap[bf16, 2], n: i32):
+    pass
+
+
+def test_a_tensor_map_goes_by_value_through_cuLaunchKernelEx_even_without_pdl(fake_cupy, monkeypatch):
+    """CuPy's launch cannot pass a 128-byte record: a kernel with a tensor map goes through cuLaunchKernelEx, with
+    the programmatic-serialization attribute only where PDL is usable."""
+    launches = []
+    monkeypatch.setattr(pdl, "usable", lambda device_id: False)
+    monkeypatch.setattr(pdl, "launch", lambda name, fn, grid, block, smem, stream, args, serialize=True:
+                        launches.append((name, serialize, list(args))))
+    encoded = bytes(range(128))
+    tmap = TensorMap_(np.zeros((4, 64), ml_dtypes.bfloat16), (4, 64), 128, bf16, encoded)
+    takes_a_map[1, 32](tmap, 3)
+    assert [(name, serialize) for name, serialize, _ in launches] == [("takes_a_map", False)]
+    record, n = launches[0][2]
+    assert record.dtype == np.dtype("V128") and bytes(record) == encoded and n == 3
+    values, params = pdl.kernel_params(launches[0][2])
+    assert bytes(values.tobytes()[:128]) == encoded and len(params) == 2
+    assert fake_cupy.launches == []
 
 
 # ---------------------------------------------------------------- GPU

@@ -10,8 +10,10 @@ PTX from the ISA's "Parallel Synchronization and Communication Instructions: mba
 Conversion Instructions: cp.async.bulk"; the wait loop is CUTLASS's ClusterBarrier::wait."""
 from __future__ import annotations
 
+import ast
+
 from frost.kernel.builtin_defs.base import BuiltinDef, Checking, CudaBuilding, SimBuilding
-from frost.kernel.types import ArrayType, Scalar, Weak
+from frost.kernel.types import ArrayType, Scalar, TensorMapType, Weak
 
 MAX_COUNT = (1 << 20) - 1    # PTX: an mbarrier's expected arrivals and its pending transaction bytes fit 20 bits
 BULK_ALIGN = 16              # cp.async.bulk: both addresses and the size are multiples of 16 bytes
@@ -174,6 +176,57 @@ class CpAsyncBulk(BuiltinDef):
         return f"_T.cp_async_bulk({a[0]}, {a[1]}, {a[2]}, {a[3]}, {a[4]}, {a[5]}, {a[6]})"
 
 
+class CpAsyncBulkTensor(BuiltinDef):
+    """cp_async_bulk_tensor(dst, dst_index, tmap, coords, bars, i): the copy engine (TMA) copies the box of the tensor
+    map tmap (frost.kernel.tensor_map) whose first element is at coords (a tuple, one index per dimension of the
+    global array, outermost first as in NumPy) to shared dst[dst_index:], laid out as the map's swizzle says, and
+    counts the whole box's bytes against bars[i]'s phase (PTX cp.async.bulk.tensor.Nd ... mbarrier::complete_tx::bytes).
+    Elements of the box outside the array land as zeros, so a tile past the end of a head needs no masking of its
+    load. dst_index is on a 1024-byte boundary with a swizzle (the pattern repeats every 1024 bytes), 128 without.
+    One thread issues it; the data may be read after mbarrier_wait on that phase, as cp_async_bulk's."""
+
+    def check(self, ck: Checking, node):
+        if len(node.args) != 6:
+            raise ck.src.error(node, "cp_async_bulk_tensor(dst_shared, dst_index, tensor_map, coords, bars, i) "
+                                     "takes 6 arguments")
+        dt, mt = ck.expr(node.args[0]), ck.expr(node.args[2])
+        if not (isinstance(dt, ArrayType) and dt.space == "shared" and dt.ndim == 1):
+            raise ck.src.error(node, f"cp_async_bulk_tensor() copies into a 1-D shared array, got {dt}")
+        if not isinstance(mt, TensorMapType):
+            raise ck.src.error(node, f"cp_async_bulk_tensor() takes a TensorMap parameter as its third argument, "
+                                     f"got {mt}")
+        if dt.elem.np.itemsize != mt.elem.np.itemsize:
+            raise ck.src.error(node, f"cp_async_bulk_tensor() from {mt} into {dt}: the element sizes differ")
+        integer_arg(ck, node.args[1], self.name, "destination index")
+        coords = node.args[3]
+        if not isinstance(coords, ast.Tuple) or len(coords.elts) != mt.rank:
+            raise ck.src.error(coords, f"cp_async_bulk_tensor(): coords is a tuple of {mt.rank} indices (one per "
+                                       f"dimension of the {mt}, outermost first)")
+        for c in coords.elts:
+            integer_arg(ck, c, self.name, "coordinate")
+        barrier_array(ck, node, node.args[4], node.args[5], self.name)
+        uses_mbarriers(ck)
+        ck.out.uses_tensor_maps = True
+        return None
+
+    def cuda(self, g: CudaBuilding, node, t) -> str:
+        dst = smem_addr(g, node.args[0], node.args[1])
+        bar = smem_addr(g, node.args[4], node.args[5])
+        coords = [f'"r"((int)({g.ex(c)}))' for c in reversed(node.args[3].elts)]   # PTX: innermost first
+        n = len(coords)
+        places = ", ".join(f"%{k + 2}" for k in range(n))
+        return (f'asm volatile("cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes '
+                f'[%0], [%1, {{{places}}}], [%{n + 2}];" :: "r"({dst}), '
+                f'"l"(reinterpret_cast<unsigned long long>(&{g.ex(node.args[2])})), {", ".join(coords)}, '
+                f'"r"({bar}) : "memory")')
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        a = [g.ex(x) for x in node.args[:3]]
+        coords = ", ".join(g.ex(c) for c in node.args[3].elts)
+        return f"_T.cp_async_bulk_tensor({a[0]}, {a[1]}, {a[2]}, ({coords},), {g.ex(node.args[4])}, " \
+               f"{g.ex(node.args[5])})"
+
+
 class CpReduceAsyncBulkAdd(BuiltinDef):
     """cp_reduce_async_bulk_add(dst, dst_index, src, src_index, nbytes): the copy engine adds nbytes contiguous bytes
     of f32 from shared src[src_index:] into global dst[dst_index:], element by element and atomically with respect
@@ -248,7 +301,8 @@ class CpAsyncBulkGroup(BuiltinDef):
 
 DEFINITIONS = [MbarrierInit("mbarrier_init"), MbarrierArrive("mbarrier_arrive", expect_tx=False),
                MbarrierArrive("mbarrier_arrive_expect_tx", expect_tx=True), MbarrierWait("mbarrier_wait"),
-               CpAsyncBulk("cp_async_bulk"), CpReduceAsyncBulkAdd("cp_reduce_async_bulk_add"),
+               CpAsyncBulk("cp_async_bulk"), CpAsyncBulkTensor("cp_async_bulk_tensor"),
+               CpReduceAsyncBulkAdd("cp_reduce_async_bulk_add"),
                CpAsyncBulkGroup("cp_async_bulk_commit", "cp.async.bulk.commit_group", "bulk_commit", False),
                CpAsyncBulkGroup("cp_async_bulk_wait", "cp.async.bulk.wait_group", "bulk_wait", True),
                CpAsyncBulkGroup("cp_async_bulk_wait_read", "cp.async.bulk.wait_group.read", "bulk_wait_read", True)]

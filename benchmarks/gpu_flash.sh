@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Flash attention on a Hopper GPU in one device call of under ten minutes: the GPU suite (among its tests the flash
+# kernels against float64, the tensor-map copies and the bulk reductions on the hardware), the forward alone at each
+# tile setting (benchmarks/flash_forward_tiles.py: tensor-map and arrange_kv feeds beside cuDNN and PyTorch), then
+# the backward alone (benchmarks/flash_backward.py: the two kernels and the fused one). Results in OUTDIR.
+# Usage: bash benchmarks/gpu_flash.sh OUTDIR   (the cuDNN frontend on PYTHONPATH)
+set -u
+out=${1:?usage: bash benchmarks/gpu_flash.sh OUTDIR}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
+timeout 150 python3 -m pytest -m cuda -n 8 tests -p no:cacheprovider -o addopts="" -q --timeout 100 -rfE \
+    > "$out/gpu_tests.txt" 2>&1
+grep -E "^FAILED|^ERROR|passed|failed" "$out/gpu_tests.txt" | tail -25
+cd benchmarks || exit 1
+timeout 200 python3 flash_forward_tiles.py --head-dims 128 64 --lengths 4096 --out "$out/flash_forward_tiles.json" \
+    2>&1 | tail -60
+timeout 120 python3 flash_backward.py --head-dims 128 --lengths 4096 8192 --out "$out/flash_backward.json" 2>&1 \
+    | tail -20
