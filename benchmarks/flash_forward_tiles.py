@@ -5,7 +5,8 @@ PyTorch's SDPA backends: the table to tune the Hopper forwards by (bf16, FlashAt
 Run on a CUDA machine:  python benchmarks/flash_forward_tiles.py [--lengths 1024 4096] [--out FILE.json]
 Rows: "frost cuDNN", "torch flash", "torch cuDNN" (with a CUDA build of torch), then Frost's forward_arrays with
 variant mma (its default tiles), wgmma (its default tiles) and bulk at each tile setting of BULK_SETTINGS (K and V
-through tensor maps, or with TMA=0 laid out by arrange_kv first), and "arrange_kv", that layout pass alone. Each row: the mean of --iters
+through tensor maps, or with TMA=0 laid out by arrange_kv first), and "arrange_kv", that layout pass alone. Each
+row: the mean of --iters
 calls queued back to back after --warmup (common.seconds_per_call); TFLOP/s count 4 x B x H x L^2 x D, halved when
 causal. Each Frost kernel row is checked against the mma forward first (max |difference|, bf16 outputs)."""
 import argparse
