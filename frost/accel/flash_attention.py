@@ -92,7 +92,7 @@ from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_syn
                           warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence,
                           wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
-from frost.kernel.tensor_map import tensor_map
+from frost.kernel.tma import tensor_map
 from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, from_op
 
@@ -118,8 +118,9 @@ WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
 # registers a thread), steps of 32 (half a 64-column panel) fit; the dQ kernel's steps of 64 fit (187 registers) and
 # made the backward 7 % faster than 32 on an H100 (4 x 16 x 4096 x 128: 5.24 against 5.63 ms, tree 5a9727e)
 WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, BR=32)}
-# The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers); its
-# query steps are 64 (one wgmma's M for dQ). RS=1 was the fastest layout on an H100 (tree 6e25189, 4 x 16 x 4096 x 128:
+# The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers), TMA (Q
+# and dO through tensor maps, one thread issuing, instead of every thread's cp.async); its query steps are 64 (one
+# wgmma's M for dQ). RS=1 was the fastest layout on an H100 (tree 6e25189, 4 x 16 x 4096 x 128:
 # 4.74 ms against 4.87 with RS=0 and 5.31 with the queries as rows, which has since gone)
 FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1), 128: dict(WGS=2, RS=1)}
 # where the fused backward is the default: head dim -> the shortest query length. On an H100 (tree 6e25189,
@@ -1265,6 +1266,40 @@ def store_dq_tile(sdq, dq, DW: Const[int], THREADS: Const[int]):
             sdq[(j * 4 + e) * THREADS + tx] = dq[j, e]
 
 
+@device
+def copy_query_tiles(q, do, sqf, sdof, sq, sdo, full, buf: i32, base: i32, q0: i32, lq: i32, BR: Const[int],
+                     D: Const[int], THREADS: Const[int]):
+    """Every thread starts copying (cp.async) its part of the BR queries from q0 of Q and dO (rows base + ...) into
+    buffer buf of sq and sdo (full, sqf and sdof: the tensor-map twin's)."""
+    load_query_tiles(q, do, sq, sdo, buf * (D // 64), base, q0, lq, BR, D, THREADS)
+
+
+@device
+def await_copied_tiles(full, buf: i32, parity: i32):
+    """copy_query_tiles' tiles in place for every thread (and the block past its last wgmma)."""
+    publish_tiles()
+
+
+@device
+def map_query_tiles(qmap, domap, sqf, sdof, sq, sdo, full, buf: i32, base: i32, q0: i32, lq: i32, BR: Const[int],
+                    D: Const[int], THREADS: Const[int]):
+    """copy_query_tiles by the copy engine: one thread issues the D / 64 boxes of Q and of dO (tensor maps over
+    (batch x head, query, column)), counted on full[buf]; queries past lq land as zeros."""
+    TILE: Const[int] = BR * D
+    if tx == 0:
+        mbarrier_arrive_expect_tx(full, buf, 4 * TILE)
+        for p in static_range(D // 64):
+            cp_async_bulk_tensor(sqf, buf * TILE + p * BR * 64, qmap, (base // lq, q0, p * 64), full, buf)
+            cp_async_bulk_tensor(sdof, buf * TILE + p * BR * 64, domap, (base // lq, q0, p * 64), full, buf)
+
+
+@device
+def await_mapped_tiles(full, buf: i32, parity: i32):
+    """map_query_tiles' tiles landed: a wait on their barrier, no barrier of the block (its last step ended with one,
+    after every wgmma that read the buffer the next copies refill)."""
+    mbarrier_wait(full, buf, parity)
+
+
 def fused_smem(d: int, wgs: int) -> int:
     """Bytes of shared memory of flash_bwd_wgmma: K and V (64 wgs keys), two Q and two dO tiles of 64 queries, P^T and
     dS^T, the float32 dQ tile, and two buffers of the queries' log-sum-exp and delta."""
@@ -1273,11 +1308,15 @@ def fused_smem(d: int, wgs: int) -> int:
 
 
 @functools.cache
-def fused_backward():
+def fused_backward(tma: bool = False):
     """The Hopper backward in one kernel (bf16), FlashAttention-3's: (flash_bwd_wgmma, flash_bwd_dq_convert), made on
-    first use."""
+    first use. tma: Q and dO come through tensor maps (TensorMap[bf16, 3] parameters, one thread issuing), else
+    every thread copies its part (cp.async)."""
+    QT = TensorMap[bf16, 3] if tma else Array[bf16, 2]
+    fetch, arrived = (map_query_tiles, await_mapped_tiles) if tma else (copy_query_tiles, await_copied_tiles)
+
     @kernel
-    def flash_bwd_wgmma(q: Array[bf16, 2], k: Array[bf16, 2], v: Array[bf16, 2], do: Array[bf16, 2], lse: Array[f32],
+    def flash_bwd_wgmma(q: QT, k: Array[bf16, 2], v: Array[bf16, 2], do: QT, lse: Array[f32],
                         delta: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2], dv: Array[bf16, 2],
                         dq_acc: Array[f32], lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32,
                         drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int], RS: Const[int],
@@ -1303,6 +1342,9 @@ def fused_backward():
         sv = dynamic_shared(bf16, (DP, BK, 64), BK * D * 2)
         sq = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2)
         sdo = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2 + 2 * TILE)
+        sqf = dynamic_shared(bf16, (TILE,), 2 * BK * D * 2)   # sq and sdo as the tensor maps' destinations
+        sdof = dynamic_shared(bf16, (TILE,), 2 * BK * D * 2 + 2 * TILE)
+        full = shared(i64, 2)   # tensor maps: buffer i's Q and dO landed
         spt = dynamic_shared(bf16, (1, BK, 64), AT_PT)
         sdst = dynamic_shared(bf16, (1, BK, 64), AT_PT + BK * 128)
         sdq = dynamic_shared(f32, BR * D, AT_DQ)
@@ -1318,19 +1360,25 @@ def fused_backward():
         b, kbase, k0, first, per_head, steps, head0 = key_block(lq, lk, heads, group, BK, BR, CAUSAL)
         key0 = k0 + warp * 16 + lane // 4   # this lane's keys: key0 and key0 + 8
         lq_pad = cdiv(lq, BR) * BR
+        if tx == 0:
+            mbarrier_init(full, 0, 1)
+            mbarrier_init(full, 1, 1)
         load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
         load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
-        load_query_tiles(q, do, sq, sdo, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+        cp_commit()   # (copy_query_tiles commits its own; a wait covers committed copies only)
+        if steps > 0:
+            fetch(q, do, sqf, sdof, sq, sdo, full, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
         row_stats(stats[0], stats[1], lse, delta, head0 * lq, first * BR, lq, BR, THREADS)
         zero(dk_acc, D)
         zero(dv_acc, D)
+        publish_tiles()   # K, V, the statistics and the barriers in place for every thread
         step = 0
         if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
             while True:   # over (query head, query tile) of the group
                 buf, bh, q0, nbase, nq0 = query_step(step, head0, first, per_head, lq, BR)
-                publish_tiles()
+                arrived(full, buf, step // 2 % 2)
                 if step + 1 < steps:
-                    load_query_tiles(q, do, sq, sdo, (1 - buf) * DP, nbase, nq0, lq, BR, D, THREADS)
+                    fetch(q, do, sqf, sdof, sq, sdo, full, 1 - buf, nbase, nq0, lq, BR, D, THREADS)
                 # S^T, dP^T and dQ start afresh each step: their registers are free between uses (dK and dV hold
                 # 128 a thread at head dim 128)
                 wgmma_discard(st, dpt, dq)
@@ -1803,9 +1851,11 @@ def _backward_fused(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
     dq_acc = xp.zeros(p.batch * p.heads * cdiv(p.lq, 64) * 64 * p.d, np.float32)
     flags = dict(D=p.d, WGS=wgs, RS=tiles.get("RS", 0), CAUSAL=int(p.causal), MASKED=int(p.masked),
                  DROPOUT=int(p.dropout_p > 0.0))
-    fused, convert = fused_backward()
+    tma = bool(tiles.get("TMA", 0))
+    fused, convert = fused_backward(tma)
+    qs = tuple(tensor_map(a.reshape(-1, p.lq, p.d), (1, 64, 64)) for a in (q2, do2)) if tma else (q2, do2)
     _launcher(fused, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, 64 * wgs)), 128 * wgs, fused_smem(p.d, wgs)](
-        q2, k2, v2, do2, lse, delta, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
+        qs[0], k2, v2, qs[1], lse, delta, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
         *p.dropout_args(), **flags)
     dq = xp.empty_like(q2)
     _launcher(convert, xp)[(p.batch * p.heads, cdiv(p.lq, 64)), 128 * wgs](dq_acc, dq, p.lq, p.scale, D=p.d, WGS=wgs)

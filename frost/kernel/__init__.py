@@ -114,7 +114,7 @@ from frost.kernel.frontend import KernelError
 from frost.kernel.lib import (block_max, block_sum, load8_f32_into, load8_into, load8_of, mma_tile, store8_f32_from,
                               store8_from, store8_of, swizzle, warp_max, warp_min, warp_sum)
 from frost.kernel.simulate import SimulationError
-from frost.kernel.tensor_map import tensor_map
+from frost.kernel.tma import tensor_map
 from frost.kernel.types import Array, Const, TensorMap, bf16, f16, f32, f64, i32, i64, u32, u8
 from frost.kernel.types import boolean as bool_
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from frost.kernel import cgen, compile as kcompile, pdl, simulate
 from frost.kernel.frontend import Checker, DeviceFunction, KernelError, Source, enclosing_scope
-from frost.kernel.tensor_map import MAP_BYTES, TensorMap
+from frost.kernel.tma import MAP_BYTES, TensorMap
 from frost.kernel.types import SCALARS, ArrayType, ConstType, TensorMapType, bf16, f16
 
 

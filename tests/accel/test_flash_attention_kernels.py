@@ -405,6 +405,7 @@ def _check_hopper_backward(variant, b, hq, hkv, lq, lk, causal, masked, drop_p, 
 
 KEYS = dict(RS=0)      # the fused backward with keys as rows, P^T and dS^T through shared memory
 KEYS_RS = dict(RS=1)   # ... from registers (the default)
+KEYS_RS_TMA = dict(RS=1, TMA=1)   # ... with Q and dO through tensor maps
 
 
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,masked,drop_p,wgs,d", [
@@ -421,6 +422,18 @@ def test_fused_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
     and dS^T from shared memory or from registers (RS)."""
     monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, d, dict(setting, WGS=wgs))
     _check_hopper_backward("fused", b, hq, hkv, lq, lk, causal, masked, drop_p, d, seed=lq * 5 + lk)
+
+
+@pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,masked,drop_p,wgs,d", [
+    (1, 2, 1, 70, 150, True, False, 0.2, 1, 64),    # GQA: the steps cross query heads; ragged last tile; dropout
+    (2, 1, 1, 40, 70, False, True, 0.0, 2, 64),     # key-padding mask with an empty row; one step
+    (1, 1, 1, 200, 65, False, False, 0.0, 2, 128),  # head dim 128: two boxes a tile; both buffers refilled
+])
+def test_fused_backward_with_tensor_maps_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk, causal, masked,
+                                                                              drop_p, wgs, d, monkeypatch):
+    """Q and dO through tensor maps (one thread issues, an mbarrier a buffer, zeros past the last query)."""
+    monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, d, dict(KEYS_RS_TMA, WGS=wgs))
+    _check_hopper_backward("fused", b, hq, hkv, lq, lk, causal, masked, drop_p, d, seed=lq * 7 + lk)
 
 
 def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatch):
@@ -564,7 +577,7 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, 
                                                                   (2, 4, 1, 200, 130, 64, True, False, 0.2),
                                                                   (2, 4, 4, 150, 190, 128, False, True, 0.0),
                                                                   (1, 8, 1, 1000, 1000, 128, True, False, 0.0)])
-@pytest.mark.parametrize("setting", [KEYS, KEYS_RS], ids=["keys", "keys_rs"])
+@pytest.mark.parametrize("setting", [KEYS, KEYS_RS, KEYS_RS_TMA], ids=["keys", "keys_rs", "keys_rs_tma"])
 def test_gpu_fused_backward_matches_float64(b, hq, hkv, lq, lk, d, causal, masked, drop_p, setting, monkeypatch):
     cp = pytest.importorskip("cupy")
     if cp.cuda.Device().compute_capability != "90":
@@ -759,7 +772,7 @@ def test_fused_backward_compiles_for_sm90a_and_its_default_spills_a_bounded_amou
     draws). It was the fastest setting there all the same (FUSED_BACKWARD_TILES); more would show in its time."""
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    fused, convert = fa.fused_backward()
+    fused, convert = fa.fused_backward(bool(fa.FUSED_BACKWARD_TILES[d].get("TMA", 0)))
     setting = fa.FUSED_BACKWARD_TILES[d]
     wgs = setting["WGS"]
     for causal, masked, dropout in ((0, 0, 0), (1, 0, 0), (1, 1, 1)):

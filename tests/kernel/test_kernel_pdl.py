@@ -10,7 +10,7 @@ import pytest
 import frost
 from fake_cupy import FakeArray
 from frost.kernel import Array, TensorMap, bdx, bf16, bx, f32, gdx, grid_sync, i32, kernel, pdl, tx, u32
-from frost.kernel.tensor_map import TensorMap as TensorMap_
+from frost.kernel.tma import TensorMap as TensorMap_
 
 
 @kernel
