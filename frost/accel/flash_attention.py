@@ -120,12 +120,14 @@ WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
 WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, BR=32)}
 # The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers), TMA (Q
 # and dO through tensor maps, one thread issuing, instead of every thread's cp.async); its query steps are 64 (one
-# wgmma's M for dQ). RS=1 was the fastest layout on an H100 (tree 6e25189, 4 x 16 x 4096 x 128:
-# 4.74 ms against 4.87 with RS=0 and 5.31 with the queries as rows, which has since gone)
-FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1), 128: dict(WGS=2, RS=1)}
+# wgmma's M for dQ). On an H100 at 4 x 16 x 4096 x 128 (tree a1cdd95): RS=1 TMA=1 4.16 ms (2.57 causal), RS=1 4.75
+# (2.78), RS=0 4.87 (2.84); the queries-as-rows layout (5.31 at tree 6e25189) has gone. TMA=1 also compiles without
+# spills at head dim 128 (235 registers; the cp.async addressing pushed RS=1 to 36 bytes of spills)
+FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1, TMA=1), 128: dict(WGS=2, RS=1, TMA=1)}
 # where the fused backward is the default: head dim -> the shortest query length. On an H100 (tree 6e25189,
-# benchmarks/flash_backward.py) at head dim 128 it beat the two kernels by 11 % at length 4096 (4.74 against 5.34 ms,
-# causal 2.81 against 3.13) and lost by 6-8 % at 2048 (3.26 against 3.06); at 64 it lost by 1-3 % at both
+# benchmarks/flash_backward.py, before TMA=1) at head dim 128 it beat the two kernels by 11 % at length 4096 (4.74
+# against 5.34 ms, causal 2.81 against 3.13) and lost by 6-8 % at 2048 (3.26 against 3.06); at 64 it lost by 1-3 %
+# at both. With TMA=1 (tree a1cdd95) 4.16 against 5.34 at 4096
 FUSED_FROM_LENGTH = {128: 4096}
 
 
@@ -742,16 +744,16 @@ def publish_tiles():
 
 
 @device
-def store_weights(sp, s, row: i32, BC: Const[int]):
-    """This lane's weights P (C fragments of block rows row and row + 8) as bf16 into the swizzled panels sp (keys
-    64p ... 64p + 63 in panel p): the A operand of P V."""
+def store_weights(sp, first: i32, s, row: i32, BC: Const[int]):
+    """This lane's weights P (C fragments of block rows row and row + 8) as bf16 into the swizzled panels sp[first],
+    sp[first + 1], ... (keys 64p ... 64p + 63 in panel first + p): the A operand of P V."""
     t = lane % 4
     for h in static_range(2):
         r = row + 8 * h
         for j in static_range(BC // 8):
             for e in static_range(2):
                 col = j * 8 + 2 * t + e
-                sp[col // 64, r, swizzle(r, col % 64, 64)] = s[j, 2 * h + e]
+                sp[first + col // 64, r, swizzle(r, col % 64, 64)] = s[j, 2 * h + e]
 
 
 @device
@@ -840,7 +842,7 @@ def wgmma_forward():
             whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
             softmax_tile(s, acc, m, lsum, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
                          keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
-            store_weights(sp, s, warp * 16 + lane // 4, BC)
+            store_weights(sp, 0, s, warp * 16 + lane // 4, BC)
             fence_proxy_async()
             syncthreads()
             wgmma_rows_mn(acc, sp, 0, wg * 64, sv, buf * DP, D, BC, BC)
@@ -966,7 +968,7 @@ def weights_times_values(acc, sp, pa, wg: i32, sv, first: i32, D: Const[int], BC
 def publish_weights(sp, s, wg: i32, BC: Const[int]):
     """This warp's weights P into sp, visible to wgmma, once all four warps of warpgroup wg have stored theirs (the
     warpgroup's own named barrier: the other warpgroups go on)."""
-    store_weights(sp, s, warp * 16 + lane // 4, BC)
+    store_weights(sp, 0, s, warp * 16 + lane // 4, BC)
     fence_proxy_async()
     bar_sync(1 + wg, 128)
 
@@ -1157,7 +1159,7 @@ def wgmma_backward():
             whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
             ds_tile(s, dp, lrow, drow, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p, keep_scale,
                     BC, CAUSAL, MASKED, DROPOUT)
-            store_weights(sds, s, warp * 16 + lane // 4, BC)
+            store_weights(sds, 0, s, warp * 16 + lane // 4, BC)
             fence_proxy_async()
             syncthreads()
             wgmma_rows_mn(acc, sds, 0, wg * 64, sk, buf * DP, D, BC, BC)
@@ -1221,8 +1223,8 @@ def wgmma_backward():
                 whole = q0 + BR <= lq and whole_tile(q0, k0, lk, BK, CAUSAL, MASKED)
                 dst_tile(st, dpt, stats[2 * buf], stats[2 * buf + 1], q0, key0, bh, whole, lq, lk, kmask, b * lk, rng,
                          scale_log2, drop_p, keep_scale, BR, CAUSAL, MASKED, DROPOUT)
-                store_weights(spt, st, warp * 16 + lane // 4, BR)
-                store_weights(sdst, dpt, warp * 16 + lane // 4, BR)
+                store_weights(spt, 0, st, warp * 16 + lane // 4, BR)
+                store_weights(sdst, 0, dpt, warp * 16 + lane // 4, BR)
                 fence_proxy_async()
                 syncthreads()
                 wgmma_rows_mn(dv_acc, spt, 0, wg * 64, sdo, buf * DP, D, BR, BR)
@@ -1247,12 +1249,13 @@ def key_columns(sk, wg: i32, k: i32, DW: Const[int], BK: Const[int]) -> i64:
 
 
 @device
-def keys_times_ds(dq, sdst, sk, wg: i32, DW: Const[int], BK: Const[int]):
-    """dq (64 queries x DW) = dS K[:, DW wg ... DW wg + DW - 1], both read MN-major: dS from dS^T's panel (a row of
-    the block's BK keys each), K's columns by key_columns. K / 16 wgmmas, one group; the caller waits."""
+def keys_times_ds(dq, sdst, panel: i32, sk, wg: i32, DW: Const[int], BK: Const[int]):
+    """dq (64 queries x DW) = dS K[:, DW wg ... DW wg + DW - 1], both read MN-major: dS from dS^T's panel
+    sdst[panel] (a row of the block's BK keys each), K's columns by key_columns. K / 16 wgmmas, one group; the
+    caller waits."""
     wgmma_fence()
     for kk in static_range(BK // 16):
-        wgmma_bf16(dq, wgmma_desc(sdst[0], (kk * 16, 0), 128, BK * 128, 1024), key_columns(sk, wg, kk * 16, DW, BK),
+        wgmma_bf16(dq, wgmma_desc(sdst[panel], (kk * 16, 0), 128, BK * 128, 1024), key_columns(sk, wg, kk * 16, DW, BK),
                    DW, kk, MN_MAJOR, MN_MAJOR)
     wgmma_commit()
 
@@ -1264,6 +1267,20 @@ def store_dq_tile(sdq, dq, DW: Const[int], THREADS: Const[int]):
     for j in static_range(DW // 8):
         for e in static_range(4):
             sdq[(j * 4 + e) * THREADS + tx] = dq[j, e]
+
+
+@device
+def add_dq_tile(dq_acc, at: i64, sdq, nbytes: Const[int], THREADS: Const[int]):
+    """The block's dQ tile in sdq added into dq_acc[at:] by one bulk reduction, issued by thread 0 once every warp
+    stored its part (named barrier 1: warp 0 waits, the others arrive and go on to the next step, whose dS^T goes
+    to the other buffer and whose first barrier waits for the reduction to have read sdq)."""
+    if warp == 0:
+        bar_sync(1, THREADS)
+        if lane == 0:
+            cp_reduce_async_bulk_add(dq_acc, at, sdq, 0, nbytes)
+            cp_async_bulk_commit()
+    else:
+        bar_arrive(1, THREADS)
 
 
 @device
@@ -1301,10 +1318,10 @@ def await_mapped_tiles(full, buf: i32, parity: i32):
 
 
 def fused_smem(d: int, wgs: int) -> int:
-    """Bytes of shared memory of flash_bwd_wgmma: K and V (64 wgs keys), two Q and two dO tiles of 64 queries, P^T and
-    dS^T, the float32 dQ tile, and two buffers of the queries' log-sum-exp and delta."""
+    """Bytes of shared memory of flash_bwd_wgmma: K and V (64 wgs keys), two Q and two dO tiles of 64 queries, P^T,
+    two buffers of dS^T, the float32 dQ tile, and two buffers of the queries' log-sum-exp and delta."""
     bk = 64 * wgs
-    return 4 * bk * d + 8 * 64 * d + 2 * bk * 128 + 4 * 64 * d + 16 * 64
+    return 4 * bk * d + 8 * 64 * d + 3 * bk * 128 + 4 * 64 * d + 16 * 64
 
 
 @functools.cache
@@ -1335,7 +1352,7 @@ def fused_backward(tma: bool = False):
         DW: Const[int] = D // WGS
         TILE: Const[int] = BR * D * 2
         AT_PT: Const[int] = 4 * BK * D + 4 * TILE   # byte offsets (fused_smem adds them up for the launch)
-        AT_DQ: Const[int] = AT_PT + 2 * BK * 128
+        AT_DQ: Const[int] = AT_PT + 3 * BK * 128
         AT_STATS: Const[int] = AT_DQ + BR * D * 4
         launch_bounds(THREADS)
         sk = dynamic_shared(bf16, (DP, BK, 64))
@@ -1346,7 +1363,7 @@ def fused_backward(tma: bool = False):
         sdof = dynamic_shared(bf16, (TILE,), 2 * BK * D * 2 + 2 * TILE)
         full = shared(i64, 2)   # tensor maps: buffer i's Q and dO landed
         spt = dynamic_shared(bf16, (1, BK, 64), AT_PT)
-        sdst = dynamic_shared(bf16, (1, BK, 64), AT_PT + BK * 128)
+        sdst = dynamic_shared(bf16, (2, BK, 64), AT_PT + BK * 128)   # two buffers: steps alternate
         sdq = dynamic_shared(f32, BR * D, AT_DQ)
         stats = dynamic_shared(f32, (4, BR), AT_STATS)  # lse and delta, two buffers
         st = local(f32, (BR // 8, 4))
@@ -1384,36 +1401,33 @@ def fused_backward(tma: bool = False):
                 wgmma_discard(st, dpt, dq)
                 wgmma_rows(st, sk, 0, wg * 64, sq, buf * DP, BR, D, 0)
                 wgmma_rows(dpt, sv, 0, wg * 64, sdo, buf * DP, BR, D, 0)
+                if step + 1 < steps:   # the next step's statistics (that buffer's last readers are a barrier back)
+                    row_stats(stats[2 - 2 * buf], stats[3 - 2 * buf], lse, delta, nbase, nq0, lq, BR, THREADS)
                 wgmma_wait(0, st, dpt)
                 # queries past the end would add to dK and dV here: the tile is whole only with all of them in range
                 whole = q0 + BR <= lq and whole_tile(q0, k0, lk, BK, CAUSAL, MASKED)
                 dst_tile(st, dpt, stats[2 * buf], stats[2 * buf + 1], q0, key0, bh, whole, lq, lk, kmask, b * lk, rng,
                          scale_log2, drop_p, keep_scale, BR, CAUSAL, MASKED, DROPOUT)
-                store_weights(sdst, dpt, warp * 16 + lane // 4, BR)
+                store_weights(sdst, buf, dpt, warp * 16 + lane // 4, BR)
                 if RS:   # P^T and dS^T as A fragments: dV and dK need no other warpgroup's rows, so go now
                     to_a(pa, st, BR)
                     to_a(dsa, dpt, BR)
                     weights_times_values(dv_acc, spt, pa, wg, sdo, buf * DP, D, BR, RS)
                     weights_times_values(dk_acc, sdst, dsa, wg, sq, buf * DP, D, BR, RS)
                 else:
-                    store_weights(spt, st, warp * 16 + lane // 4, BR)
+                    store_weights(spt, 0, st, warp * 16 + lane // 4, BR)
                 if tx == 0:
                     cp_async_bulk_wait_read(0)   # the last step's dQ tile has left sdq
                 fence_proxy_async()
-                syncthreads()
+                syncthreads()   # every warpgroup's dS^T (for dQ), the next step's statistics, sdq free
                 if not RS:
                     weights_times_values(dv_acc, spt, pa, wg, sdo, buf * DP, D, BR, RS)
-                    weights_times_values(dk_acc, sdst, dsa, wg, sq, buf * DP, D, BR, RS)
-                keys_times_ds(dq, sdst, sk, wg, DW, BK)
-                if step + 1 < steps:
-                    row_stats(stats[2 - 2 * buf], stats[3 - 2 * buf], lse, delta, nbase, nq0, lq, BR, THREADS)
+                    wgmma_rows_mn(dk_acc, sdst, buf, wg * 64, sq, buf * DP, D, BR, BR)
+                keys_times_ds(dq, sdst, buf, sk, wg, DW, BK)
                 wgmma_wait(0, dv_acc, dk_acc, dq)
                 store_dq_tile(sdq, dq, DW, THREADS)
                 fence_proxy_async()
-                syncthreads()
-                if tx == 0:
-                    cp_reduce_async_bulk_add(dq_acc, (i64(bh) * lq_pad + q0) * D, sdq, 0, BR * D * 4)
-                    cp_async_bulk_commit()
+                add_dq_tile(dq_acc, (i64(bh) * lq_pad + q0) * D, sdq, BR * D * 4, THREADS)
                 step += 1
                 if step >= steps:
                     break
