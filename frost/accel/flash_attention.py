@@ -82,10 +82,10 @@ import numpy as np
 
 from frost import backends, dispatch, layout
 from frost.backend import cpu, cuda
-from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_sync, bf16, bx, by, cdiv, cp_async16,
+from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_sync, bf16, bx, by, bz, cdiv, cp_async16,
                           cp_async_bulk, cp_async_bulk_commit, cp_async_bulk_tensor, cp_async_bulk_wait,
                           cp_async_bulk_wait_read, cp_commit, cp_reduce_async_bulk_add, cp_wait, device,
-                          dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, i32, i64, inf, kernel, lane,
+                          dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, gdy, i32, i64, inf, kernel, lane,
                           launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
                           mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
                           shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp,
@@ -173,16 +173,24 @@ def query_tile(lq: i32, lk: i32, heads: i32, group: i32, BR: Const[int]) -> (i32
 
 
 @device
+def query_head() -> i32:
+    """The (batch, head) index of a block of the grid (query or key tiles, heads, batch): batch x heads + head. The
+    tiles of one head are neighbours in launch order, so the blocks running at once share their K and V (forward)
+    or Q and dO (backward) in L2, as FlashAttention's grids order them."""
+    return bz * gdy + by
+
+
+@device
 def head_rows(lq: i32, heads: i32, group: i32, qsb: i32, qsh: i32, ksb: i32, ksh: i32, osb: i32, osh: i32,
               BR: Const[int]) -> (i32, i32, i32, i32, i32, i32, i32):
     """For the block of BR queries of one (batch, head) that the forward and dQ kernels run, q, k/v and o (dO) rows
     each of its own layout: the batch, the head's first log-sum-exp entry, the block's first query, this lane's first
     row of the two it holds in C fragments (the other is 8 below), and the first rows of q, of the key/value head
     (grouped-query attention) and of o."""
-    b = bx // heads
-    h = bx % heads
-    q0 = by * BR
-    return (b, bx * lq, q0, q0 + warp * 16 + lane // 4, b * qsb + h * qsh, b * ksb + h // group * ksh,
+    b = bz
+    h = by
+    q0 = bx * BR
+    return (b, (b * heads + h) * lq, q0, q0 + warp * 16 + lane // 4, b * qsb + h * qsh, b * ksb + h // group * ksh,
             b * osb + h * osh)
 
 
@@ -363,7 +371,7 @@ def softmax_weights(s, alpha, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32,
             keep0 = keep_scale
             keep1 = keep_scale
             if DROPOUT:
-                keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
+                keep0, keep1 = dropout_pair(rng, query_head(), row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
             for e in static_range(2):
                 p = fast_exp2(s[j, 2 * h + e] * scale_log2 - m_use)
                 part += p   # the undropped weights' sum: softmax normalizes before dropout
@@ -414,7 +422,7 @@ def ds_tile(s, dp, lrow, drow, row0: i32, k0: i32, whole: bool, lq: i32, lk: i32
             keep0 = keep_scale
             keep1 = keep_scale
             if DROPOUT:
-                keep0, keep1 = dropout_pair(rng, bx, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
+                keep0, keep1 = dropout_pair(rng, query_head(), row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
             for e in static_range(2):
                 p = fast_exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
                 dpv = dp[j, 2 * h + e]
@@ -638,10 +646,9 @@ def _make_kernels(T):
         dpt = local(f32, (BR // 8, 4))
         dk_acc = local(f32, (D // 8, 4))
         dv_acc = local(f32, (D // 8, 4))
-        kv_heads = heads // group
-        b = bx // kv_heads
-        kbase = b * ksb + bx % kv_heads * ksh
-        k0 = by * BC
+        b = bz
+        kbase = b * ksb + by * ksh
+        k0 = bx * BC
         g = lane // 4
         key0 = k0 + warp * 16 + g   # this lane's keys: key0 and key0 + 8
         load_rows(k, sk, kbase, kst, k0, lk, BC, D, THREADS)
@@ -651,7 +658,7 @@ def _make_kernels(T):
         zero(dv_acc, D)
         first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
         for hq in range(group):
-            h = bx % kv_heads * group + hq   # the query head
+            h = by * group + hq   # the query head
             bh = b * heads + h
             lbase = bh * lq
             qbase = b * qsb + h * qsh
@@ -705,15 +712,14 @@ def load_panels(src, dst, first: i32, base: i32, r0: i32, n: i32, ROWS: Const[in
 @device
 def key_block(lq: i32, lk: i32, heads: i32, group: i32, BK: Const[int], BR: Const[int],
               CAUSAL: Const[int]) -> (i32, i32, i32, i32, i32, i32, i32):
-    """The backward's block (bx: batch x key/value head, by: BK keys): (batch, its first key row, its first key,
+    """The backward's block (bx: BK keys, by: key/value head, bz: batch): (batch, its first key row, its first key,
     the first query tile that sees them, query tiles a head, steps over the group's heads, the group's first query
     head's (batch, head) row block)."""
-    kv_heads = heads // group
-    b = bx // kv_heads
-    k0 = by * BK
+    b = bz
+    k0 = bx * BK
     first = k0 // BR if CAUSAL else 0   # causal: queries before k0 see none of these keys
     per_head = cdiv(lq, BR) - first
-    return b, bx * lk, k0, first, per_head, group * per_head, b * heads + bx % kv_heads * group
+    return b, (b * (heads // group) + by) * lk, k0, first, per_head, group * per_head, b * heads + by * group
 
 
 @device
@@ -1443,14 +1449,15 @@ def fused_backward(tma: bool = False):
         the register order of tile `tile` of head bh (store_dq_tile)."""
         THREADS: Const[int] = 128 * WGS
         DW: Const[int] = D // WGS
-        q0 = by * 64
-        base = (i64(bx) * cdiv(lq, 64) * 64 + q0) * D   # past 2^31 elements at 16M (batch x heads x lq) rows
+        q0 = bx * 64
+        bh = query_head()
+        base = (i64(bh) * cdiv(lq, 64) * 64 + q0) * D   # past 2^31 elements at 16M (batch x heads x lq) rows
         w = warp % 4
         for i in static_range(DW // 2):
             row = q0 + 16 * w + lane // 4 + 8 * (i % 4 // 2)
             if row < lq:
                 col = warp // 4 * DW + 8 * (i // 4) + 2 * (lane % 4) + i % 2
-                dq[bx * lq + row, col] = dq_acc[base + i * THREADS + tx] * scale
+                dq[bh * lq + row, col] = dq_acc[base + i * THREADS + tx] * scale
     return flash_bwd_wgmma, flash_bwd_dq_convert
 
 
@@ -1658,7 +1665,7 @@ def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None
         raise ValueError(f"flash_attention: the wgmma forward takes WGS 1 or 2 and BC 64 or 128, got {tiles}")
     br = 64 * wgs
     smem = (br + 4 * bc) * p.d * 2 + br * bc * 2
-    grid = (p.batch * p.heads, cdiv(p.lq, br))
+    grid = (cdiv(p.lq, br), p.heads, p.batch)
     _launcher(wgmma_forward(), xp)[grid, 128 * wgs, smem](
         _rows(xp, q, p.d), _rows(xp, k, p.d), _rows(xp, v, p.d), o, lse, _kmask(xp, kmask),
         _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E, *p.dropout_args(), D=p.d, WGS=wgs, BC=bc,
@@ -1730,7 +1737,7 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
                          f"most {HOPPER_SHARED_BYTES}) and K, V padded to whole tiles below 2^31 elements, at head dim "
                          f"{p.d}, {p.lk} keys")
     kp, vp = (kv_tensor_map(xp, k, p, bc), kv_tensor_map(xp, v, p, bc)) if tma else arrange_kv(xp, k, v, p, bc)
-    grid = (p.batch * p.heads, cdiv(p.lq, br))
+    grid = (cdiv(p.lq, br), p.heads, p.batch)
     _launcher(bulk_forward(bool(tma)), xp)[grid, 128 * wgs + 128, smem](
         _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
         *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, PINGPONG=tiles["PINGPONG"], RS=tiles["RS"],
@@ -1759,7 +1766,7 @@ def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = Non
     o = output_blhd(xp, p, q.dtype)
     lse = xp.empty(p.batch * p.heads * p.lq, np.float32)
     smem = (tiles["BR"] + 2 * tiles["BC"]) * _row_bytes(p.d)
-    grid = (p.batch * p.heads, cdiv(p.lq, tiles["BR"]))
+    grid = (cdiv(p.lq, tiles["BR"]), p.heads, p.batch)
     (q2, q_layout), (o2, o_layout) = _row_view(xp, q, p.d), _row_view(xp, o, p.d)
     k, v = _readable_pair(xp, k, v, p.d)
     (k2, k_layout), (v2, _) = _row_view(xp, k, p.d), _row_view(xp, v, p.d)
@@ -1797,11 +1804,11 @@ def backward_arrays(xp, q, k, v, o, lse, do, p: Problem, kmask=None, tiles: dict
     _launcher(kernels.dot, xp)[cdiv(rows, 4), 128](o2, do2, delta, rows, p.lq, p.heads, *o_layout, D=p.d)
     layouts = (*q_layout, *k_layout, *o_layout)
     scales = (p.scale * LOG2E, p.scale)
-    _launcher(kernels.dq, xp)[(p.batch * p.heads, cdiv(p.lq, br)), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
+    _launcher(kernels.dq, xp)[(cdiv(p.lq, br), p.heads, p.batch), br * 2, (2 * br + 2 * bc) * _row_bytes(p.d)](
         q2, k2, v2, do2, lse, delta, mask, state, dq2, *p.sizes(), *layouts, *scales, *p.dropout_args(),
         **p.consts(tiles))
     smem = (2 * br + 2 * bc) * _row_bytes(p.d) + 2 * bc * 4
-    _launcher(kernels.dkdv, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, br)), br * 2, smem](
+    _launcher(kernels.dkdv, xp)[(cdiv(p.lk, br), p.heads // p.group, p.batch), br * 2, smem](
         q2, k2, v2, do2, lse, delta, mask, state, dk2, dv2, *p.sizes(), *layouts, *scales, *p.dropout_args(),
         **p.consts(dict(BR=bc, BC=br)))
     return grads
@@ -1868,11 +1875,11 @@ def _backward_fused(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
     tma = bool(tiles.get("TMA", 0))
     fused, convert = fused_backward(tma)
     qs = tuple(tensor_map(a.reshape(-1, p.lq, p.d), (1, 64, 64)) for a in (q2, do2)) if tma else (q2, do2)
-    _launcher(fused, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, 64 * wgs)), 128 * wgs, fused_smem(p.d, wgs)](
+    _launcher(fused, xp)[(cdiv(p.lk, 64 * wgs), p.heads // p.group, p.batch), 128 * wgs, fused_smem(p.d, wgs)](
         qs[0], k2, v2, qs[1], lse, delta, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
         *p.dropout_args(), **flags)
     dq = xp.empty_like(q2)
-    _launcher(convert, xp)[(p.batch * p.heads, cdiv(p.lq, 64)), 128 * wgs](dq_acc, dq, p.lq, p.scale, D=p.d, WGS=wgs)
+    _launcher(convert, xp)[(cdiv(p.lq, 64), p.heads, p.batch), 128 * wgs](dq_acc, dq, p.lq, p.scale, D=p.d, WGS=wgs)
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
 
@@ -1887,12 +1894,12 @@ def _backward_wgmma(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
     dq_wgmma, dkdv_wgmma = wgmma_backward()
     wbr, wbc = 64 * wt["WGS"], wt["BC"]
     smem = wgmma_dq_smem(p.d, wbr, wbc)
-    _launcher(dq_wgmma, xp)[(p.batch * p.heads, cdiv(p.lq, wbr)), 128 * wt["WGS"], smem](
+    _launcher(dq_wgmma, xp)[(cdiv(p.lq, wbr), p.heads, p.batch), 128 * wt["WGS"], smem](
         q2, k2, v2, do2, lse, delta, mask, state, dq, *p.sizes(), *scales, *p.dropout_args(),
         D=p.d, WGS=wt["WGS"], BC=wbc, **flags)
     bk, wbr = 64 * wt["WGS"], wt["BR"]
     smem = wgmma_dkdv_smem(p.d, bk, wbr)
-    _launcher(dkdv_wgmma, xp)[(p.batch * p.heads // p.group, cdiv(p.lk, bk)), 128 * wt["WGS"], smem](
+    _launcher(dkdv_wgmma, xp)[(cdiv(p.lk, bk), p.heads // p.group, p.batch), 128 * wt["WGS"], smem](
         q2, k2, v2, do2, lse, delta, mask, state, dk, dv, *p.sizes(), *scales,
         *p.dropout_args(), D=p.d, WGS=wt["WGS"], BR=wbr, **flags)
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
