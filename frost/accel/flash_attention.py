@@ -47,28 +47,29 @@ kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q) do the same for the backw
 steps over 32 queries, half a panel: steps of 64 spill; WGMMA_BACKWARD_TILES). No tile is transposed: the second
 operand of P V, dS K, P^T dO and dS^T Q is read MN-major (wgmma_bf16's B_MAJOR) from the row-major panels the copies
 write.
-The two kernels are the backward for bf16 on sm_90 (with the bulk forward below) except at head dim 128 from 4096
-queries; FROST_FLASH_WGMMA=1 runs this forward too. `fused_backward` is FlashAttention-3's backward, the default
-there: one kernel per block of 64 WGS keys computes S^T, dP^T, dV, dK and that block's share of dQ (five products
+The two kernels are the backward for bf16 on sm_90 (with the bulk forward below) below 2048 queries;
+FROST_FLASH_WGMMA=1 runs this forward too. `fused_backward` is FlashAttention-3's backward, the default from 2048
+queries: one kernel per block of 64 WGS keys computes S^T, dP^T, dV, dK and that block's share of dQ (five products
 where the two kernels recompute S and dP: seven), adding dQ into a float32 accumulator by one bulk reduction a step
 (cp_reduce_async_bulk_add), then a small kernel converts it; dQ's sum is then in an order the GPU chooses (not
 deterministic bit for bit: frost.backends.deterministic keeps the two kernels). RS takes P^T and dS^T to the dV and
-dK products from registers instead of shared memory. FUSED_BACKWARD_TILES, FUSED_FROM_LENGTH.
+dK products from registers instead of shared memory; TMA=1 (the default) brings Q and dO through tensor maps, one
+thread issuing. FUSED_BACKWARD_TILES, FUSED_FROM_LENGTH. Every kernel's grid is (tiles, heads, batch), a head's
+tiles side by side in launch order (query_head).
 The simulator and the tests check them against float64 and against the mma.sync kernels (the two-kernel backward's
 gradients agree bit for bit in the simulator at equal key order).
 
 Warp-specialized. `flash_fwd_bulk` is the Hopper forward as FlashAttention-3 arranges it: a producer warp (one
-thread) has the copy engine (cp_async_bulk) bring each tile's K and V into STAGES-deep rings of shared memory,
-counted on mbarriers, while the consumer warpgroups multiply, wait only for their tile, release it on the ring's
-empty barrier and meet on their own named barrier (not the block's) before P V. A bulk copy moves one contiguous
-piece, so `arrange_kv` first lays K and V out as those shared tiles' images (swizzled panels):
-one extra pass over K and V, about 2 x 2 x (their bytes) of memory traffic, which tensor-map copies
-(cp.async.bulk.tensor, not yet in the kernel language) would make unnecessary. Settings, each tested in the simulator
-and timed by benchmarks/flash_forward_tiles.py: STAGES, PINGPONG (the two consumer warpgroups take turns at the
-tensor cores, FlashAttention-3's inter-warpgroup schedule) and RS (P kept in registers as the A operand of P V,
-wgmma_bf16_rs, instead of shared memory), WGS (2 or 3 consumer warpgroups). The default forward for bf16 on sm_90:
-2.0x the mma.sync forward at 4 x 16 x 4096 x 128 on an H100 (benchmarks/RESULTS.md); FROST_FLASH_BULK=0 runs the
-mma.sync kernels instead.
+thread) has the copy engine bring each tile's K and V into STAGES-deep rings of shared memory, counted on mbarriers,
+while the consumer warpgroups multiply, wait only for their tile, release it on the ring's empty barrier and meet on
+their own named barrier (not the block's) before P V. K and V come through tensor maps (cp_async_bulk_tensor: boxes
+of BC keys x 64 columns, swizzled as wgmma reads them, zeros past the last key), read where they lie; TMA=0 instead
+lays them out first as the shared tiles' images (`arrange_kv`, one extra pass) for plain bulk copies. Settings, each
+tested in the simulator and timed by benchmarks/flash_forward_tiles.py: STAGES, PINGPONG (the two consumer
+warpgroups take turns at the tensor cores, FlashAttention-3's inter-warpgroup schedule) and RS (P kept in registers
+as the A operand of P V, wgmma_bf16_rs, instead of shared memory), WGS (2 or 3 consumer warpgroups), TMA. The default
+forward for bf16 on sm_90: 0.88x PyTorch's cuDNN backend at 4 x 16 x 4096 x 128 on an H100 (benchmarks/RESULTS.md);
+FROST_FLASH_BULK=0 runs the mma.sync kernels instead.
 
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
 masks, scales that are not positive (check_scale).
@@ -124,11 +125,11 @@ WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, B
 # (2.78), RS=0 4.87 (2.84); the queries-as-rows layout (5.31 at tree 6e25189) has gone. TMA=1 also compiles without
 # spills at head dim 128 (235 registers; the cp.async addressing pushed RS=1 to 36 bytes of spills)
 FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1, TMA=1), 128: dict(WGS=2, RS=1, TMA=1)}
-# where the fused backward is the default: head dim -> the shortest query length. On an H100 (tree 6e25189,
-# benchmarks/flash_backward.py, before TMA=1) at head dim 128 it beat the two kernels by 11 % at length 4096 (4.74
-# against 5.34 ms, causal 2.81 against 3.13) and lost by 6-8 % at 2048 (3.26 against 3.06); at 64 it lost by 1-3 %
-# at both. With TMA=1 (tree a1cdd95) 4.16 against 5.34 at 4096
-FUSED_FROM_LENGTH = {128: 4096}
+# where the fused backward is the default: head dim -> the shortest query length (timed from 2048). On an H100 (tree
+# 12caac9, flash_backward_h100_12caac9.json) with tensor maps and a head's key blocks side by side it beat the two
+# kernels at every shape timed: 3.74 against 5.21 ms at 4 x 16 x 4096 x 128 (2.28 against 3.07 causal), 2.31 against
+# 2.92 at 8 x 16 x 2048 x 128, 2.68 against 3.42 at 8 x 32 x 2048 x 64, 4.59 against 6.07 at 4 x 32 x 4096 x 64
+FUSED_FROM_LENGTH = {64: 2048, 128: 2048}
 
 
 def wgmma_dq_smem(d: int, br: int, bc: int) -> int:
