@@ -4,9 +4,8 @@ PyTorch's SDPA backends: the table to tune the Hopper forwards by (bf16, FlashAt
 
 Run on a CUDA machine:  python benchmarks/flash_forward_tiles.py [--lengths 1024 4096] [--out FILE.json]
 Rows: "frost cuDNN", "torch flash", "torch cuDNN" (with a CUDA build of torch), then Frost's forward_arrays with
-variant mma (its default tiles), wgmma (its default tiles) and bulk at each tile setting of BULK_SETTINGS (K and V
-through tensor maps, or with TMA=0 laid out by arrange_kv first), and "arrange_kv", that layout pass alone. Each
-row: the mean of --iters
+variant mma (its default tiles), wgmma (its default tiles) and bulk at each tile setting of BULK_SETTINGS. Each row:
+the mean of --iters
 calls queued back to back after --warmup (common.seconds_per_call); TFLOP/s count 4 x B x H x L^2 x D, halved when
 causal. Each Frost kernel row is checked against the mma forward first (max |difference|, bf16 outputs)."""
 import argparse
@@ -24,8 +23,7 @@ BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2), dict(WGS=2, BC=64, STAGES=2, PING
                  dict(WGS=2, BC=128, STAGES=2), dict(WGS=2, BC=128, STAGES=2, RS=1),
                  dict(WGS=2, BC=128, STAGES=2, RS=1, PINGPONG=1), dict(WGS=2, BC=176, STAGES=2, RS=1),
                  dict(WGS=2, BC=176, STAGES=2, RS=1, PINGPONG=1), dict(WGS=3, BC=64, STAGES=2, RS=1),
-                 dict(WGS=3, BC=128, STAGES=2, RS=1), dict(WGS=3, BC=64, STAGES=2, RS=1, TMA=0),
-                 dict(WGS=3, BC=128, STAGES=2, RS=1, TMA=0))   # TMA=0: arrange_kv's images, the others tensor maps
+                 dict(WGS=3, BC=128, STAGES=2, RS=1))
 
 
 def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:
@@ -44,9 +42,6 @@ def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list
         diff = float(np.abs(cp.asnumpy(call()[0]).astype(np.float32) - base).max())
         name = f"frost {variant}" + ("" if tiles is None else " " + " ".join(f"{a}={x}" for a, x in tiles.items()))
         rows.append((name, common.seconds_per_call(call, sync, iters, warmup), diff))
-    bc = fa.bulk_tiles(d, False, causal)["BC"]
-    rows.append((f"arrange_kv BC={bc}", common.seconds_per_call(lambda: fa.arrange_kv(cp, k, v, p, bc), sync, iters,
-                                                                 warmup), None))
     return rows
 
 

@@ -53,8 +53,8 @@ queries: one kernel per block of 64 WGS keys computes S^T, dP^T, dV, dK and that
 where the two kernels recompute S and dP: seven), adding dQ into a float32 accumulator by one bulk reduction a step
 (cp_reduce_async_bulk_add), then a small kernel converts it; dQ's sum is then in an order the GPU chooses (not
 deterministic bit for bit: frost.backends.deterministic keeps the two kernels). RS takes P^T and dS^T to the dV and
-dK products from registers instead of shared memory; TMA=1 (the default) brings Q and dO through tensor maps, one
-thread issuing. FUSED_BACKWARD_TILES, FUSED_FROM_LENGTH. Every kernel's grid is (tiles, heads, batch), a head's
+dK products from registers instead of shared memory; Q and dO come through tensor maps, one thread issuing, an
+mbarrier a buffer. FUSED_BACKWARD_TILES, FUSED_FROM_LENGTH. Every kernel's grid is (tiles, heads, batch), a head's
 tiles side by side in launch order (query_head).
 The simulator and the tests check them against float64 and against the mma.sync kernels (the two-kernel backward's
 gradients agree bit for bit in the simulator at equal key order).
@@ -63,11 +63,12 @@ Warp-specialized. `flash_fwd_bulk` is the Hopper forward as FlashAttention-3 arr
 thread) has the copy engine bring each tile's K and V into STAGES-deep rings of shared memory, counted on mbarriers,
 while the consumer warpgroups multiply, wait only for their tile, release it on the ring's empty barrier and meet on
 their own named barrier (not the block's) before P V. K and V come through tensor maps (cp_async_bulk_tensor: boxes
-of BC keys x 64 columns, swizzled as wgmma reads them, zeros past the last key), read where they lie; TMA=0 instead
-lays them out first as the shared tiles' images (`arrange_kv`, one extra pass) for plain bulk copies. Settings, each
-tested in the simulator and timed by benchmarks/flash_forward_tiles.py: STAGES, PINGPONG (the two consumer
-warpgroups take turns at the tensor cores, FlashAttention-3's inter-warpgroup schedule) and RS (P kept in registers
-as the A operand of P V, wgmma_bf16_rs, instead of shared memory), WGS (2 or 3 consumer warpgroups), TMA. The default
+of BC keys x 64 columns, swizzled as wgmma reads them, zeros past the last key), read where they lie (laying them
+out as the shared tiles' images first for plain bulk copies cost 0.07-0.10 ms more at 4 x 16 x 4096 x 128, tree
+a1cdd95). Settings, each tested in the simulator and timed by benchmarks/flash_forward_tiles.py: STAGES, PINGPONG
+(the two consumer warpgroups take turns at the tensor cores, FlashAttention-3's inter-warpgroup schedule) and RS (P
+kept in registers as the A operand of P V, wgmma_bf16_rs, instead of shared memory), WGS (2 or 3 consumer
+warpgroups). The default
 forward for bf16 on sm_90: 0.88x PyTorch's cuDNN backend at 4 x 16 x 4096 x 128 on an H100 (benchmarks/RESULTS.md);
 FROST_FLASH_BULK=0 runs the mma.sync kernels instead.
 
@@ -84,14 +85,13 @@ import numpy as np
 from frost import backends, dispatch, layout
 from frost.backend import cpu, cuda
 from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_sync, bf16, bx, by, bz, cdiv, cp_async16,
-                          cp_async_bulk, cp_async_bulk_commit, cp_async_bulk_tensor, cp_async_bulk_wait,
-                          cp_async_bulk_wait_read, cp_commit, cp_reduce_async_bulk_add, cp_wait, device,
-                          dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, gdy, i32, i64, inf, kernel, lane,
-                          launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, load8_into, local, log, mbarrier_arrive,
-                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
-                          shared, shfl_xor, static_range, store8_from, swizzle, syncthreads, tx, u8, u32, warp,
-                          warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence,
-                          wgmma_wait)
+                          cp_async_bulk_commit, cp_async_bulk_tensor, cp_async_bulk_wait, cp_async_bulk_wait_read,
+                          cp_commit, cp_reduce_async_bulk_add, cp_wait, device, dynamic_shared, f16, f32, fast_exp2,
+                          fence_proxy_async, gdy, i32, i64, inf, kernel, lane, launch_bounds, ldmatrix_x4,
+                          ldmatrix_x4_trans, local, log, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                          mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc, shared, shfl_xor, static_range, swizzle,
+                          syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc,
+                          wgmma_discard, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.kernel.tma import tensor_map
 from frost.accel.philox import philox4x32, philox_block
@@ -119,12 +119,12 @@ WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
 # registers a thread), steps of 32 (half a 64-column panel) fit; the dQ kernel's steps of 64 fit (187 registers) and
 # made the backward 7 % faster than 32 on an H100 (4 x 16 x 4096 x 128: 5.24 against 5.63 ms, tree 5a9727e)
 WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, BR=32)}
-# The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers), TMA (Q
-# and dO through tensor maps, one thread issuing, instead of every thread's cp.async); its query steps are 64 (one
-# wgmma's M for dQ). On an H100 at 4 x 16 x 4096 x 128 (tree a1cdd95): RS=1 TMA=1 4.16 ms (2.57 causal), RS=1 4.75
-# (2.78), RS=0 4.87 (2.84); the queries-as-rows layout (5.31 at tree 6e25189) has gone. TMA=1 also compiles without
-# spills at head dim 128 (235 registers; the cp.async addressing pushed RS=1 to 36 bytes of spills)
-FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1, TMA=1), 128: dict(WGS=2, RS=1, TMA=1)}
+# The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers); its
+# query steps are 64 (one wgmma's M for dQ), Q and dO come through tensor maps. On an H100 at 4 x 16 x 4096 x 128
+# (tree 12caac9): RS=1 3.74 ms (2.28 causal), RS=0 3.97 (2.43). Tensor maps made it 1.14x faster than every thread's
+# cp.async (tree a1cdd95: 4.16 against 4.75 ms) and free of spills at head dim 128 (36 bytes before); the
+# queries-as-rows layout (5.31 at tree 6e25189) has gone
+FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1), 128: dict(WGS=2, RS=1)}
 # where the fused backward is the default: head dim -> the shortest query length (timed from 2048). On an H100 (tree
 # 12caac9, flash_backward_h100_12caac9.json) with tensor maps and a head's key blocks side by side it beat the two
 # kernels at every shape timed: 3.74 against 5.21 ms at 4 x 16 x 4096 x 128 (2.28 against 3.07 causal), 2.31 against
@@ -862,67 +862,13 @@ def wgmma_forward():
 
 
 # ------------------------------------------------------------------ the forward fed by the copy engine
-@functools.cache
-def arrange_kernel():
-    """The kernel that lays K and V out as the bulk forward's shared tiles (made on first use)."""
-    @kernel
-    def arrange_kv(k: Array[bf16], v: Array[bf16], kp: Array[bf16], vp: Array[bf16], lk: i32, tiles: i32,
-                   D: Const[int], BC: Const[int]):
-        """Tile bx % tiles of key/value head bx // tiles (C-order rows of D) into the images of the bulk forward's
-        shared tiles, each BC * D elements in one piece: K and V as swizzled BC x 64 panels (columns 64p ... 64p +
-        63 in panel p; P V reads V MN-major). Keys past lk are zeros (the forward masks them, and zero values add
-        nothing)."""
-        vals = local(bf16, 8)
-        head = bx // tiles
-        k0 = bx % tiles * BC
-        out = bx * BC * D
-        for u in range(tx, BC * D // 8, 256):
-            r = u // (D // 8)
-            col = u % (D // 8) * 8
-            at = out + col // 64 * BC * 64 + r * 64 + swizzle(r, col % 64, 64)
-            fetch_row(vals, k, head * lk + k0 + r, col, k0 + r < lk, D)
-            store8_from(kp, at, vals)
-            fetch_row(vals, v, head * lk + k0 + r, col, k0 + r < lk, D)
-            store8_from(vp, at, vals)
-    return arrange_kv
-
-
 @device
-def fetch_row(vals, src, row: i32, col: i32, inside: bool, D: Const[int]):
-    """vals = src[row * D + col ... + 7], or zeros where the row is past the keys."""
-    if inside:
-        load8_into(vals, src, row * D + col)
-    else:
-        for e in static_range(8):
-            vals[e] = 0.0
-
-
-@device
-def produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, head: i32, kv_heads: i32, lk: i32, tiles: i32,
+def produce_tiles(kmap, vmap, skf, svf, fullk, fullv, emptyk, emptyv, head: i32, kv_heads: i32, lk: i32, tiles: i32,
                   BC: Const[int], D: Const[int], STAGES: Const[int]):
-    """The producer (one thread): K and V images (arrange_kv's) of key/value head `head`'s tiles 0 ... tiles - 1 into
-    the STAGES-deep rings skf and svf by the copy engine, each stage refilled once its consumers released it
-    (emptyk / emptyv)."""
-    TILE: Const[int] = BC * D
-    first = head * cdiv(lk, BC)
-    for j in range(tiles):
-        stage = j % STAGES
-        if j >= STAGES:
-            mbarrier_wait(emptyk, stage, (j // STAGES - 1) % 2)
-        mbarrier_arrive_expect_tx(fullk, stage, TILE * 2)
-        cp_async_bulk(skf, stage * TILE, kp, (first + j) * TILE, TILE * 2, fullk, stage)
-        if j >= STAGES:
-            mbarrier_wait(emptyv, stage, (j // STAGES - 1) % 2)
-        mbarrier_arrive_expect_tx(fullv, stage, TILE * 2)
-        cp_async_bulk(svf, stage * TILE, vp, (first + j) * TILE, TILE * 2, fullv, stage)
-
-
-@device
-def produce_tensor_tiles(kmap, vmap, skf, svf, fullk, fullv, emptyk, emptyv, head: i32, kv_heads: i32, lk: i32,
-                         tiles: i32, BC: Const[int], D: Const[int], STAGES: Const[int]):
-    """produce_tiles reading K and V where they lie, through tensor maps over (batch, key/value head, key, column)
-    with boxes of BC keys x 64 columns: a tile is D / 64 boxes, swizzled as the consumers' wgmmas read them, keys
-    past lk zeros (the copy engine fills them), so no arrange_kv pass comes first."""
+    """The producer (one thread): key/value head `head`'s tiles 0 ... tiles - 1 of K and V into the STAGES-deep rings
+    skf and svf by the copy engine, each stage refilled once its consumers released it (emptyk / emptyv). K and V
+    come through tensor maps over (batch, key/value head, key, column) with boxes of BC keys x 64 columns: a tile is
+    D / 64 boxes, swizzled as the consumers' wgmmas read them, keys past lk zeros (the copy engine fills them)."""
     TILE: Const[int] = BC * D
     b = head // kv_heads
     hk = head % kv_heads
@@ -981,21 +927,18 @@ def publish_weights(sp, s, wg: i32, BC: Const[int]):
 
 
 @functools.cache
-def bulk_forward(tma: bool = True):
-    """The Hopper forward fed by the copy engine (bf16): made on first use. tma: K and V through tensor maps
-    (TensorMap[bf16, 4] parameters), else as arrange_kv's flat images."""
-    KV = TensorMap[bf16, 4] if tma else Array[bf16]
-    produce = produce_tensor_tiles if tma else produce_tiles
-
+def bulk_forward():
+    """The Hopper forward fed by the copy engine through tensor maps (bf16): made on first use."""
     @kernel
-    def flash_fwd_bulk(q: Array[bf16, 2], kp: KV, vp: KV, o: Array[bf16, 2], lse: Array[f32],
+    def flash_fwd_bulk(q: Array[bf16, 2], kp: TensorMap[bf16, 4], vp: TensorMap[bf16, 4], o: Array[bf16, 2],
+                       lse: Array[f32],
                        kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32,
                        scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
                        BC: Const[int], STAGES: Const[int], PINGPONG: Const[int], RS: Const[int],
                        CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
         """flash_fwd_wgmma, warp-specialized: a producer warpgroup (the block's last; one thread of it issues, and
         it gives its registers to the consumers with setmaxnreg, as FlashAttention-3's) has the copy engine bring
-        each tile's K and V images (arrange_kv's) into STAGES-deep rings of shared memory, counted on mbarriers,
+        each tile's K and V (tensor maps: produce_tiles) into STAGES-deep rings of shared memory, counted on mbarriers,
         while WGS consumer warpgroups multiply; a consumer waits only for its tile and releases K after
         S = Q K^T and V after O += P V, and the four warps of a warpgroup meet on their own named barrier before
         P V. S(j) = Q K(j)^T is issued with O += P(j - 1) V(j - 1), so that the softmax of tile j overlaps that
@@ -1040,8 +983,8 @@ def bulk_forward(tma: bool = True):
             if WGS == 3:       # four start with 128: 24 + 3 x 160
                 setmaxnreg_dec(24)
             if tx == CONSUMERS:
-                produce(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk, heads // group, lk, tiles, BC, D,
-                        STAGES)
+                produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk, heads // group, lk, tiles,
+                              BC, D, STAGES)
         else:
             if WGS == 2:
                 setmaxnreg_inc(232)
@@ -1291,37 +1234,17 @@ def add_dq_tile(dq_acc, at: i64, sdq, nbytes: Const[int], THREADS: Const[int]):
 
 
 @device
-def copy_query_tiles(q, do, sqf, sdof, sq, sdo, full, buf: i32, base: i32, q0: i32, lq: i32, BR: Const[int],
-                     D: Const[int], THREADS: Const[int]):
-    """Every thread starts copying (cp.async) its part of the BR queries from q0 of Q and dO (rows base + ...) into
-    buffer buf of sq and sdo (full, sqf and sdof: the tensor-map twin's)."""
-    load_query_tiles(q, do, sq, sdo, buf * (D // 64), base, q0, lq, BR, D, THREADS)
-
-
-@device
-def await_copied_tiles(full, buf: i32, parity: i32):
-    """copy_query_tiles' tiles in place for every thread (and the block past its last wgmma)."""
-    publish_tiles()
-
-
-@device
-def map_query_tiles(qmap, domap, sqf, sdof, sq, sdo, full, buf: i32, base: i32, q0: i32, lq: i32, BR: Const[int],
-                    D: Const[int], THREADS: Const[int]):
-    """copy_query_tiles by the copy engine: one thread issues the D / 64 boxes of Q and of dO (tensor maps over
-    (batch x head, query, column)), counted on full[buf]; queries past lq land as zeros."""
+def fetch_query_tiles(qmap, domap, sqf, sdof, full, buf: i32, base: i32, q0: i32, lq: i32, BR: Const[int],
+                      D: Const[int]):
+    """The BR queries from q0 of Q and dO (rows base + ...) into buffer buf of the fused backward's sq and sdo (flat:
+    sqf, sdof) by the copy engine: one thread issues the D / 64 boxes of each (tensor maps over (batch x head, query,
+    column)), counted on full[buf]; queries past lq land as zeros."""
     TILE: Const[int] = BR * D
     if tx == 0:
         mbarrier_arrive_expect_tx(full, buf, 4 * TILE)
         for p in static_range(D // 64):
             cp_async_bulk_tensor(sqf, buf * TILE + p * BR * 64, qmap, (base // lq, q0, p * 64), full, buf)
             cp_async_bulk_tensor(sdof, buf * TILE + p * BR * 64, domap, (base // lq, q0, p * 64), full, buf)
-
-
-@device
-def await_mapped_tiles(full, buf: i32, parity: i32):
-    """map_query_tiles' tiles landed: a wait on their barrier, no barrier of the block (its last step ended with one,
-    after every wgmma that read the buffer the next copies refill)."""
-    mbarrier_wait(full, buf, parity)
 
 
 def fused_smem(d: int, wgs: int) -> int:
@@ -1332,15 +1255,12 @@ def fused_smem(d: int, wgs: int) -> int:
 
 
 @functools.cache
-def fused_backward(tma: bool = False):
+def fused_backward():
     """The Hopper backward in one kernel (bf16), FlashAttention-3's: (flash_bwd_wgmma, flash_bwd_dq_convert), made on
-    first use. tma: Q and dO come through tensor maps (TensorMap[bf16, 3] parameters, one thread issuing), else
-    every thread copies its part (cp.async)."""
-    QT = TensorMap[bf16, 3] if tma else Array[bf16, 2]
-    fetch, arrived = (map_query_tiles, await_mapped_tiles) if tma else (copy_query_tiles, await_copied_tiles)
-
+    first use."""
     @kernel
-    def flash_bwd_wgmma(q: QT, k: Array[bf16, 2], v: Array[bf16, 2], do: QT, lse: Array[f32],
+    def flash_bwd_wgmma(q: TensorMap[bf16, 3], k: Array[bf16, 2], v: Array[bf16, 2], do: TensorMap[bf16, 3],
+                        lse: Array[f32],
                         delta: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2], dv: Array[bf16, 2],
                         dq_acc: Array[f32], lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32,
                         drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int], RS: Const[int],
@@ -1368,7 +1288,7 @@ def fused_backward(tma: bool = False):
         sdo = dynamic_shared(bf16, (2 * DP, BR, 64), 2 * BK * D * 2 + 2 * TILE)
         sqf = dynamic_shared(bf16, (TILE,), 2 * BK * D * 2)   # sq and sdo as the tensor maps' destinations
         sdof = dynamic_shared(bf16, (TILE,), 2 * BK * D * 2 + 2 * TILE)
-        full = shared(i64, 2)   # tensor maps: buffer i's Q and dO landed
+        full = shared(i64, 2)   # buffer i's Q and dO landed
         spt = dynamic_shared(bf16, (1, BK, 64), AT_PT)
         sdst = dynamic_shared(bf16, (2, BK, 64), AT_PT + BK * 128)   # two buffers: steps alternate
         sdq = dynamic_shared(f32, BR * D, AT_DQ)
@@ -1389,9 +1309,9 @@ def fused_backward(tma: bool = False):
             mbarrier_init(full, 1, 1)
         load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
         load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
-        cp_commit()   # (copy_query_tiles commits its own; a wait covers committed copies only)
+        cp_commit()
         if steps > 0:
-            fetch(q, do, sqf, sdof, sq, sdo, full, 0, head0 * lq, first * BR, lq, BR, D, THREADS)
+            fetch_query_tiles(q, do, sqf, sdof, full, 0, head0 * lq, first * BR, lq, BR, D)
         row_stats(stats[0], stats[1], lse, delta, head0 * lq, first * BR, lq, BR, THREADS)
         zero(dk_acc, D)
         zero(dv_acc, D)
@@ -1400,9 +1320,10 @@ def fused_backward(tma: bool = False):
         if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
             while True:   # over (query head, query tile) of the group
                 buf, bh, q0, nbase, nq0 = query_step(step, head0, first, per_head, lq, BR)
-                arrived(full, buf, step // 2 % 2)
+                # the tiles landed; the last step's end (add_dq_tile) had every wgmma that read the refilled buffer done
+                mbarrier_wait(full, buf, step // 2 % 2)
                 if step + 1 < steps:
-                    fetch(q, do, sqf, sdof, sq, sdo, full, 1 - buf, nbase, nq0, lq, BR, D, THREADS)
+                    fetch_query_tiles(q, do, sqf, sdof, full, 1 - buf, nbase, nq0, lq, BR, D)
                 # S^T, dP^T and dQ start afresh each step: their registers are free between uses (dK and dV hold
                 # 128 a thread at head dim 128)
                 wgmma_discard(st, dpt, dq)
@@ -1690,22 +1611,6 @@ def bulk_tiles(d: int, dropout: bool, causal: bool = False) -> dict:
     return dict(CAUSAL_BULK_TILES[d] if causal else BULK_TILES[d])
 
 
-def bulk_fits(p: Problem, bc: int = 192) -> bool:
-    """Whether arrange_kv's padded K and V (whole tiles of up to bc keys) keep their element indices below 2^31."""
-    return p.batch * p.heads // p.group * cdiv(p.lk, bc) * bc * p.d < 2 ** 31
-
-
-def arrange_kv(xp, k, v, p: Problem, bc: int) -> tuple:
-    """K and V (C-order rows) as arrange_kv lays them out for tiles of bc keys: two flat arrays."""
-    heads = p.batch * p.heads // p.group
-    tiles = cdiv(p.lk, bc)
-    kp = xp.empty(heads * tiles * bc * p.d, k.dtype)
-    vp = xp.empty_like(kp)
-    _launcher(arrange_kernel(), xp)[heads * tiles, 256](_rows(xp, k, p.d).reshape(-1), _rows(xp, v, p.d).reshape(-1),
-                                                         kp, vp, p.lk, tiles, D=p.d, BC=bc)
-    return kp, vp
-
-
 def kv_tensor_map(xp, a, p: Problem, bc: int):
     """A tensor map over K or V (B, H // group, Lk, D) where they lie, boxes of bc keys x 64 columns: a layout the
     copy engine cannot read (rows not whole, a dimension repeated by a zero stride) is copied into C order first."""
@@ -1722,24 +1627,23 @@ def kv_tensor_map(xp, a, p: Problem, bc: int):
 def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
     """forward_arrays by flash_fwd_bulk (bf16; tiles: {"WGS": consumer warpgroups, "BC": keys a tile, "STAGES":
     tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores, "RS": 1 for P kept in
-    registers, "TMA": 1 for K and V read where they lie through tensor maps, 0 for arrange_kv's images first})."""
+    registers}), K and V read where they lie through tensor maps."""
     o, lse = _hopper_outputs(xp, q, p, "bulk")
     tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0, p.causal), **(tiles or {}))
     wgs, bc, stages, rs = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"]
-    tma = tiles.get("TMA", 1)
     if wgs not in (1, 2, 3) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
-            or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1) or tma not in (0, 1):
+            or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1):
         raise ValueError(f"flash_attention: the bulk forward takes WGS 1 to 3, BC 64 or 128 (176 and 192 with RS=1), "
-                         f"STAGES 1 to 4 and PINGPONG, RS and TMA 0 or 1, got {tiles}")
+                         f"STAGES 1 to 4 and PINGPONG and RS 0 or 1, got {tiles}")
     br = 64 * wgs
     smem = (br + 2 * stages * bc) * p.d * 2 + (16 * 64 * 2 if rs else br * bc * 2)   # P's panels, or a stub
-    if smem > HOPPER_SHARED_BYTES or not (tma or bulk_fits(p, bc)):
+    if smem > HOPPER_SHARED_BYTES:
         raise ValueError(f"flash_attention: the bulk forward's tiles {tiles} need {smem} bytes of shared memory (at "
                          f"most {HOPPER_SHARED_BYTES}) and K, V padded to whole tiles below 2^31 elements, at head dim "
                          f"{p.d}, {p.lk} keys")
-    kp, vp = (kv_tensor_map(xp, k, p, bc), kv_tensor_map(xp, v, p, bc)) if tma else arrange_kv(xp, k, v, p, bc)
+    kp, vp = kv_tensor_map(xp, k, p, bc), kv_tensor_map(xp, v, p, bc)
     grid = (cdiv(p.lq, br), p.heads, p.batch)
-    _launcher(bulk_forward(bool(tma)), xp)[grid, 128 * wgs + 128, smem](
+    _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](
         _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
         *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, PINGPONG=tiles["PINGPONG"], RS=tiles["RS"],
         CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
@@ -1755,8 +1659,6 @@ def forward_arrays(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = Non
     if variant is None and tiles is not None and "BR" in tiles:
         variant = "mma"   # tiles naming query rows (BR) are the mma.sync forward's
     chosen = forward_variant(xp, q, variant)
-    if chosen == "bulk" and variant is None and not bulk_fits(p):
-        chosen = "mma"
     if chosen == "bulk":
         return forward_bulk(xp, q, k, v, p, kmask, tiles, rng)
     if chosen == "wgmma":
@@ -1873,9 +1775,8 @@ def _backward_fused(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
     dq_acc = xp.zeros(p.batch * p.heads * cdiv(p.lq, 64) * 64 * p.d, np.float32)
     flags = dict(D=p.d, WGS=wgs, RS=tiles.get("RS", 0), CAUSAL=int(p.causal), MASKED=int(p.masked),
                  DROPOUT=int(p.dropout_p > 0.0))
-    tma = bool(tiles.get("TMA", 0))
-    fused, convert = fused_backward(tma)
-    qs = tuple(tensor_map(a.reshape(-1, p.lq, p.d), (1, 64, 64)) for a in (q2, do2)) if tma else (q2, do2)
+    fused, convert = fused_backward()
+    qs = tuple(tensor_map(a.reshape(-1, p.lq, p.d), (1, 64, 64)) for a in (q2, do2))
     _launcher(fused, xp)[(cdiv(p.lk, 64 * wgs), p.heads // p.group, p.batch), 128 * wgs, fused_smem(p.d, wgs)](
         qs[0], k2, v2, qs[1], lse, delta, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
         *p.dropout_args(), **flags)

@@ -3,7 +3,6 @@ log-sum-exp and dQ, dK, dV against PyTorch's float64 attention of the same bf16/
 composed path, for causal (top-left, also with Lq != Lk) and not, ragged lengths, grouped-query attention and
 key-padding masks with fully masked rows; the rules of `supported`; sm_90 compiles; and (on a GPU) the real kernels
 behind scaled_dot_product_attention against the composed path."""
-import itertools
 
 import ml_dtypes
 import numpy as np
@@ -405,7 +404,6 @@ def _check_hopper_backward(variant, b, hq, hkv, lq, lk, causal, masked, drop_p, 
 
 KEYS = dict(RS=0)      # the fused backward with keys as rows, P^T and dS^T through shared memory
 KEYS_RS = dict(RS=1)   # ... from registers (the default)
-KEYS_RS_TMA = dict(RS=1, TMA=1)   # ... with Q and dO through tensor maps
 
 
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,masked,drop_p,wgs,d", [
@@ -422,18 +420,6 @@ def test_fused_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk,
     and dS^T from shared memory or from registers (RS)."""
     monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, d, dict(setting, WGS=wgs))
     _check_hopper_backward("fused", b, hq, hkv, lq, lk, causal, masked, drop_p, d, seed=lq * 5 + lk)
-
-
-@pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,masked,drop_p,wgs,d", [
-    (1, 2, 1, 70, 150, True, False, 0.2, 1, 64),    # GQA: the steps cross query heads; ragged last tile; dropout
-    (2, 1, 1, 40, 70, False, True, 0.0, 2, 64),     # key-padding mask with an empty row; one step
-    (1, 1, 1, 200, 65, False, False, 0.0, 2, 128),  # head dim 128: two boxes a tile; both buffers refilled
-])
-def test_fused_backward_with_tensor_maps_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk, causal, masked,
-                                                                              drop_p, wgs, d, monkeypatch):
-    """Q and dO through tensor maps (one thread issues, an mbarrier a buffer, zeros past the last query)."""
-    monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, d, dict(KEYS_RS_TMA, WGS=wgs))
-    _check_hopper_backward("fused", b, hq, hkv, lq, lk, causal, masked, drop_p, d, seed=lq * 7 + lk)
 
 
 def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatch):
@@ -477,34 +463,11 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (1, 2, 1, 150, 290, 128, True, False, dict(WGS=2, BC=128, STAGES=2, RS=1)),  # 128-key tiles, P in registers
     (1, 2, 1, 70, 400, 128, False, False, dict(WGS=2, BC=176, STAGES=2, RS=1)),  # 176-key tiles (not panels of 64)
     (1, 1, 1, 250, 200, 64, True, False, dict(WGS=3, BC=64, STAGES=2, RS=1)),    # three consumer warpgroups
-    (1, 2, 1, 70, 100, 64, True, False, dict(WGS=1, BC=64, STAGES=2, TMA=0)),    # arrange_kv's images, not maps
-    (1, 2, 1, 150, 290, 128, True, False, dict(WGS=2, BC=128, STAGES=2, RS=1, TMA=0)),
 ])
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
-    """The warp-specialized forward: a producer thread's tensor-map copies (TMA=0: bulk copies of arrange_kv's images)
-    through mbarrier rings, consumer warpgroups meeting on named barriers; the simulator checks every ordering its
-    race detector can see."""
+    """The warp-specialized forward: a producer thread's tensor-map copies through mbarrier rings, consumer warpgroups
+    meeting on named barriers; the simulator checks every ordering its race detector can see."""
     _check_hopper_forward("bulk", b, hq, hkv, lq, lk, d, causal, masked, tiles)
-
-
-def test_arrange_kv_lays_out_the_bulk_forwards_shared_tiles():
-    """K and V as swizzled 64-column panels, keys past the end zero: a NumPy twin of the layout."""
-    rng = np.random.default_rng(5)
-    lk, d, bc = 70, 128, 64
-    k, v = (rng.standard_normal((2, lk, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
-    p = fa.Problem(1, 2, 1, 10, lk, d, False, 1.0, False)
-    kp, vp = fa.arrange_kv(np, k, v, p, bc)
-    tiles = 2
-    want_k = np.zeros((2, tiles, d // 64, bc, 64), np.float32)
-    want_v = np.zeros_like(want_k)
-    for h, t, r, c in itertools.product(range(2), range(tiles), range(bc), range(d)):
-        key = t * bc + r
-        if key < lk:
-            sw = (c % 64 // 8 ^ r % 8) * 8 + c % 8
-            want_k[h, t, c // 64, r, sw] = k[h, key, c]
-            want_v[h, t, c // 64, r, sw] = v[h, key, c]
-    np.testing.assert_array_equal(kp.astype(np.float32), want_k.reshape(-1))
-    np.testing.assert_array_equal(vp.astype(np.float32), want_v.reshape(-1))
 
 
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
@@ -518,16 +481,12 @@ def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch
                 for dropout in (False, True)]
     settings += [(True, False, dict(fa.bulk_tiles(d, False), **extra))
                  for extra in (dict(RS=0), dict(RS=1, PINGPONG=1), dict(WGS=2, BC=128, RS=1, PINGPONG=1))]
-    settings += [(False, False, dict(fa.bulk_tiles(d, False), TMA=0))]
     for causal, dropout, tiles in settings:
-        tma = tiles.pop("TMA", 1)
-        info = fa.bulk_forward(bool(tma)).inspect("sm_90", D=d, CAUSAL=int(causal), MASKED=1, DROPOUT=int(dropout),
-                                                  **tiles)
+        info = fa.bulk_forward().inspect("sm_90", D=d, CAUSAL=int(causal), MASKED=1, DROPOUT=int(dropout), **tiles)
         spilling_default = d == 64 and causal and not dropout and tiles == fa.CAUSAL_BULK_TILES[64]
         assert info["spill_stores"] <= (140 if spilling_default else 0), (d, causal, dropout, tiles, info["registers"])
         assert "C7515" not in info["log"]
-        copy = "tensor.4d.shared::cluster.global.tile" if tma else "shared::cluster.global"
-        assert f"cp.async.bulk.{copy}.mbarrier::complete_tx::bytes" in info["ptx"]
+        assert "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in info["ptx"]
 
 
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
@@ -577,7 +536,7 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, 
                                                                   (2, 4, 1, 200, 130, 64, True, False, 0.2),
                                                                   (2, 4, 4, 150, 190, 128, False, True, 0.0),
                                                                   (1, 8, 1, 1000, 1000, 128, True, False, 0.0)])
-@pytest.mark.parametrize("setting", [KEYS, KEYS_RS, KEYS_RS_TMA], ids=["keys", "keys_rs", "keys_rs_tma"])
+@pytest.mark.parametrize("setting", [KEYS, KEYS_RS], ids=["keys", "keys_rs"])
 def test_gpu_fused_backward_matches_float64(b, hq, hkv, lq, lk, d, causal, masked, drop_p, setting, monkeypatch):
     cp = pytest.importorskip("cupy")
     if cp.cuda.Device().compute_capability != "90":
@@ -767,13 +726,13 @@ def test_fused_backward_is_the_default_where_it_was_measured_faster(monkeypatch)
 
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
 def test_fused_backward_compiles_for_sm90a_and_its_default_does_not_spill(d, tmp_path, monkeypatch):
-    """The default setting (RS=1, Q and dO through tensor maps) compiles without spills at both head dims, causal or
-    not, with mask and dropout or not (at 128: 235 to 254 registers beside dK's and dV's 128; every thread's cp.async
-    addressing had pushed it to 36-140 bytes of spills)."""
+    """The default setting (RS=1) compiles without spills at both head dims, causal or not, with mask and dropout or
+    not (at 128: 243 to 255 registers beside dK's and dV's 128; every thread's cp.async of Q and dO had pushed it to
+    36-140 bytes of spills)."""
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     setting = fa.FUSED_BACKWARD_TILES[d]
-    fused, convert = fa.fused_backward(bool(setting["TMA"]))
+    fused, convert = fa.fused_backward()
     wgs = setting["WGS"]
     for causal, masked, dropout in ((0, 0, 0), (1, 0, 0), (1, 1, 1)):
         info = fused.inspect("sm_90", D=d, WGS=wgs, RS=setting["RS"], CAUSAL=causal, MASKED=masked, DROPOUT=dropout)
