@@ -82,7 +82,8 @@ Semantics (the simulator implements these; float results can differ from the GPU
   block must be resident at once: launch at most one block per SM (or as many as the occupancy allows) and let
   every block reach every grid_sync; a block left waiting for seconds traps (the launch fails with a CUDA error
   instead of hanging). The simulator runs such a kernel's blocks side by side, barrier to barrier.
-- `cp_async16` copies land at `cp_wait`; the simulator performs them there, so a missing wait reads stale data.
+- `cp_async16` copies land at `cp_wait`; the simulator performs them there, so a missing wait reads stale data, and
+  a `cp_wait` while copies wait for their `cp_commit` is an error (the wait covers committed groups only).
 - `mma(c, a, b)` is the tensor-core step its fragments' types name: bf16/f16 a (8) and b (4) is `mma_16x8x16`;
   f32 a (4) and b (2) is m16n8k8 on TF32 (the operands' low 13 mantissa bits dropped, as the hardware reads them;
   fragments a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4), b0 (t, g), b1 (t + 4, g), g = lane // 4,

@@ -940,6 +940,10 @@ class Thread:
         self.pending = []
 
     def cp_wait(self, n):
+        if self.pending:   # PTX: cp.async.wait_group waits for committed groups only; these would land any time
+            raise _OutOfBounds(f"cp_wait({int(n)}): this thread has {len(self.pending)} cp_async16 cop"
+                               f"{'y' if len(self.pending) == 1 else 'ies'} not yet committed, which the wait does not "
+                               "cover: call cp_commit() after issuing them")
         while len(self.groups) > n:
             for d, s, dst, didx in self.groups.pop(0):
                 d[...] = s.view(d.dtype)

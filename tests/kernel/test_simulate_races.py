@@ -197,6 +197,20 @@ def test_races_in_2d_views_and_landed_async_copies():
         copy_no_barrier.simulate[1, 32](np.arange(128, dtype=np.float32), np.zeros(32, np.float32))
 
 
+def test_a_wait_with_uncommitted_copies_is_an_error():
+    """cp.async.wait_group covers committed groups only: copies issued after the last cp_commit would land at any
+    time on the GPU (the simulator used to land them at the thread's exit, after every read had seen NaN)."""
+    @kernel
+    def uncommitted(src: Array[f32], dst: Array[f32]):
+        s = shared(f32, 128)
+        cp_async16(s, tx * 4, src, tx * 4)
+        cp_wait(0)
+        dst[tx] = s[tx * 4]
+    with pytest.raises(SimulationError, match=r"uncommitted: .*cp_wait\(0\): this thread has 1 cp_async16 copy not "
+                                              r"yet committed, which the wait does not cover: call cp_commit\(\)"):
+        uncommitted.simulate[1, 32](np.arange(128, dtype=np.float32), np.zeros(32, np.float32))
+
+
 def test_ldmatrix_reads_are_each_lanes_own():
     @kernel
     def fragment_without_barrier(a: Array[bf16, 2], out: Array[f32]):
