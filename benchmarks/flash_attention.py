@@ -6,7 +6,8 @@ backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --head
 frost/accel/flash_attention.py's Hopper section), and "frost flash bulk" its warp-specialized forward fed by the copy
 engine (the default for bf16 there) with the same backward.
 
-Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep] [--out FILE.json]
+Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep [--head-dims 128] [--lengths ...]]
+[--out FILE.json]
 --sweep times FlashAttention's own shapes (the issue's): head dims 64 and 128, lengths 512 to 16k at batch x length =
 16k tokens and heads x dim = 2048, against PyTorch's flash and cuDNN backends, with the peak memory of Frost's
 forward + backward (no L x S matrix: it would take gigabytes at 16k).
@@ -216,6 +217,9 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true",
                     help="FlashAttention's shapes instead: head dims 64 and 128, lengths 512 to 16k at 16k tokens "
                          "and heads x dim = 2048 (no composed rows: its L x S matrices do not fit at 16k)")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=list(fa.HEAD_DIMS), choices=fa.HEAD_DIMS,
+                    help="--sweep: these head dims only (a device call of ten minutes holds about one)")
+    ap.add_argument("--lengths", type=int, nargs="+", default=list(SWEEP_LENGTHS), help="--sweep: these lengths only")
     ap.add_argument("--iters", type=int, default=None, help="timed calls per row (default 20, 5 with --quick)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--dropout", type=float, default=0.0, help="attention dropout probability of every row")
@@ -232,10 +236,14 @@ def main() -> None:
     import cupy as cp
     with_wgmma = cp.cuda.Device().compute_capability == "90" and not args.no_wgmma
     batches = BATCHES[:2] if args.quick else BATCHES
-    shapes = sweep_shapes() if args.sweep else [(b, args.heads, args.length, args.head_dim) for b in batches]
+    shapes = sweep_shapes(args.head_dims, args.lengths) if args.sweep else [(b, args.heads, args.length,
+                                                                             args.head_dim) for b in batches]
     torch_rows = torch_backends()
-    rows = [row for shape in shapes for causal in (False, True)
-            for row in time_shape(shape, causal, args, with_wgmma, torch_rows, iters, composed=not args.sweep)]
+    rows = []
+    for shape in shapes:
+        for causal in (False, True):
+            rows += time_shape(shape, causal, args, with_wgmma, torch_rows, iters, composed=not args.sweep)
+            print(f"timed {shape} causal={causal}", flush=True)   # progress, should a time limit cut the rest
     header = ["impl", "B x H x L x D", "causal", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s", "peak MiB"]
     table = [[r["impl"], f"{r['batch']}x{r['heads']}x{r['length']}x{r['head_dim']}", "yes" if r["causal"] else "no",
               f"{r['forward_ms']:.3f}", f"{r['forward_tflops']:.1f}", f"{r['forward_backward_ms']:.3f}",
