@@ -3,8 +3,9 @@
 backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
 --head-dim change them), causal and not. "frost flash" is the mma.sync kernels (FROST_FLASH_BULK=0); on a Hopper GPU
 "frost flash wgmma" is the same on warpgroup MMA (FROST_FLASH_WGMMA=1: the forward and backward kernels of
-frost/accel/flash_attention.py's Hopper section), and "frost flash bulk" its warp-specialized forward fed by the copy
-engine (the default for bf16 there) with the same backward.
+frost/accel/flash_attention.py's Hopper section), and "frost flash bulk" its defaults for bf16 there: the
+warp-specialized forward fed by the copy engine, and the fused one-kernel backward from 2048 queries (the two
+warpgroup-MMA kernels below).
 
 Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep [--head-dims 128] [--lengths ...]]
 [--out FILE.json]
@@ -56,8 +57,8 @@ PATHS = ("cudnn", "flash", "wgmma", "bulk", "composed")
 
 def attention_switch(path: str):
     """Which of Frost's attention paths runs: cuDNN's graphs (frost/accel/cudnn_attention.py), the flash kernels on
-    mma.sync or on wgmma (the Hopper ones; "bulk": the forward fed by the copy engine, wgmma's backward), or the
-    composed path."""
+    mma.sync or on wgmma (the Hopper ones; "bulk": their defaults, the forward fed by the copy engine and the
+    default backward), or the composed path."""
     if path not in PATHS:
         raise ValueError(f"attention_switch: path must be one of {PATHS}, got {path!r}")
     stack = contextlib.ExitStack()
