@@ -14,8 +14,9 @@ from typing import Callable
 from frost.kernel import builtins as B
 from frost.kernel.builtin_defs import DEFINITIONS
 from frost.kernel.types import (WEAK_FLOAT, WEAK_INT, Array, ArrayType, Const, ConstType, Scalar, TensorMap,
-                                TensorMapType, TupleType, Weak, _ArrayAnnotation, _ConstAnnotation, arith_type, bf16,
-                                boolean, c_div, c_mod, f16, f32, f64, i32, i64, promote, strong, u32, u8)
+                                TensorMapType, TupleType, Weak, _ArrayAnnotation, _ConstAnnotation,
+                                _TensorMapAnnotation, arith_type, bf16, boolean, c_div, c_mod, f16, f32, f64, i32, i64,
+                                promote, strong, u32, u8)
 
 
 # CPython 3.11's conversions between its parser's tree and Python's ast objects are not safe in two threads at once
@@ -877,6 +878,8 @@ class Checker:
             self.out.uses_dyn_smem = True
         if checked.uses_wgmma:
             self.out.uses_wgmma = True
+        if checked.uses_tensor_maps:
+            self.out.uses_tensor_maps = True
         if checked.needs_sm90a:
             self.out.needs_sm90a = True
         if checked.uses_named_barriers:
@@ -996,7 +999,7 @@ def _as_load(node):
 def _meaningful(obj) -> bool:
     """Whether a global means something in a kernel (else a built-in of the same name wins)."""
     return (isinstance(obj, (B.Builtin, Scalar, int, float, pytypes.ModuleType, _ArrayAnnotation, _ConstAnnotation,
-                             ConstType, type(TensorMap))) or _is_device(obj))
+                             ConstType, _TensorMapAnnotation)) or _is_device(obj))
 
 
 def _is_allocation(node) -> bool:

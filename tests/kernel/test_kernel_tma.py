@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (Array, Const, KernelError, SimulationError, TensorMap, bf16, cp_async_bulk_tensor,
+from frost.kernel import (Array, Const, KernelError, SimulationError, TensorMap, bf16, cp_async_bulk_tensor, device,
                           dynamic_shared, f32, i32, i64, kernel, mbarrier_arrive_expect_tx, mbarrier_init,
                           mbarrier_wait, shared, syncthreads, tensor_map, tx)
 
@@ -160,6 +160,39 @@ def test_it_becomes_a_grid_constant_map_and_ptx_tensor_copy_for_sm_90a():
     pytest.importorskip("cuda.bindings")
     info = box_copy.inspect("sm_90", N=1024, NBYTES=2048)
     assert "for 'sm_90a'" in info["log"] and "cp.async.bulk.tensor.3d" in info["ptx"]
+
+
+@device
+def issue_box(tmap, tile, full):
+    """The copy from a device function: the map passes on by reference."""
+    if tx == 0:
+        mbarrier_arrive_expect_tx(full, 0, 1024)
+        cp_async_bulk_tensor(tile, 0, tmap, (0, 0, 0), full, 0)
+
+
+@kernel
+def box_from_a_device_function(tmap: TensorMap[bf16, 3], out: Array[bf16]):
+    tile = dynamic_shared(bf16, (512,))
+    full = shared(i64, 1)
+    if tx == 0:
+        mbarrier_init(full, 0, 1)
+    syncthreads()
+    issue_box(tmap, tile, full)
+    mbarrier_wait(full, 0, 0)
+    out[tx] = tile[tx]
+
+
+def test_a_copy_in_a_device_function_aligns_its_kernels_shared_memory_too():
+    """The box's 1024-byte boundary is the kernel's dynamic shared memory's: a copy issued by a device function (no
+    wgmma in the kernel) must set it as one in the kernel body does."""
+    source = box_from_a_device_function.source_for()
+    assert "extern __shared__ __align__(1024)" in source and "const frost_tensor_map& tmap" in source
+    x = sample()
+    out = np.zeros(512, ml_dtypes.bfloat16)
+    box_from_a_device_function.simulate[1, 512, 1024](tensor_map(x, (1, 8, 64)), out)
+    np.testing.assert_array_equal(out, placed(x, (1, 8, 64), (0, 0, 0), 128))
+    pytest.importorskip("cuda.bindings")
+    assert "cp.async.bulk.tensor.3d" in box_from_a_device_function.inspect("sm_90")["ptx"]
 
 
 @pytest.mark.cuda
