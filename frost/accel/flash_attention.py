@@ -64,13 +64,12 @@ thread) has the copy engine bring each tile's K and V into STAGES-deep rings of 
 while the consumer warpgroups multiply, wait only for their tile, release it on the ring's empty barrier and meet on
 their own named barrier (not the block's) before P V. K and V come through tensor maps (cp_async_bulk_tensor: boxes
 of BC keys x 64 columns, swizzled as wgmma reads them, zeros past the last key), read where they lie (laying them
-out as the shared tiles' images first for plain bulk copies cost 0.07-0.10 ms more at 4 x 16 x 4096 x 128, tree
+out as the shared tiles' images first for plain bulk copies cost 0.07 ms more at 4 x 16 x 4096 x 128, tree
 a1cdd95). Settings, each tested in the simulator and timed by benchmarks/flash_forward_tiles.py: STAGES, PINGPONG
 (the two consumer warpgroups take turns at the tensor cores, FlashAttention-3's inter-warpgroup schedule) and RS (P
 kept in registers as the A operand of P V, wgmma_bf16_rs, instead of shared memory), WGS (2 or 3 consumer
-warpgroups). The default
-forward for bf16 on sm_90: 0.88x PyTorch's cuDNN backend at 4 x 16 x 4096 x 128 on an H100 (benchmarks/RESULTS.md);
-FROST_FLASH_BULK=0 runs the mma.sync kernels instead.
+warpgroups). The default forward for bf16 on sm_90: 0.88x PyTorch's cuDNN backend at 4 x 16 x 4096 x 128 on an
+H100 (benchmarks/RESULTS.md); FROST_FLASH_BULK=0 runs the mma.sync kernels instead.
 
 Not yet (each falls back to the composed path): float32 inputs, other head dims, float or general boolean
 masks, scales that are not positive (check_scale).
@@ -1367,8 +1366,8 @@ def fused_backward():
     @kernel
     def flash_bwd_dq_convert(dq_acc: Array[f32], dq: Array[bf16, 2], lq: i32, scale: f32, D: Const[int],
                              WGS: Const[int]):
-        """dQ (rows bh * lq + query) = scale x the float32 accumulator of flash_bwd_wgmma, block (bh, tile) undoing
-        the register order of tile `tile` of head bh (store_dq_tile)."""
+        """dQ (rows bh * lq + query) = scale x the float32 accumulator of flash_bwd_wgmma, block (tile, head, batch)
+        undoing the register order of that tile of head bh = query_head() (store_dq_tile)."""
         THREADS: Const[int] = 128 * WGS
         DW: Const[int] = D // WGS
         q0 = bx * 64

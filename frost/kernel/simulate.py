@@ -1012,11 +1012,16 @@ class Thread:
         d = dst.span((int(didx),), count)
         s = src.span((int(sidx),), count)
         self._bulk_aligned("cp_async_bulk", dst, int(didx), src, int(sidx), s)
-        bar = self._mbarrier(bars, i, "cp_async_bulk", _ATOMIC)
-        # the copy engine writes as a thread of its own, after what the issuing thread did before issuing; a waiter
-        # of the phase is ordered after the landing only (PTX: complete-tx orders nothing else of the issuer's)
-        engine = _CopyEngine(self, _caller_line())
-        bar.copies.append((d, s, dst, int(didx), engine))
+        self._copy_on_barrier("cp_async_bulk", bars, i, d, s, dst, int(didx), nbytes)
+
+    def _copy_on_barrier(self, op: str, bars, i, d, source, dst, didx: int, nbytes: int) -> None:
+        """A copy-engine copy of source into d (dst[didx:]) counting nbytes on bars[i]: it lands when the phase
+        completes. The copy engine writes as a thread of its own, after what the issuing thread did before issuing;
+        a waiter of the phase is ordered after the landing only (PTX: complete-tx orders nothing else of the
+        issuer's)."""
+        bar = self._mbarrier(bars, i, op, _ATOMIC)
+        engine = _CopyEngine(self, _caller_line(), op)
+        bar.copies.append((d, source, dst, didx, engine))
         _join(bar.clock, engine.linear, {}, engine.epoch)
         bar.add_tx(-nbytes)
         bar.complete_if_done()
@@ -1030,12 +1035,7 @@ class Thread:
                                                    if tmap.swizzle else ""))
         d = dst.span((int(didx),), int(np.prod(tmap.box)))
         image = tmap.box_image(coords)   # read at the issue: the copy engine reads global memory as it goes
-        bar = self._mbarrier(bars, i, "cp_async_bulk_tensor", _ATOMIC)
-        engine = _CopyEngine(self, _caller_line(), "cp_async_bulk_tensor")
-        bar.copies.append((d, image, dst, int(didx), engine))
-        _join(bar.clock, engine.linear, {}, engine.epoch)
-        bar.add_tx(-tmap.box_bytes)
-        bar.complete_if_done()
+        self._copy_on_barrier("cp_async_bulk_tensor", bars, i, d, image, dst, int(didx), tmap.box_bytes)
 
     # -- bulk reductions: the source is read at the issue (as the issuing thread, for the race detector) and must not
     # change until a wait retires the group (the hardware may read it any time until then); the adds land at
@@ -1096,7 +1096,7 @@ class _CopyEngine:
     __slots__ = ("idx", "linear", "vc", "epoch", "at")
     issued = itertools.count()
 
-    def __init__(self, issuer: Thread, at, op: str = "cp_async_bulk") -> None:
+    def __init__(self, issuer: Thread, at, op: str) -> None:
         self.idx, self.at, self.epoch = issuer.idx, at, 0
         self.linear = (op, next(_CopyEngine.issued))
         self.vc = dict(issuer.vc)
