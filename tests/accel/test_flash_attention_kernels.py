@@ -470,6 +470,32 @@ def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d,
     _check_hopper_forward("bulk", b, hq, hkv, lq, lk, d, causal, masked, tiles)
 
 
+def test_kv_tensor_map_reads_k_where_it_lies_or_copies_what_the_copy_engine_cannot():
+    """K in (B, L, H, D) order seen as (B, H, L, D), one head (its stride never used), heads repeated by a zero
+    stride (copied first): each map's box at (batch, head, key, column) is that slice of K, zeros past the keys."""
+    rng = np.random.default_rng(11)
+    p = fa.Problem(2, 3, 1, 8, 70, 128, False, 0.1, False)
+    blhd = rng.standard_normal((2, 70, 3, 128)).astype(ml_dtypes.bfloat16).transpose(0, 2, 1, 3)
+    one_head = rng.standard_normal((2, 1, 70, 128)).astype(ml_dtypes.bfloat16)
+    repeated = np.broadcast_to(one_head, (2, 3, 70, 128))
+    for k, in_place in ((blhd, True), (one_head, True), (repeated, False)):
+        tmap = fa.kv_tensor_map(np, k, p, 64)
+        assert np.shares_memory(tmap.array, k) == in_place and min(tmap.array.strides) > 0
+        for coords in ((1, k.shape[1] - 1, 0, 64), (0, 0, 64, 0)):
+            b, h, k0, c0 = coords
+            want = np.zeros((64, 64), np.float32)
+            rows = k[b, h, k0:k0 + 64, c0:c0 + 64].astype(np.float32)
+            want[:len(rows)] = rows
+            got = tmap.box_image(coords).astype(np.float32)
+            np.testing.assert_array_equal(got.reshape(64, 64)[np.arange(64)[:, None], swizzled_columns()], want)
+
+
+def swizzled_columns() -> np.ndarray:
+    """Where column c of row r of a 64-column bf16 box lands with the 128-byte swizzle (lib.swizzle's layout)."""
+    r, c = np.arange(64)[:, None], np.arange(64)[None, :]
+    return (c // 8 ^ r % 8) * 8 + c % 8
+
+
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
 def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch):
     """The default tiles (causal or not, with dropout or not) and the other timed settings compile to sm_90a without
