@@ -20,7 +20,8 @@ from frost.accel import flash_attention as fa
 from frost.bench import common
 
 DQ_STEPS = (32, 64)   # the dQ kernel's keys a step at head dim 128 (WGMMA_BACKWARD_TILES)
-FUSED_SETTINGS = (dict(WGS=2, RS=0), dict(WGS=2, RS=1))
+FUSED_SETTINGS = (dict(WGS=2, RS=0), dict(WGS=2, RS=1), dict(WGS=2, RS=0, OVERLAP_EXP=1),
+                  dict(WGS=2, RS=1, OVERLAP_EXP=1))
 
 
 def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:

@@ -84,13 +84,13 @@ import numpy as np
 from frost import backends, dispatch, layout
 from frost.backend import cpu, cuda
 from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_sync, bf16, bx, by, bz, cdiv, cp_async16,
-                          cp_async_bulk_commit, cp_async_bulk_tensor, cp_async_bulk_wait, cp_async_bulk_wait_read,
-                          cp_commit, cp_reduce_async_bulk_add, cp_wait, device, dynamic_shared, f16, f32, fast_exp2,
-                          fence_proxy_async, gdy, i32, i64, inf, kernel, lane, launch_bounds, ldmatrix_x4,
-                          ldmatrix_x4_trans, local, log, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
-                          mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc, shared, shfl_xor, static_range, swizzle,
-                          syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc,
-                          wgmma_discard, wgmma_fence, wgmma_wait)
+                          cp_async_bulk, cp_async_bulk_commit, cp_async_bulk_tensor, cp_async_bulk_wait,
+                          cp_async_bulk_wait_read, cp_commit, cp_reduce_async_bulk_add, cp_wait, device,
+                          dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, gdx, gdy, i32, i64, inf, kernel,
+                          lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local, log, mbarrier_arrive,
+                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
+                          shared, shfl_xor, static_range, swizzle, syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16,
+                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.kernel.tma import tensor_map
 from frost.accel.philox import philox4x32, philox_block
@@ -164,11 +164,12 @@ def load_rows(src, dst, base: i32, st: i32, r0: i32, n: i32, ROWS: Const[int], D
 
 
 @device
-def query_tile(lq: i32, lk: i32, heads: i32, group: i32, BR: Const[int]) -> (i32, i32, i32, i32, i32):
+def query_tile(lq: i32, lk: i32, heads: i32, group: i32, BR: Const[int], CAUSAL: Const[int]) -> (i32, i32, i32, i32,
+                                                                                                i32):
     """head_rows for the wgmma kernels' C-order q and k/v: the batch, the first row of the head's queries and of its
     key/value head, the block's first query, and this lane's first row."""
     b, lbase, q0, row0, qbase, kbase, obase = head_rows(lq, heads, group, heads * lq, lq, heads // group * lk, lk,
-                                                        heads * lq, lq, BR)
+                                                        heads * lq, lq, BR, CAUSAL)
     return b, qbase, kbase, q0, row0
 
 
@@ -182,14 +183,14 @@ def query_head() -> i32:
 
 @device
 def head_rows(lq: i32, heads: i32, group: i32, qsb: i32, qsh: i32, ksb: i32, ksh: i32, osb: i32, osh: i32,
-              BR: Const[int]) -> (i32, i32, i32, i32, i32, i32, i32):
+              BR: Const[int], CAUSAL: Const[int]) -> (i32, i32, i32, i32, i32, i32, i32):
     """For the block of BR queries of one (batch, head) that the forward and dQ kernels run, q, k/v and o (dO) rows
     each of its own layout: the batch, the head's first log-sum-exp entry, the block's first query, this lane's first
     row of the two it holds in C fragments (the other is 8 below), and the first rows of q, of the key/value head
     (grouped-query attention) and of o."""
     b = bz
     h = by
-    q0 = bx * BR
+    q0 = (gdx - 1 - bx if CAUSAL else bx) * BR   # causal: the longest tiles (the last) start first, as FA3 orders them
     return (b, (b * heads + h) * lq, q0, q0 + warp * 16 + lane // 4, b * qsb + h * qsh, b * ksb + h // group * ksh,
             b * osb + h * osh)
 
@@ -432,14 +433,25 @@ def ds_tile(s, dp, lrow, drow, row0: i32, k0: i32, whole: bool, lq: i32, lk: i32
 
 
 @device
-def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
-             scale_log2: f32, drop_p: f32, keep_scale: f32, BR: Const[int], CAUSAL: Const[int], MASKED: Const[int],
-             DROPOUT: Const[int]):
-    """The dK/dV kernels' step from S^T and dP^T (C fragments: this lane's keys key0 and key0 + 8, queries q0 + 8j +
-    2t + e, whose log-sum-exp and delta are sl[] and sd[]): st becomes the dropped P^T (for dV), dpt dS^T."""
+def weights_of_keys(st, sl, q0: i32, key0: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, scale_log2: f32,
+                    BR: Const[int], CAUSAL: Const[int], MASKED: Const[int]):
+    """The first half of dst_tile, which needs S^T alone: st (C fragments: this lane's keys key0 and key0 + 8,
+    queries q0 + 8j + 2t + e, whose log-sum-exp is sl[]) becomes the undropped P^T = exp2(S^T - L)."""
     t = lane % 4
     if not whole:
         hide_scores_of_keys(st, key0, q0, lq, lk, kmask, mbase, BR, CAUSAL, MASKED)
+    for h in static_range(2):
+        for j in static_range(BR // 8):
+            for e in static_range(2):
+                st[j, 2 * h + e] = fast_exp2(st[j, 2 * h + e] * scale_log2 - sl[j * 8 + 2 * t + e])
+
+
+@device
+def ds_of_keys(st, dpt, sd, q0: i32, key0: i32, bh: i32, rng, drop_p: f32, keep_scale: f32, BR: Const[int],
+               DROPOUT: Const[int]):
+    """The second half of dst_tile, from P^T in st and dP^T in dpt (queries' delta in sd[]): dpt becomes dS^T =
+    P^T (dP^T - delta) and st the dropped P^T (for dV)."""
+    t = lane % 4
     for h in static_range(2):
         for j in static_range(BR // 8):
             keep0 = keep_scale
@@ -448,16 +460,23 @@ def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32,
                 keep0, keep1 = dropout_pair_of_queries(rng, bh, q0 + j * 8 + 2 * t, key0 + 8 * h, drop_p,
                                                        keep_scale)
             for e in static_range(2):
-                col = j * 8 + 2 * t + e
-                p = fast_exp2(st[j, 2 * h + e] * scale_log2 - sl[col])
+                p = st[j, 2 * h + e]
                 dpv = dpt[j, 2 * h + e]
-                if DROPOUT:
+                if DROPOUT:   # dP of the undropped weights: the dropped ones' times the mask's scale
                     keep = keep0 if e == 0 else keep1
-                    st[j, 2 * h + e] = p * keep   # dV takes the dropped weights
+                    st[j, 2 * h + e] = p * keep
                     dpv *= keep
-                else:
-                    st[j, 2 * h + e] = p
-                dpt[j, 2 * h + e] = p * (dpv - sd[col])
+                dpt[j, 2 * h + e] = p * (dpv - sd[j * 8 + 2 * t + e])
+
+
+@device
+def dst_tile(st, dpt, sl, sd, q0: i32, key0: i32, bh: i32, whole: bool, lq: i32, lk: i32, kmask, mbase: i32, rng,
+             scale_log2: f32, drop_p: f32, keep_scale: f32, BR: Const[int], CAUSAL: Const[int], MASKED: Const[int],
+             DROPOUT: Const[int]):
+    """The dK/dV kernels' step from S^T and dP^T (C fragments: this lane's keys key0 and key0 + 8, queries q0 + 8j +
+    2t + e, whose log-sum-exp and delta are sl[] and sd[]): st becomes the dropped P^T (for dV), dpt dS^T."""
+    weights_of_keys(st, sl, q0, key0, whole, lq, lk, kmask, mbase, scale_log2, BR, CAUSAL, MASKED)
+    ds_of_keys(st, dpt, sd, q0, key0, bh, rng, drop_p, keep_scale, BR, DROPOUT)
 
 
 @device
@@ -515,7 +534,7 @@ def _make_kernels(T):
         acc = local(f32, (D // 8, 4))
         m = local(f32, 2)
         lsum = local(f32, 2)
-        b, lbase, q0, row0, qbase, kbase, obase = head_rows(lq, heads, group, qsb, qsh, ksb, ksh, osb, osh, BR)
+        b, lbase, q0, row0, qbase, kbase, obase = head_rows(lq, heads, group, qsb, qsh, ksb, ksh, osb, osh, BR, CAUSAL)
         load_rows(q, sq, qbase, qst, q0, lq, BR, D, THREADS)
         load_rows(k, sk, kbase, kst, 0, lk, BC, D, THREADS)
         cp_commit()
@@ -592,7 +611,7 @@ def _make_kernels(T):
         acc = local(f32, (D // 8, 4))
         lrow = local(f32, 2)
         drow = local(f32, 2)
-        b, lbase, q0, row0, qbase, kbase, obase = head_rows(lq, heads, group, qsb, qsh, ksb, ksh, osb, osh, BR)
+        b, lbase, q0, row0, qbase, kbase, obase = head_rows(lq, heads, group, qsb, qsh, ksb, ksh, osb, osh, BR, CAUSAL)
         load_rows(q, sq, qbase, qst, q0, lq, BR, D, THREADS)
         load_rows(do, sdo, obase, ost, q0, lq, BR, D, THREADS)
         cp_commit()
@@ -823,7 +842,7 @@ def wgmma_forward():
         m = local(f32, 2)
         lsum = local(f32, 2)
         wg = warp // 4
-        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
+        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR, CAUSAL)   # this lane's rows: row0 and row0 + 8
         load_panels(q, sq, 0, qbase, q0, lq, BR, D, THREADS)
         load_panels(k, sk, 0, kbase, 0, lk, BC, D, THREADS)
         load_panels(v, sv, 0, kbase, 0, lk, BC, D, THREADS)
@@ -961,7 +980,7 @@ def bulk_forward():
         fullv = shared(i64, STAGES)
         emptyk = shared(i64, STAGES)
         emptyv = shared(i64, STAGES)
-        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)
+        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR, CAUSAL)
         kv_end = min(lk, q0 + BR) if CAUSAL else lk
         tiles = cdiv(kv_end, BC)
         if tx == 0:
@@ -1081,7 +1100,7 @@ def wgmma_backward():
         lrow = local(f32, 2)
         drow = local(f32, 2)
         wg = warp // 4
-        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR)   # this lane's rows: row0 and row0 + 8
+        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR, CAUSAL)   # this lane's rows: row0 and row0 + 8
         load_panels(q, sq, 0, qbase, q0, lq, BR, D, THREADS)
         load_panels(do, sdo, 0, qbase, q0, lq, BR, D, THREADS)
         load_panels(k, sk, 0, kbase, 0, lk, BC, D, THREADS)
@@ -1220,12 +1239,14 @@ def store_dq_tile(sdq, dq, DW: Const[int], THREADS: Const[int]):
 
 @device
 def add_dq_tile(dq_acc, at: i64, sdq, nbytes: Const[int], THREADS: Const[int]):
-    """The block's dQ tile in sdq added into dq_acc[at:] by one bulk reduction, issued by thread 0 once every warp
-    stored its part (named barrier 1: warp 0 waits, the others arrive and go on to the next step, whose dS^T goes
-    to the other buffer and whose first barrier waits for the reduction to have read sdq)."""
-    if warp == 0:
+    """The block's dQ tile in sdq added into dq_acc[at:] by one bulk reduction, issued by the block's last thread
+    (the reducer) once every warp stored its part (named barrier 1: the last warp waits, the others arrive and go on
+    to the next step, whose dS^T goes to the other buffer and whose first barrier waits for the reduction to have
+    read sdq). The last warp, not warp 0: warp 0's thread 0 issues the copies of the next tiles, and a warp with
+    both duties held its warpgroup back at every step's block barrier."""
+    if warp == THREADS // 32 - 1:
         bar_sync(1, THREADS)
-        if lane == 0:
+        if lane == 31:
             cp_reduce_async_bulk_add(dq_acc, at, sdq, 0, nbytes)
             cp_async_bulk_commit()
     else:
@@ -1233,17 +1254,21 @@ def add_dq_tile(dq_acc, at: i64, sdq, nbytes: Const[int], THREADS: Const[int]):
 
 
 @device
-def fetch_query_tiles(qmap, domap, sqf, sdof, full, buf: i32, base: i32, q0: i32, lq: i32, BR: Const[int],
-                      D: Const[int]):
+def fetch_query_tiles(qmap, domap, tile_stats, sqf, sdof, statsf, full, buf: i32, base: i32, q0: i32, lq: i32,
+                      BR: Const[int], D: Const[int]):
     """The BR queries from q0 of Q and dO (rows base + ...) into buffer buf of the fused backward's sq and sdo (flat:
-    sqf, sdof) by the copy engine: one thread issues the D / 64 boxes of each (tensor maps over (batch x head, query,
-    column)), counted on full[buf]; queries past lq land as zeros."""
+    sqf, sdof), and their statistics (flash_bwd_tile_stats' 2 x BR values) into rows 2 buf and 2 buf + 1 of statsf
+    (flat), by the copy engine: one thread issues the D / 64 boxes of each (tensor maps over (batch x head, query,
+    column)) and the statistics' bulk copy, counted on full[buf]; queries past lq land as zeros."""
     TILE: Const[int] = BR * D
     if tx == 0:
-        mbarrier_arrive_expect_tx(full, buf, 4 * TILE)
+        bh = base // lq
+        mbarrier_arrive_expect_tx(full, buf, 4 * TILE + 8 * BR)
         for p in static_range(D // 64):
-            cp_async_bulk_tensor(sqf, buf * TILE + p * BR * 64, qmap, (base // lq, q0, p * 64), full, buf)
-            cp_async_bulk_tensor(sdof, buf * TILE + p * BR * 64, domap, (base // lq, q0, p * 64), full, buf)
+            cp_async_bulk_tensor(sqf, buf * TILE + p * BR * 64, qmap, (bh, q0, p * 64), full, buf)
+            cp_async_bulk_tensor(sdof, buf * TILE + p * BR * 64, domap, (bh, q0, p * 64), full, buf)
+        cp_async_bulk(statsf, buf * 2 * BR, tile_stats, (i64(bh) * cdiv(lq, BR) + q0 // BR) * 2 * BR, 8 * BR, full,
+                      buf)
 
 
 def fused_smem(d: int, wgs: int) -> int:
@@ -1255,22 +1280,26 @@ def fused_smem(d: int, wgs: int) -> int:
 
 @functools.cache
 def fused_backward():
-    """The Hopper backward in one kernel (bf16), FlashAttention-3's: (flash_bwd_wgmma, flash_bwd_dq_convert), made on
-    first use."""
+    """The Hopper backward in one kernel (bf16), FlashAttention-3's: (flash_bwd_wgmma, flash_bwd_dq_convert,
+    flash_bwd_tile_stats), made on first use."""
     @kernel
     def flash_bwd_wgmma(q: TensorMap[bf16, 3], k: Array[bf16, 2], v: Array[bf16, 2], do: TensorMap[bf16, 3],
-                        lse: Array[f32],
-                        delta: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2], dv: Array[bf16, 2],
-                        dq_acc: Array[f32], lq: i32, lk: i32, heads: i32, group: i32, scale_log2: f32, scale: f32,
-                        drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int], RS: Const[int],
-                        CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
+                        tile_stats: Array[f32], kmask: Array[u8], rng: Array[u32], dk: Array[bf16, 2],
+                        dv: Array[bf16, 2], dq_acc: Array[f32], lq: i32, lk: i32, heads: i32, group: i32,
+                        scale_log2: f32, scale: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
+                        RS: Const[int], OVERLAP_EXP: Const[int], CAUSAL: Const[int], MASKED: Const[int],
+                        DROPOUT: Const[int]):
         """flash_bwd_dkdv_wgmma with 64-query steps that also compute dQ's share of the block's keys: after S^T,
         dP^T and the element-wise step, dV += P^T dO, dK += dS^T Q and dQ_tile = dS K (warpgroup w the D / WGS
         columns from D w / WGS), five products instead of the two kernels' seven. The dQ tile goes through shared
         memory (register order) into the float32 accumulator dq_acc (rows of each head padded to 64) by one bulk
         reduction a step, which the next step's stores wait to have read; dQ sums in an order the GPU chooses.
         RS: P^T and dS^T reach the dV and dK products as A fragments in registers, issued before the block's barrier
-        (only dQ needs the other warpgroups' dS^T); otherwise both go through shared memory."""
+        (only dQ needs the other warpgroups' dS^T); otherwise both go through shared memory. OVERLAP_EXP: P^T's
+        exponentials run while dP^T multiplies (S^T waited for alone; issuing dK after dQ, to store the dQ tile
+        while dK multiplies as FlashAttention-3 does, was 2-3 % slower at tree 7cd0583). A step's queries come with
+        their statistics (flash_bwd_tile_stats) by the copy engine, so that no thread waits on a load of global
+        memory in the loop."""
         BK: Const[int] = 64 * WGS
         BR: Const[int] = 64
         THREADS: Const[int] = 128 * WGS
@@ -1292,6 +1321,7 @@ def fused_backward():
         sdst = dynamic_shared(bf16, (2, BK, 64), AT_PT + BK * 128)   # two buffers: steps alternate
         sdq = dynamic_shared(f32, BR * D, AT_DQ)
         stats = dynamic_shared(f32, (4, BR), AT_STATS)  # lse and delta, two buffers
+        statsf = dynamic_shared(f32, (4 * BR,), AT_STATS)   # the same as the bulk copies' destination
         st = local(f32, (BR // 8, 4))
         dpt = local(f32, (BR // 8, 4))
         dq = local(f32, (DW // 8, 4))
@@ -1310,8 +1340,7 @@ def fused_backward():
         load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
         cp_commit()
         if steps > 0:
-            fetch_query_tiles(q, do, sqf, sdof, full, 0, head0 * lq, first * BR, lq, BR, D)
-        row_stats(stats[0], stats[1], lse, delta, head0 * lq, first * BR, lq, BR, THREADS)
+            fetch_query_tiles(q, do, tile_stats, sqf, sdof, statsf, full, 0, head0 * lq, first * BR, lq, BR, D)
         zero(dk_acc, D)
         zero(dv_acc, D)
         publish_tiles()   # K, V, the statistics and the barriers in place for every thread
@@ -1322,19 +1351,23 @@ def fused_backward():
                 # the tiles landed; the last step's end (add_dq_tile) had every wgmma that read the refilled buffer done
                 mbarrier_wait(full, buf, step // 2 % 2)
                 if step + 1 < steps:
-                    fetch_query_tiles(q, do, sqf, sdof, full, 1 - buf, nbase, nq0, lq, BR, D)
+                    fetch_query_tiles(q, do, tile_stats, sqf, sdof, statsf, full, 1 - buf, nbase, nq0, lq, BR, D)
                 # S^T, dP^T and dQ start afresh each step: their registers are free between uses (dK and dV hold
                 # 128 a thread at head dim 128)
                 wgmma_discard(st, dpt, dq)
                 wgmma_rows(st, sk, 0, wg * 64, sq, buf * DP, BR, D, 0)
                 wgmma_rows(dpt, sv, 0, wg * 64, sdo, buf * DP, BR, D, 0)
-                if step + 1 < steps:   # the next step's statistics (that buffer's last readers are a barrier back)
-                    row_stats(stats[2 - 2 * buf], stats[3 - 2 * buf], lse, delta, nbase, nq0, lq, BR, THREADS)
-                wgmma_wait(0, st, dpt)
                 # queries past the end would add to dK and dV here: the tile is whole only with all of them in range
                 whole = q0 + BR <= lq and whole_tile(q0, k0, lk, BK, CAUSAL, MASKED)
-                dst_tile(st, dpt, stats[2 * buf], stats[2 * buf + 1], q0, key0, bh, whole, lq, lk, kmask, b * lk, rng,
-                         scale_log2, drop_p, keep_scale, BR, CAUSAL, MASKED, DROPOUT)
+                if OVERLAP_EXP:   # P^T's exponentials while dP^T multiplies
+                    wgmma_wait(1, st)
+                else:
+                    wgmma_wait(0, st, dpt)
+                weights_of_keys(st, stats[2 * buf], q0, key0, whole, lq, lk, kmask, b * lk, scale_log2, BR, CAUSAL,
+                                MASKED)
+                if OVERLAP_EXP:
+                    wgmma_wait(0, dpt)
+                ds_of_keys(st, dpt, stats[2 * buf + 1], q0, key0, bh, rng, drop_p, keep_scale, BR, DROPOUT)
                 store_weights(sdst, buf, dpt, warp * 16 + lane // 4, BR)
                 if RS:   # P^T and dS^T as A fragments: dV and dK need no other warpgroup's rows, so go now
                     to_a(pa, st, BR)
@@ -1343,8 +1376,8 @@ def fused_backward():
                     weights_times_values(dk_acc, sdst, dsa, wg, sq, buf * DP, D, BR, RS)
                 else:
                     store_weights(spt, 0, st, warp * 16 + lane // 4, BR)
-                if tx == 0:
-                    cp_async_bulk_wait_read(0)   # the last step's dQ tile has left sdq
+                if tx == THREADS - 1:
+                    cp_async_bulk_wait_read(0)   # the last step's dQ tile has left sdq (the reducer's group)
                 fence_proxy_async()
                 syncthreads()   # every warpgroup's dS^T (for dQ), the next step's statistics, sdq free
                 if not RS:
@@ -1358,7 +1391,7 @@ def fused_backward():
                 step += 1
                 if step >= steps:
                     break
-        if tx == 0:
+        if tx == THREADS - 1:
             cp_async_bulk_wait(0)
         write_scaled_rows(dk, dk_acc, kbase, 1, key0, lk, scale, D)
         write_scaled_rows(dv, dv_acc, kbase, 1, key0, lk, 1.0, D)
@@ -1379,7 +1412,28 @@ def fused_backward():
             if row < lq:
                 col = warp // 4 * DW + 8 * (i // 4) + 2 * (lane % 4) + i % 2
                 dq[bh * lq + row, col] = dq_acc[base + i * THREADS + tx] * scale
-    return flash_bwd_wgmma, flash_bwd_dq_convert
+
+    @kernel
+    def flash_bwd_tile_stats(o: Array[bf16, 2], do: Array[bf16, 2], lse: Array[f32], tile_stats: Array[f32], lq: i32,
+                             D: Const[int]):
+        """The statistics flash_bwd_wgmma reads a step, 64 queries of head bh = query_head() (block (tile, head,
+        batch), 8 warps of 8 rows): their log-sum-exps in log2 units (saved_lse) then their deltas rowsum(dO * O)
+        (C-order rows), 512 contiguous bytes that one bulk copy brings in; queries past lq get 0 and 0."""
+        bh = query_head()
+        at = (i64(bh) * gdx + bx) * 128
+        for i in static_range(8):
+            r = warp * 8 + i
+            query = bx * 64 + r
+            acc = 0.0
+            if query < lq:   # the same for the whole warp
+                row = bh * lq + query
+                for c in static_range(D // 32):
+                    acc += f32(o[row, lane + 32 * c]) * f32(do[row, lane + 32 * c])
+                acc = warp_sum(acc)
+            if lane == 0:
+                tile_stats[at + r] = saved_lse(lse, bh * lq + query, bh * lq + lq)
+                tile_stats[at + 64 + r] = acc
+    return flash_bwd_wgmma, flash_bwd_dq_convert, flash_bwd_tile_stats
 
 
 @dataclass(frozen=True)
@@ -1769,15 +1823,17 @@ def _backward_fused(xp, q, k, v, o, lse, do, p: Problem, mask, state) -> tuple:
     wgs = tiles["WGS"]
     check_fused(xp, q, p.d, wgs)
     q2, k2, v2, o2, do2 = (_rows(xp, a, p.d) for a in (q, k, v, o, do))
-    delta = _row_deltas(xp, q, o2, do2, p)
+    fused, convert, tile_stats = fused_backward()
+    tiles_per_head = cdiv(p.lq, 64)
+    stats = xp.empty(p.batch * p.heads * tiles_per_head * 128, np.float32)
+    _launcher(tile_stats, xp)[(tiles_per_head, p.heads, p.batch), 256](o2, do2, lse, stats, p.lq, D=p.d)
     dk, dv = xp.empty_like(k2), xp.empty_like(v2)
     dq_acc = xp.zeros(p.batch * p.heads * cdiv(p.lq, 64) * 64 * p.d, np.float32)
-    flags = dict(D=p.d, WGS=wgs, RS=tiles.get("RS", 0), CAUSAL=int(p.causal), MASKED=int(p.masked),
-                 DROPOUT=int(p.dropout_p > 0.0))
-    fused, convert = fused_backward()
+    flags = dict(D=p.d, WGS=wgs, CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0),
+                 **{name: tiles.get(name, 0) for name in ("RS", "OVERLAP_EXP")})
     qs = tuple(tensor_map(a.reshape(-1, p.lq, p.d), (1, 64, 64)) for a in (q2, do2))
     _launcher(fused, xp)[(cdiv(p.lk, 64 * wgs), p.heads // p.group, p.batch), 128 * wgs, fused_smem(p.d, wgs)](
-        qs[0], k2, v2, qs[1], lse, delta, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
+        qs[0], k2, v2, qs[1], stats, mask, state, dk, dv, dq_acc, *p.sizes(), p.scale * LOG2E, p.scale,
         *p.dropout_args(), **flags)
     dq = xp.empty_like(q2)
     _launcher(convert, xp)[(cdiv(p.lq, 64), p.heads, p.batch), 128 * wgs](dq_acc, dq, p.lq, p.scale, D=p.d, WGS=wgs)

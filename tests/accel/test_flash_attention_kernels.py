@@ -404,6 +404,10 @@ def _check_hopper_backward(variant, b, hq, hkv, lq, lk, causal, masked, drop_p, 
 
 KEYS = dict(RS=0)      # the fused backward with keys as rows, P^T and dS^T through shared memory
 KEYS_RS = dict(RS=1)   # ... from registers (the default)
+OVERLAPPED = dict(RS=1, OVERLAP_EXP=1)   # P^T's exponentials while dP^T multiplies
+OVERLAPPED_SMEM = dict(RS=0, OVERLAP_EXP=1)
+FUSED_SETTINGS = [KEYS, KEYS_RS, OVERLAPPED, OVERLAPPED_SMEM]
+FUSED_IDS = ["keys", "keys_rs", "overlapped", "overlapped_smem"]
 
 
 @pytest.mark.parametrize("b,hq,hkv,lq,lk,causal,masked,drop_p,wgs,d", [
@@ -413,7 +417,7 @@ KEYS_RS = dict(RS=1)   # ... from registers (the default)
     (1, 2, 1, 70, 40, True, False, 0.0, 1, 128),    # head dim 128: two K panels; GQA; Lq > Lk
     (1, 1, 1, 65, 65, False, False, 0.0, 2, 128),   # two warpgroups, each half of dQ's 128 columns
 ])
-@pytest.mark.parametrize("setting", [KEYS, KEYS_RS], ids=["keys", "keys_rs"])
+@pytest.mark.parametrize("setting", FUSED_SETTINGS, ids=FUSED_IDS)
 def test_fused_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk, causal, masked, drop_p, wgs, d,
                                                              setting, monkeypatch):
     """One kernel per key block, dQ added across blocks in float32 through bulk reductions (variant "fused"), P^T
@@ -562,7 +566,7 @@ def test_gpu_wgmma_kernels_match_float64(b, hq, hkv, lq, lk, d, causal, drop_p, 
                                                                   (2, 4, 1, 200, 130, 64, True, False, 0.2),
                                                                   (2, 4, 4, 150, 190, 128, False, True, 0.0),
                                                                   (1, 8, 1, 1000, 1000, 128, True, False, 0.0)])
-@pytest.mark.parametrize("setting", [KEYS, KEYS_RS], ids=["keys", "keys_rs"])
+@pytest.mark.parametrize("setting", FUSED_SETTINGS, ids=FUSED_IDS)
 def test_gpu_fused_backward_matches_float64(b, hq, hkv, lq, lk, d, causal, masked, drop_p, setting, monkeypatch):
     cp = pytest.importorskip("cupy")
     if cp.cuda.Device().compute_capability != "90":
@@ -758,11 +762,13 @@ def test_fused_backward_compiles_for_sm90a_and_its_default_does_not_spill(d, tmp
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     setting = fa.FUSED_BACKWARD_TILES[d]
-    fused, convert = fa.fused_backward()
+    fused, convert, tile_stats = fa.fused_backward()
     wgs = setting["WGS"]
+    flags = {name: setting.get(name, 0) for name in ("RS", "OVERLAP_EXP")}
     for causal, masked, dropout in ((0, 0, 0), (1, 0, 0), (1, 1, 1)):
-        info = fused.inspect("sm_90", D=d, WGS=wgs, RS=setting["RS"], CAUSAL=causal, MASKED=masked, DROPOUT=dropout)
+        info = fused.inspect("sm_90", D=d, WGS=wgs, CAUSAL=causal, MASKED=masked, DROPOUT=dropout, **flags)
         assert info["spill_stores"] == 0, (causal, masked, dropout, info["registers"], info["spill_stores"])
         assert "cp.async.bulk.tensor.3d" in info["ptx"]
         assert "C7515" not in info["log"] and "cp.reduce.async.bulk" in info["ptx"]
     assert convert.inspect("sm_90", D=d, WGS=wgs)["spill_stores"] == 0
+    assert tile_stats.inspect("sm_90", D=d)["spill_stores"] == 0
