@@ -47,15 +47,16 @@ kernel (S^T, dP^T, then dV += P^T dO and dK += dS^T Q) do the same for the backw
 steps over 32 queries, half a panel: steps of 64 spill; WGMMA_BACKWARD_TILES). No tile is transposed: the second
 operand of P V, dS K, P^T dO and dS^T Q is read MN-major (wgmma_bf16's B_MAJOR) from the row-major panels the copies
 write.
-The two kernels are the backward for bf16 on sm_90 (with the bulk forward below) below 2048 queries;
-FROST_FLASH_WGMMA=1 runs this forward too. `fused_backward` is FlashAttention-3's backward, the default from 2048
-queries: one kernel per block of 64 WGS keys computes S^T, dP^T, dV, dK and that block's share of dQ (five products
-where the two kernels recompute S and dP: seven), adding dQ into a float32 accumulator by one bulk reduction a step
-(cp_reduce_async_bulk_add), then a small kernel converts it; dQ's sum is then in an order the GPU chooses (not
-deterministic bit for bit: frost.backends.deterministic keeps the two kernels). RS takes P^T and dS^T to the dV and
-dK products from registers instead of shared memory; Q and dO come through tensor maps, one thread issuing, an
-mbarrier a buffer. FUSED_BACKWARD_TILES, FUSED_FROM_LENGTH. Every kernel's grid is (tiles, heads, batch), a head's
-tiles side by side in launch order (query_head).
+The two kernels are the backward for bf16 on sm_90 (with the bulk forward below) for short sequences;
+FROST_FLASH_WGMMA=1 runs this forward too. `fused_backward` is FlashAttention-3's backward, the default from 1024
+queries at head dim 128 and 512 at 64 (FUSED_FROM_LENGTH): one kernel per block of 64 WGS keys computes S^T, dP^T,
+dV, dK and that block's share of dQ (five products where the two kernels recompute S and dP: seven), adding dQ into
+a float32 accumulator by one bulk reduction a step (cp_reduce_async_bulk_add), then a small kernel converts it; dQ's
+sum is then in an order the GPU chooses (not deterministic bit for bit: frost.backends.deterministic keeps the two
+kernels). RS takes P^T and dS^T to the dV and dK products from registers instead of shared memory; Q and dO come
+through tensor maps and their statistics (flash_bwd_tile_stats) by a bulk copy, one thread issuing, an mbarrier a
+buffer. FUSED_BACKWARD_TILES. Every kernel's grid is (tiles, heads, batch), a head's tiles side by side in launch
+order (query_head).
 The simulator and the tests check them against float64 and against the mma.sync kernels (the two-kernel backward's
 gradients agree bit for bit in the simulator at equal key order).
 
@@ -120,15 +121,17 @@ WGMMA_TILES = {64: dict(WGS=2, BC=128), 128: dict(WGS=2, BC=64)}
 WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, BR=32)}
 # The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers); its
 # query steps are 64 (one wgmma's M for dQ), Q and dO come through tensor maps. On an H100 at 4 x 16 x 4096 x 128
-# (tree 12caac9): RS=1 3.74 ms (2.28 causal), RS=0 3.97 (2.43). Tensor maps made it 1.14x faster than every thread's
+# (tree 12caac9): RS=1 3.74 ms (2.28 causal), RS=0 3.97 (2.43); tree 05dcf19: RS=1 3.38 (2.16), OVERLAP_EXP=1 3.40
+# (2.11). Tensor maps made it 1.14x faster than every thread's
 # cp.async (tree a1cdd95: 4.16 against 4.75 ms) and free of spills at head dim 128 (36 bytes before); the
 # queries-as-rows layout (5.31 at tree 6e25189) has gone
 FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1), 128: dict(WGS=2, RS=1)}
-# where the fused backward is the default: head dim -> the shortest query length (timed from 2048). On an H100 (tree
-# 12caac9, flash_backward_h100_12caac9.json) with tensor maps and a head's key blocks side by side it beat the two
-# kernels at every shape timed: 3.74 against 5.21 ms at 4 x 16 x 4096 x 128 (2.28 against 3.07 causal), 2.31 against
-# 2.92 at 8 x 16 x 2048 x 128, 2.68 against 3.42 at 8 x 32 x 2048 x 64, 4.59 against 6.07 at 4 x 32 x 4096 x 64
-FUSED_FROM_LENGTH = {64: 2048, 128: 2048}
+# where the fused backward is the default: head dim -> the shortest query length. On an H100 (tree 12caac9,
+# flash_backward_h100_12caac9.json) it beat the two kernels at every shape timed from 2048 (3.74 against 5.21 ms at
+# 4 x 16 x 4096 x 128); at tree 05dcf19 (flash_backward_h100_05dcf19_1024.json, _512.json) also at 1024 queries,
+# head dim 128 (1.47 against 1.76 ms, causal 1.16 against 1.22) and at 512, head dim 64 (1.13 against 1.33, causal
+# 1.00 against 1.06), but not at 512, head dim 128 causal (1.06 against 0.97)
+FUSED_FROM_LENGTH = {64: 512, 128: 1024}
 
 
 def wgmma_dq_smem(d: int, br: int, bc: int) -> int:

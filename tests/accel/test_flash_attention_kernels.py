@@ -733,16 +733,16 @@ def test_fused_backward_refuses_what_it_does_not_take(monkeypatch):
 
 
 def test_fused_backward_is_the_default_where_it_was_measured_faster(monkeypatch):
-    """After the bulk forward: the fused backward from 2048 queries, the two kernels for shorter ones;
-    frost.backends.deterministic and FROST_FLASH_FUSED_BACKWARD decide over that, an explicit variant over
-    everything."""
+    """After the bulk forward: the fused backward from 1024 queries at head dim 128 and 512 at 64, the two kernels
+    for shorter ones; frost.backends.deterministic and FROST_FLASH_FUSED_BACKWARD decide over that, an explicit
+    variant over everything."""
     monkeypatch.delenv("FROST_FLASH_FUSED_BACKWARD", raising=False)
     q = np.zeros((1, 1, 4, 64))
 
     def chosen(d, lq, variant="bulk"):
         return fa.backward_variant(np, q, fa.Problem(1, 1, 1, lq, lq, d, False, 0.1, False), variant)
-    assert chosen(128, 4096) == "fused" and chosen(128, 2048) == "fused" and chosen(64, 2048) == "fused"
-    assert chosen(128, 2047) == "wgmma" and chosen(64, 512) == "wgmma"
+    assert chosen(128, 4096) == "fused" and chosen(128, 1024) == "fused" and chosen(64, 512) == "fused"
+    assert chosen(128, 1023) == "wgmma" and chosen(64, 511) == "wgmma"
     assert chosen(128, 4096, "wgmma") == "wgmma" and chosen(64, 64, "fused") == "fused"
     assert chosen(128, 4096, None) == "mma"   # the simulator runs the Hopper kernels only by name
     monkeypatch.setattr(frost.backends, "deterministic", True)
