@@ -36,7 +36,7 @@ def default_rows(cp, label: str, kind: str, iters: int, warmup: int):
         else:
             def call():
                 return fa.backward_arrays(cp, q, k, v, o, lse, do, p)
-        return [(f"{label} {kind}", common.seconds_per_call(call, sync, iters, warmup), None)]
+        return [(f"{label} {kind}", common.steady_seconds_per_call(call, sync, iters, warmup), None)]
     return rows
 
 

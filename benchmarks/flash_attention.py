@@ -12,14 +12,14 @@ Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep 
 --sweep times FlashAttention's own shapes (the issue's): head dims 64 and 128, lengths 512 to 16k at batch x length =
 16k tokens and heads x dim = 2048, against PyTorch's flash and cuDNN backends, with the peak memory of Frost's
 forward + backward (no L x S matrix: it would take gigabytes at 16k).
-Each row times `--iters` calls after `--warmup` (wall clock between device synchronizations; the calls at these
-sizes take milliseconds, so launch overhead is small) of the forward alone (no autograd graph) and of forward +
-backward. TFLOP/s counts 4 B H L^2 D for the forward and 2.5 times that for the backward (FlashAttention's
-convention), halved when causal. The composed path is scaled_dot_product_attention with FROST_CUDNN_ATTENTION=0
-and FROST_FLASH_ATTENTION=0. Each Frost row first checks its output against the composed path's. PyTorch rows need a
-CUDA build of torch (they are left out, with a line saying so, without one). `--dropout P` times every row with
-attention dropout (Frost's kernels and cuDNN draw the mask inside; the output check against the composed path is
-skipped: the masks differ).
+Each row times the forward alone (no autograd graph) and forward + backward: the time one more call adds to `--iters`
+calls queued back to back after `--warmup` (common.steady_seconds_per_call: a loop's one-time costs, such as the first
+call's host time before the GPU has work, left out). TFLOP/s counts 4 B H L^2 D for the forward and 2.5 times that for
+the backward (FlashAttention's convention), halved when causal. The composed path is scaled_dot_product_attention with
+FROST_CUDNN_ATTENTION=0 and FROST_FLASH_ATTENTION=0. Each Frost row first checks its output against the composed
+path's. PyTorch rows need a CUDA build of torch (they are left out, with a line saying so, without one). `--dropout P`
+times every row with attention dropout (Frost's kernels and cuDNN draw the mask inside; the output check against the
+composed path is skipped: the masks differ).
 """
 import argparse
 import contextlib
@@ -164,7 +164,7 @@ def time_pass(args, kind: str, rows, diff_label: str) -> None:
               f"{r[kind + '_ms']:.3f}", f"{r[kind + '_tflops']:.1f}",
               "" if r["max_abs_diff_vs_mma"] is None else f"{r['max_abs_diff_vs_mma']:.3g}"] for r in results]
     device = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())["name"].decode()
-    print(f"Attention {kind}, bf16, on {device} (mean of {args.iters} calls a row)")
+    print(f"Attention {kind}, bf16, on {device} (steady time a call over {args.iters} calls a row)")
     print(common.format_table(table, header))
     common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
                                       iters=args.iters, warmup=args.warmup, results=results))
@@ -202,8 +202,8 @@ def time_shape(shape: tuple, causal: bool, args, with_wgmma: bool, torch_rows: d
         syncs[name] = torch.cuda.synchronize
     rows = []
     for name, (forward, forward_backward) in impls.items():
-        fwd = common.seconds_per_call(forward, syncs[name], iters, args.warmup)
-        both = common.seconds_per_call(forward_backward, syncs[name], iters, args.warmup)
+        fwd = common.steady_seconds_per_call(forward, syncs[name], iters, args.warmup)
+        both = common.steady_seconds_per_call(forward_backward, syncs[name], iters, args.warmup)
         peak = peak_mib(forward_backward) if name in paths else None
         rows.append(dict(impl=name, batch=batch, heads=heads, length=length, head_dim=d, causal=causal,
                          forward_ms=1e3 * fwd, forward_backward_ms=1e3 * both, forward_tflops=flops / fwd / 1e12,

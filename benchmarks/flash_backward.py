@@ -4,11 +4,11 @@ and flash backends), bf16, at the issue's shapes (batch x length = 16k tokens, h
 not.
 
 Run on a CUDA machine:  python benchmarks/flash_backward.py [--head-dims 128 64] [--lengths 4096] [--out FILE.json]
-Each row is the mean of --iters calls queued back to back after --warmup (common.seconds_per_call) of the backward
-from a saved forward (Frost: backward_arrays from forward_arrays' O and log-sum-exp; PyTorch: torch.autograd.grad
-of one forward's output, the graph retained). TFLOP/s count 2.5 x 4 x B x H x L^2 x D (FlashAttention's
-convention), halved when causal. Frost's warpgroup-MMA rows are checked against the mma.sync backward first (the
-largest |difference| of dQ, dK and dV, bf16)."""
+Each row is the time one more call adds to --iters calls queued back to back after --warmup
+(common.steady_seconds_per_call) of the backward from a saved forward (Frost: backward_arrays from forward_arrays' O
+and log-sum-exp; PyTorch: torch.autograd.grad of one forward's output, the graph retained). TFLOP/s count 2.5 x 4 x B
+x H x L^2 x D (FlashAttention's convention), halved when causal. Frost's warpgroup-MMA rows are checked against the
+mma.sync backward first (the largest |difference| of dQ, dK and dV, bf16)."""
 import argparse
 from pathlib import Path
 
@@ -35,7 +35,7 @@ def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[
     def backward(variant):
         return fa.backward_arrays(cp, q, k, v, o, lse, do, p, variant=variant)
     base = [cp.asnumpy(g).astype(np.float32) for g in backward("mma")]
-    rows = [("frost mma", common.seconds_per_call(lambda: backward("mma"), sync, iters, warmup), None)]
+    rows = [("frost mma", common.steady_seconds_per_call(lambda: backward("mma"), sync, iters, warmup), None)]
     fused_default = fa.backward_variant(cp, q, p, "bulk") == "fused"
     keep = dict(fa.WGMMA_BACKWARD_TILES[d])
     for step in DQ_STEPS if d == 128 else (keep["BC"],):
@@ -45,7 +45,7 @@ def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[
                        for g, r in zip(backward("wgmma"), base))
             default = step == keep["BC"] and fused_default is False
             rows.append((f"frost wgmma dQ BC={step}" + (" (default)" if default else ""),
-                         common.seconds_per_call(lambda: backward("wgmma"), sync, iters, warmup), diff))
+                         common.steady_seconds_per_call(lambda: backward("wgmma"), sync, iters, warmup), diff))
         finally:
             fa.WGMMA_BACKWARD_TILES[d] = keep
     keep = dict(fa.FUSED_BACKWARD_TILES[d])
@@ -57,7 +57,7 @@ def frost_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[
             name = "frost fused " + " ".join(f"{k}={v}" for k, v in setting.items())
             default = setting == keep and fused_default
             rows.append((name + (" (default)" if default else ""),
-                         common.seconds_per_call(lambda: backward("fused"), sync, iters, warmup), diff))
+                         common.steady_seconds_per_call(lambda: backward("fused"), sync, iters, warmup), diff))
         finally:
             fa.FUSED_BACKWARD_TILES[d] = keep
     return rows
@@ -71,8 +71,9 @@ def torch_rows(shape: tuple, causal: bool, iters: int, warmup: int, backends: di
         q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(4))
         with sdpa_kernel(backend):
             out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            seconds = common.seconds_per_call(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True),
-                                              torch.cuda.synchronize, iters, warmup)
+            seconds = common.steady_seconds_per_call(
+                lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True), torch.cuda.synchronize, iters,
+                warmup)
         rows.append((name, seconds, None))
     return rows
 

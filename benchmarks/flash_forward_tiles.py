@@ -5,9 +5,9 @@ PyTorch's SDPA backends: the table to tune the Hopper forwards by (bf16, FlashAt
 Run on a CUDA machine:  python benchmarks/flash_forward_tiles.py [--lengths 1024 4096] [--out FILE.json]
 Rows: "frost cuDNN", "torch flash", "torch cuDNN" (with a CUDA build of torch), then Frost's forward_arrays with
 variant mma (its default tiles), wgmma (its default tiles) and bulk at each tile setting of BULK_SETTINGS. Each row:
-the mean of --iters
-calls queued back to back after --warmup (common.seconds_per_call); TFLOP/s count 4 x B x H x L^2 x D, halved when
-causal. Each Frost kernel row is checked against the mma forward first (max |difference|, bf16 outputs)."""
+the time one more call adds to --iters calls queued back to back after --warmup (common.steady_seconds_per_call);
+TFLOP/s count 4 x B x H x L^2 x D, halved when causal. Each Frost kernel row is checked against the mma forward first
+(max |difference|, bf16 outputs)."""
 import argparse
 from pathlib import Path
 
@@ -41,18 +41,18 @@ def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list
             return fa.forward_arrays(cp, q, k, v, p, tiles=tiles, variant=variant)
         diff = float(np.abs(cp.asnumpy(call()[0]).astype(np.float32) - base).max())
         name = f"frost {variant}" + ("" if tiles is None else " " + " ".join(f"{a}={x}" for a, x in tiles.items()))
-        rows.append((name, common.seconds_per_call(call, sync, iters, warmup), diff))
+        rows.append((name, common.steady_seconds_per_call(call, sync, iters, warmup), diff))
     return rows
 
 
 def library_rows(shape: tuple, causal: bool, iters: int, warmup: int, torch_rows: dict) -> list:
     import frost
-    rows = [("frost cuDNN", common.seconds_per_call(frost_calls(shape, causal, "cudnn")[0], frost.cuda.synchronize,
-                                                    iters, warmup), None)]
+    rows = [("frost cuDNN", common.steady_seconds_per_call(frost_calls(shape, causal, "cudnn")[0],
+                                                           frost.cuda.synchronize, iters, warmup), None)]
     for name, backend in torch_rows.items():
         import torch
-        rows.append((name, common.seconds_per_call(torch_calls(shape, causal, backend)[0], torch.cuda.synchronize,
-                                                   iters, warmup), None))
+        rows.append((name, common.steady_seconds_per_call(torch_calls(shape, causal, backend)[0],
+                                                          torch.cuda.synchronize, iters, warmup), None))
     return rows
 
 

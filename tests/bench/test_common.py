@@ -157,3 +157,22 @@ def test_seconds_per_call_times_only_the_timed_calls_between_two_synchronization
                                       warmup=2)
     assert events == ["call", "call", "sync", "call", "call", "call", "sync"]
     assert seconds == 2.0  # (16 - 10) / 3: the warm-up calls are not in the mean
+
+
+def test_steady_seconds_per_call_leaves_out_what_a_timed_loop_pays_once(monkeypatch):
+    """A call costs 1 s of device time and each synchronization 0.5 s (as the first call's host time before the
+    device has work would): seconds_per_call reads 1 + 0.5 / iters, the steady time exactly 1."""
+    now, events = [0.0], []
+
+    def call():
+        events.append("call")
+        now[0] += 1.0
+
+    def sync():
+        events.append("sync")
+        now[0] += 0.5
+    monkeypatch.setattr(common.time, "perf_counter", lambda: now[0])
+    assert common.seconds_per_call(call, sync, iters=4, warmup=1) == 1.125
+    events.clear()
+    assert common.steady_seconds_per_call(call, sync, iters=4, warmup=1) == 1.0
+    assert events == ["call"] + ["sync"] + ["call"] * 4 + ["sync"] * 2 + ["call"] * 8 + ["sync"]
