@@ -745,6 +745,13 @@ def key_block(lq: i32, lk: i32, heads: i32, group: i32, BK: Const[int], BR: Cons
 
 
 @device
+def step_tile(step: i32, head0: i32, first: i32, per_head: i32, BR: Const[int]) -> (i32, i32):
+    """The fused backward's step over (query head, query tile) of a key block: (the head's (batch, head) row block,
+    the step's first query)."""
+    return head0 + step // per_head, (first + step % per_head) * BR
+
+
+@device
 def query_step(step: i32, head0: i32, first: i32, per_head: i32, lq: i32, BR: Const[int]) -> (i32, i32, i32, i32,
                                                                                               i32):
     """A key block's step over (query head, query tile): (buffer, the head's (batch, head) row block, the first query,
@@ -1245,8 +1252,8 @@ def add_dq_tile(dq_acc, at: i64, sdq, nbytes: Const[int], THREADS: Const[int]):
     """The block's dQ tile in sdq added into dq_acc[at:] by one bulk reduction, issued by the block's last thread
     (the reducer) once every warp stored its part (named barrier 1: the last warp waits, the others arrive and go on
     to the next step, whose dS^T goes to the other buffer and whose first barrier waits for the reduction to have
-    read sdq). The last warp, not warp 0: warp 0's thread 0 issues the copies of the next tiles, and a warp with
-    both duties held its warpgroup back at every step's block barrier."""
+    read sdq). Past this barrier every warp has retired the step's wgmmas, so the reducer also issues the copies
+    that refill the step's buffers (flash_bwd_wgmma); no other warp waits here."""
     if warp == THREADS // 32 - 1:
         bar_sync(1, THREADS)
         if lane == 31:
@@ -1257,21 +1264,19 @@ def add_dq_tile(dq_acc, at: i64, sdq, nbytes: Const[int], THREADS: Const[int]):
 
 
 @device
-def fetch_query_tiles(qmap, domap, tile_stats, sqf, sdof, statsf, full, buf: i32, base: i32, q0: i32, lq: i32,
+def fetch_query_tiles(qmap, domap, tile_stats, sqf, sdof, statsf, full, buf: i32, bh: i32, q0: i32, lq: i32,
                       BR: Const[int], D: Const[int]):
-    """The BR queries from q0 of Q and dO (rows base + ...) into buffer buf of the fused backward's sq and sdo (flat:
-    sqf, sdof), and their statistics (flash_bwd_tile_stats' 2 x BR values) into rows 2 buf and 2 buf + 1 of statsf
-    (flat), by the copy engine: one thread issues the D / 64 boxes of each (tensor maps over (batch x head, query,
-    column)) and the statistics' bulk copy, counted on full[buf]; queries past lq land as zeros."""
+    """The BR queries from q0 of Q and dO of (batch, head) row block bh into buffer buf of the fused backward's sq and
+    sdo (flat: sqf, sdof), and their statistics (flash_bwd_tile_stats' 2 x BR values) into rows 2 buf and 2 buf + 1
+    of statsf (flat), by the copy engine, issued by the calling thread: the D / 64 boxes of each (tensor maps over
+    (batch x head, query, column)) and the statistics' bulk copy, counted on full[buf]; queries past lq land as
+    zeros."""
     TILE: Const[int] = BR * D
-    if tx == 0:
-        bh = base // lq
-        mbarrier_arrive_expect_tx(full, buf, 4 * TILE + 8 * BR)
-        for p in static_range(D // 64):
-            cp_async_bulk_tensor(sqf, buf * TILE + p * BR * 64, qmap, (bh, q0, p * 64), full, buf)
-            cp_async_bulk_tensor(sdof, buf * TILE + p * BR * 64, domap, (bh, q0, p * 64), full, buf)
-        cp_async_bulk(statsf, buf * 2 * BR, tile_stats, (i64(bh) * cdiv(lq, BR) + q0 // BR) * 2 * BR, 8 * BR, full,
-                      buf)
+    mbarrier_arrive_expect_tx(full, buf, 4 * TILE + 8 * BR)
+    for p in static_range(D // 64):
+        cp_async_bulk_tensor(sqf, buf * TILE + p * BR * 64, qmap, (bh, q0, p * 64), full, buf)
+        cp_async_bulk_tensor(sdof, buf * TILE + p * BR * 64, domap, (bh, q0, p * 64), full, buf)
+    cp_async_bulk(statsf, buf * 2 * BR, tile_stats, (i64(bh) * cdiv(lq, BR) + q0 // BR) * 2 * BR, 8 * BR, full, buf)
 
 
 def fused_smem(d: int, wgs: int) -> int:
@@ -1336,25 +1341,28 @@ def fused_backward():
         b, kbase, k0, first, per_head, steps, head0 = key_block(lq, lk, heads, group, BK, BR, CAUSAL)
         key0 = k0 + warp * 16 + lane // 4   # this lane's keys: key0 and key0 + 8
         lq_pad = cdiv(lq, BR) * BR
-        if tx == 0:
+        if tx == THREADS - 1:   # the reducer (add_dq_tile) issues every copy: past its barrier a buffer is free
             mbarrier_init(full, 0, 1)
             mbarrier_init(full, 1, 1)
+            if steps > 0:
+                fetch_query_tiles(q, do, tile_stats, sqf, sdof, statsf, full, 0, head0, first * BR, lq, BR, D)
         load_panels(k, sk, 0, kbase, k0, lk, BK, D, THREADS)
         load_panels(v, sv, 0, kbase, k0, lk, BK, D, THREADS)
         cp_commit()
-        if steps > 0:
-            fetch_query_tiles(q, do, tile_stats, sqf, sdof, statsf, full, 0, head0 * lq, first * BR, lq, BR, D)
         zero(dk_acc, D)
         zero(dv_acc, D)
-        publish_tiles()   # K, V, the statistics and the barriers in place for every thread
+        publish_tiles()   # K, V and the barriers in place for every thread
         step = 0
         if steps > 0:   # causal keys after every query have no gradient (steps <= 0: zeros)
             while True:   # over (query head, query tile) of the group
-                buf, bh, q0, nbase, nq0 = query_step(step, head0, first, per_head, lq, BR)
-                # the tiles landed; the last step's end (add_dq_tile) had every wgmma that read the refilled buffer done
-                mbarrier_wait(full, buf, step // 2 % 2)
-                if step + 1 < steps:
-                    fetch_query_tiles(q, do, tile_stats, sqf, sdof, statsf, full, 1 - buf, nbase, nq0, lq, BR, D)
+                buf = step % 2
+                bh, q0 = step_tile(step, head0, first, per_head, BR)
+                mbarrier_wait(full, buf, step // 2 % 2)   # this step's Q, dO and statistics landed
+                # the next step's into the other buffer: the reducer passed the last step's add_dq_tile barrier, so
+                # every warp has retired the wgmmas that read it (thread 0, which had not, raced them at 05dcf19)
+                if tx == THREADS - 1 and step + 1 < steps:
+                    nbh, nq0 = step_tile(step + 1, head0, first, per_head, BR)
+                    fetch_query_tiles(q, do, tile_stats, sqf, sdof, statsf, full, 1 - buf, nbh, nq0, lq, BR, D)
                 # S^T, dP^T and dQ start afresh each step: their registers are free between uses (dK and dV hold
                 # 128 a thread at head dim 128)
                 wgmma_discard(st, dpt, dq)
@@ -1382,7 +1390,7 @@ def fused_backward():
                 if tx == THREADS - 1:
                     cp_async_bulk_wait_read(0)   # the last step's dQ tile has left sdq (the reducer's group)
                 fence_proxy_async()
-                syncthreads()   # every warpgroup's dS^T (for dQ), the next step's statistics, sdq free
+                syncthreads()   # every warpgroup's dS^T (for dQ), sdq free
                 if not RS:
                     weights_times_values(dv_acc, spt, pa, wg, sdo, buf * DP, D, BR, RS)
                     wgmma_rows_mn(dk_acc, sdst, buf, wg * 64, sq, buf * DP, D, BR, BR)

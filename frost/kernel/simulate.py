@@ -207,7 +207,10 @@ class SharedArray(SimArray):
     def st(self, i, v):
         SimArray.st(self, i, v)
         i = int(i)
-        self.block.touch(self, self.base + i * self.strides[0], _WRITE, i)
+        address = self.base + i * self.strides[0]
+        if self.block.wgmmas_in_flight or self.block.wgmma_retired:
+            self.block.check_not_wgmma_operand(address, self.data.itemsize, f"a store to {self.name}[{i}]")
+        self.block.touch(self, address, _WRITE, i)
 
     def ldn(self, idx):
         idx = self._index(idx)
@@ -217,7 +220,10 @@ class SharedArray(SimArray):
     def stn(self, idx, v):
         idx = self._index(idx)
         self.data[idx] = v
-        self.block.touch(self, self._address(idx), _WRITE, idx)
+        address = self._address(idx)
+        if self.block.wgmmas_in_flight or self.block.wgmma_retired:
+            self.block.check_not_wgmma_operand(address, self.data.itemsize, f"a store to {self.name}{list(idx)}")
+        self.block.touch(self, address, _WRITE, idx)
 
     def atomic(self, idx, op, v, v2=None):
         old = SimArray.atomic(self, idx, op, v, v2)
@@ -232,6 +238,9 @@ class SharedArray(SimArray):
 
     def st4(self, i, *values, what="store4"):
         SimArray.st4(self, i, *values, what=what)
+        if self.block.wgmmas_in_flight or self.block.wgmma_retired:
+            self.block.check_not_wgmma_operand(self._address((int(i),)), self.data.itemsize * len(values),
+                                               f"a {what} to {self.name}[{int(i)}]")
         self.track_span((int(i),), len(values), _WRITE)
 
     def track_span(self, idx, count, kind, thread=None, at=None) -> None:
@@ -771,6 +780,13 @@ class Block:
         # the kernel uses named barriers, which order only some threads: the race detector keeps every access
         self.partial = named_barriers
         self.cell = _OrderedCell if named_barriers else _Cell   # what a first access since a barrier records
+        # shared address -> how many wgmmas in flight read the byte there (issued, not yet retired by any thread)
+        self.wgmma_reading: np.ndarray | None = None
+        self.wgmmas_in_flight = 0
+        # wgmmas retired since the block's last barrier, and the bytes they read: a write there must be ordered after
+        # one of the wgmma_waits that retired the wgmma (check_not_wgmma_operand)
+        self.wgmma_retired: list = []
+        self.wgmma_retired_reading: np.ndarray | None = None
 
     def add_static(self, data: np.ndarray) -> int:
         """Place a static shared array after the others; its shared address."""
@@ -787,6 +803,9 @@ class Block:
         mbarriers the record is kept and the threads' clocks joined instead, since a barrier does not wait for the
         copy engine: a bulk copy's landing, before or after the barrier, stays unordered until its phase is
         waited for."""
+        if self.wgmma_retired:   # every retire so far is now ordered before every thread's next access
+            self.wgmma_retired.clear()
+            self.wgmma_retired_reading.fill(0)
         if self.mbars:
             joined: dict = {}
             for th in threads:
@@ -796,6 +815,60 @@ class Block:
                 th.epoch += 1
         elif self.cells:
             self.cells.clear()
+
+    def _count_reads(self, counts: np.ndarray | None, addresses: list, delta: int) -> np.ndarray:
+        """counts (shared address -> wgmmas reading the byte), grown to the block's shared memory, plus delta for each
+        byte of the operands' 16-bit elements (each array's addresses unique within it)."""
+        if counts is None or counts.size < self.top:
+            grown = np.zeros(max(self.top, 1), np.int32)
+            if counts is not None:
+                grown[:counts.size] = counts
+            counts = grown
+        for a in addresses:
+            flat = a.reshape(-1)
+            flat = flat[(flat >= 0) & (flat + 1 < counts.size)]   # outside: read_u16 names the error
+            counts[flat] += delta
+            counts[flat + 1] += delta
+        return counts
+
+    def wgmma_issued(self, op: "WgmmaOp") -> None:
+        """A wgmma is in flight: from its issue until the first wgmma_wait that retires it its operands must not
+        change (the simulator reads them then, the hardware any time until then)."""
+        self.wgmma_reading = self._count_reads(self.wgmma_reading, op.reads, 1)
+        self.wgmmas_in_flight += 1
+
+    def wgmma_retired_by(self, op: "WgmmaOp", thread) -> None:
+        """`thread`'s wgmma_wait retires op: a write to its operands is ordered after this (check_not_wgmma_operand)
+        where the writer is the thread, or has passed a barrier since (a full one clears the record)."""
+        if not op.retirers:
+            self.wgmma_reading = self._count_reads(self.wgmma_reading, op.reads, -1)
+            self.wgmmas_in_flight -= 1
+            self.wgmma_retired_reading = self._count_reads(self.wgmma_retired_reading, op.reads, 1)
+            self.wgmma_retired.append(op)
+        op.retirers.append((thread, thread.epoch))
+
+    def check_not_wgmma_operand(self, address: int, nbytes: int, what: str) -> None:
+        """A write of nbytes at a shared address (or a copy issued to land there, which may be any time from the
+        issue) that a wgmma reads is an error unless the writer is ordered after a wgmma_wait that retired it: PTX
+        lets the hardware read wgmma's shared operands until the wgmma completes."""
+        end = address + nbytes
+        if self.wgmmas_in_flight and self.wgmma_reading[address:end].any():
+            raise _OutOfBounds(f"{what} writes shared address {address:#x} ({nbytes} bytes), an operand of a wgmma "
+                               "no thread has retired yet (PTX: wgmma's shared operands must not change until it "
+                               "completes; wgmma_wait in every warpgroup that reads them, then a barrier, first)")
+        if not self.wgmma_retired or not self.wgmma_retired_reading[address:end].any():
+            return
+        writer = self.current
+        for op in self.wgmma_retired:
+            if not any(((a >= address - 1) & (a < end)).any() for a in op.reads):
+                continue
+            if not any(t is writer or writer.vc.get(t.linear, -1) >= epoch for t, epoch in op.retirers):
+                t = op.retirers[0][0]
+                raise _Race(f"{what} writes shared address {address:#x} ({nbytes} bytes), an operand of a wgmma that "
+                            f"{_describe(t)} retired with wgmma_wait, but nothing orders this write after any "
+                            "wgmma_wait that retired it (a barrier with a thread that waited for it, or waiting for "
+                            "it in this thread; PTX: wgmma's shared operands must not change until it completes)",
+                            writer)
 
     def touch(self, arr: SharedArray, address: int, kind: str, idx, thread=None, at=None, offset: int = 0) -> None:
         """Record an access to the shared address (arr[idx], the last index plus offset) by `thread` (the running
@@ -902,6 +975,7 @@ class Thread:
                 if named and not any(acc is a for a in named):
                     raise _OutOfBounds(f"wgmma_wait: it retires a wgmma into {acc.name!r}, which it does not name "
                                        "among the accumulators to fence (name it, or name none to fence them all)")
+                self.block.wgmma_retired_by(op, self)
                 op.retire(self.linear % 128)
         self.wg_fenced = False  # the accumulators may be touched now: the next wgmma needs a wgmma_fence first
 
@@ -930,6 +1004,9 @@ class Thread:
     def cp_async(self, dst, didx, src, sidx):
         count = 16 // dst.data.dtype.itemsize
         d = dst.span(didx, count)
+        if self.block.wgmmas_in_flight or self.block.wgmma_retired:
+            self.block.check_not_wgmma_operand(self.block.address(dst, tuple(int(k) for k in didx)), 16,
+                                               f"cp_async16 into {dst.name}")
         s = src.span(sidx, count)
         self.pending.append((d, s, dst, didx))
         if isinstance(src, SharedArray):
@@ -1019,6 +1096,8 @@ class Thread:
         completes. The copy engine writes as a thread of its own, after what the issuing thread did before issuing;
         a waiter of the phase is ordered after the landing only (PTX: complete-tx orders nothing else of the
         issuer's)."""
+        if self.block.wgmmas_in_flight or self.block.wgmma_retired:   # the copy engine may write from the issue on
+            self.block.check_not_wgmma_operand(self.block.address(dst, (didx,)), nbytes, f"{op} into {dst.name}")
         bar = self._mbarrier(bars, i, op, _ATOMIC)
         engine = _CopyEngine(self, _caller_line(), op)
         bar.copies.append((d, source, dst, didx, engine))
@@ -1218,6 +1297,9 @@ class WgmmaOp:
         # operation is retired); None when A is in shared memory
         self.a_frags = a_frags
         self.prod = None
+        self.reads = [self.b_addresses(desc_b, n)] + ([] if a_frags is not None else [self.a_addresses(desc_a, 64)])
+        self.retirers: list = []   # (thread, its epoch) of each wgmma_wait that retired it
+        block.wgmma_issued(self)   # Block.check_not_wgmma_operand guards the operands from writes
 
     def product(self) -> np.ndarray:
         """A[64, 16] @ B[N, 16]^T from shared memory as it is when the first thread's wgmma_wait retires the
@@ -1226,8 +1308,8 @@ class WgmmaOp:
             if self.a_frags is not None:
                 a = wgmma_a_from_registers([at_issue for _, at_issue in self.a_frags])
             else:
-                a = self.block.read_u16(self.a_addresses(self.desc_a, 64)).view(ml_dtypes.bfloat16)
-            b = self.block.read_u16(self.b_addresses(self.desc_b, self.n)).view(ml_dtypes.bfloat16)
+                a = self.block.read_u16(self.reads[1]).view(ml_dtypes.bfloat16)
+            b = self.block.read_u16(self.reads[0]).view(ml_dtypes.bfloat16)
             self.prod = a.astype(np.float64) @ b.astype(np.float64).T
         return self.prod
 

@@ -416,6 +416,7 @@ FUSED_IDS = ["keys", "keys_rs", "overlapped", "overlapped_smem"]
     (1, 1, 1, 80, 80, True, False, 0.3, 1, 64),     # dropout
     (1, 2, 1, 70, 40, True, False, 0.0, 1, 128),    # head dim 128: two K panels; GQA; Lq > Lk
     (1, 1, 1, 65, 65, False, False, 0.0, 2, 128),   # two warpgroups, each half of dQ's 128 columns
+    (1, 2, 1, 130, 70, False, False, 0.0, 2, 64),   # two warpgroups, six steps: each buffer refilled twice
 ])
 @pytest.mark.parametrize("setting", FUSED_SETTINGS, ids=FUSED_IDS)
 def test_fused_backward_matches_float64_and_the_mma_backward(b, hq, hkv, lq, lk, causal, masked, drop_p, wgs, d,

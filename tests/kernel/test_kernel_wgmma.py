@@ -4,10 +4,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from frost.kernel import (K_MAJOR, MN_MAJOR, Array, Const, KernelError, SimulationError, bf16, device, dynamic_shared,
-                          f32, fence_proxy_async, i64, kernel, lane, local, shared, static_range, swizzle, syncthreads,
-                          tx, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence,
-                          wgmma_wait)
+from frost.kernel import (K_MAJOR, MN_MAJOR, Array, Const, KernelError, SimulationError, bf16, cp_async_bulk, device,
+                          dynamic_shared, f32, fence_proxy_async, i64, kernel, lane, local, mbarrier_arrive_expect_tx,
+                          mbarrier_init, mbarrier_wait, shared, static_range, swizzle, syncthreads, tx, wgmma_bf16,
+                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence, wgmma_wait)
 from frost.kernel.simulate import (decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index,
                                    wgmma_mn_operand_addresses, wgmma_operand_addresses)
 
@@ -341,9 +341,9 @@ def test_gpu_gemm_matches_cublas(cp, size, tiles):
     assert err < 1e-3, corner
 
 
-def test_shared_memory_is_read_when_the_wgmma_retires():
-    # overwriting an operand tile before wgmma_wait is a race on the GPU; the simulator reads the tile as late as
-    # the hardware may (at the wait), so a pipeline that refills a stage too early computes a visibly wrong result
+def test_a_store_into_an_operand_before_wgmma_wait_is_an_error():
+    # overwriting an operand tile before wgmma_wait is a race on the GPU (the hardware may read it until the wgmma
+    # completes): the simulator refuses the store, where it used to compute with the new tile
     @kernel
     def overwrite(c: Array[f32]):
         s = dynamic_shared(bf16, (64, 64))
@@ -359,9 +359,44 @@ def test_shared_memory_is_read_when_the_wgmma_retires():
         syncthreads()
         wgmma_wait(0)
         c[tx] = acc[0]
+    with pytest.raises(SimulationError, match=r"a store to .* writes shared address 0x0 \(2 bytes\), an operand of a "
+                                              r"wgmma no thread has retired yet"):
+        overwrite.simulate[1, 128, 64 * 64 * 2](np.zeros(128, np.float32))
+
+
+@kernel
+def copy_into_operand(g: Array[bf16], c: Array[f32], EARLY: Const[bool]):
+    """A bulk copy refills the tile a wgmma reads: after every thread's wgmma_wait and a barrier, or (EARLY) before."""
+    s = dynamic_shared(bf16, (64, 64))
+    flat = dynamic_shared(bf16, (64 * 64,))
+    bar = shared(i64, 1)
+    fill(s, 1.0)
+    if tx == 0:
+        mbarrier_init(bar, 0, 1)
+    syncthreads()
+    acc = local(f32, 4)
+    wgmma_fence()
+    d = wgmma_desc(s, (0, 0), 128)
+    wgmma_bf16(acc, d, d, 8, 0)
+    wgmma_commit()
+    if not EARLY:
+        wgmma_wait(0)
+        syncthreads()
+    if tx == 0:
+        mbarrier_arrive_expect_tx(bar, 0, 64 * 64 * 2)
+        cp_async_bulk(flat, 0, g, 0, 64 * 64 * 2, bar, 0)
+    mbarrier_wait(bar, 0, 0)
+    wgmma_wait(0)
+    c[tx] = acc[0]
+
+
+def test_a_copy_into_an_operand_before_wgmma_wait_is_an_error():
+    g = np.full(64 * 64, 2.0, ml_dtypes.bfloat16)
     c = np.zeros(128, np.float32)
-    overwrite.simulate[1, 128, 64 * 64 * 2](c)
-    np.testing.assert_array_equal(c, 64.0)   # 16 products of 2 * 2, not 16 of 1 * 1
+    copy_into_operand.simulate[1, 128, 64 * 64 * 2](g, c, EARLY=False)
+    np.testing.assert_array_equal(c, 16.0)   # the product of the first tile: 16 products of 1 * 1
+    with pytest.raises(SimulationError, match=r"cp_async_bulk into .* an operand of a wgmma no thread has retired"):
+        copy_into_operand.simulate[1, 128, 64 * 64 * 2](g, c, EARLY=True)
 
 
 # -- A from registers (wgmma_bf16_rs) -------------------------------------------------------------------------
