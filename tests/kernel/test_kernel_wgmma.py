@@ -258,16 +258,23 @@ def no_fence(c: Array[f32]):
     c[tx] = acc[0]
 
 
-@kernel
-def no_wait(c: Array[f32]):
-    s = dynamic_shared(bf16, (64, 64))
+@device
+def ones_product(s: Array[bf16, 2], acc):
+    """s filled with ones, then, once every thread's part is in, acc = s[0:64, 0:16] @ s[0:8, 0:16]^T issued as one
+    wgmma group (the caller waits)."""
     fill(s, 1.0)
     syncthreads()
-    acc = local(f32, 4)
     wgmma_fence()
     d = wgmma_desc(s, (0, 0), 128)
     wgmma_bf16(acc, d, d, 8, 0)
     wgmma_commit()
+
+
+@kernel
+def no_wait(c: Array[f32]):
+    s = dynamic_shared(bf16, (64, 64))
+    acc = local(f32, 4)
+    ones_product(s, acc)
 
 
 def test_simulator_checks_fence_wait_and_warpgroup():
@@ -347,13 +354,8 @@ def test_a_store_into_an_operand_before_wgmma_wait_is_an_error():
     @kernel
     def overwrite(c: Array[f32]):
         s = dynamic_shared(bf16, (64, 64))
-        fill(s, 1.0)
-        syncthreads()
         acc = local(f32, 4)
-        wgmma_fence()
-        d = wgmma_desc(s, (0, 0), 128)
-        wgmma_bf16(acc, d, d, 8, 0)
-        wgmma_commit()
+        ones_product(s, acc)
         syncthreads()
         fill(s, 2.0)
         syncthreads()
@@ -370,15 +372,10 @@ def copy_into_operand(g: Array[bf16], c: Array[f32], EARLY: Const[bool]):
     s = dynamic_shared(bf16, (64, 64))
     flat = dynamic_shared(bf16, (64 * 64,))
     bar = shared(i64, 1)
-    fill(s, 1.0)
+    acc = local(f32, 4)
     if tx == 0:
         mbarrier_init(bar, 0, 1)
-    syncthreads()
-    acc = local(f32, 4)
-    wgmma_fence()
-    d = wgmma_desc(s, (0, 0), 128)
-    wgmma_bf16(acc, d, d, 8, 0)
-    wgmma_commit()
+    ones_product(s, acc)   # its barrier publishes the mbarrier too
     if not EARLY:
         wgmma_wait(0)
         syncthreads()
