@@ -513,6 +513,15 @@ def write_rows(o, lse, acc, m, lsum, obase: i32, ost: i32, lbase: i32, row0: i32
 
 
 # ------------------------------------------------------------------ kernels, one set per element type
+@device
+def row_dot(o, do, row: i32, D: Const[int]) -> f32:
+    """sum over the head dim of dO[row] * O[row] in float32, by the 32 lanes of a warp (every lane gets it)."""
+    acc = 0.0
+    for c in static_range(D // 32):
+        acc += f32(o[row, lane + 32 * c]) * f32(do[row, lane + 32 * c])
+    return warp_sum(acc)
+
+
 def _make_kernels(T):
     @kernel
     def flash_fwd(q: Array[T, 2], k: Array[T, 2], v: Array[T, 2], o: Array[T, 2], lse: Array[f32], kmask: Array[u8],
@@ -581,10 +590,7 @@ def _make_kernels(T):
             return
         bh = r // lq
         row = bh // heads * osb + bh % heads * osh + r % lq * ost
-        acc = 0.0
-        for c in static_range(D // 32):
-            acc += f32(o[row, lane + 32 * c]) * f32(do[row, lane + 32 * c])
-        acc = warp_sum(acc)
+        acc = row_dot(o, do, row, D)
         if lane == 0:
             delta[r] = acc
 
@@ -756,8 +762,9 @@ def query_step(step: i32, head0: i32, first: i32, per_head: i32, lq: i32, BR: Co
                                                                                               i32):
     """A key block's step over (query head, query tile): (buffer, the head's (batch, head) row block, the first query,
     the next step's head rows and first query)."""
-    return (step % 2, head0 + step // per_head, (first + step % per_head) * BR,
-            (head0 + (step + 1) // per_head) * lq, (first + (step + 1) % per_head) * BR)
+    bh, q0 = step_tile(step, head0, first, per_head, BR)
+    nbh, nq0 = step_tile(step + 1, head0, first, per_head, BR)
+    return step % 2, bh, q0, nbh * lq, nq0
 
 
 @device
@@ -1437,10 +1444,7 @@ def fused_backward():
             query = bx * 64 + r
             acc = 0.0
             if query < lq:   # the same for the whole warp
-                row = bh * lq + query
-                for c in static_range(D // 32):
-                    acc += f32(o[row, lane + 32 * c]) * f32(do[row, lane + 32 * c])
-                acc = warp_sum(acc)
+                acc = row_dot(o, do, bh * lq + query, D)
             if lane == 0:
                 tile_stats[at + r] = saved_lse(lse, bh * lq + query, bh * lq + lq)
                 tile_stats[at + 64 + r] = acc

@@ -208,7 +208,7 @@ class SharedArray(SimArray):
         SimArray.st(self, i, v)
         i = int(i)
         address = self.base + i * self.strides[0]
-        if self.block.wgmmas_in_flight or self.block.wgmma_retired:
+        if self.block.guards_wgmma_operands:
             self.block.check_not_wgmma_operand(address, self.data.itemsize, f"a store to {self.name}[{i}]")
         self.block.touch(self, address, _WRITE, i)
 
@@ -221,7 +221,7 @@ class SharedArray(SimArray):
         idx = self._index(idx)
         self.data[idx] = v
         address = self._address(idx)
-        if self.block.wgmmas_in_flight or self.block.wgmma_retired:
+        if self.block.guards_wgmma_operands:
             self.block.check_not_wgmma_operand(address, self.data.itemsize, f"a store to {self.name}{list(idx)}")
         self.block.touch(self, address, _WRITE, idx)
 
@@ -238,7 +238,7 @@ class SharedArray(SimArray):
 
     def st4(self, i, *values, what="store4"):
         SimArray.st4(self, i, *values, what=what)
-        if self.block.wgmmas_in_flight or self.block.wgmma_retired:
+        if self.block.guards_wgmma_operands:
             self.block.check_not_wgmma_operand(self._address((int(i),)), self.data.itemsize * len(values),
                                                f"a {what} to {self.name}[{int(i)}]")
         self.track_span((int(i),), len(values), _WRITE)
@@ -847,6 +847,12 @@ class Block:
             self.wgmma_retired.append(op)
         op.retirers.append((thread, thread.epoch))
 
+    @property
+    def guards_wgmma_operands(self) -> bool:
+        """Whether a write to shared memory needs check_not_wgmma_operand (a wgmma in flight, or retired since the
+        last barrier): asked before building the check's arguments, which would cost every simulated store."""
+        return bool(self.wgmmas_in_flight or self.wgmma_retired)
+
     def check_not_wgmma_operand(self, address: int, nbytes: int, what: str) -> None:
         """A write of nbytes at a shared address (or a copy issued to land there, which may be any time from the
         issue) that a wgmma reads is an error unless the writer is ordered after a wgmma_wait that retired it: PTX
@@ -1004,7 +1010,7 @@ class Thread:
     def cp_async(self, dst, didx, src, sidx):
         count = 16 // dst.data.dtype.itemsize
         d = dst.span(didx, count)
-        if self.block.wgmmas_in_flight or self.block.wgmma_retired:
+        if self.block.guards_wgmma_operands:
             self.block.check_not_wgmma_operand(self.block.address(dst, tuple(int(k) for k in didx)), 16,
                                                f"cp_async16 into {dst.name}")
         s = src.span(sidx, count)
@@ -1096,7 +1102,7 @@ class Thread:
         completes. The copy engine writes as a thread of its own, after what the issuing thread did before issuing;
         a waiter of the phase is ordered after the landing only (PTX: complete-tx orders nothing else of the
         issuer's)."""
-        if self.block.wgmmas_in_flight or self.block.wgmma_retired:   # the copy engine may write from the issue on
+        if self.block.guards_wgmma_operands:   # the copy engine may write from the issue on
             self.block.check_not_wgmma_operand(self.block.address(dst, (didx,)), nbytes, f"{op} into {dst.name}")
         bar = self._mbarrier(bars, i, op, _ATOMIC)
         engine = _CopyEngine(self, _caller_line(), op)
