@@ -720,6 +720,25 @@ def test_the_registered_path_behind_sdpa_matches_float64_and_composed(table, cau
         assert_close(name, got.detach().numpy(), ref, comp, UNIT["bfloat16"])
 
 
+def test_tile_stats_match_numpy():
+    """flash_bwd_tile_stats, the fused backward's statistics, against NumPy: for each 64-query tile of each
+    (batch, head), the log-sum-exps in log2 units (+inf for a row that saw no key: its -inf would make exp2 NaN) and
+    then rowsum(dO * O), zeros for the queries past the end."""
+    rng = np.random.default_rng(7)
+    bh, lq, d, tiles = 6, 70, 64, 2   # batch x heads rows of 70 queries: the second tile has 6
+    o, do = (rng.standard_normal((bh * lq, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    lse = rng.standard_normal(bh * lq).astype(np.float32)
+    lse[5] = -np.inf
+    got = np.full(bh * tiles * 128, np.nan, np.float32)
+    fa.fused_backward()[2].simulate[(tiles, 3, 2), 256](o, do, lse, got, lq, D=d)
+    log2 = np.where(lse == -np.inf, np.inf, lse.astype(np.float64) * fa.LOG2E)
+    delta = (o.astype(np.float64) * do.astype(np.float64)).sum(axis=1)
+    want = np.zeros((bh, 2, tiles * 64))
+    want[:, 0, :lq], want[:, 1, :lq] = log2.reshape(bh, lq), delta.reshape(bh, lq)
+    want = want.reshape(bh, 2, tiles, 64).transpose(0, 2, 1, 3)   # per tile: 64 log-sum-exps, then 64 deltas
+    np.testing.assert_allclose(got.reshape(bh, tiles, 2, 64), want, rtol=1e-6, atol=1e-5)
+
+
 def test_fused_backward_refuses_what_it_does_not_take(monkeypatch):
     rng = np.random.default_rng(3)
     q, k, v, do = inputs(rng, 1, 1, 1, 16, 16, 64, "float16")
