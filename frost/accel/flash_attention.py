@@ -95,7 +95,7 @@ from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_syn
 from frost.kernel.compile import device_arch, has_mma
 from frost.kernel.tma import tensor_map
 from frost.accel.philox import philox4x32, philox_block
-from frost.tensor import Tensor, from_op
+from frost.tensor import Tensor, capturing, from_op
 
 LOG2E = math.log2(math.e)
 HOPPER_SHARED_BYTES = 227 * 1024   # a block's dynamic shared memory on sm_90
@@ -1581,8 +1581,25 @@ def output_blhd(xp, p: "Problem", dtype):
     return xp.empty((p.batch, p.lq, p.heads, p.d), dtype).transpose(0, 2, 1, 3)
 
 
+_constants: dict = {}   # (device, what) -> a small read-only array the kernels take where there is nothing to pass
+
+
+def _constant(xp, what: str, make):
+    """make(xp), made once a GPU (creating it launched a fill kernel at every attention call); NumPy's each time, and
+    during a capture (whose memory is the graph's, freed with it)."""
+    if xp is np or capturing():
+        return make(xp)
+    key = (xp.cuda.Device().id, what)
+    a = _constants.get(key)
+    if a is None:
+        a = _constants[key] = make(xp)
+    return a
+
+
 def _kmask(xp, mask):
-    return xp.ones(1, np.uint8) if mask is None else xp.ascontiguousarray(mask).astype(np.uint8).reshape(-1)
+    if mask is None:   # no key-padding mask: a stub the kernels do not read (MASKED=0)
+        return _constant(xp, "no mask", lambda xp: xp.ones(1, np.uint8))
+    return xp.ascontiguousarray(mask).astype(np.uint8).reshape(-1)
 
 
 def _rng(xp, p: Problem, rng):
@@ -1590,7 +1607,7 @@ def _rng(xp, p: Problem, rng):
     if rng is None:
         if p.dropout_p > 0.0:
             raise ValueError("flash_attention: dropout needs the generator state its mask is drawn from (rng)")
-        return xp.zeros(4, np.uint32)
+        return _constant(xp, "no dropout", lambda xp: xp.zeros(4, np.uint32))
     if tuple(rng.shape) != (4,) or rng.dtype != np.uint32:
         raise ValueError(f"flash_attention: rng must be 4 uint32 words, got {rng.dtype} {tuple(rng.shape)}")
     return rng

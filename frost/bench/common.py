@@ -260,6 +260,7 @@ def _nvtx_range(name: str):
 def seconds_per_call(fn: Callable[[], object], synchronize: Callable[[], object], iters: int, warmup: int) -> float:
     """The mean wall time of `iters` calls of fn after `warmup` untimed ones, the device synchronized before each
     clock read only: the calls queue back to back, as in a training loop."""
+    _check_iters("seconds_per_call", iters)
     for _ in range(warmup):
         fn()
     watch = Stopwatch(synchronize)
@@ -276,6 +277,7 @@ def steady_seconds_per_call(fn: Callable[[], object], synchronize: Callable[[], 
     what a timed loop pays once (the first call's host time, before the device has work, and the synchronization),
     which seconds_per_call spreads over its calls: with 5 calls of 1 ms on the device and 0.3 ms of host time each,
     6 %. A kernel's time where the host keeps ahead of the device; the host's time a call where it does not."""
+    _check_iters("steady_seconds_per_call", iters)
     for _ in range(warmup):
         fn()
     watch = Stopwatch(synchronize)
@@ -287,6 +289,11 @@ def steady_seconds_per_call(fn: Callable[[], object], synchronize: Callable[[], 
         return watch.now() - t0
     once = timed(iters)
     return (timed(2 * iters) - once) / iters
+
+
+def _check_iters(what: str, iters: int) -> None:
+    if iters < 1:
+        raise ValueError(f"{what}: iters (the timed calls, --iters) must be at least 1, got {iters}")
 
 
 def require_cuda(script: str) -> None:

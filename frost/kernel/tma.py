@@ -30,6 +30,8 @@ DATA_TYPES = {"u8": 0, "u32": 2, "i32": 3, "i64": 5, "f16": 6, "f32": 7, "f64": 
 L2_PROMOTION_128B = 2   # CU_TENSOR_MAP_L2_PROMOTION_L2_128B: what CUTLASS's TMA loads ask for
 MAX_BOX = 256
 MAP_BYTES = 128
+_ENCODED_KEPT = 256   # encoded maps remembered (oldest forgotten first)
+_encoded: dict = {}   # (address, shape, strides, box, swizzle, element) -> the 128 bytes
 
 
 class TensorMap:
@@ -130,7 +132,19 @@ def _encode_tiled():
 
 
 def _encode(what: str, a, box: tuple, swizzle: int, elem: Scalar) -> bytes:
-    """The CUtensorMap (128 bytes) from the driver; its dimensions innermost first, as the driver counts them."""
+    """The CUtensorMap (128 bytes) from the driver; its dimensions innermost first, as the driver counts them. The
+    same memory in the same layout and box gives the same bytes: they are remembered (a flash attention call maps K
+    and V each time, and the driver's encode through ctypes cost more host time than a short kernel runs)."""
+    key = (_address(a), a.shape, a.strides, box, swizzle, elem.name)
+    encoded = _encoded.get(key)
+    if encoded is None:
+        encoded = _encoded[key] = _encode_new(what, a, box, swizzle, elem)
+        while len(_encoded) > _ENCODED_KEPT:
+            _encoded.pop(next(iter(_encoded)))
+    return encoded
+
+
+def _encode_new(what: str, a, box: tuple, swizzle: int, elem: Scalar) -> bytes:
     encode = _encode_tiled()
     if encode is None:
         raise RuntimeError(f"{what}: this CUDA driver has no cuTensorMapEncodeTiled (CUDA 12 and a Hopper GPU "

@@ -792,3 +792,13 @@ def test_fused_backward_compiles_for_sm90a_and_its_default_does_not_spill(d, tmp
         assert "C7515" not in info["log"] and "cp.reduce.async.bulk" in info["ptx"]
     assert convert.inspect("sm_90", D=d, WGS=wgs)["spill_stores"] == 0
     assert tile_stats.inspect("sm_90", D=d)["spill_stores"] == 0
+
+
+@pytest.mark.cuda
+def test_gpu_the_stubs_for_no_mask_and_no_dropout_are_made_once_a_device():
+    cp = pytest.importorskip("cupy")
+    p = fa.Problem(1, 1, 1, 64, 64, 64, False, 0.125, False)
+    mask, state = fa._kmask(cp, None), fa._rng(cp, p, None)
+    assert fa._kmask(cp, None) is mask and fa._rng(cp, p, None) is state
+    assert cp.asnumpy(state).tolist() == [0, 0, 0, 0] and mask.dtype == np.uint8
+    assert fa._kmask(np, None) is not fa._kmask(np, None)   # the simulator's are its own each call

@@ -176,3 +176,11 @@ def test_steady_seconds_per_call_leaves_out_what_a_timed_loop_pays_once(monkeypa
     events.clear()
     assert common.steady_seconds_per_call(call, sync, iters=4, warmup=1) == 1.0
     assert events == ["call"] + ["sync"] + ["call"] * 4 + ["sync"] * 2 + ["call"] * 8 + ["sync"]
+
+
+@pytest.mark.parametrize("timer", [common.seconds_per_call, common.steady_seconds_per_call])
+def test_timing_without_a_timed_call_is_refused_by_name(timer):
+    calls = []
+    with pytest.raises(ValueError, match=rf"{timer.__name__}: iters .*--iters.* at least 1, got 0"):
+        timer(lambda: calls.append(1), lambda: None, iters=0, warmup=2)
+    assert calls == []   # refused before any warm-up call

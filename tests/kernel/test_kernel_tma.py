@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from frost.kernel import tma
 from frost.kernel import (Array, Const, KernelError, SimulationError, TensorMap, bf16, cp_async_bulk_tensor, device,
                           dynamic_shared, f32, i32, i64, kernel, mbarrier_arrive_expect_tx, mbarrier_init,
                           mbarrier_wait, shared, syncthreads, tensor_map, tx)
@@ -208,3 +209,44 @@ def test_gpu_a_box_lands_as_the_simulator_lands_it(box, coords, swizzle):
     strided = cp.asarray(sample((30, 3, 64))).transpose(1, 0, 2)
     got = run_copy(cp, strided, (1, 16, 64), (2, 7, 0), 128)
     np.testing.assert_array_equal(got, placed(cp.asnumpy(strided), (1, 16, 64), (2, 7, 0), 128))
+
+
+class _DeviceArray:
+    """What tensor_map reads of a CuPy array (shape, strides, dtype, device address), without a GPU."""
+
+    def __init__(self, shape, address):
+        self.shape, self.dtype, self.ndim = shape, np.dtype(ml_dtypes.bfloat16), len(shape)
+        self.strides = tuple(int(np.prod(shape[i + 1:])) * 2 for i in range(len(shape)))
+        self.__cuda_array_interface__ = {"data": (address, False), "shape": shape}
+
+
+def test_an_encoded_map_is_remembered_for_the_same_memory_layout_and_box(monkeypatch):
+    calls = []
+
+    def encode(what, a, box, swizzle, elem):
+        calls.append((a.__cuda_array_interface__["data"][0], box))
+        return bytes([len(calls)]) * 128
+
+    monkeypatch.setattr(tma, "_encode_new", encode)
+    monkeypatch.setattr(tma, "_encoded", {})
+    first = tensor_map(_DeviceArray((4, 64, 64), 1 << 20), (1, 64, 64))
+    again = tensor_map(_DeviceArray((4, 64, 64), 1 << 20), (1, 64, 64))
+    assert again.encoded == first.encoded and len(calls) == 1
+    tensor_map(_DeviceArray((4, 64, 64), 2 << 20), (1, 64, 64))      # other memory
+    tensor_map(_DeviceArray((4, 64, 64), 1 << 20), (1, 32, 64))      # another box
+    tensor_map(_DeviceArray((8, 32, 64), 1 << 20), (1, 32, 64))      # another shape
+    assert len(calls) == 4
+    monkeypatch.setattr(tma, "_ENCODED_KEPT", 2)
+    tensor_map(_DeviceArray((4, 64, 64), 3 << 20), (1, 64, 64))
+    assert len(tma._encoded) == 2 and (1 << 20, (4, 64, 64)) not in {k[:2] for k in tma._encoded}
+
+
+@pytest.mark.cuda
+def test_gpu_a_remembered_map_is_the_drivers_encoding():
+    cp = pytest.importorskip("cupy")
+    if cp.cuda.Device().compute_capability < "90":
+        pytest.skip("tensor maps need a Hopper GPU")
+    x = cp.asarray(sample((30, 3, 64))).transpose(1, 0, 2)
+    remembered = tensor_map(x, (1, 16, 64)).encoded
+    assert remembered == tensor_map(x, (1, 16, 64)).encoded
+    assert remembered == tma._encode_new("x", x, (1, 16, 64), 128, bf16)
