@@ -1706,7 +1706,9 @@ def kv_tensor_map(xp, a, p: Problem, bc: int):
     for i in (2, 1, 0):   # a dimension of one element is never stepped over: give it the stride C order would
         if a.shape[i] == 1:
             strides[i] = a.shape[i + 1] * strides[i + 1]
-    return tensor_map(xp.lib.stride_tricks.as_strided(a, a.shape, tuple(strides)), (1, 1, bc, 64))
+    if tuple(strides) != a.strides:
+        a = xp.lib.stride_tricks.as_strided(a, a.shape, tuple(strides))
+    return tensor_map(a, (1, 1, bc, 64))
 
 
 def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
