@@ -31,7 +31,7 @@ FUNCTIONS = ("cdiv", "len", "range", "grid", "static_range", "shared", "dynamic_
              "ldmatrix_x2_trans", "mma_16x8x16", "mma", "load4", "store4", "load2", "store2", "load8", "store8",
              "ldg", "ldg4",
              "launch_bounds", "wgmma_desc", "wgmma_discard", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_bf16",
-             "wgmma_bf16_rs",
+             "wgmma_bf16_rs", "wgmma_descriptors_from_bases",
              "fence_proxy_async")
 ALL_NAMES = INDEX_NAMES + MATH_1 + MATH_OTHER + VALUES + FUNCTIONS
 BUILTINS = {name: Builtin(name) for name in ALL_NAMES}

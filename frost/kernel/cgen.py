@@ -124,6 +124,19 @@ __device__ __forceinline__ long long frost_wgmma_desc(const void* p, unsigned lb
     unsigned long long a = (unsigned long long)((frost_smem_addr(p) & 0x3FFFFu) >> 4);
     return (long long)(a | ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16)
                          | ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32) | ((unsigned long long)mode << 62)); }
+// The descriptor of the tile at p inside the shared array at base. Every shared array starts on a 16-byte boundary
+// (dynamic_shared's offsets are multiples of 16, shared() arrays are aligned), so the start field may be the base's
+// plus (p - base) / 16: in a kernel that asks for it (wgmma_descriptors_from_bases()) the base's descriptor is then
+// computed once, outside the loops, and each tile's is one addition, as CUTLASS's descriptor iterators do, where
+// masking each tile's address takes five instructions and two moves; it holds the bases' descriptors in registers.
+__device__ __forceinline__ long long frost_wgmma_desc_in(const void* base, const void* p, unsigned lbo, unsigned sbo,
+                                                          unsigned mode) {
+#ifdef FROST_WGMMA_DESC_FROM_BASES
+    return frost_wgmma_desc(base, lbo, sbo, mode) + (long long)((unsigned)((const char*)p - (const char*)base) >> 4);
+#else
+    return frost_wgmma_desc(p, lbo, sbo, mode);
+#endif
+}
 """
 
 C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
@@ -339,7 +352,7 @@ class CGen(Builder):
         pass
 
     def omitted(self, expr) -> bool:
-        return _is_call_to(expr, "launch_bounds")
+        return _is_call_to(expr, "launch_bounds") or _is_call_to(expr, "wgmma_descriptors_from_bases")
 
     def assign(self, target, code: str) -> str:
         lhs = cname(target.id) if isinstance(target, ast.Name) else self.ex(target)
@@ -607,6 +620,8 @@ def module_source(kernel: Checked, devices: list[Checked]) -> str:
     """The whole translation unit: prelude, device functions (callees first), then the kernel."""
     parts = [PRELUDE]
     if kernel.uses_wgmma:
+        if kernel.wgmma_desc_from_bases:
+            parts.append("#define FROST_WGMMA_DESC_FROM_BASES 1")
         parts.append(WGMMA_PRELUDE)
     if kernel.uses_dyn_smem:  # 128-byte swizzles (wgmma's, TMA's) repeat every 1024 bytes: tiles start there
         align = 1024 if kernel.uses_wgmma or kernel.uses_tensor_maps else 16

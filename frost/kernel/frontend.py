@@ -89,6 +89,7 @@ class Checked:
         self.launch_bounds: tuple | None = None  # (max threads per block, min blocks per SM) from launch_bounds()
         self.vector_params: dict[str, int] = {}  # array parameter -> bytes per vector access (load4 of f32: 16)
         self.uses_wgmma = False  # uses a Hopper warpgroup instruction: compiled for sm_90a
+        self.wgmma_desc_from_bases = False  # wgmma_descriptors_from_bases(): a tile's descriptor = its array's + offset
         self.uses_tensor_maps = False  # cp_async_bulk_tensor: dynamic shared memory on a 1024-byte boundary
         self.needs_sm90a = False  # other Hopper-only instructions (setmaxnreg, mbarrier waits, bulk copies): sm_90a too
         self.uses_grid_sync = False  # waits for the whole grid (grid_sync): the simulator runs all blocks at once

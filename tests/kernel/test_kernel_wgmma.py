@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from frost.kernel import (K_MAJOR, MN_MAJOR, Array, Const, KernelError, SimulationError, bf16, cp_async_bulk, device,
-                          dynamic_shared, f32, fence_proxy_async, i64, kernel, lane, local, mbarrier_arrive_expect_tx,
-                          mbarrier_init, mbarrier_wait, shared, static_range, swizzle, syncthreads, tx, wgmma_bf16,
-                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence, wgmma_wait)
+                          dynamic_shared, f32, fence_proxy_async, i32, i64, kernel, lane, local,
+                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, shared, static_range, swizzle,
+                          syncthreads, tx, wgmma_bf16, wgmma_bf16_rs, wgmma_commit, wgmma_desc,
+                          wgmma_descriptors_from_bases, wgmma_discard, wgmma_fence, wgmma_wait)
 from frost.kernel.simulate import (decode_wgmma_desc, encode_wgmma_desc, wgmma_fragment_index,
                                    wgmma_mn_operand_addresses, wgmma_operand_addresses)
 
@@ -55,7 +56,62 @@ def test_wgmma_desc_builtin_in_a_kernel():
     assert bits[1] == encode_wgmma_desc(2 * 64 * 64 * 2 + 16, 16, 512, 64)   # mode 2 sets bit 63: negative as i64
     assert bits[2] == (16 << 16) | (8 << 32)
     src = descs.source
-    assert "frost_wgmma_desc(&s[1][8][16], 16u, 1024u, 1u)" in src and "__align__(1024)" in src
+    # a tile of a shared array: its address, or with wgmma_descriptors_from_bases() its array's descriptor + offset
+    assert "frost_wgmma_desc_in(s, &s[1][8][16], 16u, 1024u, 1u)" in src and "__align__(1024)" in src
+    assert "#define FROST_WGMMA_DESC_FROM_BASES" not in src
+
+
+@device
+def write_descs(out, s, t, u, panel: i32):
+    """Tiles' descriptors: constant and run-time offsets into two dynamic shared arrays and a static one."""
+    if tx == 0:
+        out[0] = wgmma_desc(s[0], (0, 0), 128)
+        out[1] = wgmma_desc(s[panel], (8, 16), 128)
+        out[2] = wgmma_desc(t, (0, 8), 64)
+        out[3] = wgmma_desc(s[panel], (40, 48), 128)
+        out[4] = wgmma_desc(s[0], (panel * 16, 0), 0, 256, 128)
+        out[5] = wgmma_desc(u[panel + 2], (16, 32), 128)
+
+
+@kernel
+def descs_from_addresses(out: Array[i64], panel: i32):
+    s = dynamic_shared(bf16, (2, 64, 64))
+    t = dynamic_shared(bf16, (8, 32), 2 * 64 * 64 * 2)
+    u = shared(bf16, (4, 64, 64))
+    write_descs(out, s, t, u, panel)
+
+
+@kernel
+def descs_from_bases(out: Array[i64], panel: i32):
+    wgmma_descriptors_from_bases()
+    s = dynamic_shared(bf16, (2, 64, 64))
+    t = dynamic_shared(bf16, (8, 32), 2 * 64 * 64 * 2)
+    u = shared(bf16, (4, 64, 64))
+    write_descs(out, s, t, u, panel)
+
+
+DESCS_SMEM = 2 * 64 * 64 * 2 + 8 * 32 * 2
+
+
+def test_descriptors_from_bases_is_the_kernels_choice():
+    plain, from_bases = descs_from_addresses.source, descs_from_bases.source
+    assert "#define FROST_WGMMA_DESC_FROM_BASES 1" in from_bases and "#define FROST_WGMMA_DESC_FROM_BASES" not in plain
+    for src in (plain, from_bases):   # the call sites are the same: the definition chooses
+        assert "frost_wgmma_desc_in(u, &u[(panel + 2)][16][32], 16u, 1024u, 1u)" in src
+    want = np.zeros(6, np.int64)
+    descs_from_bases.simulate[1, 32, DESCS_SMEM](want, 1)
+    assert decode_wgmma_desc(int(want.view(np.uint64)[1]))["start"] == 64 * 64 * 2 + 8 * 128 + 32
+    assert {"registers"} <= set(descs_from_bases.inspect("sm_90"))   # compiles for sm_90a
+
+
+def test_descriptors_from_bases_must_be_a_statement_of_the_kernel():
+    with pytest.raises(KernelError, match=r"wgmma_descriptors_from_bases\(\) must be a statement in the body of a "
+                                          r"kernel"):
+        @kernel
+        def nested(out: Array[i64]):
+            if tx == 0:
+                wgmma_descriptors_from_bases()
+        nested.source  # noqa: B018
 
 
 def test_128b_swizzle_addresses_are_frost_swizzle():
@@ -319,6 +375,23 @@ def cp():
 
 def _bits(cp, x):
     return cp.asarray(np.ascontiguousarray(x).view(np.uint16))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kern", [descs_from_addresses, descs_from_bases], ids=["addresses", "bases"])
+def test_gpu_wgmma_descriptors_equal_the_simulators(cp, kern):
+    """Tiles' descriptors as the GPU computes them, from each tile's address or as its array's descriptor plus the
+    tile's offset / 16, against the simulator's, whose shared memory starts at address 0: equal once the GPU's start
+    of each array is subtracted (the static array lies elsewhere on the GPU: compared by its offset only)."""
+    want = np.zeros(6, np.int64)
+    kern.simulate[1, 32, DESCS_SMEM](want, 1)
+    got = cp.zeros(6, cp.int64)
+    kern[1, 32, DESCS_SMEM](got, 1)
+    got = got.get()
+    start = got[0] & 0x3FFF   # the GPU's dynamic shared memory start / 16
+    np.testing.assert_array_equal(got[:5] - start, want[:5])
+    static_at = (got[5] & 0x3FFF) - (want[5] & 0x3FFF)   # where the static array starts, / 16
+    assert got[5] - static_at == want[5]   # the same offset, sizes and swizzle
 
 
 @pytest.mark.cuda

@@ -53,7 +53,13 @@ class WgmmaDesc(BuiltinDef):
         swz = g.fn.values[id(node.args[2])]
         lbo, sbo = _desc_offsets(g.fn.values, node, swz)
         mode = WGMMA_SWIZZLES[swz]
-        return f"frost_wgmma_desc({g.elem_ptr(node.args[0], node.args[1])}, {lbo}u, {sbo}u, {mode}u)"
+        elem = g.elem_ptr(node.args[0], node.args[1])
+        root = node.args[0]
+        while isinstance(root, ast.Subscript) and g.type(root.value).kind == "native":
+            root = root.value   # a panel of a shared array: its offset counts from the whole array
+        if g.type(root).kind != "native":
+            return f"frost_wgmma_desc({elem}, {lbo}u, {sbo}u, {mode}u)"
+        return f"frost_wgmma_desc_in({g.array_ref(root)}, {elem}, {lbo}u, {sbo}u, {mode}u)"
 
     def sim(self, g: SimBuilding, node, t) -> str:
         swz = g.fn.values[id(node.args[2])]
@@ -259,8 +265,28 @@ class WgmmaDiscard(BuiltinDef):
         return f"_T.wgmma_discard({', '.join(g.ex(a) for a in node.args)})"
 
 
+class WgmmaDescriptorsFromBases(BuiltinDef):
+    """wgmma_descriptors_from_bases(): a statement at the top of a kernel: every wgmma_desc of a tile of a shared
+    array, in the kernel and the device functions it calls, is computed as the array's descriptor plus the tile's
+    byte offset / 16 (the compiler keeps the arrays' descriptors in registers and adds one offset a tile) instead of
+    encoding the tile's address each time. Fewer instructions a descriptor, more registers held: a kernel's choice
+    (the flash forwards take it; the backward, at its register limit, does not)."""
+
+    def check(self, ck: Checking, node):
+        if not ck.out.is_kernel or ck.loop_depth or node not in [getattr(x, "value", None)
+                                                                 for x in ck.src.tree.body]:
+            raise ck.src.error(node, "wgmma_descriptors_from_bases() must be a statement in the body of a kernel "
+                                     "(not nested)")
+        ck.args(node, 0, self.name)
+        ck.out.wgmma_desc_from_bases = True
+        return None
+
+    def sim(self, g: SimBuilding, node, t) -> str:
+        return "None"   # the same descriptors either way
+
+
 DEFINITIONS = [
-    WgmmaDesc("wgmma_desc"), WgmmaDiscard("wgmma_discard"),
+    WgmmaDesc("wgmma_desc"), WgmmaDescriptorsFromBases("wgmma_descriptors_from_bases"), WgmmaDiscard("wgmma_discard"),
     WgmmaBf16("wgmma_bf16"), WgmmaBf16Registers("wgmma_bf16_rs"), WgmmaWait("wgmma_wait"),
     WgmmaSync("wgmma_fence", "wgmma.fence.sync.aligned", "_T.wgmma_fence()", fences_accs=True),
     WgmmaSync("wgmma_commit", "wgmma.commit_group.sync.aligned", "_T.wgmma_commit()"),
