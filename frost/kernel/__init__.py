@@ -95,6 +95,8 @@ Semantics (the simulator implements these; float results can differ from the GPU
   Descriptor Format") of the K-major operand starting at tile[row, col]; SWIZZLE 128/64/32 bytes or 0; the byte
   offsets default, for a swizzled tile with SWIZZLE-byte rows, to LBO 16 (unused) and SBO 8 rows. Write such tiles
   with `swizzle(r, c, 64)` for 128B (bf16, 64 columns), starting on a 1024-byte boundary.
+  `wgmma_descriptors_from_bases()` at the top of a kernel computes each such descriptor as its shared array's plus
+  the tile's offset / 16 (fewer instructions, more registers held: the kernel's choice).
   `wgmma_bf16(acc, desc_a, desc_b, N[, scale_d])` is wgmma.mma_async.m64nNk16.f32.bf16.bf16 by a warpgroup (128
   threads): acc (local f32, N/2 per thread, the PTX m64nNk16 D fragment) += A[64, 16] @ B[N, 16]^T, both K-major;
   scale_d = 0 ignores acc. `wgmma_fence()` before the first wgmma and after touching acc; `wgmma_commit()` closes a
