@@ -91,8 +91,7 @@ from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_syn
                           lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local, log, mbarrier_arrive,
                           mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
                           shared, shfl_xor, static_range, swizzle, syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16,
-                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_descriptors_from_bases, wgmma_discard,
-                          wgmma_fence, wgmma_wait)
+                          wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence, wgmma_wait)
 from frost.kernel.compile import device_arch, has_mma
 from frost.kernel.tma import tensor_map
 from frost.accel.philox import philox4x32, philox_block
@@ -988,7 +987,6 @@ def bulk_forward():
         P_ROWS: Const[int] = 16 if RS else BR
         TILE: Const[int] = BC * D
         launch_bounds(CONSUMERS + 128, 1)
-        wgmma_descriptors_from_bases()   # the causal forward at 4096 x 128 5.5 % faster (H100), no spills
         sq = dynamic_shared(bf16, (DP, BR, 64))
         sk = dynamic_shared(bf16, (STAGES * DP, BC, 64), BR * D * 2)
         skf = dynamic_shared(bf16, (STAGES * TILE,), BR * D * 2)

@@ -77,7 +77,7 @@ def write_descs(out, s, t, u, panel: i32):
 def descs_from_addresses(out: Array[i64], panel: i32):
     s = dynamic_shared(bf16, (2, 64, 64))
     t = dynamic_shared(bf16, (8, 32), 2 * 64 * 64 * 2)
-    u = shared(bf16, (4, 64, 64))
+    u = shared(bf16, (4, 32, 64))   # with the dynamic arrays under 48 KiB: no opt-in
     write_descs(out, s, t, u, panel)
 
 
@@ -86,7 +86,7 @@ def descs_from_bases(out: Array[i64], panel: i32):
     wgmma_descriptors_from_bases()
     s = dynamic_shared(bf16, (2, 64, 64))
     t = dynamic_shared(bf16, (8, 32), 2 * 64 * 64 * 2)
-    u = shared(bf16, (4, 64, 64))
+    u = shared(bf16, (4, 32, 64))   # with the dynamic arrays under 48 KiB: no opt-in
     write_descs(out, s, t, u, panel)
 
 

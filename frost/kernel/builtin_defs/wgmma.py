@@ -270,7 +270,7 @@ class WgmmaDescriptorsFromBases(BuiltinDef):
     array, in the kernel and the device functions it calls, is computed as the array's descriptor plus the tile's
     byte offset / 16 (the compiler keeps the arrays' descriptors in registers and adds one offset a tile) instead of
     encoding the tile's address each time. Fewer instructions a descriptor, more registers held: a kernel's choice
-    (the flash forwards take it; the backward, at its register limit, does not)."""
+    (docs/kernels.md has what it did to the flash kernels)."""
 
     def check(self, ck: Checking, node):
         if not ck.out.is_kernel or ck.loop_depth or node not in [getattr(x, "value", None)
