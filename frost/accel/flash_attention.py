@@ -122,8 +122,9 @@ WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, B
 # The fused backward's settings by head dim: WGS warpgroups (64 keys each), RS (P^T and dS^T from registers); its
 # query steps are 64 (one wgmma's M for dQ), Q and dO come through tensor maps. On an H100 at 4 x 16 x 4096 x 128
 # (tree 12caac9): RS=1 3.74 ms (2.28 causal), RS=0 3.97 (2.43); tree 05dcf19: RS=1 3.38 (2.16), OVERLAP_EXP=1 3.40
-# (2.11) (05dcf19 had a race, fixed at 7f75e73, which has not been timed). Tensor maps made it 1.14x faster than
-# every thread's cp.async (tree a1cdd95: 4.16 against 4.75 ms) and free of spills at head dim 128 (36 bytes before);
+# (2.11) (05dcf19 had a race, fixed at 7f75e73: 3.31 ms at 6a7acae, another lease). Tensor maps made it 1.14x
+# faster than every thread's cp.async (tree a1cdd95: 4.16 against 4.75 ms) and free of spills at head dim 128 (36
+# bytes before);
 # the queries-as-rows layout (5.31 at tree 6e25189) has gone
 FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1), 128: dict(WGS=2, RS=1)}
 # where the fused backward is the default: head dim -> the shortest query length. On an H100 (tree 12caac9,
