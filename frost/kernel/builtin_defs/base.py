@@ -88,6 +88,13 @@ class BuiltinDef:
         return f"<kernel builtin definition {self.name}>"
 
 
+def kernel_statement(ck: Checking, node, name: str) -> None:
+    """A builtin that configures its kernel (launch_bounds, wgmma_descriptors_from_bases) is a statement of the
+    kernel's own body, at its top level."""
+    if not ck.out.is_kernel or ck.loop_depth or node not in [getattr(x, "value", None) for x in ck.src.tree.body]:
+        raise ck.src.error(node, f"{name}() must be a statement in the body of a kernel (not nested)")
+
+
 def array_any(ck: Checking, node, arr_node, idx_node, name):
     """The array of `name(arr, (i, j), ...)`: any array, indexed by as many integers as it has dimensions."""
     at = ck.expr(arr_node)

@@ -2,7 +2,7 @@
 register reallocation (setmaxnreg_inc, setmaxnreg_dec)."""
 from __future__ import annotations
 
-from frost.kernel.builtin_defs.base import BuiltinDef, Checking, CudaBuilding, SimBuilding
+from frost.kernel.builtin_defs.base import BuiltinDef, Checking, CudaBuilding, SimBuilding, kernel_statement
 from frost.kernel.types import ArrayType, Scalar, Weak
 
 NAMED_BARRIERS = 16   # a block's hardware barriers; syncthreads() uses barrier 0
@@ -116,9 +116,7 @@ class LaunchBounds(BuiltinDef):
     into the kernel's signature (and skips the statement); the launch checks the block size against it."""
 
     def check(self, ck: Checking, node):
-        if not ck.out.is_kernel or ck.loop_depth or node not in [getattr(x, "value", None)
-                                                                 for x in ck.src.tree.body]:
-            raise ck.src.error(node, "launch_bounds() must be a statement in the body of a kernel (not nested)")
+        kernel_statement(ck, node, self.name)
         if not 1 <= len(node.args) <= 2:
             raise ck.src.error(node, "launch_bounds(max_threads[, min_blocks]) takes 1 or 2 arguments")
         vals = tuple(ck.const_int(a) for a in node.args)

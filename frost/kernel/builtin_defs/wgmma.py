@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import math
 
-from frost.kernel.builtin_defs.base import BuiltinDef, Checking, CudaBuilding, SimBuilding, array_any
+from frost.kernel.builtin_defs.base import BuiltinDef, Checking, CudaBuilding, SimBuilding, array_any, kernel_statement
 from frost.kernel.types import ArrayType, Scalar, Weak, bf16, boolean, f32, i32, i64
 
 WGMMA_SWIZZLES = {0: 0, 128: 1, 64: 2, 32: 3}  # bytes -> the descriptor's 2-bit swizzle mode (PTX ISA)
@@ -273,10 +273,7 @@ class WgmmaDescriptorsFromBases(BuiltinDef):
     (docs/kernels.md has what it did to the flash kernels)."""
 
     def check(self, ck: Checking, node):
-        if not ck.out.is_kernel or ck.loop_depth or node not in [getattr(x, "value", None)
-                                                                 for x in ck.src.tree.body]:
-            raise ck.src.error(node, "wgmma_descriptors_from_bases() must be a statement in the body of a kernel "
-                                     "(not nested)")
+        kernel_statement(ck, node, self.name)
         ck.args(node, 0, self.name)
         ck.out.wgmma_desc_from_bases = True
         return None
