@@ -124,8 +124,7 @@ WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, B
 # (tree 12caac9): RS=1 3.74 ms (2.28 causal), RS=0 3.97 (2.43); tree 05dcf19: RS=1 3.38 (2.16), OVERLAP_EXP=1 3.40
 # (2.11) (05dcf19 had a race, fixed at 7f75e73: 3.31 ms at 6a7acae, another lease). Tensor maps made it 1.14x
 # faster than every thread's cp.async (tree a1cdd95: 4.16 against 4.75 ms) and free of spills at head dim 128 (36
-# bytes before);
-# the queries-as-rows layout (5.31 at tree 6e25189) has gone
+# bytes before); the queries-as-rows layout (5.31 at tree 6e25189) has gone
 FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1), 128: dict(WGS=2, RS=1)}
 # where the fused backward is the default: head dim -> the shortest query length. On an H100 (tree 12caac9,
 # flash_backward_h100_12caac9.json) it beat the two kernels at every shape timed from 2048 (3.74 against 5.21 ms at
