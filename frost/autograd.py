@@ -415,6 +415,7 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
     Tensor = type(root)
     anomaly = is_anomaly_enabled()
     grads = {id(root): g0}
+    owned: set = set()   # ids whose gradient so far is one contribution a `fresh_gradients` backward allocated
     order = _topological_order(root)
     leads = None if capture is None else _leading_to(order, capture)
     # inf - inf in a sum of gradients is nan without a NumPy warning, as in PyTorch (anomaly mode finds it)
@@ -438,7 +439,8 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
                 if node is None or (node.backward is not None and not any(id(p) in leads for p in node.parents)):
                     continue
             elif node is None or t._retains_grad:
-                _accumulate(Tensor, t, g, claims.pop(id(t), None))
+                # a leaf's fresh gradient, seen by no hook, becomes its .grad as it is (no copy)
+                _accumulate(Tensor, t, g, claims.pop(id(t), None), owned=node is None and not hooks and id(t) in owned)
                 for hook in t.__dict__.get("_post_accumulate_hooks", ()):
                     hook(t)
             if node is None:
@@ -450,6 +452,7 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
             so_far = _gradients_so_far(node, grads) if leads is None else None
             in_grads = node.backward(g) if so_far is None else node.backward(g, so_far)
             parents = node.parents
+            fresh = getattr(node.backward, "fresh_gradients", False)
             if not retain_graph:
                 # free the graph as we go, as PyTorch does: the closure's saved arrays, and the links to the
                 # parents, so that a loss kept alive (say until the next step) does not keep every activation
@@ -468,7 +471,13 @@ def _run_backward(root, g0, retain_graph: bool, claims: dict, capture: dict | No
                                        f"does not match input shape {tuple(p.shape)} (a bug in that op)")
                 k = id(p)
                 # out of place: grads[k] may be a claimed .grad buffer, which must keep its own contribution
-                grads[k] = pg if k not in grads else _combine(grads[k], pg, p)
+                if k in grads:
+                    owned.discard(k)
+                    grads[k] = _combine(grads[k], pg, p)
+                else:
+                    grads[k] = pg
+                    if fresh:
+                        owned.add(k)
 
 
 def _gradients_so_far(node, grads: dict) -> list | None:
@@ -751,7 +760,9 @@ def sum_of_gradients(a, b, c=None):
     return fast(a, b, a.dtype) if fast is not None else a + b
 
 
-def _accumulate(Tensor, t, g, claimed=None) -> None:
+def _accumulate(Tensor, t, g, claimed=None, owned: bool = False) -> None:
+    """g into leaf t's .grad. owned: nothing but the graph holds g (an op's `fresh_gradients`), so that a first
+    gradient needs no copy, as PyTorch's AccumulateGrad takes a gradient no one else references."""
     _spend_zero_mark(t)
     if claimed is not None:
         # the .grad buffer was zero and an op wrote its contribution straight into it: nothing to add when
@@ -761,11 +772,13 @@ def _accumulate(Tensor, t, g, claimed=None) -> None:
         return
     _check_float_leaf(t)
     if g.dtype != t.data.dtype:
-        g = g.astype(t.data.dtype)
+        g, owned = g.astype(t.data.dtype), True   # a new array
     if t.grad is None:
-        # A copy: the same gradient array may be handed to several inputs (add's backward), and
-        # later accumulation into .grad happens in place.
-        t.grad = Tensor(g.copy(order="K"))  # keeps a channels-last gradient channels-last
+        # A copy unless owned: the same gradient array may be handed to several inputs (add's backward), and
+        # later accumulation into .grad happens in place. An owned gradient with gaps (the gradient of a strided
+        # view) is compacted, as the copy would.
+        keep = owned and (g.flags.c_contiguous or layout.is_channels_last(g))
+        t.grad = Tensor(g if keep else g.copy(order="K"))  # order K: a channels-last gradient stays channels-last
     else:
         t.grad.data += g
 

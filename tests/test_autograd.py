@@ -83,6 +83,55 @@ def test_grad_is_a_fresh_array_not_shared_with_other_leaves():
     np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
 
 
+def _op_with_gradients(inputs: tuple, grads: tuple, fresh: bool):
+    """A sum of `inputs` whose backward answers `grads` (arrays, one an input) and says fresh_gradients = fresh."""
+    def backward(g):
+        return grads
+
+    backward.fresh_gradients = fresh
+    return from_op(sum(t.data for t in inputs), inputs, backward, "test_op")
+
+
+def test_a_fresh_gradient_becomes_the_leafs_grad_without_a_copy():
+    """A backward that says fresh_gradients = True hands its arrays to empty leaf .grads as they are (PyTorch's
+    AccumulateGrad steals such a gradient); any other gradient is copied, and a second contribution, a hook or a
+    gradient with gaps keeps the copy (or the sum) as before."""
+    a, b = (frost.tensor([1.0, 2.0], requires_grad=True) for _ in range(2))
+    ga, gb = np.array([3.0, 4.0], np.float32), np.array([5.0, 6.0], np.float32)
+    _op_with_gradients((a, b), (ga, gb), fresh=True).backward(frost.tensor([1.0, 1.0]))
+    assert a.grad.data is ga and b.grad.data is gb
+    a.grad = b.grad = None
+    _op_with_gradients((a, b), (ga, gb), fresh=False).backward(frost.tensor([1.0, 1.0]))
+    assert a.grad.data is not ga and not np.shares_memory(a.grad.data, ga)
+    np.testing.assert_array_equal(a.grad.numpy(), ga)
+    a.grad = None   # the same leaf twice: the sum of both contributions, a new array either way
+    _op_with_gradients((a, a), (ga, gb), fresh=True).backward(frost.tensor([1.0, 1.0]))
+    np.testing.assert_array_equal(a.grad.numpy(), ga + gb)
+    assert not np.shares_memory(a.grad.data, ga) and not np.shares_memory(a.grad.data, gb)
+    a.grad, seen = None, []
+    a.register_hook(lambda g: seen.append(g))
+    _op_with_gradients((a, b), (ga, gb), fresh=True).backward(frost.tensor([1.0, 1.0]))
+    assert not np.shares_memory(a.grad.data, ga) and seen[0] is not a.grad.data
+    c = frost.tensor([1.0, 2.0], requires_grad=True)
+    wide = np.arange(4.0, dtype=np.float32)
+    _op_with_gradients((c,), (wide[::2],), fresh=True).backward(frost.tensor([1.0, 1.0]))
+    assert c.grad.data.flags.c_contiguous and not np.shares_memory(c.grad.data, wide)
+    c.grad.data += 1   # accumulation in place must not reach the op's arrays
+    np.testing.assert_array_equal(wide, np.arange(4.0))
+    d = frost.tensor([1.0, 2.0], dtype=frost.float64, requires_grad=True)   # cast to the leaf's dtype: a new array
+    _op_with_gradients((d,), (ga,), fresh=False).backward(frost.tensor([1.0, 1.0], dtype=frost.float64))
+    assert d.grad.dtype == frost.float64 and not np.shares_memory(d.grad.data, ga)
+
+
+def test_a_fresh_gradient_is_added_to_an_existing_grad_in_place():
+    a = frost.tensor([1.0, 2.0], requires_grad=True)
+    ga = np.array([3.0, 4.0], np.float32)
+    _op_with_gradients((a,), (ga,), fresh=True).backward(frost.tensor([1.0, 1.0]))
+    _op_with_gradients((a,), (np.array([1.0, 1.0], np.float32),), fresh=True).backward(frost.tensor([1.0, 1.0]))
+    np.testing.assert_array_equal(a.grad.numpy(), [4.0, 5.0])
+    assert a.grad.data is ga   # the first gradient, kept, then added to
+
+
 def test_leaf_and_non_leaf_and_retain_grad():
     x = frost.tensor([1.0, 2.0], requires_grad=True)
     h = x * 2

@@ -142,12 +142,12 @@ class _Spy:
         self.how = {}
         original = autograd._accumulate
 
-        def spy(Tensor, t, g, claimed=None):
+        def spy(Tensor, t, g, claimed=None, owned=False):
             if claimed is not None:
                 self.how[id(t)] = "claimed" if g is claimed else "assigned"
             else:
                 self.how[id(t)] = "new" if t.grad is None else "added"
-            return original(Tensor, t, g, claimed)
+            return original(Tensor, t, g, claimed, owned)
         monkeypatch.setattr(autograd, "_accumulate", spy)
 
     def of(self, t):

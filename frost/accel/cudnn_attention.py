@@ -86,6 +86,7 @@ def cudnn_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
                                  rng)
         return dq, dk, dv
 
+    backward.fresh_gradients = True   # gradients_like's new arrays: a leaf keeps them as they are
     return from_op(o, (query, key, value), backward, "cudnn_attention")
 
 

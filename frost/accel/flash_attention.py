@@ -1688,11 +1688,22 @@ BULK_TILES = {64: dict(WGS=3, BC=64, STAGES=2, PINGPONG=0, RS=1), 128: dict(WGS=
 CAUSAL_BULK_TILES = {64: dict(BULK_TILES[64], BC=128), 128: BULK_TILES[128]}
 
 
-def bulk_tiles(d: int, dropout: bool, causal: bool = False) -> dict:
-    """The bulk forward's tiles: with dropout, two consumer warpgroups and 64 keys a tile (three warpgroups spill at
-    head dim 128, 128 keys at 64)."""
+# Below SHORT_BULK_BELOW queries, two consumer warpgroups of 64 queries taking turns at the tensor cores over 128-key
+# tiles. H100, the kernel alone (flash_forward_tiles_short_h100_d93d3f5.json, flash_forward_tiles_2048_h100_<commit>):
+# at 512-2048 queries as fast as BULK_TILES' three warpgroups or up to 2.1x faster (192-query tiles waste a third of
+# 512's last tile; causal 32x16x512x128 0.306 -> 0.146 ms, 8x16x2048x128 0.551 -> 0.520, causal 0.369 -> 0.333); at
+# 4096 the three warpgroups were ahead in three of four leases
+SHORT_BULK_TILES = dict(WGS=2, BC=128, STAGES=2, PINGPONG=1, RS=1)
+SHORT_BULK_BELOW = 4096
+
+
+def bulk_tiles(d: int, dropout: bool, causal: bool = False, lq: int | None = None) -> dict:
+    """The bulk forward's tiles for lq queries (None: a long sequence): with dropout, two consumer warpgroups and 64
+    keys a tile (three warpgroups spill at head dim 128, 128 keys at 64)."""
     if dropout:
         return dict(BULK_TILES[d], WGS=2, BC=64)
+    if lq is not None and lq < SHORT_BULK_BELOW:
+        return dict(SHORT_BULK_TILES)
     return dict(CAUSAL_BULK_TILES[d] if causal else BULK_TILES[d])
 
 
@@ -1716,7 +1727,7 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores, "RS": 1 for P kept in
     registers}), K and V read where they lie through tensor maps."""
     o, lse = _hopper_outputs(xp, q, p, "bulk")
-    tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0, p.causal), **(tiles or {}))
+    tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0, p.causal, p.lq), **(tiles or {}))
     wgs, bc, stages, rs = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"]
     if wgs not in (1, 2, 3) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
             or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1):
@@ -1976,6 +1987,7 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool =
     def backward(g):
         return backward_arrays(xp, q, k, v, o, lse, g, p, mask, tiles, rng)
 
+    backward.fresh_gradients = True   # new arrays (gradients_like, the Hopper kernels' outputs): a leaf keeps them
     return from_op(o, (query, key, value), backward, "flash_attention")
 
 

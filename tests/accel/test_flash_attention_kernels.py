@@ -468,6 +468,7 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (1, 2, 1, 150, 290, 128, True, False, dict(WGS=2, BC=128, STAGES=2, RS=1)),  # 128-key tiles, P in registers
     (1, 2, 1, 70, 400, 128, False, False, dict(WGS=2, BC=176, STAGES=2, RS=1)),  # 176-key tiles (not panels of 64)
     (1, 1, 1, 250, 200, 64, True, False, dict(WGS=3, BC=64, STAGES=2, RS=1)),    # three consumer warpgroups
+    (2, 2, 1, 150, 300, 64, False, True, fa.SHORT_BULK_TILES),   # below 4096 queries: 128-key tiles, turns, masked
 ])
 def test_bulk_forward_matches_float64_and_the_mma_forward(b, hq, hkv, lq, lk, d, causal, masked, tiles):
     """The warp-specialized forward: a producer thread's tensor-map copies through mbarrier rings, consumer warpgroups
@@ -512,6 +513,7 @@ def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch
                 for dropout in (False, True)]
     settings += [(True, False, dict(fa.bulk_tiles(d, False), **extra))
                  for extra in (dict(RS=0), dict(RS=1, PINGPONG=1), dict(WGS=2, BC=128, RS=1, PINGPONG=1))]
+    settings += [(causal, False, fa.bulk_tiles(d, False, causal, lq=512)) for causal in (False, True)]
     for causal, dropout, tiles in settings:
         info = fa.bulk_forward().inspect("sm_90", D=d, CAUSAL=int(causal), MASKED=1, DROPOUT=int(dropout), **tiles)
         spilling_default = d == 64 and causal and not dropout and tiles == fa.CAUSAL_BULK_TILES[64]
@@ -750,6 +752,22 @@ def test_fused_backward_refuses_what_it_does_not_take(monkeypatch):
     monkeypatch.setitem(fa.FUSED_BACKWARD_TILES, 64, dict(RS=1, WGS=3))
     with pytest.raises(ValueError, match=r"takes 1 or 2 warpgroups within 232448 bytes of shared memory, got WGS=3"):
         fa.backward_arrays(np, q, k, v, o, lse, do, p, variant="fused")
+
+
+def test_bulk_forward_tiles_by_length():
+    """Two warpgroups taking turns over 128-key tiles below SHORT_BULK_BELOW queries, three warpgroups from there
+    (causal at head dim 64: 128-key tiles), two over 64-key tiles with dropout at any length; a setting asked for
+    overrides only its own names."""
+    short = fa.SHORT_BULK_BELOW - 1
+    for d in fa.HEAD_DIMS:
+        for causal in (False, True):
+            assert fa.bulk_tiles(d, False, causal, short) == dict(WGS=2, BC=128, STAGES=2, PINGPONG=1, RS=1)
+            assert fa.bulk_tiles(d, False, causal, fa.SHORT_BULK_BELOW) == fa.bulk_tiles(d, False, causal)
+            assert fa.bulk_tiles(d, True, causal, short) == dict(fa.BULK_TILES[d], WGS=2, BC=64)
+        assert fa.bulk_tiles(d, False, False)["WGS"] == 3
+    assert fa.bulk_tiles(64, False, True)["BC"] == 128 and fa.bulk_tiles(128, False, True)["BC"] == 64
+    fa.bulk_tiles(64, False, False, short)["WGS"] = 1   # a copy: the table itself is not changed
+    assert fa.SHORT_BULK_TILES["WGS"] == 2
 
 
 def test_fused_backward_is_the_default_where_it_was_measured_faster(monkeypatch):
