@@ -6,22 +6,33 @@ frost.bench.gpt's, so only the framework differs. AdamW is fused on the GPU. Mod
   eager    the model as written
   compile  torch.compile(model) (the first steps compile: they count as start-up when --warmup covers them)
 --precision bf16 adds torch.autocast(bfloat16) around the forward (the loss included, as nanoGPT).
+--nproc-per-node N trains with torch's DistributedDataParallel in N processes started by `frost run` (NCCL on GPUs,
+one a process; gloo on CPUs), each on its batch of the global batch Frost's data-parallel run draws, micro-batches
+but the last under no_sync, the compiled model wrapped as nanoGPT wraps it; rank 0 reports and writes --out.
 
     python benchmarks/torch_gpt.py --preset shakespeare-char --data input.txt --mode compile --precision bf16
     python benchmarks/torch_gpt.py --preset gpt2-124m --mode compile --out gpt2_torch.json
     python benchmarks/torch_gpt.py --device cpu --steps 5 --batch-size 2 --block-size 32   # a CPU smoke run
+    python benchmarks/torch_gpt.py --preset gpt2-124m --mode compile --nproc-per-node 2 --out gpt2_torch_ddp.json
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import importlib.util
+import io
+import json
+import os
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -33,6 +44,7 @@ from frost.bench import common  # noqa: E402
 from frost.bench import gpt  # noqa: E402  (the presets, data, loop and results are shared with Frost's run)
 
 MODES = ("eager", "compile")
+RANK_VARIABLE = "FROST_TORCH_GPT_RANK"   # set in the processes --nproc-per-node starts
 
 
 def load_twin_class() -> type:
@@ -46,14 +58,18 @@ def load_twin_class() -> type:
 class TorchTrainer:
     """gpt.Trainer in PyTorch: the twin with Frost's initial weights, its AdamW, the step and the evaluation."""
 
-    def __init__(self, corpus: gpt.Corpus, settings: gpt.Settings, seed: int, device: str, mode: str) -> None:
-        self.settings, self.device = settings, device
+    def __init__(self, corpus: gpt.Corpus, settings: gpt.Settings, seed: int, device: str, mode: str,
+                 rank: int = 0) -> None:
+        self.settings, self.device, self.rank = settings, device, rank
         self.reference = gpt.build_model(settings.config, seed)  # Frost's weights; its estimate_mfu counts FLOPs
         torch.manual_seed(seed)  # dropout's stream
         model = load_twin_class()(settings.config)
         model.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in self.reference.state_dict().items()})
         self.model = model.to(device)
         self.net = torch.compile(self.model) if mode == "compile" else self.model
+        if dist.is_initialized():   # nanoGPT's order: compiled, then wrapped
+            self.net = DistributedDataParallel(self.net, device_ids=[torch.cuda.current_device()]
+                                               if device == "cuda" else None)
         params = [p for p in self.model.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": settings.weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -81,11 +97,14 @@ class TorchTrainer:
         self.opt.zero_grad(set_to_none=True)
         n = self.settings.grad_accum
         losses = []
-        for micro in gpt.my_micro_batches(starts, self.settings, 0):
+        for m, micro in enumerate(gpt.my_micro_batches(starts, self.settings, self.rank)):
             x, y = self.batch("train", micro)
-            with self.autocast():
-                _, loss = self.net(x, y)
-            (loss / n if n > 1 else loss).backward()
+            # DDP averages the gradients over processes once, after the last micro-batch
+            with self.net.no_sync() if m < n - 1 and isinstance(self.net, DistributedDataParallel) \
+                    else contextlib.nullcontext():
+                with self.autocast():
+                    _, loss = self.net(x, y)
+                (loss / n if n > 1 else loss).backward()
             losses.append(loss.detach())
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
         self.opt.step()
@@ -108,7 +127,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     gpt.add_arguments(p)
     p.add_argument("--mode", choices=MODES, default="eager", help="eager, or torch.compile of the model")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
+    args.command_line = argv   # --nproc-per-node: the same command in each process
     if args.jit:
         p.error("--jit is Frost's capture; PyTorch's counterpart here is --mode compile")
     if args.device is None:
@@ -119,7 +140,54 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Train every seed in PyTorch (args as parse_args makes them); print the table; write JSON with --out."""
+    """Train every seed in PyTorch (args as parse_args makes them); print the table; write JSON with --out. With
+    --nproc-per-node N: the same in N processes (rank 0's result)."""
+    common.check_data_parallel_arguments(args)
+    if args.nproc_per_node is None:
+        return run_here(args)
+    if os.environ.get(RANK_VARIABLE):
+        return run_rank(args)
+    baseline = common.read_baseline(args)
+    relaunch(args)
+    return common.add_scaling(args, baseline) if baseline is not None else \
+        (json.loads(Path(args.out).read_text()) if args.out else {})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def relaunch(args: argparse.Namespace) -> None:
+    """This command in --nproc-per-node processes under `frost run` (which stops the others when one fails)."""
+    command = [sys.executable, "-m", "frost.distributed.run", "--launcher", "native", "--master-port",
+               str(free_port()), "--nproc-per-node", str(args.nproc_per_node), str(Path(__file__).resolve()),
+               *args.command_line]
+    done = subprocess.run(command, env=dict(os.environ, **{RANK_VARIABLE: "1"}))
+    if done.returncode != 0:
+        raise SystemExit(f"torch_gpt.py: the {args.nproc_per_node} data-parallel processes failed (status "
+                         f"{done.returncode}; their output is above)")
+
+
+def run_rank(args: argparse.Namespace) -> dict:
+    """One process of a --nproc-per-node run: NCCL on its GPU (LOCAL_RANK) or gloo on the CPU; rank 0 reports."""
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    try:
+        rank = dist.get_rank()
+        if rank == 0:
+            return run_here(args)
+        args.quiet, args.out = True, None
+        with contextlib.redirect_stdout(io.StringIO()):
+            return run_here(args, rank, report=False)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_here(args: argparse.Namespace, rank: int = 0, report: bool = True) -> dict:
+    """The benchmark in this process (one rank of several with --nproc-per-node)."""
     device = args.device
     gpt.check_arguments(args, device)
     t0 = time.perf_counter()
@@ -135,14 +203,15 @@ def run(args: argparse.Namespace) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else None
     for seed in args.seeds:
         t_start = time.perf_counter()
-        trainer = TorchTrainer(corpus, settings, seed, device, args.mode)
+        trainer = TorchTrainer(corpus, settings, seed, device, args.mode, rank)
         result["params"] = trainer.reference.num_params()
         result["runs"].append(gpt.train_run(trainer, corpus, settings, seed, sync, t_start, args.quiet,
                                             with_mfu=device == "cuda"))
         result["summary"] = gpt.summarize(result["runs"])
         if args.out:
             common.write_json(args.out, result)
-    print(gpt.results_table(result))
+    if report:
+        print(gpt.results_table(result))
     if args.out:
         print(f"results written to {args.out}")
     return result

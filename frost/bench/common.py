@@ -602,9 +602,9 @@ def run_data_parallel(args: argparse.Namespace, run_here: Callable[..., dict]) -
     first, then calls data_ready() (a barrier the others wait at), shows progress and reports; the others train
     silently (report=False)."""
     if not os.environ.get(DATA_PARALLEL_VARIABLE):
-        baseline = _read_baseline(args)
+        baseline = read_baseline(args)
         result = _relaunch(args)
-        return result if baseline is None else _add_scaling(args, baseline)
+        return result if baseline is None else add_scaling(args, baseline)
     dist.init_process_group()
     try:
         if dist.get_rank() == 0:
@@ -646,7 +646,7 @@ def _processes_of(result: dict) -> int:
     return result.get("world_size") or result.get("protocol", {}).get("processes") or 1
 
 
-def _read_baseline(args: argparse.Namespace) -> dict | None:
+def read_baseline(args: argparse.Namespace) -> dict | None:
     """--scaling-baseline's result, read before the run so that a wrong path fails at once."""
     if getattr(args, "scaling_baseline", None) is None:
         return None
@@ -658,7 +658,7 @@ def _read_baseline(args: argparse.Namespace) -> dict | None:
         raise SystemExit(f"frost bench: --scaling-baseline {args.scaling_baseline}: {e}") from None
 
 
-def _add_scaling(args: argparse.Namespace, baseline: dict) -> dict:
+def add_scaling(args: argparse.Namespace, baseline: dict) -> dict:
     """--scaling-baseline: the scaling of the run just written to --out, added to it and printed."""
     result = json.loads(Path(args.out).read_text())
     result["scaling"] = scaling(result, baseline, args.nproc_per_node, str(args.scaling_baseline))

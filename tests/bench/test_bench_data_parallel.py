@@ -1,4 +1,7 @@
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +88,21 @@ def test_scaling_refuses_a_baseline_of_another_benchmark_or_of_several_processes
     with pytest.raises(SystemExit, match="--scaling-baseline needs --out"):
         cli.main(["--verbose", "bench", "gpt", "--device", "cpu", "--nproc-per-node", "2", "--scaling-baseline",
                   "x.json"])
+
+
+def test_the_pytorch_twin_on_two_processes_trains_as_one_process_on_the_global_batch(tmp_path):
+    """benchmarks/torch_gpt.py --nproc-per-node 2 (torch's DistributedDataParallel over gloo, started by frost run):
+    2 processes of batch 2 take the steps of 1 process of batch 4 (dropout 0), the same held-out loss, as Frost's."""
+    pytest.importorskip("torch")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "torch_gpt.py"
+    sizes = ["--device", "cpu", "--steps", "4", "--block-size", "16", "--dropout", "0", "--eval-iters", "2", "--quiet"]
+    two, one = tmp_path / "two.json", tmp_path / "one.json"
+    for batch, processes, out in (("2", ["--nproc-per-node", "2"], two), ("4", [], one)):
+        command = [sys.executable, str(script), *sizes, "--batch-size", batch, *processes, "--out", str(out)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    parallel, single = json.loads(two.read_text()), json.loads(one.read_text())
+    assert parallel["framework"] == "pytorch" and parallel["protocol"]["processes"] == 2
+    (p,), (s,) = parallel["runs"], single["runs"]
+    assert p["val_loss"] == pytest.approx(s["val_loss"], rel=1e-5)   # float32: the averaging's rounding only
+    assert p["val_loss"] != pytest.approx(p["first_loss"], rel=1e-3)   # it trained
