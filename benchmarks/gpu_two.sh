@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Data-parallel training on two GPUs of one host (the two-GPU machine), each result in OUTDIR. Usage:
-#   bash benchmarks/gpu_two.sh OUTDIR
+#   bash benchmarks/gpu_two.sh OUTDIR [CIFAR_DIR]
 #   1. the cuda test suite on the two GPUs' host (its distributed tests form a world of two there)
 #   2. all_reduce bus bandwidth, 1 KB to 1 GB, bf16 and fp32, Frost beside torch.distributed (NCCL) in one call
-#   3. the seed ResNet (embedded sample, resident pipeline, frost.jit), one GPU then two, batch 32 a GPU, the
-#      scaling added to the two-GPU result (--scaling-baseline)
+#   3. the seed ResNet (resident pipeline, frost.jit), one GPU then two, batch 32 a GPU, the scaling added to the
+#      two-GPU result (--scaling-baseline); PyTorch's twin with its whole step in a CUDA graph (DDP's all-reduces
+#      captured) the same way. CIFAR_DIR: the real CIFAR-10 (accuracy comparable); without it random CIFAR-shaped
+#      data (benchmarks/synthetic_cifar.py: throughput only)
 #   4. GPT-2 124M (bf16, random tokens, frost.jit), one GPU then two, and PyTorch's twin (torch.compile, and
 #      DistributedDataParallel on two), the same way
 #   5. a rank killed with SIGKILL in the middle of a two-GPU run: frost run's status and seconds until it returns
 # NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0; frost run sets it in the processes it starts).
-# Not here yet: PyTorch's DDP ResNet twin with its whole step in a CUDA graph (benchmarks/torch_resnet_cifar10.py has
-# no --nproc-per-node). Each step has its own time limit; the whole fits one ten-minute device call.
+# Each step has its own time limit; the whole fits one ten-minute device call.
 set -u
-out=${1:?usage: bash benchmarks/gpu_two.sh OUTDIR}
+out=${1:?usage: bash benchmarks/gpu_two.sh OUTDIR [CIFAR_DIR]}
+data=${2:-}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
@@ -28,10 +30,18 @@ since "suite"
 timeout 120 python3 -m frost run --nproc-per-node 2 benchmarks/allreduce.py --out "$out/allreduce.json" 2>&1 | tail -30
 since "all_reduce"
 
-seed=(bench resnet-cifar10 --sample --steps 4000 --seeds 0 --quiet)
-timeout 60 python3 -m frost "${seed[@]}" --out "$out/seed_1gpu.json" 2>&1 | tail -1
-timeout 90 python3 -m frost "${seed[@]}" --nproc-per-node 2 --scaling-baseline "$out/seed_1gpu.json" \
-    --out "$out/seed_2gpu.json" 2>&1 | tail -2
+if [ -z "$data" ]; then
+    data=$(mktemp -d)
+    python3 benchmarks/synthetic_cifar.py "$data"
+fi
+seed=(--data "$data" --steps 4000 --seeds 0 --quiet)
+timeout 60 python3 -m frost bench resnet-cifar10 "${seed[@]}" --out "$out/seed_1gpu.json" 2>&1 | tail -1
+timeout 90 python3 -m frost bench resnet-cifar10 "${seed[@]}" --nproc-per-node 2 \
+    --scaling-baseline "$out/seed_1gpu.json" --out "$out/seed_2gpu.json" 2>&1 | tail -2
+timeout 60 python3 benchmarks/torch_resnet_cifar10.py --mode graphed "${seed[@]}" --out "$out/seed_torch_1gpu.json" \
+    2>&1 | tail -1
+timeout 90 python3 benchmarks/torch_resnet_cifar10.py --mode graphed "${seed[@]}" --nproc-per-node 2 \
+    --scaling-baseline "$out/seed_torch_1gpu.json" --out "$out/seed_torch_2gpu.json" 2>&1 | tail -2
 since "seed"
 
 gpt=(--preset gpt2-124m --batch-size 16 --precision bf16 --steps 40 --warmup 15 --eval-interval 0 --eval-iters 2

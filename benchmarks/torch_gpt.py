@@ -20,11 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import io
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,14 +33,15 @@ from torch.nn.parallel import DistributedDataParallel
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 REFERENCE_MODEL = REPO / "tests" / "models" / "torch_gpt.py"
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for folder in (REPO, HERE):   # frost, and torch_ddp beside this script (also when a test loads it by path)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
+import torch_ddp  # noqa: E402
 from frost.bench import common  # noqa: E402
 from frost.bench import gpt  # noqa: E402  (the presets, data, loop and results are shared with Frost's run)
 
 MODES = ("eager", "compile")
-RANK_VARIABLE = "FROST_TORCH_GPT_RANK"   # set in the processes --nproc-per-node starts
 
 
 def load_twin_class() -> type:
@@ -145,45 +142,15 @@ def run(args: argparse.Namespace) -> dict:
     common.check_data_parallel_arguments(args)
     if args.nproc_per_node is None:
         return run_here(args)
-    if os.environ.get(RANK_VARIABLE):
-        return run_rank(args)
+    if torch_ddp.in_rank():
+        with torch_ddp.process_group(args.device) as (rank, _):
+            if rank:
+                args.quiet, args.out = True, None
+            return run_here(args, rank, report=rank == 0)
     baseline = common.read_baseline(args)
-    relaunch(args)
+    torch_ddp.relaunch(__file__, args.command_line, args.nproc_per_node)
     return common.add_scaling(args, baseline) if baseline is not None else \
         (json.loads(Path(args.out).read_text()) if args.out else {})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def relaunch(args: argparse.Namespace) -> None:
-    """This command in --nproc-per-node processes under `frost run` (which stops the others when one fails)."""
-    command = [sys.executable, "-m", "frost.distributed.run", "--launcher", "native", "--master-port",
-               str(free_port()), "--nproc-per-node", str(args.nproc_per_node), str(Path(__file__).resolve()),
-               *args.command_line]
-    done = subprocess.run(command, env=dict(os.environ, **{RANK_VARIABLE: "1"}))
-    if done.returncode != 0:
-        raise SystemExit(f"torch_gpt.py: the {args.nproc_per_node} data-parallel processes failed (status "
-                         f"{done.returncode}; their output is above)")
-
-
-def run_rank(args: argparse.Namespace) -> dict:
-    """One process of a --nproc-per-node run: NCCL on its GPU (LOCAL_RANK) or gloo on the CPU; rank 0 reports."""
-    if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
-    try:
-        rank = dist.get_rank()
-        if rank == 0:
-            return run_here(args)
-        args.quiet, args.out = True, None
-        with contextlib.redirect_stdout(io.StringIO()):
-            return run_here(args, rank, report=False)
-    finally:
-        dist.destroy_process_group()
 
 
 def run_here(args: argparse.Namespace, rank: int = 0, report: bool = True) -> dict:

@@ -10,26 +10,40 @@ Modes:
     python benchmarks/torch_resnet_cifar10.py --mode graphed --data DIR --out results/torch_graphed.json
     python benchmarks/torch_resnet_cifar10.py --mode resident-eager --device cpu --steps 50 --seeds 0 --data DIR
     python benchmarks/torch_resnet_cifar10.py --save-streams STREAMS --data DIR   # then frost bench --streams STREAMS
+    python benchmarks/torch_resnet_cifar10.py --mode graphed --nproc-per-node 2 --data DIR   # DDP on two GPUs
+
+--nproc-per-node N (resident-eager, graphed, compiled): torch's DistributedDataParallel in N processes started by
+`frost run` (benchmarks/torch_ddp.py: NCCL, or gloo on CPUs), each training its 32 images of every global batch of
+32 N (every process draws the same permutations), as `frost bench resnet-cifar10 --nproc-per-node N` does. Graphed,
+the whole step with its all-reduces is one CUDA graph (DDP built on a side stream, 11 eager steps before the
+capture, as PyTorch's CUDA-graph notes ask). Each run of such a result says every rank's sum of weights at the end
+(rank_weight_sums: equal when the ranks stayed in step).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import importlib.util
+import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_MODEL = REPO / "tests" / "nn" / "torch_resnet.py"
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for folder in (REPO, REPO / "benchmarks"):   # frost, and torch_ddp beside this script
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
+import torch_ddp  # noqa: E402
 from frost.bench import common  # noqa: E402  (data reading, statistics and the JSON schema are shared)
 
 LOADER_WAIT_THRESHOLD_S = 2e-4
@@ -66,13 +80,15 @@ class PngDataset(torch.utils.data.Dataset):
         return x.permute(2, 0, 1).float().div_(255), label
 
 
-def resident_batches(x, y, batch_size: int, generator: torch.Generator):
-    """Endless batches from device-resident uint8 NCHW images: a fresh permutation each epoch."""
-    per_epoch = len(x) // batch_size
+def resident_batches(x, y, batch_size: int, generator: torch.Generator, rank: int = 0, world: int = 1):
+    """Endless batches from device-resident uint8 NCHW images: a fresh permutation each epoch; with world > 1,
+    rank's batch_size images of each global batch of batch_size x world."""
+    per_epoch = len(x) // (batch_size * world)
     while True:
         perm = torch.randperm(len(x), device=x.device, generator=generator)
         for b in range(per_epoch):
-            idx = perm[b * batch_size:(b + 1) * batch_size]
+            first = (b * world + rank) * batch_size
+            idx = perm[first:first + batch_size]
             yield x.index_select(0, idx).float().div_(255), y.index_select(0, idx)
 
 
@@ -140,14 +156,15 @@ class GraphedTrainer:
     """
 
     def __init__(self, model, opt, x, y, batch_size: int, precision: str, channels_last: bool,
-                 generator: torch.Generator, warmup: int) -> None:
+                 generator: torch.Generator, warmup: int, rank: int = 0, world: int = 1) -> None:
         self.model, self.opt, self.x, self.y = model, opt, x, y
         self.batch_size, self.precision, self.channels_last = batch_size, precision, channels_last
         self.generator = generator
-        self.per_epoch = len(x) // batch_size
+        self.per_epoch = len(x) // (batch_size * world)
+        self.step_images = batch_size * world   # the global batch: the offset's advance
         self.perm = torch.empty(len(x), dtype=torch.long, device=x.device)
         self.offset = torch.zeros((), dtype=torch.long, device=x.device)
-        self.lanes = torch.arange(batch_size, device=x.device)
+        self.lanes = torch.arange(rank * batch_size, (rank + 1) * batch_size, device=x.device)
         self.batch_in_epoch = self.per_epoch  # forces a fresh permutation before the first step
         self.warmup = warmup
         self.graph = None
@@ -163,7 +180,7 @@ class GraphedTrainer:
         loss = F.cross_entropy(logits.float(), self.y.index_select(0, idx))
         loss.backward()
         self.opt.step()
-        self.offset.add_(self.batch_size)
+        self.offset.add_(self.step_images)
         return loss
 
     def _next_batch_position(self) -> None:
@@ -215,21 +232,48 @@ def evaluate(model, x_test, y_test, batch: int, precision: str, device: str, cha
     return float(correct.mean()), float(correct[:n].mean())
 
 
-def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float) -> dict:
+def data_parallel(model: nn.Module, device: str) -> nn.Module:
+    """model in torch's DistributedDataParallel inside a --nproc-per-node run (built on a side stream on the GPU,
+    where the step may be captured), else model."""
+    if not dist.is_initialized():
+        return model
+    if device != "cuda":
+        return DistributedDataParallel(model)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        wrapped = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
+    torch.cuda.current_stream().wait_stream(side)
+    return wrapped
+
+
+def weight_sums(model: nn.Module) -> list[float]:
+    """Every rank's sum of the model's weights (float64): equal where the ranks trained in step."""
+    total = torch.tensor([sum(float(p.detach().double().sum()) for p in model.parameters())], dtype=torch.float64)
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    gathered = [torch.zeros_like(total, device=device) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, total.to(device))
+    return [float(t) for t in gathered]
+
+
+def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float, rank: int = 0,
+                   world: int = 1) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else None
     sw = common.Stopwatch(sync)
     t_start = sw.now()
     torch.manual_seed(seed)
-    model = make_model(10).to(device)
+    module = make_model(10).to(device)
     channels_last = args.precision == "bf16" and device == "cuda"
     if channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        module = module.to(memory_format=torch.channels_last)
+    model = data_parallel(module, device)
     opt = make_optimizer(model, args.mode, device)
     t_built = sw.now()
     batch_size = common.PROTOCOL["batch_size"]
     gen = torch.Generator(device=device if args.mode != "eager" else "cpu").manual_seed(seed)
     log_every = args.log_every or max(1, args.steps // 200)
-    default_warmup = {"graphed": 3, "compiled": 3}.get(args.mode, 1)
+    # DDP in a CUDA graph: at least 11 eager steps before the capture (PyTorch's CUDA-graph notes)
+    default_warmup = {"graphed": 11 if dist.is_initialized() else 3, "compiled": 3}.get(args.mode, 1)
     warmup = max(0, min(args.warmup_steps if args.warmup_steps is not None else default_warmup, args.steps))
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
 
@@ -240,7 +284,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
 
     if args.mode == "graphed":
         trainer = GraphedTrainer(model, opt, data["x_train"], data["y_train"], batch_size, args.precision,
-                                 channels_last, gen, max(1, warmup))
+                                 channels_last, gen, max(1, warmup), rank, world)
         warm_losses = trainer.warm_up_and_capture()
         for i, loss in enumerate(warm_losses):
             if i % log_every == 0:
@@ -251,7 +295,7 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
         if args.mode == "eager":
             batches = loader_batches(data["png_root"], batch_size, args.workers, seed, device, stats)
         else:
-            batches = resident_batches(data["x_train"], data["y_train"], batch_size, gen)
+            batches = resident_batches(data["x_train"], data["y_train"], batch_size, gen, rank, world)
         net = torch.compile(model, mode=args.compile_mode) if args.mode == "compiled" else model
         step = eager_step_fn(net, opt, args.precision, device, channels_last)
         next_step = lambda: step(*next(batches))  # noqa: E731
@@ -272,17 +316,19 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float)
 
     train_s = t_end - t_timed
     timed = args.steps - warmup
-    acc_10k, acc_9984 = evaluate(model, data["x_test"], data["y_test"], args.eval_batch, args.precision, device,
+    acc_10k, acc_9984 = evaluate(module, data["x_test"], data["y_test"], args.eval_batch, args.precision, device,
                                  channels_last)
     run = {
         "seed": seed, "acc_10k": acc_10k, "acc_9984": acc_9984,
         "train_time_s": train_s, "steps_timed": timed, "warmup_steps": warmup,
         "ms_per_step": 1000 * train_s / timed if timed else None,
-        "images_per_s": timed * batch_size / train_s if timed and train_s > 0 else None,
+        "images_per_s": timed * batch_size * world / train_s if timed and train_s > 0 else None,
         "startup_s": data_load_s + setup_s, "setup_s": setup_s, "data_load_s": data_load_s,
         "startup_detail": {"build_s": round(t_built - t_start, 3), "warmup_s": round(t_timed - t_built, 3)},
         "final_loss": curve[-1][1] if curve else None, "loss_every": log_every, "loss_curve": curve,
     }
+    if dist.is_initialized():
+        run["rank_weight_sums"] = weight_sums(module)
     if args.mode == "eager":
         fetches = stats["fetches"] - wait_before["fetches"]
         run["data_wait_s"] = stats["wait_s"] - wait_before["wait_s"]
@@ -317,11 +363,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=None)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--quiet", action="store_true")
+    common.add_data_parallel_argument(p)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
+    args.command_line = argv   # --nproc-per-node: the same command in each process
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.mode == "graphed" and args.device != "cuda":
         p.error("--mode graphed needs --device cuda (CUDA graphs)")
+    if args.nproc_per_node is not None and args.mode == "eager":
+        p.error("--nproc-per-node trains from resident data: --mode resident-eager, graphed or compiled")
     if args.precision == "bf16" and args.mode != "graphed":
         print(f"note: bf16 (autocast + channels_last) is the graphed mode's variant; running it in {args.mode}")
     return args
@@ -341,6 +392,24 @@ def save_streams(folder: Path, seeds: list[int], n_train: int, steps: int, devic
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    common.check_data_parallel_arguments(args)
+    if args.nproc_per_node is None:
+        return run_here(args)
+    if torch_ddp.in_rank():
+        if args.device == "cuda" and args.mode == "graphed":   # all-reduces inside a graph (PyTorch's notes)
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+        with torch_ddp.process_group(args.device) as (rank, world):
+            if rank:
+                args.quiet, args.out = True, None
+            return run_here(args, rank, world)
+    baseline = common.read_baseline(args)
+    torch_ddp.relaunch(__file__, args.command_line, args.nproc_per_node)
+    return common.add_scaling(args, baseline) if baseline is not None else \
+        (json.loads(Path(args.out).read_text()) if args.out else {})
+
+
+def run_here(args: argparse.Namespace, rank: int = 0, world: int = 1) -> dict:
+    """The benchmark in this process (one rank of several with --nproc-per-node)."""
     device = args.device
     if args.tf32 != "default":
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
@@ -355,7 +424,8 @@ def main(argv=None) -> dict:
                    "model": "tests/nn/torch_resnet.py",
                    "compile_mode": args.compile_mode if args.mode == "compiled" else None,
                    "tf32": {"cudnn": torch.backends.cudnn.allow_tf32,
-                            "matmul": torch.backends.cuda.matmul.allow_tf32}})
+                            "matmul": torch.backends.cuda.matmul.allow_tf32},
+                   "world_size": world, "global_batch": world * common.PROTOCOL["batch_size"]})
 
     t0 = time.perf_counter()
     root = args.data if args.data is not None else common.default_data_dir()
@@ -379,7 +449,7 @@ def main(argv=None) -> dict:
                    "n_train": len(x_train), "n_test": len(x_test)})
 
     for seed in args.seeds:
-        result["runs"].append(train_one_seed(args, seed, data, device, data_load_s))
+        result["runs"].append(train_one_seed(args, seed, data, device, data_load_s, rank, world))
         result["summary"] = common.summarize(result["runs"])
         if args.out:
             common.write_json(args.out, result)

@@ -106,3 +106,34 @@ def test_the_pytorch_twin_on_two_processes_trains_as_one_process_on_the_global_b
     (p,), (s,) = parallel["runs"], single["runs"]
     assert p["val_loss"] == pytest.approx(s["val_loss"], rel=1e-5)   # float32: the averaging's rounding only
     assert p["val_loss"] != pytest.approx(p["first_loss"], rel=1e-3)   # it trained
+
+
+def test_the_pytorch_resnet_twin_on_two_processes_keeps_its_ranks_in_step(tmp_path):
+    """benchmarks/torch_resnet_cifar10.py --nproc-per-node 2 (resident data, torch's DDP over gloo): a global batch of
+    64, and both ranks end with the same weights (bit for bit: the averaged gradients are the same on each), not the
+    one process's (a global batch of 32)."""
+    pytest.importorskip("torch")
+    from test_cli import write_cifar_binary
+    cifar = write_cifar_binary(tmp_path / "cifar-10-batches-bin", per_batch=64, n_test=96)
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "torch_resnet_cifar10.py"
+    common = ["--mode", "resident-eager", "--device", "cpu", "--steps", "3", "--seeds", "0", "--data", str(cifar),
+              "--eval-batch", "96", "--quiet"]
+    two, one = tmp_path / "two.json", tmp_path / "one.json"
+    for processes, out in ((["--nproc-per-node", "2"], two), (["--nproc-per-node", "1"], one)):
+        done = subprocess.run([sys.executable, str(script), *common, *processes, "--out", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    parallel, single = json.loads(two.read_text()), json.loads(one.read_text())
+    assert parallel["world_size"] == 2 and parallel["global_batch"] == 64 and single["world_size"] == 1
+    (p,), (s,) = parallel["runs"], single["runs"]
+    assert len(p["rank_weight_sums"]) == 2 and p["rank_weight_sums"][0] == p["rank_weight_sums"][1]
+    assert p["rank_weight_sums"][0] != s["rank_weight_sums"][0]   # other images: other weights
+    assert p["images_per_s"] > 0
+
+
+def test_the_pytorch_twins_refuse_data_parallel_from_the_loader():
+    pytest.importorskip("torch")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "torch_resnet_cifar10.py"
+    done = subprocess.run([sys.executable, str(script), "--mode", "eager", "--device", "cpu", "--nproc-per-node", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--nproc-per-node trains from resident data" in done.stderr

@@ -1,0 +1,54 @@
+"""The PyTorch twins' data parallelism (benchmarks/torch_gpt.py, benchmarks/torch_resnet_cifar10.py): the command in
+N processes started by `frost run` (torchrun's variables; the others stopped when one fails), and one process's
+place in the world: NCCL on its GPU (LOCAL_RANK), gloo on the CPU, rank 0 the one that reports."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+RANK_VARIABLE = "FROST_TORCH_TWIN_RANK"   # set in the processes relaunch starts
+
+
+def in_rank() -> bool:
+    """Whether this process is one that relaunch started."""
+    return bool(os.environ.get(RANK_VARIABLE))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def relaunch(script: str | Path, argv: list[str], nproc: int) -> None:
+    """`script argv` in nproc processes under frost run's native launcher; a failure stops them all and this one."""
+    command = [sys.executable, "-m", "frost.distributed.run", "--launcher", "native", "--master-port",
+               str(free_port()), "--nproc-per-node", str(nproc), str(Path(script).resolve()), *argv]
+    done = subprocess.run(command, env=dict(os.environ, **{RANK_VARIABLE: "1"}))
+    if done.returncode != 0:
+        raise SystemExit(f"{Path(script).name}: the {nproc} data-parallel processes failed (status "
+                         f"{done.returncode}; their output is above)")
+
+
+@contextlib.contextmanager
+def process_group(device: str):
+    """This process in the world (NCCL on GPU LOCAL_RANK, else gloo) for the duration: yields (rank, world size),
+    the output of ranks other than 0 swallowed."""
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    try:
+        rank = dist.get_rank()
+        quiet = contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext()
+        with quiet:
+            yield rank, dist.get_world_size()
+    finally:
+        dist.destroy_process_group()
