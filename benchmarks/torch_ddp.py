@@ -45,10 +45,9 @@ def process_group(device: str):
     if device == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if device == "cuda" else "gloo")
-    try:
-        rank = dist.get_rank()
-        quiet = contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext()
-        with quiet:
-            yield rank, dist.get_world_size()
-    finally:
-        dist.destroy_process_group()
+    rank = dist.get_rank()
+    with contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext():
+        yield rank, dist.get_world_size()
+    # only after a clean run: destroying a communicator with work outstanding (a rank that raised) can block, and
+    # frost run stops the other ranks once this one exits with the error
+    dist.destroy_process_group()

@@ -47,6 +47,7 @@ import torch_ddp  # noqa: E402
 from frost.bench import common  # noqa: E402  (data reading, statistics and the JSON schema are shared)
 
 LOADER_WAIT_THRESHOLD_S = 2e-4
+DDP_GRAPH_WARMUP = 11   # DDP in a CUDA graph: eager steps before the capture (PyTorch's CUDA-graph notes)
 
 
 # ---------------------------------------------------------------- the model
@@ -272,9 +273,10 @@ def train_one_seed(args, seed: int, data: dict, device: str, data_load_s: float,
     batch_size = common.PROTOCOL["batch_size"]
     gen = torch.Generator(device=device if args.mode != "eager" else "cpu").manual_seed(seed)
     log_every = args.log_every or max(1, args.steps // 200)
-    # DDP in a CUDA graph: at least 11 eager steps before the capture (PyTorch's CUDA-graph notes)
-    default_warmup = {"graphed": 11 if dist.is_initialized() else 3, "compiled": 3}.get(args.mode, 1)
+    default_warmup = {"graphed": 3, "compiled": 3}.get(args.mode, 1)
     warmup = max(0, min(args.warmup_steps if args.warmup_steps is not None else default_warmup, args.steps))
+    if args.mode == "graphed" and dist.is_initialized():
+        warmup = max(warmup, DDP_GRAPH_WARMUP)
     stats = {"wait_s": 0.0, "waited_steps": 0, "fetches": 0}
 
     curve: list[list[float]] = []
@@ -373,6 +375,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--mode graphed needs --device cuda (CUDA graphs)")
     if args.nproc_per_node is not None and args.mode == "eager":
         p.error("--nproc-per-node trains from resident data: --mode resident-eager, graphed or compiled")
+    if args.nproc_per_node is not None and args.mode == "graphed" and args.steps <= DDP_GRAPH_WARMUP:
+        p.error(f"--mode graphed with --nproc-per-node warms up {DDP_GRAPH_WARMUP} steps before the capture: "
+                f"--steps must be more, got {args.steps}")
     if args.precision == "bf16" and args.mode != "graphed":
         print(f"note: bf16 (autocast + channels_last) is the graphed mode's variant; running it in {args.mode}")
     return args
@@ -430,8 +435,12 @@ def run_here(args: argparse.Namespace, rank: int = 0, world: int = 1) -> dict:
     t0 = time.perf_counter()
     root = args.data if args.data is not None else common.default_data_dir()
     download = args.data is None
+    if rank:
+        dist.barrier()   # rank 0 has found (or downloaded) the data: no two processes download it at once
     x_train, y_train = common.load_cifar10_arrays(root, train=True, download=download)
     x_test, y_test = common.load_cifar10_arrays(root, train=False, download=download)
+    if dist.is_initialized() and not rank:
+        dist.barrier()
     if args.save_streams:
         save_streams(args.save_streams, args.seeds, len(x_train), args.steps, device)
         return result

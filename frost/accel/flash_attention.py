@@ -1727,7 +1727,9 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores, "RS": 1 for P kept in
     registers}), K and V read where they lie through tensor maps."""
     o, lse = _hopper_outputs(xp, q, p, "bulk")
-    tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0, p.causal, p.lq), **(tiles or {}))
+    # a setting asked for fills its gaps from the long-sequence defaults, whatever the length (its names keep their
+    # meaning); only the default itself depends on the length
+    tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0, p.causal, None if tiles else p.lq), **(tiles or {}))
     wgs, bc, stages, rs = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"]
     if wgs not in (1, 2, 3) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
             or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1):

@@ -4,6 +4,8 @@ composed path, for causal (top-left, also with Lq != Lk) and not, ragged lengths
 key-padding masks with fully masked rows; the rules of `supported`; sm_90 compiles; and (on a GPU) the real kernels
 behind scaled_dot_product_attention against the composed path."""
 
+import inspect
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -461,7 +463,7 @@ def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatc
     (2, 2, 2, 40, 90, 64, False, True, dict(WGS=1, BC=64, STAGES=1)),     # key-padding mask, one stage reused
     (1, 1, 1, 200, 200, 128, True, False, dict(WGS=1, BC=64, STAGES=2)),  # head dim 128, a stage refilled twice
     (1, 1, 1, 50, 70, 128, True, False, dict(WGS=1, BC=64, STAGES=3)),    # more stages than tiles
-    (1, 4, 1, 130, 300, 64, False, False, dict(WGS=2, BC=128, STAGES=2)),  # the default: 2 warpgroups, GQA 4
+    (1, 4, 1, 130, 300, 64, False, False, dict(WGS=2, BC=128, STAGES=2)),  # 2 warpgroups, GQA 4
     (1, 2, 1, 130, 300, 64, True, False, dict(WGS=2, BC=64, STAGES=2, PINGPONG=1)),  # the warpgroups take turns
     (2, 2, 2, 120, 200, 128, False, True, dict(WGS=2, BC=64, STAGES=2, RS=1)),  # P in registers (wgmma_bf16_rs)
     (1, 2, 2, 100, 60, 64, False, False, dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1)),   # one tile: no turns
@@ -768,6 +770,33 @@ def test_bulk_forward_tiles_by_length():
     assert fa.bulk_tiles(64, False, True)["BC"] == 128 and fa.bulk_tiles(128, False, True)["BC"] == 64
     fa.bulk_tiles(64, False, False, short)["WGS"] = 1   # a copy: the table itself is not changed
     assert fa.SHORT_BULK_TILES["WGS"] == 2
+
+
+@pytest.mark.parametrize("tiles, length", [(None, 300), (None, 5000), (dict(STAGES=3), 300)])
+def test_the_bulk_forward_asks_for_its_tiles_by_length_only_when_none_are_given(monkeypatch, tiles, length):
+    """forward_bulk takes the short sequences' default below SHORT_BULK_BELOW queries; a partial setting fills its
+    gaps from the long-sequence defaults at any length (so its names mean what they say)."""
+    asked = []
+
+    def spy(d, dropout, causal=False, lq=None):
+        asked.append(lq)
+        raise RuntimeError("stop")
+    monkeypatch.setattr(fa, "bulk_tiles", spy)
+    q = np.zeros((1, 1, length, 64), ml_dtypes.bfloat16)
+    p = fa.Problem(1, 1, 1, length, 64, 64, False, 0.125, False)
+    with pytest.raises(RuntimeError, match="stop"):
+        fa.forward_arrays(np, q, q[:, :, :64], q[:, :, :64], p, tiles=tiles, variant="bulk")
+    assert asked == [length if tiles is None else None]
+
+
+def test_the_attention_backwards_hand_leaves_their_gradients_without_a_copy():
+    """The flash and cuDNN attention backwards say fresh_gradients (the autograd then keeps their arrays as .grad)."""
+    rng = np.random.default_rng(3)
+    q, k, v = (frost.Tensor(rng.standard_normal((1, 1, 16, 64)).astype(ml_dtypes.bfloat16), requires_grad=True)
+               for _ in range(3))
+    out = fa.flash_attention(q, k, v, tiles=TINY)
+    assert out._ctx.backward.fresh_gradients is True
+    assert "backward.fresh_gradients = True" in inspect.getsource(cudnn_attention.cudnn_attention)
 
 
 def test_fused_backward_is_the_default_where_it_was_measured_faster(monkeypatch):

@@ -92,10 +92,12 @@ def test_scaling_refuses_a_baseline_of_another_benchmark_or_of_several_processes
 
 def test_the_pytorch_twin_on_two_processes_trains_as_one_process_on_the_global_batch(tmp_path):
     """benchmarks/torch_gpt.py --nproc-per-node 2 (torch's DistributedDataParallel over gloo, started by frost run):
-    2 processes of batch 2 take the steps of 1 process of batch 4 (dropout 0), the same held-out loss, as Frost's."""
+    2 processes of batch 2 take the steps of 1 process of batch 4 (dropout 0, two micro-batches a step), the same
+    held-out loss, as Frost's."""
     pytest.importorskip("torch")
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "torch_gpt.py"
-    sizes = ["--device", "cpu", "--steps", "4", "--block-size", "16", "--dropout", "0", "--eval-iters", "2", "--quiet"]
+    sizes = ["--device", "cpu", "--steps", "4", "--block-size", "16", "--dropout", "0", "--eval-iters", "2", "--quiet",
+             "--grad-accum", "2"]   # the first micro-batch's gradients stay local (no_sync)
     two, one = tmp_path / "two.json", tmp_path / "one.json"
     for batch, processes, out in (("2", ["--nproc-per-node", "2"], two), ("4", [], one)):
         command = [sys.executable, str(script), *sizes, "--batch-size", batch, *processes, "--out", str(out)]
@@ -137,3 +139,29 @@ def test_the_pytorch_twins_refuse_data_parallel_from_the_loader():
     done = subprocess.run([sys.executable, str(script), "--mode", "eager", "--device", "cpu", "--nproc-per-node", "2"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--nproc-per-node trains from resident data" in done.stderr
+
+
+def _load_benchmark(name: str):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}",
+                                                  Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_resnet_twins_ranks_take_the_one_process_global_batch_between_them():
+    """Resident batches and the graphed step's lanes: the ranks' 32 images of each step, side by side, are the global
+    batch of 64 a one-process walk over the same permutations takes, epoch after epoch."""
+    torch = pytest.importorskip("torch")
+    twin = _load_benchmark("torch_resnet_cifar10")
+    x = torch.arange(320).reshape(320, 1, 1, 1).to(torch.uint8).expand(320, 3, 2, 2).contiguous()
+    y = torch.arange(320) % 10
+    ranks = [twin.resident_batches(x, y, 32, torch.Generator().manual_seed(5), rank, 2) for rank in (0, 1)]
+    whole = twin.resident_batches(x, y, 64, torch.Generator().manual_seed(5))
+    for _ in range(7):   # 5 steps an epoch: into the second
+        (x0, y0), (x1, y1), (xw, yw) = next(ranks[0]), next(ranks[1]), next(whole)
+        assert torch.equal(torch.cat([x0, x1]), xw) and torch.equal(torch.cat([y0, y1]), yw)
+    lanes = [twin.GraphedTrainer(None, None, x, y, 32, "fp32", False, None, 11, rank, 2) for rank in (0, 1)]
+    assert [t.lanes.tolist() for t in lanes] == [list(range(32)), list(range(32, 64))]
+    assert lanes[0].step_images == 64 and lanes[0].per_epoch == 5
