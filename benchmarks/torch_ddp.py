@@ -3,16 +3,21 @@ N processes started by `frost run` (torchrun's variables; the others stopped whe
 place in the world: NCCL on its GPU (LOCAL_RANK), gloo on the CPU, rank 0 the one that reports."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.distributed as dist
+
+from frost.bench import common
 
 RANK_VARIABLE = "FROST_TORCH_TWIN_RANK"   # set in the processes relaunch starts
 
@@ -51,3 +56,27 @@ def process_group(device: str):
     # only after a clean run: destroying a communicator with work outstanding (a rank that raised) can block, and
     # frost run stops the other ranks once this one exits with the error
     dist.destroy_process_group()
+
+
+def place() -> tuple[int, int]:
+    """(rank, world size) of this process: (0, 1) outside a --nproc-per-node run."""
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def run(args: argparse.Namespace, script: str | Path, run_here: Callable[[argparse.Namespace], dict]) -> dict:
+    """A twin's benchmark: run_here(args) in this process, or with --nproc-per-node N in N processes (each a rank of
+    the world, ranks but 0 without --out and quiet), returning rank 0's result with --scaling-baseline's scaling
+    added, as frost bench's common.run_data_parallel does for Frost."""
+    common.check_data_parallel_arguments(args)
+    if args.nproc_per_node is None:
+        return run_here(args)
+    if in_rank():
+        with process_group(args.device) as (rank, _):
+            if rank:
+                args.quiet, args.out = True, None
+            return run_here(args)
+    baseline = common.read_baseline(args)
+    relaunch(script, args.command_line, args.nproc_per_node)
+    if baseline is not None:
+        return common.add_scaling(args, baseline)
+    return json.loads(Path(args.out).read_text()) if args.out else {}

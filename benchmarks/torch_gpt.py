@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
@@ -139,23 +138,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict:
     """Train every seed in PyTorch (args as parse_args makes them); print the table; write JSON with --out. With
     --nproc-per-node N: the same in N processes (rank 0's result)."""
-    common.check_data_parallel_arguments(args)
-    if args.nproc_per_node is None:
-        return run_here(args)
-    if torch_ddp.in_rank():
-        with torch_ddp.process_group(args.device) as (rank, _):
-            if rank:
-                args.quiet, args.out = True, None
-            return run_here(args, rank, report=rank == 0)
-    baseline = common.read_baseline(args)
-    torch_ddp.relaunch(__file__, args.command_line, args.nproc_per_node)
-    return common.add_scaling(args, baseline) if baseline is not None else \
-        (json.loads(Path(args.out).read_text()) if args.out else {})
+    return torch_ddp.run(args, __file__, run_here)
 
 
-def run_here(args: argparse.Namespace, rank: int = 0, report: bool = True) -> dict:
+def run_here(args: argparse.Namespace) -> dict:
     """The benchmark in this process (one rank of several with --nproc-per-node)."""
     device = args.device
+    rank, _ = torch_ddp.place()
     gpt.check_arguments(args, device)
     t0 = time.perf_counter()
     corpus = gpt.load_corpus(args.preset, args.data, args.tokenizer)
@@ -177,8 +166,7 @@ def run_here(args: argparse.Namespace, rank: int = 0, report: bool = True) -> di
         result["summary"] = gpt.summarize(result["runs"])
         if args.out:
             common.write_json(args.out, result)
-    if report:
-        print(gpt.results_table(result))
+    print(gpt.results_table(result))   # (a rank but 0 prints into torch_ddp.process_group's sink)
     if args.out:
         print(f"results written to {args.out}")
     return result

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -397,25 +396,15 @@ def save_streams(folder: Path, seeds: list[int], n_train: int, steps: int, devic
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    common.check_data_parallel_arguments(args)
-    if args.nproc_per_node is None:
-        return run_here(args)
-    if torch_ddp.in_rank():
-        if args.device == "cuda" and args.mode == "graphed":   # all-reduces inside a graph (PyTorch's notes)
-            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
-        with torch_ddp.process_group(args.device) as (rank, world):
-            if rank:
-                args.quiet, args.out = True, None
-            return run_here(args, rank, world)
-    baseline = common.read_baseline(args)
-    torch_ddp.relaunch(__file__, args.command_line, args.nproc_per_node)
-    return common.add_scaling(args, baseline) if baseline is not None else \
-        (json.loads(Path(args.out).read_text()) if args.out else {})
+    if args.nproc_per_node is not None and args.mode == "graphed":   # all-reduces inside a graph (PyTorch's notes)
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")   # the ranks inherit it
+    return torch_ddp.run(args, __file__, run_here)
 
 
-def run_here(args: argparse.Namespace, rank: int = 0, world: int = 1) -> dict:
+def run_here(args: argparse.Namespace) -> dict:
     """The benchmark in this process (one rank of several with --nproc-per-node)."""
     device = args.device
+    rank, world = torch_ddp.place()
     if args.tf32 != "default":
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
     benchmark = {"on": True, "off": False}.get(args.cudnn_benchmark, args.mode in ("graphed", "compiled"))
