@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from frost import cli
+from test_bench_gpt import load_script
 
 
 def test_resnet_bench_on_two_processes_reports_the_global_batch(tmp_path, capsys):
@@ -141,20 +142,11 @@ def test_the_pytorch_twins_refuse_data_parallel_from_the_loader():
     assert done.returncode == 2 and "--nproc-per-node trains from resident data" in done.stderr
 
 
-def _load_benchmark(name: str):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}",
-                                                  Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_resnet_twins_ranks_take_the_one_process_global_batch_between_them():
     """Resident batches and the graphed step's lanes: the ranks' 32 images of each step, side by side, are the global
     batch of 64 a one-process walk over the same permutations takes, epoch after epoch."""
     torch = pytest.importorskip("torch")
-    twin = _load_benchmark("torch_resnet_cifar10")
+    twin = load_script("torch_resnet_cifar10")
     x = torch.arange(320).reshape(320, 1, 1, 1).to(torch.uint8).expand(320, 3, 2, 2).contiguous()
     y = torch.arange(320) % 10
     ranks = [twin.resident_batches(x, y, 32, torch.Generator().manual_seed(5), rank, 2) for rank in (0, 1)]
