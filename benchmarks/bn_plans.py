@@ -88,7 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here (default: not written)")
     args = parser.parse_args()
-    sms = bn._sm_count(0)
+    sms = bn.multiprocessor_count(0)
     rows = [r for dtype in ("float32", "bfloat16") for shape in SEED_SHAPES for r in sweep(shape, dtype, sms)]
     print(f"{'shape':>16} {'dtype':>8} {'plan':>10} {'cb,G,lanes,U,S,fused':>24} {'fwd us':>7} {'bwd us':>7} "
           f"{'copy us':>7} {'y diff':>8} {'dx diff':>8}")

@@ -256,8 +256,9 @@ def main() -> None:
     tiles = {d: dict(forward=fa.FORWARD_TILES[d], backward=fa.BACKWARD_TILES[d],
                      forward_wgmma=fa.wgmma_tiles(d, args.dropout > 0.0), backward_wgmma=fa.WGMMA_BACKWARD_TILES[d],
                      forward_bulk=fa.bulk_tiles(d, args.dropout > 0.0),
-                     forward_bulk_short=fa.bulk_tiles(d, args.dropout > 0.0, lq=fa.SHORT_BULK_BELOW - 1),
-                     forward_bulk_short_below=fa.SHORT_BULK_BELOW)
+                     forward_bulk_causal=fa.bulk_tiles(d, args.dropout > 0.0, causal=True),
+                     forward_bulk_short=fa.bulk_tiles(d, args.dropout > 0.0, lq=fa.PERSIST_BELOW - 1),
+                     forward_bulk_short_below=fa.PERSIST_BELOW)
              for d in sorted({shape[3] for shape in shapes})}
     common.keep_result(args.out, dict(device=device, commit=common.git_commit(), versions=common.versions(),
                                       iters=iters, warmup=args.warmup, dropout=args.dropout, tiles=tiles,

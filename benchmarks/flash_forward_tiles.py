@@ -18,12 +18,13 @@ from flash_attention import frost_calls, time_pass, torch_backends, torch_calls
 from frost.accel import flash_attention as fa
 from frost.bench import common
 
-BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2), dict(WGS=2, BC=64, STAGES=2, PINGPONG=1),
-                 dict(WGS=2, BC=64, STAGES=2, RS=1), dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1),
-                 dict(WGS=2, BC=128, STAGES=2), dict(WGS=2, BC=128, STAGES=2, RS=1),
-                 dict(WGS=2, BC=128, STAGES=2, RS=1, PINGPONG=1), dict(WGS=2, BC=176, STAGES=2, RS=1),
-                 dict(WGS=2, BC=176, STAGES=2, RS=1, PINGPONG=1), dict(WGS=3, BC=64, STAGES=2, RS=1),
-                 dict(WGS=3, BC=128, STAGES=2, RS=1))
+BULK_SETTINGS = (dict(WGS=2, BC=64, STAGES=2, RS=1, PINGPONG=1), dict(WGS=2, BC=128, STAGES=2, RS=1),
+                 dict(WGS=2, BC=128, STAGES=2, RS=1, PINGPONG=1),
+                 dict(WGS=2, BC=128, STAGES=2, RS=1, PINGPONG=1, PERSIST=1),
+                 dict(WGS=2, BC=176, STAGES=2, RS=1, PINGPONG=1),
+                 dict(WGS=2, BC=176, STAGES=2, RS=1, PINGPONG=1, PERSIST=1),
+                 dict(WGS=3, BC=64, STAGES=2, RS=1), dict(WGS=3, BC=64, STAGES=2, RS=1, PERSIST=1),
+                 dict(WGS=3, BC=128, STAGES=2, RS=1), dict(WGS=3, BC=128, STAGES=2, RS=1, PERSIST=1))
 
 
 def kernel_rows(cp, shape: tuple, causal: bool, iters: int, warmup: int) -> list[tuple[str, float, float | None]]:

@@ -1,13 +1,12 @@
 """Batch norm (+ residual add, + ReLU) on the GPU: the kernels, their launch plans, and batch_norm_act's fast paths,
 registered with frost.dispatch. The reference math, and the op that asks for these, is frost/ops/norm.py."""
-import functools
 
 import numpy as np
 
 from frost import dispatch
 from frost.autograd import GradientPair, grad_destination, is_grad_enabled
-from frost.backend import cuda as cuda_backend
 from frost.dtype import float32
+from frost.kernel.compile import multiprocessor_count
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, by, device, f32, grid_sync, grid_sync_counter, i32,
                           i64, kernel, lane, local, rsqrt, shared, shfl_xor, static_range, syncthreads, tx, u32, warp,
                           warp_sum)
@@ -675,13 +674,8 @@ batch_norm_backward_partial_nhwc = NHWC_KERNELS["float32"]["backward_partial"]
 batch_norm_backward_input_nhwc = NHWC_KERNELS["float32"]["backward_input"]
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_id: int) -> int:
-    return int(cuda_backend.cupy().cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"])
-
-
 def _sms(x: Tensor) -> int:
-    return _sm_count(x.xp.cuda.runtime.getDevice())
+    return multiprocessor_count(x.xp.cuda.runtime.getDevice())
 
 
 def bn_split(n: int, channels: int, sm_count: int, threads: int = BN_THREADS,

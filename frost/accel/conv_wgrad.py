@@ -2,7 +2,6 @@
 blocks, then a fixed-order sum) for the small shapes where cuDNN's weight gradient is slow, and `choose`, which times
 them against cuDNN per shape."""
 
-import functools
 import json
 import os
 import threading
@@ -19,7 +18,7 @@ from frost.backend import cuda
 from frost.backend.remembered import RememberedTable
 from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, dynamic_shared, f32, i32, kernel, launch_bounds, local,
                           shared, static_range, syncthreads, tx)
-from frost.kernel.compile import device_arch, has_mma
+from frost.kernel.compile import device_arch, has_mma, multiprocessor_count
 from frost.layout import empty_like_format, flat_view, is_channels_last
 from frost.ops.conv import int_pair
 
@@ -381,11 +380,6 @@ def _cupy():
     return cuda.cupy()
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_id: int) -> int:
-    return int(_cupy().cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"])
-
-
 def _check_arrays(g, x, out, w_shape) -> None:
     if str(g.dtype) != str(x.dtype) or str(x.dtype) not in PARTIAL:
         raise TypeError(f"conv2d_backward_weight_gpu: dy and x must both be float32 or both bfloat16 arrays, got dy "
@@ -409,7 +403,7 @@ def plan_for(g, x, w_shape, stride, padding, tiles: dict | None = None, sms: int
         hit = _choices.load().get(_key(g, x, w_shape, stride, padding))
         tiles = hit.get("tiles") if hit else None
     if sms is None:
-        sms = _sm_count(_cupy().cuda.runtime.getDevice())
+        sms = multiprocessor_count(_cupy().cuda.runtime.getDevice())
     tiles = {"blocks": 2 * sms} | (tiles or {})
     if tiles.pop("kernel", None) == "mma":
         return conv_wgrad_mma.mma_plan(geo, int(x.shape[0]), item=x.dtype.itemsize, **tiles)
@@ -516,7 +510,7 @@ def candidates(g, x, w_shape, stride, padding) -> list[dict]:
     shape, bf16 by about 2x, TF32 by 1.6x per step, so those are not compiled and timed too) on a GPU that has
     them (Ampere or newer), else the FFMA kernel's."""
     geo = geometry(g.shape, x.shape, w_shape, stride, padding)
-    sms = _sm_count(_cupy().cuda.runtime.getDevice())
+    sms = multiprocessor_count(_cupy().cuda.runtime.getDevice())
     tensor_cores = str(x.dtype) == "bfloat16" or (str(x.dtype) == "float32" and backends.allow_tf32)
     if tensor_cores and input_layout(g, x) == "nhwc" and has_mma(x):
         tiles = conv_wgrad_mma.candidate_tiles(geo, int(x.shape[0]), sms, item=x.dtype.itemsize)

@@ -86,13 +86,13 @@ from frost import backends, dispatch, layout
 from frost.backend import cpu, cuda
 from frost.kernel import (MN_MAJOR, Array, Const, TensorMap, bar_arrive, bar_sync, bf16, bx, by, bz, cdiv, cp_async16,
                           cp_async_bulk, cp_async_bulk_commit, cp_async_bulk_tensor, cp_async_bulk_wait,
-                          cp_async_bulk_wait_read, cp_commit, cp_reduce_async_bulk_add, cp_wait, device,
-                          dynamic_shared, f16, f32, fast_exp2, fence_proxy_async, gdx, gdy, i32, i64, inf, kernel,
-                          lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local, log, mbarrier_arrive,
-                          mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc,
-                          shared, shfl_xor, static_range, swizzle, syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16,
+                          cp_async_bulk_wait_read, cp_commit, cp_reduce_async_bulk_add, cp_wait, device, dynamic_shared,
+                          f16, f32, fast_exp2, fence_proxy_async, gdx, gdy, i32, i64, inf, kernel, lane, launch_bounds,
+                          ldmatrix_x4, ldmatrix_x4_trans, local, log, mbarrier_arrive, mbarrier_arrive_expect_tx,
+                          mbarrier_init, mbarrier_wait, mma, setmaxnreg_dec, setmaxnreg_inc, shared, shfl_xor,
+                          static_range, swizzle, syncthreads, tx, u8, u32, warp, warp_sum, wgmma_bf16,
                           wgmma_bf16_rs, wgmma_commit, wgmma_desc, wgmma_discard, wgmma_fence, wgmma_wait)
-from frost.kernel.compile import device_arch, has_mma
+from frost.kernel.compile import device_arch, has_mma, multiprocessor_count
 from frost.kernel.tma import tensor_map
 from frost.accel.philox import philox4x32, philox_block
 from frost.tensor import Tensor, capturing, from_op
@@ -124,8 +124,11 @@ WGMMA_BACKWARD_TILES = {64: dict(WGS=2, BC=64, BR=64), 128: dict(WGS=2, BC=64, B
 # (tree 12caac9): RS=1 3.74 ms (2.28 causal), RS=0 3.97 (2.43); tree 05dcf19: RS=1 3.38 (2.16), OVERLAP_EXP=1 3.40
 # (2.11) (05dcf19 had a race, fixed at 7f75e73: 3.31 ms at 6a7acae, another lease). Tensor maps made it 1.14x
 # faster than every thread's cp.async (tree a1cdd95: 4.16 against 4.75 ms) and free of spills at head dim 128 (36
-# bytes before); the queries-as-rows layout (5.31 at tree 6e25189) has gone
-FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1), 128: dict(WGS=2, RS=1)}
+# bytes before); the queries-as-rows layout (5.31 at tree 6e25189) has gone. OVERLAP_EXP=1 (P^T's exponentials while
+# dP^T multiplies) over two leases (trees 6501b32 and 015f5f3, flash_backward_h100_*.json): faster in 14 of 17 cells at
+# 512-4096 queries, both head dims (by up to 6 %: causal 8 x 16 x 2048 x 128 1.475 -> 1.435 ms), within 1 % slower
+# in the others
+FUSED_BACKWARD_TILES = {64: dict(WGS=2, RS=1, OVERLAP_EXP=1), 128: dict(WGS=2, RS=1, OVERLAP_EXP=1)}
 # where the fused backward is the default: head dim -> the shortest query length. On an H100 (tree 12caac9,
 # flash_backward_h100_12caac9.json) it beat the two kernels at every shape timed from 2048 (3.74 against 5.21 ms at
 # 4 x 16 x 4096 x 128); at tree 05dcf19 (flash_backward_h100_05dcf19_1024.json, _512.json) also at 1024 queries,
@@ -182,6 +185,38 @@ def query_head() -> i32:
     tiles of one head are neighbours in launch order, so the blocks running at once share their K and V (forward)
     or Q and dO (backward) in L2, as FlashAttention's grids order them."""
     return bz * gdy + by
+
+
+@device
+def tile_at(t: i32, tiles_a_head: i32, lq: i32, lk: i32, heads: i32, group: i32, BR: Const[int],
+            CAUSAL: Const[int]) -> (i32, i32, i32, i32, i32):
+    """query_tile for tile t of the bulk forward's work, numbered as its grid launches blocks (the query tiles of one
+    (batch, head) neighbours, heads, then batches): (batch, first q row of the head, first k/v row of its key/value
+    head, first query, this lane's first row)."""
+    x = t % tiles_a_head
+    bh = t // tiles_a_head
+    b = bh // heads
+    h = bh % heads
+    q0 = (tiles_a_head - 1 - x if CAUSAL else x) * BR   # causal: the longest tiles of a head first, as FA3 orders them
+    return b, bh * lq, (b * (heads // group) + h // group) * lk, q0, q0 + warp * 16 + lane // 4
+
+
+@device
+def next_tile(rounds: i32) -> i32:
+    """A persistent block's tile after `rounds` rounds over the grid: rounds alternate direction (a snake), so that
+    under causal masking, where a head's tiles shorten in launch order, a block's long and short tiles even out."""
+    return rounds * gdx + (bx if rounds % 2 == 0 else gdx - 1 - bx)
+
+
+@device
+def load_warpgroup_queries(q, sq, qbase: i32, q0: i32, lq: i32, wg: i32, D: Const[int]):
+    """Start copying warpgroup wg's 64 queries of the tile from q0 into its rows of the panels sq (load_panels'
+    layout) by its own 128 threads: a persistent block's next queries, while the other warpgroups still read theirs."""
+    for u in static_range(64 * D // 8 // 128):
+        chunk = tx % 128 + u * 128
+        r = wg * 64 + chunk // (D // 8)
+        col = chunk % (D // 8) * 8
+        cp_async16(sq, (col // 64, r, swizzle(r, col % 64, 64)), q, (qbase + min(q0 + r, lq - 1), col))
 
 
 @device
@@ -899,23 +934,25 @@ def wgmma_forward():
 # ------------------------------------------------------------------ the forward fed by the copy engine
 @device
 def produce_tiles(kmap, vmap, skf, svf, fullk, fullv, emptyk, emptyv, head: i32, kv_heads: i32, lk: i32, tiles: i32,
-                  BC: Const[int], D: Const[int], STAGES: Const[int]):
+                  first: i32, BC: Const[int], D: Const[int], STAGES: Const[int]):
     """The producer (one thread): key/value head `head`'s tiles 0 ... tiles - 1 of K and V into the STAGES-deep rings
-    skf and svf by the copy engine, each stage refilled once its consumers released it (emptyk / emptyv). K and V
-    come through tensor maps over (batch, key/value head, key, column) with boxes of BC keys x 64 columns: a tile is
-    D / 64 boxes, swizzled as the consumers' wgmmas read them, keys past lk zeros (the copy engine fills them)."""
+    skf and svf by the copy engine, from ring position `first` on (the tiles an earlier query tile of a persistent
+    block took), each stage refilled once its consumers released it (emptyk / emptyv). K and V come through tensor
+    maps over (batch, key/value head, key, column) with boxes of BC keys x 64 columns: a tile is D / 64 boxes,
+    swizzled as the consumers' wgmmas read them, keys past lk zeros (the copy engine fills them)."""
     TILE: Const[int] = BC * D
     b = head // kv_heads
     hk = head % kv_heads
     for j in range(tiles):
-        stage = j % STAGES
-        if j >= STAGES:
-            mbarrier_wait(emptyk, stage, (j // STAGES - 1) % 2)
+        n = first + j
+        stage = n % STAGES
+        if n >= STAGES:
+            mbarrier_wait(emptyk, stage, (n // STAGES - 1) % 2)
         mbarrier_arrive_expect_tx(fullk, stage, TILE * 2)
         for p in static_range(D // 64):
             cp_async_bulk_tensor(skf, stage * TILE + p * BC * 64, kmap, (b, hk, j * BC, p * 64), fullk, stage)
-        if j >= STAGES:
-            mbarrier_wait(emptyv, stage, (j // STAGES - 1) % 2)
+        if n >= STAGES:
+            mbarrier_wait(emptyv, stage, (n // STAGES - 1) % 2)
         mbarrier_arrive_expect_tx(fullv, stage, TILE * 2)
         for p in static_range(D // 64):
             cp_async_bulk_tensor(svf, stage * TILE + p * BC * 64, vmap, (b, hk, j * BC, p * 64), fullv, stage)
@@ -967,9 +1004,9 @@ def bulk_forward():
     @kernel
     def flash_fwd_bulk(q: Array[bf16, 2], kp: TensorMap[bf16, 4], vp: TensorMap[bf16, 4], o: Array[bf16, 2],
                        lse: Array[f32],
-                       kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32,
+                       kmask: Array[u8], rng: Array[u32], lq: i32, lk: i32, heads: i32, group: i32, batch: i32,
                        scale_log2: f32, drop_p: f32, keep_scale: f32, D: Const[int], WGS: Const[int],
-                       BC: Const[int], STAGES: Const[int], PINGPONG: Const[int], RS: Const[int],
+                       BC: Const[int], STAGES: Const[int], PINGPONG: Const[int], RS: Const[int], PERSIST: Const[int],
                        CAUSAL: Const[int], MASKED: Const[int], DROPOUT: Const[int]):
         """flash_fwd_wgmma, warp-specialized: a producer warpgroup (the block's last; one thread of it issues, and
         it gives its registers to the consumers with setmaxnreg, as FlashAttention-3's) has the copy engine bring
@@ -979,7 +1016,12 @@ def bulk_forward():
         P V. S(j) = Q K(j)^T is issued with O += P(j - 1) V(j - 1), so that the softmax of tile j overlaps that
         product (FlashAttention-3's intra-warpgroup pipelining). RS=1 keeps P in registers as the A operand of
         P V (wgmma_bf16_rs) instead of storing it to shared memory. No thread copies K or V (P V reads V MN-major as
-        it lies), and no barrier of the whole block runs in the loop."""
+        it lies), and no barrier of the whole block runs in the loop.
+        PERSIST=1: a grid of at most one block an SM, each taking query tile after query tile (next_tile); the
+        producer goes on to the next tile's K and V as stages free up and each warpgroup fetches its next queries
+        once its last S is in, so that a tile's start overlaps the end of the one before (the rings' positions run on
+        across tiles). Not with dropout, whose Philox counters name the grid's (batch, head). PERSIST=0: one tile a
+        block, the grid (query tiles, heads, batch)."""
         BR: Const[int] = 64 * WGS
         CONSUMERS: Const[int] = 128 * WGS
         DP: Const[int] = D // 64   # panels of a Q, K or V tile
@@ -997,9 +1039,10 @@ def bulk_forward():
         fullv = shared(i64, STAGES)
         emptyk = shared(i64, STAGES)
         emptyv = shared(i64, STAGES)
-        b, qbase, kbase, q0, row0 = query_tile(lq, lk, heads, group, BR, CAUSAL)
-        kv_end = min(lk, q0 + BR) if CAUSAL else lk
-        tiles = cdiv(kv_end, BC)
+        per_head = cdiv(lq, BR)
+        work = per_head * heads * batch   # query tiles in all
+        t0 = bx if PERSIST else query_head() * gdx + bx
+        b, qbase, kbase, q0, row0 = tile_at(t0, per_head, lq, lk, heads, group, BR, CAUSAL)
         if tx == 0:
             for ring in range(STAGES):
                 mbarrier_init(fullk, ring, 1)
@@ -1011,15 +1054,26 @@ def bulk_forward():
         cp_commit()
         cp_wait(0)
         fence_proxy_async()
-        syncthreads()   # the barriers initialized, Q in place for wgmma
+        syncthreads()   # the barriers initialized, the first tile's Q in place for wgmma
+        first = 0       # ring position of this tile's first K/V
+        rounds = 0
+        t = t0
         if tx >= CONSUMERS:   # the producer warpgroup: one thread issues, its registers go to the consumers
             if WGS == 2:       # three warpgroups start with 168 registers a thread: 40 + 2 x 232 of them fit
                 setmaxnreg_dec(40)
             if WGS == 3:       # four start with 128: 24 + 3 x 160
                 setmaxnreg_dec(24)
             if tx == CONSUMERS:
-                produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk, heads // group, lk, tiles,
-                              BC, D, STAGES)
+                while True:
+                    b, qbase, kbase, q0, row0 = tile_at(t, per_head, lq, lk, heads, group, BR, CAUSAL)
+                    tiles = cdiv(min(lk, q0 + BR) if CAUSAL else lk, BC)
+                    produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk, heads // group, lk,
+                                  tiles, first, BC, D, STAGES)
+                    first += tiles
+                    rounds += 1
+                    t = next_tile(rounds)
+                    if PERSIST == 0 or t >= work:
+                        break
         else:
             if WGS == 2:
                 setmaxnreg_inc(232)
@@ -1032,50 +1086,67 @@ def bulk_forward():
             lsum = local(f32, 2)
             alpha = local(f32, 2)
             pa = local(bf16, (BC // 16, 8))   # RS: this tile's weights P as wgmma's A fragments
-            zero(acc, D)
-            for h in static_range(2):
-                m[h] = -inf
-                lsum[h] = 0.0
-            # tile 0: S = Q K^T, its weights P into sp
-            mbarrier_wait(fullk, 0, 0)
-            wgmma_rows(s, sq, 0, wg * 64, sk, 0, BC, D, 0)
-            wgmma_wait(0)
-            release_stage(emptyk, 0)
-            softmax_tile(s, acc, m, lsum, row0, 0, whole_tile(q0, 0, lk, BC, CAUSAL, MASKED), lq, lk, kmask, b * lk,
-                         rng, scale_log2, drop_p, keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
-            hand_over_weights(sp, pa, s, wg, BC, RS)
-            # tile jt: S(jt) = Q K(jt)^T and O += P(jt - 1) V(jt - 1) issued together; the softmax of S(jt) runs
-            # while the tensor cores still add P V, and only the rescale of O waits for them. PINGPONG: the two
-            # warpgroups take turns issuing (named barriers 3 and 4), so one's softmax runs while the other multiplies
             turns = PINGPONG == 1 and WGS == 2
-            if turns and wg == 1 and tiles > 1:
-                bar_arrive(3, 256)   # warpgroup 0 issues first
-            for jt in range(1, tiles):
-                stage = jt % STAGES
-                prev = (jt - 1) % STAGES
-                k0 = jt * BC
-                mbarrier_wait(fullk, stage, jt // STAGES % 2)
-                if turns:
-                    bar_sync(3 + wg, 256)
-                wgmma_rows(s, sq, 0, wg * 64, sk, stage * DP, BC, D, 0)
-                mbarrier_wait(fullv, prev, (jt - 1) // STAGES % 2)
-                weights_times_values(acc, sp, pa, wg, sv, prev * DP, D, BC, RS)
-                if turns and not (wg == 1 and jt == tiles - 1):   # every arrival has its bar_sync
-                    bar_arrive(4 - wg, 256)
-                wgmma_wait(1)   # S(jt) is in
-                release_stage(emptyk, stage)
-                softmax_weights(s, alpha, m, lsum, row0, k0, whole_tile(q0, k0, lk, BC, CAUSAL, MASKED), lq, lk,
-                                kmask, b * lk, rng, scale_log2, drop_p, keep_scale, BC, CAUSAL, MASKED, DROPOUT)
-                wgmma_wait(0)   # O += P V(jt - 1) is in: V(jt - 1) and sp are free
-                release_stage(emptyv, prev)
-                rescale(acc, alpha, D)
+            while True:
+                b, qbase, kbase, q0, row0 = tile_at(t, per_head, lq, lk, heads, group, BR, CAUSAL)
+                tiles = cdiv(min(lk, q0 + BR) if CAUSAL else lk, BC)
+                rounds += 1
+                t = next_tile(rounds)
+                zero(acc, D)
+                for h in static_range(2):
+                    m[h] = -inf
+                    lsum[h] = 0.0
+                if PERSIST and rounds > 1:   # this warpgroup's queries, fetched during the last tile, in place
+                    cp_wait(0)
+                    fence_proxy_async()
+                    bar_sync(1 + wg, 128)
+                # tile 0: S = Q K^T, its weights P into sp
+                mbarrier_wait(fullk, first % STAGES, first // STAGES % 2)
+                wgmma_rows(s, sq, 0, wg * 64, sk, first % STAGES * DP, BC, D, 0)
+                wgmma_wait(0)
+                release_stage(emptyk, first % STAGES)
+                softmax_tile(s, acc, m, lsum, row0, 0, whole_tile(q0, 0, lk, BC, CAUSAL, MASKED), lq, lk, kmask,
+                             b * lk, rng, scale_log2, drop_p, keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
                 hand_over_weights(sp, pa, s, wg, BC, RS)
-            last = (tiles - 1) % STAGES
-            mbarrier_wait(fullv, last, (tiles - 1) // STAGES % 2)
-            weights_times_values(acc, sp, pa, wg, sv, last * DP, D, BC, RS)
-            wgmma_wait(0)
-            release_stage(emptyv, last)
-            write_rows(o, lse, acc, m, lsum, qbase, 1, qbase, row0, lq, D)
+                # tile jt: S(jt) = Q K(jt)^T and O += P(jt - 1) V(jt - 1) issued together; the softmax of S(jt) runs
+                # while the tensor cores still add P V, and only the rescale of O waits for them. PINGPONG: the two
+                # warpgroups take turns issuing (named barriers 3 and 4), so one's softmax runs while the other
+                # multiplies
+                if turns and wg == 1 and tiles > 1:
+                    bar_arrive(3, 256)   # warpgroup 0 issues first
+                for jt in range(1, tiles):
+                    stage = (first + jt) % STAGES
+                    prev = (first + jt - 1) % STAGES
+                    k0 = jt * BC
+                    mbarrier_wait(fullk, stage, (first + jt) // STAGES % 2)
+                    if turns:
+                        bar_sync(3 + wg, 256)
+                    wgmma_rows(s, sq, 0, wg * 64, sk, stage * DP, BC, D, 0)
+                    mbarrier_wait(fullv, prev, (first + jt - 1) // STAGES % 2)
+                    weights_times_values(acc, sp, pa, wg, sv, prev * DP, D, BC, RS)
+                    if turns and not (wg == 1 and jt == tiles - 1):   # every arrival has its bar_sync
+                        bar_arrive(4 - wg, 256)
+                    wgmma_wait(1)   # S(jt) is in
+                    release_stage(emptyk, stage)
+                    softmax_weights(s, alpha, m, lsum, row0, k0, whole_tile(q0, k0, lk, BC, CAUSAL, MASKED), lq, lk,
+                                    kmask, b * lk, rng, scale_log2, drop_p, keep_scale, BC, CAUSAL, MASKED, DROPOUT)
+                    wgmma_wait(0)   # O += P V(jt - 1) is in: V(jt - 1) and sp are free
+                    release_stage(emptyv, prev)
+                    rescale(acc, alpha, D)
+                    hand_over_weights(sp, pa, s, wg, BC, RS)
+                if PERSIST and t < work:   # every S of this tile is in: its queries' rows are free
+                    nb, nqbase, nkbase, nq0, nrow0 = tile_at(t, per_head, lq, lk, heads, group, BR, CAUSAL)
+                    load_warpgroup_queries(q, sq, nqbase, nq0, lq, wg, D)
+                    cp_commit()
+                last = (first + tiles - 1) % STAGES
+                mbarrier_wait(fullv, last, (first + tiles - 1) // STAGES % 2)
+                weights_times_values(acc, sp, pa, wg, sv, last * DP, D, BC, RS)
+                wgmma_wait(0)
+                release_stage(emptyv, last)
+                write_rows(o, lse, acc, m, lsum, qbase, 1, qbase, row0, lq, D)
+                first += tiles
+                if PERSIST == 0 or t >= work:
+                    break
     return flash_fwd_bulk
 
 
@@ -1680,31 +1751,35 @@ def forward_wgmma(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 
-# three consumer warpgroups of 64 query rows, 64-key tiles, P in registers: the fastest setting at 4 x 16 x 4096 x 128
-# (causal and not) and 4 x 32 x 4096 x 64 non-causal on an H100; causal at head dim 64, 128-key tiles, 6 % faster
-# although they spill (76 bytes a thread), and the only setting ahead of PyTorch's flash backend there (296.3
-# against 283.2 TFLOP/s; benchmarks/results/flash_forward_tiles_h100_5a9727e.json)
-BULK_TILES = {64: dict(WGS=3, BC=64, STAGES=2, PINGPONG=0, RS=1), 128: dict(WGS=3, BC=64, STAGES=2, PINGPONG=0, RS=1)}
-CAUSAL_BULK_TILES = {64: dict(BULK_TILES[64], BC=128), 128: BULK_TILES[128]}
-
-
-# Below SHORT_BULK_BELOW queries, two consumer warpgroups of 64 queries taking turns at the tensor cores over 128-key
-# tiles. H100, the kernel alone (flash_forward_tiles_short_h100_d93d3f5.json, flash_forward_tiles_2048_h100_<commit>):
-# at 512-2048 queries as fast as BULK_TILES' three warpgroups or up to 2.1x faster (192-query tiles waste a third of
-# 512's last tile; causal 32x16x512x128 0.306 -> 0.146 ms, 8x16x2048x128 0.551 -> 0.520, causal 0.369 -> 0.333); at
-# 4096 the three warpgroups were ahead in three of four leases
-SHORT_BULK_TILES = dict(WGS=2, BC=128, STAGES=2, PINGPONG=1, RS=1)
-SHORT_BULK_BELOW = 4096
+# The bulk forward's tiles by head dim, non-causal and causal. H100, the kernel alone, two leases (tree 015f5f3 and
+# that tree with the persistent kernel: flash_forward_tiles_h100_015f5f3.json,
+# flash_forward_tiles_persistent_d{128,64}_h100_015f5f3-persistent.json in benchmarks/results): at head dim 128, two
+# warpgroups taking turns over 128-key tiles (PINGPONG) beat three over 64-key tiles at every length from 512 to 8192
+# (4 x 16 x 4096 x 128: 0.899 against 0.990 ms, causal 0.535 against 0.604; 2 x 16 x 8192 x 128 1.686 against 1.944);
+# at head dim 64 three warpgroups over 128-key tiles without causal masking (4 x 32 x 4096 x 64: 1.211 against 1.446
+# for 64-key tiles), the turns with it (causal 0.712 against 0.781), each persistent (16 x 32 x 1024 x 64: 0.393
+# against 0.448, causal 0.299 against 0.335)
+BULK_TILES = {64: dict(WGS=3, BC=128, STAGES=2, PINGPONG=0, RS=1, PERSIST=1),
+              128: dict(WGS=2, BC=128, STAGES=2, PINGPONG=1, RS=1, PERSIST=0)}
+CAUSAL_BULK_TILES = {64: dict(WGS=2, BC=128, STAGES=2, PINGPONG=1, RS=1, PERSIST=1), 128: BULK_TILES[128]}
+# with dropout: two warpgroups over 64-key tiles (three spill at head dim 128, 128 keys at 64), not persistent (the
+# dropout masks are counted by the grid's heads)
+DROPOUT_BULK_TILES = dict(WGS=2, BC=64, STAGES=2, PINGPONG=0, RS=1, PERSIST=0)
+# At head dim 128 below PERSIST_BELOW queries the blocks are persistent (PERSIST=1): a block's start and end are a
+# larger part of its work there (32 x 16 x 512 x 128: 0.247 -> 0.235 ms, causal 0.203 -> 0.199; 16 x 16 x 1024 x 128
+# 0.337 -> 0.331, causal 0.242 -> 0.233; at 2048 and longer no faster, or slower)
+PERSIST_BELOW = 2048
+SIMULATED_SMS = 3
 
 
 def bulk_tiles(d: int, dropout: bool, causal: bool = False, lq: int | None = None) -> dict:
-    """The bulk forward's tiles for lq queries (None: a long sequence): with dropout, two consumer warpgroups and 64
-    keys a tile (three warpgroups spill at head dim 128, 128 keys at 64)."""
+    """The bulk forward's tiles (a new dict) for lq queries (None: a long sequence)."""
     if dropout:
-        return dict(BULK_TILES[d], WGS=2, BC=64)
-    if lq is not None and lq < SHORT_BULK_BELOW:
-        return dict(SHORT_BULK_TILES)
-    return dict(CAUSAL_BULK_TILES[d] if causal else BULK_TILES[d])
+        return dict(DROPOUT_BULK_TILES)
+    tiles = dict(CAUSAL_BULK_TILES[d] if causal else BULK_TILES[d])
+    if d == 128 and lq is not None and lq < PERSIST_BELOW:
+        tiles["PERSIST"] = 1
+    return tiles
 
 
 def kv_tensor_map(xp, a, p: Problem, bc: int):
@@ -1722,6 +1797,12 @@ def kv_tensor_map(xp, a, p: Problem, bc: int):
     return tensor_map(a, (1, 1, bc, 64))
 
 
+def _multiprocessors(xp) -> int:
+    """The SMs a persistent grid fills: the GPU's, or SIMULATED_SMS in the simulator (a few blocks, so that tests
+    see blocks take several tiles)."""
+    return SIMULATED_SMS if xp is np else multiprocessor_count(xp.cuda.runtime.getDevice())
+
+
 def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None, rng=None):
     """forward_arrays by flash_fwd_bulk (bf16; tiles: {"WGS": consumer warpgroups, "BC": keys a tile, "STAGES":
     tiles in flight, "PINGPONG": 1 for the two warpgroups taking turns at the tensor cores, "RS": 1 for P kept in
@@ -1730,11 +1811,14 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
     # a setting asked for fills its gaps from the long-sequence defaults, whatever the length (its names keep their
     # meaning); only the default itself depends on the length
     tiles = dict(bulk_tiles(p.d, p.dropout_p > 0.0, p.causal, None if tiles else p.lq), **(tiles or {}))
-    wgs, bc, stages, rs = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"]
+    wgs, bc, stages, rs, persist = tiles["WGS"], tiles["BC"], tiles["STAGES"], tiles["RS"], tiles["PERSIST"]
     if wgs not in (1, 2, 3) or bc not in (64, 128, 176, 192) or (bc % 64 and not rs) or stages not in (1, 2, 3, 4) \
-            or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1):
+            or tiles["PINGPONG"] not in (0, 1) or rs not in (0, 1) or persist not in (0, 1):
         raise ValueError(f"flash_attention: the bulk forward takes WGS 1 to 3, BC 64 or 128 (176 and 192 with RS=1), "
-                         f"STAGES 1 to 4 and PINGPONG and RS 0 or 1, got {tiles}")
+                         f"STAGES 1 to 4 and PINGPONG, RS and PERSIST 0 or 1, got {tiles}")
+    if persist and p.dropout_p > 0.0:
+        raise ValueError(f"flash_attention: the persistent bulk forward (PERSIST=1) does not take dropout (its masks "
+                         f"are counted by the grid's heads), got dropout_p={p.dropout_p} with {tiles}")
     br = 64 * wgs
     smem = (br + 2 * stages * bc) * p.d * 2 + (16 * 64 * 2 if rs else br * bc * 2)   # P's panels, or a stub
     if smem > HOPPER_SHARED_BYTES:
@@ -1743,10 +1827,12 @@ def forward_bulk(xp, q, k, v, p: Problem, kmask=None, tiles: dict | None = None,
                          f"{p.d}, {p.lk} keys")
     kp, vp = kv_tensor_map(xp, k, p, bc), kv_tensor_map(xp, v, p, bc)
     grid = (cdiv(p.lq, br), p.heads, p.batch)
+    if persist:
+        grid = (min(math.prod(grid), _multiprocessors(xp)), 1, 1)
     _launcher(bulk_forward(), xp)[grid, 128 * wgs + 128, smem](
-        _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.scale * LOG2E,
-        *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, PINGPONG=tiles["PINGPONG"], RS=tiles["RS"],
-        CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
+        _rows(xp, q, p.d), kp, vp, o, lse, _kmask(xp, kmask), _rng(xp, p, rng), *p.sizes(), p.batch,
+        p.scale * LOG2E, *p.dropout_args(), D=p.d, WGS=wgs, BC=bc, STAGES=stages, PINGPONG=tiles["PINGPONG"], RS=rs,
+        PERSIST=persist, CAUSAL=int(p.causal), MASKED=int(p.masked), DROPOUT=int(p.dropout_p > 0.0))
     return o.reshape(p.batch, p.heads, p.lq, p.d), lse.reshape(p.batch, p.heads, p.lq)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -80,6 +81,13 @@ def device_arch(device: int | None = None) -> str:
         cc = cupy.cuda.Device(device).compute_capability  # e.g. "90"
         arch = _archs[device] = f"sm_{cc}"
     return arch
+
+
+@functools.lru_cache(maxsize=None)
+def multiprocessor_count(device: int) -> int:
+    """The streaming multiprocessors of a GPU: how many blocks of one-block-an-SM kernels run at once."""
+    import cupy
+    return int(cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"])
 
 
 def has_mma(a) -> bool:

@@ -174,8 +174,23 @@ def test_steady_seconds_per_call_leaves_out_what_a_timed_loop_pays_once(monkeypa
     monkeypatch.setattr(common.time, "perf_counter", lambda: now[0])
     assert common.seconds_per_call(call, sync, iters=4, warmup=1) == 1.125
     events.clear()
-    assert common.steady_seconds_per_call(call, sync, iters=4, warmup=1) == 1.0
+    assert common.steady_seconds_per_call(call, sync, iters=4, warmup=1, repeats=1) == 1.0
     assert events == ["call"] + ["sync"] + ["call"] * 4 + ["sync"] * 2 + ["call"] * 8 + ["sync"]
+
+
+def test_steady_seconds_per_call_is_the_median_of_its_differences(monkeypatch):
+    """One host pause of 100 s inside the first shorter run would make that difference (T(8) - T(4)) / 4 negative;
+    the median of three differences is the call's 1 s."""
+    now, calls = [0.0], [0]
+
+    def call():
+        calls[0] += 1
+        now[0] += 101.0 if calls[0] == 2 else 1.0   # the first timed call (after one warm-up) is held up
+    monkeypatch.setattr(common.time, "perf_counter", lambda: now[0])
+    assert common.steady_seconds_per_call(call, lambda: None, iters=4, warmup=1, repeats=1) == -24.0
+    calls[0] = 0
+    assert common.steady_seconds_per_call(call, lambda: None, iters=4, warmup=1) == 1.0
+    assert calls[0] == 1 + 3 * (4 + 8)
 
 
 @pytest.mark.parametrize("timer", [common.seconds_per_call, common.steady_seconds_per_call])

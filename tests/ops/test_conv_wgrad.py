@@ -285,7 +285,7 @@ def test_gpu_matches_cudnn_at_seed_shapes(shape, exact_gpu_math):
     g, x, w_shape, s, p = _cuda_case(shape)
     want = cp.asnumpy(_cudnn(g, x, w_shape, s, p)).astype(np.float64)
     geo = cw.geometry(g.shape, x.shape, w_shape, s, p)
-    for tiles in cw.candidate_tiles(geo, shape[0], cw._sm_count(cp.cuda.runtime.getDevice())):
+    for tiles in cw.candidate_tiles(geo, shape[0], cw.multiprocessor_count(cp.cuda.runtime.getDevice())):
         got = cp.asnumpy(cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, tiles=tiles))
         scale = np.abs(want).max()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale, err_msg=str(tiles))
@@ -303,7 +303,7 @@ def test_gpu_channels_last_matches_cudnn_at_seed_shapes(shape, exact_gpu_math):
     want = cp.asnumpy(_cudnn(gl, xl, w_shape, s, p, out=empty_like_format(w_shape, xl))).astype(np.float64)
     scale = np.abs(want).max()
     geo = cw.geometry(g.shape, x.shape, w_shape, s, p)
-    candidates = cw.candidate_tiles(geo, shape[0], cw._sm_count(cp.cuda.runtime.getDevice()))
+    candidates = cw.candidate_tiles(geo, shape[0], cw.multiprocessor_count(cp.cuda.runtime.getDevice()))
     for tiles in candidates:   # every candidate with KRSC out (what channels-last training uses), the first with KCRS
         nchw = cw.conv2d_backward_weight_gpu(g, x, w_shape, s, p, tiles=tiles)
         outs = [empty_like_format(w_shape, xl)] + ([cp.empty(w_shape, cp.float32)] if tiles == candidates[0] else [])

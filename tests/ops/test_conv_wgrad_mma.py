@@ -124,7 +124,7 @@ def test_gpu_candidates_match_float64_at_the_seed_shapes(n, cin, cout, h, stride
 
 
 def test_channels_last_shapes_time_only_the_tensor_core_candidates(monkeypatch):
-    monkeypatch.setattr(cw, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(cw, "multiprocessor_count", lambda device: 132)
     monkeypatch.setattr(cw, "_cupy", lambda: type("cp", (), {"cuda": type("c", (), {"runtime": type(
         "r", (), {"getDevice": staticmethod(lambda: 0)})})}))
     g, x, w_shape, _ = _bf16_inputs(2, 16, 16, 8, 8, 3, 1, 1)
