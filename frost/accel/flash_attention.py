@@ -190,15 +190,22 @@ def query_head() -> i32:
 @device
 def tile_at(t: i32, tiles_a_head: i32, lq: i32, lk: i32, heads: i32, group: i32, BR: Const[int],
             CAUSAL: Const[int]) -> (i32, i32, i32, i32, i32):
-    """query_tile for tile t of the bulk forward's work, numbered as its grid launches blocks (the query tiles of one
-    (batch, head) neighbours, heads, then batches): (batch, first q row of the head, first k/v row of its key/value
-    head, first query, this lane's first row)."""
+    """Query tile t of a forward's work, numbered as a grid (query tiles, heads, batch) launches its blocks (the query
+    tiles of one (batch, head) neighbours, heads, then batches), for C-order q and k/v: (batch, first q row of the
+    head, first k/v row of its key/value head, first query, this lane's first row)."""
     x = t % tiles_a_head
     bh = t // tiles_a_head
     b = bh // heads
     h = bh % heads
     q0 = (tiles_a_head - 1 - x if CAUSAL else x) * BR   # causal: the longest tiles of a head first, as FA3 orders them
     return b, bh * lq, (b * (heads // group) + h // group) * lk, q0, q0 + warp * 16 + lane // 4
+
+
+@device
+def key_tiles(q0: i32, lk: i32, BR: Const[int], BC: Const[int], CAUSAL: Const[int]) -> i32:
+    """The tiles of BC keys that the BR queries from q0 see: all lk keys, or under causal masking those up to the
+    tile's last query."""
+    return cdiv(min(lk, q0 + BR) if CAUSAL else lk, BC)
 
 
 @device
@@ -589,8 +596,7 @@ def _make_kernels(T):
         for h in static_range(2):
             m[h] = -inf
             lsum[h] = 0.0
-        kv_end = min(lk, q0 + BR) if CAUSAL else lk
-        tiles = cdiv(kv_end, BC)
+        tiles = key_tiles(q0, lk, BR, BC, CAUSAL)
         for jt in range(tiles):
             # K and V take turns (FlashAttention-2's order): V(jt) is copied while S = Q K(jt)^T and the softmax
             # run, K(jt + 1) while O += P V(jt); a barrier before each copy keeps it off a tile still being read
@@ -663,8 +669,7 @@ def _make_kernels(T):
             lrow[h] = saved_lse(lse, lbase + row0 + 8 * h, lbase + lq)
             drow[h] = delta[lbase + row0 + 8 * h] if row0 + 8 * h < lq else 0.0
         zero(acc, D)
-        kv_end = min(lk, q0 + BR) if CAUSAL else lk
-        for jt in range(cdiv(kv_end, BC)):
+        for jt in range(key_tiles(q0, lk, BR, BC, CAUSAL)):
             k0 = jt * BC
             load_kv_tile(k, v, sk, sv, kbase, kst, k0, lk, BC, D, THREADS)
             if jt == 0:
@@ -903,8 +908,7 @@ def wgmma_forward():
         for h in static_range(2):
             m[h] = -inf
             lsum[h] = 0.0
-        kv_end = min(lk, q0 + BR) if CAUSAL else lk
-        tiles = cdiv(kv_end, BC)
+        tiles = key_tiles(q0, lk, BR, BC, CAUSAL)
         jt = 0
         while True:   # a do-while (at least one tile): see examples/kernels/gemm_wgmma.py on ptxas and wgmma
             buf = jt % 2
@@ -1066,7 +1070,7 @@ def bulk_forward():
             if tx == CONSUMERS:
                 while True:
                     b, qbase, kbase, q0, row0 = tile_at(t, per_head, lq, lk, heads, group, BR, CAUSAL)
-                    tiles = cdiv(min(lk, q0 + BR) if CAUSAL else lk, BC)
+                    tiles = key_tiles(q0, lk, BR, BC, CAUSAL)
                     produce_tiles(kp, vp, skf, svf, fullk, fullv, emptyk, emptyv, kbase // lk, heads // group, lk,
                                   tiles, first, BC, D, STAGES)
                     first += tiles
@@ -1089,7 +1093,7 @@ def bulk_forward():
             turns = PINGPONG == 1 and WGS == 2
             while True:
                 b, qbase, kbase, q0, row0 = tile_at(t, per_head, lq, lk, heads, group, BR, CAUSAL)
-                tiles = cdiv(min(lk, q0 + BR) if CAUSAL else lk, BC)
+                tiles = key_tiles(q0, lk, BR, BC, CAUSAL)
                 rounds += 1
                 t = next_tile(rounds)
                 zero(acc, D)
@@ -1198,8 +1202,7 @@ def wgmma_backward():
             lrow[h] = saved_lse(lse, qbase + row0 + 8 * h, qbase + lq)
             drow[h] = delta[qbase + row0 + 8 * h] if row0 + 8 * h < lq else 0.0
         zero(acc, D)
-        kv_end = min(lk, q0 + BR) if CAUSAL else lk
-        tiles = cdiv(kv_end, BC)
+        tiles = key_tiles(q0, lk, BR, BC, CAUSAL)
         jt = 0
         while True:
             buf = jt % 2

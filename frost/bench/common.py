@@ -14,9 +14,9 @@ import json
 import math
 import os
 import platform
-import statistics
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
