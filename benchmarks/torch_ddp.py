@@ -55,7 +55,17 @@ def process_group(device: str):
         yield rank, dist.get_world_size()
     # only after a clean run: destroying a communicator with work outstanding (a rank that raised) can block, and
     # frost run stops the other ranks once this one exits with the error
+    dist.barrier()
     dist.destroy_process_group()
+
+
+def leave_rank() -> None:
+    """End a rank's process after a clean run (its results written) without the interpreter's teardown: there, under
+    load, torch's gloo backend has aborted a rank now and then ("terminate called without an active exception", no
+    Python frame left), failing a run whose every step and result were already done."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def place() -> tuple[int, int]:
@@ -74,7 +84,8 @@ def run(args: argparse.Namespace, script: str | Path, run_here: Callable[[argpar
         with process_group(args.device) as (rank, _):
             if rank:
                 args.quiet, args.out = True, None
-            return run_here(args)
+            run_here(args)
+        leave_rank()
     baseline = common.read_baseline(args)
     relaunch(script, args.command_line, args.nproc_per_node)
     if baseline is not None:
