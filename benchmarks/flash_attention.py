@@ -3,9 +3,9 @@
 backends), bf16, at GPT-2-like shapes (H=12, L=1024, D=64, batch 8 to 64; --heads, --length and
 --head-dim change them), causal and not. "frost flash" is the mma.sync kernels (FROST_FLASH_BULK=0); on a Hopper GPU
 "frost flash wgmma" is the same on warpgroup MMA (FROST_FLASH_WGMMA=1: the forward and backward kernels of
-frost/accel/flash_attention.py's Hopper section), and "frost flash bulk" its defaults for bf16 there: the
-warp-specialized forward fed by the copy engine, and the fused one-kernel backward from FUSED_FROM_LENGTH queries
-(the two warpgroup-MMA kernels below).
+frost/accel/flash_wgmma.py), and "frost flash bulk" its defaults for bf16 there: the warp-specialized forward fed by
+the copy engine (flash_bulk.py), and the fused one-kernel backward (flash_fused_backward.py) from FUSED_FROM_LENGTH
+queries (the two warpgroup-MMA kernels below).
 
 Run on a CUDA machine:  python benchmarks/flash_attention.py [--quick | --sweep [--head-dims 128] [--lengths ...]]
 [--out FILE.json]

@@ -1,4 +1,4 @@
-"""The flash-attention kernels (frost/accel/flash_attention.py) in the kernel simulator at small sizes: O, the
+"""The flash-attention kernels (frost/accel/flash_*.py) in the kernel simulator at small sizes: O, the
 log-sum-exp and dQ, dK, dV against PyTorch's float64 attention of the same bf16/f16 values and against Frost's
 composed path, for causal (top-left, also with Lq != Lk) and not, ragged lengths, grouped-query attention and
 key-padding masks with fully masked rows; the rules of `supported`; sm_90 compiles; and (on a GPU) the real kernels
