@@ -16,11 +16,11 @@ import functools
 
 from frost.kernel import (Array, Const, TensorMap, bar_arrive, bar_sync, bf16, bx, cdiv, cp_async16,
                           cp_async_bulk_tensor, cp_commit, cp_wait, device, dynamic_shared, f32, fence_proxy_async, gdx,
-                          i32, i64, inf, kernel, lane, launch_bounds, local, mbarrier_arrive, mbarrier_arrive_expect_tx,
+                          i32, i64, kernel, lane, launch_bounds, local, mbarrier_arrive, mbarrier_arrive_expect_tx,
                           mbarrier_init, mbarrier_wait, setmaxnreg_dec, setmaxnreg_inc, shared, static_range, swizzle,
                           syncthreads, tx, u8, u32, warp, wgmma_wait)
-from frost.accel.flash_common import (key_tiles, query_head, rescale, softmax_tile, softmax_weights, to_a, whole_tile,
-                                      write_rows, zero)
+from frost.accel.flash_common import (key_tiles, query_head, rescale, softmax_tile, softmax_weights, start_rows, to_a,
+                                      whole_tile, write_rows)
 from frost.accel.flash_hopper import load_panels, store_weights, weights_times_values, wgmma_rows
 
 
@@ -203,10 +203,7 @@ def bulk_forward():
                 tiles = key_tiles(q0, lk, BR, BC, CAUSAL)
                 rounds += 1
                 t = next_tile(rounds)
-                zero(acc, D)
-                for h in static_range(2):
-                    m[h] = -inf
-                    lsum[h] = 0.0
+                start_rows(acc, m, lsum, D)
                 if PERSIST and rounds > 1:   # this warpgroup's queries, fetched during the last tile, in place
                     cp_wait(0)
                     fence_proxy_async()

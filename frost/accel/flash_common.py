@@ -66,6 +66,15 @@ def zero(acc, N: Const[int]):
 
 
 @device
+def start_rows(acc, m, lsum, D: Const[int]):
+    """A query tile's running state before its first key: O zero, each row's maximum -inf and sum 0."""
+    zero(acc, D)
+    for h in static_range(2):
+        m[h] = -inf
+        lsum[h] = 0.0
+
+
+@device
 def to_a(frags, acc, K: Const[int]):
     """The 16 x K tile in C fragments (f32) as the A fragments (16-bit) of the next mma: for a 16-column step kk,
     A's registers are those of C tiles 2kk and 2kk + 1, so the tile never leaves the registers."""
@@ -126,6 +135,17 @@ def dropout_pair(rng, bh: i32, query: i32, key: i32, drop_p: f32, keep_scale: f3
     if query % 2 == 0:
         return _keep(w0, drop_p, keep_scale), _keep(w1, drop_p, keep_scale)
     return _keep(w2, drop_p, keep_scale), _keep(w3, drop_p, keep_scale)
+
+
+@device
+def keep_pair(rng, query: i32, key: i32, drop_p: f32, keep_scale: f32, DROPOUT: Const[int]) -> (f32, f32):
+    """The factors of a query's weights for keys key and key + 1: keep_scale each without dropout, with it the
+    mask's (dropout_pair: 0 for a dropped weight)."""
+    keep0 = keep_scale
+    keep1 = keep_scale
+    if DROPOUT:
+        keep0, keep1 = dropout_pair(rng, query_head(), query, key, drop_p, keep_scale)
+    return keep0, keep1
 
 
 @device
@@ -191,10 +211,7 @@ def softmax_weights(s, alpha, m, lsum, row0: i32, k0: i32, whole: bool, lq: i32,
         alpha[h] = fast_exp2(m[h] - m_use)
         part = 0.0
         for j in static_range(BC // 8):
-            keep0 = keep_scale
-            keep1 = keep_scale
-            if DROPOUT:
-                keep0, keep1 = dropout_pair(rng, query_head(), row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
+            keep0, keep1 = keep_pair(rng, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale, DROPOUT)
             for e in static_range(2):
                 p = fast_exp2(s[j, 2 * h + e] * scale_log2 - m_use)
                 part += p   # the undropped weights' sum: softmax normalizes before dropout
@@ -242,10 +259,7 @@ def ds_tile(s, dp, lrow, drow, row0: i32, k0: i32, whole: bool, lq: i32, lk: i32
         hide_scores(s, row0, k0, lq, lk, kmask, mbase, BC, CAUSAL, MASKED)   # their weights: fast_exp2(-inf) = 0
     for h in static_range(2):
         for j in static_range(BC // 8):
-            keep0 = keep_scale
-            keep1 = keep_scale
-            if DROPOUT:
-                keep0, keep1 = dropout_pair(rng, query_head(), row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale)
+            keep0, keep1 = keep_pair(rng, row0 + 8 * h, k0 + j * 8 + 2 * t, drop_p, keep_scale, DROPOUT)
             for e in static_range(2):
                 p = fast_exp2(s[j, 2 * h + e] * scale_log2 - lrow[h])
                 dpv = dp[j, 2 * h + e]

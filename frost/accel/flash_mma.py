@@ -23,10 +23,10 @@ import functools
 from dataclasses import dataclass
 
 from frost.kernel import (Array, Const, bf16, bx, by, bz, cdiv, cp_async16, cp_commit, cp_wait, device, dynamic_shared,
-                          f16, f32, i32, inf, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local, mma,
+                          f16, f32, i32, kernel, lane, launch_bounds, ldmatrix_x4, ldmatrix_x4_trans, local, mma,
                           static_range, syncthreads, tx, u8, u32, warp)
-from frost.accel.flash_common import (ds_tile, dst_tile, head_rows, key_tiles, row_dot, saved_lse, softmax_tile, to_a,
-                                      whole_tile, write_rows, write_scaled_rows, zero)
+from frost.accel.flash_common import (ds_tile, dst_tile, head_rows, key_tiles, row_dot, saved_lse, softmax_tile,
+                                      start_rows, to_a, whole_tile, write_rows, write_scaled_rows, zero)
 
 PAD = 8   # elements after each shared row: the 8 rows an ldmatrix reads fall in 8 different bank groups
 
@@ -112,10 +112,7 @@ def _make_kernels(T):
         load_rows(q, sq, qbase, qst, q0, lq, BR, D, THREADS)
         load_rows(k, sk, kbase, kst, 0, lk, BC, D, THREADS)
         cp_commit()
-        zero(acc, D)
-        for h in static_range(2):
-            m[h] = -inf
-            lsum[h] = 0.0
+        start_rows(acc, m, lsum, D)
         tiles = key_tiles(q0, lk, BR, BC, CAUSAL)
         for jt in range(tiles):
             # K and V take turns (FlashAttention-2's order): V(jt) is copied while S = Q K(jt)^T and the softmax

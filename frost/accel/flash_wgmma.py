@@ -8,10 +8,10 @@ copies write. The two kernels are the backward for bf16 on sm_90 for short seque
 flash_bulk.py); FROST_FLASH_WGMMA=1 runs this forward too. The host side is frost/accel/flash_attention.py."""
 import functools
 
-from frost.kernel import (Array, Const, bf16, cp_commit, device, dynamic_shared, f32, fence_proxy_async, i32, inf,
-                          kernel, lane, launch_bounds, local, static_range, syncthreads, tx, u8, u32, warp, wgmma_wait)
-from frost.accel.flash_common import (ds_tile, dst_tile, key_tiles, query_tile, saved_lse, softmax_tile, whole_tile,
-                                      write_rows, write_scaled_rows, zero)
+from frost.kernel import (Array, Const, bf16, cp_commit, device, dynamic_shared, f32, fence_proxy_async, i32, kernel,
+                          lane, launch_bounds, local, static_range, syncthreads, tx, u8, u32, warp, wgmma_wait)
+from frost.accel.flash_common import (ds_tile, dst_tile, key_tiles, query_tile, saved_lse, softmax_tile, start_rows,
+                                      whole_tile, write_rows, write_scaled_rows, zero)
 from frost.accel.flash_hopper import (key_block, load_panels, publish_tiles, step_tile, store_weights, wgmma_rows,
                                       wgmma_rows_mn)
 
@@ -67,10 +67,7 @@ def wgmma_forward():
         load_panels(k, sk, 0, kbase, 0, lk, BC, D, THREADS)
         load_panels(v, sv, 0, kbase, 0, lk, BC, D, THREADS)
         cp_commit()
-        zero(acc, D)
-        for h in static_range(2):
-            m[h] = -inf
-            lsum[h] = 0.0
+        start_rows(acc, m, lsum, D)
         tiles = key_tiles(q0, lk, BR, BC, CAUSAL)
         jt = 0
         while True:   # a do-while (at least one tile): see examples/kernels/gemm_wgmma.py on ptxas and wgmma
