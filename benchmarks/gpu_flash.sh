@@ -3,8 +3,10 @@
 # kernels against float64, the tensor-map copies and the bulk reductions on the hardware), the forward alone at each
 # tile setting (benchmarks/flash_forward_tiles.py: tensor-map and arrange_kv feeds beside cuDNN and PyTorch), then
 # the backward alone (benchmarks/flash_backward.py: the two kernels and the fused one), and Nsight Compute's
-# speed-of-light and warp-stall sections over one forward and one fused backward at 8 x 16 x 2048 x 128, where both
-# trail cuDNN most (benchmarks/flash_profile.py).
+# speed-of-light, warp-stall and memory sections over one forward and one fused backward at 8 x 16 x 2048 x 128, where
+# both trail cuDNN most (benchmarks/flash_profile.py). The L2 bytes say whether the forward is bound by L2 bandwidth:
+# with 128-query tiles every tile reads its head's whole K and V, 128 flops a byte, so 611 TFLOP/s moves 4.8 TB/s
+# out of L2.
 # Results in OUTDIR.
 # Usage: bash benchmarks/gpu_flash.sh OUTDIR   (the cuDNN frontend on PYTHONPATH)
 set -u
@@ -21,7 +23,8 @@ timeout 200 python3 flash_forward_tiles.py --head-dims 128 64 --lengths 2048 409
 timeout 120 python3 flash_backward.py --head-dims 128 --lengths 2048 4096 --out "$out/flash_backward.json" 2>&1 \
     | tail -20
 timeout 100 ncu -k regex:'flash_fwd_bulk|flash_bwd_wgmma' -c 2 --section SpeedOfLight --section WarpStateStats \
-    --section Occupancy --section LaunchStats --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active' \
+    --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active,lts__t_bytes.sum' \
     python3 flash_profile.py --shape 8 16 2048 128 > "$out/ncu_flash.txt" 2>&1
-grep -E "flash_|Duration|Throughput|Registers|stalled|Warp Cycles|Issued Warp|Achieved Occupancy|ERR" \
-    "$out/ncu_flash.txt" | head -90
+grep -E "flash_|Duration|Throughput|Registers|stalled|Warp Cycles|Issued Warp|Achieved Occupancy|lts__t_bytes|ERR" \
+    "$out/ncu_flash.txt" | head -100
