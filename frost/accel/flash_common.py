@@ -1,8 +1,8 @@
 """The device functions the flash-attention kernels share (flash_mma, flash_wgmma, flash_bulk,
 flash_fused_backward): where a block's queries and keys lie (head_rows, query_tile, key_tiles), which keys a query
-sees (visible, whole_tile, hide_scores), the online softmax in log2 units (softmax_tile, softmax_weights, rescale),
-the backward's recomputed weights and dS (weights_of_keys, ds_tile, ds_of_keys), dropout's Philox stream
-(dropout_pair), and the rows of O, the log-sum-exp and the gradients (write_rows, write_scaled_rows). Their
+sees (visible, whole_tile, hide_scores), the online softmax in log2 units (start_rows, softmax_tile, softmax_weights,
+rescale), the backward's recomputed weights and dS (weights_of_keys, ds_tile, ds_of_keys), dropout's Philox stream
+(dropout_pair, keep_pair), and the rows of O, the log-sum-exp and the gradients (write_rows, write_scaled_rows). Their
 fragments are mma.sync's C layout, which wgmma's accumulators share, so both families call them.
 
 Masking: key j is visible to query i when j < Lk, the key-padding mask keeps j, and (causal) j <= i: top-left
