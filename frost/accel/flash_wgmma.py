@@ -17,6 +17,18 @@ from frost.accel.flash_hopper import (key_block, load_panels, publish_tiles, ste
 
 
 @device
+def panel_times(acc, sp, s, wg: i32, b_tiles, b_first: i32, D: Const[int], BC: Const[int]):
+    """acc += (this warpgroup's rows of s) @ B: the block's weights or dS (C fragments) stored as bf16 in the shared
+    panels sp, every warp's before any is read (the block's barrier), times the row-major tile b_tiles[b_first]
+    (V or K), waited for."""
+    store_weights(sp, 0, s, warp * 16 + lane // 4, BC)
+    fence_proxy_async()
+    syncthreads()
+    wgmma_rows_mn(acc, sp, 0, wg * 64, b_tiles, b_first, D, BC, BC)
+    wgmma_wait(0)
+
+
+@device
 def query_step(step: i32, head0: i32, first: i32, per_head: i32, lq: i32, BR: Const[int]) -> (i32, i32, i32, i32,
                                                                                               i32):
     """A key block's step over (query head, query tile): (buffer, the head's (batch, head) row block, the first query,
@@ -83,11 +95,7 @@ def wgmma_forward():
             whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
             softmax_tile(s, acc, m, lsum, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p,
                          keep_scale, D, BC, CAUSAL, MASKED, DROPOUT)
-            store_weights(sp, 0, s, warp * 16 + lane // 4, BC)
-            fence_proxy_async()
-            syncthreads()
-            wgmma_rows_mn(acc, sp, 0, wg * 64, sv, buf * DP, D, BC, BC)
-            wgmma_wait(0)
+            panel_times(acc, sp, s, wg, sv, buf * DP, D, BC)
             jt += 1
             if jt >= tiles:
                 break
@@ -159,11 +167,7 @@ def wgmma_backward():
             whole = whole_tile(q0, k0, lk, BC, CAUSAL, MASKED)
             ds_tile(s, dp, lrow, drow, row0, k0, whole, lq, lk, kmask, b * lk, rng, scale_log2, drop_p, keep_scale,
                     BC, CAUSAL, MASKED, DROPOUT)
-            store_weights(sds, 0, s, warp * 16 + lane // 4, BC)
-            fence_proxy_async()
-            syncthreads()
-            wgmma_rows_mn(acc, sds, 0, wg * 64, sk, buf * DP, D, BC, BC)
-            wgmma_wait(0)
+            panel_times(acc, sds, s, wg, sk, buf * DP, D, BC)
             jt += 1
             if jt >= tiles:
                 break
