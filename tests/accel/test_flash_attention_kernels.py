@@ -16,6 +16,7 @@ import frost
 from frost import dispatch
 from frost.accel import cudnn_attention
 from frost.accel import flash_attention as fa
+from frost.accel import flash_bulk, flash_fused_backward, flash_mma, flash_wgmma
 from frost.ops.attention import scaled_dot_product_attention as sdpa
 
 from attention_reference import DTYPES, UNIT, assert_close, inputs, reference, reference_with_dropout
@@ -301,7 +302,7 @@ def test_bad_input_names_the_op_and_shapes():
 def test_kernels_compile_for_sm90(d, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    kernels = fa.kernels_for("bfloat16")
+    kernels = flash_mma.kernels_for("bfloat16")
     fwd, bwd = fa.FORWARD_TILES[d], fa.BACKWARD_TILES[d]
     for dropout in (0, 1):
         flags = dict(D=d, CAUSAL=1, MASKED=1, DROPOUT=dropout)
@@ -450,7 +451,7 @@ def test_wgmma_forward_is_asked_for_and_refuses_what_it_does_not_take(monkeypatc
 def test_wgmma_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    kern = fa.wgmma_forward()
+    kern = flash_wgmma.wgmma_forward()
     for dropout in (False, True):
         tiles = fa.wgmma_tiles(d, dropout)
         info = kern.inspect("sm_90", D=d, CAUSAL=1, MASKED=1, DROPOUT=int(dropout), **tiles)
@@ -527,8 +528,8 @@ def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch
     settings += [("short", causal, False, fa.bulk_tiles(d, False, causal, lq=512)) for causal in (False, True)]
     for label, causal, dropout, tiles in settings:
         for masked in (0, 1):
-            info = fa.bulk_forward().inspect("sm_90", D=d, CAUSAL=int(causal), MASKED=masked, DROPOUT=int(dropout),
-                                             **tiles)
+            info = flash_bulk.bulk_forward().inspect("sm_90", D=d, CAUSAL=int(causal), MASKED=masked,
+                                                     DROPOUT=int(dropout), **tiles)
             allowed = 0 if dropout else SPILLS_WHEN_TIMED.get((d, causal, masked, label), 0)
             assert info["spill_stores"] <= allowed, (d, causal, masked, dropout, tiles, info["spill_stores"])
             assert "C7515" not in info["log"]
@@ -539,7 +540,7 @@ def test_bulk_forward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch
 def test_wgmma_backward_compiles_for_sm90a_without_spills(d, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
-    dq, dkdv = fa.wgmma_backward()
+    dq, dkdv = flash_wgmma.wgmma_backward()
     tiles = fa.WGMMA_BACKWARD_TILES[d]
     for kern, consts in ((dq, dict(WGS=tiles["WGS"], BC=tiles["BC"])), (dkdv, dict(WGS=tiles["WGS"], BR=tiles["BR"]))):
         for dropout in (0, 1):
@@ -771,7 +772,7 @@ def test_tile_stats_match_numpy():
     lse = rng.standard_normal(bh * lq).astype(np.float32)
     lse[5] = -np.inf
     got = np.full(bh * tiles * 128, np.nan, np.float32)
-    fa.fused_backward()[2].simulate[(tiles, 3, 2), 256](o, do, lse, got, lq, D=d)
+    flash_fused_backward.fused_backward()[2].simulate[(tiles, 3, 2), 256](o, do, lse, got, lq, D=d)
     log2 = np.where(lse == -np.inf, np.inf, lse.astype(np.float64) * fa.LOG2E)
     delta = (o.astype(np.float64) * do.astype(np.float64)).sum(axis=1)
     want = np.zeros((bh, 2, tiles * 64))
@@ -870,7 +871,7 @@ def test_fused_backward_compiles_for_sm90a_and_its_default_does_not_spill(d, tmp
     pytest.importorskip("cuda.bindings")
     monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
     setting = fa.FUSED_BACKWARD_TILES[d]
-    fused, convert, tile_stats = fa.fused_backward()
+    fused, convert, tile_stats = flash_fused_backward.fused_backward()
     wgs = setting["WGS"]
     flags = {name: setting.get(name, 0) for name in ("RS", "OVERLAP_EXP")}
     for causal, masked, dropout in ((0, 0, 0), (1, 0, 0), (1, 1, 1)):
