@@ -6,10 +6,10 @@ import numpy as np
 from frost import dispatch
 from frost.autograd import GradientPair, grad_destination, is_grad_enabled
 from frost.dtype import float32
-from frost.kernel.compile import multiprocessor_count
 from frost.kernel import (Array, Const, bdx, bf16, block_sum, bx, by, device, f32, grid_sync, grid_sync_counter, i32,
                           i64, kernel, lane, local, rsqrt, shared, shfl_xor, static_range, syncthreads, tx, u32, warp,
                           warp_sum)
+from frost.kernel.compile import multiprocessor_count
 from frost.layout import dense_like, empty_like_format, is_channels_last
 from frost.ops import norm
 from frost.ops.elementwise import cast
