@@ -24,6 +24,11 @@ stats = {"nvrtc_compiles": 0, "disk_hits": 0, "nvrtc_seconds": 0.0, "launch_wait
 # (kernel, seconds, compiled in the background) each time a launch waited for its cubin: a start-up's critical path
 waits: list = []
 
+# FROST_KERNEL_LINEINFO=1 compiles kernels with -lineinfo: Nsight Compute's source page then attributes stalls and
+# instructions to the kernel's Python lines (the generated C++ carries #line directives). Off by default: it changes
+# nothing in the code, but profiling builds should be asked for.
+LINEINFO = os.environ.get("FROST_KERNEL_LINEINFO", "0") == "1"
+
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -101,7 +106,7 @@ def has_mma(a) -> bool:
 def compile_cubin(source: str, name: str, arch: str = "sm_90", options=(), consts=None,
                   line_map=None) -> bytes:
     """Compile CUDA C++ to a cubin for `arch`, reading and filling the disk cache."""
-    options = ["--gpu-architecture=" + arch, "-std=c++17", *options]
+    options = ["--gpu-architecture=" + arch, "-std=c++17", *(["-lineinfo"] if LINEINFO else []), *options]
     key = cache_key(source, name, arch, options, consts)
     path = cache_dir() / f"{name}-{arch}-{key}.cubin"
     if path.exists():

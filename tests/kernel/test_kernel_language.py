@@ -1,5 +1,6 @@
 """The kernel language's features: each kernel compiles to an sm_90 cubin and its simulation matches NumPy."""
 import math
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -371,6 +372,20 @@ def test_disk_cache_second_compile_skips_nvrtc(tmp_path, monkeypatch):
     assert kc.stats["nvrtc_compiles"] == before["nvrtc_compiles"] + 1
     assert kc.stats["disk_hits"] == before["disk_hits"] + 1
     assert list(tmp_path.glob("kernels/body-sm_90-*.cubin"))
+
+
+def test_lineinfo_switch_puts_the_python_file_in_the_cubin(tmp_path, monkeypatch):
+    from frost.kernel import compile as kc
+    monkeypatch.setenv("FROST_CACHE_DIR", str(tmp_path))
+
+    def body(x: Array[f32]):
+        x[tx] = 3.0
+    plain = kernel(body).compile(ARCH)
+    monkeypatch.setattr(kc, "LINEINFO", True)
+    profiled = kernel(body).compile(ARCH)   # another cache key: not the plain cubin from disk
+    name = Path(__file__).name.encode()
+    assert name not in plain
+    assert name in profiled   # Nsight Compute's source page maps the kernel's instructions to this file's lines
 
 
 def test_implicit_truncation_is_an_error():
