@@ -3,7 +3,8 @@
 # tree's frost first on PYTHONPATH, the trees alternated ROUNDS times (default 2) so that the machine's drift falls
 # on all of them, then the flash kernels' GPU tests of every tree after the first (its own tests, where the tree has
 # them). A tree is a folder holding frost/ (and tests/): make one from a branch with
-#   mkdir -p .data/trees/NAME && git archive BRANCH frost tests pyproject.toml | tar -x -C .data/trees/NAME
+#   mkdir -p .data/trees/NAME && git archive BRANCH frost tests/conftest.py tests/accel pyproject.toml \
+#       | tar -x -C .data/trees/NAME && rm .data/trees/NAME/frost/data/cifar10_sample.npz   (64 MiB a call)
 # and carry .data/trees to the device machine.
 # Results in OUTDIR (flash_ab_{forward,backward}_NAME-ROUND.json, tests_NAME.txt).
 # Usage: [ROUNDS=2] [LENGTHS="2048 4096"] [PASSES="forward backward"] bash benchmarks/gpu_trees_ab.sh OUTDIR TREE...
