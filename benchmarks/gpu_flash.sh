@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Flash attention on a Hopper GPU in one device call of under ten minutes: the GPU suite (among its tests the flash
 # kernels against float64, the tensor-map copies and the bulk reductions on the hardware), the forward alone at each
-# tile setting (benchmarks/flash_forward_tiles.py: tensor-map and arrange_kv feeds beside cuDNN and PyTorch), then
-# the backward alone (benchmarks/flash_backward.py: the two kernels and the fused one), and Nsight Compute's
-# speed-of-light, warp-stall and memory sections over one forward and one fused backward (its statistics, main and dQ-convert kernels) at 8 x 16 x 2048 x 128, where
-# both trail cuDNN most (benchmarks/flash_profile.py). The L2 bytes say whether the forward is bound by L2 bandwidth:
-# with 128-query tiles every tile reads its head's whole K and V, 128 flops a byte, so 611 TFLOP/s moves 4.8 TB/s
-# out of L2.
+# tile setting at head dim 128 (benchmarks/flash_forward_tiles.py: tensor-map and arrange_kv feeds beside cuDNN and
+# PyTorch), then the backward alone (benchmarks/flash_backward.py: the two kernels and the fused one), and Nsight
+# Compute's speed-of-light, warp-stall, memory and source-line sections over one forward and one fused backward (its
+# statistics, main and dQ-convert kernels) at 8 x 16 x 2048 x 128, where both trail cuDNN most
+# (benchmarks/flash_profile.py). The L2 bytes test whether the forward is bound by L2 bandwidth (128-query tiles read
+# their head's whole K and V: 128 flops a byte); the timings argue against it (the same bytes a flop at every length,
+# yet 530, 611 and 652 TFLOP/s at 2048, 4096 and 8192 queries on an H100, tree 015f5f3), pointing at a fixed cost of
+# about 9 us a block instead.
 # Results in OUTDIR. PARTS picks the stages (default all: "tests tiles backward ncu"), for a lease with less time.
 # Usage: [PARTS="tests ncu"] bash benchmarks/gpu_flash.sh OUTDIR   (the cuDNN frontend on PYTHONPATH)
 set -u
@@ -16,18 +18,18 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 if [[ $parts == *" tests "* ]]; then
-timeout 150 python3 -m pytest -m cuda -n 8 tests -p no:cacheprovider -o addopts="" -q --timeout 100 -rfE \
-    > "$out/gpu_tests.txt" 2>&1
-grep -E "^FAILED|^ERROR|passed|failed" "$out/gpu_tests.txt" | tail -25
+    timeout 150 python3 -m pytest -m cuda -n 8 tests -p no:cacheprovider -o addopts="" -q --timeout 100 -rfE \
+        > "$out/gpu_tests.txt" 2>&1
+    grep -E "^FAILED|^ERROR|passed|failed" "$out/gpu_tests.txt" | tail -25
 fi
 cd benchmarks || exit 1
 if [[ $parts == *" tiles "* ]]; then
-timeout 200 python3 flash_forward_tiles.py --head-dims 128 --lengths 2048 4096 --out "$out/flash_forward_tiles.json" \
-    2>&1 | tail -60
+    timeout 200 python3 flash_forward_tiles.py --head-dims 128 --lengths 2048 4096 \
+        --out "$out/flash_forward_tiles.json" 2>&1 | tail -60
 fi
 if [[ $parts == *" backward "* ]]; then
-timeout 120 python3 flash_backward.py --head-dims 128 --lengths 2048 4096 --out "$out/flash_backward.json" 2>&1 \
-    | tail -20
+    timeout 120 python3 flash_backward.py --head-dims 128 --lengths 2048 4096 --out "$out/flash_backward.json" 2>&1 \
+        | tail -20
 fi
 [[ $parts == *" ncu "* ]] || exit 0
 # -lineinfo (FROST_KERNEL_LINEINFO=1) so that the source page puts the sampled stalls on the kernels' Python lines
